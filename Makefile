@@ -1,0 +1,37 @@
+# The two commands of the README:
+#   make serve   set up, then serve the gateway on the embedded default (espeak-ng, no Redis, no weights needed)
+#   make test    set up, then run the linters and the whole test suite (what CI runs)
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch goes in first, pinned: on machines with a local CPU wheel of 2.13.0 this takes it from disk, while a bare
+# `torch` (or one pulled in by ChatTTS) would download a multi-GB CUDA build. Override for a GPU machine, e.g.
+# `make serve TORCH=torch==2.13.0+cu128 PIP_EXTRA=--extra-index-url=...`.
+TORCH ?= torch==2.13.0
+PIP_EXTRA ?=
+ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: setup serve test lint
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml scripts/fix_torchaudio.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(PIP_EXTRA) "$(TORCH)"
+	$(BIN)/python -m pip install --quiet $(PIP_EXTRA) -e '.[chattts,test]' "$(TORCH)"
+	# ChatTTS imports torchaudio, whose newest wheel may not load next to a CPU torch: see the script.
+	$(BIN)/python scripts/fix_torchaudio.py
+	touch $@
+
+serve: setup
+	$(BIN)/tts-gateway serve $(ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
+
+test: lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)

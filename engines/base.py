@@ -1,0 +1,131 @@
+"""The one contract every speech engine implements.
+
+An engine lives inside a worker process (see ``engines.worker``): it is loaded once, warmed up, and then asked to
+turn :class:`SynthesisRequest` objects into a stream of PCM chunks. Nothing here knows about HTTP, codecs or
+asyncio; the gateway only ever talks to engines through the pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
+
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = [
+    "OPENAI_VOICES",
+    "CancelToken",
+    "Engine",
+    "EngineInfo",
+    "EngineUnavailableError",
+    "InvalidSynthesisRequestError",
+    "SynthesisRequest",
+    "VoiceInfo",
+]
+
+#: The built-in voice names of OpenAI's speech API; every engine maps each of them to a distinct voice.
+OPENAI_VOICES: tuple[str, ...] = (
+    "alloy",
+    "ash",
+    "ballad",
+    "cedar",
+    "coral",
+    "echo",
+    "fable",
+    "marin",
+    "nova",
+    "onyx",
+    "sage",
+    "shimmer",
+    "verse",
+)
+
+@dataclass(frozen=True, slots=True)
+class SynthesisRequest:
+    """What an engine is asked to speak. Validated by the gateway before it reaches an engine."""
+
+    text: str
+    """The text to speak, already trimmed and non-empty."""
+    voice: str
+    """A voice id from the engine's :attr:`EngineInfo.voices`, or a custom voice id when ``speaker`` is set."""
+    speed: float = 1.0
+    """Speaking rate, already clamped to the engine's :attr:`EngineInfo.speed_range`."""
+    instructions: str | None = None
+    """Free-form style instructions; engines that cannot use them ignore them."""
+    speaker: str | None = None
+    """An engine-specific speaker description for custom voices (ChatTTS: a ``spk_emb`` string)."""
+    seed: int | None = None
+    """Makes sampling engines repeatable when set."""
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceInfo:
+    """A voice an engine offers."""
+
+    id: str
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    """What a loaded engine reports about itself; sent from the worker to the server once loaded."""
+
+    name: str
+    sample_rate: int
+    voices: tuple[VoiceInfo, ...]
+    speed_range: tuple[float, float] = (1.0, 1.0)
+    """The speeds the engine renders natively; the gateway time-stretches whatever lies outside."""
+    max_batch: int = 1
+    """How many requests one worker may run at once (dynamic batching)."""
+    details: dict[str, str] = field(default_factory=dict)
+    """Free-form facts for ``/readyz`` (weights identity, device, ...)."""
+
+
+class CancelToken(Protocol):
+    """Set by the worker when the client went away; long-running engines poll it between steps."""
+
+    def is_set(self) -> bool: ...
+
+
+class EngineUnavailableError(RuntimeError):
+    """The engine cannot be loaded here (no weights, missing library); the reason is shown in ``/readyz``."""
+
+
+class InvalidSynthesisRequestError(ValueError):
+    """The request is well-formed for the API but this engine cannot honour it (e.g. a malformed speaker).
+
+    Args:
+        message: What is wrong, safe to show to the client.
+        param: The request field at fault, as OpenAI names it.
+    """
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A speech engine, driven by one worker process.
+
+    ``load`` and ``synthesize`` run in the worker's main thread, one call at a time unless ``max_batch > 1``.
+    """
+
+    def load(self) -> EngineInfo:
+        """Load models and report what the engine offers. Raise :class:`EngineUnavailableError` when it cannot."""
+        ...
+
+    def synthesize(
+        self, request: SynthesisRequest, cancel: CancelToken
+    ) -> Generator[npt.NDArray[np.int16], None, None]:
+        """Yield mono int16 PCM chunks at ``EngineInfo.sample_rate`` as soon as each is produced.
+
+        A generator, so that the worker can ``close()`` it to stop early. Stop (return) once ``cancel.is_set()``.
+        Raise :class:`InvalidSynthesisRequestError` for requests the engine cannot honour; any other exception is
+        treated as an engine failure.
+        """
+        ...

@@ -1,0 +1,134 @@
+"""An engine without model weights: espeak-ng, through ctypes, on the library the ``espeakng-loader`` wheel ships.
+
+Formant synthesis sounds robotic but is intelligible, starts in about a millisecond and runs hundreds of times
+faster than real time on one CPU core, which makes it the fallback when no model can be loaded and a realistic
+engine for end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import TYPE_CHECKING, Final
+
+from engines._espeak_lib import EspeakError, EspeakLibrary, SpeechParameters, open_espeak
+from engines._espeak_stream import SynthesisStream
+from engines._espeak_voices import ESPEAK_VOICES, EspeakVoice
+from engines.base import EngineInfo, EngineUnavailableError, InvalidSynthesisRequestError, VoiceInfo
+
+if TYPE_CHECKING:
+    from collections.abc import Generator, Mapping
+
+    import numpy as np
+    import numpy.typing as npt
+
+    from engines.base import CancelToken, SynthesisRequest
+
+__all__ = ["EspeakEngine"]
+
+_DEFAULT_CHUNK_MS: Final = 100
+_CHUNK_MS_LIMITS: Final = (10, 1000)
+_QUEUED_AUDIO_MS: Final = 10_000
+"""How far espeak may run ahead of a slow consumer before it pauses."""
+_RATE_NORMAL_WPM: Final = 175
+_RATE_MIN_WPM: Final = 80
+"""espeak renders anything slower at 80 words per minute."""
+_RATE_MAX_WPM: Final = 4 * _RATE_NORMAL_WPM
+"""Faster than 450 wpm, espeak speeds its output up with its built-in Sonic time-stretch, accurately to beyond this."""
+
+
+class EspeakEngine:
+    """espeak-ng speaking English with one distinct accent, variant and pitch per OpenAI voice.
+
+    A formant synthesizer has no use for ``instructions`` (style prompts) or ``seed`` (it does not sample), so both
+    are ignored; a ``speaker`` (custom voice) is refused. Text is spoken as plain text, so SSML-looking tags are read
+    out rather than interpreted; NUL characters are dropped. ``speed`` maps to espeak's words-per-minute rate
+    (1.0 = 175 wpm) within :attr:`EngineInfo.speed_range`.
+
+    espeak-ng keeps process-wide state, so it is initialised once per process and runs one synthesis at a time; the
+    synthesis runs in a helper thread so that chunks are yielded while espeak is still speaking.
+
+    Args:
+        options: ``chunk_ms`` (int, default 100): the longest chunk yielded, in milliseconds. It also sets espeak's
+            output buffer, which the first engine loaded in a process fixes for the rest of it.
+
+    Raises:
+        ValueError: An unknown option or an invalid value.
+    """
+
+    def __init__(self, options: Mapping[str, object] | None = None) -> None:
+        self._chunk_ms = _parse_chunk_ms(dict(options or {}))
+        self._library: EspeakLibrary | None = None
+        self._voices = {voice.id: voice for voice in ESPEAK_VOICES}
+
+    def load(self) -> EngineInfo:
+        """Open espeak-ng and check that every voice's accent and variant is in its data.
+
+        Raises:
+            EngineUnavailableError: The library or its data is missing or unusable.
+        """
+        try:
+            library = open_espeak(self._chunk_ms)
+        except EspeakError as exc:
+            raise EngineUnavailableError(f"espeak-ng unavailable: {exc}") from exc
+        missing = [voice.espeak_name for voice in ESPEAK_VOICES if not library.has_voice(voice.espeak_name)]
+        if missing:
+            raise EngineUnavailableError(f"espeak-ng data at {library.data_path} lacks voices {missing}")
+        self._library = library
+        return self._info(library)
+
+    def synthesize(
+        self, request: SynthesisRequest, cancel: CancelToken
+    ) -> Generator[npt.NDArray[np.int16], None, None]:
+        """Yield int16 chunks of at most ``chunk_ms`` as espeak speaks them; closing the generator stops espeak.
+
+        Raises:
+            InvalidSynthesisRequestError: An unknown voice, or a custom ``speaker``.
+            RuntimeError: Called before :meth:`load`, or while another synthesis in this process is running.
+        """
+        library = self._library
+        if library is None:
+            raise RuntimeError("EspeakEngine.synthesize() called before load()")
+        parameters = self._parameters(request)
+        speak = functools.partial(library.speak, request.text, parameters)
+        chunk_samples = library.sample_rate * self._chunk_ms // 1000
+        stream = SynthesisStream(speak, chunk_samples, max_queued=math.ceil(_QUEUED_AUDIO_MS / self._chunk_ms))
+        return stream.chunks(cancel)
+
+    def _parameters(self, request: SynthesisRequest) -> SpeechParameters:
+        voice = self._voices.get(request.voice)
+        if voice is None:
+            raise InvalidSynthesisRequestError(
+                f"unknown voice {request.voice!r}; espeak offers {', '.join(self._voices)}", param="voice"
+            )
+        if request.speaker is not None:
+            raise InvalidSynthesisRequestError("espeak does not support custom voices", param="voice")
+        return SpeechParameters(voice.espeak_name, _rate_wpm(request.speed), voice.pitch)
+
+    def _info(self, library: EspeakLibrary) -> EngineInfo:
+        return EngineInfo(
+            name="espeak",
+            sample_rate=library.sample_rate,
+            voices=tuple(_voice_info(voice) for voice in ESPEAK_VOICES),
+            speed_range=(_RATE_MIN_WPM / _RATE_NORMAL_WPM, _RATE_MAX_WPM / _RATE_NORMAL_WPM),
+            details={"library": f"espeak-ng {library.version}", "data": str(library.data_path)},
+        )
+
+
+def _parse_chunk_ms(options: dict[str, object]) -> int:
+    chunk_ms = options.pop("chunk_ms", _DEFAULT_CHUNK_MS)
+    if options:
+        raise ValueError(f"unknown espeak engine options: {sorted(options)}")
+    low, high = _CHUNK_MS_LIMITS
+    # bool is an int to Python, but `chunk_ms: true` in a config file is a mistake.
+    if not isinstance(chunk_ms, int) or isinstance(chunk_ms, bool) or not low <= chunk_ms <= high:
+        raise ValueError(f"espeak option chunk_ms must be an integer from {low} to {high}, got {chunk_ms!r}")
+    return chunk_ms
+
+
+def _rate_wpm(speed: float) -> int:
+    return min(max(round(_RATE_NORMAL_WPM * speed), _RATE_MIN_WPM), _RATE_MAX_WPM)
+
+
+def _voice_info(voice: EspeakVoice) -> VoiceInfo:
+    return VoiceInfo(voice.id, f"{voice.description}; espeak-ng {voice.espeak_name}, pitch {voice.pitch}")

@@ -1,0 +1,81 @@
+"""Messages between the server process and an engine worker process (pickled over a duplex pipe).
+
+Every job carries an id so one worker can run several jobs at once (dynamic batching). A worker answers every
+:class:`StartJob` with exactly one :class:`JobEnded` — also after a :class:`CancelJob` — so the server knows when
+the worker's slot is really free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engines.base import EngineInfo, SynthesisRequest
+
+__all__ = [
+    "CancelJob",
+    "JobChunk",
+    "JobEnded",
+    "Ping",
+    "Pong",
+    "StartJob",
+    "StopWorker",
+    "WorkerLoadFailed",
+    "WorkerReady",
+]
+
+
+# server -> worker
+@dataclass(frozen=True, slots=True)
+class StartJob:
+    job_id: int
+    request: SynthesisRequest
+
+
+@dataclass(frozen=True, slots=True)
+class CancelJob:
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    nonce: int
+
+
+@dataclass(frozen=True, slots=True)
+class StopWorker:
+    pass
+
+
+# worker -> server
+@dataclass(frozen=True, slots=True)
+class WorkerReady:
+    info: EngineInfo
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLoadFailed:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    nonce: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobChunk:
+    job_id: int
+    pcm: bytes
+    """Mono signed 16-bit little-endian PCM at the engine's sample rate."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnded:
+    job_id: int
+    error: str | None = None
+    """None when the job finished or was cancelled; otherwise what went wrong."""
+    invalid_param: str | None = None
+    """Set when the engine rejected the request itself (a 400 naming this param), not a failure."""
+    invalid: bool = False

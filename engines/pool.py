@@ -1,0 +1,478 @@
+"""A pool of engine worker processes, driven from the server's event loop.
+
+Each worker is a process holding one engine (``engines.worker``). The pool hands jobs to workers with free slots,
+keeps a bounded FIFO of waiting requests (beyond it: :class:`EngineOverloadedError`), streams PCM back as the
+worker produces it, cancels jobs whose consumer went away, and replaces workers that die, hang or stop answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import multiprocessing
+import time
+from collections import deque
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from engines.base import InvalidSynthesisRequestError
+from engines.messages import (
+    CancelJob,
+    JobChunk,
+    JobEnded,
+    Ping,
+    Pong,
+    StartJob,
+    StopWorker,
+    WorkerLoadFailed,
+    WorkerReady,
+)
+from engines.worker import run_worker
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
+    from engines.base import EngineInfo, SynthesisRequest
+    from gateway.settings import EngineSettings
+
+__all__ = [
+    "EngineNotReadyError",
+    "EngineOverloadedError",
+    "EnginePool",
+    "PoolStatus",
+    "SynthesisFailedError",
+    "SynthesisStream",
+]
+
+logger = logging.getLogger("tts_gateway.pool")
+
+PoolState = Literal["starting", "ready", "unavailable", "stopped"]
+_MAX_RESTART_BACKOFF_S = 30.0
+
+
+class EngineNotReadyError(RuntimeError):
+    """No worker of this engine can take requests (still loading, or unavailable)."""
+
+    def __init__(self, engine: str, reason: str) -> None:
+        super().__init__(f"engine {engine!r} is not ready: {reason}")
+        self.engine = engine
+
+
+class EngineOverloadedError(RuntimeError):
+    """Every worker is busy and the wait queue is full (or the wait timed out)."""
+
+    def __init__(self, engine: str, retry_after_s: int) -> None:
+        super().__init__(f"engine {engine!r} is overloaded, retry after {retry_after_s} s")
+        self.engine = engine
+        self.retry_after_s = retry_after_s
+
+
+class SynthesisFailedError(RuntimeError):
+    """The engine or its worker failed while synthesizing."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatus:
+    """A snapshot of one engine's pool, for ``/readyz`` and metrics."""
+
+    engine: str
+    kind: str
+    state: PoolState
+    reason: str | None
+    workers: int
+    ready_workers: int
+    busy_workers: int
+    active_jobs: int
+    queued: int
+    restarts: int
+    pids: tuple[int, ...]
+    """Process ids of the live workers (for operators, and for tests that kill one)."""
+    info: EngineInfo | None
+
+
+class _Job:
+    """Server-side state of one job: the PCM the worker sent and not yet consumed, and how it ended."""
+
+    def __init__(self, job_id: int, max_buffered_bytes: int) -> None:
+        self.id = job_id
+        self.events: asyncio.Queue[bytes | JobEnded] = asyncio.Queue()
+        self.last_progress = time.monotonic()
+        self.buffered_bytes = 0
+        self.max_buffered_bytes = max_buffered_bytes
+        self.cancelled_at: float | None = None
+        self.ended = False
+
+    def on_chunk(self, pcm: bytes) -> bool:
+        """Queue a chunk; False when the consumer has fallen too far behind (it then gets an error)."""
+        self.last_progress = time.monotonic()
+        if self.cancelled_at is not None:
+            return True
+        self.buffered_bytes += len(pcm)
+        if self.buffered_bytes > self.max_buffered_bytes:
+            self.events.put_nowait(JobEnded(self.id, error="the client read audio too slowly; request dropped"))
+            return False
+        self.events.put_nowait(pcm)
+        return True
+
+    def on_end(self, ended: JobEnded) -> None:
+        self.ended = True
+        self.events.put_nowait(ended)
+
+
+class SynthesisStream:
+    """The PCM of one job as it arrives: iterate for mono int16 little-endian bytes at ``sample_rate``."""
+
+    def __init__(self, job: _Job, info: EngineInfo) -> None:
+        self._job = job
+        self.info = info
+        self.sample_rate = info.sample_rate
+        self._ending: JobEnded | None = None
+
+    def __aiter__(self) -> SynthesisStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._ending is None:
+            item = await self._job.events.get()
+            if isinstance(item, bytes):
+                self._job.buffered_bytes -= len(item)
+                return item
+            self._ending = item
+        if self._ending.error is None:
+            raise StopAsyncIteration
+        if self._ending.invalid:
+            raise InvalidSynthesisRequestError(self._ending.error, self._ending.invalid_param)
+        raise SynthesisFailedError(self._ending.error)
+
+
+class _Worker:
+    """The server's handle on one worker process."""
+
+    def __init__(self, pool: EnginePool, process: BaseProcess, conn: Connection) -> None:
+        self.pool = pool
+        self.process = process
+        self.conn = conn
+        self.state: Literal["starting", "ready", "dead"] = "starting"
+        self.info: EngineInfo | None = None
+        self.jobs: dict[int, _Job] = {}
+        self.reserved = 0
+        self.started_at = time.monotonic()
+        self.ping_sent_at: float | None = None
+        self.last_seen = time.monotonic()
+        self.kill_reason: str | None = None
+
+    @property
+    def load(self) -> int:
+        return len(self.jobs) + self.reserved
+
+    @property
+    def capacity(self) -> int:
+        return self.info.max_batch if self.info is not None else 0
+
+    def has_free_slot(self) -> bool:
+        return self.state == "ready" and self.load < self.capacity
+
+    def send(self, message: object) -> None:
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.kill("its pipe broke")
+
+    def kill(self, reason: str) -> None:
+        """Kill the process; its pipe then reaches EOF and the pool cleans up and replaces it."""
+        if self.kill_reason is None:
+            self.kill_reason = reason
+            logger.warning("killing %s worker pid %s: %s", self.pool.name, self.process.pid, reason)
+        with contextlib.suppress(Exception):
+            self.process.kill()
+
+
+class EnginePool:
+    """Worker processes for one engine, with a bounded wait queue, cancellation and self-healing."""
+
+    def __init__(self, name: str, settings: EngineSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self._context = multiprocessing.get_context("spawn")
+        self._workers: list[_Worker] = []
+        self._waiters: deque[asyncio.Future[_Worker]] = deque()
+        self._job_ids = itertools.count(1)
+        self._ping_nonces = itertools.count(1)
+        self._restarts = 0
+        self._failed_starts = 0
+        self._unavailable_reason: str | None = None
+        self._info: EngineInfo | None = None
+        self._stopped = False
+        self._watchdog: asyncio.Task[None] | None = None
+        self._respawns: set[asyncio.Task[None]] = set()
+
+    # ----------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        """Start every worker; they load and warm up in the background (see :meth:`status`)."""
+        for _ in range(self.settings.workers):
+            self._spawn()
+        self._watchdog = asyncio.create_task(self._watch(), name=f"watchdog-{self.name}")
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        """Wait until at least one worker is ready or the engine is known to be unavailable."""
+        deadline = time.monotonic() + timeout_s
+        while self.status().state == "starting" and time.monotonic() < deadline:  # noqa: ASYNC110 - rare, at start
+            await asyncio.sleep(0.05)
+        return self.status().state == "ready"
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop every worker: politely first, then by force."""
+        self._stopped = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        for task in list(self._respawns):
+            task.cancel()
+        self._fail_waiters()
+        for worker in self._workers:
+            worker.send(StopWorker())
+        deadline = time.monotonic() + timeout_s
+        while any(w.process.is_alive() for w in self._workers) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+        for worker in list(self._workers):
+            if worker.process.is_alive():
+                worker.kill("the pool is stopping")
+            self._close(worker)
+
+    # ----------------------------------------------------------------- status
+    def status(self) -> PoolStatus:
+        ready = [w for w in self._workers if w.state == "ready"]
+        return PoolStatus(
+            engine=self.name,
+            kind=self.settings.kind,
+            state=self._state(ready),
+            reason=None if ready else self._unavailable_reason,
+            workers=self.settings.workers,
+            ready_workers=len(ready),
+            busy_workers=sum(1 for w in ready if w.jobs),
+            active_jobs=sum(len(w.jobs) for w in self._workers),
+            queued=len(self._waiters),
+            restarts=self._restarts,
+            pids=tuple(w.process.pid for w in self._workers if w.process.pid is not None),
+            info=self._info,
+        )
+
+    def _state(self, ready: list[_Worker]) -> PoolState:
+        if self._stopped:
+            return "stopped"
+        if ready:
+            return "ready"
+        return "unavailable" if self._unavailable_reason is not None else "starting"
+
+    # ----------------------------------------------------------------- synthesis
+    @asynccontextmanager
+    async def open_stream(self, request: SynthesisRequest) -> AsyncIterator[SynthesisStream]:
+        """Run ``request`` on a worker; leaving the block before the end cancels the job in the worker."""
+        worker = await self._acquire()
+        while worker.state != "ready":  # it died between being handed to us and now
+            worker = await self._acquire()
+        job = _Job(next(self._job_ids), self._max_buffered_bytes(worker))
+        worker.reserved -= 1
+        worker.jobs[job.id] = job
+        assert worker.info is not None
+        worker.send(StartJob(job.id, request))
+        try:
+            yield SynthesisStream(job, worker.info)
+        finally:
+            if not job.ended and job.cancelled_at is None:
+                job.cancelled_at = time.monotonic()
+                worker.send(CancelJob(job.id))
+
+    def _max_buffered_bytes(self, worker: _Worker) -> int:
+        rate = worker.info.sample_rate if worker.info is not None else 24000
+        return int(self.settings.max_buffered_audio_s * rate * 2)
+
+    async def _acquire(self) -> _Worker:
+        status = self.status()
+        if status.state not in {"ready", "starting"}:
+            raise EngineNotReadyError(self.name, status.reason or status.state)
+        worker = self._free_worker()
+        if worker is not None and not self._waiters:
+            worker.reserved += 1
+            return worker
+        if len(self._waiters) >= self.settings.queue_size:
+            raise EngineOverloadedError(self.name, self._retry_after_s())
+        return await self._wait_in_queue()
+
+    async def _wait_in_queue(self) -> _Worker:
+        waiter: asyncio.Future[_Worker] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        taken = False
+        try:
+            worker = await asyncio.wait_for(asyncio.shield(waiter), self.settings.queue_timeout_s)
+            taken = True
+            return worker
+        except TimeoutError:
+            raise EngineOverloadedError(self.name, self._retry_after_s()) from None
+        finally:
+            if not taken:
+                self._abandon(waiter)
+
+    def _abandon(self, waiter: asyncio.Future[_Worker]) -> None:
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+        if not waiter.done():
+            waiter.cancel()
+        elif not waiter.cancelled() and waiter.exception() is None:
+            self._release(waiter.result())  # we were handed a slot at the moment we gave up: pass it on
+
+    def _free_worker(self) -> _Worker | None:
+        candidates = [w for w in self._workers if w.has_free_slot()]
+        return min(candidates, key=lambda w: w.load) if candidates else None
+
+    def _release(self, worker: _Worker) -> None:
+        worker.reserved -= 1
+        self._hand_out_slots()
+
+    def _hand_out_slots(self) -> None:
+        while self._waiters and (worker := self._free_worker()) is not None:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                worker.reserved += 1
+                waiter.set_result(worker)
+
+    def _retry_after_s(self) -> int:
+        return 1
+
+    def _fail_waiters(self) -> None:
+        reason = self._unavailable_reason or "the pool stopped"
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(EngineNotReadyError(self.name, reason))
+
+    # ----------------------------------------------------------------- worker processes
+    def _spawn(self) -> None:
+        parent_conn, child_conn = self._context.Pipe(duplex=True)
+        process = self._context.Process(
+            target=run_worker,
+            args=(self.settings.kind, self.settings.options, child_conn),
+            name=f"tts-worker-{self.name}",
+            daemon=True,
+        )
+        process.start()
+        child_conn.close()
+        worker = _Worker(self, process, parent_conn)
+        self._workers.append(worker)
+        asyncio.get_running_loop().add_reader(parent_conn.fileno(), self._on_readable, worker)
+
+    def _on_readable(self, worker: _Worker) -> None:
+        try:
+            while worker.conn.poll():
+                self._on_message(worker, worker.conn.recv())
+        except (EOFError, OSError):
+            self._on_exit(worker)
+
+    def _on_message(self, worker: _Worker, message: object) -> None:
+        worker.last_seen = time.monotonic()
+        if isinstance(message, JobChunk):
+            job = worker.jobs.get(message.job_id)
+            if job is not None and not job.on_chunk(message.pcm):
+                job.cancelled_at = time.monotonic()
+                worker.send(CancelJob(job.id))
+        elif isinstance(message, JobEnded):
+            self._on_job_ended(worker, message)
+        elif isinstance(message, Pong):
+            worker.ping_sent_at = None
+        elif isinstance(message, WorkerReady):
+            self._on_worker_ready(worker, message.info)
+        elif isinstance(message, WorkerLoadFailed):
+            # Retried with backoff (weights may appear on a mounted volume); say it loudly once per reason.
+            log = logger.debug if message.reason == self._unavailable_reason else logger.error
+            log("engine %s failed to load: %s", self.name, message.reason)
+            self._unavailable_reason = message.reason
+
+    def _on_job_ended(self, worker: _Worker, ended: JobEnded) -> None:
+        job = worker.jobs.pop(ended.job_id, None)
+        if job is not None:
+            job.on_end(ended)
+        self._hand_out_slots()
+
+    def _on_worker_ready(self, worker: _Worker, info: EngineInfo) -> None:
+        worker.state = "ready"
+        worker.info = info
+        self._info = info
+        self._unavailable_reason = None
+        self._failed_starts = 0
+        logger.info("engine %s worker pid %s ready", self.name, worker.process.pid)
+        self._hand_out_slots()
+
+    def _on_exit(self, worker: _Worker) -> None:
+        was_ready = worker.state == "ready"
+        self._close(worker)
+        reason = worker.kill_reason or f"exit code {worker.process.exitcode}"
+        for job in worker.jobs.values():
+            job.on_end(JobEnded(job.id, error=f"the engine worker died ({reason})"))
+        worker.jobs.clear()
+        if self._stopped:
+            return
+        logger.warning("engine %s worker pid %s ended: %s", self.name, worker.process.pid, reason)
+        self._restarts += 1
+        if not was_ready:
+            self._failed_starts += 1
+            self._unavailable_reason = self._unavailable_reason or f"worker failed to start ({reason})"
+        self._schedule_respawn(0.0 if was_ready else self._backoff_s())
+        if self.status().state == "unavailable":
+            self._fail_waiters()
+
+    def _close(self, worker: _Worker) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.get_running_loop().remove_reader(worker.conn.fileno())
+        with contextlib.suppress(Exception):
+            worker.conn.close()
+        worker.process.join(timeout=1.0)
+        worker.state = "dead"
+        if worker in self._workers:
+            self._workers.remove(worker)
+
+    def _backoff_s(self) -> float:
+        return min(_MAX_RESTART_BACKOFF_S, 0.5 * 2.0 ** max(0, self._failed_starts - 1))
+
+    def _schedule_respawn(self, delay_s: float) -> None:
+        async def respawn() -> None:
+            await asyncio.sleep(delay_s)
+            if not self._stopped:
+                self._spawn()
+
+        task = asyncio.create_task(respawn())
+        self._respawns.add(task)
+        task.add_done_callback(self._respawns.discard)
+
+    # ----------------------------------------------------------------- watchdog
+    async def _watch(self) -> None:
+        period = min(0.25, self.settings.stall_timeout_s / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for worker in list(self._workers):
+                self._check(worker, now)
+
+    def _check(self, worker: _Worker, now: float) -> None:
+        settings = self.settings
+        if worker.state == "starting":
+            if now - worker.started_at > settings.start_timeout_s:
+                worker.kill(f"not ready after {settings.start_timeout_s:g} s")
+            return
+        for job in worker.jobs.values():
+            if job.cancelled_at is not None and now - job.cancelled_at > settings.cancel_timeout_s:
+                worker.kill(f"job {job.id} still running {settings.cancel_timeout_s:g} s after cancellation")
+            elif job.cancelled_at is None and now - job.last_progress > settings.stall_timeout_s:
+                worker.kill(f"job {job.id} made no progress for {settings.stall_timeout_s:g} s")
+        self._check_health(worker, now)
+
+    def _check_health(self, worker: _Worker, now: float) -> None:
+        interval = self.settings.health_interval_s
+        if worker.ping_sent_at is not None and now - worker.ping_sent_at > interval:
+            worker.kill("no answer to a health ping")
+        elif worker.ping_sent_at is None and now - worker.last_seen > interval:
+            worker.ping_sent_at = now
+            worker.send(Ping(next(self._ping_nonces)))

@@ -1,0 +1,28 @@
+"""Engine kinds by name, imported lazily so that the server process never imports torch."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from engines.base import Engine
+
+__all__ = ["ENGINE_KINDS", "create_engine"]
+
+#: kind -> "module:class"; the class takes one ``options`` mapping.
+ENGINE_KINDS: dict[str, str] = {
+    "chattts": "engines.chattts:ChatTTSEngine",
+    "espeak": "engines.espeak:EspeakEngine",
+    "synthetic": "engines.synthetic:SyntheticEngine",
+}
+
+
+def create_engine(kind: str, options: Mapping[str, object]) -> Engine:
+    """Instantiate an engine of ``kind``; called inside the worker process."""
+    module_name, class_name = ENGINE_KINDS[kind].split(":")
+    engine_class = getattr(importlib.import_module(module_name), class_name)
+    engine: Engine = engine_class(dict(options))
+    return engine

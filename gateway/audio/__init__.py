@@ -1,0 +1,20 @@
+"""Audio codecs for speech responses: formats, and streaming encoders that resample and change tempo.
+
+Knows nothing of engines or HTTP: engines hand over 16-bit mono PCM, responses take encoded bytes.
+"""
+
+from __future__ import annotations
+
+from gateway.audio.encoders import MAX_TEMPO, MIN_TEMPO, AudioEncoder, open_encoder, wav_header
+from gateway.audio.formats import CONTENT_TYPES, AudioFormat, output_sample_rate
+
+__all__ = [
+    "CONTENT_TYPES",
+    "MAX_TEMPO",
+    "MIN_TEMPO",
+    "AudioEncoder",
+    "AudioFormat",
+    "open_encoder",
+    "output_sample_rate",
+    "wav_header",
+]

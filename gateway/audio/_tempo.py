@@ -1,0 +1,141 @@
+"""The one resample and time-stretch stage that every encoder feeds its PCM through."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import cast
+
+import av
+import numpy as np
+from av.audio.frame import AudioFrame
+from av.filter import Graph
+
+__all__ = ["MAX_TEMPO", "MIN_TEMPO", "TempoResampler", "atempo_steps"]
+
+MIN_TEMPO = 0.25
+"""Slowest tempo (``speed``) supported: output lasts four times as long as the input."""
+MAX_TEMPO = 4.0
+"""Fastest tempo (``speed``) supported: output lasts a quarter of the input."""
+
+# Older ffmpeg builds limit one atempo instance to 0.5-2.0, and several moderate steps also sound better
+# than one extreme one, so larger changes are split into a chain.
+_STEP_MIN = 0.5
+_STEP_MAX = 2.0
+_SAMPLE_BYTES = 2
+
+
+def atempo_steps(tempo: float) -> list[float]:
+    """Split ``tempo`` into factors within 0.5-2.0 whose product is ``tempo``.
+
+    Args:
+        tempo: Speed factor, from ``MIN_TEMPO`` to ``MAX_TEMPO``.
+
+    Returns:
+        The factors, one per ``atempo`` filter; empty for 1.0.
+
+    Raises:
+        ValueError: If ``tempo`` lies outside ``MIN_TEMPO``-``MAX_TEMPO``.
+    """
+    if not MIN_TEMPO <= tempo <= MAX_TEMPO:
+        msg = f"tempo must be within {MIN_TEMPO}-{MAX_TEMPO}, got {tempo}"
+        raise ValueError(msg)
+    steps: list[float] = []
+    while tempo > _STEP_MAX:
+        steps.append(_STEP_MAX)
+        tempo /= _STEP_MAX
+    while tempo < _STEP_MIN:
+        steps.append(_STEP_MIN)
+        tempo /= _STEP_MIN
+    if tempo != 1.0:
+        steps.append(tempo)
+    return steps
+
+
+class TempoResampler:
+    """Turns mono s16le PCM chunks into frames at another rate, tempo, sample format and frame size.
+
+    Built on ffmpeg's filter graph (``atempo`` then ``aresample``), so it streams: frames come out as soon
+    as the filters have enough input, and ``flush`` drains what they hold back.
+    """
+
+    def __init__(
+        self, input_rate: int, output_rate: int, tempo: float = 1.0, sample_format: str = "s16", frame_size: int = 0
+    ) -> None:
+        """Build the filter graph.
+
+        Args:
+            input_rate: Sample rate of the PCM given to ``push``, in Hz.
+            output_rate: Sample rate of the frames returned, in Hz.
+            tempo: Speed factor; output lasts ``1 / tempo`` as long, at the same pitch.
+            sample_format: ffmpeg sample format of the frames returned, such as ``s16`` or ``fltp``.
+            frame_size: Samples per frame returned (the last may be shorter); 0 for whatever the filters give.
+
+        Raises:
+            ValueError: If a rate is not positive or ``tempo`` is out of range.
+        """
+        if input_rate <= 0 or output_rate <= 0:
+            msg = f"sample rates must be positive, got {input_rate} and {output_rate}"
+            raise ValueError(msg)
+        self._input_rate = input_rate
+        self._time_base = Fraction(1, input_rate)
+        self._pushed = 0
+        self._odd_byte = b""
+        self._graph = _build_graph(input_rate, output_rate, atempo_steps(tempo), sample_format, frame_size)
+
+    def push(self, pcm: bytes) -> list[AudioFrame]:
+        """Feed PCM and collect the frames that are ready.
+
+        Args:
+            pcm: Mono signed 16-bit little-endian samples of any length; an odd trailing byte waits for the
+                next call.
+
+        Returns:
+            The frames ready now, possibly none.
+        """
+        data = self._odd_byte + pcm
+        whole = len(data) - len(data) % _SAMPLE_BYTES
+        self._odd_byte = data[whole:]
+        if not whole:
+            return []
+        samples = np.frombuffer(data, dtype="<i2", count=whole // _SAMPLE_BYTES)
+        frame = AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = self._input_rate
+        frame.time_base = self._time_base
+        frame.pts = self._pushed
+        self._pushed += frame.samples
+        self._graph.push(frame)
+        return self._pull()
+
+    def flush(self) -> list[AudioFrame]:
+        """End the input and collect every frame still held in the filters.
+
+        Returns:
+            The remaining frames. A dangling odd byte is dropped: it is half a sample.
+        """
+        self._graph.push(None)
+        return self._pull()
+
+    def _pull(self) -> list[AudioFrame]:
+        frames: list[AudioFrame] = []
+        while True:
+            try:
+                frame = self._graph.pull()
+            except (av.BlockingIOError, av.EOFError):
+                return frames
+            # An audio-only graph yields only audio frames; the stubs type pull() for video graphs too.
+            frames.append(cast("AudioFrame", frame))
+
+
+def _build_graph(input_rate: int, output_rate: int, steps: list[float], sample_format: str, frame_size: int) -> Graph:
+    graph = Graph()
+    # The default spawns a thread pool per graph (one thread per core); audio filters gain nothing from it
+    # and a server holds one graph per stream.
+    graph.threads = 1
+    source = graph.add_abuffer(sample_rate=input_rate, format="s16", layout="mono", time_base=Fraction(1, input_rate))
+    tempo = [graph.add("atempo", str(float(step))) for step in steps]
+    resample = graph.add("aresample", str(output_rate))
+    convert = graph.add("aformat", sample_fmts=sample_format, channel_layouts="mono", sample_rates=str(output_rate))
+    graph.link_nodes(source, *tempo, resample, convert, graph.add("abuffersink")).configure()
+    if frame_size:
+        graph.set_audio_frame_size(frame_size)
+    return graph

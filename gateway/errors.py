@@ -1,0 +1,144 @@
+"""OpenAI's error body, and the one table that maps every domain error to it.
+
+Handlers never catch exceptions themselves: they raise, and :data:`EXCEPTION_HANDLERS` turns the exception into
+``{"error": {"message", "type", "param", "code"}}`` with the status code the OpenAI SDKs map to their exceptions.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from litestar import MediaType, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.status_codes import (
+    HTTP_400_BAD_REQUEST,
+    HTTP_404_NOT_FOUND,
+    HTTP_500_INTERNAL_SERVER_ERROR,
+    HTTP_503_SERVICE_UNAVAILABLE,
+)
+
+from engines.base import InvalidSynthesisRequestError
+from engines.pool import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+
+if TYPE_CHECKING:
+    from litestar import Request
+    from litestar.types import ExceptionHandlersMap
+
+__all__ = ["EXCEPTION_HANDLERS", "OpenAIError", "error_body"]
+
+logger = logging.getLogger("tts_gateway.errors")
+
+INVALID_REQUEST = "invalid_request_error"
+SERVER_ERROR = "server_error"
+
+
+class OpenAIError(Exception):
+    """An error the client should see exactly as OpenAI would send it."""
+
+    def __init__(
+        self,
+        status_code: int,
+        message: str,
+        *,
+        type: str = INVALID_REQUEST,  # noqa: A002 - OpenAI's field name
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+
+def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:  # noqa: A002
+    """OpenAI's error body."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def _respond(error: OpenAIError) -> Response[dict[str, Any]]:
+    return Response(
+        error_body(error.message, error.type, error.param, error.code),
+        status_code=error.status_code,
+        headers=error.headers,
+        media_type=MediaType.JSON,
+    )
+
+
+def _openai_error(_: Request[Any, Any, Any], exc: OpenAIError) -> Response[dict[str, Any]]:
+    return _respond(exc)
+
+
+def _validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Response[dict[str, Any]]:
+    problems = exc.extra if isinstance(exc.extra, list) else []
+    first = problems[0] if problems else {}
+    key = str(first.get("key") or "") if isinstance(first, dict) else ""
+    param = key.split(".")[0] or None
+    detail = str(first.get("message", "")) if isinstance(first, dict) else ""
+    return _respond(OpenAIError(HTTP_400_BAD_REQUEST, _describe(param, detail, exc.detail), param=param,
+                                code=_code_for(detail)))
+
+
+def _describe(param: str | None, detail: str, fallback: str) -> str:
+    if param is None:
+        return detail or fallback
+    if detail == "Field required":
+        return f"Missing required parameter: '{param}'."
+    if detail == "Extra inputs are not permitted":
+        return f"Unrecognized request argument supplied: {param}"
+    return f"Invalid value for '{param}': {detail}"
+
+
+def _code_for(detail: str) -> str | None:
+    if detail == "Field required":
+        return "missing_required_parameter"
+    if detail == "Extra inputs are not permitted":
+        return "unknown_parameter"
+    return "invalid_value" if detail else None
+
+
+def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
+    kind = SERVER_ERROR if exc.status_code >= HTTP_500_INTERNAL_SERVER_ERROR else INVALID_REQUEST
+    code = "not_found" if exc.status_code == HTTP_404_NOT_FOUND else None
+    return _respond(OpenAIError(exc.status_code, exc.detail, type=kind, code=code, headers=exc.headers))
+
+
+def _not_ready(_: Request[Any, Any, Any], exc: EngineNotReadyError) -> Response[dict[str, Any]]:
+    return _respond(OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, str(exc), type=SERVER_ERROR,
+                                code="engine_not_ready", headers={"Retry-After": "5"}))
+
+
+def _overloaded(_: Request[Any, Any, Any], exc: EngineOverloadedError) -> Response[dict[str, Any]]:
+    return _respond(OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, str(exc), type=SERVER_ERROR,
+                                code="engine_overloaded", headers={"Retry-After": str(exc.retry_after_s)}))
+
+
+def _synthesis_failed(_: Request[Any, Any, Any], exc: SynthesisFailedError) -> Response[dict[str, Any]]:
+    return _respond(OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, f"The engine failed: {exc}", type=SERVER_ERROR,
+                                code="engine_failed", headers={"Retry-After": "1"}))
+
+
+def _invalid_for_engine(_: Request[Any, Any, Any], exc: InvalidSynthesisRequestError) -> Response[dict[str, Any]]:
+    return _respond(OpenAIError(HTTP_400_BAD_REQUEST, str(exc), param=exc.param, code="invalid_value"))
+
+
+def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _respond(OpenAIError(HTTP_500_INTERNAL_SERVER_ERROR, "The server had an error processing your request.",
+                                type=SERVER_ERROR))
+
+
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
+    OpenAIError: _openai_error,
+    ValidationException: _validation_error,
+    HTTPException: _http_error,
+    EngineNotReadyError: _not_ready,
+    EngineOverloadedError: _overloaded,
+    SynthesisFailedError: _synthesis_failed,
+    InvalidSynthesisRequestError: _invalid_for_engine,
+    Exception: _unexpected,
+}

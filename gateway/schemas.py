@@ -1,0 +1,111 @@
+"""OpenAI's wire types for speech, field for field (see ``openai/speech-schema.json`` in the shared notes)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from gateway.audio.formats import AudioFormat
+
+__all__ = [
+    "MAX_INPUT_CHARS",
+    "CustomVoice",
+    "EngineReadiness",
+    "ModelList",
+    "ModelObject",
+    "Readiness",
+    "SpeechRequest",
+    "SpeechUsage",
+    "VoiceList",
+    "VoiceObject",
+]
+
+MAX_INPUT_CHARS = 4096
+
+
+class CustomVoice(BaseModel):
+    """A reference to a custom voice: ``{"id": "voice_1234"}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class SpeechRequest(BaseModel):
+    """``POST /v1/audio/speech`` — OpenAI's ``CreateSpeechRequest``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    """A model or alias from ``GET /v1/models`` (``tts-1``, ``tts-1-hd``, ``gpt-4o-mini-tts``, ``chattts``, ...)."""
+    input: Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
+    """The text to speak, 1 to 4096 characters after trimming."""
+    voice: Annotated[str, StringConstraints(min_length=1, max_length=256)] | CustomVoice
+    """A built-in voice name, or ``{"id": ...}`` for a custom voice."""
+    instructions: Annotated[str, Field(max_length=MAX_INPUT_CHARS)] | None = None
+    """Style instructions, passed to engines that can use them."""
+    response_format: AudioFormat = AudioFormat.MP3
+    speed: Annotated[float, Field(ge=0.25, le=4.0, strict=True)] = 1.0
+    stream_format: Literal["audio", "sse"] = "audio"
+
+    @field_validator("input")
+    @classmethod
+    def _input_has_text(cls, value: str) -> str:
+        text = value.strip()
+        if not text:
+            raise ValueError("input must contain at least one non-whitespace character")
+        return text
+
+    @property
+    def voice_id(self) -> str:
+        return self.voice if isinstance(self.voice, str) else self.voice.id
+
+
+class SpeechUsage(BaseModel):
+    """Usage of one speech request: input characters and output audio frames (one per 20 ms)."""
+
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+
+
+class ModelObject(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "tts-gateway"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelObject]
+
+
+class VoiceObject(BaseModel):
+    id: str
+    name: str
+    description: str = ""
+
+
+class VoiceList(BaseModel):
+    object: Literal["list"] = "list"
+    model: str
+    data: list[VoiceObject]
+
+
+class EngineReadiness(BaseModel):
+    state: str
+    reason: str | None
+    workers: int
+    ready_workers: int
+    busy_workers: int
+    active_jobs: int
+    queued: int
+    restarts: int
+    pids: list[int]
+
+
+class Readiness(BaseModel):
+    ready: bool
+    engines: dict[str, EngineReadiness]

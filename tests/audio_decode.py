@@ -1,0 +1,65 @@
+"""Decode what the gateway sent back, with PyAV (or as raw PCM), so tests check audio rather than byte counts."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import av
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["DURATION_TOLERANCE_S", "DecodedAudio", "decode_audio", "dominant_frequency"]
+
+PCM_RATE = 24000
+#: mp3 and ADTS carry encoder priming and padding that decoders cannot trim (up to ~90 ms for AAC).
+DURATION_TOLERANCE_S = 0.1
+
+
+@dataclass(frozen=True)
+class DecodedAudio:
+    samples: npt.NDArray[np.float32]
+    """Mono samples in [-1, 1]."""
+    sample_rate: int
+    channels: int
+    codec: str
+
+    @property
+    def duration(self) -> float:
+        return len(self.samples) / self.sample_rate
+
+    @property
+    def rms(self) -> float:
+        return float(np.sqrt(np.mean(np.square(self.samples)))) if len(self.samples) else 0.0
+
+
+def decode_audio(data: bytes, response_format: str) -> DecodedAudio:
+    """Decode a whole response body in ``response_format``."""
+    if response_format == "pcm":
+        pcm = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768
+        return DecodedAudio(pcm, PCM_RATE, 1, "pcm_s16le")
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        frames = [frame.to_ndarray() for frame in container.decode(stream)]
+        codec = stream.codec_context.name
+        rate = stream.codec_context.sample_rate
+        channels = stream.codec_context.channels
+    if not frames:
+        return DecodedAudio(np.zeros(0, np.float32), rate, channels, codec)
+    samples = np.concatenate([_to_mono_float(f) for f in frames])
+    return DecodedAudio(samples, rate, channels, codec)
+
+
+def _to_mono_float(frame: npt.NDArray[np.generic]) -> npt.NDArray[np.float32]:
+    values = frame.astype(np.float32)
+    if frame.dtype == np.int16:
+        values /= 32768
+    elif frame.dtype == np.int32:
+        values /= 2**31
+    return values.reshape(-1) if values.shape[0] == 1 else values.mean(axis=0)
+
+
+def dominant_frequency(audio: DecodedAudio) -> float:
+    """The strongest frequency of the clip, in Hz."""
+    spectrum = np.abs(np.fft.rfft(audio.samples * np.hanning(len(audio.samples))))
+    return float(np.argmax(spectrum) * audio.sample_rate / len(audio.samples))

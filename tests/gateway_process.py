@@ -1,0 +1,105 @@
+"""A real ``tts-gateway serve`` process for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import yaml
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["GatewayProcess", "free_port"]
+
+CONSOLE_SCRIPT = Path(sys.executable).with_name("tts-gateway")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class GatewayProcess:
+    """Starts the console script on a free port with a YAML config, waits until every engine has settled."""
+
+    def __init__(self, config: dict[str, Any], workdir: Path, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.config_path = workdir / "gateway.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        self.log_path = workdir / "gateway.log"
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 60.0) -> GatewayProcess:
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [str(CONSOLE_SCRIPT), "serve", "--port", str(self.port), "--config", str(self.config_path)],
+                stdout=log, stderr=subprocess.STDOUT, env=self.env,
+            )
+        self._wait_settled(timeout_s)
+        return self
+
+    def _wait_settled(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gateway exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                engines = httpx.get(f"{self.base_url}/readyz", timeout=2).json()["engines"]
+                if all(engine["state"] != "starting" for engine in engines.values()):
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"gateway not settled after {timeout_s} s:\n{self.log()}")
+
+    def readiness(self) -> dict[str, Any]:
+        body: dict[str, Any] = httpx.get(f"{self.base_url}/readyz", timeout=5).json()
+        return body
+
+    def engine(self, name: str) -> dict[str, Any]:
+        state: dict[str, Any] = self.readiness()["engines"][name]
+        return state
+
+    def wait_engine(self, name: str, timeout_s: float = 15.0, **expected: Any) -> dict[str, Any]:
+        """Wait until the engine's readiness fields equal ``expected``; returns its state."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            state = self.engine(name)
+            if all(state[key] == value for key, value in expected.items()):
+                return state
+            if time.monotonic() > deadline:
+                raise AssertionError(f"engine {name} never reached {expected}: {state}")
+            time.sleep(0.05)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        return self.process.returncode
+
+    def __enter__(self) -> GatewayProcess:
+        return self.start()
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()

@@ -1,0 +1,225 @@
+"""Streaming encoders: round trips through PyAV, streaming behaviour, WAV headers and edge cases."""
+
+from __future__ import annotations
+
+import gc
+import io
+import struct
+import wave
+from dataclasses import dataclass
+
+import av
+import numpy as np
+import numpy.typing as npt
+import pytest
+import soundfile
+
+from gateway.audio import AudioEncoder, AudioFormat, open_encoder, output_sample_rate, wav_header
+
+TONE_HZ = 440.0
+TONE_PEAK = 10000  # of 32767: loud enough to survive lossy codecs, far from clipping
+TONE_RMS = TONE_PEAK / 32768 / np.sqrt(2)
+TEMPOS = [1.0, 0.5, 2.0, 0.25, 4.0]
+# Lossy codecs add whole frames of priming and padding that ADTS and bare MP3 carry no trimming info for:
+# up to ~1.5 frames (~70 ms at 24 kHz). atempo in turn loses up to ~1 % of the audio at its edges.
+ENCODER_SLACK_S = 0.1
+TEMPO_SLACK = 0.02
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """Audio decoded from an encoder's output, as mono floats in [-1, 1]."""
+
+    sample_rate: int
+    channels: int
+    samples: npt.NDArray[np.float64]
+
+    @property
+    def duration(self) -> float:
+        return len(self.samples) / self.sample_rate
+
+    @property
+    def rms(self) -> float:
+        return float(np.sqrt(np.mean(np.square(self.samples)))) if len(self.samples) else 0.0
+
+    def dominant_hz(self) -> float:
+        """The strongest frequency in one second from the middle of the audio (1 Hz resolution)."""
+        rate = self.sample_rate
+        start = max(0, len(self.samples) // 2 - rate // 2)
+        window = self.samples[start : start + rate]
+        spectrum = np.abs(np.fft.rfft(window * np.hanning(len(window))))
+        return float(np.argmax(spectrum)) * rate / len(window)
+
+
+def tone(rate: int, seconds: float) -> bytes:
+    """A 440 Hz sine as mono s16le PCM."""
+    t = np.arange(round(rate * seconds)) / rate
+    return (np.sin(2 * np.pi * TONE_HZ * t) * TONE_PEAK).astype("<i2").tobytes()
+
+
+def chunks(pcm: bytes, rate: int, seconds: float = 0.1) -> list[bytes]:
+    """``pcm`` cut into pieces of ``seconds`` each, as an engine hands them over."""
+    size = round(rate * seconds) * 2
+    return [pcm[i : i + size] for i in range(0, len(pcm), size)]
+
+
+def encode_all(encoder: AudioEncoder, pieces: list[bytes]) -> list[bytes]:
+    """What ``encode`` returned for each piece, then what ``finish`` returned."""
+    return [encoder.encode(piece) for piece in pieces] + [encoder.finish()]
+
+
+def decode(fmt: AudioFormat, data: bytes) -> Decoded:
+    """Decode a whole response with PyAV; ``pcm`` has no container and is read as raw 24 kHz s16le mono."""
+    if fmt is AudioFormat.PCM:
+        return Decoded(24000, 1, np.frombuffer(data, dtype="<i2") / 32768.0)
+    with av.open(io.BytesIO(data), mode="r") as container:
+        stream = container.streams.audio[0]
+        arrays = [_as_float(frame.to_ndarray()) for frame in container.decode(stream)]
+        samples = np.concatenate(arrays, axis=1)[0] if arrays else np.zeros(0)
+        return Decoded(stream.codec_context.sample_rate, stream.codec_context.channels, samples)
+
+
+def _as_float(array: npt.NDArray[np.generic]) -> npt.NDArray[np.float64]:
+    # Lossless formats decode to s16, lossy ones to floats already in [-1, 1].
+    scale = 32768.0 if array.dtype == np.int16 else 1.0
+    floats: npt.NDArray[np.float64] = np.asarray(array, dtype=np.float64) / scale
+    return floats
+
+
+def _round_trip_cases() -> list[tuple[AudioFormat, int, float]]:
+    every_tempo = [(fmt, 22050, tempo) for fmt in AudioFormat for tempo in TEMPOS]
+    other_rates = [(fmt, rate, 1.0) for fmt in AudioFormat for rate in (24000, 16000)]
+    return every_tempo + other_rates + [(AudioFormat.OPUS, 24000, 0.5), (AudioFormat.AAC, 24000, 2.0)]
+
+
+@pytest.mark.parametrize(("fmt", "input_rate", "tempo"), _round_trip_cases(), ids=str)
+def test_round_trip_keeps_rate_duration_loudness_and_pitch(fmt: AudioFormat, input_rate: int, tempo: float) -> None:
+    seconds = 2.0
+    data = b"".join(encode_all(open_encoder(fmt, input_rate, tempo), chunks(tone(input_rate, seconds), input_rate)))
+
+    decoded = decode(fmt, data)
+
+    assert decoded.sample_rate == output_sample_rate(fmt)
+    assert decoded.channels == 1
+    expected = seconds / tempo
+    assert abs(decoded.duration - expected) <= TEMPO_SLACK * expected + ENCODER_SLACK_S
+    assert decoded.rms == pytest.approx(TONE_RMS, rel=0.15)
+    # atempo changes speed, not pitch; a resampler fed the wrong input rate would move the tone.
+    assert decoded.dominant_hz() == pytest.approx(TONE_HZ, abs=3)
+
+
+@pytest.mark.parametrize("tempo", [1.0, 2.0, 0.5], ids=str)
+@pytest.mark.parametrize("fmt", list(AudioFormat), ids=str)
+def test_bytes_stream_out_while_pcm_goes_in(fmt: AudioFormat, tempo: float) -> None:
+    rate = 22050
+    outputs = encode_all(open_encoder(fmt, rate, tempo), chunks(tone(rate, 3.0), rate))
+    during, last = outputs[:-1], outputs[-1]
+
+    # Codec frames, atempo's window and Ogg pages hold back at most a few hundred ms, never the clip.
+    assert b"".join(during[:5]), "nothing came out during the first 0.5 s of input"
+    assert _longest_empty_run(during[5:]) <= 2, "output stalled for more than 0.2 s of input"
+    total = sum(map(len, outputs))
+    assert len(last) < 0.2 * total
+    decoded = decode(fmt, b"".join(outputs))
+    assert decoded.duration == pytest.approx(3.0 / tempo, abs=TEMPO_SLACK * 3.0 / tempo + ENCODER_SLACK_S)
+
+
+def _longest_empty_run(outputs: list[bytes]) -> int:
+    longest = run = 0
+    for out in outputs:
+        run = 0 if out else run + 1
+        longest = max(longest, run)
+    return longest
+
+
+def test_wav_header_is_streamed_riff_with_unknown_sizes() -> None:
+    header = wav_header(24000)
+    assert len(header) == 44
+    riff, riff_size, wave_id = struct.unpack_from("<4sI4s", header, 0)
+    assert (riff, riff_size, wave_id) == (b"RIFF", 0xFFFFFFFF, b"WAVE")
+    fmt_id, fmt_size, tag, channels, rate, byte_rate, align, bits = struct.unpack_from("<4sIHHIIHH", header, 12)
+    assert (fmt_id, fmt_size, tag, channels, rate, byte_rate, align, bits) == (b"fmt ", 16, 1, 1, 24000, 48000, 2, 16)
+    assert struct.unpack_from("<4sI", header, 36) == (b"data", 0xFFFFFFFF)
+
+
+def test_wav_stream_starts_with_header_at_once_and_reads_whole_in_wave_and_soundfile() -> None:
+    pcm = tone(24000, 1.5)
+    encoder = open_encoder(AudioFormat.WAV, 24000)
+    first = encoder.encode(pcm[:4800])
+    data = first + b"".join(encode_all(encoder, chunks(pcm[4800:], 24000)))
+
+    assert first[:44] == wav_header(24000)
+    assert data[44:] == pcm  # 24 kHz in, tempo 1: the samples pass through untouched
+    with wave.open(io.BytesIO(data)) as reader:
+        assert (reader.getframerate(), reader.getnchannels(), reader.getsampwidth()) == (24000, 1, 2)
+        assert reader.readframes(reader.getnframes()) == pcm
+    samples, rate = soundfile.read(io.BytesIO(data), dtype="int16")
+    assert rate == 24000
+    assert samples.tobytes() == pcm
+
+
+def test_flac_is_lossless() -> None:
+    pcm = tone(24000, 1.0)
+    data = b"".join(encode_all(open_encoder(AudioFormat.FLAC, 24000), chunks(pcm, 24000)))
+    assert data.startswith(b"fLaC")
+    with av.open(io.BytesIO(data), mode="r") as container:
+        decoded = b"".join(frame.to_ndarray().tobytes() for frame in container.decode(audio=0))
+    assert decoded == pcm
+
+
+# What an encoder gives for no audio at all: a valid empty stream where the format has one.
+_EMPTY_STREAM_PREFIX = {
+    AudioFormat.MP3: b"",  # MP3 has no header: no frames is no bytes
+    AudioFormat.OPUS: b"OggS",
+    AudioFormat.AAC: b"",  # ADTS likewise carries a header only on each frame
+    AudioFormat.FLAC: b"fLaC",
+    AudioFormat.WAV: b"RIFF",
+    AudioFormat.PCM: b"",
+}
+
+
+@pytest.mark.parametrize("fmt", list(AudioFormat), ids=str)
+def test_empty_input_then_finish(fmt: AudioFormat) -> None:
+    encoder = open_encoder(fmt, 22050)
+    data = encoder.encode(b"") + encoder.finish()
+
+    assert data.startswith(_EMPTY_STREAM_PREFIX[fmt])
+    if not _EMPTY_STREAM_PREFIX[fmt]:
+        assert data == b""
+    elif fmt in {AudioFormat.FLAC, AudioFormat.WAV}:
+        assert decode(fmt, data).duration == 0
+
+
+@pytest.mark.parametrize("fmt", list(AudioFormat), ids=str)
+def test_ten_ms_in_tiny_odd_pieces_still_decodes(fmt: AudioFormat) -> None:
+    pcm = tone(22050, 0.01)
+    encoder = open_encoder(fmt, 22050)
+    data = b"".join(encode_all(encoder, [pcm[i : i + 3] for i in range(0, len(pcm), 3)]))
+
+    decoded = decode(fmt, data)
+    assert decoded.sample_rate == output_sample_rate(fmt)
+    assert 0.009 <= decoded.duration <= 0.01 + ENCODER_SLACK_S
+    assert decoded.rms > 0.05
+
+
+@pytest.mark.parametrize("fmt", list(AudioFormat), ids=str)
+def test_unfinished_encoder_is_simply_garbage_collected(fmt: AudioFormat) -> None:
+    encoder = open_encoder(fmt, 22050, 1.5)
+    encoder.encode(tone(22050, 0.3))
+    del encoder
+    gc.collect()  # a dealloc that warned or raised would fail the test under -W error
+
+
+@pytest.mark.parametrize(
+    ("fmt", "rate", "tempo"),
+    [("mp4", 24000, 1.0), ("mp3", 0, 1.0), ("mp3", 24000, 0.2), ("opus", 24000, 4.5), ("aac", -1, 1.0)],
+)
+def test_bad_arguments_are_refused(fmt: str, rate: int, tempo: float) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011 - each case fails on a different argument
+        open_encoder(fmt, rate, tempo)  # type: ignore[arg-type]
+
+
+def test_plain_string_format_is_accepted() -> None:
+    encoder = open_encoder("mp3", 24000)  # type: ignore[arg-type]
+    data = b"".join(encode_all(encoder, chunks(tone(24000, 0.5), 24000)))
+    assert decode(AudioFormat.MP3, data).duration == pytest.approx(0.5, abs=ENCODER_SLACK_S)
