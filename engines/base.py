@@ -8,16 +8,18 @@ asyncio; the gateway only ever talks to engines through the pool.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Generator, Sequence
 
     import numpy as np
     import numpy.typing as npt
 
 __all__ = [
     "OPENAI_VOICES",
+    "BatchItem",
+    "BatchingEngine",
     "CancelToken",
     "Engine",
     "EngineInfo",
@@ -127,5 +129,36 @@ class Engine(Protocol):
         A generator, so that the worker can ``close()`` it to stop early. Stop (return) once ``cancel.is_set()``.
         Raise :class:`InvalidSynthesisRequestError` for requests the engine cannot honour; any other exception is
         treated as an engine failure.
+        """
+        ...
+
+
+#: What :meth:`BatchingEngine.synthesize_batch` yields: ``(index, item)`` where ``index`` is the request's position in
+#: the batch and ``item`` a PCM chunk, ``None`` once that request has ended (finished or cancelled), or the
+#: :class:`InvalidSynthesisRequestError` that rejected it (which also ends it).
+BatchItem: TypeAlias = "tuple[int, npt.NDArray[np.int16] | InvalidSynthesisRequestError | None]"
+
+
+@runtime_checkable
+class BatchingEngine(Engine, Protocol):
+    """An engine that can run several requests as one batched computation (``EngineInfo.max_batch > 1``).
+
+    The worker collects the jobs that arrive while it is busy, or within ``batch_window_ms`` of an idle worker's
+    first job, up to ``max_batch``, and hands them over together; later jobs wait for the next batch.
+    """
+
+    @property
+    def batch_window_ms(self) -> float:
+        """How long an idle worker waits for more jobs before it starts a batch."""
+        ...
+
+    def synthesize_batch(
+        self, requests: Sequence[SynthesisRequest], cancels: Sequence[CancelToken]
+    ) -> Generator[BatchItem, None, None]:
+        """Yield every request's chunks, interleaved, each tagged with its index; end each one with ``None``.
+
+        Each request gets exactly its own audio and ends at its own end; a cancelled request ends (``None``) within
+        about a second without disturbing the others. An exception other than a per-request
+        :class:`InvalidSynthesisRequestError` fails every request of the batch that has not ended.
         """
         ...

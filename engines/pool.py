@@ -12,10 +12,14 @@ import contextlib
 import itertools
 import logging
 import multiprocessing
+import pickle
+import socket
+import struct
 import time
 from collections import deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Literal
 
 from engines.base import InvalidSynthesisRequestError
@@ -32,9 +36,13 @@ from engines.messages import (
 )
 from engines.worker import run_worker
 
+# The worker side speaks multiprocessing's Connection framing; the server reads and writes the same frames with
+# asyncio streams, because Connection.recv() cannot run on the non-blocking socket an event loop needs.
+_FRAME_SIZE = struct.Struct("!i")
+_LONG_FRAME_SIZE = struct.Struct("!Q")
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-    from multiprocessing.connection import Connection
     from multiprocessing.process import BaseProcess
 
     from engines.base import EngineInfo, SynthesisRequest
@@ -101,7 +109,6 @@ class _Job:
     def __init__(self, job_id: int, max_buffered_bytes: int) -> None:
         self.id = job_id
         self.events: asyncio.Queue[bytes | JobEnded] = asyncio.Queue()
-        self.last_progress = time.monotonic()
         self.buffered_bytes = 0
         self.max_buffered_bytes = max_buffered_bytes
         self.cancelled_at: float | None = None
@@ -109,7 +116,6 @@ class _Job:
 
     def on_chunk(self, pcm: bytes) -> bool:
         """Queue a chunk; False when the consumer has fallen too far behind (it then gets an error)."""
-        self.last_progress = time.monotonic()
         if self.cancelled_at is not None:
             return True
         self.buffered_bytes += len(pcm)
@@ -153,10 +159,11 @@ class SynthesisStream:
 class _Worker:
     """The server's handle on one worker process."""
 
-    def __init__(self, pool: EnginePool, process: BaseProcess, conn: Connection) -> None:
+    def __init__(self, pool: EnginePool, process: BaseProcess, writer: asyncio.StreamWriter) -> None:
         self.pool = pool
         self.process = process
-        self.conn = conn
+        self.writer = writer
+        self.reader_task: asyncio.Task[None] | None = None
         self.state: Literal["starting", "ready", "dead"] = "starting"
         self.info: EngineInfo | None = None
         self.jobs: dict[int, _Job] = {}
@@ -164,6 +171,8 @@ class _Worker:
         self.started_at = time.monotonic()
         self.ping_sent_at: float | None = None
         self.last_seen = time.monotonic()
+        self.last_progress = time.monotonic()
+        """When the worker last produced audio or finished a job, or last went from idle to busy."""
         self.kill_reason: str | None = None
 
     @property
@@ -178,10 +187,11 @@ class _Worker:
         return self.state == "ready" and self.load < self.capacity
 
     def send(self, message: object) -> None:
-        try:
-            self.conn.send(message)
-        except (BrokenPipeError, ConnectionResetError, OSError):
+        if self.writer.is_closing():
             self.kill("its pipe broke")
+            return
+        data = pickle.dumps(message)
+        self.writer.write(_FRAME_SIZE.pack(len(data)) + data)
 
     def kill(self, reason: str) -> None:
         """Kill the process; its pipe then reaches EOF and the pool cleans up and replaces it."""
@@ -215,7 +225,7 @@ class EnginePool:
     async def start(self) -> None:
         """Start every worker; they load and warm up in the background (see :meth:`status`)."""
         for _ in range(self.settings.workers):
-            self._spawn()
+            await self._spawn()
         self._watchdog = asyncio.create_task(self._watch(), name=f"watchdog-{self.name}")
 
     async def wait_ready(self, timeout_s: float) -> bool:
@@ -277,6 +287,8 @@ class EnginePool:
             worker = await self._acquire()
         job = _Job(next(self._job_ids), self._max_buffered_bytes(worker))
         worker.reserved -= 1
+        if not worker.jobs:
+            worker.last_progress = time.monotonic()
         worker.jobs[job.id] = job
         assert worker.info is not None
         worker.send(StartJob(job.id, request))
@@ -351,8 +363,9 @@ class EnginePool:
                 waiter.set_exception(EngineNotReadyError(self.name, reason))
 
     # ----------------------------------------------------------------- worker processes
-    def _spawn(self) -> None:
-        parent_conn, child_conn = self._context.Pipe(duplex=True)
+    async def _spawn(self) -> None:
+        parent_socket, child_socket = socket.socketpair()
+        child_conn = Connection(child_socket.detach())
         process = self._context.Process(
             target=run_worker,
             args=(self.settings.kind, self.settings.options, child_conn),
@@ -361,19 +374,22 @@ class EnginePool:
         )
         process.start()
         child_conn.close()
-        worker = _Worker(self, process, parent_conn)
+        reader, writer = await asyncio.open_unix_connection(sock=parent_socket)
+        worker = _Worker(self, process, writer)
         self._workers.append(worker)
-        asyncio.get_running_loop().add_reader(parent_conn.fileno(), self._on_readable, worker)
+        worker.reader_task = asyncio.create_task(self._read(worker, reader), name=f"worker-{process.pid}")
 
-    def _on_readable(self, worker: _Worker) -> None:
+    async def _read(self, worker: _Worker, reader: asyncio.StreamReader) -> None:
         try:
-            while worker.conn.poll():
-                self._on_message(worker, worker.conn.recv())
-        except (EOFError, OSError):
-            self._on_exit(worker)
+            while True:
+                self._on_message(worker, await _read_frame(reader))
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            self._on_exit(worker)  # end of file: the worker process is gone
 
     def _on_message(self, worker: _Worker, message: object) -> None:
         worker.last_seen = time.monotonic()
+        if isinstance(message, JobChunk | JobEnded):
+            worker.last_progress = worker.last_seen
         if isinstance(message, JobChunk):
             job = worker.jobs.get(message.job_id)
             if job is not None and not job.on_chunk(message.pcm):
@@ -425,10 +441,9 @@ class EnginePool:
             self._fail_waiters()
 
     def _close(self, worker: _Worker) -> None:
-        with contextlib.suppress(Exception):
-            asyncio.get_running_loop().remove_reader(worker.conn.fileno())
-        with contextlib.suppress(Exception):
-            worker.conn.close()
+        if worker.reader_task is not None and worker.reader_task is not asyncio.current_task():
+            worker.reader_task.cancel()
+        worker.writer.close()
         worker.process.join(timeout=1.0)
         worker.state = "dead"
         if worker in self._workers:
@@ -441,7 +456,7 @@ class EnginePool:
         async def respawn() -> None:
             await asyncio.sleep(delay_s)
             if not self._stopped:
-                self._spawn()
+                await self._spawn()
 
         task = asyncio.create_task(respawn())
         self._respawns.add(task)
@@ -465,8 +480,9 @@ class EnginePool:
         for job in worker.jobs.values():
             if job.cancelled_at is not None and now - job.cancelled_at > settings.cancel_timeout_s:
                 worker.kill(f"job {job.id} still running {settings.cancel_timeout_s:g} s after cancellation")
-            elif job.cancelled_at is None and now - job.last_progress > settings.stall_timeout_s:
-                worker.kill(f"job {job.id} made no progress for {settings.stall_timeout_s:g} s")
+        # Progress is per worker: with batching, a job may rightly wait while the worker speaks for others.
+        if worker.jobs and now - worker.last_progress > settings.stall_timeout_s:
+            worker.kill(f"no progress for {settings.stall_timeout_s:g} s on {len(worker.jobs)} job(s)")
         self._check_health(worker, now)
 
     def _check_health(self, worker: _Worker, now: float) -> None:
@@ -476,3 +492,10 @@ class EnginePool:
         elif worker.ping_sent_at is None and now - worker.last_seen > interval:
             worker.ping_sent_at = now
             worker.send(Ping(next(self._ping_nonces)))
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> object:
+    (size,) = _FRAME_SIZE.unpack(await reader.readexactly(_FRAME_SIZE.size))
+    if size == -1:  # multiprocessing's marker for a frame over 2 GiB
+        (size,) = _LONG_FRAME_SIZE.unpack(await reader.readexactly(_LONG_FRAME_SIZE.size))
+    return pickle.loads(await reader.readexactly(size))  # noqa: S301 - our own worker process, as multiprocessing does

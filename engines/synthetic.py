@@ -1,8 +1,9 @@
 """A deterministic engine without model compute, for tests and benchmarks.
 
-It speaks tones: each voice has its own pitch, and the clip lasts ``seconds_per_char`` per input character. Pacing
-(chunk size, per-chunk delay, real-time factor) is configurable, and faults can be injected either for every request
-(options) or per request by a directive in the text, so one configured engine can exercise every failure path:
+It speaks tones: each voice (and each custom speaker) has its own pitch, and the clip lasts ``seconds_per_char``
+per input character. Pacing (chunk size, per-chunk delay, real-time factor) is configurable, and faults can be
+injected either for every request (options) or per request by a directive in the text, so one configured engine can
+exercise every failure path:
 
 - ``#fail`` — raise before the first chunk;
 - ``#fail-after=N`` — raise after N chunks;
@@ -12,6 +13,7 @@ It speaks tones: each voice has its own pitch, and the clip lasts ``seconds_per_
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
@@ -58,8 +60,13 @@ class SyntheticOptions:
     """Raise after this many chunks in every request (-1: never)."""
 
 
-def voice_frequency(voice: str) -> float:
-    """The tone of a voice: OpenAI voices get 200, 240, ... Hz in the order of ``OPENAI_VOICES``."""
+def voice_frequency(voice: str, speaker: str | None = None) -> float:
+    """The tone of a voice: OpenAI voices get 200, 240, ... Hz in the order of ``OPENAI_VOICES``.
+
+    A custom speaker (any string; ``seed:N`` included) gets a tone from 110 to 1100 Hz derived from its hash.
+    """
+    if speaker is not None:
+        return 110.0 + int(hashlib.sha256(speaker.encode()).hexdigest()[:8], 16) % 991
     return 200.0 + 40.0 * OPENAI_VOICES.index(voice)
 
 
@@ -84,8 +91,10 @@ class SyntheticEngine:
     def synthesize(
         self, request: SynthesisRequest, cancel: CancelToken
     ) -> Generator[npt.NDArray[np.int16], None, None]:
-        if request.voice not in OPENAI_VOICES:
+        if request.speaker is None and request.voice not in OPENAI_VOICES:
             raise InvalidSynthesisRequestError(f"unknown voice {request.voice!r}", param="voice")
+        if request.speaker is not None and not request.speaker.isprintable():
+            raise InvalidSynthesisRequestError("a custom speaker must be printable text", param="voice")
         faults = dict(_parse_directives(request.text))
         if "fail" in faults:
             raise RuntimeError("injected failure before the first chunk")
@@ -109,7 +118,7 @@ class SyntheticEngine:
         speed = request.speed if self.options.native_speed else 1.0
         total = max(1, round(len(request.text) * self.options.seconds_per_char / speed * rate))
         step = max(1, rate * self.options.chunk_ms // 1000)
-        omega = 2 * math.pi * voice_frequency(request.voice) / rate
+        omega = 2 * math.pi * voice_frequency(request.voice, request.speaker) / rate
         for start in range(0, total, step):
             t = np.arange(start, min(start + step, total), dtype=np.float64)
             yield (np.sin(omega * t) * _AMPLITUDE).astype(np.int16)

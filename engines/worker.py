@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import queue
+import signal
 import threading
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engines.base import EngineUnavailableError, InvalidSynthesisRequestError, SynthesisRequest
+from engines.base import BatchingEngine, EngineUnavailableError, InvalidSynthesisRequestError, SynthesisRequest
 from engines.messages import (
     CancelJob,
     JobChunk,
@@ -67,6 +69,8 @@ class _Outbox:
 
 def run_worker(kind: str, options: dict[str, object], conn: Connection) -> None:
     """Entry point of a worker process (``multiprocessing`` target)."""
+    # Ctrl+C in a terminal reaches the whole process group; the server stops its workers itself, in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     outbox = _Outbox(conn)
     try:
         engine = create_engine(kind, options)
@@ -80,7 +84,7 @@ def run_worker(kind: str, options: dict[str, object], conn: Connection) -> None:
         outbox.send(WorkerLoadFailed(f"{type(exc).__name__}: {exc}"))
         return
     outbox.send(WorkerReady(info))
-    _serve(engine, conn, outbox)
+    _serve(engine, info, conn, outbox)
 
 
 def _warm_up(engine: Engine, info: EngineInfo) -> None:
@@ -90,14 +94,83 @@ def _warm_up(engine: Engine, info: EngineInfo) -> None:
         pass
 
 
-def _serve(engine: Engine, conn: Connection, outbox: _Outbox) -> None:
+def _serve(engine: Engine, info: EngineInfo, conn: Connection, outbox: _Outbox) -> None:
     jobs: queue.Queue[StartJob | None] = queue.Queue()
     cancels: dict[int, _JobCancel] = {}
     reader = threading.Thread(target=_read_control, args=(conn, outbox, jobs, cancels), daemon=True)
     reader.start()
+    if isinstance(engine, BatchingEngine) and info.max_batch > 1:
+        _serve_batches(engine, info.max_batch, jobs, cancels, outbox)
+        return
     while (job := jobs.get()) is not None:
         outbox.send(_run_job(engine, job, cancels[job.job_id], outbox))
         cancels.pop(job.job_id, None)
+
+
+def _serve_batches(
+    engine: BatchingEngine,
+    max_batch: int,
+    jobs: queue.Queue[StartJob | None],
+    cancels: dict[int, _JobCancel],
+    outbox: _Outbox,
+) -> None:
+    stopping = False
+    while not stopping:
+        batch, stopping = _collect_batch(jobs, max_batch, engine.batch_window_ms / 1000)
+        if batch:
+            for ended in _run_batch(engine, batch, [cancels[job.job_id] for job in batch], outbox):
+                outbox.send(ended)
+            for job in batch:
+                cancels.pop(job.job_id, None)
+
+
+def _collect_batch(jobs: queue.Queue[StartJob | None], max_batch: int, window_s: float) -> tuple[list[StartJob], bool]:
+    """The jobs that queued up while the worker was busy, plus those arriving within the window; and whether to stop.
+
+    The window starts with the first job, so a lone request on an idle worker waits at most ``window_s``.
+    """
+    first = jobs.get()
+    if first is None:
+        return [], True
+    batch = [first]
+    deadline = time.monotonic() + window_s
+    while len(batch) < max_batch:
+        try:
+            job = jobs.get(timeout=max(0.0, deadline - time.monotonic())) if window_s > 0 else jobs.get_nowait()
+        except queue.Empty:
+            break
+        if job is None:
+            return batch, True
+        batch.append(job)
+    return batch, False
+
+
+def _run_batch(
+    engine: BatchingEngine, batch: list[StartJob], cancels: list[_JobCancel], outbox: _Outbox
+) -> list[JobEnded]:
+    """Stream a batch's chunks to the server as they come; return a :class:`JobEnded` for every job not yet ended."""
+    open_jobs = {index: job.job_id for index, job in enumerate(batch)}
+    items = engine.synthesize_batch([job.request for job in batch], cancels)
+    try:
+        for index, item in items:
+            job_id = open_jobs.get(index)
+            if job_id is None:
+                continue
+            if item is None:
+                outbox.send(JobEnded(job_id))
+            elif isinstance(item, InvalidSynthesisRequestError):
+                outbox.send(JobEnded(job_id, error=str(item), invalid=True, invalid_param=item.param))
+            else:
+                if item.size and not cancels[index].is_set():
+                    outbox.send(JobChunk(job_id, np.asarray(item, dtype="<i2").tobytes()))
+                continue
+            del open_jobs[index]
+    except Exception as exc:
+        logger.exception("batch of jobs %s failed", sorted(open_jobs.values()))
+        return [JobEnded(job_id, error=f"{type(exc).__name__}: {exc}") for job_id in open_jobs.values()]
+    finally:
+        items.close()
+    return [JobEnded(job_id) for job_id in open_jobs.values()]
 
 
 def _read_control(

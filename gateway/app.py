@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from litestar import Litestar
 from litestar.datastructures import State
@@ -12,32 +13,45 @@ from litestar.di import Provide
 from litestar.logging import LoggingConfig
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin
+from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from litestar.plugins.pydantic import PydanticPlugin
+from prometheus_client import REGISTRY
 
 from engines.pool import EnginePool
+from gateway.admin import AdminController
 from gateway.catalog import ModelsController, VoicesController
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.health import HealthController
+from gateway.observability import PoolCollector, SpeechMetrics, request_tracking_middleware
 from gateway.routing import ModelRouter
+from gateway.security import provide_principal
 from gateway.settings import Settings, load_settings
 from gateway.speech import SpeechController
 from gateway.synthesis import SpeechService
+from gateway.tenancy import Tenancy, open_tenancy
+from gateway.usage import UsageController
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "openapi_document"]
 
 logger = logging.getLogger("tts_gateway")
 
+VERSION = "0.1.0"
+_PROMETHEUS = PrometheusConfig(app_name="tts_gateway", prefix="tts_http", group_path=True,
+                               exclude=["^/metrics", "^/healthz", "^/readyz"])
+
 
 def create_app(settings: Settings | None = None) -> Litestar:
-    """Build the gateway; engines start in its lifespan and stop with it."""
+    """Build the gateway; engines and tenancy services start in its lifespan and stop with it."""
     settings = settings or load_settings()
     return Litestar(
-        route_handlers=[SpeechController, ModelsController, VoicesController, HealthController],
-        lifespan=[_engine_pools(settings)],
+        route_handlers=[SpeechController, ModelsController, VoicesController, UsageController, AdminController,
+                        HealthController, PrometheusController],
+        lifespan=[_services(settings)],
         dependencies=_dependencies(),
+        middleware=[request_tracking_middleware, _PROMETHEUS.middleware],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.server.max_body_bytes,
         plugins=[PydanticPlugin()],
@@ -47,19 +61,31 @@ def create_app(settings: Settings | None = None) -> Litestar:
     )
 
 
-def _engine_pools(settings: Settings):  # type: ignore[no-untyped-def]
+def openapi_document() -> str:
+    """The OpenAPI document of the app, as checked in under ``openapi/`` (stable key order, one trailing newline)."""
+    schema = create_app(Settings()).openapi_schema.to_schema()
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def _services(settings: Settings) -> Callable[[Litestar], Any]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         pools = {name: EnginePool(name, engine) for name, engine in settings.engines.items()}
         for pool in pools.values():
             await pool.start()
         router = ModelRouter(pools, settings.aliases)
-        app.state.router = router
-        app.state.speech = SpeechService(router)
+        tenancy = await open_tenancy(settings)
+        metrics = SpeechMetrics()
+        collector = PoolCollector(router, lambda: tenancy.limiter.outage_count)
+        REGISTRY.register(collector)
+        app.state.update(router=router, tenancy=tenancy, speech=SpeechService(router, tenancy, metrics))
         logger.info("engines starting: %s; aliases: %s", ", ".join(pools), settings.aliases)
         try:
             yield
         finally:
+            REGISTRY.unregister(collector)
+            metrics.unregister()
+            await tenancy.close()
             for pool in pools.values():
                 await pool.stop()
 
@@ -73,13 +99,21 @@ def _dependencies() -> dict[str, Provide]:
     def speech(state: State) -> SpeechService:
         return state.speech  # type: ignore[no-any-return]
 
-    return {"router": Provide(router, sync_to_thread=False), "speech": Provide(speech, sync_to_thread=False)}
+    def tenancy(state: State) -> Tenancy:
+        return state.tenancy  # type: ignore[no-any-return]
+
+    return {
+        "router": Provide(router, sync_to_thread=False),
+        "speech": Provide(speech, sync_to_thread=False),
+        "tenancy": Provide(tenancy, sync_to_thread=False),
+        "principal": Provide(provide_principal),
+    }
 
 
 def _openapi_config() -> OpenAPIConfig:
     return OpenAPIConfig(
         title="tts-gateway",
-        version="0.1.0",
+        version=VERSION,
         description="OpenAI-compatible speech gateway for ChatTTS.",
         path="/docs",
         render_plugins=[ScalarRenderPlugin()],
@@ -89,7 +123,8 @@ def _openapi_config() -> OpenAPIConfig:
 def _logging_config(settings: Settings) -> LoggingConfig:
     level = settings.server.log_level.upper()
     return LoggingConfig(
-        root={"level": level, "handlers": ["queue_listener"]},
-        loggers={"tts_gateway": {"level": level, "propagate": True}},
+        formatters={"json": {"()": "gateway.observability.JsonLogFormatter"}},
+        handlers={"json": {"class": "logging.StreamHandler", "formatter": "json"}},
+        loggers={"tts_gateway": {"level": level, "handlers": ["json"], "propagate": False}},
         log_exceptions="debug",
     )

@@ -13,11 +13,18 @@ from litestar import MediaType, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import (
     HTTP_400_BAD_REQUEST,
+    HTTP_401_UNAUTHORIZED,
+    HTTP_403_FORBIDDEN,
     HTTP_404_NOT_FOUND,
+    HTTP_429_TOO_MANY_REQUESTS,
     HTTP_500_INTERNAL_SERVER_ERROR,
     HTTP_503_SERVICE_UNAVAILABLE,
 )
+from pydantic import ValidationError
+from redis.exceptions import RedisError
 
+from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
+from auth.limits import LimitsUnavailableError, RateLimitExceededError
 from engines.base import InvalidSynthesisRequestError
 from engines.pool import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 
@@ -83,6 +90,14 @@ def _validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Re
                                 code=_code_for(detail)))
 
 
+def _model_validation_error(_: Request[Any, Any, Any], exc: ValidationError) -> Response[dict[str, Any]]:
+    # Raised by handlers that validate a second model themselves (e.g. admin input checked as configuration).
+    first = exc.errors()[0]
+    param = ".".join(str(part) for part in first["loc"]) or None
+    return _respond(OpenAIError(HTTP_400_BAD_REQUEST, _describe(param, first["msg"], "Invalid request."), param=param,
+                                code=_code_for(first["msg"])))
+
+
 def _describe(param: str | None, detail: str, fallback: str) -> str:
     if param is None:
         return detail or fallback
@@ -126,6 +141,36 @@ def _invalid_for_engine(_: Request[Any, Any, Any], exc: InvalidSynthesisRequestE
     return _respond(OpenAIError(HTTP_400_BAD_REQUEST, str(exc), param=exc.param, code="invalid_value"))
 
 
+def _invalid_credentials(_: Request[Any, Any, Any], exc: InvalidCredentialsError) -> Response[dict[str, Any]]:
+    return _respond(OpenAIError(HTTP_401_UNAUTHORIZED, str(exc), code="invalid_api_key"))
+
+
+def _unknown_tenant(_: Request[Any, Any, Any], exc: UnknownTenantError) -> Response[dict[str, Any]]:
+    return _respond(OpenAIError(HTTP_403_FORBIDDEN, str(exc), code="unknown_tenant"))
+
+
+def _rate_limited(_: Request[Any, Any, Any], exc: RateLimitExceededError) -> Response[dict[str, Any]]:
+    # OpenAI names the exhausted budget in `type` ("requests" or "tokens"); characters are our tokens.
+    kind = {"requests": "requests", "characters": "tokens", "concurrency": "requests"}[exc.reason]
+    code = "concurrency_limit_exceeded" if exc.reason == "concurrency" else "rate_limit_exceeded"
+    headers = {**exc.state.headers(), "Retry-After": str(exc.retry_after_s)}
+    message = f"{_LIMIT_MESSAGES[exc.reason]} Retry after {exc.retry_after_s} s."
+    return _respond(OpenAIError(HTTP_429_TOO_MANY_REQUESTS, message, type=kind, code=code, headers=headers))
+
+
+_LIMIT_MESSAGES = {
+    "requests": "Rate limit reached for requests per minute.",
+    "characters": "Rate limit reached for input characters per minute.",
+    "concurrency": "Too many concurrent streams for your tenant.",
+}
+
+
+def _backend_down(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    logger.warning("a shared backend is unreachable: %s", exc)
+    return _respond(OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, "A backend of the gateway is unreachable; retry soon.",
+                                type=SERVER_ERROR, code="backend_unavailable", headers={"Retry-After": "1"}))
+
+
 def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return _respond(OpenAIError(HTTP_500_INTERNAL_SERVER_ERROR, "The server had an error processing your request.",
@@ -135,10 +180,17 @@ def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[dic
 EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     OpenAIError: _openai_error,
     ValidationException: _validation_error,
+    ValidationError: _model_validation_error,
     HTTPException: _http_error,
     EngineNotReadyError: _not_ready,
     EngineOverloadedError: _overloaded,
     SynthesisFailedError: _synthesis_failed,
     InvalidSynthesisRequestError: _invalid_for_engine,
+    InvalidCredentialsError: _invalid_credentials,
+    UnknownTenantError: _unknown_tenant,
+    RateLimitExceededError: _rate_limited,
+    LimitsUnavailableError: _backend_down,
+    AuthBackendError: _backend_down,
+    RedisError: _backend_down,  # custom voices and admin operations while Redis is unreachable
     Exception: _unexpected,
 }

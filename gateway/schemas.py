@@ -43,7 +43,7 @@ class SpeechRequest(BaseModel):
     """The text to speak, 1 to 4096 characters after trimming."""
     voice: Annotated[str, StringConstraints(min_length=1, max_length=256)] | CustomVoice
     """A built-in voice name, or ``{"id": ...}`` for a custom voice."""
-    instructions: Annotated[str, Field(max_length=MAX_INPUT_CHARS)] | None = None
+    instructions: Annotated[str | None, Field(max_length=MAX_INPUT_CHARS)] = None
     """Style instructions, passed to engines that can use them."""
     response_format: AudioFormat = AudioFormat.MP3
     speed: Annotated[float, Field(ge=0.25, le=4.0, strict=True)] = 1.0
@@ -109,3 +109,5 @@ class EngineReadiness(BaseModel):
 class Readiness(BaseModel):
     ready: bool
     engines: dict[str, EngineReadiness]
+    redis: str
+    """``ok``, ``unreachable`` or ``not configured``."""

@@ -7,13 +7,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["EngineSettings", "ServerSettings", "Settings", "load_settings"]
+__all__ = [
+    "AuthSettings",
+    "CacheSettings",
+    "EngineSettings",
+    "JWTSettings",
+    "LimitsSettings",
+    "ServerSettings",
+    "Settings",
+    "TenantLimits",
+    "TenantSettings",
+    "load_settings",
+]
 
 EngineKind = Literal["chattts", "espeak", "synthetic"]
 
@@ -55,6 +66,96 @@ class ServerSettings(BaseModel):
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
     """Largest request body accepted; larger ones get 413."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    shutdown_grace_s: int = Field(default=30, ge=0)
+    """On SIGTERM: stop accepting, let in-flight streams finish for up to this long, then stop the engines."""
+
+
+class TenantLimits(BaseModel):
+    """Per-tenant limits; ``None`` means unlimited."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    characters_per_minute: int | None = Field(default=None, ge=1)
+    """Input characters per minute: the speech analogue of tokens per minute."""
+    concurrent_streams: int | None = Field(default=None, ge=1)
+
+
+class TenantSettings(BaseModel):
+    """A tenant declared in the configuration file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+    limits: TenantLimits = Field(default_factory=TenantLimits)
+    models: list[str] | None = None
+    """Models (engines or aliases) the tenant may use; ``None``: every model."""
+    api_key_sha256: list[str] = Field(default_factory=list)
+    """Hex SHA-256 hashes of API keys issued out of band (``tts-gateway keys hash``); keys are never stored."""
+
+
+class JWTSettings(BaseModel):
+    """JSON Web Tokens for business callers: one pinned algorithm and its key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    algorithm: Literal["HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "ES512"] = "HS256"
+    secret: SecretStr | None = None
+    """The shared secret, for HS* algorithms."""
+    public_key: str | None = None
+    """The PEM public key, for RS*/ES* algorithms."""
+    audience: str | None = None
+    issuer: str | None = None
+    tenant_claim: str = "tenant"
+    leeway_s: int = Field(default=0, ge=0, le=300)
+
+    @model_validator(mode="after")
+    def _key_matches_algorithm(self) -> JWTSettings:
+        if self.algorithm.startswith("HS") and (self.secret is None or self.public_key is not None):
+            raise ValueError("HS* algorithms need `secret` and no `public_key`")
+        if not self.algorithm.startswith("HS") and (self.public_key is None or self.secret is not None):
+            raise ValueError("RS*/ES* algorithms need `public_key` and no `secret`")
+        return self
+
+
+class AuthSettings(BaseModel):
+    """Who may call the gateway."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    required: bool = False
+    """Refuse to start without tenants or an admin token (the Helm chart's default).
+
+    The gateway runs open (no credentials needed, one anonymous tenant) only when no tenants are configured and no
+    admin token is set; it says so loudly at start-up.
+    """
+    admin_token: SecretStr | None = None
+    """Bearer token of the admin API (``/admin/...``); the admin API is off without it."""
+    tenants: list[TenantSettings] = Field(default_factory=list)
+    jwt: JWTSettings | None = None
+
+
+class LimitsSettings(BaseModel):
+    """How per-tenant limits behave when their storage is out of reach."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fail_mode: Literal["open", "closed"] = "open"
+    """``open``: admit requests while Redis is unreachable (counted and logged); ``closed``: answer 503."""
+    lease_ttl_s: float = Field(default=30.0, gt=0)
+    """A concurrent-stream lease not renewed for this long expires (a replica that died mid-stream)."""
+
+
+class CacheSettings(BaseModel):
+    """The audio cache (Redis when ``redis_url`` is set, else in memory)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    ttl_s: int = Field(default=24 * 3600, ge=1)
+    max_entry_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_memory_entries: int = Field(default=1024, ge=1)
+    """Entries kept by the in-memory cache (least recently used go first)."""
 
 
 def _default_engines() -> dict[str, EngineSettings]:
@@ -79,6 +180,11 @@ class Settings(BaseSettings):
     """Engines by the model name clients use for them directly."""
     aliases: dict[str, list[str]] = Field(default_factory=_default_aliases)
     """Model names that route to engines: the first ready engine in the list serves the request."""
+    redis_url: str | None = None
+    """``redis://[:password@]host:port/db``: limits, cache, keys, voices and usage shared by every replica."""
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
 
     @model_validator(mode="after")
     def _aliases_name_known_engines(self) -> Settings:
@@ -88,6 +194,20 @@ class Settings(BaseSettings):
             unknown = [t for t in targets if t not in self.engines]
             if unknown or not targets:
                 raise ValueError(f"alias {alias!r} must list configured engines, got unknown {unknown}")
+        return self
+
+    @model_validator(mode="after")
+    def _tenants_are_sound(self) -> Settings:
+        names = [tenant.name for tenant in self.auth.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError("tenant names must be unique")
+        if self.auth.required and not names and self.auth.admin_token is None:
+            raise ValueError("auth.required is true but no tenants are configured (nor an admin token to add them)")
+        known = set(self.engines) | set(self.aliases)
+        for tenant in self.auth.tenants:
+            unknown = sorted(set(tenant.models or ()) - known)
+            if unknown:
+                raise ValueError(f"tenant {tenant.name!r} allows unknown models {unknown}")
         return self
 
     @classmethod

@@ -1,62 +1,110 @@
 """From a validated :class:`SpeechRequest` to encoded audio leaving as the engine speaks.
 
-:meth:`SpeechService.open` waits for the engine's first PCM chunk before the response starts, so that a request
-that fails early gets a clean HTTP error; after that the audio streams and a failure can only end the stream.
+The order of a request: the tenant may use the model → the engine and voice resolve → the tenant's limits admit it
+(429 otherwise) → a concurrent-stream lease is held until the response ends → the audio cache answers, or the
+engine synthesizes once for every identical request in flight (single-flight) and a complete result is cached.
+
+:meth:`SpeechService.speak` returns once the first encoded bytes exist, so that a request failing early gets a clean
+HTTP error; after that the audio streams, and a failure can only end the stream.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
+import struct
+import time
+import weakref
 from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from litestar.status_codes import HTTP_400_BAD_REQUEST
+from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_403_FORBIDDEN, HTTP_404_NOT_FOUND
 
+from auth.limits import RateLimitExceededError
 from engines.base import SynthesisRequest
 from gateway.audio import open_encoder
+from gateway.cache import cache_key
 from gateway.errors import OpenAIError
 from gateway.schemas import SpeechUsage
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncGenerator, AsyncIterator
 
+    from auth import Principal, Tenant
+    from auth.limits import LimitState
     from engines.base import EngineInfo
-    from engines.pool import SynthesisStream
+    from engines.pool import EnginePool
+    from gateway.observability import RequestRecord, SpeechMetrics
     from gateway.routing import ModelRouter
     from gateway.schemas import SpeechRequest
+    from gateway.tenancy import Tenancy
 
-__all__ = ["PreparedSpeech", "SpeechService"]
+__all__ = ["SpeechReply", "SpeechService"]
 
 logger = logging.getLogger("tts_gateway.speech")
 
 _OUTPUT_FRAMES_PER_SECOND = 50  # usage counts output audio in 20 ms frames
+_CACHE_HEADER = struct.Struct("<d")  # cached value: audio seconds, then the encoded audio
+_HIT_CHUNK_BYTES = 32 * 1024
 
 
-class PreparedSpeech:
-    """A synthesis that has produced its first audio; iterate :meth:`audio` or :meth:`sse_events` exactly once."""
+@dataclass
+class _Outcome:
+    """What a synthesis produced, shared by every request that joined it."""
 
-    def __init__(
-        self, *, request: SpeechRequest, engine: str, tempo: float, pcm: SynthesisStream, first: bytes,
-        resources: AsyncExitStack,
-    ) -> None:
-        self.request = request
-        self.engine = engine
-        self._tempo = tempo
-        self._pcm = pcm
-        self._first = first
-        self._resources = resources
-        self.samples = 0
+    engine: str
+    audio_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Resolved:
+    """A request with its engine, voice and the engine's view of it settled."""
+
+    request: SpeechRequest
+    pool: EnginePool
+    info: EngineInfo | None
+    voice: _Voice
+    synthesis: SynthesisRequest
+    tempo: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Voice:
+    engine_voice: str
+    speaker: str | None
+    identity: str
+    """What the voice sounds like, for the cache key: a built-in name or the hash of a custom speaker."""
+
+
+@dataclass
+class SpeechReply:
+    """Audio on its way to one client; iterate :meth:`audio` or :meth:`sse_events` exactly once.
+
+    Everything the request holds (its stream lease, its share of the synthesis, its usage record) is released when
+    the iteration ends — or, for a reply never iterated (the client left before the response started), when the
+    reply is garbage-collected.
+    """
+
+    request: SpeechRequest
+    engine: str
+    headers: dict[str, str]
+    outcome: _Outcome
+    _first: bytes
+    _rest: AsyncIterator[bytes]
+    _finish: AsyncExitStack = field(repr=False)
+
+    def __post_init__(self) -> None:
+        weakref.finalize(self, _close_abandoned, self._finish, asyncio.get_running_loop())
 
     async def audio(self) -> AsyncIterator[bytes]:
-        """The encoded audio, chunk by chunk; leaving early (client gone) cancels the synthesis."""
-        async with self._resources:
-            encoder = open_encoder(self.request.response_format, self._pcm.sample_rate, self._tempo)
-            async for pcm in self._pcm_chunks():
-                if data := encoder.encode(pcm):
-                    yield data
-            if data := encoder.finish():
+        """The encoded audio; leaving early (client gone) releases this request's share of the synthesis."""
+        async with self._finish:
+            if self._first:
+                yield self._first
+            async for data in self._rest:
                 yield data
 
     async def sse_events(self) -> AsyncIterator[str]:
@@ -66,60 +114,184 @@ class PreparedSpeech:
         yield json.dumps({"type": "speech.audio.done", "usage": self.usage().model_dump()})
 
     def usage(self) -> SpeechUsage:
-        audio_seconds = self.samples / self._pcm.sample_rate / self._tempo
-        output = round(audio_seconds * _OUTPUT_FRAMES_PER_SECOND)
+        output = round(self.outcome.audio_seconds * _OUTPUT_FRAMES_PER_SECOND)
         characters = len(self.request.input)
         return SpeechUsage(input_tokens=characters, output_tokens=output, total_tokens=characters + output)
 
-    async def _pcm_chunks(self) -> AsyncIterator[bytes]:
-        chunk = self._first
-        while chunk:
-            self.samples += len(chunk) // 2
-            yield chunk
-            chunk = await anext(self._pcm, b"")
-
 
 class SpeechService:
-    """Routes a request to an engine, opens the synthesis and hands back audio that streams."""
+    """Admits, routes, caches and streams speech requests."""
 
-    def __init__(self, router: ModelRouter) -> None:
+    def __init__(self, router: ModelRouter, tenancy: Tenancy, metrics: SpeechMetrics) -> None:
         self.router = router
+        self.tenancy = tenancy
+        self.metrics = metrics
+        self._outcomes: dict[str, _Outcome] = {}
 
-    async def open(self, request: SpeechRequest) -> PreparedSpeech:
-        """Start synthesizing ``request``; returns once the engine produced its first audio.
+    async def speak(self, principal: Principal, request: SpeechRequest, record: RequestRecord) -> SpeechReply:
+        """Start serving ``request``; returns once the first audio bytes exist.
 
         Raises:
-            OpenAIError: unknown model (404) or a voice the engine does not have (400).
+            OpenAIError: a model the tenant may not use (403), unknown model (404) or voice (400).
+            RateLimitExceededError: over one of the tenant's limits (429).
             EngineNotReadyError, EngineOverloadedError, SynthesisFailedError: the engine cannot serve it now.
         """
-        pool = self.router.resolve(request.model)
-        # info is None until a worker has loaded; the engine then checks the voice itself.
-        synthesis, tempo = _engine_request(request, pool.status().info)
-        resources = AsyncExitStack()
+        tenant = principal.tenant
+        _describe(record, tenant, request)
+        if not tenant.allows_model(request.model):
+            raise OpenAIError(HTTP_403_FORBIDDEN, f"Your tenant may not use the model `{request.model}`.",
+                              param="model", code="model_not_allowed")
+        resolved = await self._resolve(tenant, request)
+        finish = AsyncExitStack()
         try:
-            pcm = await resources.enter_async_context(pool.open_stream(synthesis))
-            first = await anext(pcm, b"")
+            limit_state = await self._admit(tenant, len(request.input), finish)
+            reply = await self._start(resolved, finish, record)
         except BaseException:
-            await resources.aclose()
+            await finish.aclose()
             raise
-        return PreparedSpeech(request=request, engine=pool.name, tempo=tempo, pcm=pcm, first=first, resources=resources)
+        reply.headers.update(limit_state.headers())
+        return reply
+
+    async def _admit(self, tenant: Tenant, characters: int, finish: AsyncExitStack) -> LimitState:
+        limiter = self.tenancy.limiter
+        try:
+            state = await limiter.admit(tenant.name, tenant.limits, characters)
+            await finish.enter_async_context(limiter.stream_lease(tenant.name, tenant.limits))
+        except RateLimitExceededError as exc:
+            await self.tenancy.usage.record_rejection(tenant.name, exc.reason)
+            self.metrics.rejections.labels(tenant.name, exc.reason).inc()
+            raise
+        return state
+
+    async def _resolve(self, tenant: Tenant, request: SpeechRequest) -> _Resolved:
+        pool = self.router.resolve(request.model)
+        info = pool.status().info
+        voice = await self._resolve_voice(tenant, request, pool.name, info)
+        synthesis, tempo = _engine_request(request, info, voice)
+        return _Resolved(request, pool, info, voice, synthesis, tempo)
+
+    async def _start(self, resolved: _Resolved, finish: AsyncExitStack, record: RequestRecord) -> SpeechReply:
+        request, pool = resolved.request, resolved.pool
+        key = _key(request, pool.name, resolved.info, resolved.voice)
+        cached = await self.tenancy.cache.get(key) if self.tenancy.cache_enabled else None
+        chunks: AsyncGenerator[bytes, None]
+        self.metrics.cache.labels("hit" if cached is not None else "miss").inc()
+        if cached is not None:
+            seconds = _CACHE_HEADER.unpack_from(cached)[0]
+            outcome = _Outcome(pool.name, seconds)
+            chunks = _slices(memoryview(cached)[_CACHE_HEADER.size:])
+            cache_state = "hit"
+        else:
+            outcome = self._outcomes.setdefault(key, _Outcome(pool.name))
+            chunks = self.tenancy.flights.stream(
+                key, lambda: self._produce(key, resolved, outcome),
+                on_complete=lambda audio: self._store(key, outcome, audio),
+            )
+            cache_state = "miss"
+        finish.push_async_callback(self._account, request, outcome, record, cache_state == "hit")
+        finish.push_async_callback(chunks.aclose)  # our share of a single flight ends with this response
+        first = await anext(chunks, b"")
+        record.engine, record.cache = outcome.engine, cache_state
+        record.ttfb_ms = round((time.perf_counter() - record.started) * 1000, 2)
+        self.metrics.ttfb.labels(outcome.engine).observe(record.ttfb_ms / 1000)
+        headers = {"x-engine": outcome.engine, "x-cache": cache_state}
+        return SpeechReply(request, outcome.engine, headers, outcome, first, chunks, finish)
+
+    async def _produce(self, key: str, resolved: _Resolved, outcome: _Outcome) -> AsyncIterator[bytes]:
+        started = time.perf_counter()
+        pool, tempo = resolved.pool, resolved.tempo
+        try:
+            async with pool.open_stream(resolved.synthesis) as pcm:
+                encoder = open_encoder(resolved.request.response_format, pcm.sample_rate, tempo)
+                per_second = pcm.sample_rate * 2 * tempo
+                async for chunk in pcm:
+                    outcome.audio_seconds += len(chunk) / per_second
+                    if data := encoder.encode(chunk):
+                        yield data
+                if data := encoder.finish():
+                    yield data
+        finally:
+            self._outcomes.pop(key, None)
+        self._observe(pool.name, time.perf_counter() - started, outcome.audio_seconds)
+
+    async def _store(self, key: str, outcome: _Outcome, audio: bytes) -> None:
+        if self.tenancy.cache_enabled:
+            await self.tenancy.cache.set(key, _CACHE_HEADER.pack(outcome.audio_seconds) + audio)
+
+    def _observe(self, engine: str, wall_seconds: float, audio_seconds: float) -> None:
+        self.metrics.synthesis.labels(engine).observe(wall_seconds)
+        self.metrics.audio_seconds.labels(engine).inc(audio_seconds)
+        if audio_seconds > 0:
+            self.metrics.rtf.labels(engine).observe(wall_seconds / audio_seconds)
+
+    async def _account(self, request: SpeechRequest, outcome: _Outcome, record: RequestRecord, hit: bool) -> None:
+        tenant = record.tenant or "anonymous"
+        record.audio_seconds = round(outcome.audio_seconds, 3)
+        await self.tenancy.usage.record_request(tenant, characters=len(request.input),
+                                                audio_seconds=outcome.audio_seconds, cache_hit=hit)
+        self.metrics.tenant_requests.labels(tenant).inc()
+        self.metrics.tenant_characters.labels(tenant).inc(len(request.input))
+        self.metrics.tenant_audio.labels(tenant).inc(outcome.audio_seconds)
+
+    async def _resolve_voice(
+        self, tenant: Tenant, request: SpeechRequest, engine: str, info: EngineInfo | None,
+    ) -> _Voice:
+        voices = self.tenancy.voices
+        if isinstance(request.voice, str):
+            if info is not None and request.voice in {v.id for v in info.voices}:
+                return _Voice(request.voice, None, request.voice)  # built-in: no store round trip
+            custom = await voices.find_by_name(tenant.name, request.voice)
+            if custom is None:
+                return _Voice(request.voice, None, request.voice)
+        else:
+            custom = await voices.get(tenant.name, request.voice.id)
+            if custom is None:
+                raise OpenAIError(HTTP_404_NOT_FOUND, f"Custom voice '{request.voice.id}' was not found.",
+                                  param="voice", code="voice_not_found")
+        if custom.model != engine:
+            message = f"Custom voice '{custom.id}' belongs to model '{custom.model}', not to '{engine}'."
+            raise OpenAIError(HTTP_400_BAD_REQUEST, message, param="voice", code="invalid_value")
+        return _Voice(custom.id, custom.speaker, custom.speaker_sha256)
 
 
-def _engine_request(request: SpeechRequest, info: EngineInfo | None) -> tuple[SynthesisRequest, float]:
+def _describe(record: RequestRecord, tenant: Tenant, request: SpeechRequest) -> None:
+    record.tenant = tenant.name
+    record.model = request.model
+    record.format = request.response_format
+    record.characters = len(request.input)
+
+
+def _engine_request(
+    request: SpeechRequest, info: EngineInfo | None, voice: _Voice,
+) -> tuple[SynthesisRequest, float]:
     """The engine's view of the request, and the time-stretch left for the encoder to apply."""
-    speed = request.speed
-    native = speed
+    speed = native = request.speed
     if info is not None:
         low, high = info.speed_range
         native = min(max(speed, low), high)
-        voices = {voice.id for voice in info.voices}
-        if isinstance(request.voice, str) and request.voice not in voices:
-            raise OpenAIError(HTTP_400_BAD_REQUEST, f"Voice '{request.voice}' is not available for model "
-                              f"'{request.model}'. Voices: {', '.join(sorted(voices))}.", param="voice",
+        known = {v.id for v in info.voices}
+        if voice.speaker is None and voice.engine_voice not in known:
+            raise OpenAIError(HTTP_400_BAD_REQUEST, f"Voice '{voice.engine_voice}' is not available for model "
+                              f"'{request.model}'. Voices: {', '.join(sorted(known))}.", param="voice",
                               code="invalid_value")
-    if not isinstance(request.voice, str):
-        raise OpenAIError(HTTP_400_BAD_REQUEST, f"Custom voice '{request.voice.id}' was not found.", param="voice",
-                          code="voice_not_found")
-    synthesis = SynthesisRequest(text=request.input, voice=request.voice, speed=native,
-                                 instructions=request.instructions)
+    synthesis = SynthesisRequest(text=request.input, voice=voice.engine_voice, speed=native,
+                                 instructions=request.instructions, speaker=voice.speaker)
     return synthesis, speed / native
+
+
+def _key(request: SpeechRequest, engine: str, info: EngineInfo | None, voice: _Voice) -> str:
+    details = info.details if info is not None else {}
+    return cache_key(engine=engine, weights_id=details.get("weights", ""), text=request.input,
+                     voice_id=voice.identity, response_format=request.response_format, speed=request.speed,
+                     instructions=request.instructions, params={k: v for k, v in details.items() if k != "weights"})
+
+
+async def _slices(audio: memoryview) -> AsyncGenerator[bytes, None]:
+    for start in range(0, len(audio), _HIT_CHUNK_BYTES):
+        yield bytes(audio[start:start + _HIT_CHUNK_BYTES])
+
+
+def _close_abandoned(finish: AsyncExitStack, loop: asyncio.AbstractEventLoop) -> None:
+    # Closing an exit stack twice is harmless: after a normal end this finds nothing left to release.
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(lambda: loop.create_task(finish.aclose()))

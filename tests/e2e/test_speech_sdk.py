@@ -127,7 +127,8 @@ def test_every_voice_of_every_model_is_listed_and_usable(client: openai.OpenAI, 
     import httpx
 
     listing = httpx.get(f"{gateway.base_url}/v1/audio/voices", params={"model": "espeak"}).json()
-    voices = [voice["id"] for voice in listing[0]["data"]]
+    voices = [voice["id"] for voice in listing["data"]]
+    assert all(voice["models"] == ["espeak"] and not voice["custom"] for voice in listing["data"])
     assert len(voices) >= 13
     durations = set()
     for voice in voices:

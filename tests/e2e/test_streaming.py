@@ -71,7 +71,7 @@ async def test_first_bytes_arrive_before_half_the_synthesis(
     http: httpx.AsyncClient, response_format: str, stream_format: str,
 ) -> None:
     # The "slow" engine speaks in real time: 40 characters make 2 s of audio that take 2 s to synthesize.
-    text = "x" * 40
+    text = f"{response_format} {stream_format} ".ljust(40, "x")  # distinct per case: a repeat would be a cache hit
     body = {"model": "slow", "input": text, "voice": "nova", "response_format": response_format,
             "stream_format": stream_format}
     started = time.monotonic()

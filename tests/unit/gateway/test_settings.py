@@ -60,10 +60,11 @@ def test_serve_refuses_a_bad_config_file_with_a_message(tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("engines: {x: {kind: nope}}\n")
     script = Path(sys.executable).with_name("tts-gateway")
-    result = subprocess.run([script, "serve", "--config", str(config)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([script, "serve", "--config", str(config)], check=False, capture_output=True, text=True,
+                            timeout=60)
     assert result.returncode == 2
     assert "invalid configuration" in result.stderr
-    missing = subprocess.run([script, "serve", "--config", str(tmp_path / "none.yaml")], capture_output=True,
-                             text=True, timeout=60)
+    missing = subprocess.run([script, "serve", "--config", str(tmp_path / "none.yaml")], check=False,
+                             capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2
     assert "not found" in missing.stderr

@@ -1,0 +1,39 @@
+"""Tenants: who a caller is, what they may use and how much."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.settings import TenantLimits, TenantSettings
+
+__all__ = ["ANONYMOUS", "Tenant", "tenant_from_settings"]
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A caller of the gateway and its limits.
+
+    Attributes:
+        name: Unique name (``^[a-z0-9][a-z0-9_.-]{0,62}$`` when it comes from the configuration).
+        limits: Per-tenant limits; treat as read-only, it is shared.
+        models: Model names (engines or aliases) the tenant may request; ``None`` means every model, an empty set
+            none.
+    """
+
+    name: str
+    limits: TenantLimits
+    models: frozenset[str] | None
+
+    def allows_model(self, model: str) -> bool:
+        """Whether the tenant may request ``model`` (the name as the client sent it)."""
+        return self.models is None or model in self.models
+
+
+ANONYMOUS = Tenant(name="anonymous", limits=TenantLimits(), models=None)
+"""The one tenant of a gateway that runs open: no limits, every model."""
+
+
+def tenant_from_settings(settings: TenantSettings) -> Tenant:
+    """Build the tenant a configuration entry declares (its ``api_key_sha256`` go to the store separately)."""
+    models = None if settings.models is None else frozenset(settings.models)
+    return Tenant(name=settings.name, limits=settings.limits.model_copy(), models=models)

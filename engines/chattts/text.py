@@ -1,0 +1,83 @@
+"""Text handling for ChatTTS: clean-up, sentence segments for long input, prompts and control tags."""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+
+__all__ = ["control_tags", "prepare_text", "speed_tag", "split_segments"]
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;。！？；])\s+|(?<=[。！？；])|\n+")  # noqa: RUF001
+_SOFT_BREAK = re.compile(r"(?<=[,:，、：])\s*|\s+")  # noqa: RUF001
+_CONTROL_TAG = re.compile(r"\[(oral|laugh|break)_(\d)\]")
+_TAG_LIMITS = {"oral": 9, "laugh": 2, "break": 7}
+_QUOTES = str.maketrans({"“": '"', "”": '"', "‘": "'", "’": "'", "–": "-", "—": "-", "…": "..."})  # noqa: RUF001
+
+
+def prepare_text(text: str) -> str:
+    """Normalise input: NFKC, common punctuation, no control characters, and no ``[...]`` so that a client cannot
+    inject ChatTTS control tags (``[spk_emb]``, ``[Ptts]``) through the text. Characters the tokenizer does not know
+    are dropped later, at tokenisation.
+    """
+    text = unicodedata.normalize("NFKC", text).translate(_QUOTES)
+    text = "".join(c if unicodedata.category(c)[0] != "C" else " " for c in text)
+    text = text.replace("[", " ").replace("]", " ")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def split_segments(text: str, max_chars: int) -> list[str]:
+    """Split at sentence ends into segments of at most ``max_chars``: one sentence each, so that the first audio
+    leaves after the first sentence's first tokens.
+
+    Sentences longer than ``max_chars`` are split at commas or spaces, and as a last resort every ``max_chars``.
+    """
+    pieces: list[str] = []
+    for sentence in filter(None, (s.strip() for s in _SENTENCE_END.split(text))):
+        pieces.extend(_split_long(sentence, max_chars))
+    return pieces
+
+
+def _split_long(sentence: str, max_chars: int) -> list[str]:
+    if len(sentence) <= max_chars:
+        return [sentence]
+    parts: list[str] = []
+    current = ""
+    for piece in filter(None, _SOFT_BREAK.split(sentence)):
+        word = piece
+        while len(word) > max_chars:  # one unbroken run of characters
+            if current:
+                parts.append(current)
+                current = ""
+            parts.append(word[:max_chars])
+            word = word[max_chars:]
+        if current and len(current) + 1 + len(word) > max_chars:
+            parts.append(current)
+            current = word
+        else:
+            current = f"{current} {word}".strip()
+    if current:
+        parts.append(current)
+    return parts
+
+
+def speed_tag(speed: float) -> str:
+    """ChatTTS's rate prompt for ``speed``: ``[speed_5]`` is normal; each step is about a quarter octave of rate.
+
+    ChatTTS's ``[speed_N]`` is not calibrated against a rate multiplier; this mapping puts 0.5 at ``[speed_1]``,
+    1.0 at ``[speed_5]`` and 2.0 at ``[speed_9]``.
+    """
+    step = round(5 + 4 * math.log2(max(speed, 1e-3)))
+    return f"[speed_{min(9, max(0, step))}]"
+
+
+def control_tags(instructions: str | None) -> str:
+    """The ChatTTS text-refinement tags (``[oral_N]``, ``[laugh_N]``, ``[break_N]``) found in ``instructions``.
+
+    Everything else in the instructions is ignored: ChatTTS has no free-form style prompt. The last value of each
+    kind wins; values beyond the tag's range are clamped.
+    """
+    found: dict[str, int] = {}
+    for kind, value in _CONTROL_TAG.findall(instructions or ""):
+        found[kind] = min(int(value), _TAG_LIMITS[kind])
+    return "".join(f"[{kind}_{found[kind]}]" for kind in ("oral", "laugh", "break") if kind in found)

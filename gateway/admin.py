@@ -1,0 +1,89 @@
+"""``/admin``: tenants, API keys and usage of everyone, behind ``auth.admin_token``. Changes apply without a restart
+(and on every replica when the stores live in Redis)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from litestar import Controller, delete, get, post
+from litestar.params import FromPath, JSONBody
+from litestar.status_codes import HTTP_201_CREATED, HTTP_404_NOT_FOUND
+from pydantic import BaseModel, ConfigDict, Field
+
+from auth import ApiKeyRecord, Tenant, TenantNotFoundError, tenant_from_settings
+from gateway.dependencies import Tenants
+from gateway.errors import OpenAIError
+from gateway.security import require_admin
+from gateway.settings import TenantLimits, TenantSettings
+
+__all__ = ["AdminController", "TenantCreate"]
+
+
+class TenantCreate(BaseModel):
+    """A tenant created at runtime."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    limits: TenantLimits = Field(default_factory=TenantLimits)
+    models: list[str] | None = None
+
+
+def _tenant_json(tenant: Tenant) -> dict[str, Any]:
+    models = sorted(tenant.models) if tenant.models is not None else None
+    return {"name": tenant.name, "limits": tenant.limits.model_dump(), "models": models}
+
+
+def _key_json(record: ApiKeyRecord) -> dict[str, Any]:
+    return {k: v for k, v in asdict(record).items() if k != "key_hash"}
+
+
+def _no_tenant(name: str) -> OpenAIError:
+    return OpenAIError(HTTP_404_NOT_FOUND, f"Tenant '{name}' was not found.", param="name", code="tenant_not_found")
+
+
+class AdminController(Controller):
+    path = "/admin"
+    tags = ["Admin"]  # noqa: RUF012 - Litestar's declared type
+    guards = [require_admin]  # noqa: RUF012 - Litestar's declared type
+
+    @get("/tenants", operation_id="adminListTenants")
+    async def list_tenants(self, tenancy: Tenants) -> list[dict[str, Any]]:
+        return [_tenant_json(t) for t in await tenancy.store.list_tenants()]
+
+    @post("/tenants", status_code=HTTP_201_CREATED, operation_id="adminCreateTenant")
+    async def create_tenant(self, data: JSONBody[TenantCreate], tenancy: Tenants) -> dict[str, Any]:
+        # Validated as a configuration entry would be (name pattern, limits).
+        tenant = tenant_from_settings(TenantSettings(name=data.name, limits=data.limits, models=data.models))
+        await tenancy.store.put_tenant(tenant)
+        return _tenant_json(tenant)
+
+    @delete("/tenants/{name:str}", status_code=200, operation_id="adminDeleteTenant")
+    async def delete_tenant(self, name: FromPath[str], tenancy: Tenants) -> dict[str, Any]:
+        if not await tenancy.store.delete_tenant(name):
+            raise _no_tenant(name)
+        return {"name": name, "deleted": True}
+
+    @post("/tenants/{name:str}/keys", status_code=HTTP_201_CREATED, operation_id="adminCreateKey")
+    async def create_key(self, name: FromPath[str], tenancy: Tenants) -> dict[str, Any]:
+        try:
+            key, record = await tenancy.store.create_key(name)
+        except TenantNotFoundError:
+            raise _no_tenant(name) from None
+        return {**_key_json(record), "key": key}  # the only time the key is ever shown
+
+    @get("/tenants/{name:str}/keys", operation_id="adminListKeys")
+    async def list_keys(self, name: FromPath[str], tenancy: Tenants) -> list[dict[str, Any]]:
+        return [_key_json(r) for r in await tenancy.store.list_keys(name)]
+
+    @delete("/keys/{key_id:str}", status_code=200, operation_id="adminRevokeKey")
+    async def revoke_key(self, key_id: FromPath[str], tenancy: Tenants) -> dict[str, Any]:
+        if not await tenancy.store.revoke_key(key_id):
+            raise OpenAIError(HTTP_404_NOT_FOUND, f"Key '{key_id}' was not found.", param="key_id",
+                              code="key_not_found")
+        return {"id": key_id, "revoked": True}
+
+    @get("/usage", operation_id="adminUsage")
+    async def usage(self, tenancy: Tenants) -> dict[str, Any]:
+        return {name: asdict(record) for name, record in (await tenancy.usage.all()).items()}

@@ -1,0 +1,104 @@
+"""Tenant-scoped custom voices: a name and a speaker (an engine's speaker embedding, or a seed to derive one).
+
+A tenant only ever sees its own voices: looking up another tenant's id answers "not found", so ids do not leak.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ["CustomVoiceRecord", "MemoryVoiceStore", "RedisVoiceStore", "VoiceStore", "new_voice"]
+
+SEED_SPEAKER_PREFIX = "seed:"
+
+
+@dataclass(frozen=True, slots=True)
+class CustomVoiceRecord:
+    id: str
+    tenant: str
+    name: str
+    model: str
+    """The engine the speaker belongs to (an embedding only makes sense for its engine and weights)."""
+    speaker: str
+    """The engine's speaker string: a ChatTTS ``spk_emb``, or ``seed:N`` to derive one from a seed."""
+    created_at: float
+
+    @property
+    def speaker_sha256(self) -> str:
+        """The voice's identity for the audio cache: what it sounds like, not what the tenant called it."""
+        return hashlib.sha256(self.speaker.encode()).hexdigest()
+
+    def public(self) -> dict[str, object]:
+        return {"id": self.id, "object": "voice", "name": self.name, "model": self.model,
+                "created_at": int(self.created_at), "speaker_sha256": self.speaker_sha256}
+
+
+def new_voice(tenant: str, name: str, model: str, speaker: str) -> CustomVoiceRecord:
+    return CustomVoiceRecord(f"voice_{secrets.token_hex(12)}", tenant, name, model, speaker, time.time())
+
+
+class VoiceStore(Protocol):
+    async def add(self, voice: CustomVoiceRecord) -> None: ...
+    async def get(self, tenant: str, voice_id: str) -> CustomVoiceRecord | None: ...
+    async def find_by_name(self, tenant: str, name: str) -> CustomVoiceRecord | None: ...
+    async def list(self, tenant: str) -> list[CustomVoiceRecord]: ...
+    async def delete(self, tenant: str, voice_id: str) -> bool: ...
+
+
+class MemoryVoiceStore:
+    """Voices of one process (the embedded default)."""
+
+    def __init__(self) -> None:
+        self._voices: dict[str, dict[str, CustomVoiceRecord]] = {}
+
+    async def add(self, voice: CustomVoiceRecord) -> None:
+        self._voices.setdefault(voice.tenant, {})[voice.id] = voice
+
+    async def get(self, tenant: str, voice_id: str) -> CustomVoiceRecord | None:
+        return self._voices.get(tenant, {}).get(voice_id)
+
+    async def find_by_name(self, tenant: str, name: str) -> CustomVoiceRecord | None:
+        return next((v for v in await self.list(tenant) if v.name == name), None)
+
+    async def list(self, tenant: str) -> list[CustomVoiceRecord]:
+        return sorted(self._voices.get(tenant, {}).values(), key=lambda v: v.created_at)
+
+    async def delete(self, tenant: str, voice_id: str) -> bool:
+        return self._voices.get(tenant, {}).pop(voice_id, None) is not None
+
+
+class RedisVoiceStore:
+    """Voices shared by every replica: one Redis hash per tenant, voice id -> JSON record."""
+
+    def __init__(self, client: Redis, prefix: str = "tts:voices:") -> None:
+        self._client = client
+        self._prefix = prefix
+
+    def _key(self, tenant: str) -> str:
+        return f"{self._prefix}{tenant}"
+
+    async def add(self, voice: CustomVoiceRecord) -> None:
+        await self._client.hset(self._key(voice.tenant), voice.id, json.dumps(asdict(voice)))
+
+    async def get(self, tenant: str, voice_id: str) -> CustomVoiceRecord | None:
+        raw = await self._client.hget(self._key(tenant), voice_id)
+        return CustomVoiceRecord(**json.loads(raw)) if raw else None
+
+    async def find_by_name(self, tenant: str, name: str) -> CustomVoiceRecord | None:
+        return next((v for v in await self.list(tenant) if v.name == name), None)
+
+    async def list(self, tenant: str) -> list[CustomVoiceRecord]:
+        raw = await self._client.hvals(self._key(tenant))
+        return sorted((CustomVoiceRecord(**json.loads(item)) for item in raw), key=lambda v: v.created_at)
+
+    async def delete(self, tenant: str, voice_id: str) -> bool:
+        removed: int = await self._client.hdel(self._key(tenant), voice_id)
+        return removed > 0

@@ -1,0 +1,22 @@
+"""``GET /v1/usage``: what the calling tenant has used."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from litestar import Controller, get
+
+from gateway.dependencies import Caller, Tenants
+
+__all__ = ["UsageController"]
+
+
+class UsageController(Controller):
+    path = "/v1/usage"
+    tags = ["Usage"]  # noqa: RUF012 - Litestar's declared type
+
+    @get(operation_id="getUsage", summary="Requests, input characters, audio seconds, cache hits and rejections.")
+    async def get_usage(self, tenancy: Tenants, principal: Caller) -> dict[str, Any]:
+        record = await tenancy.usage.get(principal.tenant.name)
+        return {"object": "usage", "tenant": principal.tenant.name, **asdict(record)}

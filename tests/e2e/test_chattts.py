@@ -1,0 +1,100 @@
+"""ChatTTS end to end: a real gateway with the chattts engine on tiny random-weight assets, the real OpenAI SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+from typing import TYPE_CHECKING, Any
+
+import openai
+import pytest
+
+from engines.chattts.loader import verify_directory
+from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio
+from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
+from tests.gateway_process import CONSOLE_SCRIPT, GatewayProcess
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+FORMATS = ["mp3", "opus", "aac", "flac", "wav", "pcm"]
+SEGMENT_S = (TEST_TOKENS * 512 - 256) / 24000  # every sentence is exactly TEST_TOKENS tokens here
+
+
+def config() -> dict[str, Any]:
+    chattts = {"kind": "chattts", "workers": 1, "health_interval_s": 3.0, "start_timeout_s": 120,
+               "options": chattts_engine_options(max_batch=4)}  # fmt: skip
+    return {
+        "engines": {"chattts": chattts, "espeak": {"kind": "espeak"}},
+        "aliases": {"tts-1": ["chattts", "espeak"], "tts-1-hd": ["chattts", "espeak"]},
+    }
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    process = GatewayProcess(config(), tmp_path_factory.mktemp("chattts-gateway")).start(timeout_s=90)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def client(gateway: GatewayProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="anything", max_retries=0)
+
+
+def test_chattts_is_ready_with_generated_weights(gateway: GatewayProcess) -> None:
+    state = gateway.engine("chattts")
+    assert state["state"] == "ready", state
+    assert state["ready_workers"] == 1
+
+
+@pytest.mark.parametrize("response_format", FORMATS)
+def test_every_format_through_the_alias(client: openai.OpenAI, response_format: str) -> None:
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="nova", input="Hello from ChatTTS. Two sentences.",
+        response_format=response_format,  # type: ignore[arg-type]
+    ) as response:
+        assert response.headers["x-engine"] == "chattts"
+        data = response.read()
+    audio = decode_audio(data, response_format)
+    assert audio.channels == 1
+    assert audio.duration == pytest.approx(2 * SEGMENT_S, abs=DURATION_TOLERANCE_S)
+    assert audio.rms > 0.005
+
+
+async def test_concurrent_requests_each_get_their_own_length(gateway: GatewayProcess) -> None:
+    texts = ["One.", "One. Two. Three.", "One. Two.", "One. Two. Three. Four."]
+    async with openai.AsyncOpenAI(base_url=f"{gateway.base_url}/v1", api_key="x", max_retries=0) as client:
+        responses = await asyncio.gather(
+            *(client.audio.speech.create(model="chattts", voice="alloy", input=t, response_format="pcm") for t in texts)
+        )
+    for text, response in zip(texts, responses, strict=True):
+        assert len(response.content) == 2 * round(text.count(".") * SEGMENT_S * 24000)
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
+def test_a_dead_or_hung_worker_is_replaced(client: openai.OpenAI, gateway: GatewayProcess, how: int) -> None:
+    before = gateway.wait_engine("chattts", ready_workers=1)
+    victim = before["pids"][0]
+    os.kill(victim, how)
+    try:
+        after = gateway.wait_engine("chattts", timeout_s=60, ready_workers=1, restarts=before["restarts"] + 1)
+    finally:
+        if how == signal.SIGSTOP:
+            with contextlib.suppress(ProcessLookupError):  # the pool killed it already; make sure
+                os.kill(victim, signal.SIGKILL)
+    assert victim not in after["pids"]
+    response = client.audio.speech.with_raw_response.create(model="tts-1", voice="echo", input="Back again.")
+    assert response.headers["x-engine"] == "chattts"
+    assert decode_audio(response.content, "mp3").duration == pytest.approx(SEGMENT_S, abs=DURATION_TOLERANCE_S)
+
+
+def test_cli_generates_assets_that_verify(tmp_path: Path) -> None:
+    target = tmp_path / "assets"
+    subprocess.run([str(CONSOLE_SCRIPT), "assets", "generate", "--preset", "tiny", str(target)], check=True,
+                   capture_output=True, timeout=120)  # fmt: skip
+    assert verify_directory(target).generated

@@ -1,0 +1,302 @@
+"""Per-tenant limits: one contract over the memory and the real-Redis storage, then Redis-only behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
+
+import pytest
+
+from auth.limits import LimitState, LimitsUnavailableError, RateLimitExceededError, TenantRateLimiter, format_reset
+from gateway.settings import TenantLimits
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+    from tests.redis_server import RedisServer
+
+
+@pytest.fixture
+async def make_limiter(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., TenantRateLimiter]]:
+    created: list[TenantRateLimiter] = []
+
+    def make(uri: str, **options: object) -> TenantRateLimiter:
+        limiter = TenantRateLimiter(uri, **options)  # type: ignore[arg-type]
+        created.append(limiter)
+        return limiter
+
+    yield make
+    for limiter in created:
+        await limiter.close()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def storage_uri(request: pytest.FixtureRequest) -> str:
+    if request.param == "memory":
+        return "memory://"
+    return str(request.getfixturevalue("redis_url"))
+
+
+@pytest.fixture
+def limiter(make_limiter: Callable[..., TenantRateLimiter], storage_uri: str) -> TenantRateLimiter:
+    return make_limiter(storage_uri, lease_ttl_s=0.3)
+
+
+@pytest.fixture
+def tenant() -> str:
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+async def test_requests_per_minute_admits_exactly_the_limit(limiter: TenantRateLimiter, tenant: str) -> None:
+    limits = TenantLimits(requests_per_minute=5)
+    remaining = [(await limiter.admit(tenant, limits, 10)).remaining_requests for _ in range(5)]
+    assert remaining == [4, 3, 2, 1, 0]
+    with pytest.raises(RateLimitExceededError) as refused:
+        await limiter.admit(tenant, limits, 10)
+    assert refused.value.reason == "requests"
+    assert 1 <= refused.value.retry_after_s <= 60
+    assert refused.value.state.remaining_requests == 0
+    assert refused.value.state.headers()["x-ratelimit-remaining-requests"] == "0"
+
+
+async def test_characters_are_weighted_hits(limiter: TenantRateLimiter, tenant: str) -> None:
+    limits = TenantLimits(characters_per_minute=100)
+    assert (await limiter.admit(tenant, limits, 60)).remaining_tokens == 40
+    with pytest.raises(RateLimitExceededError) as refused:
+        await limiter.admit(tenant, limits, 41)
+    assert refused.value.reason == "characters"
+    assert 1 <= refused.value.retry_after_s <= 60
+    assert (await limiter.admit(tenant, limits, 40)).remaining_tokens == 0
+
+
+async def test_a_request_larger_than_the_budget_waits_a_window(limiter: TenantRateLimiter, tenant: str) -> None:
+    with pytest.raises(RateLimitExceededError) as refused:
+        await limiter.admit(tenant, TenantLimits(characters_per_minute=10), 11)
+    assert refused.value.retry_after_s == 60
+
+
+async def test_a_refused_request_consumes_nothing(limiter: TenantRateLimiter, tenant: str) -> None:
+    limits = TenantLimits(requests_per_minute=10, characters_per_minute=100)
+    await limiter.admit(tenant, limits, 90)
+    with pytest.raises(RateLimitExceededError):
+        await limiter.admit(tenant, limits, 20)
+    state = await limiter.state(tenant, limits)
+    assert (state.remaining_requests, state.remaining_tokens) == (9, 10)
+
+
+async def test_headers_for_a_known_state(limiter: TenantRateLimiter, tenant: str) -> None:
+    limits = TenantLimits(requests_per_minute=5, characters_per_minute=1000)
+    fresh = (await limiter.state(tenant, limits)).headers()
+    assert fresh == {
+        "x-ratelimit-limit-requests": "5",
+        "x-ratelimit-remaining-requests": "5",
+        "x-ratelimit-reset-requests": "0s",
+        "x-ratelimit-limit-tokens": "1000",
+        "x-ratelimit-remaining-tokens": "1000",
+        "x-ratelimit-reset-tokens": "0s",
+    }
+    await limiter.admit(tenant, limits, 100)
+    headers = (await limiter.admit(tenant, limits, 150)).headers()
+    assert headers["x-ratelimit-limit-requests"] == "5"
+    assert headers["x-ratelimit-remaining-requests"] == "3"
+    assert headers["x-ratelimit-limit-tokens"] == "1000"
+    assert headers["x-ratelimit-remaining-tokens"] == "750"
+    # The oldest hit leaves the moving window a minute after it was made, i.e. just under 60 s from now.
+    for name in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"):
+        assert re.fullmatch(r"59(\.\d{1,3})?s|1m0s", headers[name]), headers[name]
+
+
+async def test_headers_only_for_limits_that_are_set(limiter: TenantRateLimiter, tenant: str) -> None:
+    state = await limiter.admit(tenant, TenantLimits(requests_per_minute=3), 10)
+    assert set(state.headers()) == {
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+    }
+    assert await limiter.admit(tenant, TenantLimits(), 10) == LimitState()
+    assert LimitState().headers() == {}
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0s"),
+        (0.12, "120ms"),
+        (0.0004, "0s"),
+        (1, "1s"),
+        (1.5, "1.5s"),
+        (59.9991, "59.999s"),
+        (60, "1m0s"),
+        (360, "6m0s"),
+        (61.25, "1m1.25s"),
+        (3725, "1h2m5s"),
+    ],
+)
+def test_reset_is_formatted_like_openai(seconds: float, text: str) -> None:
+    assert format_reset(seconds) == text
+
+
+async def test_stream_leases_up_to_the_limit(limiter: TenantRateLimiter, tenant: str) -> None:
+    limits = TenantLimits(concurrent_streams=2)
+    async with AsyncExitStack() as held:
+        await held.enter_async_context(limiter.stream_lease(tenant, limits))
+        await held.enter_async_context(limiter.stream_lease(tenant, limits))
+        with pytest.raises(RateLimitExceededError) as refused:
+            await held.enter_async_context(limiter.stream_lease(tenant, limits))
+        assert refused.value.reason == "concurrency"
+        assert refused.value.retry_after_s == 1
+    async with limiter.stream_lease(tenant, limits), limiter.stream_lease(tenant, limits):
+        pass
+
+
+async def test_lease_released_on_error_and_on_cancellation(limiter: TenantRateLimiter, tenant: str) -> None:
+    limits = TenantLimits(concurrent_streams=1)
+    with pytest.raises(ZeroDivisionError):
+        async with limiter.stream_lease(tenant, limits):
+            _ = 1 / 0
+    entered = asyncio.Event()
+
+    async def stream() -> None:
+        async with limiter.stream_lease(tenant, limits):
+            entered.set()
+            await asyncio.sleep(10)
+
+    task = asyncio.create_task(stream())
+    await entered.wait()
+    with pytest.raises(RateLimitExceededError):
+        async with limiter.stream_lease(tenant, limits):
+            pass
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with limiter.stream_lease(tenant, limits):
+        pass
+
+
+async def test_held_lease_is_renewed_beyond_its_ttl(limiter: TenantRateLimiter, tenant: str) -> None:
+    limits = TenantLimits(concurrent_streams=1)
+    async with limiter.stream_lease(tenant, limits):
+        for _ in range(3):  # 0.75 s in all, 2.5 times the 0.3 s ttl
+            await asyncio.sleep(0.25)
+            with pytest.raises(RateLimitExceededError):
+                async with limiter.stream_lease(tenant, limits):
+                    pass
+
+
+async def test_lease_of_a_dead_holder_expires_after_ttl(limiter: TenantRateLimiter, tenant: str) -> None:
+    limits = TenantLimits(concurrent_streams=1)
+    dead = limiter.stream_lease(tenant, limits)
+    await dead.__aenter__()
+    # The holder "dies": its renewal stops and it never releases.
+    for task in list(limiter._background):
+        task.cancel()
+    with pytest.raises(RateLimitExceededError):
+        async with limiter.stream_lease(tenant, limits):
+            pass
+    await asyncio.sleep(0.4)
+    async with limiter.stream_lease(tenant, limits):
+        pass
+    await dead.__aexit__(None, None, None)
+
+
+async def test_two_replicas_never_admit_more_than_the_limit(
+    make_limiter: Callable[..., TenantRateLimiter],
+    redis_url: str,
+    tenant: str,
+) -> None:
+    replicas = [make_limiter(redis_url), make_limiter(redis_url)]
+    limits = TenantLimits(requests_per_minute=20, characters_per_minute=10_000)
+
+    async def admit(i: int) -> bool:
+        try:
+            await replicas[i % 2].admit(tenant, limits, 10)
+        except RateLimitExceededError:
+            return False
+        return True
+
+    admitted = await asyncio.gather(*(admit(i) for i in range(80)))
+    assert sum(admitted) == 20
+    state = await replicas[0].state(tenant, limits)
+    assert (state.remaining_requests, state.remaining_tokens) == (0, 10_000 - 200)
+
+
+async def test_two_replicas_never_hold_more_leases_than_the_limit(
+    make_limiter: Callable[..., TenantRateLimiter],
+    redis_url: str,
+    tenant: str,
+) -> None:
+    replicas = [make_limiter(redis_url), make_limiter(redis_url)]
+    limits = TenantLimits(concurrent_streams=3)
+    holding = 0
+    peak = 0
+    started = 0
+
+    async def stream(i: int) -> None:
+        nonlocal holding, peak, started
+        try:
+            async with replicas[i % 2].stream_lease(tenant, limits):
+                started += 1
+                holding += 1
+                peak = max(peak, holding)
+                await asyncio.sleep(0.05)
+                holding -= 1
+        except RateLimitExceededError:
+            pass
+
+    await asyncio.gather(*(stream(i) for i in range(30)))
+    assert (peak, started) == (3, 3)
+
+
+async def test_fail_open_admits_counts_and_warns_once_per_outage(
+    make_limiter: Callable[..., TenantRateLimiter],
+    outage_redis: RedisServer,
+    tenant: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    limiter = make_limiter(outage_redis.url, fail_mode="open")
+    limits = TenantLimits(requests_per_minute=5, concurrent_streams=1)
+    assert (await limiter.admit(tenant, limits, 10)).remaining_requests == 4
+    outage_redis.stop()
+    with caplog.at_level(logging.WARNING, logger="tts_gateway.limits"):
+        for _ in range(3):
+            state = await limiter.admit(tenant, limits, 10)
+            assert state == LimitState(limit_requests=5)
+            assert state.headers() == {"x-ratelimit-limit-requests": "5"}
+        async with limiter.stream_lease(tenant, limits):
+            pass
+        assert limiter.outage_count == 3
+        assert len([r for r in caplog.records if "unreachable" in r.getMessage()]) == 1
+        outage_redis.start()
+        # No persistence: the restarted server starts with an empty window.
+        assert (await limiter.admit(tenant, limits, 10)).remaining_requests == 4
+        outage_redis.stop()
+        await limiter.admit(tenant, limits, 10)
+    assert limiter.outage_count == 4
+    assert len([r for r in caplog.records if "unreachable" in r.getMessage()]) == 2
+
+
+async def test_fail_closed_refuses_while_storage_is_down(
+    make_limiter: Callable[..., TenantRateLimiter],
+    outage_redis: RedisServer,
+    tenant: str,
+) -> None:
+    limiter = make_limiter(outage_redis.url, fail_mode="closed")
+    limits = TenantLimits(requests_per_minute=5, concurrent_streams=1)
+    await limiter.admit(tenant, limits, 10)
+    outage_redis.stop()
+    with pytest.raises(LimitsUnavailableError):
+        await limiter.admit(tenant, limits, 10)
+    with pytest.raises(LimitsUnavailableError):
+        await limiter.state(tenant, limits)
+    with pytest.raises(LimitsUnavailableError):
+        async with limiter.stream_lease(tenant, limits):
+            pass
+    assert limiter.outage_count == 0
+    outage_redis.start()
+    assert (await limiter.admit(tenant, limits, 10)).remaining_requests == 4
+    async with limiter.stream_lease(tenant, limits):
+        pass

@@ -1,0 +1,322 @@
+"""The ChatTTS engine on tiny random-weight assets: real ChatTTS modules, our loader, voices, streaming and batching."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from engines.base import EngineUnavailableError, InvalidSynthesisRequestError, SynthesisRequest
+from engines.chattts import ChatTTSEngine
+from engines.chattts.assets import HASH_FILE, MARKER_FILE
+from engines.chattts.loader import locate_weights, verify_directory
+from engines.chattts.options import ChatTTSOptions
+from engines.chattts.text import control_tags, speed_tag, split_segments
+from tests.chattts_assets import TEST_TOKENS, chattts_engine_options, tiny_assets_dir
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+SAMPLES_PER_SEGMENT = TEST_TOKENS * 512 - 256  # every segment is exactly TEST_TOKENS tokens long here
+
+
+class Cancel:
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+@pytest.fixture(scope="module")
+def engine() -> ChatTTSEngine:
+    loaded = ChatTTSEngine(chattts_engine_options())
+    loaded.load()
+    return loaded
+
+
+def speak(engine: ChatTTSEngine, text: str, **fields: Any) -> np.ndarray:
+    request = SynthesisRequest(text=text, voice=fields.pop("voice", "alloy"), **fields)
+    chunks = list(engine.synthesize(request, Cancel()))
+    return np.concatenate(chunks)
+
+
+def run_batch(engine: ChatTTSEngine, requests: list[SynthesisRequest], cancels: list[Cancel]) -> dict[int, list[Any]]:
+    items: dict[int, list[Any]] = {i: [] for i in range(len(requests))}
+    for index, item in engine.synthesize_batch(requests, cancels):
+        assert not items[index] or items[index][-1] is not None, "nothing may follow a request's end"
+        items[index].append(item)
+    return items
+
+
+# ----------------------------------------------------------------- assets and loading
+def copy_assets(tmp_path: Path) -> Path:
+    target = tmp_path / "assets"
+    shutil.copytree(tiny_assets_dir(), target)
+    return target
+
+
+def test_generated_assets_verify_against_their_own_hashes() -> None:
+    location = verify_directory(tiny_assets_dir())
+    assert location.generated
+    assert "preset tiny" in location.description
+
+
+def test_a_tampered_file_fails_the_hash_check(tmp_path: Path) -> None:
+    assets = copy_assets(tmp_path)
+    decoder = assets / "asset" / "Decoder.safetensors"
+    data = bytearray(decoder.read_bytes())
+    data[-1] ^= 0xFF
+    decoder.write_bytes(bytes(data))
+    with pytest.raises(EngineUnavailableError, match=r"Decoder\.safetensors does not match its own sha256_map"):
+        verify_directory(assets)
+
+
+def test_a_directory_without_marker_must_match_chattts_published_hashes(tmp_path: Path) -> None:
+    assets = copy_assets(tmp_path)
+    (assets / MARKER_FILE).unlink()
+    with pytest.raises(EngineUnavailableError, match="does not match ChatTTS's published sha256 map"):
+        verify_directory(assets)
+
+
+def test_a_missing_file_is_named(tmp_path: Path) -> None:
+    assets = copy_assets(tmp_path)
+    (assets / "asset" / "gpt" / "model.safetensors").unlink()
+    with pytest.raises(EngineUnavailableError, match=r"asset/gpt/model\.safetensors is missing"):
+        verify_directory(assets)
+
+
+def test_a_cached_hub_snapshot_loads_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    snapshot = tmp_path / "models--2Noise--ChatTTS" / "snapshots" / "0123abcd"
+    shutil.copytree(tiny_assets_dir(), snapshot)
+    assert locate_weights("hub", None, tmp_path, download=True, timeout_s=1).path == snapshot
+
+
+def test_no_weights_and_no_hub_is_unavailable_quickly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    started = time.monotonic()
+    with pytest.raises(EngineUnavailableError, match="hub is unreachable"):
+        ChatTTSEngine({"cache_dir": str(tmp_path)}).load()
+    assert time.monotonic() - started < 5
+
+
+def test_dir_source_without_path_says_so() -> None:
+    with pytest.raises(EngineUnavailableError, match="needs the 'path' option"):
+        ChatTTSEngine({"source": "dir"}).load()
+
+
+@pytest.mark.parametrize(
+    "options", [{"colour": "blue"}, {"source": "ftp"}, {"max_batch": 0}, {"min_new_token": 9, "max_new_token": 8}]
+)
+def test_bad_options_are_rejected(options: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="chattts engine options"):
+        ChatTTSOptions.parse(options)
+
+
+def test_generated_hash_map_covers_every_weight_file() -> None:
+    hashes = json.loads((tiny_assets_dir() / HASH_FILE).read_text())
+    assert len(hashes) == 9
+
+
+# ----------------------------------------------------------------- text
+def test_long_input_splits_at_sentences_within_the_limit() -> None:
+    text = "First one. Second one? " + "word " * 100 + "end."
+    segments = split_segments(text, 60)
+    assert segments[:2] == ["First one.", "Second one?"]
+    assert all(len(s) <= 60 for s in segments)
+    assert " ".join(segments).split() == text.split()
+
+
+def test_speed_and_control_tags() -> None:
+    assert [speed_tag(s) for s in (0.5, 1.0, 2.0, 4.0)] == ["[speed_1]", "[speed_5]", "[speed_9]", "[speed_9]"]
+    assert control_tags("cheerful [oral_3] and [break_9], [laugh_1]") == "[oral_3][laugh_1][break_7]"
+    assert control_tags("just be nice") == ""
+
+
+# ----------------------------------------------------------------- voices and seeds
+def test_named_voices_are_stable_and_distinct(engine: ChatTTSEngine) -> None:
+    from engines.chattts.voices import SpeakerBank
+
+    assert engine._voices is not None
+    again = SpeakerBank(engine._chat.speaker)  # as a restarted worker would build it
+    for name, embedding in engine._voices.named.items():
+        assert np.array_equal(embedding.numpy(), again.named[name].numpy())
+    assert not np.array_equal(engine._voices.named["alloy"].numpy(), engine._voices.named["onyx"].numpy())
+
+
+def test_a_custom_embedding_round_trips(engine: ChatTTSEngine) -> None:
+    assert engine._voices is not None
+    custom = engine._voices.sample(1234)
+    encoded = engine._voices.encode(custom)
+    assert np.array_equal(engine._voices.parse(encoded).numpy(), custom.numpy())
+    audio = speak(engine, "Hello there.", voice="custom", speaker=encoded, seed=3)
+    assert len(audio) == SAMPLES_PER_SEGMENT
+
+
+@pytest.mark.parametrize("speaker", ["garbage", "", "seed:x"])
+def test_a_malformed_custom_embedding_is_an_invalid_request(engine: ChatTTSEngine, speaker: str) -> None:
+    with pytest.raises(InvalidSynthesisRequestError) as raised:
+        speak(engine, "Hello.", voice="custom", speaker=speaker)
+    assert raised.value.param == "voice"
+
+
+def test_an_embedding_of_the_wrong_size_is_an_invalid_request(engine: ChatTTSEngine) -> None:
+    import torch
+
+    assert engine._voices is not None
+    wrong = engine._voices.encode(torch.ones(engine._voices.dim + 8, dtype=torch.float16))
+    with pytest.raises(InvalidSynthesisRequestError, match="values; these weights need"):
+        speak(engine, "Hello.", voice="custom", speaker=wrong)
+
+
+def test_same_seed_same_audio_other_seed_other_audio(engine: ChatTTSEngine) -> None:
+    first, second = speak(engine, "Hello there.", seed=7), speak(engine, "Hello there.", seed=7)
+    assert np.array_equal(first, second)
+    assert not np.array_equal(first, speak(engine, "Hello there.", seed=8))
+
+
+def test_instructions_tags_run_text_refinement(engine: ChatTTSEngine) -> None:
+    audio = speak(engine, "Hello there.", instructions="[oral_2][break_4] and anything else", seed=1)
+    assert len(audio) == SAMPLES_PER_SEGMENT
+
+
+# ----------------------------------------------------------------- streaming
+@pytest.fixture(scope="module")
+def hiddens(engine: ChatTTSEngine) -> list[Any]:
+    from engines.chattts.generation import CodeRequest, Sampling, generate_codes
+
+    assert engine._voices is not None
+    prefix = engine._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"])
+    ids = prefix + engine._text_ids("hello world") + engine._tag_ids(["[Ptts]"])
+    request = CodeRequest(0, ids, engine._voices.named["alloy"], 11, 300, 300, Cancel())
+    return [h for events in generate_codes(engine._chat, [request], Sampling()) for _, h in events if h is not None]
+
+
+def stream(engine: ChatTTSEngine, hiddens: list[Any], decoded: list[int] | None = None) -> list[np.ndarray]:
+    from engines.chattts.streaming import StreamDecoder, decode_hiddens
+
+    def decode(h: Any) -> np.ndarray:
+        if decoded is not None:
+            decoded.append(len(h))
+        return decode_hiddens(engine._chat, h)
+
+    decoder = StreamDecoder(decode)
+    chunks = []
+    for count, hidden in enumerate(hiddens, start=1):
+        if (chunk := decoder.push(hidden)) is not None:
+            chunks.append((count, chunk))
+    chunks.append((len(hiddens), decoder.finish()))
+    assert chunks[0][0] <= 24, "the first audio leaves after at most 24 tokens"
+    return [chunk for _, chunk in chunks]
+
+
+def test_streamed_audio_matches_one_decode(engine: ChatTTSEngine, hiddens: list[Any]) -> None:
+    import torch
+
+    from engines.chattts.streaming import decode_hiddens
+
+    whole = decode_hiddens(engine._chat, torch.stack(hiddens))
+    streamed = np.concatenate(stream(engine, hiddens))
+    assert len(streamed) == len(whole)
+    assert np.sqrt(np.mean((streamed - whole) ** 2)) < 0.01 * np.sqrt(np.mean(whole**2))
+
+
+def test_chunk_boundaries_have_no_discontinuity(engine: ChatTTSEngine, hiddens: list[Any]) -> None:
+    chunks = stream(engine, hiddens)
+    typical_step = np.percentile(np.abs(np.diff(np.concatenate(chunks))), 99.9)
+    for before, after in itertools.pairwise(chunks):
+        assert abs(float(after[0]) - float(before[-1])) <= typical_step
+
+
+def test_decoding_cost_is_linear(engine: ChatTTSEngine, hiddens: list[Any]) -> None:
+    decoded: list[int] = []
+    stream(engine, hiddens, decoded)
+    # A re-decode of the whole prefix per chunk would decode ~n^2/48 tokens (1875 here).
+    assert sum(decoded) < 3.5 * len(hiddens)
+
+
+# ----------------------------------------------------------------- batching
+def test_batched_requests_get_their_own_audio(engine: ChatTTSEngine) -> None:
+    requests = [
+        SynthesisRequest("One sentence.", "alloy", seed=1),
+        SynthesisRequest("Three sentences. Here they are. Really.", "nova", seed=2),
+        SynthesisRequest("Two sentences. Yes.", "onyx", seed=3),
+    ]
+    items = run_batch(engine, requests, [Cancel() for _ in requests])
+    for index, segments in enumerate((1, 3, 2)):
+        assert items[index][-1] is None
+        audio = np.concatenate(items[index][:-1])
+        assert len(audio) == segments * SAMPLES_PER_SEGMENT
+        alone = speak(engine, requests[index].text, voice=requests[index].voice, seed=requests[index].seed)
+        assert np.allclose(audio, alone, atol=2), "batching must not change a seeded request's audio"
+
+
+def test_a_cancelled_request_does_not_disturb_the_others(engine: ChatTTSEngine) -> None:
+    voices = ("echo", "sage", "verse")
+    requests = [SynthesisRequest("First sentence. Second one.", voice, seed=i) for i, voice in enumerate(voices)]
+    reference = run_batch(engine, requests, [Cancel() for _ in requests])
+    cancels = [Cancel() for _ in requests]
+    items: dict[int, list[Any]] = {i: [] for i in range(3)}
+    for index, item in engine.synthesize_batch(requests, cancels):
+        items[index].append(item)
+        if index == 1 and len(items[1]) == 1:
+            cancels[1].set()
+            cancelled_at = time.monotonic()
+        if index == 1 and item is None:
+            assert time.monotonic() - cancelled_at < 1.0
+    assert items[1][-1] is None
+    assert sum(len(c) for c in items[1][:-1]) < SAMPLES_PER_SEGMENT
+    for index in (0, 2):
+        assert np.allclose(np.concatenate(items[index][:-1]), np.concatenate(reference[index][:-1]), atol=2)
+
+
+def test_an_invalid_request_in_a_batch_fails_alone(engine: ChatTTSEngine) -> None:
+    requests = [SynthesisRequest("Hello.", "alloy", speaker="not a speaker"), SynthesisRequest("Hello.", "alloy")]
+    items = run_batch(engine, requests, [Cancel(), Cancel()])
+    assert isinstance(items[0][0], InvalidSynthesisRequestError)
+    assert len(items[0]) == 1
+    assert items[1][-1] is None
+    assert sum(len(c) for c in items[1][:-1]) == SAMPLES_PER_SEGMENT
+
+
+# ----------------------------------------------------------------- through a worker process
+@pytest.fixture
+async def pool() -> Iterator[Any]:
+    from engines.pool import EnginePool
+    from gateway.settings import EngineSettings
+
+    settings = EngineSettings(kind="chattts", options=chattts_engine_options(max_batch=4, batch_window_ms=50))
+    engine_pool = EnginePool("chattts", settings)
+    await engine_pool.start()
+    assert await engine_pool.wait_ready(60), engine_pool.status().reason
+    yield engine_pool
+    await engine_pool.stop()
+
+
+async def collect(engine_pool: Any, request: SynthesisRequest) -> bytes:
+    async with engine_pool.open_stream(request) as chunks:
+        return b"".join([chunk async for chunk in chunks])
+
+
+async def test_worker_batches_concurrent_requests(pool: Any) -> None:
+    import asyncio
+
+    texts = ["One.", "One. Two.", "One. Two. Three.", "One. Two. Three. Four."]
+    results = await asyncio.gather(*(collect(pool, SynthesisRequest(t, "alloy", seed=5)) for t in texts))
+    for segments, pcm in enumerate(results, start=1):
+        assert len(pcm) == 2 * segments * SAMPLES_PER_SEGMENT
+    with pytest.raises(InvalidSynthesisRequestError):
+        await collect(pool, SynthesisRequest("Hello.", "alloy", speaker="garbage"))
+    assert len(await collect(pool, SynthesisRequest("Still fine.", "alloy"))) == 2 * SAMPLES_PER_SEGMENT

@@ -1,0 +1,258 @@
+"""The audio cache (memory LRU and a real Redis) and single-flight sharing of identical syntheses."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.cache import AudioCache, SingleFlight, cache_key
+from gateway.settings import CacheSettings
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from tests.redis_server import RedisServer
+
+BASE: dict[str, Any] = {
+    "engine": "chattts", "weights_id": "sha256:abc", "text": "Hello world", "voice_id": "nova",
+    "response_format": "mp3", "speed": 1.0, "instructions": None, "params": {"temperature": 0.3, "seed": 7},
+}
+
+
+def key(**changes: Any) -> str:
+    return cache_key(**{**BASE, **changes})
+
+
+def test_key_normalizes_text() -> None:
+    assert key(text="  Hello \n\t world ") == key()
+    assert key(text="caf\u00e9") == key(text="cafe\u0301")  # NFC: composed and decomposed é
+    assert key(params={"seed": 7, "temperature": 0.3}) == key()
+    assert key(speed=1) == key()
+    assert len(key()) == 64
+
+
+@pytest.mark.parametrize("change", [
+    {"engine": "espeak"}, {"weights_id": "sha256:abd"}, {"text": "Hello world!"}, {"text": "hello world"},
+    {"text": "Helloworld"}, {"voice_id": "alloy"}, {"response_format": "wav"}, {"speed": 1.25},
+    {"instructions": "cheerful"}, {"instructions": ""}, {"params": {"temperature": 0.31, "seed": 7}},
+    {"params": {"temperature": 0.3}}, {"params": {"temperature": 0.3, "seed": 7, "top_p": 0.7}},
+])
+def test_any_change_gives_another_key(change: dict[str, Any]) -> None:
+    assert key(**change) != key()
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def cache(request: pytest.FixtureRequest) -> AsyncIterator[AudioCache]:
+    url = None if request.param == "memory" else str(request.getfixturevalue("redis_url"))
+    audio_cache = AudioCache(CacheSettings(max_entry_bytes=4096), url)
+    yield audio_cache
+    await audio_cache.close()
+
+
+async def test_binary_audio_round_trips(cache: AudioCache) -> None:
+    audio = b"\xff\xfe\x00\x80ID3\xc3\x28" + os.urandom(2000)  # not UTF-8
+    assert await cache.get(key()) is None
+    await cache.set(key(), audio)
+    assert await cache.get(key()) == audio
+    assert await cache.get(key(voice_id="alloy")) is None
+
+
+async def test_entries_over_max_entry_bytes_are_skipped(cache: AudioCache) -> None:
+    await cache.set("big", b"x" * 4097)
+    await cache.set("fits", b"x" * 4096)
+    assert await cache.get("big") is None
+    assert await cache.get("fits") == b"x" * 4096
+
+
+async def test_redis_entry_layout_and_ttl(redis_url: str) -> None:
+    cache = AudioCache(CacheSettings(ttl_s=600), redis_url)
+    await cache.set(key(), b"\x00audio")
+    client = aioredis.Redis.from_url(redis_url)
+    assert await client.get(f"tts:audio:{key()}") == b"\x00audio"
+    assert 599_000 < await client.pttl(f"tts:audio:{key()}") <= 600_000
+    await client.aclose()
+    await cache.close()
+
+
+async def test_memory_cache_evicts_least_recently_used() -> None:
+    cache = AudioCache(CacheSettings(max_memory_entries=2), None)
+    await cache.set("a", b"A")
+    await cache.set("b", b"B")
+    assert await cache.get("a") == b"A"  # now b is the least recently used
+    await cache.set("c", b"C")
+    assert [await cache.get(k) for k in ("a", "b", "c")] == [b"A", None, b"C"]
+
+
+async def test_disabled_cache_stores_nothing() -> None:
+    cache = AudioCache(CacheSettings(enabled=False), None)
+    await cache.set("a", b"A")
+    assert await cache.get("a") is None
+
+
+async def test_outage_reads_as_a_miss_and_writes_are_dropped(
+    outage_redis: RedisServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    cache = AudioCache(CacheSettings(), outage_redis.url)
+    await cache.set("a", b"A")
+    outage_redis.stop()
+    with caplog.at_level(logging.WARNING, logger="tts_gateway.cache"):
+        assert await cache.get("a") is None
+        await cache.set("b", b"B")
+        assert await cache.get("b") is None
+    assert len([r for r in caplog.records if "unreachable" in r.getMessage()]) == 1
+    outage_redis.start()
+    await cache.set("c", b"C")
+    assert await cache.get("c") == b"C"
+    await cache.close()
+
+
+class Producer:
+    """Makes ``chunks`` with a pause between them, counting its runs and how they ended."""
+
+    def __init__(self, chunks: int = 5, fail_after: int | None = None, pause_s: float = 0.02) -> None:
+        self.chunks = chunks
+        self.fail_after = fail_after
+        self.pause_s = pause_s
+        self.runs = 0
+        self.cancelled = 0
+        self.finished = 0
+
+    async def __call__(self) -> AsyncIterator[bytes]:
+        self.runs += 1
+        try:
+            for i in range(self.chunks):
+                if i == self.fail_after:
+                    raise RuntimeError("engine crashed")
+                await asyncio.sleep(self.pause_s)
+                yield bytes([i]) * 100
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        self.finished += 1
+
+    @property
+    def audio(self) -> bytes:
+        return b"".join(bytes([i]) * 100 for i in range(self.chunks))
+
+
+async def read(stream: AsyncIterator[bytes], stop_after: int | None = None) -> bytes:
+    received = b""
+    async for chunk in stream:
+        received += chunk
+        if stop_after is not None and len(received) >= stop_after:
+            await stream.aclose()  # type: ignore[attr-defined]  # the client goes away
+            break
+    return received
+
+
+async def test_identical_streams_share_one_production() -> None:
+    flights = SingleFlight()
+    produce = Producer()
+    stored: list[bytes] = []
+
+    async def store(audio: bytes) -> None:
+        stored.append(audio)
+
+    async def late_reader() -> bytes:
+        await asyncio.sleep(0.05)  # joins mid-production and still gets everything from the start
+        return await read(flights.stream("k", produce, store))
+
+    results = await asyncio.gather(*(read(flights.stream("k", produce, store)) for _ in range(4)), late_reader())
+    assert produce.runs == 1
+    assert results == [produce.audio] * 5
+    assert stored == [produce.audio]
+    assert flights.in_flight == 0
+
+
+async def test_a_reader_that_leaves_does_not_disturb_the_others() -> None:
+    flights = SingleFlight()
+    produce = Producer()
+    stored: list[bytes] = []
+
+    async def store(audio: bytes) -> None:
+        stored.append(audio)
+
+    early, full = await asyncio.gather(read(flights.stream("k", produce, store), stop_after=100),
+                                       read(flights.stream("k", produce, store)))
+    assert early == produce.audio[:100]
+    assert full == produce.audio
+    assert (produce.runs, produce.cancelled, produce.finished) == (1, 0, 1)
+    assert stored == [produce.audio]
+
+
+async def test_a_cancelled_reader_does_not_disturb_the_others() -> None:
+    flights = SingleFlight()
+    produce = Producer()
+    leaving = asyncio.create_task(read(flights.stream("k", produce)))
+    staying = asyncio.create_task(read(flights.stream("k", produce)))
+    await asyncio.sleep(0.03)
+    leaving.cancel()
+    assert await staying == produce.audio
+    assert (produce.runs, produce.cancelled) == (1, 0)
+
+
+async def test_production_is_cancelled_when_every_reader_left() -> None:
+    flights = SingleFlight()
+    produce = Producer(chunks=20)
+    stored: list[bytes] = []
+
+    async def store(audio: bytes) -> None:
+        stored.append(audio)
+
+    await asyncio.gather(*(read(flights.stream("k", produce, store), stop_after=100) for _ in range(3)))
+    await asyncio.sleep(0.05)
+    assert (produce.runs, produce.cancelled, produce.finished) == (1, 1, 0)
+    assert stored == []
+    assert flights.in_flight == 0
+    # A new request for the same key starts afresh.
+    assert await read(flights.stream("k", produce, store)) == produce.audio
+    assert produce.runs == 2
+    assert stored == [produce.audio]
+
+
+async def test_producer_error_reaches_every_reader() -> None:
+    flights = SingleFlight()
+    produce = Producer(fail_after=2)
+    stored: list[bytes] = []
+
+    async def store(audio: bytes) -> None:
+        stored.append(audio)
+
+    async def read_all() -> tuple[bytes, BaseException | None]:
+        received = b""
+        try:
+            async for chunk in flights.stream("k", produce, store):
+                received += chunk
+        except RuntimeError as exc:
+            return received, exc
+        return received, None
+
+    results = await asyncio.gather(*(read_all() for _ in range(3)))
+    assert produce.runs == 1
+    for received, error in results:
+        assert received == produce.audio[:200]
+        assert isinstance(error, RuntimeError)
+        assert str(error) == "engine crashed"
+    assert stored == []
+    assert flights.in_flight == 0
+
+
+async def test_different_keys_do_not_share() -> None:
+    flights = SingleFlight()
+    produce = Producer(chunks=2)
+    await asyncio.gather(read(flights.stream("a", produce)), read(flights.stream("b", produce)))
+    assert produce.runs == 2
+
+
+async def test_a_stream_never_iterated_starts_nothing() -> None:
+    flights = SingleFlight()
+    produce = Producer()
+    stream = flights.stream("k", produce)
+    await asyncio.sleep(0.01)
+    assert (produce.runs, flights.in_flight) == (0, 0)
+    await stream.aclose()  # type: ignore[attr-defined]

@@ -1,0 +1,65 @@
+"""The checked-in OpenAPI document is the app's, and its speech request matches OpenAI's contract."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.app import openapi_document
+
+ROOT = Path(__file__).parents[3]
+CHECKED_IN = ROOT / "openapi" / "openapi.json"
+OPENAI = json.loads((ROOT / "tests" / "data" / "openai-speech-schema.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def document() -> dict[str, Any]:
+    return json.loads(openapi_document())
+
+
+def test_checked_in_document_is_what_the_app_serves() -> None:
+    assert CHECKED_IN.read_text() == openapi_document(), "regenerate: tts-gateway openapi --output openapi/openapi.json"
+
+
+def _resolve(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+def _speech_request(document: dict[str, Any]) -> dict[str, Any]:
+    body = document["paths"]["/v1/audio/speech"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    return _resolve(document, body)
+
+
+def test_speech_request_has_openais_fields_and_required(document: dict[str, Any]) -> None:
+    ours, theirs = _speech_request(document), OPENAI["components"]["schemas"]["CreateSpeechRequest"]
+    assert set(ours["properties"]) == set(theirs["properties"])
+    assert set(ours["required"]) == set(theirs["required"])
+
+
+def _enum(document: dict[str, Any], schema: dict[str, Any]) -> set[str]:
+    return set(_resolve(document, schema)["enum"])
+
+
+def test_speech_request_enums_and_bounds_match(document: dict[str, Any]) -> None:
+    ours, theirs = _speech_request(document)["properties"], OPENAI["components"]["schemas"]["CreateSpeechRequest"][
+        "properties"]
+    for field in ("response_format", "stream_format"):
+        assert _enum(document, ours[field]) == set(theirs[field]["enum"])
+        assert ours[field].get("default", _resolve(document, ours[field]).get("default")) == theirs[field]["default"]
+    assert ours["speed"]["minimum"] == theirs["speed"]["minimum"]
+    assert ours["speed"]["maximum"] == theirs["speed"]["maximum"]
+    assert ours["speed"]["default"] == theirs["speed"]["default"]
+    assert ours["speed"]["type"] == "number"
+    assert ours["input"]["maxLength"] == theirs["input"]["maxLength"]
+    assert ours["instructions"]["maxLength"] == theirs["instructions"]["maxLength"]
+
+
+def test_every_operation_has_an_id_and_the_speech_route_returns_200(document: dict[str, Any]) -> None:
+    operations = [op for path in document["paths"].values() for op in path.values()]
+    assert all("operationId" in op for op in operations)
+    assert "200" in document["paths"]["/v1/audio/speech"]["post"]["responses"]
