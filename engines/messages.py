@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from engines.base import EngineInfo, SynthesisRequest
 
 __all__ = [
+    "BatchStarted",
     "CancelJob",
     "JobChunk",
     "JobEnded",
@@ -69,6 +70,13 @@ class JobChunk:
     job_id: int
     pcm: bytes
     """Mono signed 16-bit little-endian PCM at the engine's sample rate."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStarted:
+    """A batching worker started generating ``size`` jobs together (for the batch-size metric)."""
+
+    size: int
 
 
 @dataclass(frozen=True, slots=True)

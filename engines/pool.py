@@ -16,7 +16,7 @@ import pickle
 import socket
 import struct
 import time
-from collections import deque
+from collections import Counter, deque
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal
 
 from engines.base import InvalidSynthesisRequestError
 from engines.messages import (
+    BatchStarted,
     CancelJob,
     JobChunk,
     JobEnded,
@@ -100,6 +101,8 @@ class PoolStatus:
     restarts: int
     pids: tuple[int, ...]
     """Process ids of the live workers (for operators, and for tests that kill one)."""
+    batch_sizes: dict[int, int]
+    """How many batches of each size batching workers have run."""
     info: EngineInfo | None
 
 
@@ -214,6 +217,7 @@ class EnginePool:
         self._job_ids = itertools.count(1)
         self._ping_nonces = itertools.count(1)
         self._restarts = 0
+        self._batch_sizes: Counter[int] = Counter()
         self._failed_starts = 0
         self._unavailable_reason: str | None = None
         self._info: EngineInfo | None = None
@@ -268,6 +272,7 @@ class EnginePool:
             queued=len(self._waiters),
             restarts=self._restarts,
             pids=tuple(w.process.pid for w in self._workers if w.process.pid is not None),
+            batch_sizes=dict(self._batch_sizes),
             info=self._info,
         )
 
@@ -397,6 +402,8 @@ class EnginePool:
                 worker.send(CancelJob(job.id))
         elif isinstance(message, JobEnded):
             self._on_job_ended(worker, message)
+        elif isinstance(message, BatchStarted):
+            self._batch_sizes[message.size] += 1
         elif isinstance(message, Pong):
             worker.ping_sent_at = None
         elif isinstance(message, WorkerReady):

@@ -18,6 +18,7 @@ import numpy as np
 
 from engines.base import BatchingEngine, EngineUnavailableError, InvalidSynthesisRequestError, SynthesisRequest
 from engines.messages import (
+    BatchStarted,
     CancelJob,
     JobChunk,
     JobEnded,
@@ -118,6 +119,7 @@ def _serve_batches(
     while not stopping:
         batch, stopping = _collect_batch(jobs, max_batch, engine.batch_window_ms / 1000)
         if batch:
+            outbox.send(BatchStarted(len(batch)))
             for ended in _run_batch(engine, batch, [cancels[job.job_id] for job in batch], outbox):
                 outbox.send(ended)
             for job in batch:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from auth import ApiKeyRecord, Tenant, TenantNotFoundError, tenant_from_settings
 from gateway.dependencies import Tenants
-from gateway.errors import OpenAIError
+from gateway.errors import OpenAIError, error_responses
 from gateway.security import require_admin
 from gateway.settings import TenantLimits, TenantSettings
 
@@ -43,29 +43,33 @@ def _no_tenant(name: str) -> OpenAIError:
     return OpenAIError(HTTP_404_NOT_FOUND, f"Tenant '{name}' was not found.", param="name", code="tenant_not_found")
 
 
+_ERRORS = error_responses(400, 401, 404, 503)
+
+
 class AdminController(Controller):
     path = "/admin"
     tags = ["Admin"]  # noqa: RUF012 - Litestar's declared type
     guards = [require_admin]  # noqa: RUF012 - Litestar's declared type
 
-    @get("/tenants", operation_id="adminListTenants")
+    @get("/tenants", operation_id="adminListTenants", responses=_ERRORS)
     async def list_tenants(self, tenancy: Tenants) -> list[dict[str, Any]]:
         return [_tenant_json(t) for t in await tenancy.store.list_tenants()]
 
-    @post("/tenants", status_code=HTTP_201_CREATED, operation_id="adminCreateTenant")
+    @post("/tenants", status_code=HTTP_201_CREATED, operation_id="adminCreateTenant", responses=_ERRORS)
     async def create_tenant(self, data: JSONBody[TenantCreate], tenancy: Tenants) -> dict[str, Any]:
         # Validated as a configuration entry would be (name pattern, limits).
         tenant = tenant_from_settings(TenantSettings(name=data.name, limits=data.limits, models=data.models))
         await tenancy.store.put_tenant(tenant)
         return _tenant_json(tenant)
 
-    @delete("/tenants/{name:str}", status_code=200, operation_id="adminDeleteTenant")
+    @delete("/tenants/{name:str}", status_code=200, operation_id="adminDeleteTenant", responses=_ERRORS)
     async def delete_tenant(self, name: FromPath[str], tenancy: Tenants) -> dict[str, Any]:
         if not await tenancy.store.delete_tenant(name):
             raise _no_tenant(name)
         return {"name": name, "deleted": True}
 
-    @post("/tenants/{name:str}/keys", status_code=HTTP_201_CREATED, operation_id="adminCreateKey")
+    @post("/tenants/{name:str}/keys", status_code=HTTP_201_CREATED, operation_id="adminCreateKey",
+          responses=_ERRORS)
     async def create_key(self, name: FromPath[str], tenancy: Tenants) -> dict[str, Any]:
         try:
             key, record = await tenancy.store.create_key(name)
@@ -73,17 +77,17 @@ class AdminController(Controller):
             raise _no_tenant(name) from None
         return {**_key_json(record), "key": key}  # the only time the key is ever shown
 
-    @get("/tenants/{name:str}/keys", operation_id="adminListKeys")
+    @get("/tenants/{name:str}/keys", operation_id="adminListKeys", responses=_ERRORS)
     async def list_keys(self, name: FromPath[str], tenancy: Tenants) -> list[dict[str, Any]]:
         return [_key_json(r) for r in await tenancy.store.list_keys(name)]
 
-    @delete("/keys/{key_id:str}", status_code=200, operation_id="adminRevokeKey")
+    @delete("/keys/{key_id:str}", status_code=200, operation_id="adminRevokeKey", responses=_ERRORS)
     async def revoke_key(self, key_id: FromPath[str], tenancy: Tenants) -> dict[str, Any]:
         if not await tenancy.store.revoke_key(key_id):
             raise OpenAIError(HTTP_404_NOT_FOUND, f"Key '{key_id}' was not found.", param="key_id",
                               code="key_not_found")
         return {"id": key_id, "revoked": True}
 
-    @get("/usage", operation_id="adminUsage")
+    @get("/usage", operation_id="adminUsage", responses=_ERRORS)
     async def usage(self, tenancy: Tenants) -> dict[str, Any]:
         return {name: asdict(record) for name, record in (await tenancy.usage.all()).items()}

@@ -39,6 +39,12 @@ __all__ = ["create_app", "openapi_document"]
 logger = logging.getLogger("tts_gateway")
 
 VERSION = "0.1.0"
+class MetricsController(PrometheusController):
+    """``GET /metrics`` in Prometheus's text format; an operational endpoint, left out of the API document."""
+
+    include_in_schema = False
+
+
 _PROMETHEUS = PrometheusConfig(app_name="tts_gateway", prefix="tts_http", group_path=True,
                                exclude=["^/metrics", "^/healthz", "^/readyz"])
 
@@ -48,7 +54,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or load_settings()
     return Litestar(
         route_handlers=[SpeechController, ModelsController, VoicesController, UsageController, AdminController,
-                        HealthController, PrometheusController],
+                        HealthController, MetricsController],
         lifespan=[_services(settings)],
         dependencies=_dependencies(),
         middleware=[request_tracking_middleware, _PROMETHEUS.middleware],

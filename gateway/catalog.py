@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engines.base import OPENAI_VOICES
 from gateway.custom_voices import SEED_SPEAKER_PREFIX, CustomVoiceRecord, new_voice
 from gateway.dependencies import Caller, Router, Tenants
-from gateway.errors import OpenAIError
+from gateway.errors import OpenAIError, error_responses
 from gateway.schemas import ModelList, ModelObject
 
 __all__ = ["CustomVoiceCreate", "ModelsController", "VoicesController"]
@@ -55,12 +55,14 @@ class ModelsController(Controller):
     path = "/v1/models"
     tags = ["Models"]  # noqa: RUF012 - Litestar's declared type
 
-    @get(operation_id="listModels", summary="Engines and the aliases that route to them.")
+    @get(operation_id="listModels", summary="Engines and the aliases that route to them.",
+         responses=error_responses(401, 503))
     async def list_models(self, router: Router, principal: Caller) -> ModelList:
         names = [n for n in router.model_names() if principal.tenant.allows_model(n)]
         return ModelList(data=[ModelObject(id=name) for name in names])
 
-    @get("/{model:str}", operation_id="retrieveModel", summary="One engine or alias.")
+    @get("/{model:str}", operation_id="retrieveModel", summary="One engine or alias.",
+         responses=error_responses(401, 404, 503))
     async def retrieve_model(self, model: FromPath[str], router: Router, principal: Caller) -> ModelObject:
         if model not in router.model_names() or not principal.tenant.allows_model(model):
             raise _model_not_found(model)
@@ -71,7 +73,8 @@ class VoicesController(Controller):
     path = "/v1/audio/voices"
     tags = ["Voices"]  # noqa: RUF012 - Litestar's declared type
 
-    @get(operation_id="listVoices", summary="Built-in voices with the models that have them, and your custom voices.")
+    @get(operation_id="listVoices", summary="Built-in voices with the models that have them, and your custom voices.",
+         responses=error_responses(400, 401, 404, 503))
     async def list_voices(
         self, router: Router, tenancy: Tenants, principal: Caller,
         model: Annotated[str | None, Parameter(description="Only the voices of this model.")] = None,
@@ -87,14 +90,16 @@ class VoicesController(Controller):
                   if v.model in engines]
         return {"object": "list", "data": builtin + custom}
 
-    @get("/{voice_id:str}", operation_id="retrieveVoice", summary="One of your custom voices.")
+    @get("/{voice_id:str}", operation_id="retrieveVoice", summary="One of your custom voices.",
+         responses=error_responses(401, 404, 503))
     async def retrieve_voice(self, voice_id: FromPath[str], tenancy: Tenants, principal: Caller) -> dict[str, Any]:
         voice = await tenancy.voices.get(principal.tenant.name, voice_id)
         if voice is None:
             raise _voice_not_found(voice_id)
         return voice.public() | {"custom": True}
 
-    @post(status_code=HTTP_201_CREATED, operation_id="createVoice", summary="Create a custom voice for your tenant.")
+    @post(status_code=HTTP_201_CREATED, operation_id="createVoice", summary="Create a custom voice for your tenant.",
+          responses=error_responses(400, 401, 404, 503))
     async def create_voice(
         self, data: JSONBody[CustomVoiceCreate], router: Router, tenancy: Tenants, principal: Caller,
     ) -> dict[str, Any]:
@@ -102,7 +107,8 @@ class VoicesController(Controller):
         await tenancy.voices.add(voice)
         return voice.public() | {"custom": True}
 
-    @delete("/{voice_id:str}", status_code=200, operation_id="deleteVoice", summary="Delete one of your voices.")
+    @delete("/{voice_id:str}", status_code=200, operation_id="deleteVoice", summary="Delete one of your voices.",
+            responses=error_responses(401, 404, 503))
     async def delete_voice(self, voice_id: FromPath[str], tenancy: Tenants, principal: Caller) -> dict[str, Any]:
         if not await tenancy.voices.delete(principal.tenant.name, voice_id):
             raise _voice_not_found(voice_id)

@@ -22,8 +22,11 @@ __all__ = ["main"]
 
 
 def _config_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=os.environ.get("TTS_GATEWAY_CONFIG"),
-                        help="YAML configuration file (default: $TTS_GATEWAY_CONFIG); environment variables win")
+    default = [Path(p) for p in os.environ.get("TTS_GATEWAY_CONFIG", "").split(os.pathsep) if p]
+    parser.add_argument("--config", type=Path, action="append", default=None,
+                        help="YAML configuration file, repeatable: later files deep-merge over earlier ones "
+                             "(default: $TTS_GATEWAY_CONFIG, files separated by ':'); environment variables win")
+    parser.set_defaults(config_default=default)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,7 +55,7 @@ def _settings(args: argparse.Namespace) -> Settings | None:
     from gateway.settings import load_settings
 
     try:
-        return load_settings(args.config)
+        return load_settings(args.config if args.config is not None else args.config_default)
     except (FileNotFoundError, ValueError) as exc:
         print(f"tts-gateway: invalid configuration: {exc}", file=sys.stderr)
         return None

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from litestar import MediaType, Response
 from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi import ResponseSpec
 from litestar.status_codes import (
     HTTP_400_BAD_REQUEST,
     HTTP_401_UNAUTHORIZED,
@@ -27,12 +28,13 @@ from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenant
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
 from engines.base import InvalidSynthesisRequestError
 from engines.pool import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from gateway.schemas import ErrorResponse
 
 if TYPE_CHECKING:
     from litestar import Request
     from litestar.types import ExceptionHandlersMap
 
-__all__ = ["EXCEPTION_HANDLERS", "OpenAIError", "error_body"]
+__all__ = ["EXCEPTION_HANDLERS", "OpenAIError", "error_body", "error_responses"]
 
 logger = logging.getLogger("tts_gateway.errors")
 
@@ -65,6 +67,25 @@ class OpenAIError(Exception):
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:  # noqa: A002
     """OpenAI's error body."""
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+_ERROR_DESCRIPTIONS = {
+    400: "Invalid request: the error names the parameter.",
+    401: "Missing, malformed, unknown, revoked or expired credentials.",
+    403: "The tenant may not use this model, or the token names an unknown tenant.",
+    404: "Unknown model, voice, tenant or key.",
+    405: "Method not allowed on this route.",
+    413: "Request body over the size limit.",
+    415: "The body is not application/json.",
+    429: "Over a tenant limit; see Retry-After and the x-ratelimit-* headers.",
+    503: "Overloaded, not ready, engine failure before the first byte, or a backend unreachable; see Retry-After.",
+}
+
+
+def error_responses(*status_codes: int) -> dict[int, ResponseSpec]:
+    """The OpenAPI declaration of the OpenAI-shaped errors a route can answer with."""
+    return {code: ResponseSpec(ErrorResponse, description=_ERROR_DESCRIPTIONS[code], generate_examples=False)
+            for code in status_codes}
 
 
 def _respond(error: OpenAIError) -> Response[dict[str, Any]]:

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from litestar import Controller, Response, get
+from litestar.openapi import ResponseSpec
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 from redis.exceptions import RedisError
 
@@ -25,7 +26,9 @@ class HealthController(Controller):
     async def healthz(self) -> dict[str, str]:
         return {"status": "ok"}
 
-    @get("/readyz", operation_id="readyz", summary="Readiness: 200 when at least one engine is ready.")
+    @get("/readyz", operation_id="readyz", summary="Readiness: 200 when at least one engine is ready.",
+         responses={503: ResponseSpec(data_container=Readiness, description="Not ready: see the detail.",
+                                     generate_examples=False)})
     async def readyz(self, router: Router, tenancy: Tenants) -> Response[Readiness]:
         engines = {name: _readiness(pool.status()) for name, pool in router.pools.items()}
         redis = await _redis_state(tenancy)

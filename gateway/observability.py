@@ -169,13 +169,18 @@ class PoolCollector(Collector):
             "active_jobs": GaugeMetricFamily("tts_engine_active_jobs", "Requests on workers.", labels=["engine"]),
         }
         restarts = CounterMetricFamily("tts_engine_worker_restarts", "Worker processes replaced.", labels=["engine"])
+        batches = CounterMetricFamily("tts_engine_batches", "Batches run by batching workers, by size.",
+                                      labels=["engine", "size"])
         for name, pool in router.pools.items():
             status = pool.status()
             for attribute, gauge in gauges.items():
                 gauge.add_metric([name], getattr(status, attribute))
             restarts.add_metric([name], status.restarts)
+            for size, count in sorted(status.batch_sizes.items()):
+                batches.add_metric([name, str(size)], count)
         yield from gauges.values()
         yield restarts
+        yield batches
         yield CounterMetricFamily("tts_limits_fail_open_admissions",
                                   "Requests admitted without checking limits while their storage was unreachable.",
                                   value=self._fail_open_admissions())

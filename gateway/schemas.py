@@ -12,6 +12,8 @@ __all__ = [
     "MAX_INPUT_CHARS",
     "CustomVoice",
     "EngineReadiness",
+    "ErrorDetail",
+    "ErrorResponse",
     "ModelList",
     "ModelObject",
     "Readiness",
@@ -60,6 +62,19 @@ class SpeechRequest(BaseModel):
     @property
     def voice_id(self) -> str:
         return self.voice if isinstance(self.voice, str) else self.voice.id
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error body: every 4xx and 5xx of the gateway has this shape."""
+
+    error: ErrorDetail
 
 
 class SpeechUsage(BaseModel):

@@ -5,13 +5,14 @@ Every field is documented in ``docs/configuration.md``; keep the two in step.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Sequence
 
 __all__ = [
     "AuthSettings",
@@ -156,6 +157,8 @@ class CacheSettings(BaseModel):
     max_entry_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_memory_entries: int = Field(default=1024, ge=1)
     """Entries kept by the in-memory cache (least recently used go first)."""
+    shared_across_tenants: bool = False
+    """Let tenants hit each other's entries. Off by default: a hit would tell one tenant what another asked for."""
 
 
 def _default_engines() -> dict[str, EngineSettings]:
@@ -219,18 +222,21 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Environment beats the YAML file (``yaml_file`` in the model config), which beats the defaults.
-        return init_settings, env_settings, YamlConfigSettingsSource(settings_cls)
+        # Environment beats the YAML files (``yaml_file`` in the model config; later files deep-merge over earlier
+        # ones, so a Secret can add tenants and tokens to a ConfigMap's settings), which beat the defaults.
+        return init_settings, env_settings, YamlConfigSettingsSource(settings_cls, deep_merge=True)
 
 
-def load_settings(config_file: Path | None = None) -> Settings:
-    """Build the settings from the environment and, when given, a YAML file."""
-    if config_file is not None and not config_file.is_file():
-        raise FileNotFoundError(f"config file not found: {config_file}")
-    if config_file is None:
+def load_settings(config_files: Path | Sequence[Path] | None = None) -> Settings:
+    """Build the settings from the environment and, when given, YAML files (later ones deep-merge over earlier)."""
+    files = [config_files] if isinstance(config_files, Path) else list(config_files or ())
+    for file in files:
+        if not file.is_file():
+            raise FileNotFoundError(f"config file not found: {file}")
+    if not files:
         return Settings()
 
     class FileSettings(Settings):
-        model_config = SettingsConfigDict(yaml_file=config_file)
+        model_config = SettingsConfigDict(yaml_file=files)
 
     return FileSettings()

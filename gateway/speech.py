@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from litestar import Controller, Request, post
+from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
 from litestar.params import JSONBody
 from litestar.response import ServerSentEvent, Stream
 from litestar.status_codes import HTTP_200_OK, HTTP_415_UNSUPPORTED_MEDIA_TYPE
 
 from gateway.audio.formats import CONTENT_TYPES
 from gateway.dependencies import Caller, Speech
-from gateway.errors import OpenAIError
+from gateway.errors import OpenAIError, error_responses
 from gateway.observability import RequestRecord, request_record
 from gateway.schemas import SpeechRequest
 
@@ -31,12 +33,30 @@ def require_json(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHan
                           code="unsupported_media_type")
 
 
+_AUDIO_SCHEMA = Schema(type=OpenAPIType.STRING, format="binary")  # type: ignore[arg-type]
+_EVENT_SCHEMA = Schema(type=OpenAPIType.STRING, description="speech.audio.delta events, then speech.audio.done")
+
+
+@dataclass
+class SpeechOperation(Operation):
+    """Declares the audio the route really sends: one content type per format, or server-sent events."""
+
+    def __post_init__(self) -> None:
+        content = {media_type: OpenAPIMediaType(schema=_AUDIO_SCHEMA) for media_type in CONTENT_TYPES.values()}
+        content["text/event-stream"] = OpenAPIMediaType(schema=_EVENT_SCHEMA)
+        if self.responses is not None:
+            self.responses["200"] = OpenAPIResponse(
+                description="The audio, sent with chunked transfer encoding as the engine produces it.",
+                content=content)
+
+
 class SpeechController(Controller):
     path = "/v1/audio/speech"
     tags = ["Audio"]  # noqa: RUF012 - Litestar's declared type
 
     @post(status_code=HTTP_200_OK, operation_id="createSpeech", guards=[require_json],
-          summary="Generates audio from the input text.")
+          summary="Generates audio from the input text.", operation_class=SpeechOperation,
+          responses=error_responses(400, 401, 403, 404, 413, 415, 429, 503))
     async def create_speech(
         self, request: Request[Any, Any, Any], data: JSONBody[SpeechRequest], speech: Speech, principal: Caller,
     ) -> Stream:

@@ -63,6 +63,7 @@ class _Outcome:
 class _Resolved:
     """A request with its engine, voice and the engine's view of it settled."""
 
+    tenant: str
     request: SpeechRequest
     pool: EnginePool
     info: EngineInfo | None
@@ -168,11 +169,12 @@ class SpeechService:
         info = pool.status().info
         voice = await self._resolve_voice(tenant, request, pool.name, info)
         synthesis, tempo = _engine_request(request, info, voice)
-        return _Resolved(request, pool, info, voice, synthesis, tempo)
+        return _Resolved(tenant.name, request, pool, info, voice, synthesis, tempo)
 
     async def _start(self, resolved: _Resolved, finish: AsyncExitStack, record: RequestRecord) -> SpeechReply:
         request, pool = resolved.request, resolved.pool
-        key = _key(request, pool.name, resolved.info, resolved.voice)
+        scope = "" if self.tenancy.cache_shared else resolved.tenant
+        key = _key(request, pool.name, resolved.info, resolved.voice, scope)
         cached = await self.tenancy.cache.get(key) if self.tenancy.cache_enabled else None
         chunks: AsyncGenerator[bytes, None]
         self.metrics.cache.labels("hit" if cached is not None else "miss").inc()
@@ -279,11 +281,13 @@ def _engine_request(
     return synthesis, speed / native
 
 
-def _key(request: SpeechRequest, engine: str, info: EngineInfo | None, voice: _Voice) -> str:
+def _key(request: SpeechRequest, engine: str, info: EngineInfo | None, voice: _Voice, tenant_scope: str) -> str:
     details = info.details if info is not None else {}
+    params: dict[str, object] = {k: v for k, v in details.items() if k != "weights"}
+    params["tenant_scope"] = tenant_scope  # empty when tenants share the cache
     return cache_key(engine=engine, weights_id=details.get("weights", ""), text=request.input,
                      voice_id=voice.identity, response_format=request.response_format, speed=request.speed,
-                     instructions=request.instructions, params={k: v for k, v in details.items() if k != "weights"})
+                     instructions=request.instructions, params=params)
 
 
 async def _slices(audio: memoryview) -> AsyncGenerator[bytes, None]:

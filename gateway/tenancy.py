@@ -50,6 +50,7 @@ class Tenancy:
     cache: AudioCache
     flights: SingleFlight
     cache_enabled: bool
+    cache_shared: bool
     limiter_fails_open: bool
     redis: Redis | None
 
@@ -87,6 +88,7 @@ async def open_tenancy(settings: Settings) -> Tenancy:
         cache=AudioCache(settings.cache, settings.redis_url),
         flights=SingleFlight(),
         cache_enabled=settings.cache.enabled,
+        cache_shared=settings.cache.shared_across_tenants,
         limiter_fails_open=settings.limits.fail_mode == "open",
         redis=redis,
     )

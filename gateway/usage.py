@@ -8,6 +8,7 @@ from typing import Any
 from litestar import Controller, get
 
 from gateway.dependencies import Caller, Tenants
+from gateway.errors import error_responses
 
 __all__ = ["UsageController"]
 
@@ -16,7 +17,8 @@ class UsageController(Controller):
     path = "/v1/usage"
     tags = ["Usage"]  # noqa: RUF012 - Litestar's declared type
 
-    @get(operation_id="getUsage", summary="Requests, input characters, audio seconds, cache hits and rejections.")
+    @get(operation_id="getUsage", summary="Requests, input characters, audio seconds, cache hits and rejections.",
+         responses=error_responses(401, 503))
     async def get_usage(self, tenancy: Tenants, principal: Caller) -> dict[str, Any]:
         record = await tenancy.usage.get(principal.tenant.name)
         return {"object": "usage", "tenant": principal.tenant.name, **asdict(record)}

@@ -9,6 +9,7 @@ import signal
 import subprocess
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import openai
 import pytest
 
@@ -74,6 +75,9 @@ async def test_concurrent_requests_each_get_their_own_length(gateway: GatewayPro
         )
     for text, response in zip(texts, responses, strict=True):
         assert len(response.content) == 2 * round(text.count(".") * SEGMENT_S * 24000)
+    metrics = httpx.get(f"{gateway.base_url}/metrics").text
+    batched = [line for line in metrics.splitlines() if line.startswith('tts_engine_batches_total{engine="chattts"')]
+    assert any(not line.split('size="')[1].startswith('1"') for line in batched), batched  # some ran together
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])

@@ -273,6 +273,9 @@ def test_the_cache_serves_repeats_and_usage_counts_hits(replicas: list[GatewayPr
     assert hit.headers["x-cache"] == "hit"
     assert hit.content == miss.content
     assert speak(replicas[1], key, text, response_format="mp3", speed=1.5).headers["x-cache"] == "miss"
+    # Another tenant asking the same never learns, through a hit, what this one asked for.
+    stranger = admin.key(admin.tenant())["key"]
+    assert speak(replicas[0], stranger, text, response_format="mp3").headers["x-cache"] == "miss"
     usage = httpx.get(f"{replicas[0].base_url}/v1/usage", headers={"authorization": f"Bearer {key}"}).json()
     assert usage["requests"] == 3
     assert usage["cache_hits"] == 1

@@ -68,3 +68,18 @@ def test_serve_refuses_a_bad_config_file_with_a_message(tmp_path: Path) -> None:
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2
     assert "not found" in missing.stderr
+
+
+def test_later_config_files_deep_merge_over_earlier_ones(tmp_path: Path) -> None:
+    # The Helm chart mounts a ConfigMap file and a Secret file: tenants and tokens come from the second.
+    public = tmp_path / "config.yaml"
+    public.write_text("auth: {required: true}\nengines: {tones: {kind: synthetic}}\naliases: {}\n")
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("auth: {admin_token: s3cret, tenants: [{name: acme}]}\n")
+    settings = load_settings([public, secret])
+    assert settings.auth.required is True
+    assert [t.name for t in settings.auth.tenants] == ["acme"]
+    assert settings.auth.admin_token is not None
+    assert settings.auth.admin_token.get_secret_value() == "s3cret"
+    with pytest.raises(ValidationError, match="no tenants"):
+        load_settings([public])

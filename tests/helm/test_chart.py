@@ -1,0 +1,579 @@
+"""The Helm chart (helm/tts-gateway), checked offline: no helm binary and no cluster are needed.
+
+helm-python-sdk (Helm's Go SDK in a bundled library) lints and renders the chart, kubernetes-validate checks every
+rendered manifest against the Kubernetes 1.30 schemas, jsonschema/check-jsonschema check values against
+values.schema.json, and the rendered ConfigMap + Secret go through the gateway's own settings loader, so a chart that
+drifts from the settings fails here.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from yamllint import linter
+from yamllint.config import YamlLintConfig
+
+from engines.chattts.options import ChatTTSOptions
+from gateway.settings import load_settings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "tts-gateway"
+HERE = Path(__file__).parent
+EVERYTHING = HERE / "values-everything.yaml"
+BAD = HERE / "values-bad.yaml"
+KUBE_VERSION = "1.30.0"
+RELEASE = "rel"
+FULLNAME = "rel-tts-gateway"
+CONFIG_PATH = "/etc/tts-gateway/config.yaml"
+SECRET_PATH = "/etc/tts-gateway/secret/secret.yaml"
+TENANT = {
+    "name": "acme",
+    "models": ["tts-1"],
+    "limits": {"requests_per_minute": 60, "concurrent_streams": 2},
+    "api_key_sha256": [hashlib.sha256(b"sk-tts-test").hexdigest()],
+}
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that rejects duplicate keys (PyYAML silently keeps the last; Kubernetes may not)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    keys = [loader.construct_object(key, deep=deep) for key, _ in node.value]
+    duplicates = sorted({str(k) for k in keys if keys.count(k) > 1})
+    if duplicates:
+        raise yaml.constructor.ConstructorError(None, None, f"duplicate keys {duplicates}", node.start_mark)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+class Rendered:
+    """The manifests of one render, by kind (and name)."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+        self.docs: list[dict[str, Any]] = [
+            doc
+            for path, text in sorted(files.items())
+            if path.endswith((".yaml", ".yml"))
+            for doc in yaml.load_all(text, Loader=_UniqueKeyLoader)
+            if doc
+        ]
+
+    def kinds(self) -> list[str]:
+        return [doc["kind"] for doc in self.docs]
+
+    def all(self, kind: str) -> list[dict[str, Any]]:
+        return [doc for doc in self.docs if doc["kind"] == kind]
+
+    def one(self, kind: str, name: str = FULLNAME) -> dict[str, Any]:
+        found = [doc for doc in self.all(kind) if doc["metadata"]["name"] == name]
+        assert len(found) == 1, f"expected one {kind} {name}, got {self.kinds()}"
+        return found[0]
+
+    def text(self, template: str) -> str:
+        return self.files[f"tts-gateway/templates/{template}"]
+
+    @property
+    def deployment(self) -> dict[str, Any]:
+        return self.one("Deployment")
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        spec: dict[str, Any] = self.deployment["spec"]["template"]["spec"]
+        return spec
+
+    @property
+    def container(self) -> dict[str, Any]:
+        containers = self.pod["containers"]
+        assert len(containers) == 1
+        return dict(containers[0])
+
+    @property
+    def env(self) -> dict[str, dict[str, Any]]:
+        return {var["name"]: var for var in self.container["env"]}
+
+    @property
+    def config(self) -> dict[str, Any]:
+        config: dict[str, Any] = yaml.safe_load(self.one("ConfigMap")["data"]["config.yaml"])
+        return config
+
+    @property
+    def secret_config(self) -> dict[str, Any]:
+        data = self.one("Secret")["data"]["secret.yaml"]
+        decoded: dict[str, Any] = yaml.safe_load(base64.b64decode(data))
+        return decoded
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _everything() -> dict[str, Any]:
+    values: dict[str, Any] = yaml.safe_load(EVERYTHING.read_text())
+    return values
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="module")
+def render(chart: helm.Chart) -> Any:
+    def _render(values: dict[str, Any] | None = None) -> Rendered:
+        return Rendered(chart.render(values or {}, name=RELEASE, namespace="speech", is_install=True))
+
+    return _render
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    import json
+
+    loaded: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    return loaded
+
+
+VALUE_SETS = {
+    "default": dict[str, Any](),
+    "everything": _everything(),
+    "existing-secret": {"auth": {"existingSecret": "gateway-credentials"},
+                        "redis": {"host": "redis", "existingSecret": "redis", "existingSecretPasswordKey": "pw"}},
+    "single": {"replicaCount": 1, "serviceAccount": {"create": False}, "redis": {"host": "redis"}},
+}
+
+
+# --- lint, Kubernetes schemas, values schema -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["default", "everything"])
+def test_strict_lint_passes(name: str) -> None:
+    report = helm.lint(CHART, VALUE_SETS[name], strict=True, namespace="speech", kube_version=f"v{KUBE_VERSION}")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["errors"] == [] and problems == [], report
+
+
+def test_strict_lint_reports_broken_values() -> None:
+    report = helm.lint(CHART, yaml.safe_load(BAD.read_text()), strict=True)
+    assert any("replicaCount" in error for error in report["errors"]), report
+    # Helm's lint mode only logs the templates' `fail` calls: those are caught by rendering (test_weights_volume).
+    assert helm.lint(CHART, {"weights": {"source": "dir"}}, strict=True)["errors"] == []
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_manifest_validates_against_kubernetes(render: Any, name: str) -> None:
+    rendered = render(VALUE_SETS[name])
+    for doc in rendered.docs:
+        if doc["kind"] == "ServiceMonitor":  # a CRD: no schema in kubernetes-validate; see test_service_monitor
+            continue
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+def test_kubernetes_validation_can_fail(render: Any) -> None:
+    deployment = copy.deepcopy(render().deployment)
+    deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBE_VERSION, strict=True)
+
+
+def test_everything_renders_every_optional_kind(render: Any) -> None:
+    kinds = set(render(VALUE_SETS["everything"]).kinds())
+    assert kinds >= {"Deployment", "Service", "ServiceAccount", "ConfigMap", "Secret", "Ingress", "NetworkPolicy",
+                     "HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor", "PersistentVolumeClaim",
+                     "Pod"}
+    assert not {"Ingress", "NetworkPolicy", "HorizontalPodAutoscaler", "ServiceMonitor",
+                "PersistentVolumeClaim"} & set(render().kinds())
+
+
+def test_rendered_yaml_has_no_duplicate_keys() -> None:
+    with pytest.raises(yaml.constructor.ConstructorError, match="duplicate"):
+        yaml.load("a: 1\na: 2\n", Loader=_UniqueKeyLoader)
+
+
+@pytest.mark.parametrize("values_file", [CHART / "values.yaml", EVERYTHING])
+def test_values_validate_against_schema(schema: dict[str, Any], chart: helm.Chart, values_file: Path) -> None:
+    values = yaml.safe_load(values_file.read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.Draft7Validator(schema).validate(values)
+    chart.validate_schema(values)
+
+
+def test_bad_values_are_rejected(schema: dict[str, Any], chart: helm.Chart, render: Any) -> None:
+    bad = yaml.safe_load(BAD.read_text())
+    messages = {error.message for error in jsonschema.Draft7Validator(schema).iter_errors(bad)}
+    assert any("'two' is not of type 'integer'" in m for m in messages), messages
+    assert any("'replicas' was unexpected" in m for m in messages), messages
+    with pytest.raises(helm.HelmValuesError, match="replicaCount"):
+        chart.validate_schema(bad)
+    with pytest.raises(helm.HelmError):
+        render(bad)
+    with pytest.raises(helm.HelmValuesError, match="admin_token"):
+        chart.validate_schema({"config": {"auth": {"admin_token": "would land in a ConfigMap"}}})
+
+
+def test_check_jsonschema_cli() -> None:
+    cli = [sys.executable, "-m", "check_jsonschema", "--schemafile", str(CHART / "values.schema.json")]
+    good = subprocess.run([*cli, str(CHART / "values.yaml"), str(EVERYTHING)], capture_output=True, text=True,
+                          check=False)
+    assert good.returncode == 0, good.stdout + good.stderr
+    bad = subprocess.run([*cli, str(BAD)], capture_output=True, text=True, check=False)
+    assert bad.returncode != 0 and "replicaCount" in bad.stdout + bad.stderr
+
+
+@pytest.mark.parametrize("values_file", [CHART / "values.yaml", EVERYTHING])
+def test_yamllint(values_file: Path) -> None:
+    config = YamlLintConfig("extends: relaxed\nrules:\n  line-length: {max: 120}\n")
+    problems = [f"{p.line}: {p.desc}" for p in linter.run(values_file.read_text(), config)]
+    assert problems == []
+
+
+def test_every_value_has_a_comment() -> None:
+    """helm-docs' rule: every leaf value is documented by a `# --` comment on itself or on a key above it."""
+    lines = CHART.joinpath("values.yaml").read_text().splitlines()
+    stack: list[tuple[int, bool]] = []  # (indent, documented) of the enclosing keys
+    undocumented = []
+    for number, line in enumerate(lines):
+        match = re.match(r"^( *)([A-Za-z0-9_.\-/\"]+):(.*)$", line)
+        if not match:
+            continue
+        indent, key, rest = len(match[1]), match[2], match[3].split("#")[0].strip()
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        comments = []
+        for previous in reversed(lines[:number]):
+            if not previous.strip().startswith("#"):
+                break
+            comments.append(previous.strip())
+        documented = any(c.startswith("# --") for c in comments) or any(doc for _, doc in stack)
+        is_leaf = bool(rest) or not any(
+            re.match(rf"^ {{{indent + 1},}}\S", following) for following in lines[number + 1 : number + 2])
+        if is_leaf and not documented:
+            undocumented.append(key)
+        stack.append((indent, documented))
+    assert undocumented == []
+
+
+# --- rendered output ---------------------------------------------------------------------------------------------
+
+
+def test_replicas_only_without_autoscaling(render: Any) -> None:
+    off = render()
+    assert off.deployment["spec"]["replicas"] == 2
+    assert "HorizontalPodAutoscaler" not in off.kinds()
+    on = render(VALUE_SETS["everything"])
+    assert "replicas" not in on.deployment["spec"]
+    hpa = on.one("HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": FULLNAME}
+    metrics = hpa["spec"]["metrics"]
+    assert {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization",
+                                                                       "averageUtilization": 80}}} in metrics
+    assert any(m["type"] == "Pods" and m["pods"]["metric"]["name"] == "tts_engine_queue_depth" for m in metrics)
+
+
+def test_pod_disruption_budget_only_with_several_replicas(render: Any) -> None:
+    assert render().one("PodDisruptionBudget")["spec"] == {
+        "minAvailable": 1, "selector": {"matchLabels": render().deployment["spec"]["selector"]["matchLabels"]}}
+    assert "PodDisruptionBudget" not in render({"replicaCount": 1}).kinds()
+    assert "PodDisruptionBudget" in render({"replicaCount": 1, "autoscaling": {"enabled": True}}).kinds()
+
+
+def test_existing_secret_replaces_the_chart_secret(render: Any) -> None:
+    rendered = render(VALUE_SETS["existing-secret"])
+    assert "Secret" not in rendered.kinds()
+    volumes = {volume["name"]: volume for volume in rendered.pod["volumes"]}
+    assert volumes["secret"]["secret"]["secretName"] == "gateway-credentials"
+    assert volumes["secret"]["secret"]["items"] == [{"key": "secret.yaml", "path": "secret.yaml"}]
+    annotations = rendered.deployment["spec"]["template"]["metadata"]["annotations"]
+    assert "checksum/secret" not in annotations and "checksum/config" in annotations
+    assert rendered.env["REDIS_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "redis", "key": "pw"}}
+    assert render().pod["volumes"][1]["secret"]["secretName"] == FULLNAME
+
+
+def test_existing_secret_with_a_chart_rendered_redis_password_fails(render: Any) -> None:
+    with pytest.raises(helm.HelmRenderError, match=r"redis\.existingSecret"):
+        render({"auth": {"existingSecret": "creds"}, "redis": {"host": "redis", "password": "pw"}})
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_probes_point_at_health_routes_on_the_container_port(render: Any, name: str) -> None:
+    container = render(VALUE_SETS[name]).container
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"http": 8000}
+    assert container["args"] == ["serve", "--host", "0.0.0.0", "--port", "8000"]
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "http"}
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300  # ChatTTS loads for a while
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_security_context(render: Any, name: str) -> None:
+    rendered = render(VALUE_SETS[name])
+    pods = [rendered.pod, rendered.one("Pod", f"{FULLNAME}-test-connection")["spec"]]
+    for pod in pods:
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] == 10001
+        assert "fsGroup" in pod["securityContext"]
+        for container in pod["containers"]:
+            context = container["securityContext"]
+            assert context["runAsNonRoot"] is True
+            assert context["readOnlyRootFilesystem"] is True
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"]["drop"] == ["ALL"]
+            assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_service_account_does_not_mount_its_token(render: Any) -> None:
+    rendered = render()
+    assert rendered.one("ServiceAccount")["automountServiceAccountToken"] is False
+    assert rendered.pod["serviceAccountName"] == FULLNAME
+    assert render({"serviceAccount": {"create": False}}).pod["serviceAccountName"] == "default"
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_tmp_and_models_are_writable_volumes(render: Any, name: str) -> None:
+    rendered = render(VALUE_SETS[name])
+    mounts = {mount["mountPath"]: mount for mount in rendered.container["volumeMounts"]}
+    volumes = {volume["name"]: volume for volume in rendered.pod["volumes"]}
+    for path in ("/tmp", "/models"):
+        assert not mounts[path].get("readOnly", False)
+        volume = volumes[mounts[path]["name"]]
+        assert "emptyDir" in volume or "persistentVolumeClaim" in volume
+    assert rendered.env["HOME"]["value"] == "/tmp"
+
+
+def test_weights_volume(render: Any) -> None:
+    default = render()
+    assert "emptyDir" in {v["name"]: v for v in default.pod["volumes"]}["models"]
+    options = default.config["engines"]["chattts"]["options"]
+    assert options == {"source": "hub", "cache_dir": "/models/hub-cache", "download": True}
+
+    everything = render(VALUE_SETS["everything"])
+    claim = everything.one("PersistentVolumeClaim", f"{FULLNAME}-models")
+    assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
+    assert claim["spec"]["storageClassName"] == "fast-ssd"
+    volumes = {v["name"]: v for v in everything.pod["volumes"]}
+    assert volumes["models"]["persistentVolumeClaim"]["claimName"] == f"{FULLNAME}-models"
+    options = everything.config["engines"]["chattts"]["options"]
+    assert options == {"source": "dir", "path": "/models/chattts", "device": "cuda", "max_batch": 8}
+
+    existing = render({"weights": {"source": "dir", "persistentVolumeClaim": {"enabled": True,
+                                                                              "existingClaim": "chattts-weights"}}})
+    assert "PersistentVolumeClaim" not in existing.kinds()
+    assert {v["name"]: v for v in existing.pod["volumes"]}["models"]["persistentVolumeClaim"] == {
+        "claimName": "chattts-weights"}
+    with pytest.raises(helm.HelmRenderError, match="persistentVolumeClaim"):
+        render({"weights": {"source": "dir"}})
+
+
+def test_config_map_holds_the_gateway_config(render: Any) -> None:
+    config = render().config
+    assert config["auth"] == {"required": True}
+    assert config["engines"]["chattts"]["kind"] == "chattts" and config["engines"]["espeak"]["kind"] == "espeak"
+    assert config["aliases"] == {alias: ["chattts", "espeak"] for alias in ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")}
+    assert "redis_url" not in config
+
+
+def test_gateway_config_files_are_mounted_where_the_env_var_points(render: Any) -> None:
+    rendered = render()
+    assert rendered.env["TTS_GATEWAY_CONFIG"]["value"].split(":") == [CONFIG_PATH, SECRET_PATH]
+    mounts = {mount["name"]: mount for mount in rendered.container["volumeMounts"]}
+    assert mounts["config"]["mountPath"] == CONFIG_PATH and mounts["config"]["subPath"] == "config.yaml"
+    assert f"{mounts['secret']['mountPath']}/secret.yaml" == SECRET_PATH
+
+
+def test_redis_url_uses_the_password_from_a_secret(render: Any) -> None:
+    rendered = render(VALUE_SETS["everything"])
+    names = [var["name"] for var in rendered.container["env"]]
+    # Dependent environment variables expand only names defined earlier in the list.
+    assert names.index("REDIS_PASSWORD") < names.index("TTS_GATEWAY_REDIS_URL")
+    assert rendered.env["REDIS_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": FULLNAME, "key": "redis-password"}}
+    assert rendered.env["TTS_GATEWAY_REDIS_URL"]["value"] == (
+        "redis://gateway:$(REDIS_PASSWORD)@redis-master.redis.svc:6380/2")
+    password = VALUE_SETS["everything"]["redis"]["password"]
+    assert password not in rendered.text("deployment.yaml")
+    assert password not in rendered.text("configmap.yaml")
+    assert base64.b64decode(rendered.one("Secret")["data"]["redis-password"]).decode() == password
+
+
+def test_redis_url_without_password_or_host(render: Any) -> None:
+    assert not {"REDIS_PASSWORD", "TTS_GATEWAY_REDIS_URL"} & set(render().env)
+    plain = render({"redis": {"host": "redis.db.svc", "tls": True}})
+    assert "REDIS_PASSWORD" not in plain.env
+    assert plain.env["TTS_GATEWAY_REDIS_URL"]["value"] == "rediss://redis.db.svc:6379/0"
+
+
+def test_gpu_limit_only_with_gpu_enabled(render: Any) -> None:
+    default = render()
+    assert "nvidia.com/gpu" not in default.container["resources"].get("limits", {})
+    assert "device" not in default.config["engines"]["chattts"]["options"]
+    assert default.container["resources"]["requests"] == {"cpu": "1", "memory": "2Gi"}
+    gpu = render({"gpu": {"enabled": True, "count": 2}})
+    assert gpu.container["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert gpu.container["resources"]["limits"]["memory"] == "4Gi"
+    assert gpu.config["engines"]["chattts"]["options"]["device"] == "cuda"
+
+
+def test_checksums_follow_the_config_and_secret(render: Any) -> None:
+    def annotations(values: dict[str, Any]) -> dict[str, str]:
+        result: dict[str, str] = render(values).deployment["spec"]["template"]["metadata"]["annotations"]
+        return result
+
+    base = {"auth": {"adminToken": "fixed"}}
+    first, again = annotations(base), annotations(base)
+    assert first == again  # deterministic when nothing changed
+    changed = annotations(_merge(base, {"config": {"server": {"log_level": "debug"}}}))
+    assert changed["checksum/config"] != first["checksum/config"]
+    assert changed["checksum/secret"] == first["checksum/secret"]
+    rotated = annotations({"auth": {"adminToken": "rotated"}})
+    assert rotated["checksum/secret"] != first["checksum/secret"]
+    assert rotated["checksum/config"] == first["checksum/config"]
+
+
+def test_generated_admin_token_matches_its_checksum(render: Any) -> None:
+    rendered = render()
+    token = rendered.secret_config["auth"]["admin_token"]
+    assert re.fullmatch(r"[A-Za-z0-9]{40}", token)
+    secret_yaml = base64.b64decode(rendered.one("Secret")["data"]["secret.yaml"]).decode()
+    checksum = rendered.deployment["spec"]["template"]["metadata"]["annotations"]["checksum/secret"]
+    assert checksum == hashlib.sha256(secret_yaml.encode()).hexdigest()
+
+
+def test_termination_grace_covers_the_stream_grace(render: Any) -> None:
+    for values, grace in (({}, 30), (VALUE_SETS["everything"], 60)):
+        rendered = render(values)
+        assert rendered.config["server"]["shutdown_grace_s"] == grace
+        sleep = int(rendered.container["lifecycle"]["preStop"]["exec"]["command"][1])
+        assert rendered.pod["terminationGracePeriodSeconds"] == sleep + grace + 15
+
+
+def test_network_policy(render: Any) -> None:
+    policy = render(VALUE_SETS["everything"]).one("NetworkPolicy")["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["ingress"][0]["ports"] == [{"port": "http", "protocol": "TCP"}]
+    peers = policy["ingress"][0]["from"]
+    assert {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "tts-gateway-test",
+                                            "app.kubernetes.io/instance": RELEASE}}} in peers
+    egress_ports = [port["port"] for rule in policy["egress"] for port in rule["ports"]]
+    assert egress_ports == [53, 53, 6380, 443]
+
+
+def test_service_monitor(render: Any) -> None:
+    monitor = render(VALUE_SETS["everything"]).one("ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    service = render(VALUE_SETS["everything"]).one("Service")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["speech"]}
+    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s",
+                                             "scrapeTimeout": "10s"}]
+    assert service["spec"]["ports"][0]["name"] == "http"
+
+
+def test_test_pod_is_a_helm_test_hook_outside_the_service(render: Any) -> None:
+    rendered = render()
+    pod = rendered.one("Pod", f"{FULLNAME}-test-connection")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    container = pod["spec"]["containers"][0]
+    assert container["command"] == ["wget"]
+    assert container["args"][-1] == f"http://{FULLNAME}:8000/healthz"
+    selector = rendered.one("Service")["spec"]["selector"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()
+
+
+def test_ingress(render: Any) -> None:
+    ingress = render(VALUE_SETS["everything"]).one("Ingress")["spec"]
+    assert ingress["ingressClassName"] == "nginx"
+    assert ingress["tls"] == [{"hosts": ["tts.example.com"], "secretName": "tts-tls"}]
+    backend = ingress["rules"][0]["http"]["paths"][0]["backend"]
+    assert backend == {"service": {"name": FULLNAME, "port": {"name": "http"}}}
+
+
+# --- the gateway accepts what the chart renders ------------------------------------------------------------------
+
+
+@pytest.fixture
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("TTS_GATEWAY_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("name", ["default", "everything", "tenants"])
+def test_settings_loader_accepts_the_rendered_config(
+    render: Any, tmp_path: Path, clean_environment: pytest.MonkeyPatch, name: str,
+) -> None:
+    values = {"auth": {"tenants": [TENANT]}} if name == "tenants" else VALUE_SETS[name]
+    rendered = render(values)
+    config_file, secret_file = tmp_path / "config.yaml", tmp_path / "secret.yaml"
+    config_file.write_text(rendered.one("ConfigMap")["data"]["config.yaml"])
+    secret_file.write_bytes(base64.b64decode(rendered.one("Secret")["data"]["secret.yaml"]))
+    if "TTS_GATEWAY_REDIS_URL" in rendered.env:  # as the kubelet expands it
+        url = rendered.env["TTS_GATEWAY_REDIS_URL"]["value"].replace("$(REDIS_PASSWORD)", "pw")
+        clean_environment.setenv("TTS_GATEWAY_REDIS_URL", url)
+
+    settings = load_settings([config_file, secret_file])
+
+    assert settings.auth.required is True
+    assert settings.auth.admin_token is not None
+    assert set(settings.engines) >= {"chattts", "espeak"}
+    for engine in settings.engines.values():
+        if engine.kind == "chattts":
+            ChatTTSOptions.parse(engine.options)  # the options the chart adds are ones the engine knows
+    if name == "everything":
+        assert settings.redis_url == "redis://gateway:pw@redis-master.redis.svc:6380/2"
+        assert [t.name for t in settings.auth.tenants] == ["acme"]
+        assert settings.auth.jwt is not None and settings.auth.jwt.audience == "tts"
+        assert settings.engines["chattts"].workers == 2 and "tones" in settings.engines
+        assert settings.server.shutdown_grace_s == 60
+    if name == "tenants":
+        assert settings.auth.tenants[0].api_key_sha256 == TENANT["api_key_sha256"]
+        assert settings.redis_url is None
+
+
+def test_settings_loader_needs_the_secret(render: Any, tmp_path: Path, clean_environment: pytest.MonkeyPatch) -> None:
+    """The ConfigMap alone sets auth.required without credentials: the gateway must refuse it (the check bites)."""
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(render().one("ConfigMap")["data"]["config.yaml"])
+    with pytest.raises(ValueError, match=r"auth\.required"):
+        load_settings([config_file])
+
+
+def test_image_matches_the_chart(render: Any) -> None:
+    """The Dockerfile's user, port, entrypoint and command are what the chart's pod expects."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    rendered = render()
+    assert f"USER {rendered.pod['securityContext']['runAsUser']}:" in dockerfile
+    assert "EXPOSE 8000" in dockerfile
+    assert 'ENTRYPOINT ["tts-gateway"]' in dockerfile
+    assert f"CMD {rendered.container['args']}".replace("'", '"') in dockerfile
+    assert "python scripts/fix_torchaudio.py" in dockerfile
