@@ -15,6 +15,10 @@ PYTEST_ARGS ?=
 
 .PHONY: setup serve test lint
 
+# The official OpenAI Node SDK for tests/e2e/test_clients.py, from tests/node's lockfile (needs Node.js 20+ and npm).
+# Only `make test` installs it, so that `make serve` still needs nothing but Python.
+NODE_SDK := tests/node/node_modules/.installed
+
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/fix_torchaudio.py
@@ -26,6 +30,10 @@ $(VENV)/.installed: pyproject.toml scripts/fix_torchaudio.py
 	$(BIN)/python scripts/fix_torchaudio.py
 	touch $@
 
+$(NODE_SDK): tests/node/package.json tests/node/package-lock.json
+	npm ci --prefix tests/node --no-audit --no-fund
+	touch $@
+
 serve: setup
 	$(BIN)/tts-gateway serve $(ARGS)
 
@@ -33,5 +41,5 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
 
-test: lint
+test: lint $(NODE_SDK)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -7,6 +7,7 @@ asyncio; the gateway only ever talks to engines through the pool.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
@@ -20,6 +21,7 @@ __all__ = [
     "OPENAI_VOICES",
     "BatchItem",
     "BatchingEngine",
+    "CancelFlag",
     "CancelToken",
     "Engine",
     "EngineInfo",
@@ -91,6 +93,19 @@ class CancelToken(Protocol):
     """Set by the worker when the client went away; long-running engines poll it between steps."""
 
     def is_set(self) -> bool: ...
+
+
+class CancelFlag:
+    """The :class:`CancelToken` the worker hands to engines: set from another thread, polled by the engine."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
 
 
 class EngineUnavailableError(RuntimeError):

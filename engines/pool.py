@@ -61,7 +61,9 @@ __all__ = [
 logger = logging.getLogger("tts_gateway.pool")
 
 PoolState = Literal["starting", "ready", "unavailable", "stopped"]
-_MAX_RESTART_BACKOFF_S = 30.0
+# A worker that cannot load (no weights yet) is retried, for weights may appear on a mounted volume, but rarely:
+# each try imports the engine again.
+_MAX_RESTART_BACKOFF_S = 300.0
 
 
 class EngineNotReadyError(RuntimeError):
@@ -438,7 +440,8 @@ class EnginePool:
         worker.jobs.clear()
         if self._stopped:
             return
-        logger.warning("engine %s worker pid %s ended: %s", self.name, worker.process.pid, reason)
+        log = logger.warning if was_ready or worker.kill_reason else logger.debug  # load failures: logged above
+        log("engine %s worker pid %s ended: %s", self.name, worker.process.pid, reason)
         self._restarts += 1
         if not was_ready:
             self._failed_starts += 1

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engines.base import BatchingEngine, EngineUnavailableError, InvalidSynthesisRequestError, SynthesisRequest
+from engines.base import (
+    BatchingEngine,
+    CancelFlag,
+    EngineUnavailableError,
+    InvalidSynthesisRequestError,
+    SynthesisRequest,
+)
 from engines.messages import (
     BatchStarted,
     CancelJob,
@@ -41,19 +47,6 @@ __all__ = ["run_worker"]
 logger = logging.getLogger("tts_gateway.worker")
 
 WARM_UP_TEXT = "Hello."
-
-
-class _JobCancel:
-    """A cancel flag per job, set from the reader thread."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
 
 
 class _Outbox:
@@ -91,13 +84,13 @@ def run_worker(kind: str, options: dict[str, object], conn: Connection) -> None:
 def _warm_up(engine: Engine, info: EngineInfo) -> None:
     # One short synthesis so that lazy initialisation is paid before the first client request.
     voice = info.voices[0].id if info.voices else ""
-    for _ in engine.synthesize(SynthesisRequest(text=WARM_UP_TEXT, voice=voice), _JobCancel()):
+    for _ in engine.synthesize(SynthesisRequest(text=WARM_UP_TEXT, voice=voice), CancelFlag()):
         pass
 
 
 def _serve(engine: Engine, info: EngineInfo, conn: Connection, outbox: _Outbox) -> None:
     jobs: queue.Queue[StartJob | None] = queue.Queue()
-    cancels: dict[int, _JobCancel] = {}
+    cancels: dict[int, CancelFlag] = {}
     reader = threading.Thread(target=_read_control, args=(conn, outbox, jobs, cancels), daemon=True)
     reader.start()
     if isinstance(engine, BatchingEngine) and info.max_batch > 1:
@@ -112,7 +105,7 @@ def _serve_batches(
     engine: BatchingEngine,
     max_batch: int,
     jobs: queue.Queue[StartJob | None],
-    cancels: dict[int, _JobCancel],
+    cancels: dict[int, CancelFlag],
     outbox: _Outbox,
 ) -> None:
     stopping = False
@@ -148,7 +141,7 @@ def _collect_batch(jobs: queue.Queue[StartJob | None], max_batch: int, window_s:
 
 
 def _run_batch(
-    engine: BatchingEngine, batch: list[StartJob], cancels: list[_JobCancel], outbox: _Outbox
+    engine: BatchingEngine, batch: list[StartJob], cancels: list[CancelFlag], outbox: _Outbox
 ) -> list[JobEnded]:
     """Stream a batch's chunks to the server as they come; return a :class:`JobEnded` for every job not yet ended."""
     open_jobs = {index: job.job_id for index, job in enumerate(batch)}
@@ -176,7 +169,7 @@ def _run_batch(
 
 
 def _read_control(
-    conn: Connection, outbox: _Outbox, jobs: queue.Queue[StartJob | None], cancels: dict[int, _JobCancel]
+    conn: Connection, outbox: _Outbox, jobs: queue.Queue[StartJob | None], cancels: dict[int, CancelFlag]
 ) -> None:
     while True:
         try:
@@ -184,7 +177,7 @@ def _read_control(
         except (EOFError, OSError):
             message = StopWorker()  # the server is gone: stop whatever runs and exit
         if isinstance(message, StartJob):
-            cancels[message.job_id] = _JobCancel()
+            cancels[message.job_id] = CancelFlag()
             jobs.put(message)
         elif isinstance(message, CancelJob):
             if (cancel := cancels.get(message.job_id)) is not None:
@@ -198,7 +191,7 @@ def _read_control(
             return
 
 
-def _run_job(engine: Engine, job: StartJob, cancel: _JobCancel, outbox: _Outbox) -> JobEnded:
+def _run_job(engine: Engine, job: StartJob, cancel: CancelFlag, outbox: _Outbox) -> JobEnded:
     chunks = engine.synthesize(job.request, cancel)
     try:
         for chunk in chunks:

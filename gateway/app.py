@@ -23,6 +23,7 @@ from gateway.catalog import ModelsController, VoicesController
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.health import HealthController
 from gateway.observability import PoolCollector, SpeechMetrics, request_tracking_middleware
+from gateway.playground import playground_handlers
 from gateway.routing import ModelRouter
 from gateway.security import provide_principal
 from gateway.settings import Settings, load_settings
@@ -54,7 +55,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or load_settings()
     return Litestar(
         route_handlers=[SpeechController, ModelsController, VoicesController, UsageController, AdminController,
-                        HealthController, MetricsController],
+                        HealthController, MetricsController,
+                        *(playground_handlers() if settings.server.playground else [])],
         lifespan=[_services(settings)],
         dependencies=_dependencies(),
         middleware=[request_tracking_middleware, _PROMETHEUS.middleware],

@@ -69,6 +69,8 @@ class ServerSettings(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     shutdown_grace_s: int = Field(default=30, ge=0)
     """On SIGTERM: stop accepting, let in-flight streams finish for up to this long, then stop the engines."""
+    playground: bool = True
+    """Serve the playground page at / and /playground"""
 
 
 class TenantLimits(BaseModel):

@@ -89,26 +89,25 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-@pytest.fixture(scope="session", name="redis_server")
-def redis_server_fixture() -> Iterator[RedisServer]:
-    """A session-wide server; a test that stops it must start it again."""
+def _running_server() -> Iterator[RedisServer]:
     if shutil.which("redis-server") is None:
         pytest.fail("redis-server is not installed (.ci/run installs Debian's redis-server)")
     server = RedisServer()
     server.start()
     yield server
     server.remove()
+
+
+@pytest.fixture(scope="session", name="redis_server")
+def redis_server_fixture() -> Iterator[RedisServer]:
+    """A session-wide server; a test that stops it must start it again."""
+    yield from _running_server()
 
 
 @pytest.fixture(name="outage_redis")
 def outage_redis_fixture() -> Iterator[RedisServer]:
     """A server of this test's own, to stop and restart without disturbing the session server."""
-    if shutil.which("redis-server") is None:
-        pytest.fail("redis-server is not installed (.ci/run installs Debian's redis-server)")
-    server = RedisServer()
-    server.start()
-    yield server
-    server.remove()
+    yield from _running_server()
 
 
 @pytest.fixture(name="redis_url")

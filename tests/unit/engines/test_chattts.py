@@ -5,14 +5,13 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 
-from engines.base import EngineUnavailableError, InvalidSynthesisRequestError, SynthesisRequest
+from engines.base import CancelFlag, EngineUnavailableError, InvalidSynthesisRequestError, SynthesisRequest
 from engines.chattts import ChatTTSEngine
 from engines.chattts.assets import HASH_FILE, MARKER_FILE
 from engines.chattts.loader import locate_weights, verify_directory
@@ -27,16 +26,6 @@ if TYPE_CHECKING:
 SAMPLES_PER_SEGMENT = TEST_TOKENS * 512 - 256  # every segment is exactly TEST_TOKENS tokens long here
 
 
-class Cancel:
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
 
 @pytest.fixture(scope="module")
 def engine() -> ChatTTSEngine:
@@ -47,11 +36,13 @@ def engine() -> ChatTTSEngine:
 
 def speak(engine: ChatTTSEngine, text: str, **fields: Any) -> np.ndarray:
     request = SynthesisRequest(text=text, voice=fields.pop("voice", "alloy"), **fields)
-    chunks = list(engine.synthesize(request, Cancel()))
+    chunks = list(engine.synthesize(request, CancelFlag()))
     return np.concatenate(chunks)
 
 
-def run_batch(engine: ChatTTSEngine, requests: list[SynthesisRequest], cancels: list[Cancel]) -> dict[int, list[Any]]:
+def run_batch(
+    engine: ChatTTSEngine, requests: list[SynthesisRequest], cancels: list[CancelFlag],
+) -> dict[int, list[Any]]:
     items: dict[int, list[Any]] = {i: [] for i in range(len(requests))}
     for index, item in engine.synthesize_batch(requests, cancels):
         assert not items[index] or items[index][-1] is not None, "nothing may follow a request's end"
@@ -200,7 +191,7 @@ def hiddens(engine: ChatTTSEngine) -> list[Any]:
     assert engine._voices is not None
     prefix = engine._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"])
     ids = prefix + engine._text_ids("hello world") + engine._tag_ids(["[Ptts]"])
-    request = CodeRequest(0, ids, engine._voices.named["alloy"], 11, 300, 300, Cancel())
+    request = CodeRequest(0, ids, engine._voices.named["alloy"], 11, 300, 300, CancelFlag())
     return [h for events in generate_codes(engine._chat, [request], Sampling()) for _, h in events if h is not None]
 
 
@@ -254,7 +245,7 @@ def test_batched_requests_get_their_own_audio(engine: ChatTTSEngine) -> None:
         SynthesisRequest("Three sentences. Here they are. Really.", "nova", seed=2),
         SynthesisRequest("Two sentences. Yes.", "onyx", seed=3),
     ]
-    items = run_batch(engine, requests, [Cancel() for _ in requests])
+    items = run_batch(engine, requests, [CancelFlag() for _ in requests])
     for index, segments in enumerate((1, 3, 2)):
         assert items[index][-1] is None
         audio = np.concatenate(items[index][:-1])
@@ -266,8 +257,8 @@ def test_batched_requests_get_their_own_audio(engine: ChatTTSEngine) -> None:
 def test_a_cancelled_request_does_not_disturb_the_others(engine: ChatTTSEngine) -> None:
     voices = ("echo", "sage", "verse")
     requests = [SynthesisRequest("First sentence. Second one.", voice, seed=i) for i, voice in enumerate(voices)]
-    reference = run_batch(engine, requests, [Cancel() for _ in requests])
-    cancels = [Cancel() for _ in requests]
+    reference = run_batch(engine, requests, [CancelFlag() for _ in requests])
+    cancels = [CancelFlag() for _ in requests]
     items: dict[int, list[Any]] = {i: [] for i in range(3)}
     for index, item in engine.synthesize_batch(requests, cancels):
         items[index].append(item)
@@ -284,7 +275,7 @@ def test_a_cancelled_request_does_not_disturb_the_others(engine: ChatTTSEngine) 
 
 def test_an_invalid_request_in_a_batch_fails_alone(engine: ChatTTSEngine) -> None:
     requests = [SynthesisRequest("Hello.", "alloy", speaker="not a speaker"), SynthesisRequest("Hello.", "alloy")]
-    items = run_batch(engine, requests, [Cancel(), Cancel()])
+    items = run_batch(engine, requests, [CancelFlag(), CancelFlag()])
     assert isinstance(items[0][0], InvalidSynthesisRequestError)
     assert len(items[0]) == 1
     assert items[1][-1] is None

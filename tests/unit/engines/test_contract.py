@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
-from engines.base import OPENAI_VOICES, Engine, EngineUnavailableError, InvalidSynthesisRequestError, SynthesisRequest
+from engines.base import (
+    OPENAI_VOICES,
+    CancelFlag,
+    Engine,
+    EngineUnavailableError,
+    InvalidSynthesisRequestError,
+    SynthesisRequest,
+)
 from engines.registry import ENGINE_KINDS, create_engine
 from tests.chattts_assets import chattts_engine_options
 
@@ -20,16 +26,6 @@ if TYPE_CHECKING:
 
 TEXT = "The quick brown fox jumps over the lazy dog. It was not amused."
 
-
-class Cancel:
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
 
 
 LOADABLE_KINDS = ["synthetic", "espeak", "chattts"]
@@ -47,7 +43,7 @@ def loaded(request: pytest.FixtureRequest) -> tuple[Engine, EngineInfo]:
 
 
 def speak(engine: Engine, text: str = TEXT, voice: str = "alloy", speed: float = 1.0) -> np.ndarray:
-    chunks = list(engine.synthesize(SynthesisRequest(text=text, voice=voice, speed=speed), Cancel()))
+    chunks = list(engine.synthesize(SynthesisRequest(text=text, voice=voice, speed=speed), CancelFlag()))
     assert all(c.dtype == np.int16 and c.ndim == 1 for c in chunks)
     return np.concatenate(chunks)
 
@@ -107,13 +103,13 @@ def test_unknown_voice_is_an_invalid_request(loaded: tuple[Engine, EngineInfo]) 
 
 def test_streams_several_chunks(loaded: tuple[Engine, EngineInfo]) -> None:
     engine, _ = loaded
-    chunks = list(engine.synthesize(SynthesisRequest(text=TEXT * 3, voice="alloy"), Cancel()))
+    chunks = list(engine.synthesize(SynthesisRequest(text=TEXT * 3, voice="alloy"), CancelFlag()))
     assert len(chunks) >= 5
 
 
 def test_cancel_stops_promptly_and_engine_stays_usable(loaded: tuple[Engine, EngineInfo]) -> None:
     engine, info = loaded
-    cancel = Cancel()
+    cancel = CancelFlag()
     stream: Iterator[np.ndarray] = engine.synthesize(SynthesisRequest(text=TEXT * 20, voice="echo"), cancel)
     received = [next(stream)]
     cancel.set()
@@ -127,7 +123,7 @@ def test_cancel_stops_promptly_and_engine_stays_usable(loaded: tuple[Engine, Eng
 def test_odd_input_does_not_crash(loaded: tuple[Engine, EngineInfo]) -> None:
     engine, _ = loaded
     for text in ("🙂 emoji", "<speak>tags</speak> & ampersands", "nul\x00byte", "x" * 4096, "....", "日本語のテキスト"):
-        chunks = list(engine.synthesize(SynthesisRequest(text=text, voice="sage"), Cancel()))
+        chunks = list(engine.synthesize(SynthesisRequest(text=text, voice="sage"), CancelFlag()))
         assert all(c.dtype == np.int16 for c in chunks)
 
 

@@ -1,0 +1,209 @@
+"""The playground page in a real browser: Debian's headless Chromium, driven by Selenium over its ChromeDriver.
+
+A gateway with one tenant (so a wrong key gets OpenAI's 401), a synthetic engine paced at real time (so the test can
+see audio playing while the response is still streaming) and espeak behind ``tts-1``.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from auth import generate_api_key, hash_api_key
+from tests.gateway_process import GatewayProcess
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+pytestmark = pytest.mark.timeout(60)
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+KEY = generate_api_key()
+#: 1.5 s of tones, spoken at real time: the response streams for about as long as it plays.
+PACED_TEXT = "A paced synthetic sentence of fifty characters...."
+CONFIG: dict[str, Any] = {
+    "auth": {"tenants": [{"name": "web", "api_key_sha256": [hash_api_key(KEY)]}]},
+    "engines": {
+        "paced": {"kind": "synthetic", "options": {"rtf": 1.0, "seconds_per_char": 0.03}},
+        "espeak": {"kind": "espeak"},
+    },
+    "aliases": {"tts-1": ["espeak"]},
+    "cache": {"enabled": False},  # every request is synthesized, paced: a cached clip would arrive all at once
+}
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    with GatewayProcess(CONFIG, tmp_path_factory.mktemp("playground")) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.is_file()]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not found: install Debian's browser with "
+                    "`apt-get install -y chromium chromium-driver` (.ci/run does)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--autoplay-policy=no-user-gesture-required", "--window-size=900,1100",
+                 f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # Both paths given: Selenium Manager has nothing to look up or download.
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
+    driver.set_page_load_timeout(15)
+    driver.set_script_timeout(10)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def page(browser: WebDriver, gateway: GatewayProcess) -> WebDriver:
+    browser.get(f"{gateway.base_url}/playground")
+    browser.execute_script("localStorage.clear()")
+    browser.get_log("browser")  # drop what earlier tests logged
+    return browser
+
+
+def wait(driver: WebDriver, condition: Callable[[WebDriver], Any], timeout_s: float = 15.0) -> Any:
+    return WebDriverWait(driver, timeout_s, poll_frequency=0.05).until(condition)
+
+
+def state(driver: WebDriver) -> dict[str, str]:
+    values: dict[str, str] = driver.execute_script(
+        "const d = document.documentElement.dataset; return {state: d.state || '', played: d.played || '0',"
+        " playback: d.playback || '', error: document.getElementById('error').textContent};")
+    return values
+
+
+def paste_key(driver: WebDriver, key: str) -> None:
+    field = driver.find_element(By.ID, "api-key")
+    field.clear()
+    field.send_keys(key, Keys.TAB)  # leaving the field reloads the models with the key
+
+
+def choose(driver: WebDriver, select_id: str, value: str) -> None:
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f"#{select_id} option[value='{value}']"))
+    Select(driver.find_element(By.ID, select_id)).select_by_value(value)
+
+
+def prepare(driver: WebDriver, model: str, voice: str, text: str, response_format: str) -> None:
+    paste_key(driver, KEY)
+    choose(driver, "model", model)
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#voice option[value='alloy']"))
+    choose(driver, "voice", voice)
+    area = driver.find_element(By.ID, "text")
+    area.clear()
+    area.send_keys(text)
+    choose(driver, "format", response_format)
+
+
+def download(driver: WebDriver) -> bytes:
+    """The bytes behind the page's download link (a blob: URL), read inside the page."""
+    link = driver.find_element(By.ID, "download")
+    encoded: str = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0]).then(r => r.arrayBuffer()).then(b => {"
+        " let s = ''; for (const x of new Uint8Array(b)) s += String.fromCharCode(x); done(btoa(s)); });",
+        link.get_attribute("href"))
+    return base64.b64decode(encoded)
+
+
+def test_page_is_public_and_self_contained(gateway: GatewayProcess) -> None:
+    for path in ("/", "/playground"):
+        response = httpx.get(gateway.base_url + path, timeout=5)
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/html")
+        assert "connect-src 'self'" in response.headers["content-security-policy"]
+        assert 'href="/docs"' in response.text
+    for asset in ("playground.js", "playground.css"):
+        assert httpx.get(f"{gateway.base_url}/playground/static/{asset}", timeout=5).status_code == 200
+    assert "/playground" not in httpx.get(f"{gateway.base_url}/docs/openapi.json", timeout=5).text
+
+
+# Each format by the path it plays on: mp3 through MediaSource, pcm and wav on Web Audio, flac as a live pcm stream
+# (no browser decodes streamed flac) with the flac file fetched for the download.
+@pytest.mark.parametrize(("response_format", "playback", "magic"), [
+    ("mp3", "mse", b""), ("pcm", "webaudio", b""), ("wav", "webaudio", b"RIFF"), ("flac", "webaudio", b"fLaC"),
+])
+def test_audio_plays_while_it_streams(page: WebDriver, response_format: str, playback: str, magic: bytes) -> None:
+    prepare(page, "paced", "nova", PACED_TEXT, response_format)
+    page.find_element(By.ID, "speak").click()
+
+    heard_while_streaming = wait(page, lambda d: (s := state(d))["state"] == "streaming" and float(s["played"]) > 0.1)
+    assert heard_while_streaming, state(page)
+    wait(page, lambda d: state(d)["state"] in {"done", "error"})
+    final = state(page)
+    assert final["state"] == "done", final
+    assert final["playback"] == playback
+    assert float(final["played"]) > 1.0, final  # most of the 1.5 s clip was heard
+    assert page.find_element(By.ID, "ttfa").text.endswith(" s")
+    assert page.find_element(By.ID, "total").text.endswith(" s")
+    assert float(page.find_element(By.ID, "total").text[:-2]) >= 1.0  # paced: the stream lasted as long as the clip
+    assert page.find_element(By.ID, "engine").text == "paced"
+
+    wait(page, lambda d: d.find_element(By.ID, "download").is_displayed())
+    assert page.find_element(By.ID, "download").get_attribute("download") == f"speech.{response_format}"
+    audio = download(page)
+    assert audio.startswith(magic)
+    assert len(audio) >= (1.5 * 24000 * 2 if response_format == "pcm" else 1000)
+    severe = [entry for entry in page.get_log("browser") if entry["level"] == "SEVERE"]
+    assert not severe, severe
+
+
+def test_speaks_with_espeak_and_looks_right(page: WebDriver) -> None:
+    prepare(page, "tts-1", "alloy", "Hello from the speech gateway playground.", "mp3")
+    started = time.monotonic()
+    page.find_element(By.ID, "speak").click()
+    wait(page, lambda d: state(d)["state"] in {"done", "error"})
+    final = state(page)
+    assert final["state"] == "done", final
+    assert float(final["played"]) > 1.0
+    assert page.find_element(By.ID, "engine").text == "espeak"
+    assert time.monotonic() - started < 15
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.save_screenshot(str(ARTIFACTS / "playground.png"))
+
+
+def test_a_wrong_key_shows_openai_error_message(page: WebDriver, gateway: GatewayProcess) -> None:
+    wrong = generate_api_key()
+    expected = httpx.post(f"{gateway.base_url}/v1/audio/speech", headers={"Authorization": f"Bearer {wrong}"},
+                          json={"model": "tts-1", "input": "hi", "voice": "alloy"}, timeout=10)
+    assert expected.status_code == 401
+    message = expected.json()["error"]["message"]
+
+    prepare(page, "tts-1", "alloy", "This must not be spoken.", "mp3")
+    paste_key(page, wrong)
+    page.find_element(By.ID, "speak").click()
+    wait(page, lambda d: state(d)["state"] == "error")
+    error = page.find_element(By.ID, "error")
+    assert error.is_displayed()
+    assert error.text == f"Error 401: {message}"
+    assert float(state(page)["played"]) == 0
+
+
+def test_the_setting_turns_the_page_off(tmp_path: Path) -> None:
+    config = {"server": {"playground": False}, "engines": {"synthetic": {"kind": "synthetic"}}, "aliases": {}}
+    with GatewayProcess(config, tmp_path) as process:
+        for path in ("/", "/playground", "/playground/static/playground.js"):
+            assert httpx.get(process.base_url + path, timeout=5).status_code == 404, path
+        assert httpx.get(f"{process.base_url}/docs", timeout=5).status_code == 200
