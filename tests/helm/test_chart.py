@@ -545,6 +545,7 @@ def test_settings_loader_accepts_the_rendered_config(
 
     assert settings.auth.required is True
     assert settings.auth.admin_token is not None
+    assert settings.server.playground is False  # off by default in the chart
     assert set(settings.engines) >= {"chattts", "espeak"}
     for engine in settings.engines.values():
         if engine.kind == "chattts":
