@@ -190,9 +190,10 @@ class SpeechService:
                 on_complete=lambda audio: self._store(key, outcome, audio),
             )
             cache_state = "miss"
-        finish.push_async_callback(self._account, request, outcome, record, cache_state == "hit")
         finish.push_async_callback(chunks.aclose)  # our share of a single flight ends with this response
         first = await anext(chunks, b"")
+        # Usage counts requests that were served (a stream cut short included), not ones that failed to start.
+        finish.push_async_callback(self._account, request, outcome, record, cache_state == "hit")
         record.engine, record.cache = outcome.engine, cache_state
         record.ttfb_ms = round((time.perf_counter() - record.started) * 1000, 2)
         self.metrics.ttfb.labels(outcome.engine).observe(record.ttfb_ms / 1000)

@@ -391,3 +391,12 @@ def test_config_key_hashes_authenticate_without_redis(tmp_path: Path) -> None:
     with GatewayProcess(config, tmp_path) as replica:
         assert speak(replica, key).status_code == 200
         assert speak(replica, key[:-1] + ("A" if key[-1] != "A" else "B")).status_code == 401
+
+
+def test_usage_counts_served_requests_not_failed_ones(replicas: list[GatewayProcess], admin: Admin) -> None:
+    key = admin.key(admin.tenant())["key"]
+    assert speak(replicas[0], key, "served").status_code == 200
+    assert speak(replicas[0], key, "fails before its first byte #fail").status_code == 503
+    usage = httpx.get(f"{replicas[1].base_url}/v1/usage", headers={"authorization": f"Bearer {key}"}).json()
+    assert usage["requests"] == 1
+    assert usage["input_characters"] == len("served")
