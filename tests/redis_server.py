@@ -19,24 +19,19 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 
+from tests.gateway_process import free_port
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 __all__ = ["RedisServer", "outage_redis_fixture", "redis_server_fixture", "redis_url_fixture"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class RedisServer:
     """One ``redis-server`` process without persistence, on a fixed port across restarts."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="redis-test-"))
         self._pidfile = self._dir / "redis.pid"
 
