@@ -28,6 +28,12 @@ def _log_ms_axis(axis: Any) -> None:
     axis.yaxis.set_minor_formatter(mpl.ticker.NullFormatter())
 
 
+def _concurrency_axis(axis: Any, levels: list[int]) -> None:
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(levels, [str(level) for level in levels])
+    axis.set_xlabel("concurrency (closed loop)")
+
+
 def overhead(report: dict[str, Any], path: Path) -> None:
     summary = report["summary"]
     names = list(summary)
@@ -66,9 +72,7 @@ def pool(report: dict[str, Any], path: Path) -> None:
                       xytext=(0, -28), ha="center", fontsize=9)  # fmt: skip
     left.set_ylim(0, theory * 1.3)
     left.set_xlim(levels[0] / 1.5, levels[-1] * 1.5)
-    left.set_xscale("log", base=2)
-    left.set_xticks(levels, [str(level) for level in levels])
-    left.set_xlabel("concurrency (closed loop)")
+    _concurrency_axis(left, levels)
     left.set_ylabel("requests/s")
     left.set_title(f"throughput, P = {report['workers']} workers, L = {report['delay_ms']:g} ms")
     left.legend(loc="lower right", fontsize=8)
@@ -82,10 +86,8 @@ def pool(report: dict[str, Any], path: Path) -> None:
             right.annotate(f"{share:.0%} of requests", (level, latency), textcoords="offset points", xytext=(0, 8),
                            ha="center", fontsize=8, color="red")  # fmt: skip
     _log_ms_axis(right)
-    right.set_xscale("log", base=2)
-    right.set_xticks(levels, [str(level) for level in levels])
     right.set_xlim(levels[0] / 1.5, levels[-1] * 1.5)
-    right.set_xlabel("concurrency (closed loop)")
+    _concurrency_axis(right, levels)
     right.set_ylabel("latency, ms (log)")
     right.set_title(f"latency, queue_size {report['queue_size']}")
     right.legend(fontsize=8)
@@ -111,9 +113,7 @@ def baseline(report: dict[str, Any], path: Path) -> None:
     right.plot([], [], ":", color="gray", label="p99 (dotted, same colour)")
     _log_ms_axis(right)
     for axis in (left, right):
-        axis.set_xscale("log", base=2)
-        axis.set_xticks(levels, [str(level) for level in levels])
-        axis.set_xlabel("concurrency (closed loop)")
+        _concurrency_axis(axis, levels)
     left.set_ylabel("requests/s (200)")
     left.set_title(f"throughput, P = {report['workers']}, L = {report['delay_ms']:g} ms")
     left.legend(loc="lower right", fontsize=8)

@@ -61,11 +61,9 @@ class RequestRecord:
     audio_seconds: float | None = None
     ttfb_ms: float | None = None
     cache: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def as_log(self) -> dict[str, Any]:
-        fields = {k: v for k, v in asdict(self).items() if v is not None and k not in {"extra", "started"}}
-        return {**fields, **self.extra}
+        return {k: v for k, v in asdict(self).items() if v is not None and k != "started"}
 
 
 def request_record(scope: Scope) -> RequestRecord | None:

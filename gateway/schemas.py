@@ -19,8 +19,6 @@ __all__ = [
     "Readiness",
     "SpeechRequest",
     "SpeechUsage",
-    "VoiceList",
-    "VoiceObject",
 ]
 
 MAX_INPUT_CHARS = 4096
@@ -97,16 +95,6 @@ class ModelList(BaseModel):
     data: list[ModelObject]
 
 
-class VoiceObject(BaseModel):
-    id: str
-    name: str
-    description: str = ""
-
-
-class VoiceList(BaseModel):
-    object: Literal["list"] = "list"
-    model: str
-    data: list[VoiceObject]
 
 
 class EngineReadiness(BaseModel):

@@ -90,7 +90,6 @@ class SpeechReply:
     """
 
     request: SpeechRequest
-    engine: str
     headers: dict[str, str]
     outcome: _Outcome
     _first: bytes
@@ -198,7 +197,7 @@ class SpeechService:
         record.ttfb_ms = round((time.perf_counter() - record.started) * 1000, 2)
         self.metrics.ttfb.labels(outcome.engine).observe(record.ttfb_ms / 1000)
         headers = {"x-engine": outcome.engine, "x-cache": cache_state}
-        return SpeechReply(request, outcome.engine, headers, outcome, first, chunks, finish)
+        return SpeechReply(request, headers, outcome, first, chunks, finish)
 
     async def _produce(self, key: str, resolved: _Resolved, outcome: _Outcome) -> AsyncIterator[bytes]:
         started = time.perf_counter()
