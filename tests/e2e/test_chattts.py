@@ -43,8 +43,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
 
 
 @pytest.fixture(scope="module")
-def client(gateway: GatewayProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="anything", max_retries=0)
+def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="anything", max_retries=0) as sdk:
+        yield sdk
 
 
 def test_chattts_is_ready_with_generated_weights(gateway: GatewayProcess) -> None:

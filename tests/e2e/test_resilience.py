@@ -131,8 +131,8 @@ def test_the_sdk_retries_503_and_gets_served(gateway: GatewayProcess) -> None:
     for filler in fillers:
         filler.start()
     time.sleep(0.3)
-    client = openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="anything", max_retries=5)
-    assert client.audio.speech.create(model="tight", voice="alloy", input="eventually").content
+    with openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="anything", max_retries=5) as client:
+        assert client.audio.speech.create(model="tight", voice="alloy", input="eventually").content
     blocker.join()
     for filler in fillers:
         filler.join()

@@ -83,8 +83,21 @@ def admin(replicas: list[GatewayProcess]) -> Iterator[Admin]:
     client.close()
 
 
+_sdk_clients: list[openai.OpenAI] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_sdk_clients() -> Iterator[None]:
+    # Closed explicitly: a client collected later would warn about its open socket inside some other test.
+    yield
+    while _sdk_clients:
+        _sdk_clients.pop().close()
+
+
 def sdk(replica: GatewayProcess, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{replica.base_url}/v1", api_key=key, max_retries=0)
+    client = openai.OpenAI(base_url=f"{replica.base_url}/v1", api_key=key, max_retries=0)
+    _sdk_clients.append(client)
+    return client
 
 
 def speak(replica: GatewayProcess, key: str, text: str = "hello", **fields: Any) -> httpx.Response:
