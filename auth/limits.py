@@ -231,8 +231,13 @@ class TenantRateLimiter:
             self._leases = _RedisLeases(self._redis)
         self._windows = MovingWindowRateLimiter(self._storage)
 
-    async def admit(self, tenant: str, limits: TenantLimits, characters: int) -> LimitState:
+    async def admit(
+        self, tenant: str, limits: TenantLimits, characters: int, *, count_request: bool = True,
+    ) -> LimitState:
         """Count one request of ``characters`` input characters against the tenant's per-minute limits.
+
+        ``count_request=False`` counts the characters only: a segment of a realtime session, whose session was
+        counted as the request.
 
         Returns:
             The state after this request, for the ``x-ratelimit-*`` headers.
@@ -241,7 +246,7 @@ class TenantRateLimiter:
             RateLimitExceededError: a limit would be exceeded; nothing was consumed.
             LimitsUnavailableError: the storage is unreachable and the limiter fails closed.
         """
-        checks = _checks(limits, characters)
+        checks = _checks(limits, characters, count_request=count_request)
         if not checks:
             return LimitState()
         try:
@@ -380,10 +385,10 @@ class TenantRateLimiter:
             logger.warning("rate-limit storage reachable again; limits enforced")
 
 
-def _checks(limits: TenantLimits, characters: int) -> list[_Check]:
+def _checks(limits: TenantLimits, characters: int, *, count_request: bool) -> list[_Check]:
     checks = []
     # Requests first: if a later hit loses a race, one request is what stays counted, not a clip's characters.
-    if limits.requests_per_minute is not None:
+    if limits.requests_per_minute is not None and count_request:
         checks.append(_Check("requests", RateLimitItemPerMinute(limits.requests_per_minute, namespace="requests"), 1))
     if limits.characters_per_minute is not None and characters > 0:
         item = RateLimitItemPerMinute(limits.characters_per_minute, namespace="characters")

@@ -125,6 +125,7 @@ class RedisUsageLedger:
         self._prefix = prefix
         self._pending: dict[str, Counters] = {}
         self._in_outage = False
+        self._writes: set[asyncio.Task[None]] = set()
 
     async def record_request(self, tenant: str, *, characters: int, audio_seconds: float, cache_hit: bool) -> None:
         """Count one served request (kept in memory until Redis is reachable again)."""
@@ -177,6 +178,14 @@ class RedisUsageLedger:
             return
         # Taken before the first await, so a concurrent call neither writes these twice nor loses its own.
         pending, self._pending = self._pending, {}
+        # A task of its own, shielded: a caller cancelled mid-write (a client gone, and anyio cancels again at every
+        # await) must not abandon a transaction that may already have reached Redis; keeping it would count it twice.
+        write = asyncio.get_running_loop().create_task(self._write_or_keep(pending))
+        self._writes.add(write)
+        write.add_done_callback(self._writes.discard)
+        await asyncio.shield(write)
+
+    async def _write_or_keep(self, pending: Mapping[str, Counters]) -> None:
         try:
             await self._write(pending)
         except _STORAGE_ERRORS as exc:
@@ -185,9 +194,6 @@ class RedisUsageLedger:
                 self._in_outage = True
                 logger.warning("usage store unreachable, keeping usage in memory until it returns: %r", exc)
             return
-        except asyncio.CancelledError:
-            self._keep(pending)  # counted twice if the transaction reached Redis before the cancellation
-            raise
         if self._in_outage:
             self._in_outage = False
             logger.warning("usage store reachable again; buffered usage written")

@@ -5,17 +5,23 @@ real dimensions (``--preset full``: the same FLOPs per token as the real model).
 exactly ``--tokens`` audio tokens (``min_new_token == max_new_token``), so that runs are comparable and bounded.
 
     .venv/bin/python bench/chattts_batching.py --assets /tmp/chattts-full --tokens 64
+    .venv/bin/python bench/chattts_batching.py --device cuda --tokens 64 --concurrency 1,4,8,16 --repeat 3
 
-Reports, per mode and concurrency: audio seconds per wall second, median TTFB, and the worker's RSS.
+Reports, per mode and concurrency: audio seconds per wall second, median TTFB, and the worker's RSS (host memory;
+on ``--device cuda`` the GPU's memory is not in it). ``--repeat`` runs each concurrency level several times back to
+back and pools them (throughput: all audio over all wall time; TTFB: the median over every request); ``--json``
+writes the rows, one file, rewritten after every row so that an interrupted run keeps what it measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -23,6 +29,9 @@ from engines.base import OPENAI_VOICES, SynthesisRequest
 from engines.chattts.assets import generate_assets
 from engines.pool import EnginePool
 from gateway.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 SAMPLE_RATE = 24000
 
@@ -40,10 +49,19 @@ async def one_request(pool: EnginePool, index: int) -> tuple[float, float]:
     return first or 0.0, size / 2 / SAMPLE_RATE
 
 
-async def run_mode(assets: Path, tokens: int, batching: bool, levels: list[int]) -> list[dict[str, float]]:
+async def run_mode(
+    assets: Path,
+    tokens: int,
+    batching: bool,
+    levels: list[int],
+    *,
+    device: str = "auto",
+    repeat: int = 1,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
     options = {
         "source": "dir", "path": str(assets), "max_new_token": tokens, "min_new_token": tokens,
-        "max_batch": max(levels) if batching else 1, "batch_window_ms": 10,
+        "max_batch": max(levels) if batching else 1, "batch_window_ms": 10, "device": device,
     }  # fmt: skip
     settings = EngineSettings(kind="chattts", options=options, queue_size=64, queue_timeout_s=600,
                               start_timeout_s=600, stall_timeout_s=600, health_interval_s=60)  # fmt: skip
@@ -51,18 +69,29 @@ async def run_mode(assets: Path, tokens: int, batching: bool, levels: list[int])
     await pool.start()
     if not await pool.wait_ready(600):
         raise RuntimeError(pool.status().reason)
+    info = pool.status().info
+    print(f"batching {'on' if batching else 'off'}: engine details {info.details if info else None}", flush=True)
     rows = []
     try:
         for level in levels:
-            started = time.monotonic()
-            results = await asyncio.gather(*(one_request(pool, i) for i in range(level)))
-            wall = time.monotonic() - started
-            rss = sum(psutil.Process(pid).memory_info().rss for pid in pool.status().pids) / 2**20
+            batches_before = pool.status().batch_sizes
+            results: list[tuple[float, float]] = []
+            wall = 0.0
+            for _ in range(repeat):
+                started = time.monotonic()
+                results += await asyncio.gather(*(one_request(pool, i) for i in range(level)))
+                wall += time.monotonic() - started
+            status = pool.status()
+            rss = sum(psutil.Process(pid).memory_info().rss for pid in status.pids) / 2**20
+            batches = {size: n - batches_before.get(size, 0) for size, n in sorted(status.batch_sizes.items())}
             audio = sum(seconds for _, seconds in results)
-            rows.append({"batching": batching, "concurrency": level, "audio_s": audio, "wall_s": wall,
-                         "throughput": audio / wall, "ttfb_median_s": statistics.median(t for t, _ in results),
-                         "rss_mib": rss})  # fmt: skip
+            rows.append({"batching": batching, "concurrency": level, "requests": len(results), "audio_s": audio,
+                         "wall_s": wall, "throughput": audio / wall,
+                         "ttfb_median_s": statistics.median(t for t, _ in results), "rss_mib": rss,
+                         "batch_sizes": {size: n for size, n in batches.items() if n}})  # fmt: skip
             print(rows[-1], flush=True)
+            if on_row is not None:
+                on_row(rows[-1])
     finally:
         await pool.stop()
     return rows
@@ -74,13 +103,28 @@ def main() -> None:
     parser.add_argument("--preset", default="full", choices=["tiny", "full"])
     parser.add_argument("--tokens", type=int, default=64, help="audio tokens per request (~21 ms each)")
     parser.add_argument("--concurrency", default="1,2,4,8")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                        help="the engine's device option (auto: CUDA when torch sees one)")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=1, choices=range(1, 101), metavar="N",
+                        help="runs of each concurrency level, pooled (default 1)")  # fmt: skip
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here (JSON)")
     args = parser.parse_args()
     if not (args.assets / "tts-gateway-assets.json").exists():
         print(f"generating {args.preset} assets into {args.assets} ...", flush=True)
         generate_assets(args.assets, args.preset)
     levels = [int(c) for c in args.concurrency.split(",")]
-    rows = [*asyncio.run(run_mode(args.assets, args.tokens, False, levels)),
-            *asyncio.run(run_mode(args.assets, args.tokens, True, levels))]  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    meta = {"tokens": args.tokens, "device": args.device, "repeat": args.repeat, "levels": levels}
+
+    def keep(row: dict[str, Any]) -> None:
+        rows.append(row)
+        if args.json is not None:
+            args.json.write_text(json.dumps({**meta, "rows": rows}, indent=1))
+
+    for batching in (False, True):
+        asyncio.run(
+            run_mode(args.assets, args.tokens, batching, levels, device=args.device, repeat=args.repeat, on_row=keep)
+        )
     base = next(r["throughput"] for r in rows if not r["batching"] and r["concurrency"] == 1)
     header = "| batching | concurrency | audio s / wall s | vs one unbatched worker | median TTFB (s) | RSS (MiB) |"
     print(f"\n{header}")

@@ -1,8 +1,11 @@
 #!/usr/bin/env python
-"""Gateway benchmarks on loopback: overhead, pool efficiency, and the naive Flask baseline.
+"""Gateway benchmarks on loopback: overhead, pool efficiency, the naive Flask baseline, time to first byte, soak,
+realtime (flush to first audio on the WebSocket).
 
-    .venv/bin/python bench/run.py                 # all three, about 6 minutes
-    .venv/bin/python bench/run.py overhead        # or one: overhead | pool | baseline (each about 2 minutes)
+    .venv/bin/python bench/run.py                 # all six, about 15 minutes
+    .venv/bin/python bench/run.py overhead        # or one: overhead | pool | baseline (each about 2 minutes),
+                                                  # ttfb (about 4, ChatTTS included) | soak (about 1.5)
+                                                  # | realtime (about 4, ChatTTS included)
 
 Every server binds 127.0.0.1; every run is bounded by a duration and a request count. By default the servers are
 pinned to CPU 1 and the load generator to CPU 0 (``--no-pin`` to let them share both), so ratios compare servers on
@@ -32,6 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from bench import plots, wrkcheck
+from bench import realtime as realtime_bench
+from bench import soak as soak_bench
+from bench import ttfb as ttfb_bench
 from bench.loadgen import LoadResult, run_load
 from bench.servers import ROOT, ServerProcess, bare_litestar, flask_gunicorn, gateway
 
@@ -409,6 +415,34 @@ def baseline_markdown(report: dict[str, Any], args: argparse.Namespace) -> str:
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# 4. time to first byte and 5. soak (bench/ttfb.py, bench/soak.py)
+
+
+def ttfb(args: argparse.Namespace) -> None:
+    run_module("ttfb", ttfb_bench, args)
+
+
+def soak(args: argparse.Namespace) -> None:
+    run_module("soak", soak_bench, args)
+
+
+def realtime(args: argparse.Namespace) -> None:
+    run_module("realtime", realtime_bench, args)
+
+
+def run_module(name: str, module: Any, args: argparse.Namespace) -> None:
+    """A benchmark module's ``measure``, then its ``plot`` and ``markdown`` under the common report header."""
+    report = new_report(args, name)
+    report |= module.measure(args)
+    report["load_after"] = load_average()
+    module.plot(report, RESULTS / f"{name}.png")
+    save(name, report, header(report) + module.markdown(report))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+
+BENCHMARKS = {"overhead": overhead, "pool": pool, "baseline": baseline, "ttfb": ttfb, "soak": soak,
+              "realtime": realtime}  # fmt: skip
 
 
 def wait_quiet(limit: float, timeout_s: float) -> None:
@@ -422,7 +456,7 @@ def wait_quiet(limit: float, timeout_s: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("benchmarks", nargs="*", metavar="overhead|pool|baseline", help="default: all three")
+    parser.add_argument("benchmarks", nargs="*", metavar="|".join(BENCHMARKS), help="default: all six")
     parser.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin servers and client to CPUs")
     parser.add_argument("--wait-quiet", action="store_true", help="wait (≤ 10 min) for a load average below 1.5")
     parser.add_argument("--workers", type=int, default=2, help="engine workers / gunicorn workers (P)")
@@ -441,20 +475,58 @@ def main() -> None:
     g.add_argument("--levels", default="1,2,4,8,16")
     g.add_argument("--baseline-duration", type=float, default=5)
     g.add_argument("--threads", type=int, default=8, help="also run gunicorn gthread with this many threads (1: off)")
+    add_ttfb_soak_options(parser)
+    add_realtime_options(parser)
     args = parser.parse_args()
-    unknown = set(args.benchmarks) - {"overhead", "pool", "baseline"}
+    unknown = set(args.benchmarks) - set(BENCHMARKS)
     if unknown:
-        parser.error(f"unknown benchmarks {sorted(unknown)}: choose from overhead, pool, baseline")
+        parser.error(f"unknown benchmarks {sorted(unknown)}: choose from {', '.join(BENCHMARKS)}")
     if args.pin and (os.cpu_count() or 1) < 2:
         args.pin = False
     args.wrk = args.wrk and wrkcheck.available()
     if args.wait_quiet:
         wait_quiet(1.5, 600)
-    for name in args.benchmarks or ["overhead", "pool", "baseline"]:
+    for name in args.benchmarks or list(BENCHMARKS):
         print(f"== {name} ({stamp()}, load average {load_average():.2f})", flush=True)
         started = time.monotonic()
-        {"overhead": overhead, "pool": pool, "baseline": baseline}[name](args)
+        BENCHMARKS[name](args)
         print(f"== {name} took {time.monotonic() - started:.0f} s", flush=True)
+
+
+def add_ttfb_soak_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("ttfb")
+    g.add_argument("--ttfb-requests", type=int, default=100, help="synthetic engine: requests per concurrency")
+    g.add_argument("--ttfb-rtf", type=float, default=0.25, help="synthetic engine: real-time factor of the pacing")
+    g.add_argument("--ttfb-format", default="mp3", choices=["mp3", "opus", "aac", "flac", "wav", "pcm"])
+    g.add_argument("--no-chattts", dest="chattts", action="store_false", help="skip the ChatTTS cells")
+    g.add_argument("--ttfb-chattts-requests", type=int, default=10, help="ChatTTS: requests per concurrency")
+    g.add_argument("--chattts-assets", type=Path, default=Path("/tmp/chattts-full"),
+                   help="full-size ChatTTS assets; generated there when missing or invalid")  # fmt: skip
+    g.add_argument("--chattts-workers", type=int, default=2, help="ChatTTS workers (P), cores shared between them")
+    g.add_argument("--chattts-tokens", type=int, default=64, help="ChatTTS: audio tokens per request (~21 ms each)")
+    g = parser.add_argument_group("soak")
+    g.add_argument("--soak-requests", type=int, default=2000)
+    g.add_argument("--soak-warmup", type=int, default=200, help="requests before the first memory snapshot")
+    g.add_argument("--soak-concurrency", type=int, default=8)
+    g.add_argument("--soak-abort", type=float, default=0.3, help="share of streams closed after the first chunk")
+    g.add_argument("--soak-rtf", type=float, default=0.05, help="real-time factor of the synthetic engine")
+    g.add_argument("--soak-stream-limit", type=int, default=0, help="tenant concurrent_streams (0: the concurrency)")
+    g.add_argument("--soak-sample-every", type=int, default=100, help="requests between memory samples (plot)")
+
+
+def add_realtime_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("realtime (also takes --no-chattts and --chattts-assets)")
+    g.add_argument("--realtime-rounds", type=int, default=100, help="synthetic engine: segments per side")
+    g.add_argument("--realtime-delay-ms", type=float, default=50, help="synthetic engine: request_delay_ms")
+    g.add_argument("--realtime-rtf", type=float, default=0.25, help="synthetic engine: real-time factor of the pacing")
+    g.add_argument("--realtime-chattts-rounds", type=int, default=10, help="ChatTTS: segments per side")
+    g.add_argument("--realtime-chattts-tokens", type=int, default=16, help="ChatTTS: audio tokens per segment")
+    g.add_argument("--realtime-chattts-first-tokens", type=int, default=8,
+                   help="ChatTTS: stream_first_tokens (tokens before the first chunk, at least 8)")
+    # One torch thread leaves a core to the gateway's event loop and the client, so the difference measured is
+    # the gateway's path rather than its fight with torch for the CPU; torch's threads also wait for each other,
+    # which makes two of them erratic on a shared machine.
+    g.add_argument("--realtime-chattts-threads", type=int, default=1, help="ChatTTS: torch threads of the worker")
 
 
 if __name__ == "__main__":

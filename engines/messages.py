@@ -86,4 +86,6 @@ class JobEnded:
     """None when the job finished or was cancelled; otherwise what went wrong."""
     invalid_param: str | None = None
     """Set when the engine rejected the request itself (a 400 naming this param), not a failure."""
+    slow_consumer: bool = False
+    """Set by the server when it dropped the job because its consumer fell too far behind."""
     invalid: bool = False

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from gateway.settings import EngineSettings
 
 __all__ = [
+    "ConsumerTooSlowError",
     "EngineNotReadyError",
     "EngineOverloadedError",
     "EnginePool",
@@ -85,6 +86,10 @@ class EngineOverloadedError(RuntimeError):
 
 class SynthesisFailedError(RuntimeError):
     """The engine or its worker failed while synthesizing."""
+
+
+class ConsumerTooSlowError(SynthesisFailedError):
+    """The job was dropped: its consumer left more than ``max_buffered_audio_s`` of audio unread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +130,8 @@ class _Job:
             return True
         self.buffered_bytes += len(pcm)
         if self.buffered_bytes > self.max_buffered_bytes:
-            self.events.put_nowait(JobEnded(self.id, error="the client read audio too slowly; request dropped"))
+            ended = JobEnded(self.id, error="the client read audio too slowly; request dropped", slow_consumer=True)
+            self.events.put_nowait(ended)
             return False
         self.events.put_nowait(pcm)
         return True
@@ -158,6 +164,8 @@ class SynthesisStream:
             raise StopAsyncIteration
         if self._ending.invalid:
             raise InvalidSynthesisRequestError(self._ending.error, self._ending.invalid_param)
+        if self._ending.slow_consumer:
+            raise ConsumerTooSlowError(self._ending.error)
         raise SynthesisFailedError(self._ending.error)
 
 

@@ -19,11 +19,14 @@ from prometheus_client import REGISTRY
 
 from engines.pool import EnginePool
 from gateway.admin import AdminController
+from gateway.backpressure import send_timeout_middleware
 from gateway.catalog import ModelsController, VoicesController
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.health import HealthController
 from gateway.observability import PoolCollector, SpeechMetrics, request_tracking_middleware
 from gateway.playground import playground_handlers
+from gateway.realtime import realtime_speech
+from gateway.realtime.redaction import QueryTokenRedactor
 from gateway.routing import ModelRouter
 from gateway.security import provide_principal
 from gateway.settings import Settings, load_settings
@@ -56,10 +59,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
     return Litestar(
         route_handlers=[SpeechController, ModelsController, VoicesController, UsageController, AdminController,
                         HealthController, MetricsController,
+                        *([realtime_speech] if settings.realtime.enabled else []),
                         *(playground_handlers() if settings.server.playground else [])],
         lifespan=[_services(settings)],
         dependencies=_dependencies(),
-        middleware=[request_tracking_middleware, _PROMETHEUS.middleware],
+        middleware=[request_tracking_middleware(_PROMETHEUS), send_timeout_middleware(settings.server.send_timeout_s)],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.server.max_body_bytes,
         plugins=[PydanticPlugin()],
@@ -88,9 +92,12 @@ def _services(settings: Settings) -> Callable[[Litestar], Any]:
         REGISTRY.register(collector)
         app.state.update(router=router, tenancy=tenancy, speech=SpeechService(router, tenancy, metrics))
         logger.info("engines starting: %s; aliases: %s", ", ".join(pools), settings.aliases)
+        redactor = QueryTokenRedactor()
+        logging.getLogger("uvicorn.error").addFilter(redactor)  # uvicorn logs WebSocket paths with their query
         try:
             yield
         finally:
+            logging.getLogger("uvicorn.error").removeFilter(redactor)
             REGISTRY.unregister(collector)
             metrics.unregister()
             await tenancy.close()

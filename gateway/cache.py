@@ -270,6 +270,11 @@ class SingleFlight:
                 flight.task.cancel()
                 if self._flights.get(key) is flight:  # a new caller must start afresh, not join a cancelled one
                     del self._flights[key]
+            if flight.waiters == 0:
+                # A failed flight has left the table, so the last caller has raised its error. Raised, the error's
+                # traceback holds the callers' frames and they hold the flight: dropping it breaks that cycle, which
+                # would keep the frames of ``produce()`` (an encoder) until a full garbage collection.
+                flight.error = None
 
     def _start(
         self, key: str, produce: Callable[[], AsyncIterator[bytes]],
@@ -279,8 +284,18 @@ class SingleFlight:
         self._flights[key] = flight
         flight.task = asyncio.get_running_loop().create_task(self._produce(key, flight, produce, on_complete))
         self._tasks.add(flight.task)
-        flight.task.add_done_callback(self._tasks.discard)
+        flight.task.add_done_callback(self._ended)
         return flight
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            # A cancelled task keeps the CancelledError it ended with until someone awaits it, which nobody does;
+            # its traceback holds this task's frame (the flight, and so the task again) and the frames of
+            # ``produce()`` (an encoder, the engine's stream). Taking it here frees them now instead of at the
+            # next full garbage collection.
+            with contextlib.suppress(asyncio.CancelledError):
+                task.exception()
 
     async def _produce(
         self, key: str, flight: _Flight, produce: Callable[[], AsyncIterator[bytes]],

@@ -103,7 +103,10 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     host = args.host or settings.server.host
     port = settings.server.port if args.port is None else args.port
+    # websockets-sansio waits for the socket to drain before each send, so a slow realtime client pushes back
+    # instead of piling audio up in memory.
     uvicorn.run(create_app(settings), host=host, port=port, loop="uvloop", http="httptools",
+                ws="websockets-sansio", ws_max_size=settings.server.max_body_bytes,
                 log_level=settings.server.log_level, timeout_graceful_shutdown=settings.server.shutdown_grace_s,
                 access_log=False)  # one JSON line per request comes from the gateway itself
     return 0

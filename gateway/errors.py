@@ -31,10 +31,12 @@ from engines.pool import EngineNotReadyError, EngineOverloadedError, SynthesisFa
 from gateway.schemas import ErrorResponse
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from litestar import Request
     from litestar.types import ExceptionHandlersMap
 
-__all__ = ["EXCEPTION_HANDLERS", "OpenAIError", "error_body", "error_responses"]
+__all__ = ["EXCEPTION_HANDLERS", "OpenAIError", "as_openai_error", "error_body", "error_responses"]
 
 logger = logging.getLogger("tts_gateway.errors")
 
@@ -97,26 +99,37 @@ def _respond(error: OpenAIError) -> Response[dict[str, Any]]:
     )
 
 
-def _openai_error(_: Request[Any, Any, Any], exc: OpenAIError) -> Response[dict[str, Any]]:
-    return _respond(exc)
+def as_openai_error(exc: Exception) -> OpenAIError:
+    """The OpenAI error a domain exception becomes: the table's entry for its most specific class.
+
+    The HTTP handlers send it as a response; the realtime endpoint sends it as an ``error`` event.
+    """
+    for cls in type(exc).__mro__:
+        if (convert := _CONVERSIONS.get(cls)) is not None:
+            return convert(exc)
+    return _unexpected(exc)
 
 
-def _validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Response[dict[str, Any]]:
+def _openai_error(exc: OpenAIError) -> OpenAIError:
+    return exc
+
+
+def _validation_error(exc: ValidationException) -> OpenAIError:
     problems = exc.extra if isinstance(exc.extra, list) else []
     first = problems[0] if problems else {}
     key = str(first.get("key") or "") if isinstance(first, dict) else ""
     param = key.split(".")[0] or None
     detail = str(first.get("message", "")) if isinstance(first, dict) else ""
-    return _respond(OpenAIError(HTTP_400_BAD_REQUEST, _describe(param, detail, exc.detail), param=param,
-                                code=_code_for(detail)))
+    return OpenAIError(HTTP_400_BAD_REQUEST, _describe(param, detail, exc.detail), param=param,
+                       code=_code_for(detail))
 
 
-def _model_validation_error(_: Request[Any, Any, Any], exc: ValidationError) -> Response[dict[str, Any]]:
+def _model_validation_error(exc: ValidationError) -> OpenAIError:
     # Raised by handlers that validate a second model themselves (e.g. admin input checked as configuration).
     first = exc.errors()[0]
     param = ".".join(str(part) for part in first["loc"]) or None
-    return _respond(OpenAIError(HTTP_400_BAD_REQUEST, _describe(param, first["msg"], "Invalid request."), param=param,
-                                code=_code_for(first["msg"])))
+    return OpenAIError(HTTP_400_BAD_REQUEST, _describe(param, first["msg"], "Invalid request."), param=param,
+                       code=_code_for(first["msg"]))
 
 
 def _describe(param: str | None, detail: str, fallback: str) -> str:
@@ -137,46 +150,46 @@ def _code_for(detail: str) -> str | None:
     return "invalid_value" if detail else None
 
 
-def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
+def _http_error(exc: HTTPException) -> OpenAIError:
     kind = SERVER_ERROR if exc.status_code >= HTTP_500_INTERNAL_SERVER_ERROR else INVALID_REQUEST
     code = "not_found" if exc.status_code == HTTP_404_NOT_FOUND else None
-    return _respond(OpenAIError(exc.status_code, exc.detail, type=kind, code=code, headers=exc.headers))
+    return OpenAIError(exc.status_code, exc.detail, type=kind, code=code, headers=exc.headers)
 
 
-def _not_ready(_: Request[Any, Any, Any], exc: EngineNotReadyError) -> Response[dict[str, Any]]:
-    return _respond(OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, str(exc), type=SERVER_ERROR,
-                                code="engine_not_ready", headers={"Retry-After": "5"}))
+def _not_ready(exc: EngineNotReadyError) -> OpenAIError:
+    return OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, str(exc), type=SERVER_ERROR, code="engine_not_ready",
+                       headers={"Retry-After": "5"})
 
 
-def _overloaded(_: Request[Any, Any, Any], exc: EngineOverloadedError) -> Response[dict[str, Any]]:
-    return _respond(OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, str(exc), type=SERVER_ERROR,
-                                code="engine_overloaded", headers={"Retry-After": str(exc.retry_after_s)}))
+def _overloaded(exc: EngineOverloadedError) -> OpenAIError:
+    return OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, str(exc), type=SERVER_ERROR, code="engine_overloaded",
+                       headers={"Retry-After": str(exc.retry_after_s)})
 
 
-def _synthesis_failed(_: Request[Any, Any, Any], exc: SynthesisFailedError) -> Response[dict[str, Any]]:
-    return _respond(OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, f"The engine failed: {exc}", type=SERVER_ERROR,
-                                code="engine_failed", headers={"Retry-After": "1"}))
+def _synthesis_failed(exc: SynthesisFailedError) -> OpenAIError:
+    return OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, f"The engine failed: {exc}", type=SERVER_ERROR,
+                       code="engine_failed", headers={"Retry-After": "1"})
 
 
-def _invalid_for_engine(_: Request[Any, Any, Any], exc: InvalidSynthesisRequestError) -> Response[dict[str, Any]]:
-    return _respond(OpenAIError(HTTP_400_BAD_REQUEST, str(exc), param=exc.param, code="invalid_value"))
+def _invalid_for_engine(exc: InvalidSynthesisRequestError) -> OpenAIError:
+    return OpenAIError(HTTP_400_BAD_REQUEST, str(exc), param=exc.param, code="invalid_value")
 
 
-def _invalid_credentials(_: Request[Any, Any, Any], exc: InvalidCredentialsError) -> Response[dict[str, Any]]:
-    return _respond(OpenAIError(HTTP_401_UNAUTHORIZED, str(exc), code="invalid_api_key"))
+def _invalid_credentials(exc: InvalidCredentialsError) -> OpenAIError:
+    return OpenAIError(HTTP_401_UNAUTHORIZED, str(exc), code="invalid_api_key")
 
 
-def _unknown_tenant(_: Request[Any, Any, Any], exc: UnknownTenantError) -> Response[dict[str, Any]]:
-    return _respond(OpenAIError(HTTP_403_FORBIDDEN, str(exc), code="unknown_tenant"))
+def _unknown_tenant(exc: UnknownTenantError) -> OpenAIError:
+    return OpenAIError(HTTP_403_FORBIDDEN, str(exc), code="unknown_tenant")
 
 
-def _rate_limited(_: Request[Any, Any, Any], exc: RateLimitExceededError) -> Response[dict[str, Any]]:
+def _rate_limited(exc: RateLimitExceededError) -> OpenAIError:
     # OpenAI names the exhausted budget in `type` ("requests" or "tokens"); characters are our tokens.
     kind = {"requests": "requests", "characters": "tokens", "concurrency": "requests"}[exc.reason]
     code = "concurrency_limit_exceeded" if exc.reason == "concurrency" else "rate_limit_exceeded"
     headers = {**exc.state.headers(), "Retry-After": str(exc.retry_after_s)}
     message = f"{_LIMIT_MESSAGES[exc.reason]} Retry after {exc.retry_after_s} s."
-    return _respond(OpenAIError(HTTP_429_TOO_MANY_REQUESTS, message, type=kind, code=code, headers=headers))
+    return OpenAIError(HTTP_429_TOO_MANY_REQUESTS, message, type=kind, code=code, headers=headers)
 
 
 _LIMIT_MESSAGES = {
@@ -186,19 +199,18 @@ _LIMIT_MESSAGES = {
 }
 
 
-def _backend_down(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+def _backend_down(exc: Exception) -> OpenAIError:
     logger.warning("a shared backend is unreachable: %s", exc)
-    return _respond(OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, "A backend of the gateway is unreachable; retry soon.",
-                                type=SERVER_ERROR, code="backend_unavailable", headers={"Retry-After": "1"}))
+    return OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, "A backend of the gateway is unreachable; retry soon.",
+                       type=SERVER_ERROR, code="backend_unavailable", headers={"Retry-After": "1"})
 
 
-def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
-    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return _respond(OpenAIError(HTTP_500_INTERNAL_SERVER_ERROR, "The server had an error processing your request.",
-                                type=SERVER_ERROR))
+def _unexpected(_: Exception) -> OpenAIError:
+    return OpenAIError(HTTP_500_INTERNAL_SERVER_ERROR, "The server had an error processing your request.",
+                       type=SERVER_ERROR)
 
 
-EXCEPTION_HANDLERS: ExceptionHandlersMap = {
+_CONVERSIONS: dict[type[Exception], Callable[[Any], OpenAIError]] = {
     OpenAIError: _openai_error,
     ValidationException: _validation_error,
     ValidationError: _model_validation_error,
@@ -213,5 +225,14 @@ EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     LimitsUnavailableError: _backend_down,
     AuthBackendError: _backend_down,
     RedisError: _backend_down,  # custom voices and admin operations while Redis is unreachable
-    Exception: _unexpected,
 }
+
+
+def _handle(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    error = as_openai_error(exc)
+    if error.status_code == HTTP_500_INTERNAL_SERVER_ERROR:
+        logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _respond(error)
+
+
+EXCEPTION_HANDLERS: ExceptionHandlersMap = dict.fromkeys([*_CONVERSIONS, Exception], _handle)

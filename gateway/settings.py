@@ -20,6 +20,7 @@ __all__ = [
     "EngineSettings",
     "JWTSettings",
     "LimitsSettings",
+    "RealtimeSettings",
     "ServerSettings",
     "Settings",
     "TenantLimits",
@@ -69,6 +70,9 @@ class ServerSettings(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     shutdown_grace_s: int = Field(default=30, ge=0)
     """On SIGTERM: stop accepting, let in-flight streams finish for up to this long, then stop the engines."""
+    send_timeout_s: float = Field(default=30.0, gt=0)
+    """A client that leaves one write of its response unread this long counts as gone: the response is abandoned,
+    releasing its stream lease and synthesis (``gateway/backpressure.py``)."""
     playground: bool = True
     """Serve the playground page at / and /playground"""
 
@@ -163,6 +167,20 @@ class CacheSettings(BaseModel):
     """Let tenants hit each other's entries. Off by default: a hit would tell one tenant what another asked for."""
 
 
+class RealtimeSettings(BaseModel):
+    """The realtime WebSocket endpoint, ``/v1/audio/speech/stream`` (see ``docs/realtime.md``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    max_segment_chars: int = Field(default=300, ge=20, le=4096)
+    """A sentence longer than this is cut at a clause or word boundary, so that speech can start sooner."""
+    max_pending_chars: int = Field(default=4096, ge=1, le=65536)
+    """Text appended but not yet spoken, per session; an append beyond it is refused with an error event."""
+    auth_timeout_s: float = Field(default=10.0, gt=0)
+    """How long a socket without credentials may take to send its first message (which must carry them)."""
+
+
 def _default_engines() -> dict[str, EngineSettings]:
     return {
         "chattts": EngineSettings(kind="chattts"),
@@ -190,6 +208,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
+    realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
 
     @model_validator(mode="after")
     def _aliases_name_known_engines(self) -> Settings:

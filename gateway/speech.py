@@ -5,28 +5,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from litestar import Controller, Request, post
+from litestar import Controller, Request, Response, post
+from litestar.background_tasks import BackgroundTask
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
 from litestar.params import JSONBody
 from litestar.response import ServerSentEvent, Stream
 from litestar.status_codes import HTTP_200_OK, HTTP_415_UNSUPPORTED_MEDIA_TYPE
 
 from gateway.audio.formats import CONTENT_TYPES
-from gateway.dependencies import Caller, Speech
+from gateway.dependencies import Caller
 from gateway.errors import OpenAIError, error_responses
 from gateway.observability import RequestRecord, request_record
 from gateway.schemas import SpeechRequest
 
 if TYPE_CHECKING:
-    from litestar.connection import ASGIConnection
-    from litestar.handlers.base import BaseRouteHandler
+    from gateway.synthesis import SpeechService
 
 __all__ = ["SpeechController"]
 
 
-def require_json(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """Reject bodies that do not say they are JSON, as OpenAI does, before they are parsed."""
-    content_type = connection.headers.get("content-type", "")
+async def require_json(request: Request[Any, Any, Any]) -> None:
+    """Reject bodies that do not say they are JSON, as OpenAI does, before they are parsed.
+
+    A ``before_request`` hook rather than a guard: Litestar copies the route handler for every guard it calls and
+    runs a synchronous one in a worker thread, costs paid on every request.
+    """
+    content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
         raise OpenAIError(HTTP_415_UNSUPPORTED_MEDIA_TYPE,
                           f"Unsupported content type {content_type or '(none)'!r}: send application/json.",
@@ -54,14 +58,21 @@ class SpeechController(Controller):
     path = "/v1/audio/speech"
     tags = ["Audio"]  # noqa: RUF012 - Litestar's declared type
 
-    @post(status_code=HTTP_200_OK, operation_id="createSpeech", guards=[require_json],
+    @post(status_code=HTTP_200_OK, operation_id="createSpeech", before_request=require_json,
           summary="Generates audio from the input text.", operation_class=SpeechOperation,
           responses=error_responses(400, 401, 403, 404, 413, 415, 429, 503))
     async def create_speech(
-        self, request: Request[Any, Any, Any], data: JSONBody[SpeechRequest], speech: Speech, principal: Caller,
-    ) -> Stream:
+        self, request: Request[Any, Any, Any], data: JSONBody[SpeechRequest], principal: Caller,
+    ) -> Response[Any]:
+        # The service straight from the state: as a second dependency beside ``principal`` Litestar would resolve
+        # the two in a task group, a few tasks per request for nothing.
+        speech: SpeechService = request.app.state.speech
         record = request_record(request.scope) or RequestRecord("-", "POST", self.path)
         reply = await speech.speak(principal, data, record)
         if data.stream_format == "sse":
             return ServerSentEvent(reply.sse_events(), headers=reply.headers)
-        return Stream(reply.audio(), media_type=CONTENT_TYPES[data.response_format], headers=reply.headers)
+        media_type = CONTENT_TYPES[data.response_format]
+        if reply.whole is not None:  # complete already: one body, without a streaming response's task group
+            return Response(reply.whole, media_type=media_type, headers=reply.headers,
+                            background=BackgroundTask(reply.close))
+        return Stream(reply.audio(), media_type=media_type, headers=reply.headers)

@@ -18,9 +18,10 @@ import struct
 import time
 import weakref
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+import anyio
 from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_403_FORBIDDEN, HTTP_404_NOT_FOUND
 
 from auth.limits import RateLimitExceededError
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from gateway.schemas import SpeechRequest
     from gateway.tenancy import Tenancy
 
-__all__ = ["SpeechReply", "SpeechService"]
+__all__ = ["SpeechPlan", "SpeechReply", "SpeechService"]
 
 logger = logging.getLogger("tts_gateway.speech")
 
@@ -60,7 +61,7 @@ class _Outcome:
 
 
 @dataclass(frozen=True, slots=True)
-class _Resolved:
+class SpeechPlan:
     """A request with its engine, voice and the engine's view of it settled."""
 
     tenant: str
@@ -70,6 +71,11 @@ class _Resolved:
     voice: _Voice
     synthesis: SynthesisRequest
     tempo: float
+    """The time-stretch left for the encoder: requested speed over the speed the engine renders natively."""
+
+    def for_text(self, text: str) -> SynthesisRequest:
+        """The same voice and settings speaking other text (a segment of a realtime session)."""
+        return replace(self.synthesis, text=text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +88,12 @@ class _Voice:
 
 @dataclass
 class SpeechReply:
-    """Audio on its way to one client; iterate :meth:`audio` or :meth:`sse_events` exactly once.
+    """Audio on its way to one client; iterate :meth:`audio` or :meth:`sse_events` exactly once, or send
+    :attr:`whole` (when it is there) and then :meth:`close`.
 
     Everything the request holds (its stream lease, its share of the synthesis, its usage record) is released when
-    the iteration ends — or, for a reply never iterated (the client left before the response started), when the
-    reply is garbage-collected.
+    the iteration ends or the reply is closed — or, for a reply never iterated (the client left before the response
+    started), when the reply is garbage-collected.
     """
 
     request: SpeechRequest
@@ -95,17 +102,31 @@ class SpeechReply:
     _first: bytes
     _rest: AsyncIterator[bytes]
     _finish: AsyncExitStack = field(repr=False)
+    whole: bytes | None = None
+    """All of the audio when it was complete before the reply started (a cache hit): it can go out in one body,
+    followed by :meth:`close`, instead of through :meth:`audio`."""
 
     def __post_init__(self) -> None:
-        weakref.finalize(self, _close_abandoned, self._finish, asyncio.get_running_loop())
+        self._abandoned = weakref.finalize(self, _close_abandoned, self._finish, asyncio.get_running_loop())
 
     async def audio(self) -> AsyncIterator[bytes]:
         """The encoded audio; leaving early (client gone) releases this request's share of the synthesis."""
-        async with self._finish:
+        try:
             if self._first:
                 yield self._first
             async for data in self._rest:
                 yield data
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Release what the request holds, for a reply sent as :attr:`whole` rather than iterated."""
+        self._abandoned.detach()  # released here; nothing is left for the finalizer
+        # Shielded: a client that left cancels this task through Litestar's anyio cancel scope, which cancels again
+        # at every await; unshielded, the release stopped at its first real await (the usage metrics after a Redis
+        # write) and AsyncExitStack re-raised the CancelledError from a frame that holds it: a reference cycle.
+        with anyio.CancelScope(shield=True):
+            await self._finish.aclose()
 
     async def sse_events(self) -> AsyncIterator[str]:
         """``speech.audio.delta`` events with base64 audio, then ``speech.audio.done`` with usage."""
@@ -136,75 +157,108 @@ class SpeechService:
             RateLimitExceededError: over one of the tenant's limits (429).
             EngineNotReadyError, EngineOverloadedError, SynthesisFailedError: the engine cannot serve it now.
         """
-        tenant = principal.tenant
-        _describe(record, tenant, request)
-        if not tenant.allows_model(request.model):
-            raise OpenAIError(HTTP_403_FORBIDDEN, f"Your tenant may not use the model `{request.model}`.",
-                              param="model", code="model_not_allowed")
-        resolved = await self._resolve(tenant, request)
+        _describe(record, principal.tenant, request)
+        plan = await self.plan(principal, request)
         finish = AsyncExitStack()
         try:
-            limit_state = await self._admit(tenant, len(request.input), finish)
-            reply = await self._start(resolved, finish, record)
+            limit_state = await self.admit(principal.tenant, len(request.input))
+            await self.hold_stream(principal.tenant, finish)
+            reply = await self._start(plan, finish, record)
         except BaseException:
             await finish.aclose()
             raise
         reply.headers.update(limit_state.headers())
         return reply
 
-    async def _admit(self, tenant: Tenant, characters: int, finish: AsyncExitStack) -> LimitState:
-        limiter = self.tenancy.limiter
-        try:
-            state = await limiter.admit(tenant.name, tenant.limits, characters)
-            await finish.enter_async_context(limiter.stream_lease(tenant.name, tenant.limits))
-        except RateLimitExceededError as exc:
-            await self.tenancy.usage.record_rejection(tenant.name, exc.reason)
-            self.metrics.rejections.labels(tenant.name, exc.reason).inc()
-            raise
-        return state
+    async def plan(self, principal: Principal, request: SpeechRequest) -> SpeechPlan:
+        """Check that the tenant may use the model, and settle the engine and the voice.
 
-    async def _resolve(self, tenant: Tenant, request: SpeechRequest) -> _Resolved:
+        Raises:
+            OpenAIError: a model the tenant may not use (403), unknown model (404) or voice (400, 404).
+        """
+        tenant = principal.tenant
+        if not tenant.allows_model(request.model):
+            raise OpenAIError(HTTP_403_FORBIDDEN, f"Your tenant may not use the model `{request.model}`.",
+                              param="model", code="model_not_allowed")
         pool = self.router.resolve(request.model)
         info = pool.status().info
         voice = await self._resolve_voice(tenant, request, pool.name, info)
         synthesis, tempo = _engine_request(request, info, voice)
-        return _Resolved(tenant.name, request, pool, info, voice, synthesis, tempo)
+        return SpeechPlan(tenant.name, request, pool, info, voice, synthesis, tempo)
 
-    async def _start(self, resolved: _Resolved, finish: AsyncExitStack, record: RequestRecord) -> SpeechReply:
-        request, pool = resolved.request, resolved.pool
-        scope = "" if self.tenancy.cache_shared else resolved.tenant
-        key = _key(request, pool.name, resolved.info, resolved.voice, scope)
+    async def admit(self, tenant: Tenant, characters: int, *, count_request: bool = True) -> LimitState:
+        """Count a request (or, with ``count_request=False``, only its characters) against the tenant's limits.
+
+        Raises:
+            RateLimitExceededError: over a limit (recorded as a rejection).
+        """
+        try:
+            return await self.tenancy.limiter.admit(tenant.name, tenant.limits, characters,
+                                                    count_request=count_request)
+        except RateLimitExceededError as exc:
+            await self._reject(tenant, exc)
+            raise
+
+    async def hold_stream(self, tenant: Tenant, finish: AsyncExitStack) -> None:
+        """Take one of the tenant's concurrent streams until ``finish`` closes.
+
+        Raises:
+            RateLimitExceededError: the tenant's streams are all in use (recorded as a rejection).
+        """
+        limiter = self.tenancy.limiter
+        try:
+            await finish.enter_async_context(limiter.stream_lease(tenant.name, tenant.limits))
+        except RateLimitExceededError as exc:
+            await self._reject(tenant, exc)
+            raise
+
+    async def _reject(self, tenant: Tenant, exc: RateLimitExceededError) -> None:
+        await self.tenancy.usage.record_rejection(tenant.name, exc.reason)
+        self.metrics.rejections.labels(tenant.name, exc.reason).inc()
+
+    async def _start(self, plan: SpeechPlan, finish: AsyncExitStack, record: RequestRecord) -> SpeechReply:
+        request, pool = plan.request, plan.pool
+        scope = "" if self.tenancy.cache_shared else plan.tenant
+        key = _key(request, pool.name, plan.info, plan.voice, scope)
         cached = await self.tenancy.cache.get(key) if self.tenancy.cache_enabled else None
-        chunks: AsyncGenerator[bytes, None]
-        self.metrics.cache.labels("hit" if cached is not None else "miss").inc()
         if cached is not None:
-            seconds = _CACHE_HEADER.unpack_from(cached)[0]
-            outcome = _Outcome(pool.name, seconds)
-            chunks = _slices(memoryview(cached)[_CACHE_HEADER.size:])
-            cache_state = "hit"
+            self.metrics.cache.labels("hit").inc()
+            reply = self._hit(request, pool.name, cached, finish)
         else:
-            outcome = self._outcomes.setdefault(key, _Outcome(pool.name))
-            chunks = self.tenancy.flights.stream(
-                key, lambda: self._produce(key, resolved, outcome),
-                on_complete=lambda audio: self._store(key, outcome, audio),
-            )
-            cache_state = "miss"
+            self.metrics.cache.labels("miss").inc()
+            reply = await self._miss(key, plan, finish)
+        # Usage counts requests that were served (a stream cut short included), not ones that failed to start.
+        finish.push_async_callback(self._account_reply, request, reply.outcome, record, cached is not None)
+        record.engine, record.cache = reply.outcome.engine, reply.headers["x-cache"]
+        record.ttfb_ms = round((time.perf_counter() - record.started) * 1000, 2)
+        self.metrics.ttfb.labels(reply.outcome.engine).observe(record.ttfb_ms / 1000)
+        return reply
+
+    def _hit(self, request: SpeechRequest, engine: str, cached: bytes, finish: AsyncExitStack) -> SpeechReply:
+        outcome = _Outcome(engine, _CACHE_HEADER.unpack_from(cached)[0])
+        audio = memoryview(cached)[_CACHE_HEADER.size:]
+        headers = {"x-engine": engine, "x-cache": "hit"}
+        slices = _slices(audio)  # for server-sent events, which need the audio in pieces; raw audio goes out whole
+        finish.push_async_callback(slices.aclose)
+        return SpeechReply(request, headers, outcome, b"", slices, finish, whole=bytes(audio))
+
+    async def _miss(self, key: str, plan: SpeechPlan, finish: AsyncExitStack) -> SpeechReply:
+        outcome = self._outcomes.setdefault(key, _Outcome(plan.pool.name))
+        chunks = self.tenancy.flights.stream(
+            key, lambda: self._produce(key, plan, outcome),
+            on_complete=lambda audio: self._store(key, outcome, audio),
+        )
         finish.push_async_callback(chunks.aclose)  # our share of a single flight ends with this response
         first = await anext(chunks, b"")
-        # Usage counts requests that were served (a stream cut short included), not ones that failed to start.
-        finish.push_async_callback(self._account, request, outcome, record, cache_state == "hit")
-        record.engine, record.cache = outcome.engine, cache_state
-        record.ttfb_ms = round((time.perf_counter() - record.started) * 1000, 2)
-        self.metrics.ttfb.labels(outcome.engine).observe(record.ttfb_ms / 1000)
-        headers = {"x-engine": outcome.engine, "x-cache": cache_state}
-        return SpeechReply(request, headers, outcome, first, chunks, finish)
+        headers = {"x-engine": outcome.engine, "x-cache": "miss"}
+        return SpeechReply(plan.request, headers, outcome, first, chunks, finish)
 
-    async def _produce(self, key: str, resolved: _Resolved, outcome: _Outcome) -> AsyncIterator[bytes]:
+    async def _produce(self, key: str, plan: SpeechPlan, outcome: _Outcome) -> AsyncIterator[bytes]:
         started = time.perf_counter()
-        pool, tempo = resolved.pool, resolved.tempo
+        pool, tempo = plan.pool, plan.tempo
         try:
-            async with pool.open_stream(resolved.synthesis) as pcm:
-                encoder = open_encoder(resolved.request.response_format, pcm.sample_rate, tempo)
+            async with pool.open_stream(plan.synthesis) as pcm:
+                encoder = open_encoder(plan.request.response_format, pcm.sample_rate, tempo)
                 per_second = pcm.sample_rate * 2 * tempo
                 async for chunk in pcm:
                     outcome.audio_seconds += len(chunk) / per_second
@@ -214,26 +268,32 @@ class SpeechService:
                     yield data
         finally:
             self._outcomes.pop(key, None)
-        self._observe(pool.name, time.perf_counter() - started, outcome.audio_seconds)
+        self.observe(pool.name, time.perf_counter() - started, outcome.audio_seconds)
 
     async def _store(self, key: str, outcome: _Outcome, audio: bytes) -> None:
         if self.tenancy.cache_enabled:
             await self.tenancy.cache.set(key, _CACHE_HEADER.pack(outcome.audio_seconds) + audio)
 
-    def _observe(self, engine: str, wall_seconds: float, audio_seconds: float) -> None:
+    def observe(self, engine: str, wall_seconds: float, audio_seconds: float) -> None:
+        """Record one synthesis in the metrics."""
         self.metrics.synthesis.labels(engine).observe(wall_seconds)
         self.metrics.audio_seconds.labels(engine).inc(audio_seconds)
         if audio_seconds > 0:
             self.metrics.rtf.labels(engine).observe(wall_seconds / audio_seconds)
 
-    async def _account(self, request: SpeechRequest, outcome: _Outcome, record: RequestRecord, hit: bool) -> None:
-        tenant = record.tenant or "anonymous"
+    async def _account_reply(
+        self, request: SpeechRequest, outcome: _Outcome, record: RequestRecord, hit: bool,
+    ) -> None:
         record.audio_seconds = round(outcome.audio_seconds, 3)
-        await self.tenancy.usage.record_request(tenant, characters=len(request.input),
-                                                audio_seconds=outcome.audio_seconds, cache_hit=hit)
+        await self.account(record.tenant or "anonymous", len(request.input), outcome.audio_seconds, cache_hit=hit)
+
+    async def account(self, tenant: str, characters: int, audio_seconds: float, *, cache_hit: bool) -> None:
+        """Record one served request (or realtime segment) in the tenant's usage and the metrics."""
+        await self.tenancy.usage.record_request(tenant, characters=characters, audio_seconds=audio_seconds,
+                                                cache_hit=cache_hit)
         self.metrics.tenant_requests.labels(tenant).inc()
-        self.metrics.tenant_characters.labels(tenant).inc(len(request.input))
-        self.metrics.tenant_audio.labels(tenant).inc(outcome.audio_seconds)
+        self.metrics.tenant_characters.labels(tenant).inc(characters)
+        self.metrics.tenant_audio.labels(tenant).inc(audio_seconds)
 
     async def _resolve_voice(
         self, tenant: Tenant, request: SpeechRequest, engine: str, info: EngineInfo | None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -9,7 +11,7 @@ from typing import TYPE_CHECKING
 import av
 from av.audio.stream import AudioStream
 
-from gateway.audio._tempo import TempoResampler
+from gateway.audio._tempo import TempoResampler, drain_with_silence
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -36,6 +38,8 @@ class MuxSpec:
     """Encoder options, such as how much CPU to spend."""
     container_options: Mapping[str, str] = field(default_factory=dict)
     """Muxer options, such as how long an Ogg page may grow."""
+    held_samples: int = 0
+    """Samples the codec and muxer hold back beyond a frame (codec delay, a page being filled)."""
 
 
 class _ByteSink:
@@ -75,7 +79,13 @@ class MuxedEncoder:
         self._container: OutputContainer = av.open(
             self._sink, mode="w", format=spec.container, container_options=dict(spec.container_options)
         )
+        # A PyAV output container and its streams refer to each other, so one dropped unclosed (a client left
+        # mid-stream) would wait for the cyclic garbage collector with its codec's buffers (over 7 MiB for FLAC,
+        # 0.75 MiB for AAC). Closing it the moment the encoder is dropped frees them at once.
+        self._close = weakref.finalize(self, _discard, self._container)
+        self._close.atexit = False
         self._stream = _add_audio_stream(self._container, spec, output_rate)
+        self._held_samples = spec.held_samples
         self._time_base = Fraction(1, output_rate)
         self._samples = 0
         self._stage = TempoResampler(
@@ -87,6 +97,10 @@ class MuxedEncoder:
         self._mux(self._stage.push(pcm))
         return self._sink.take()
 
+    def drain(self) -> bytes:
+        """Emit everything fed so far, keeping the stream open; see ``AudioEncoder.drain``."""
+        return drain_with_silence(self._stage, self.encode, self._held_samples)
+
     def finish(self) -> bytes:
         """Flush codec and muxer; see ``AudioEncoder.finish``."""
         self._mux(self._stage.flush())
@@ -94,6 +108,7 @@ class MuxedEncoder:
         self._container.start_encoding()
         self._container.mux(self._stream.encode(None))
         self._container.close()
+        self._close.detach()
         return self._sink.take()
 
     def _mux(self, frames: Iterable[AudioFrame]) -> None:
@@ -103,6 +118,12 @@ class MuxedEncoder:
             frame.time_base = self._time_base
             self._samples += frame.samples
             self._container.mux(self._stream.encode(frame))
+
+
+def _discard(container: OutputContainer) -> None:
+    """Close the container of an encoder dropped unfinished; what the muxer still writes goes nowhere."""
+    with contextlib.suppress(av.FFmpegError):
+        container.close()
 
 
 def _add_audio_stream(container: OutputContainer, spec: MuxSpec, rate: int) -> AudioStream:

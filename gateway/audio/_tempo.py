@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import av
 import numpy as np
 from av.audio.frame import AudioFrame
 from av.filter import Graph
 
-__all__ = ["MAX_TEMPO", "MIN_TEMPO", "TempoResampler", "atempo_steps"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["MAX_TEMPO", "MIN_TEMPO", "TempoResampler", "atempo_steps", "drain_with_silence"]
 
 MIN_TEMPO = 0.25
 """Slowest tempo (``speed``) supported: output lasts four times as long as the input."""
@@ -22,6 +25,10 @@ MAX_TEMPO = 4.0
 _STEP_MIN = 0.5
 _STEP_MAX = 2.0
 _SAMPLE_BYTES = 2
+_DRAIN_STEP_S = 0.01
+_ATEMPO_MARGIN_S = 0.01
+# A bound on the silence one drain may add, should the filters ever owe less than they report.
+_MAX_DRAIN_S = 1.0
 
 
 def atempo_steps(tempo: float) -> list[float]:
@@ -76,11 +83,15 @@ class TempoResampler:
         if input_rate <= 0 or output_rate <= 0:
             msg = f"sample rates must be positive, got {input_rate} and {output_rate}"
             raise ValueError(msg)
-        self._input_rate = input_rate
+        self.input_rate = input_rate
         self._time_base = Fraction(1, input_rate)
         self._pushed = 0
+        self._emitted = 0
         self._odd_byte = b""
         self._graph = _build_graph(input_rate, output_rate, atempo_steps(tempo), sample_format, frame_size)
+        self._output_per_input = output_rate / input_rate / tempo
+        # atempo's output runs a few milliseconds behind the nominal ratio at the edges.
+        self.margin_samples = 0 if tempo == 1.0 else round(output_rate * _ATEMPO_MARGIN_S)
 
     def push(self, pcm: bytes) -> list[AudioFrame]:
         """Feed PCM and collect the frames that are ready.
@@ -99,12 +110,26 @@ class TempoResampler:
             return []
         samples = np.frombuffer(data, dtype="<i2", count=whole // _SAMPLE_BYTES)
         frame = AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = self._input_rate
+        frame.sample_rate = self.input_rate
         frame.time_base = self._time_base
         frame.pts = self._pushed
         self._pushed += frame.samples
         self._graph.push(frame)
         return self._pull()
+
+    def pending_samples(self) -> int:
+        """Output samples owed for the input pushed so far that the filters still hold back (their latency)."""
+        return max(0, round(self._pushed * self._output_per_input) - self._emitted)
+
+    @property
+    def pushed_samples(self) -> int:
+        """Input samples pushed so far."""
+        return self._pushed
+
+    @property
+    def emitted_samples(self) -> int:
+        """Output samples returned so far."""
+        return self._emitted
 
     def flush(self) -> list[AudioFrame]:
         """End the input and collect every frame still held in the filters.
@@ -119,11 +144,38 @@ class TempoResampler:
         frames: list[AudioFrame] = []
         while True:
             try:
-                frame = self._graph.pull()
+                # An audio-only graph yields only audio frames; the stubs type pull() for video graphs too.
+                frame = cast("AudioFrame", self._graph.pull())
             except (av.BlockingIOError, av.EOFError):
                 return frames
-            # An audio-only graph yields only audio frames; the stubs type pull() for video graphs too.
-            frames.append(cast("AudioFrame", frame))
+            frames.append(frame)
+            self._emitted += frame.samples
+
+
+def drain_with_silence(stage: TempoResampler, encode: Callable[[bytes], bytes], held_samples: int) -> bytes:
+    """Push silence through ``encode`` until everything fed to ``stage`` so far has left the encoder.
+
+    Ending a stream (``flush``) would do that too, but it closes the stream; this keeps it open, so that audio fed
+    later continues the same stream, at the cost of a little silence.
+
+    Args:
+        stage: The encoder's resampling stage.
+        encode: The encoder's ``encode``.
+        held_samples: Output samples the codec and container hold back after the stage (their delay).
+
+    Returns:
+        The bytes ``encode`` returned on the way.
+    """
+    if not stage.pushed_samples:
+        return b""  # nothing to complete; silence now would only delay the stream's first sound
+    target = stage.emitted_samples + stage.pending_samples() + held_samples + stage.margin_samples
+    step = bytes(_SAMPLE_BYTES * round(stage.input_rate * _DRAIN_STEP_S))
+    out: list[bytes] = []
+    for _ in range(round(_MAX_DRAIN_S / _DRAIN_STEP_S)):
+        if stage.emitted_samples >= target:
+            break
+        out.append(encode(step))
+    return b"".join(out)
 
 
 def _build_graph(input_rate: int, output_rate: int, steps: list[float], sample_format: str, frame_size: int) -> Graph:

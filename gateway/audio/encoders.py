@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 import lameenc
 
 from gateway.audio._muxed import MuxedEncoder, MuxSpec
-from gateway.audio._tempo import MAX_TEMPO, MIN_TEMPO, TempoResampler
+from gateway.audio._tempo import MAX_TEMPO, MIN_TEMPO, TempoResampler, drain_with_silence
 from gateway.audio.formats import AudioFormat, output_sample_rate
 
 if TYPE_CHECKING:
@@ -34,13 +34,18 @@ _MUXED = MappingProxyType(
             codec_options=MappingProxyType({"compression_level": "5"}),
             # Ogg holds a page back until it spans page_duration (default 1 s); 100 ms pages keep bytes flowing.
             container_options=MappingProxyType({"page_duration": "100000"}),
+            # libopus's lookahead and a frame; the muxer closes a page only once a packet beyond 100 ms arrives.
+            held_samples=312 + 960 + 2 * 4800,
         ),
         AudioFormat.AAC: MuxSpec(
-            "adts", "aac", "fltp", bit_rate=64000, codec_options=MappingProxyType({"aac_coder": "fast"})
+            "adts", "aac", "fltp", bit_rate=64000, codec_options=MappingProxyType({"aac_coder": "fast"}),
+            held_samples=2 * 1024,  # ffmpeg's AAC encoder delay: a frame, and the one it looks ahead to
         ),
         AudioFormat.FLAC: MuxSpec("flac", "flac", "s16"),
     }
 )
+# LAME holds back its encoder delay (576 + 529 samples) and the frames it is filling (576 each at 24 kHz).
+_MP3_HELD_SAMPLES = 576 + 529 + 2 * 576
 _STREAMED_SIZE = 0xFFFFFFFF  # RIFF and data sizes of a WAV whose length is unknown while it streams
 
 
@@ -48,7 +53,8 @@ class AudioEncoder(Protocol):
     """Encodes a stream of PCM into one response format, chunk by chunk.
 
     Used by one coroutine at a time; not thread-safe. Call ``finish`` once, last; an encoder that is dropped
-    unfinished (a client went away) needs no cleanup beyond garbage collection.
+    unfinished (a client went away) needs no cleanup: it frees its codec as soon as the last reference to it goes,
+    without waiting for the cyclic garbage collector.
     """
 
     def encode(self, pcm: bytes) -> bytes:
@@ -59,6 +65,17 @@ class AudioEncoder(Protocol):
 
         Returns:
             Encoded bytes ready now; often ``b""`` while a codec fills a frame.
+        """
+        ...
+
+    def drain(self) -> bytes:
+        """Emit all the audio fed so far and keep the stream open (a segment of speech ends, more may follow).
+
+        The codec's delay is pushed out with silence: up to about 0.13 s of it is added (Opus, whose Ogg pages
+        span 100 ms), less for the other formats, none for PCM and WAV at the engine's rate.
+
+        Returns:
+            The bytes that complete the audio fed so far; ``encode`` may continue the stream afterwards.
         """
         ...
 
@@ -141,6 +158,9 @@ class _PcmEncoder:
     def encode(self, pcm: bytes) -> bytes:
         return self._take_header() + _s16_bytes(self._stage.push(pcm))
 
+    def drain(self) -> bytes:
+        return drain_with_silence(self._stage, self.encode, 0)
+
     def finish(self) -> bytes:
         return self._take_header() + _s16_bytes(self._stage.flush())
 
@@ -165,6 +185,9 @@ class _Mp3Encoder:
 
     def encode(self, pcm: bytes) -> bytes:
         return self._encode(_s16_bytes(self._stage.push(pcm)))
+
+    def drain(self) -> bytes:
+        return drain_with_silence(self._stage, self.encode, _MP3_HELD_SAMPLES if self._started else 0)
 
     def finish(self) -> bytes:
         tail = self._encode(_s16_bytes(self._stage.flush()))

@@ -207,3 +207,32 @@ def test_the_setting_turns_the_page_off(tmp_path: Path) -> None:
         for path in ("/", "/playground", "/playground/static/playground.js"):
             assert httpx.get(process.base_url + path, timeout=5).status_code == 404, path
         assert httpx.get(f"{process.base_url}/docs", timeout=5).status_code == 200
+
+
+def live(driver: WebDriver) -> dict[str, str]:
+    values: dict[str, str] = driver.execute_script(
+        "const d = document.documentElement.dataset; return {live: d.live || '', segments: d.liveSegments || '0',"
+        " played: d.played || '0', error: document.getElementById('error').textContent};")
+    return values
+
+
+def test_speak_as_you_type_over_the_realtime_socket(page: WebDriver) -> None:
+    """Typing speaks each sentence once it ends (the key goes in the socket's first message); Speak says the rest."""
+    prepare(page, "paced", "nova", "", "mp3")
+    page.find_element(By.ID, "live").click()
+    wait(page, lambda d: live(d)["live"] == "open")
+
+    page.find_element(By.ID, "text").send_keys("Typed words are heard. And the rest")
+    wait(page, lambda d: live(d)["segments"] == "1" and float(live(d)["played"]) > 0.3)
+    assert page.find_element(By.ID, "status").text.startswith("Spoke: “Typed words are heard.”")
+    page.find_element(By.ID, "speak").click()  # says "And the rest", which has no full stop
+    wait(page, lambda d: live(d)["segments"] == "2")
+
+    final = live(page)
+    assert final["error"] == "", final
+    assert page.find_element(By.ID, "ttfa").text.endswith(" s")
+    assert page.find_element(By.ID, "engine").text == "paced"
+    page.find_element(By.ID, "live").click()  # off: the socket closes
+    wait(page, lambda d: live(d)["live"] == "")
+    severe = [entry for entry in page.get_log("browser") if entry["level"] == "SEVERE"]
+    assert not severe, severe

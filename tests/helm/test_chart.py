@@ -556,6 +556,7 @@ def test_settings_loader_accepts_the_rendered_config(
         assert settings.auth.jwt is not None and settings.auth.jwt.audience == "tts"
         assert settings.engines["chattts"].workers == 2 and "tones" in settings.engines
         assert settings.server.shutdown_grace_s == 60
+        assert settings.server.send_timeout_s == 20
     if name == "tenants":
         assert settings.auth.tenants[0].api_key_sha256 == TENANT["api_key_sha256"]
         assert settings.redis_url is None

@@ -5,8 +5,11 @@
 //   mp3      -> the body is appended to a MediaSource SourceBuffer ("audio/mpeg") behind the <audio> element;
 //   opus, aac, flac (no streaming decoder in browsers without a demuxer) -> the page plays a live pcm stream of
 //               the same request, then fetches the chosen format for the download button.
+// "Speak as I type" opens the realtime WebSocket (docs/realtime.md) instead: typed text is appended as it is typed,
+// every finished sentence comes back as pcm deltas played on Web Audio, Speak flushes the rest, Stop barges in.
 // The page exposes its state for tests and tooling on <html>: data-state (idle|loading|streaming|playing|done|
-// error), data-playback (webaudio|mse) and data-played (seconds of audio played to the speakers so far).
+// error), data-playback (webaudio|mse), data-played (seconds of audio played to the speakers so far), and in the
+// live mode data-live (connecting|open|closed) and data-live-segments (segments spoken).
 
 const MAX_CHARS = 4096;
 const PCM_RATE = 24000;
@@ -19,6 +22,7 @@ const ui = {
   text: $("text"), count: $("char-count"), format: $("format"), speed: $("speed"), speedValue: $("speed-value"),
   speak: $("speak"), stop: $("stop"), download: $("download"), error: $("error"), status: $("status"),
   ttfa: $("ttfa"), total: $("total"), audioInfo: $("audio-info"), engine: $("engine"), player: $("player"),
+  live: $("live"),
 };
 const root = document.documentElement.dataset;
 
@@ -273,6 +277,87 @@ function stop() {
   if (root.state !== "done" && root.state !== "error") setState("idle");
 }
 
+// ---- Speak as I type: the realtime WebSocket ------------------------------------------------------------------
+
+let live = null;
+
+function startLive() {
+  stop(); stopLive(); clearError(); resetMetrics();
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const socket = new WebSocket(`${scheme}://${location.host}/v1/audio/speech/stream`);
+  // What is in the box already is not spoken: only what is typed from now on.
+  const session = { socket, player: new PcmPlayer(), sent: ui.text.value, segments: 0, started: 0, timer: null };
+  live = session;
+  root.live = "connecting"; root.liveSegments = "0"; root.playback = session.player.mode;
+  socket.onopen = async () => {
+    await session.player.start();
+    const key = ui.key.value.trim();  // in the first message: a browser cannot set headers on a WebSocket
+    socket.send(JSON.stringify({ type: "session.update", ...(key ? { token: key } : {}), session: liveSettings() }));
+    root.live = "open"; ui.stop.disabled = false;
+    session.timer = setInterval(() => { root.played = session.player.played().toFixed(3); }, 100);
+    status("Live: type; each sentence is spoken when it ends.");
+  };
+  socket.onmessage = (message) => onLiveEvent(session, JSON.parse(message.data));
+  socket.onclose = (event) => {
+    if (live !== session) return;
+    root.live = "closed"; clearInterval(session.timer);
+    if (event.code !== 1000) status(`Live session closed (${event.code}${event.reason ? `: ${event.reason}` : ""}).`);
+  };
+}
+
+function liveSettings() {
+  const { voice, model, speed } = requestBody("pcm");
+  return { model, voice, speed, response_format: "pcm" };
+}
+
+function sendTyped() {
+  if (!live || root.live !== "open") return;
+  const text = ui.text.value;
+  // Text typed at the end is sent; edits earlier in the box are not taken back (the session only appends).
+  if (text.startsWith(live.sent) && text.length > live.sent.length) {
+    if (!live.started) live.started = performance.now();
+    live.socket.send(JSON.stringify({ type: "input.append", text: text.slice(live.sent.length) }));
+  }
+  live.sent = text;
+}
+
+function onLiveEvent(session, event) {
+  if (event.type === "audio.delta") {
+    if (session.started && ui.ttfa.textContent === "–") ui.ttfa.textContent = seconds(performance.now() - session.started);
+    session.player.push(Uint8Array.from(atob(event.audio), (c) => c.charCodeAt(0)));
+  } else if (event.type === "audio.done") {
+    session.segments += 1; root.liveSegments = String(session.segments);
+    status(`Spoke: “${event.text}” (${event.status})`);
+  } else if (event.type === "session.updated") {
+    ui.engine.textContent = event.session.model;
+  } else if (event.type === "error") {
+    showError(event.error.message, event.error.code);
+  }
+}
+
+function flushLive() {
+  sendTyped();
+  live.socket.send(JSON.stringify({ type: "input.flush" }));
+}
+
+function cancelLive() {
+  live.socket.send(JSON.stringify({ type: "response.cancel" }));
+  live.player.stop();  // what is already scheduled on the speakers stops too
+  live.player = new PcmPlayer();
+  live.player.start();
+  status("Interrupted.");
+}
+
+function stopLive() {
+  if (!live) return;
+  clearInterval(live.timer);
+  live.socket.close(1000);
+  live.player.stop();
+  live = null;
+  delete root.live;
+  ui.stop.disabled = true;
+}
+
 // ---- UI helpers ------------------------------------------------------------------------------------------------
 
 const seconds = (ms) => `${(ms / 1000).toFixed(2)} s`;
@@ -345,8 +430,13 @@ function init() {
   ui.voice.addEventListener("change", updateCount);
   ui.text.addEventListener("input", updateCount);
   ui.speed.addEventListener("input", () => { ui.speedValue.textContent = `${Number(ui.speed.value).toFixed(2)}×`; });
-  ui.form.addEventListener("submit", (event) => { event.preventDefault(); speak(); });
-  ui.stop.addEventListener("click", () => { stop(); status("Stopped."); });
+  ui.text.addEventListener("input", sendTyped);
+  ui.live.addEventListener("change", () => { if (ui.live.checked) startLive(); else stopLive(); });
+  ui.form.addEventListener("submit", (event) => { event.preventDefault(); if (live) flushLive(); else speak(); });
+  ui.stop.addEventListener("click", () => {
+    if (live) { cancelLive(); return; }
+    stop(); status("Stopped.");
+  });
   setState("idle");
   updateCount();
   loadModels();

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import fakeredis
@@ -98,4 +101,25 @@ async def test_pending_usage_is_visible_and_flushed_by_reads() -> None:
     server.connected = True
     assert (await ledger.all())["acme"].input_characters == 4
     assert (await RedisUsageLedger(client).get("acme")).input_characters == 4
+    await client.aclose()
+
+
+async def test_a_caller_cancelled_mid_write_is_counted_once(redis_url: str) -> None:
+    """A client that goes away cancels its accounting at an await, maybe after the transaction reached Redis (anyio
+    cancels again at every await): each request must still be counted once, neither lost nor written again."""
+    client = aioredis.Redis.from_url(redis_url)
+    ledger = RedisUsageLedger(client)
+    await ledger.record_request("warm", characters=1, audio_seconds=0.0, cache_hit=False)  # a pooled connection
+    for spins in range(40):  # cancelled at each step of the write in turn: connection, send, reply
+        task = asyncio.create_task(ledger.record_request("acme", characters=1, audio_seconds=0.0, cache_hit=False))
+        for _ in range(spins % 8 + 1):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    deadline = time.monotonic() + 2
+    while (await ledger.get("acme")).requests < 40 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # late writes, if any, would land now
+    assert (await ledger.get("acme")).requests == 40
     await client.aclose()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -256,3 +258,38 @@ async def test_a_stream_never_iterated_starts_nothing() -> None:
     await asyncio.sleep(0.01)
     assert (produce.runs, flights.in_flight) == (0, 0)
     await stream.aclose()  # type: ignore[attr-defined]
+
+
+class Held:
+    """Stands for what a production holds while it runs: an encoder, the engine's stream."""
+
+
+@pytest.mark.parametrize("ending", ["abandoned", "failed"])
+async def test_an_ended_production_is_freed_without_the_cyclic_collector(ending: str) -> None:
+    flights = SingleFlight()
+    held: list[weakref.ref[Held]] = []
+
+    async def produce() -> AsyncIterator[bytes]:
+        resource = Held()
+        held.append(weakref.ref(resource))
+        yield b"a" * 100
+        await asyncio.sleep(0.01)
+        if ending == "failed":
+            raise RuntimeError("engine crashed")
+        await asyncio.sleep(10)
+        yield b"b" * 100
+
+    gc.collect()
+    gc.disable()
+    try:
+        if ending == "abandoned":
+            await read(flights.stream("k", produce), stop_after=100)
+        else:
+            results = await asyncio.gather(read(flights.stream("k", produce)), read(flights.stream("k", produce)),
+                                           return_exceptions=True)
+            assert [type(r) for r in results] == [RuntimeError, RuntimeError]
+            del results  # a caller that handled the error lets go of it
+        await asyncio.sleep(0.01)  # the cancelled production winds down
+        assert held[0]() is None
+    finally:
+        gc.enable()

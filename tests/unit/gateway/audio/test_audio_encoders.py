@@ -223,3 +223,47 @@ def test_plain_string_format_is_accepted() -> None:
     encoder = open_encoder("mp3", 24000)  # type: ignore[arg-type]
     data = b"".join(encode_all(encoder, chunks(tone(24000, 0.5), 24000)))
     assert decode(AudioFormat.MP3, data).duration == pytest.approx(0.5, abs=ENCODER_SLACK_S)
+
+
+def _last_loud_s(decoded: Decoded) -> float:
+    """Where the tone ends: the time just after the last sample above a quarter of its peak."""
+    loud = np.nonzero(np.abs(decoded.samples) > TONE_PEAK / 32768 / 4)[0]
+    return (int(loud[-1]) + 1) / decoded.sample_rate if len(loud) else 0.0
+
+
+# atempo blends the last few milliseconds of a tone into what follows it (silence, after a drain) instead of
+# flushing them on their own.
+DRAIN_EDGE_S = 0.008
+# Silence one drain may add: Opus waits for an Ogg page to close (100 ms), the others for a frame or two, and
+# atempo's window fills with silence too (measured: at most 0.33 s, Opus at half speed).
+DRAIN_MAX_PAD_S = 0.35
+
+
+@pytest.mark.parametrize("tempo", [1.0, 0.5, 4.0], ids=str)
+@pytest.mark.parametrize("input_rate", [24000, 22050], ids=str)
+@pytest.mark.parametrize("fmt", list(AudioFormat), ids=str)
+def test_drain_emits_everything_fed_so_far_and_the_stream_goes_on(
+    fmt: AudioFormat, input_rate: int, tempo: float,
+) -> None:
+    """What a realtime session relies on: after ``drain`` a segment is audible in full, and the next continues."""
+    segment = chunks(tone(input_rate, 0.53), input_rate, 0.05)
+    drained, reference = open_encoder(fmt, input_rate, tempo), open_encoder(fmt, input_rate, tempo)
+    first = b"".join(drained.encode(piece) for piece in segment) + drained.drain()
+    finished = b"".join(encode_all(reference, segment))
+
+    tone_end = _last_loud_s(decode(fmt, finished))
+    heard = decode(fmt, first)
+    assert _last_loud_s(heard) >= tone_end - DRAIN_EDGE_S
+    assert heard.duration <= tone_end + DRAIN_MAX_PAD_S
+
+    whole = first + b"".join(drained.encode(piece) for piece in segment) + drained.drain() + drained.finish()
+    decoded = decode(fmt, whole)  # one stream: a second header or a closed container would not decode on
+    assert decoded.duration >= 2 * 0.53 / tempo - 2 * DRAIN_EDGE_S
+    assert decoded.duration <= 2 * 0.53 / tempo + 2 * DRAIN_MAX_PAD_S
+    assert decoded.dominant_hz() == pytest.approx(TONE_HZ, abs=3)
+
+
+@pytest.mark.parametrize("fmt", list(AudioFormat), ids=str)
+def test_drain_before_any_audio_adds_nothing(fmt: AudioFormat) -> None:
+    encoder = open_encoder(fmt, 24000)
+    assert len(encoder.drain()) <= len(wav_header(24000))

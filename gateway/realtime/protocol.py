@@ -1,0 +1,178 @@
+"""The realtime protocol's messages: what clients send (validated here) and what the server sends back.
+
+Every message is one JSON text frame with a ``type``. The protocol is documented for clients in ``docs/realtime.md``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
+
+from gateway.audio.formats import AudioFormat
+from gateway.errors import OpenAIError, error_body
+from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, SpeechRequest, SpeechUsage
+
+__all__ = [
+    "ClientEvent",
+    "InputAppend",
+    "InputFlush",
+    "ProtocolError",
+    "ResponseCancel",
+    "SessionClose",
+    "SessionConfig",
+    "SessionUpdate",
+    "audio_delta",
+    "audio_done",
+    "error_event",
+    "parse_client_event",
+    "session_event",
+]
+
+SegmentStatus = Literal["completed", "cancelled", "failed"]
+
+
+class ProtocolError(Exception):
+    """A client message the session refuses; the session goes on."""
+
+    def __init__(self, message: str, *, code: str, param: str | None = None, event_id: str | None = None) -> None:
+        super().__init__(message)
+        self.error = OpenAIError(400, message, code=code, param=param)
+        self.event_id = event_id
+
+
+class SessionConfig(BaseModel):
+    """How a session speaks: the fields of a speech request that are not the text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Annotated[str, StringConstraints(min_length=1, max_length=256)] = "tts-1"
+    voice: Annotated[str, StringConstraints(min_length=1, max_length=256)] | CustomVoice = "alloy"
+    response_format: AudioFormat = AudioFormat.PCM
+    speed: Annotated[float, Field(ge=0.25, le=4.0, strict=True)] = 1.0
+    instructions: Annotated[str | None, Field(max_length=MAX_INPUT_CHARS)] = None
+
+    def speech_request(self, text: str) -> SpeechRequest:
+        """The HTTP endpoint's request for ``text`` spoken this way (one segment is exactly such a request)."""
+        return SpeechRequest(
+            model=self.model,
+            input=text,
+            voice=self.voice,
+            response_format=self.response_format,
+            speed=self.speed,
+            instructions=self.instructions,
+        )
+
+
+class _SessionPatch(BaseModel):
+    """``session.update``'s ``session``: the fields to change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
+    voice: Annotated[str, StringConstraints(min_length=1, max_length=256)] | CustomVoice | None = None
+    response_format: AudioFormat | None = None
+    speed: Annotated[float, Field(ge=0.25, le=4.0, strict=True)] | None = None
+    instructions: Annotated[str | None, Field(max_length=MAX_INPUT_CHARS)] = None
+
+
+class _ClientEventBase(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    event_id: Annotated[str, StringConstraints(max_length=128)] | None = None
+    """The client's own id for the event, echoed in an ``error`` about it."""
+
+
+class SessionUpdate(_ClientEventBase):
+    type: Literal["session.update"]
+    session: _SessionPatch = Field(default_factory=_SessionPatch)
+    token: Annotated[str, StringConstraints(max_length=8192)] | None = None
+    """An API key or JWT, for clients that cannot set headers; only in the first message of the socket."""
+
+    def apply(self, config: SessionConfig) -> SessionConfig:
+        return config.model_copy(update=self.session.model_dump(exclude_unset=True))
+
+    def changes(self, config: SessionConfig) -> set[str]:
+        """The names of the fields this update gives a different value."""
+        updated = self.apply(config)
+        return {name for name in self.session.model_fields_set if getattr(updated, name) != getattr(config, name)}
+
+
+class InputAppend(_ClientEventBase):
+    type: Literal["input.append"]
+    text: Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
+
+
+class InputFlush(_ClientEventBase):
+    type: Literal["input.flush"]
+
+
+class ResponseCancel(_ClientEventBase):
+    type: Literal["response.cancel"]
+
+
+class SessionClose(_ClientEventBase):
+    type: Literal["session.close"]
+
+
+ClientEvent = SessionUpdate | InputAppend | InputFlush | ResponseCancel | SessionClose
+_CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(Annotated[ClientEvent, Field(discriminator="type")])
+_CLIENT_TYPES = ("session.update", "input.append", "input.flush", "response.cancel", "session.close")
+
+
+def parse_client_event(text: str) -> ClientEvent:
+    """One client message, validated.
+
+    Raises:
+        ProtocolError: not JSON, not an object, an unknown ``type`` or an invalid field.
+    """
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"The message is not valid JSON: {exc.msg}.", code="invalid_json") from None
+    if not isinstance(raw, dict):
+        raise ProtocolError("A message must be a JSON object with a 'type'.", code="invalid_event")
+    event_id = raw.get("event_id") if isinstance(raw.get("event_id"), str) else None
+    if raw.get("type") not in _CLIENT_TYPES:
+        raise ProtocolError(
+            f"Unknown event type {raw.get('type')!r}; expected one of {', '.join(_CLIENT_TYPES)}.",
+            code="unknown_event",
+            param="type",
+            event_id=event_id,
+        )
+    try:
+        return _CLIENT_EVENT.validate_python(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(part) for part in first["loc"][1:]) or None  # loc[0] is the event type's tag
+        code = "string_above_max_length" if first["type"] == "string_too_long" else "invalid_value"
+        raise ProtocolError(
+            f"Invalid value for '{param}': {first['msg']}.", code=code, param=param, event_id=event_id
+        ) from None
+
+
+def session_event(kind: Literal["session.created", "session.updated"], session_id: str, config: SessionConfig) -> str:
+    return _dump({"type": kind, "session": {"id": session_id, **config.model_dump(mode="json")}})
+
+
+def audio_delta(segment_id: str | None, seq: int, audio: bytes) -> str:
+    return _dump(
+        {"type": "audio.delta", "segment_id": segment_id, "seq": seq, "audio": base64.b64encode(audio).decode("ascii")}
+    )
+
+
+def audio_done(segment_id: str, text: str, status: SegmentStatus, usage: SpeechUsage) -> str:
+    return _dump(
+        {"type": "audio.done", "segment_id": segment_id, "text": text, "status": status, "usage": usage.model_dump()}
+    )
+
+
+def error_event(error: OpenAIError, *, event_id: str | None = None, segment_id: str | None = None) -> str:
+    body = error_body(error.message, error.type, error.param, error.code)
+    return _dump({"type": "error", **body, "event_id": event_id, "segment_id": segment_id})
+
+
+def _dump(event: dict[str, Any]) -> str:
+    return json.dumps(event, separators=(",", ":"))

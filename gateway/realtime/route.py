@@ -1,0 +1,151 @@
+"""``GET /v1/audio/speech/stream``: the realtime WebSocket — authentication, limits, then a session."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+from litestar import WebSocket, websocket
+from litestar.exceptions import WebSocketDisconnect
+
+from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
+from auth.limits import LimitsUnavailableError, RateLimitExceededError
+from gateway.errors import OpenAIError, as_openai_error
+from gateway.realtime.protocol import ProtocolError, SessionUpdate, error_event, parse_client_event
+from gateway.realtime.session import RealtimeSession, SlowClientError
+
+if TYPE_CHECKING:
+    from auth import Principal
+    from gateway.settings import RealtimeSettings
+    from gateway.synthesis import SpeechService
+
+__all__ = ["realtime_speech"]
+
+logger = logging.getLogger("tts_gateway.realtime")
+
+PATH = "/v1/audio/speech/stream"
+_POLICY_VIOLATION = 1008  # bad credentials; a client too slow to take its audio
+_TRY_AGAIN_LATER = 1013  # over a tenant limit, or the gateway cannot admit sessions now
+_AUTH_ERRORS = (InvalidCredentialsError, UnknownTenantError)
+
+
+class _SessionRefusedError(Exception):
+    def __init__(self, error: OpenAIError, close_code: int) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.close_code = close_code
+
+
+@websocket(PATH, name="realtime_speech")
+async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
+    """Speech as text arrives: the protocol is in ``docs/realtime.md``."""
+    state = socket.app.state
+    speech: SpeechService = state.speech
+    settings: RealtimeSettings = state.settings.realtime
+    send_timeout_s: float = state.settings.server.send_timeout_s  # one timeout for every slow reader
+    await socket.accept()
+    started = time.perf_counter()
+    log: dict[str, Any] = {"session_id": f"sess_{uuid.uuid4().hex[:20]}", "path": PATH, "tenant": None}
+    session: RealtimeSession | None = None
+    speech.metrics.realtime_connections.inc()
+    try:
+        async with AsyncExitStack() as held:
+            principal, first = await _authenticate(socket, speech, settings)
+            log["tenant"] = principal.tenant.name
+            await _admit(speech, principal, held)
+            session = RealtimeSession(socket, speech, principal, settings=settings, session_id=log["session_id"],
+                                      send_timeout_s=send_timeout_s)
+            await session.run(first)
+        log["outcome"] = "closed"
+    except _SessionRefusedError as refused:
+        log["outcome"] = f"refused: {refused.error.code}"
+        await _close(socket, refused.close_code, refused.error)
+    except SlowClientError:
+        log["outcome"] = "client too slow"
+        await _close(socket, _POLICY_VIOLATION,
+                     OpenAIError(400, "The client read audio too slowly.", code="client_too_slow"))
+    except WebSocketDisconnect:
+        log["outcome"] = "client left"  # leaving the block above cancelled its speech and released its lease
+    finally:
+        speech.metrics.realtime_connections.dec()
+        log["duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
+        if session is not None:
+            log.update(segments=session.segments_spoken, audio_seconds=round(session.audio_seconds, 3))
+        logger.info("realtime session", extra={"record": log})  # one line per session, like the access log
+
+
+async def _authenticate(
+    socket: WebSocket[Any, Any, Any],
+    speech: SpeechService,
+    settings: RealtimeSettings,
+) -> tuple[Principal, SessionUpdate | None]:
+    """The caller, from the Authorization header, a ``?token=`` or else a token in the first message.
+
+    Returns:
+        The principal, and the first message when it was read for its token (to be handled as a session.update).
+    """
+    authenticator = speech.tenancy.authenticator
+    header = socket.headers.get("authorization")
+    if header is None and (token := socket.query_params.get("token")):
+        header = f"Bearer {token}"
+    try:
+        return await authenticator.authenticate(header), None
+    except _AUTH_ERRORS as exc:
+        if header is not None:
+            raise _SessionRefusedError(as_openai_error(exc), _POLICY_VIOLATION) from None
+    except AuthBackendError as exc:
+        raise _SessionRefusedError(as_openai_error(exc), _TRY_AGAIN_LATER) from None
+    first = await _first_message(socket, settings.auth_timeout_s)
+    try:
+        return await authenticator.authenticate(f"Bearer {first.token}"), first.model_copy(update={"token": None})
+    except _AUTH_ERRORS as exc:
+        raise _SessionRefusedError(as_openai_error(exc), _POLICY_VIOLATION) from None
+    except AuthBackendError as exc:
+        raise _SessionRefusedError(as_openai_error(exc), _TRY_AGAIN_LATER) from None
+
+
+async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float) -> SessionUpdate:
+    missing = OpenAIError(
+        401,
+        "No credentials: send an Authorization header, a ?token= query parameter, or a "
+        "session.update with a 'token' as the first message.",
+        code="invalid_api_key",
+    )
+    try:
+        async with asyncio.timeout(timeout_s):
+            message = await socket.receive()
+    except TimeoutError:
+        raise _SessionRefusedError(missing, _POLICY_VIOLATION) from None
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(detail="client disconnected")
+    try:
+        text = message.get("text")
+        event = parse_client_event(text if isinstance(text, str) else "")
+    except ProtocolError:
+        raise _SessionRefusedError(missing, _POLICY_VIOLATION) from None
+    if not isinstance(event, SessionUpdate) or not event.token:
+        raise _SessionRefusedError(missing, _POLICY_VIOLATION)
+    return event
+
+
+async def _admit(speech: SpeechService, principal: Principal, held: AsyncExitStack) -> None:
+    """A session counts as one request and holds one of the tenant's concurrent streams while it is open."""
+    try:
+        await speech.admit(principal.tenant, 0)
+        await speech.hold_stream(principal.tenant, held)
+    except (RateLimitExceededError, LimitsUnavailableError) as exc:
+        raise _SessionRefusedError(as_openai_error(exc), _TRY_AGAIN_LATER) from None
+
+
+async def _close(socket: WebSocket[Any, Any, Any], code: int, error: OpenAIError) -> None:
+    """Say why in an error event, then close; a client gone (or not reading) by now just misses it."""
+    try:
+        async with asyncio.timeout(1.0):
+            await socket.send_text(error_event(error))
+            await socket.close(code, error.message[:120])  # a close reason is at most 123 bytes
+    except (TimeoutError, WebSocketDisconnect, OSError):
+        pass

@@ -1,0 +1,324 @@
+"""One realtime session: text arrives in fragments, speech leaves segment by segment as one audio stream.
+
+Two tasks share a session: the receiver reads client events and cuts the text into segments; the speaker
+synthesizes the queued segments in order, through one encoder, so that the audio of every segment continues the
+same stream. ``response.cancel`` stops the segment in progress (its worker job is cancelled) and drops the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from litestar.exceptions import WebSocketDisconnect
+
+from engines.pool import ConsumerTooSlowError
+from gateway.audio import open_encoder
+from gateway.errors import OpenAIError, as_openai_error
+from gateway.realtime.protocol import (
+    InputAppend,
+    InputFlush,
+    ProtocolError,
+    ResponseCancel,
+    SessionClose,
+    SessionConfig,
+    SessionUpdate,
+    audio_delta,
+    audio_done,
+    error_event,
+    parse_client_event,
+    session_event,
+)
+from gateway.realtime.segmenter import SentenceBuffer
+from gateway.schemas import SpeechUsage
+
+if TYPE_CHECKING:
+    from litestar import WebSocket
+
+    from auth import Principal
+    from gateway.audio import AudioEncoder
+    from gateway.realtime.protocol import ClientEvent, SegmentStatus
+    from gateway.settings import RealtimeSettings
+    from gateway.synthesis import SpeechPlan, SpeechService
+
+__all__ = ["RealtimeSession", "SlowClientError"]
+
+logger = logging.getLogger("tts_gateway.realtime")
+
+_OUTPUT_FRAMES_PER_SECOND = 50  # usage counts output audio in 20 ms frames, as the HTTP endpoint does
+# Changing these would change the audio stream itself (its container, rate or time-stretch) mid-way.
+_LOCKED_FIELDS = ("model", "response_format", "speed")
+
+
+class SlowClientError(Exception):
+    """The client stopped reading: an event waited ``server.send_timeout_s``, or the segment's unsent audio
+    outgrew the engine's ``max_buffered_audio_s``."""
+
+
+@dataclass
+class _Segment:
+    id: str
+    text: str
+    audio_seconds: float = 0.0
+    status: SegmentStatus = "completed"
+
+    def usage(self) -> SpeechUsage:
+        output = round(self.audio_seconds * _OUTPUT_FRAMES_PER_SECOND)
+        return SpeechUsage(input_tokens=len(self.text), output_tokens=output, total_tokens=len(self.text) + output)
+
+
+class RealtimeSession:
+    """Serves one accepted, authenticated WebSocket until either side closes it."""
+
+    def __init__(
+        self,
+        socket: WebSocket[Any, Any, Any],
+        speech: SpeechService,
+        principal: Principal,
+        *,
+        settings: RealtimeSettings,
+        send_timeout_s: float,
+        session_id: str,
+    ) -> None:
+        self.id = session_id
+        self._send_timeout_s = send_timeout_s
+        self._socket = socket
+        self._speech = speech
+        self._principal = principal
+        self._settings = settings
+        self._config = SessionConfig()
+        self._plan: SpeechPlan | None = None
+        self._buffer = SentenceBuffer(settings.max_segment_chars)
+        self._queue: asyncio.Queue[_Segment] = asyncio.Queue()
+        self._current: asyncio.Task[None] | None = None
+        self._encoder: AudioEncoder | None = None
+        self._streaming = False
+        """Set by the first segment: the fields in ``_LOCKED_FIELDS`` are fixed from then on."""
+        self._segment_ids = itertools.count(1)
+        self._seq = itertools.count(1)
+        self._send_lock = asyncio.Lock()
+        self._closing = False
+        self.segments_spoken = 0
+        """Segments that produced audio (completed or cut short), for the session's log line."""
+        self.audio_seconds = 0.0
+
+    async def run(self, first: SessionUpdate | None = None) -> None:
+        """Serve the session; returns when the client closed it or went away.
+
+        Args:
+            first: The first message, when it was read already (it carried the credentials).
+
+        Raises:
+            SlowClientError: the client stopped taking audio.
+            WebSocketDisconnect: the client went away while the session was sending.
+        """
+        await self._send(session_event("session.created", self.id, self._config))
+        if first is not None:
+            await self._update(first)
+        speaker = asyncio.create_task(self._speak_queued(), name=f"realtime-speaker-{self.id}")
+        receiver = asyncio.create_task(self._receive(), name=f"realtime-receiver-{self.id}")
+        try:
+            # The receiver ends when the client leaves; the speaker when a session.close has been served.
+            done, _ = await asyncio.wait({receiver, speaker}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+        finally:
+            for running in (self._current, speaker, receiver):
+                if running is not None:
+                    running.cancel()
+            await asyncio.gather(speaker, receiver, return_exceptions=True)
+
+    # ----------------------------------------------------------------- client events
+    async def _receive(self) -> None:
+        while True:
+            message = await self._socket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text = message.get("text")
+            try:
+                if not isinstance(text, str):
+                    raise ProtocolError(
+                        "Binary frames are not part of this protocol; send JSON text.", code="invalid_event"
+                    )
+                event = parse_client_event(text)
+                if self._closing:
+                    raise ProtocolError("The session is closing.", code="session_closing", event_id=event.event_id)
+                await self._handle(event)
+            except ProtocolError as exc:
+                await self._send(error_event(exc.error, event_id=exc.event_id))
+
+    async def _handle(self, event: ClientEvent) -> None:
+        if isinstance(event, SessionUpdate):
+            await self._update(event)
+        elif isinstance(event, InputAppend):
+            self._append(event)
+        elif isinstance(event, InputFlush):
+            self._enqueue(self._buffer.flush())
+        elif isinstance(event, ResponseCancel):
+            self._cancel()
+        elif isinstance(event, SessionClose):
+            self._enqueue(self._buffer.flush())
+            self._closing = True
+            self._queue.put_nowait(_END_OF_SESSION)
+
+    async def _update(self, event: SessionUpdate) -> None:
+        if event.token is not None:
+            raise ProtocolError(
+                "Credentials are accepted only in the first message of a session.",
+                code="unexpected_token",
+                param="token",
+                event_id=event.event_id,
+            )
+        changed = event.changes(self._config)
+        if self._streaming and (locked := sorted(changed.intersection(_LOCKED_FIELDS))):
+            raise ProtocolError(
+                f"'{locked[0]}' cannot change once audio has started: it would change the audio "
+                "stream itself. Open a new session instead.",
+                code="session_locked",
+                param=f"session.{locked[0]}",
+                event_id=event.event_id,
+            )
+        config = event.apply(self._config)
+        try:
+            plan = await self._speech.plan(self._principal, config.speech_request("-"))
+        except OpenAIError as exc:
+            if exc.param is not None:
+                exc.param = f"session.{exc.param}"
+            await self._send(error_event(exc, event_id=event.event_id))
+            return
+        self._config, self._plan = config, plan
+        await self._send(session_event("session.updated", self.id, config))
+
+    def _append(self, event: InputAppend) -> None:
+        if self._buffer.pending_chars + len(event.text) > self._settings.max_pending_chars:
+            raise ProtocolError(
+                f"The session already holds {self._buffer.pending_chars} characters not yet "
+                f"segmented; at most {self._settings.max_pending_chars}. Flush first.",
+                code="input_buffer_full",
+                param="text",
+                event_id=event.event_id,
+            )
+        self._enqueue(self._buffer.append(event.text))
+
+    def _enqueue(self, texts: list[str]) -> None:
+        for text in texts:
+            self._queue.put_nowait(_Segment(f"seg_{next(self._segment_ids)}", text))
+
+    def _cancel(self) -> None:
+        """Barge-in: stop the segment in progress, drop the queued ones and the text not yet segmented."""
+        self._buffer.clear()
+        queued: list[_Segment] = []
+        while not self._queue.empty():
+            queued.append(self._queue.get_nowait())
+        for segment in queued:
+            if segment is not _END_OF_SESSION:
+                segment.status = "cancelled"  # the speaker reports it, in order, without speaking it
+            self._queue.put_nowait(segment)
+        if self._current is not None:
+            self._current.cancel()
+
+    # ----------------------------------------------------------------- speech
+    async def _speak_queued(self) -> None:
+        while (segment := await self._queue.get()) is not _END_OF_SESSION:
+            task: asyncio.Task[None] | None = None
+            if segment.status != "cancelled":
+                task = self._current = asyncio.create_task(self._speak(segment), name=f"realtime-{segment.id}")
+                try:
+                    await asyncio.wait({task})  # cancelling the segment (barge-in) must not cancel the speaker
+                except asyncio.CancelledError:  # the session ends (client gone): what was spoken still counts
+                    await asyncio.shield(self._account(segment))
+                    raise
+                finally:
+                    self._current = None
+            await self._finish_segment(segment, task)
+        await self._end_stream()
+
+    async def _speak(self, segment: _Segment) -> None:
+        # Planned when first needed, not at creation: a default that does not resolve (no `tts-1` on this gateway)
+        # is no error for a client whose first message sets its own model.
+        plan = self._plan = self._plan or await self._speech.plan(self._principal, self._config.speech_request("-"))
+        await self._speech.admit(self._principal.tenant, len(segment.text), count_request=False)
+        self._streaming = True
+        started = time.perf_counter()
+        async with plan.pool.open_stream(plan.for_text(segment.text)) as pcm:
+            encoder = self._encoder_for(pcm.sample_rate, plan)
+            per_second = pcm.sample_rate * 2 * plan.tempo
+            async for chunk in pcm:
+                segment.audio_seconds += len(chunk) / per_second
+                if data := encoder.encode(chunk):
+                    await self._send(audio_delta(segment.id, next(self._seq), data))
+        self._speech.observe(plan.pool.name, time.perf_counter() - started, segment.audio_seconds)
+
+    def _encoder_for(self, sample_rate: int, plan: SpeechPlan) -> AudioEncoder:
+        if self._encoder is None:
+            self._encoder = open_encoder(self._config.response_format, sample_rate, plan.tempo)
+        return self._encoder
+
+    async def _finish_segment(self, segment: _Segment, task: asyncio.Task[None] | None) -> None:
+        """Report how a segment ended, after pushing its last audio out of the encoder."""
+        error = _outcome(segment, task)
+        if self._encoder is not None and (tail := self._encoder.drain()):
+            await self._send(audio_delta(segment.id, next(self._seq), tail))
+        if error is not None:
+            await self._send(error_event(error, segment_id=segment.id))
+        await self._account(segment)
+        await self._send(audio_done(segment.id, segment.text, segment.status, segment.usage()))
+
+    async def _account(self, segment: _Segment) -> None:
+        if segment.audio_seconds > 0:  # served, if only in part; as the HTTP endpoint counts cut-short streams
+            self.segments_spoken += 1
+            self.audio_seconds += segment.audio_seconds
+            tenant = self._principal.tenant.name
+            await self._speech.account(tenant, len(segment.text), segment.audio_seconds, cache_hit=False)
+
+    async def _end_stream(self) -> None:
+        if self._encoder is not None and (tail := self._encoder.finish()):
+            await self._send(audio_delta(None, next(self._seq), tail))
+        await self._socket.close(1000, "session closed")
+
+    # ----------------------------------------------------------------- plumbing
+    async def _send(self, text: str) -> None:
+        """Send one event; a client that does not take it within ``send_timeout_s`` is too slow to serve."""
+        async with self._send_lock:
+            try:
+                # Not asyncio.wait_for: on Python 3.11 it can swallow a cancellation (barge-in) that arrives as
+                # the send completes.
+                async with asyncio.timeout(self._send_timeout_s):
+                    await self._socket.send_text(text)
+            except TimeoutError:
+                raise SlowClientError from None
+            except OSError:  # uvicorn's ClientDisconnected: the transport is gone
+                raise WebSocketDisconnect(detail="client disconnected") from None
+
+
+_END_OF_SESSION = _Segment("", "")
+"""Queued by ``session.close``: the speaker ends the stream when it gets there."""
+
+
+def _outcome(segment: _Segment, task: asyncio.Task[None] | None) -> OpenAIError | None:
+    """Set how the segment ended from its task, and return the error to report, if any.
+
+    Raises:
+        SlowClientError, WebSocketDisconnect: the segment failed because the client did; the session ends.
+    """
+    if task is None or task.cancelled():
+        segment.status = "cancelled"
+        return None
+    exc = task.exception()
+    if exc is None:
+        return None
+    if isinstance(exc, SlowClientError | WebSocketDisconnect):
+        raise exc
+    if isinstance(exc, ConsumerTooSlowError):  # the session's audio backlog overflowed: it is not being read
+        raise SlowClientError from exc
+    segment.status = "failed"
+    if isinstance(exc, ProtocolError):
+        return exc.error
+    error = as_openai_error(exc) if isinstance(exc, Exception) else as_openai_error(RuntimeError(repr(exc)))
+    if error.status_code >= 500 and error.code is None:
+        logger.error("realtime segment %s failed", segment.id, exc_info=exc)
+    return error

@@ -1,0 +1,40 @@
+"""Encoders dropped unfinished (a client left mid-stream) free their codecs at once, not at a later collection."""
+
+from __future__ import annotations
+
+import gc
+from typing import TYPE_CHECKING
+
+import pytest
+
+from gateway.audio import AudioFormat, open_encoder
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+@pytest.fixture
+def no_cyclic_gc() -> Iterator[None]:
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def live(type_name: str) -> int:
+    return sum(1 for o in gc.get_objects() if type(o).__name__ == type_name)
+
+
+@pytest.mark.usefixtures("no_cyclic_gc")
+@pytest.mark.parametrize("finish", [False, True], ids=["dropped unfinished", "finished"])
+@pytest.mark.parametrize("fmt", list(AudioFormat), ids=str)
+def test_a_dropped_encoder_leaves_no_codec_for_the_cyclic_collector(fmt: AudioFormat, finish: bool) -> None:
+    before = {name: live(name) for name in ("OutputContainer", "AudioCodecContext", "Graph")}
+    encoder = open_encoder(fmt, 24000, 1.5)
+    encoder.encode(bytes(4800))  # 100 ms of silence: every codec has started
+    if finish:
+        encoder.finish()
+    del encoder
+    assert {name: live(name) for name in before} == before
