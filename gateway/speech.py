@@ -50,7 +50,8 @@ class SpeechOperation(Operation):
         content["text/event-stream"] = OpenAPIMediaType(schema=_EVENT_SCHEMA)
         if self.responses is not None:
             self.responses["200"] = OpenAPIResponse(
-                description="The audio, sent with chunked transfer encoding as the engine produces it.",
+                description="The audio, sent with chunked transfer encoding as the engine produces it (a cache hit "
+                            "arrives whole, with Content-Length).",
                 content=content)
 
 
