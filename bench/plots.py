@@ -12,12 +12,20 @@ import matplotlib.pyplot as plt
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["baseline", "overhead", "pool"]
+__all__ = ["baseline", "overhead", "pool", "save", "subtitle"]
 
 
-def _subtitle(report: dict[str, Any]) -> str:
+def subtitle(report: dict[str, Any]) -> str:
     m = report["machine"]
     return f"{m['cpus']} cores ({m['cpu_model']}), {report['started']}, loopback"
+
+
+def save(fig: Any, title: str, path: Path) -> None:
+    """Title the figure, lay it out and write it as a PNG."""
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _log_ms_axis(axis: Any) -> None:
@@ -53,10 +61,7 @@ def overhead(report: dict[str, Any], path: Path) -> None:
         axis.set_ylabel(unit)
         axis.set_title(title, fontsize=10)
         axis.margins(y=0.25)
-    fig.suptitle(f"Gateway overhead, pcm, vs a bare Litestar route (% of bare) — {_subtitle(report)}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, f"Gateway overhead, pcm, vs a bare Litestar route (% of bare) — {subtitle(report)}", path)
 
 
 def pool(report: dict[str, Any], path: Path) -> None:
@@ -91,10 +96,7 @@ def pool(report: dict[str, Any], path: Path) -> None:
     right.set_ylabel("latency, ms (log)")
     right.set_title(f"latency, queue_size {report['queue_size']}")
     right.legend(fontsize=8)
-    fig.suptitle(f"Pool efficiency — {_subtitle(report)}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, f"Pool efficiency — {subtitle(report)}", path)
 
 
 def baseline(report: dict[str, Any], path: Path) -> None:
@@ -120,7 +122,4 @@ def baseline(report: dict[str, Any], path: Path) -> None:
     right.set_ylabel("latency, ms (log)")
     right.set_title("latency")
     right.legend(fontsize=7)
-    fig.suptitle(f"Gateway vs Flask with a global lock — {_subtitle(report)}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, f"Gateway vs Flask with a global lock — {subtitle(report)}", path)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 
+from bench import plots
 from bench.servers import GatewayProcess, pinned
 from bench.ttfb import PERCENTILES, _cdf, chattts_assets, engine_settings, gateway_config, percentiles
 from engines.base import CancelFlag, SynthesisRequest
@@ -393,10 +394,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib as mpl
-
-    mpl.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # backend set by bench.plots
 
     engines = report["engines"]
     colors = {"gateway": "#d62728", "pool": "#1f77b4", "in-process": "#2ca02c"}
@@ -415,9 +413,4 @@ def plot(report: dict[str, Any], path: Path) -> None:
         axis.set_title(f"{name}: gateway adds {added:+.1f} ms at the median", fontsize=10)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8, loc="lower right")
-    machine = report["machine"]
-    fig.suptitle(f"Realtime: time to first audio\n{machine['cpus']} cores ({machine['cpu_model']}), "
-                 f"{report['started']}, loopback", fontsize=10)  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, f"Realtime: time to first audio\n{plots.subtitle(report)}", path)

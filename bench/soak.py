@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from auth.keys import generate_api_key, hash_api_key
+from bench import plots
 from bench.servers import GatewayProcess, pinned
 
 if TYPE_CHECKING:
@@ -352,10 +353,7 @@ def _counts(counts: dict[str, int]) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib as mpl
-
-    mpl.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # backend set by bench.plots
 
     samples = report["samples"]
     done = [s["requests_done"] for s in samples]
@@ -378,9 +376,5 @@ def plot(report: dict[str, Any], path: Path) -> None:
     right.set_title("growth relative to the idle snapshot after warm-up", fontsize=10)
     left.legend(fontsize=8)
     right.legend(fontsize=8)
-    machine = report["machine"]
-    fig.suptitle(f"Soak, {report['outcomes']['requests']} requests, {report['abort_share']:.0%} aborted — "
-                 f"{machine['cpus']} cores ({machine['cpu_model']}), {report['started']}", fontsize=10)  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    title = f"Soak, {report['outcomes']['requests']} requests, {report['abort_share']:.0%} aborted"
+    plots.save(fig, f"{title} — {plots.subtitle(report)}", path)

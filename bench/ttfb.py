@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import numpy as np
 
+from bench import plots
 from bench.servers import GatewayProcess, pinned
 from tests.gateway_process import CONSOLE_SCRIPT
 
@@ -305,12 +306,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
                        fontsize=10)  # fmt: skip
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8, loc="lower right")
-    machine = report["machine"]
-    fig.suptitle(f"Time to first byte vs complete body — {machine['cpus']} cores ({machine['cpu_model']}), "
-                 f"{report['started']}, loopback", fontsize=10)  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, f"Time to first byte vs complete body — {plots.subtitle(report)}", path)
 
 
 def _cdf(axis: Any, values: list[float], color: str, style: str, label: str) -> None:

@@ -111,15 +111,11 @@ def _dependencies() -> dict[str, Provide]:
     def router(state: State) -> ModelRouter:
         return state.router  # type: ignore[no-any-return]
 
-    def speech(state: State) -> SpeechService:
-        return state.speech  # type: ignore[no-any-return]
-
     def tenancy(state: State) -> Tenancy:
         return state.tenancy  # type: ignore[no-any-return]
 
     return {
         "router": Provide(router, sync_to_thread=False),
-        "speech": Provide(speech, sync_to_thread=False),
         "tenancy": Provide(tenancy, sync_to_thread=False),
         "principal": Provide(provide_principal),
     }

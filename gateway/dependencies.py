@@ -8,13 +8,11 @@ from litestar.di import NamedDependency
 
 from auth import Principal
 from gateway.routing import ModelRouter
-from gateway.synthesis import SpeechService
 from gateway.tenancy import Tenancy
 
-__all__ = ["Caller", "Router", "Speech", "Tenants"]
+__all__ = ["Caller", "Router", "Tenants"]
 
 Caller: TypeAlias = NamedDependency[Principal]
 """The authenticated caller (provided as ``principal``)."""
 Router: TypeAlias = NamedDependency[ModelRouter]
-Speech: TypeAlias = NamedDependency[SpeechService]
 Tenants: TypeAlias = NamedDependency[Tenancy]
