@@ -69,7 +69,7 @@ async def run_mode(
     await pool.start()
     if not await pool.wait_ready(600):
         raise RuntimeError(pool.status().reason)
-    info = pool.status().info
+    info = pool.info
     print(f"batching {'on' if batching else 'off'}: engine details {info.details if info else None}", flush=True)
     rows = []
     try:

@@ -88,6 +88,11 @@ class EngineInfo:
     details: dict[str, str] = field(default_factory=dict)
     """Free-form facts for ``/readyz`` (weights identity, device, ...)."""
 
+    def offers_voice(self, voice_id: str) -> bool:
+        """Whether ``voice_id`` is one of :attr:`voices` (a scan: engines offer a handful, and this runs per
+        request)."""
+        return any(voice.id == voice_id for voice in self.voices)
+
 
 class CancelToken(Protocol):
     """Set by the worker when the client went away; long-running engines poll it between steps."""

@@ -268,6 +268,11 @@ class EnginePool:
             self._close(worker)
 
     # ----------------------------------------------------------------- status
+    @property
+    def info(self) -> EngineInfo | None:
+        """What the engine last reported about itself; None until a worker has loaded it."""
+        return self._info
+
     def status(self) -> PoolStatus:
         ready = [w for w in self._workers if w.state == "ready"]
         return PoolStatus(

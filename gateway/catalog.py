@@ -131,7 +131,7 @@ async def _new_custom_voice(
 def _builtin_voices(router: Router, models: list[str]) -> list[dict[str, Any]]:
     by_voice: dict[str, dict[str, Any]] = {}
     for model in models:
-        info = router.resolve(model).status().info
+        info = router.resolve(model).info
         for voice in info.voices if info is not None else ():
             entry = by_voice.setdefault(voice.id, {"object": "voice", "id": voice.id, "name": voice.id,
                                                     "description": voice.description, "models": [],

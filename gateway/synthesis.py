@@ -181,7 +181,7 @@ class SpeechService:
             raise OpenAIError(HTTP_403_FORBIDDEN, f"Your tenant may not use the model `{request.model}`.",
                               param="model", code="model_not_allowed")
         pool = self.router.resolve(request.model)
-        info = pool.status().info
+        info = pool.info
         voice = await self._resolve_voice(tenant, request, pool.name, info)
         synthesis, tempo = _engine_request(request, info, voice)
         return SpeechPlan(tenant.name, request, pool, info, voice, synthesis, tempo)
@@ -300,7 +300,7 @@ class SpeechService:
     ) -> _Voice:
         voices = self.tenancy.voices
         if isinstance(request.voice, str):
-            if info is not None and request.voice in {v.id for v in info.voices}:
+            if info is not None and info.offers_voice(request.voice):
                 return _Voice(request.voice, None, request.voice)  # built-in: no store round trip
             custom = await voices.find_by_name(tenant.name, request.voice)
             if custom is None:
@@ -331,10 +331,10 @@ def _engine_request(
     if info is not None:
         low, high = info.speed_range
         native = min(max(speed, low), high)
-        known = {v.id for v in info.voices}
-        if voice.speaker is None and voice.engine_voice not in known:
+        if voice.speaker is None and not info.offers_voice(voice.engine_voice):
+            known = sorted({v.id for v in info.voices})
             raise OpenAIError(HTTP_400_BAD_REQUEST, f"Voice '{voice.engine_voice}' is not available for model "
-                              f"'{request.model}'. Voices: {', '.join(sorted(known))}.", param="voice",
+                              f"'{request.model}'. Voices: {', '.join(known)}.", param="voice",
                               code="invalid_value")
     synthesis = SynthesisRequest(text=request.input, voice=voice.engine_voice, speed=native,
                                  instructions=request.instructions, speaker=voice.speaker)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import av
 import numpy as np
@@ -11,9 +11,12 @@ from av.audio.frame import AudioFrame
 from av.filter import Graph
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
-__all__ = ["MAX_TEMPO", "MIN_TEMPO", "TempoResampler", "atempo_steps", "drain_with_silence"]
+__all__ = [
+    "MAX_TEMPO", "MIN_TEMPO", "S16Stage", "TempoResampler", "UnchangedS16", "atempo_steps", "drain_with_silence",
+    "s16_stage",
+]
 
 MIN_TEMPO = 0.25
 """Slowest tempo (``speed``) supported: output lasts four times as long as the input."""
@@ -140,6 +143,14 @@ class TempoResampler:
         self._graph.push(None)
         return self._pull()
 
+    def push_s16(self, pcm: bytes) -> bytes:
+        """:meth:`push`, the frames returned as s16le bytes (for a ``sample_format="s16"`` stage)."""
+        return _s16_bytes(self.push(pcm))
+
+    def flush_s16(self) -> bytes:
+        """:meth:`flush`, the frames returned as s16le bytes (for a ``sample_format="s16"`` stage)."""
+        return _s16_bytes(self.flush())
+
     def _pull(self) -> list[AudioFrame]:
         frames: list[AudioFrame] = []
         while True:
@@ -152,7 +163,82 @@ class TempoResampler:
             self._emitted += frame.samples
 
 
-def drain_with_silence(stage: TempoResampler, encode: Callable[[bytes], bytes], held_samples: int) -> bytes:
+class _DrainableStage(Protocol):
+    """What :func:`drain_with_silence` reads of a stage."""
+
+    input_rate: int
+    margin_samples: int
+
+    @property
+    def pushed_samples(self) -> int: ...
+
+    @property
+    def emitted_samples(self) -> int: ...
+
+    def pending_samples(self) -> int: ...
+
+
+class S16Stage(_DrainableStage, Protocol):
+    """A stage that hands s16le bytes to an encoder that takes raw samples (PCM, WAV, LAME)."""
+
+    def push_s16(self, pcm: bytes) -> bytes: ...
+
+    def flush_s16(self) -> bytes: ...
+
+
+class UnchangedS16:
+    """The stage for s16 output at the engine's own rate and tempo: the samples pass through untouched.
+
+    Building and running an ffmpeg filter graph that changes nothing cost more server CPU than the rest of an
+    uncached raw-PCM response.
+    """
+
+    def __init__(self, rate: int) -> None:
+        self.input_rate = rate
+        self.margin_samples = 0
+        self._pushed = 0
+        self._odd_byte = b""
+
+    def push_s16(self, pcm: bytes) -> bytes:
+        """Return the whole samples of ``pcm``; an odd trailing byte waits for the next call."""
+        data = self._odd_byte + pcm if self._odd_byte else pcm
+        whole = len(data) - len(data) % _SAMPLE_BYTES
+        self._odd_byte = data[whole:]
+        self._pushed += whole // _SAMPLE_BYTES
+        return data if whole == len(data) else data[:whole]
+
+    def flush_s16(self) -> bytes:
+        """Nothing is held back (a dangling odd byte is dropped: it is half a sample)."""
+        return b""
+
+    def pending_samples(self) -> int:
+        return 0
+
+    @property
+    def pushed_samples(self) -> int:
+        return self._pushed
+
+    @property
+    def emitted_samples(self) -> int:
+        return self._pushed
+
+
+def s16_stage(input_rate: int, output_rate: int, tempo: float) -> S16Stage:
+    """The cheapest stage that turns s16le PCM at ``input_rate`` into s16le at ``output_rate`` and ``tempo``.
+
+    Raises:
+        ValueError: If a rate is not positive or ``tempo`` is out of range.
+    """
+    if input_rate == output_rate > 0 and tempo == 1.0:
+        return UnchangedS16(input_rate)
+    return TempoResampler(input_rate, output_rate, tempo)
+
+
+def _s16_bytes(frames: Iterable[AudioFrame]) -> bytes:
+    return b"".join(frame.to_ndarray().tobytes() for frame in frames)
+
+
+def drain_with_silence(stage: _DrainableStage, encode: Callable[[bytes], bytes], held_samples: int) -> bytes:
     """Push silence through ``encode`` until everything fed to ``stage`` so far has left the encoder.
 
     Ending a stream (``flush``) would do that too, but it closes the stream; this keeps it open, so that audio fed

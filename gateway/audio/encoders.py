@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import struct
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import lameenc
 
 from gateway.audio._muxed import MuxedEncoder, MuxSpec
-from gateway.audio._tempo import MAX_TEMPO, MIN_TEMPO, TempoResampler, drain_with_silence
+from gateway.audio._tempo import MAX_TEMPO, MIN_TEMPO, S16Stage, drain_with_silence, s16_stage
 from gateway.audio.formats import AudioFormat, output_sample_rate
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-    from av.audio.frame import AudioFrame
 
 __all__ = ["MAX_TEMPO", "MIN_TEMPO", "AudioEncoder", "open_encoder", "wav_header"]
 
@@ -110,7 +105,7 @@ def open_encoder(fmt: AudioFormat, input_rate: int, tempo: float = 1.0) -> Audio
     rate = output_sample_rate(fmt)
     if fmt in _MUXED:
         return MuxedEncoder(_MUXED[fmt], input_rate, rate, tempo)
-    stage = TempoResampler(input_rate, rate, tempo)
+    stage = s16_stage(input_rate, rate, tempo)
     if fmt is AudioFormat.MP3:
         return _Mp3Encoder(stage, rate)
     return _PcmEncoder(stage, wav_header(rate) if fmt is AudioFormat.WAV else b"")
@@ -144,25 +139,21 @@ def wav_header(sample_rate: int) -> bytes:
     return riff + fmt_chunk + struct.pack("<4sI", b"data", _STREAMED_SIZE)
 
 
-def _s16_bytes(frames: Iterable[AudioFrame]) -> bytes:
-    return b"".join(frame.to_ndarray().tobytes() for frame in frames)
-
-
 class _PcmEncoder:
     """Raw s16le samples, after an optional fixed header (the WAV header, sent with the first chunk)."""
 
-    def __init__(self, stage: TempoResampler, header: bytes) -> None:
+    def __init__(self, stage: S16Stage, header: bytes) -> None:
         self._stage = stage
         self._header = header
 
     def encode(self, pcm: bytes) -> bytes:
-        return self._take_header() + _s16_bytes(self._stage.push(pcm))
+        return self._take_header() + self._stage.push_s16(pcm)
 
     def drain(self) -> bytes:
         return drain_with_silence(self._stage, self.encode, 0)
 
     def finish(self) -> bytes:
-        return self._take_header() + _s16_bytes(self._stage.flush())
+        return self._take_header() + self._stage.flush_s16()
 
     def _take_header(self) -> bytes:
         header, self._header = self._header, b""
@@ -172,7 +163,7 @@ class _PcmEncoder:
 class _Mp3Encoder:
     """MP3 through LAME (lameenc), which encodes incrementally and costs far less than ffmpeg's muxing path."""
 
-    def __init__(self, stage: TempoResampler, rate: int) -> None:
+    def __init__(self, stage: S16Stage, rate: int) -> None:
         self._stage = stage
         self._lame = lameenc.Encoder()
         self._lame.set_in_sample_rate(rate)
@@ -184,13 +175,13 @@ class _Mp3Encoder:
         self._started = False
 
     def encode(self, pcm: bytes) -> bytes:
-        return self._encode(_s16_bytes(self._stage.push(pcm)))
+        return self._encode(self._stage.push_s16(pcm))
 
     def drain(self) -> bytes:
         return drain_with_silence(self._stage, self.encode, _MP3_HELD_SAMPLES if self._started else 0)
 
     def finish(self) -> bytes:
-        tail = self._encode(_s16_bytes(self._stage.flush()))
+        tail = self._encode(self._stage.flush_s16())
         # LAME refuses to flush before its first sample; an MP3 of no audio is simply no frames.
         return tail + bytes(self._lame.flush()) if self._started else tail
 

@@ -7,7 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from gateway.audio._tempo import MAX_TEMPO, MIN_TEMPO, TempoResampler, atempo_steps
+from gateway.audio._tempo import (
+    MAX_TEMPO,
+    MIN_TEMPO,
+    TempoResampler,
+    UnchangedS16,
+    atempo_steps,
+    drain_with_silence,
+    s16_stage,
+)
 
 
 def _ramp(samples: int) -> bytes:
@@ -36,13 +44,46 @@ def test_rates_must_be_positive(rates: tuple[int, int]) -> None:
         TempoResampler(*rates)
 
 
-def test_same_rate_and_tempo_passes_samples_through_unchanged_whatever_the_chunking() -> None:
+@pytest.mark.parametrize("stage_kind", [TempoResampler, UnchangedS16])
+def test_same_rate_and_tempo_passes_samples_through_unchanged_whatever_the_chunking(
+    stage_kind: type[TempoResampler | UnchangedS16],
+) -> None:
     pcm = _ramp(5000)
-    stage = TempoResampler(24000, 24000)
+    stage = TempoResampler(24000, 24000) if stage_kind is TempoResampler else UnchangedS16(24000)
     # Odd sizes split samples across calls; the dangling byte must wait for its other half.
     pieces = [pcm[i : i + 777] for i in range(0, len(pcm), 777)]
-    frames = [frame for piece in pieces for frame in stage.push(piece)] + stage.flush()
-    assert b"".join(frame.to_ndarray().tobytes() for frame in frames) == pcm
+    out = [stage.push_s16(piece) for piece in pieces]
+    assert all(len(chunk) % 2 == 0 for chunk in out)
+    assert b"".join(out) + stage.flush_s16() == pcm
+    assert stage.pushed_samples == 5000
+    assert stage.emitted_samples == 5000
+    assert stage.pending_samples() == 0
+
+
+@pytest.mark.parametrize(
+    ("rates", "tempo", "kind"),
+    [((24000, 24000), 1.0, UnchangedS16), ((16000, 24000), 1.0, TempoResampler),
+     ((24000, 24000), 1.5, TempoResampler)],
+)
+def test_the_s16_stage_skips_the_filters_only_when_nothing_changes(
+    rates: tuple[int, int], tempo: float, kind: type[object],
+) -> None:
+    assert type(s16_stage(*rates, tempo)) is kind
+
+
+def test_draining_a_pass_through_stage_pushes_exactly_the_codec_delay_in_silence() -> None:
+    stage = UnchangedS16(24000)
+    encoded: list[bytes] = []
+
+    def encode(pcm: bytes) -> bytes:
+        encoded.append(stage.push_s16(pcm))
+        return b""
+
+    encode(_ramp(1000))
+    assert drain_with_silence(stage, encode, held_samples=300) == b""
+    silence = b"".join(encoded)[2000:]
+    assert set(silence) == {0}
+    assert 300 <= len(silence) // 2 < 300 + 240  # whole 10 ms steps of silence
 
 
 def test_frames_come_in_the_requested_size_and_format() -> None:
