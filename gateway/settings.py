@@ -179,6 +179,8 @@ class RealtimeSettings(BaseModel):
     """Text appended but not yet spoken, per session; an append beyond it is refused with an error event."""
     auth_timeout_s: float = Field(default=10.0, gt=0)
     """How long a socket without credentials may take to send its first message (which must carry them)."""
+    idle_timeout_s: float = Field(default=300.0, gt=0)
+    """A session with no client event and nothing to speak for this long is closed, freeing its stream lease."""
 
 
 def _default_engines() -> dict[str, EngineSettings]:

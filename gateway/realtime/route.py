@@ -16,7 +16,7 @@ from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenant
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
 from gateway.errors import OpenAIError, as_openai_error
 from gateway.realtime.protocol import ProtocolError, SessionUpdate, error_event, parse_client_event
-from gateway.realtime.session import RealtimeSession, SlowClientError
+from gateway.realtime.session import RealtimeSession, SessionIdleError, SlowClientError
 
 if TYPE_CHECKING:
     from auth import Principal
@@ -28,6 +28,7 @@ __all__ = ["realtime_speech"]
 logger = logging.getLogger("tts_gateway.realtime")
 
 PATH = "/v1/audio/speech/stream"
+_NORMAL_CLOSURE = 1000  # the session ended idle
 _POLICY_VIOLATION = 1008  # bad credentials; a client too slow to take its audio
 _TRY_AGAIN_LATER = 1013  # over a tenant limit, or the gateway cannot admit sessions now
 _AUTH_ERRORS = (InvalidCredentialsError, UnknownTenantError)
@@ -68,6 +69,11 @@ async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
         log["outcome"] = "client too slow"
         await _close(socket, _POLICY_VIOLATION,
                      OpenAIError(400, "The client read audio too slowly.", code="client_too_slow"))
+    except SessionIdleError:
+        log["outcome"] = "idle timeout"
+        idle = OpenAIError(408, f"The session was idle for {settings.idle_timeout_s:g} s and has been closed.",
+                           code="session_idle_timeout")
+        await _close(socket, _NORMAL_CLOSURE, idle)
     except WebSocketDisconnect:
         log["outcome"] = "client left"  # leaving the block above cancelled its speech and released its lease
     finally:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from gateway.settings import RealtimeSettings
     from gateway.synthesis import SpeechPlan, SpeechService
 
-__all__ = ["RealtimeSession", "SlowClientError"]
+__all__ = ["RealtimeSession", "SessionIdleError", "SlowClientError"]
 
 logger = logging.getLogger("tts_gateway.realtime")
 
@@ -57,6 +57,10 @@ _LOCKED_FIELDS = ("model", "response_format", "speed")
 class SlowClientError(Exception):
     """The client stopped reading: an event waited ``server.send_timeout_s``, or the segment's unsent audio
     outgrew the engine's ``max_buffered_audio_s``."""
+
+
+class SessionIdleError(Exception):
+    """No client event and nothing to speak for ``realtime.idle_timeout_s``."""
 
 
 @dataclass
@@ -102,6 +106,8 @@ class RealtimeSession:
         self._seq = itertools.count(1)
         self._send_lock = asyncio.Lock()
         self._closing = False
+        self._last_activity = asyncio.get_running_loop().time()
+        """When the client last sent an event or a segment last ended: the idle timeout counts from there."""
         self.segments_spoken = 0
         """Segments that produced audio (completed or cut short), for the session's log line."""
         self.audio_seconds = 0.0
@@ -114,6 +120,7 @@ class RealtimeSession:
 
         Raises:
             SlowClientError: the client stopped taking audio.
+            SessionIdleError: the session sat idle for ``realtime.idle_timeout_s``.
             WebSocketDisconnect: the client went away while the session was sending.
         """
         await self._send(session_event("session.created", self.id, self._config))
@@ -135,7 +142,8 @@ class RealtimeSession:
     # ----------------------------------------------------------------- client events
     async def _receive(self) -> None:
         while True:
-            message = await self._socket.receive()
+            message = await self._next_message()
+            self._last_activity = asyncio.get_running_loop().time()
             if message["type"] == "websocket.disconnect":
                 return
             text = message.get("text")
@@ -150,6 +158,23 @@ class RealtimeSession:
                 await self._handle(event)
             except ProtocolError as exc:
                 await self._send(error_event(exc.error, event_id=exc.event_id))
+
+    async def _next_message(self) -> Any:
+        """The client's next message, while the session has something to do within ``idle_timeout_s``.
+
+        Raises:
+            SessionIdleError: no message came, and nothing was queued or spoken, for ``idle_timeout_s``.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                async with asyncio.timeout_at(self._last_activity + self._settings.idle_timeout_s):
+                    return await self._socket.receive()
+            except TimeoutError:
+                if self._current is not None or not self._queue.empty():
+                    self._last_activity = loop.time()  # a client listening to long speech is not idle
+                elif loop.time() >= self._last_activity + self._settings.idle_timeout_s:
+                    raise SessionIdleError from None
 
     async def _handle(self, event: ClientEvent) -> None:
         if isinstance(event, SessionUpdate):
@@ -267,6 +292,7 @@ class RealtimeSession:
             await self._send(error_event(error, segment_id=segment.id))
         await self._account(segment)
         await self._send(audio_done(segment.id, segment.text, segment.status, segment.usage()))
+        self._last_activity = asyncio.get_running_loop().time()
 
     async def _account(self, segment: _Segment) -> None:
         if segment.audio_seconds > 0:  # served, if only in part; as the HTTP endpoint counts cut-short streams

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
 SECONDS_PER_CHAR = 0.02
+IDLE_TIMEOUT_S = 3.0
 # Silence that ending a segment may add to the stream (measured at most 0.33 s: Opus at half speed).
 SEGMENT_PAD_S = 0.35
 KEY = generate_api_key()
@@ -39,7 +40,7 @@ PARAGRAPH = ("The quick brown fox jumps over the lazy dog. Speech should start b
 def realtime_config() -> dict[str, Any]:
     return {
         "server": {"send_timeout_s": 2.0},
-        "realtime": {"auth_timeout_s": 1.0},
+        "realtime": {"auth_timeout_s": 1.0, "idle_timeout_s": IDLE_TIMEOUT_S},
         "auth": {"tenants": [
             {"name": "acme", "api_key_sha256": [hash_api_key(KEY)]},
             {"name": "solo", "api_key_sha256": [hash_api_key(ONE_STREAM_KEY)], "limits": {"concurrent_streams": 1}},
@@ -299,6 +300,29 @@ async def test_a_second_session_over_the_concurrency_limit_is_refused(
     assert error["error"]["code"] == "concurrency_limit_exceeded"
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 1013
+
+
+async def test_an_idle_session_is_closed_but_not_while_it_speaks(open_session: Any, gateway: GatewayProcess) -> None:
+    await wait_closed(gateway)  # an earlier test's session may still be releasing this tenant's stream
+    session = await open_session(ONE_STREAM_KEY, model="paced")
+    # 84 characters at 0.05 s each, spoken in real time: 4.2 s of speech, longer than the idle timeout.
+    text = "This sentence is long enough to keep speaking past the idle timeout of the session. "
+    await session.send(type="input.append", text=text)
+    done = await session.next("audio.done", timeout_s=15)
+    done_at = time.perf_counter()
+    await session.until_closed(timeout_s=IDLE_TIMEOUT_S + 5)
+    idle_for = time.perf_counter() - done_at
+
+    assert done["status"] == "completed", "a client listening to speech is not idle"
+    assert [event["error"]["code"] for event in session.of("error")] == ["session_idle_timeout"]
+    assert session.socket.close_code == 1000
+    assert IDLE_TIMEOUT_S - 0.5 <= idle_for <= IDLE_TIMEOUT_S + 3
+    await wait_closed(gateway)
+    ended = [json.loads(line) for line in gateway.log().splitlines() if '"realtime session"' in line]
+    assert any(entry["tenant"] == "solo" and entry["outcome"] == "idle timeout" for entry in ended)
+    again = await open_session(ONE_STREAM_KEY)  # the idle session's stream lease was released
+    await again.send(type="input.append", text="Hello again. ")
+    assert (await again.next("audio.done"))["status"] == "completed"
 
 
 async def test_characters_are_limited_per_segment(open_session: Any) -> None:
