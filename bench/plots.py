@@ -48,9 +48,10 @@ def overhead(report: dict[str, Any], path: Path) -> None:
     colors = ["#888888", "#1f77b4", "#2ca02c"][: len(names)]
     panels = [("rps", "rps_ratio", "httpx load generator, concurrency 16", "requests/s (200)"),
               ("wrk_rps", "wrk_rps_ratio", "wrk, concurrency 16", "requests/s (200)"),
-              ("single_median_ms", None, "median latency at concurrency 1 (httpx)", "ms")]  # fmt: skip
+              ("single_median_ms", None, "median latency at concurrency 1 (httpx)", "ms"),
+              ("wrk_single_median_ms", None, "median latency at concurrency 1 (wrk)", "ms")]  # fmt: skip
     panels = [panel for panel in panels if panel[0] in summary[names[0]]]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4.2))
     for axis, (key, ratio, title, unit) in zip(axes, panels, strict=True):
         bars = axis.bar(range(len(names)), [summary[n][key] for n in names], color=colors)
         labels = [f"{summary[n][key]:.0f}\n({summary[n][ratio]:.0%})" if ratio else f"{summary[n][key]:.2f} ms"
