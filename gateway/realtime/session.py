@@ -38,6 +38,7 @@ from gateway.schemas import SpeechUsage
 
 if TYPE_CHECKING:
     from litestar import WebSocket
+    from litestar.types import ReceiveMessage
 
     from auth import Principal
     from gateway.audio import AudioEncoder
@@ -108,6 +109,8 @@ class RealtimeSession:
         self._closing = False
         self._last_activity = asyncio.get_running_loop().time()
         """When the client last sent an event or a segment last ended: the idle timeout counts from there."""
+        self._segment_in_hand = False
+        """From taking a segment off the queue until its ``audio.done`` is sent: the session is not idle."""
         self.segments_spoken = 0
         """Segments that produced audio (completed or cut short), for the session's log line."""
         self.audio_seconds = 0.0
@@ -159,7 +162,7 @@ class RealtimeSession:
             except ProtocolError as exc:
                 await self._send(error_event(exc.error, event_id=exc.event_id))
 
-    async def _next_message(self) -> Any:
+    async def _next_message(self) -> ReceiveMessage:
         """The client's next message, while the session has something to do within ``idle_timeout_s``.
 
         Raises:
@@ -171,7 +174,7 @@ class RealtimeSession:
                 async with asyncio.timeout_at(self._last_activity + self._settings.idle_timeout_s):
                     return await self._socket.receive()
             except TimeoutError:
-                if self._current is not None or not self._queue.empty():
+                if self._segment_in_hand or not self._queue.empty():
                     self._last_activity = loop.time()  # a client listening to long speech is not idle
                 elif loop.time() >= self._last_activity + self._settings.idle_timeout_s:
                     raise SessionIdleError from None
@@ -249,6 +252,7 @@ class RealtimeSession:
     # ----------------------------------------------------------------- speech
     async def _speak_queued(self) -> None:
         while (segment := await self._queue.get()) is not _END_OF_SESSION:
+            self._segment_in_hand = True
             task: asyncio.Task[None] | None = None
             if segment.status != "cancelled":
                 task = self._current = asyncio.create_task(self._speak(segment), name=f"realtime-{segment.id}")
@@ -260,6 +264,8 @@ class RealtimeSession:
                 finally:
                     self._current = None
             await self._finish_segment(segment, task)
+            self._segment_in_hand = False
+            self._last_activity = asyncio.get_running_loop().time()
         await self._end_stream()
 
     async def _speak(self, segment: _Segment) -> None:
@@ -292,7 +298,6 @@ class RealtimeSession:
             await self._send(error_event(error, segment_id=segment.id))
         await self._account(segment)
         await self._send(audio_done(segment.id, segment.text, segment.status, segment.usage()))
-        self._last_activity = asyncio.get_running_loop().time()
 
     async def _account(self, segment: _Segment) -> None:
         if segment.audio_seconds > 0:  # served, if only in part; as the HTTP endpoint counts cut-short streams
