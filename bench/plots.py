@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["baseline", "overhead", "pool", "save", "subtitle"]
+__all__ = ["baseline", "batching", "overhead", "pool", "save", "subtitle"]
 
 
 def subtitle(report: dict[str, Any]) -> str:
@@ -124,3 +124,29 @@ def baseline(report: dict[str, Any], path: Path) -> None:
     right.set_title("latency")
     right.legend(fontsize=7)
     save(fig, f"Gateway vs Flask with a global lock — {subtitle(report)}", path)
+
+
+def batching(report: dict[str, Any], path: Path, *, target: float) -> None:
+    """ChatTTS throughput and time to first byte against concurrency, batching off and on."""
+    rows = report["rows"]
+    levels = report["levels"]
+    base = next(r["throughput"] for r in rows if not r["batching"] and r["concurrency"] == 1)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for batching, style in ((False, "o--"), (True, "o-")):
+        mode = [r for r in rows if r["batching"] is batching]
+        label = "batching on" if batching else "batching off (max_batch 1)"
+        left.plot([r["concurrency"] for r in mode], [r["throughput"] / base for r in mode], style, label=label)
+        right.plot([r["concurrency"] for r in mode], [r["ttfb_median_s"] for r in mode], style, label=label)
+    left.axhline(target, color="red", linestyle=":", label=f"target: {target:g}x at concurrency 4")
+    left.axhline(1.0, color="black", linewidth=0.8)
+    left.set_ylim(0, max(target, *(r["throughput"] / base for r in rows)) * 1.2)
+    left.set_ylabel("throughput, x one unbatched worker")
+    left.set_title(f"one worker, {report['tokens']} audio tokens per request")
+    right.set_ylim(0, max(r["ttfb_median_s"] for r in rows) * 1.2)
+    right.set_ylabel("median time to first audio, s")
+    right.set_title(f"each level run {report['repeat']} time(s), pooled")
+    for axis in (left, right):
+        axis.set_xlim(levels[0] / 1.5, levels[-1] * 1.5)
+        _concurrency_axis(axis, levels)
+        axis.legend(fontsize=8)
+    save(fig, f"ChatTTS dynamic batching, full-size random weights — {subtitle(report)}", path)

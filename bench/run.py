@@ -1,11 +1,11 @@
 #!/usr/bin/env python
-"""Gateway benchmarks on loopback: overhead, pool efficiency, the naive Flask baseline, time to first byte, soak,
-realtime (flush to first audio on the WebSocket).
+"""Gateway benchmarks on loopback: overhead, pool efficiency, the naive Flask baseline, time to first byte, ChatTTS
+batching, soak, realtime (flush to first audio on the WebSocket).
 
-    .venv/bin/python bench/run.py                 # all six, about 15 minutes
+    .venv/bin/python bench/run.py                 # all seven, about 18 minutes
     .venv/bin/python bench/run.py overhead        # or one: overhead | pool | baseline (each about 2 minutes),
-                                                  # ttfb (about 4, ChatTTS included) | soak (about 1.5)
-                                                  # | realtime (about 4, ChatTTS included)
+                                                  # ttfb (about 4, ChatTTS included) | batching (about 3)
+                                                  # | soak (about 1.5) | realtime (about 4, ChatTTS included)
 
 Every server binds 127.0.0.1; every run is bounded by a duration and a request count. By default the servers are
 pinned to CPU 1 and the load generator to CPU 0 (``--no-pin`` to let them share both), so ratios compare servers on
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from bench import plots, wrkcheck
+from bench import chattts_batching, plots, wrkcheck
 from bench import realtime as realtime_bench
 from bench import soak as soak_bench
 from bench import ttfb as ttfb_bench
@@ -446,6 +446,10 @@ def ttfb(args: argparse.Namespace) -> None:
     run_module("ttfb", ttfb_bench, args)
 
 
+def batching(args: argparse.Namespace) -> None:
+    run_module("batching", chattts_batching, args)
+
+
 def soak(args: argparse.Namespace) -> None:
     run_module("soak", soak_bench, args)
 
@@ -465,8 +469,8 @@ def run_module(name: str, module: Any, args: argparse.Namespace) -> None:
 
 # --------------------------------------------------------------------------------------------------------------------
 
-BENCHMARKS = {"overhead": overhead, "pool": pool, "baseline": baseline, "ttfb": ttfb, "soak": soak,
-              "realtime": realtime}  # fmt: skip
+BENCHMARKS = {"overhead": overhead, "pool": pool, "baseline": baseline, "ttfb": ttfb, "batching": batching,
+              "soak": soak, "realtime": realtime}  # fmt: skip
 
 
 def wait_quiet(limit: float, timeout_s: float) -> None:
@@ -480,7 +484,7 @@ def wait_quiet(limit: float, timeout_s: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("benchmarks", nargs="*", metavar="|".join(BENCHMARKS), help="default: all six")
+    parser.add_argument("benchmarks", nargs="*", metavar="|".join(BENCHMARKS), help="default: all seven")
     parser.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin servers and client to CPUs")
     parser.add_argument("--wait-quiet", action="store_true", help="wait (≤ 10 min) for a load average below 1.5")
     parser.add_argument("--workers", type=int, default=2, help="engine workers / gunicorn workers (P)")
@@ -528,6 +532,10 @@ def add_ttfb_soak_options(parser: argparse.ArgumentParser) -> None:
                    help="full-size ChatTTS assets; generated there when missing or invalid")  # fmt: skip
     g.add_argument("--chattts-workers", type=int, default=2, help="ChatTTS workers (P), cores shared between them")
     g.add_argument("--chattts-tokens", type=int, default=64, help="ChatTTS: audio tokens per request (~21 ms each)")
+    g = parser.add_argument_group("batching (also takes --chattts-assets)")
+    g.add_argument("--batching-tokens", type=int, default=32, help="audio tokens per request (~21 ms each)")
+    g.add_argument("--batching-concurrency", default="1,2,4", help="levels; the gain is read at 4 (or the highest)")
+    g.add_argument("--batching-repeat", type=int, default=3, help="runs of each level, pooled")
     g = parser.add_argument_group("soak")
     g.add_argument("--soak-requests", type=int, default=2000)
     g.add_argument("--soak-warmup", type=int, default=200, help="requests before the first memory snapshot")
