@@ -49,6 +49,7 @@ _STORAGE_ERRORS: tuple[type[Exception], ...] = (RedisError, StorageError, OSErro
 _REDIS_TIMEOUT_S = 1.0
 _MAX_RETRY_AFTER_S = 60
 _CONCURRENCY_RETRY_AFTER_S = 1  # a stream's end cannot be predicted; ask the client to try again soon
+_LEASE_POLL_S = 0.02  # while waiting for a stream to free: one storage round trip per try
 
 
 def format_reset(seconds: float) -> str:
@@ -202,13 +203,17 @@ class TenantRateLimiter:
             outage) and ``closed`` raises :class:`LimitsUnavailableError`.
         lease_ttl_s: a stream lease not renewed for this long expires (its replica died); leases held here are
             renewed every third of it.
+        stream_wait_s: how long a stream over the tenant's limit waits for one of its streams to end before it is
+            refused (0: at once).
     """
 
     def __init__(
-        self, storage_uri: str, *, fail_mode: Literal["open", "closed"] = "open", lease_ttl_s: float = 30.0
+        self, storage_uri: str, *, fail_mode: Literal["open", "closed"] = "open", lease_ttl_s: float = 30.0,
+        stream_wait_s: float = 0.0,
     ) -> None:
         self.fail_mode = fail_mode
         self.lease_ttl_s = lease_ttl_s
+        self.stream_wait_s = stream_wait_s
         self.outage_count = 0
         self._in_outage = False
         self._background: set[asyncio.Task[None]] = set()
@@ -288,7 +293,8 @@ class TenantRateLimiter:
         background while held.
 
         Raises:
-            RateLimitExceededError: the tenant already holds ``concurrent_streams`` leases (on enter).
+            RateLimitExceededError: the tenant held ``concurrent_streams`` leases for all of ``stream_wait_s``
+                (on enter).
             LimitsUnavailableError: the storage is unreachable and the limiter fails closed (on enter).
         """
         return self._lease(tenant, limits)
@@ -310,7 +316,7 @@ class TenantRateLimiter:
             yield
             return
         lease_id = uuid.uuid4().hex
-        acquired = await self._try_acquire(tenant, lease_id, limit)
+        acquired = await self._acquire_within_wait(tenant, lease_id, limit)
         if acquired is None:  # storage unreachable, failing open: the stream runs without a lease
             yield
             return
@@ -324,6 +330,21 @@ class TenantRateLimiter:
             # Shielded: a cancelled caller (client gone) may be cancelled again at any await here (anyio cancels
             # level-triggered), and the release must still reach the storage.
             await asyncio.shield(self._spawn(self._release(tenant, lease_id, renewal)))
+
+    async def _acquire_within_wait(self, tenant: str, lease_id: str, limit: int) -> bool | None:
+        """Try for a lease until ``stream_wait_s`` has passed.
+
+        A client that aborts a stream and asks again at once can be faster than the server noticing the abort; the
+        short wait absorbs that instead of refusing a client whose stream has in fact ended.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.stream_wait_s
+        while (acquired := await self._try_acquire(tenant, lease_id, limit)) is False:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            await asyncio.sleep(min(_LEASE_POLL_S, left))
+        return acquired
 
     async def _try_acquire(self, tenant: str, lease_id: str, limit: int) -> bool | None:
         try:

@@ -151,6 +151,9 @@ class LimitsSettings(BaseModel):
     """``open``: admit requests while Redis is unreachable (counted and logged); ``closed``: answer 503."""
     lease_ttl_s: float = Field(default=30.0, gt=0)
     """A concurrent-stream lease not renewed for this long expires (a replica that died mid-stream)."""
+    stream_wait_s: float = Field(default=0.25, ge=0, le=10)
+    """A stream over the tenant's concurrency limit waits this long for one of its streams to end before a 429: a
+    client that aborts a stream and asks again at once is often faster than the server noticing the abort."""
 
 
 class CacheSettings(BaseModel):

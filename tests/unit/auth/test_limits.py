@@ -153,6 +153,27 @@ async def test_stream_leases_up_to_the_limit(limiter: TenantRateLimiter, tenant:
         pass
 
 
+async def test_a_stream_over_the_limit_waits_for_one_to_end_then_is_refused(
+    make_limiter: Callable[..., TenantRateLimiter], storage_uri: str, tenant: str,
+) -> None:
+    limiter = make_limiter(storage_uri, stream_wait_s=0.5)
+    limits = TenantLimits(concurrent_streams=1)
+    loop = asyncio.get_running_loop()
+    async with AsyncExitStack() as first:
+        await first.enter_async_context(limiter.stream_lease(tenant, limits))
+        loop.call_later(0.1, lambda: loop.create_task(first.aclose()))  # the first stream ends within the wait
+        started = loop.time()
+        async with limiter.stream_lease(tenant, limits):
+            waited = loop.time() - started
+            assert 0.05 < waited < 0.45, waited
+            started = loop.time()
+            with pytest.raises(RateLimitExceededError) as refused:  # nothing ends this time: refused after the wait
+                async with limiter.stream_lease(tenant, limits):
+                    pass
+            assert 0.45 <= loop.time() - started < 1.5
+    assert refused.value.reason == "concurrency"
+
+
 async def test_lease_released_on_error_and_on_cancellation(limiter: TenantRateLimiter, tenant: str) -> None:
     limits = TenantLimits(concurrent_streams=1)
     with pytest.raises(ZeroDivisionError):
