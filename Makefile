@@ -1,6 +1,6 @@
 # The two commands of the README:
 #   make serve   set up, then serve the gateway on the embedded default (espeak-ng, no Redis, no weights needed)
-#   make test    set up, then run the linters and the whole test suite (what CI runs)
+#   make test    set up (Debian packages included, as root), then run the linters and the whole test suite (CI runs it)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -13,7 +13,7 @@ PIP_EXTRA ?=
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup serve test lint
+.PHONY: setup serve test lint system-deps
 
 # The official OpenAI Node SDK for tests/e2e/test_clients.py, from tests/node's lockfile (needs Node.js 20+ and npm).
 # Only `make test` installs it, so that `make serve` still needs nothing but Python.
@@ -37,9 +37,15 @@ $(NODE_SDK): tests/node/package.json tests/node/package-lock.json
 serve: setup
 	$(BIN)/tts-gateway serve $(ARGS)
 
+# redis-server, Chromium, ChromeDriver and npm for the tests: installed with apt-get as root, else named.
+system-deps:
+	scripts/system-deps.sh
+
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m mypy
+	$(BIN)/lint-imports
 
-test: lint $(NODE_SDK)
+test: system-deps lint $(NODE_SDK)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -13,7 +13,7 @@ from auth.errors import InvalidCredentialsError
 if TYPE_CHECKING:
     from jwt.types import Options
 
-    from gateway.settings import JWTSettings
+    from auth.settings import JWTSettings
 
 __all__ = ["JWTVerifier"]
 

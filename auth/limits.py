@@ -17,59 +17,40 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import redis.asyncio as aioredis
 from limits import RateLimitItemPerMinute
 from limits.aio.storage import MemoryStorage, RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
-from limits.errors import StorageError
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+
+from storage import STORAGE_ERRORS, OutageLatch
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Coroutine
     from contextlib import AbstractAsyncContextManager
 
-    from gateway.settings import TenantLimits
+    import redis.asyncio as aioredis
+
+    from auth.settings import TenantLimits
 
 __all__ = [
+    "LimitReason",
     "LimitState",
     "LimitsUnavailableError",
     "RateLimitExceededError",
     "TenantRateLimiter",
-    "format_reset",
 ]
 
 logger = logging.getLogger("tts_gateway.limits")
 
 LimitReason = Literal["requests", "characters", "concurrency"]
 
-# Everything a storage call may raise when Redis is out of reach (TimeoutError is an OSError).
-_STORAGE_ERRORS: tuple[type[Exception], ...] = (RedisError, StorageError, OSError)
-_REDIS_TIMEOUT_S = 1.0
 _MAX_RETRY_AFTER_S = 60
 _CONCURRENCY_RETRY_AFTER_S = 1  # a stream's end cannot be predicted; ask the client to try again soon
 _LEASE_POLL_S = 0.02  # while waiting for a stream to free: one storage round trip per try
 
 
-def format_reset(seconds: float) -> str:
-    """A duration the way OpenAI's ``x-ratelimit-reset-*`` headers write it: ``120ms``, ``1s``, ``1.5s``, ``6m0s``."""
-    ms = max(0, round(seconds * 1000))
-    if ms == 0:
-        return "0s"
-    if ms < 1000:
-        return f"{ms}ms"
-    hours, ms = divmod(ms, 3_600_000)
-    minutes, ms = divmod(ms, 60_000)
-    secs = f"{ms / 1000:.3f}".rstrip("0").rstrip(".")
-    if hours:
-        return f"{hours}h{minutes}m{secs}s"
-    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
-
-
 @dataclass(frozen=True, slots=True)
 class LimitState:
-    """A tenant's standing against its per-minute limits, as the ``x-ratelimit-*`` headers show it.
+    """A tenant's standing against its per-minute limits (the gateway renders it as ``x-ratelimit-*`` headers).
 
     ``None`` for a limit means the tenant has none; ``None`` for remaining/reset means it is unknown (storage
     unreachable). "Tokens" are input characters, the speech analogue of OpenAI's tokens.
@@ -81,22 +62,6 @@ class LimitState:
     limit_tokens: int | None = None
     remaining_tokens: int | None = None
     reset_tokens_s: float | None = None
-
-    def headers(self) -> dict[str, str]:
-        """The ``x-ratelimit-*`` response headers for the limits that are set."""
-        headers: dict[str, str] = {}
-        for kind, limit, remaining, reset in (
-            ("requests", self.limit_requests, self.remaining_requests, self.reset_requests_s),
-            ("tokens", self.limit_tokens, self.remaining_tokens, self.reset_tokens_s),
-        ):
-            if limit is None:
-                continue
-            headers[f"x-ratelimit-limit-{kind}"] = str(limit)
-            if remaining is not None:
-                headers[f"x-ratelimit-remaining-{kind}"] = str(remaining)
-            if reset is not None:
-                headers[f"x-ratelimit-reset-{kind}"] = format_reset(reset)
-        return headers
 
 
 class RateLimitExceededError(Exception):
@@ -198,7 +163,7 @@ class TenantRateLimiter:
     """Admits requests against each tenant's per-minute limits and holds its concurrent-stream leases.
 
     Args:
-        storage_uri: ``memory://`` (one replica) or a ``redis://``/``rediss://`` URL shared by every replica.
+        redis: The process's Redis client, shared by every replica; ``None`` keeps limits in this process's memory.
         fail_mode: with Redis unreachable, ``open`` admits (counted in :attr:`outage_count`, one warning per
             outage) and ``closed`` raises :class:`LimitsUnavailableError`.
         lease_ttl_s: a stream lease not renewed for this long expires (its replica died); leases held here are
@@ -208,32 +173,26 @@ class TenantRateLimiter:
     """
 
     def __init__(
-        self, storage_uri: str, *, fail_mode: Literal["open", "closed"] = "open", lease_ttl_s: float = 30.0,
-        stream_wait_s: float = 0.0,
+        self, redis: aioredis.Redis | None, *, fail_mode: Literal["open", "closed"] = "open",
+        lease_ttl_s: float = 30.0, stream_wait_s: float = 0.0,
     ) -> None:
         self.fail_mode = fail_mode
         self.lease_ttl_s = lease_ttl_s
         self.stream_wait_s = stream_wait_s
         self.outage_count = 0
-        self._in_outage = False
+        self._outage = OutageLatch(logger, "rate-limit storage unreachable, admitting requests unchecked until it "
+                                           "returns", "rate-limit storage reachable again; limits enforced")
         self._background: set[asyncio.Task[None]] = set()
-        self._redis: aioredis.Redis | None = None
         self._leases: _LeaseStore
-        if storage_uri.startswith("memory://"):
+        if redis is None:
             self._storage: MemoryStorage | RedisStorage = MemoryStorage()
             self._leases = _MemoryLeases()
         else:
-            # redis-py 8 retries a failed command 10 times with backoff by default: far too long to hold a request
-            # before failing open or closed.
-            self._redis = aioredis.Redis.from_url(
-                storage_uri, socket_timeout=_REDIS_TIMEOUT_S, socket_connect_timeout=_REDIS_TIMEOUT_S,
-                retry=Retry(NoBackoff(), retries=1),
-            )
-            # One connection pool for the windows and the leases; ``implementation="redispy"`` because ``limits``
-            # defaults to coredis.
-            options: dict[str, Any] = {"connection_pool": self._redis.connection_pool}
-            self._storage = RedisStorage(storage_uri, implementation="redispy", key_prefix="tts:limits", **options)
-            self._leases = _RedisLeases(self._redis)
+            # The windows use the shared client's connection pool (``implementation="redispy"``: ``limits``
+            # defaults to coredis); the URI only names the scheme, the pool holds the address and credentials.
+            shared: dict[str, Any] = {"connection_pool": redis.connection_pool}
+            self._storage = RedisStorage("redis://", implementation="redispy", key_prefix="tts:limits", **shared)
+            self._leases = _RedisLeases(redis)
         self._windows = MovingWindowRateLimiter(self._storage)
 
     async def admit(
@@ -265,7 +224,7 @@ class TenantRateLimiter:
                 if not await self._windows.hit(check.item, tenant, cost=check.cost):
                     raise _refusal(check, await self._read(tenant, limits))
             after = await self._read(tenant, limits)
-        except _STORAGE_ERRORS as exc:
+        except STORAGE_ERRORS as exc:
             self._storage_failed(exc)
             self.outage_count += 1
             return _unknown_state(limits)
@@ -280,7 +239,7 @@ class TenantRateLimiter:
         """
         try:
             state = await self._read(tenant, limits)
-        except _STORAGE_ERRORS as exc:
+        except STORAGE_ERRORS as exc:
             self._storage_failed(exc)
             return _unknown_state(limits)
         self._storage_worked()
@@ -300,14 +259,12 @@ class TenantRateLimiter:
         return self._lease(tenant, limits)
 
     async def close(self) -> None:
-        """Stop renewals and close the storage connections."""
+        """Stop renewals (the Redis client belongs to whoever built it)."""
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         if isinstance(self._storage, MemoryStorage) and self._storage.timer is not None:
             self._storage.timer.cancel()
-        if self._redis is not None:
-            await self._redis.aclose()
 
     @asynccontextmanager
     async def _lease(self, tenant: str, limits: TenantLimits) -> AsyncIterator[None]:
@@ -349,7 +306,7 @@ class TenantRateLimiter:
     async def _try_acquire(self, tenant: str, lease_id: str, limit: int) -> bool | None:
         try:
             acquired = await self._leases.acquire(tenant, lease_id, limit, self.lease_ttl_s)
-        except _STORAGE_ERRORS as exc:
+        except STORAGE_ERRORS as exc:
             self._storage_failed(exc)
             return None
         self._storage_worked()
@@ -362,14 +319,14 @@ class TenantRateLimiter:
                 if not await self._leases.renew(tenant, lease_id, self.lease_ttl_s):
                     logger.warning("stream lease of tenant %s expired before its renewal", tenant)
                     return
-            except _STORAGE_ERRORS as exc:
+            except STORAGE_ERRORS as exc:
                 logger.debug("stream lease renewal failed: %r", exc)
 
     async def _release(self, tenant: str, lease_id: str, renewal: asyncio.Task[None]) -> None:
         await asyncio.wait([renewal])  # its last renewal must not land after the release
         try:
             await self._leases.release(tenant, lease_id)
-        except _STORAGE_ERRORS as exc:  # it expires by itself after lease_ttl_s
+        except STORAGE_ERRORS as exc:  # it expires by itself after lease_ttl_s
             logger.debug("stream lease release failed: %r", exc)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -396,14 +353,10 @@ class TenantRateLimiter:
     def _storage_failed(self, exc: Exception) -> None:
         if self.fail_mode == "closed":
             raise LimitsUnavailableError("rate-limit storage unreachable") from exc
-        if not self._in_outage:
-            self._in_outage = True
-            logger.warning("rate-limit storage unreachable, admitting requests unchecked until it returns: %r", exc)
+        self._outage.failed(exc)
 
     def _storage_worked(self) -> None:
-        if self._in_outage:
-            self._in_outage = False
-            logger.warning("rate-limit storage reachable again; limits enforced")
+        self._outage.worked()
 
 
 def _checks(limits: TenantLimits, characters: int, *, count_request: bool) -> list[_Check]:

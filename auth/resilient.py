@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING, TypeVar
 
 from auth.errors import AuthBackendError
+from storage import OutageLatch
 
 if TYPE_CHECKING:
     from auth.keys import ApiKeyRecord
@@ -31,13 +32,14 @@ class OutageTolerantStore:
         self._inner = inner
         self._keys: dict[str, ApiKeyRecord | None] = {}
         self._tenants: dict[str, Tenant | None] = {}
-        self._in_outage = False
+        self._outage = OutageLatch(logger, "the auth store is unreachable: answering from the last known keys and "
+                                           "tenants", "the auth store answers again")
 
     async def find_key(self, key_hash: str) -> ApiKeyRecord | None:
         try:
             record = await self._inner.find_key(key_hash)
-        except AuthBackendError:
-            return self._remembered(self._keys, key_hash)
+        except AuthBackendError as exc:
+            return self._remembered(self._keys, key_hash, exc)
         self._recovered()
         self._keys[key_hash] = record
         return record
@@ -45,24 +47,20 @@ class OutageTolerantStore:
     async def get_tenant(self, name: str) -> Tenant | None:
         try:
             tenant = await self._inner.get_tenant(name)
-        except AuthBackendError:
-            return self._remembered(self._tenants, name)
+        except AuthBackendError as exc:
+            return self._remembered(self._tenants, name, exc)
         self._recovered()
         self._tenants[name] = tenant
         return tenant
 
-    def _remembered(self, answers: dict[str, T | None], key: str) -> T | None:
-        if not self._in_outage:
-            self._in_outage = True
-            logger.warning("the auth store is unreachable: answering from the last known keys and tenants")
+    def _remembered(self, answers: dict[str, T | None], key: str, error: AuthBackendError) -> T | None:
+        self._outage.failed(error)
         if key not in answers:
             raise AuthBackendError("the auth store is unreachable and this credential was not seen before")
         return answers[key]
 
     def _recovered(self) -> None:
-        if self._in_outage:
-            self._in_outage = False
-            logger.warning("the auth store answers again")
+        self._outage.worked()
 
     async def put_tenant(self, tenant: Tenant) -> None:
         await self._inner.put_tenant(tenant)

@@ -9,8 +9,8 @@ from auth.tenants import tenant_from_settings
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from auth.settings import TenantSettings
     from auth.store import AuthStore
-    from gateway.settings import TenantSettings
 
 __all__ = ["seed_tenants"]
 

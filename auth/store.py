@@ -13,12 +13,11 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
-from redis.exceptions import RedisError
-
 from auth.errors import AuthBackendError, TenantNotFoundError
 from auth.keys import ApiKeyRecord, generate_api_key, hash_api_key, is_key_hash, key_hint
+from auth.settings import TenantLimits
 from auth.tenants import Tenant
-from gateway.settings import TenantLimits
+from storage import STORAGE_ERRORS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -195,7 +194,7 @@ return 1
 def _backend_errors() -> Iterator[None]:
     try:
         yield
-    except (RedisError, OSError) as exc:
+    except STORAGE_ERRORS as exc:
         raise AuthBackendError(f"auth store unavailable: {type(exc).__name__}: {exc}") from exc
     except (ValueError, KeyError, TypeError) as exc:  # a record this code cannot read
         raise AuthBackendError(f"corrupt auth record: {type(exc).__name__}") from exc

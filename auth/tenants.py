@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.settings import TenantLimits, TenantSettings
+from auth.settings import TenantLimits, TenantSettings
 
 __all__ = ["ANONYMOUS", "Tenant", "tenant_from_settings"]
 

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from redis.exceptions import RedisError
+from storage import STORAGE_ERRORS, OutageLatch
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -25,7 +25,6 @@ logger = logging.getLogger("tts_gateway.usage")
 
 _REJECTION = "rejections:"  # field prefix: one counter per rejection reason
 _FLOAT_FIELDS = frozenset({"audio_seconds"})
-_STORAGE_ERRORS: tuple[type[Exception], ...] = (RedisError, OSError)
 
 Counters = dict[str, float]
 """Field name -> value; rejections are ``rejections:<reason>`` fields."""
@@ -124,7 +123,8 @@ class RedisUsageLedger:
         self._client = client
         self._prefix = prefix
         self._pending: dict[str, Counters] = {}
-        self._in_outage = False
+        self._outage = OutageLatch(logger, "usage store unreachable, keeping usage in memory until it returns",
+                                   "usage store reachable again; buffered usage written")
         self._writes: set[asyncio.Task[None]] = set()
 
     async def record_request(self, tenant: str, *, characters: int, audio_seconds: float, cache_hit: bool) -> None:
@@ -144,7 +144,7 @@ class RedisUsageLedger:
         await self._flush()
         try:
             stored = await self._client.hgetall(self._prefix + tenant)
-        except _STORAGE_ERRORS as exc:
+        except STORAGE_ERRORS as exc:
             raise UsageUnavailableError("usage store unreachable") from exc
         counters = _decode(stored)
         _merge(counters, self._pending.get(tenant, {}))
@@ -161,7 +161,7 @@ class RedisUsageLedger:
             keys = [_text(key) async for key in self._client.scan_iter(match=self._prefix + "*")]
             tenants = [key.removeprefix(self._prefix) for key in keys]
             stored = {tenant: await self._client.hgetall(self._prefix + tenant) for tenant in tenants}
-        except _STORAGE_ERRORS as exc:
+        except STORAGE_ERRORS as exc:
             raise UsageUnavailableError("usage store unreachable") from exc
         counters = {tenant: _decode(fields) for tenant, fields in stored.items()}
         for tenant, pending in self._pending.items():
@@ -188,15 +188,11 @@ class RedisUsageLedger:
     async def _write_or_keep(self, pending: Mapping[str, Counters]) -> None:
         try:
             await self._write(pending)
-        except _STORAGE_ERRORS as exc:
+        except STORAGE_ERRORS as exc:
             self._keep(pending)
-            if not self._in_outage:
-                self._in_outage = True
-                logger.warning("usage store unreachable, keeping usage in memory until it returns: %r", exc)
+            self._outage.failed(exc)
             return
-        if self._in_outage:
-            self._in_outage = False
-            logger.warning("usage store reachable again; buffered usage written")
+        self._outage.worked()
 
     async def _write(self, pending: Mapping[str, Counters]) -> None:
         async with self._client.pipeline(transaction=True) as pipe:

@@ -1,17 +1,33 @@
-"""ChatTTS dynamic batching: throughput and time to first byte, one worker, batching on vs off.
+"""ChatTTS batching: served throughput and time to first audio, one worker, continuous batching on vs off, against
+the token loop's own ceiling.
 
 Runs the real engine worker process through the pool (as the gateway does) on random-weight assets of ChatTTS's
 real dimensions (``--preset full``: the same FLOPs per token as the real model). Every request is one sentence of
 exactly ``--tokens`` audio tokens (``min_new_token == max_new_token``), so that runs are comparable and bounded.
 
-    .venv/bin/python bench/chattts_batching.py --assets /tmp/chattts-full --tokens 64
-    .venv/bin/python bench/chattts_batching.py --device cuda --tokens 64 --concurrency 1,4,8,16 --repeat 3
-    .venv/bin/python bench/run.py batching        # the same, with the other benchmarks' report, table and plot
+    .venv/bin/python bench/chattts_batching.py --assets /tmp/chattts-full          # about 6 minutes, 2 cores
+    .venv/bin/python bench/chattts_batching.py --preset tiny --assets /tmp/chattts-tiny --repeat 1   # a smoke run
+    .venv/bin/python bench/run.py batching        # the same, with the other benchmarks' report header and plot
 
-Reports, per mode and concurrency: audio seconds per wall second, median TTFB, and the worker's RSS (host memory;
-on ``--device cuda`` the GPU's memory is not in it). ``--repeat`` runs each concurrency level several times back to
-back and pools them (throughput: all audio over all wall time; TTFB: the median over every request); ``--json``
-writes the rows, one file, rewritten after every row so that an interrupted run keeps what it measured.
+Measures, in this order:
+
+1. The ceiling: the token loop in process (no worker, no streaming decode), one decode step per batch size (1, 2, 4,
+   8) and torch thread count (``--ceiling-threads``), as ms per step and as audio seconds per wall second
+   (batch x 512/24000 s of audio per step).
+2. Per mode (``continuous_batching`` off, then on; both ``max_batch`` = the highest level, ``batch_window_ms: 10``,
+   ``threads: --threads``), after one unrecorded request:
+
+   - closed loop: at concurrency N, N clients each send ``--repeat`` requests back to back;
+   - staggered: ``--stagger`` x N requests arrive one every half of one request's duration (the median wall time of
+     a request at closed-loop concurrency 1 in the first mode; the same schedule for both modes), at most N of them
+     in flight (a request that finds N in flight is sent when one ends).
+
+   Per row: audio seconds per wall second (all audio over the wall time from the first send to the last end), time
+   to first audio (from sending a request to its first chunk: median and 90th percentile), the worker's RSS, the
+   batches the worker formed from idle (joins are not batches), and the throughput as a share of the ceiling at
+   batch N and ``--threads``.
+
+``--json`` writes the report, rewritten after every row so that an interrupted run keeps what it measured.
 """
 
 from __future__ import annotations
@@ -21,6 +37,9 @@ import asyncio
 import json
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,18 +48,85 @@ import psutil
 from engines.base import OPENAI_VOICES, SynthesisRequest
 from engines.chattts.assets import generate_assets
 from engines.pool import EnginePool
-from gateway.settings import EngineSettings
+from engines.settings import engine_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
 SAMPLE_RATE = 24000
+TOKEN_AUDIO_S = 512 / SAMPLE_RATE
 TARGET = 2.5
-"""Batched throughput at concurrency 4 (or the highest level run) over one unbatched worker's (the ChatTTS issue's)."""
+"""Continuous-batching throughput at closed-loop concurrency 4 (or the highest level) over concurrency 1's."""
+REQUEST_TIMEOUT_S = 300.0
+"""No request of a healthy run comes near this; it keeps a stuck worker from running the benchmark forever."""
+CEILING_BATCHES = (1, 2, 4, 8)
+CEILING_STEPS = 16
+CEILING_PROMPT = "Request number 12 is speaking now, and it keeps speaking for a while longer than that."
 
 
-async def one_request(pool: EnginePool, index: int) -> tuple[float, float]:
-    """Returns (seconds to the first chunk, audio seconds)."""
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What one run measures."""
+
+    assets: Path
+    tokens: int
+    levels: list[int]
+    repeat: int
+    stagger: int
+    threads: int
+    ceiling_threads: list[int]
+    device: str = "auto"
+    stagger_interval_s: float | None = None
+    """Half of one request's duration; measured in the first mode when not given."""
+
+
+# ----------------------------------------------------------------- the ceiling (in a fresh process)
+def step_times(assets: str, device: str, threads: list[int]) -> list[dict[str, Any]]:
+    """Ms per decode step of the token loop per thread count and batch size (runs in a spawned process)."""
+    import torch
+
+    from engines.chattts.engine import ChatTTSEngine
+
+    engine = ChatTTSEngine({"source": "dir", "path": assets, "device": device})
+    engine.load()
+    rows = []
+    for count in threads:
+        torch.set_num_threads(count)
+        for batch in CEILING_BATCHES:
+            step_ms = _time_steps(engine, batch)
+            rows.append({"threads": count, "batch": batch, "step_ms": step_ms,
+                         "ceiling": batch * TOKEN_AUDIO_S / (step_ms / 1000)})  # fmt: skip
+    return rows
+
+
+def _time_steps(engine: Any, batch: int) -> float:
+    from engines.base import CancelFlag
+    from engines.chattts.generation import CodeBatch, CodeRequest, Sampling
+
+    voices = engine._voices.named
+    prompt = [*engine._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"]), *engine._text_ids(CEILING_PROMPT),
+              *engine._tag_ids(["[Ptts]"])]  # fmt: skip
+    requests = [CodeRequest(row, prompt, voices[OPENAI_VOICES[row]], row, 4096, 4096, CancelFlag())
+                for row in range(batch)]  # fmt: skip
+    codes = CodeBatch(engine._chat, Sampling())
+    codes.join(requests)
+    for _ in range(3):  # warm-up: the first steps allocate
+        codes.step()
+    started = time.perf_counter()
+    for _ in range(CEILING_STEPS):
+        codes.step()
+    return (time.perf_counter() - started) / CEILING_STEPS * 1000
+
+
+def measure_ceiling(setup: Setup) -> list[dict[str, Any]]:
+    # A spawned process: the benchmark process stays free of torch and its memory, as the gateway's server is.
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as executor:
+        return executor.submit(step_times, str(setup.assets), setup.device, setup.ceiling_threads).result()
+
+
+# ----------------------------------------------------------------- served load
+async def one_request(pool: EnginePool, index: int, results: list[tuple[float, float, float]]) -> None:
+    """Send one request; append (seconds to the first chunk, audio seconds, seconds in all)."""
     request = SynthesisRequest(f"Request number {index} is speaking now.", OPENAI_VOICES[index % 13], seed=index)
     started = time.monotonic()
     first: float | None = None
@@ -49,70 +135,135 @@ async def one_request(pool: EnginePool, index: int) -> tuple[float, float]:
         async for chunk in chunks:
             first = first if first is not None else time.monotonic() - started
             size += len(chunk)
-    return first or 0.0, size / 2 / SAMPLE_RATE
+    results.append((first or 0.0, size / 2 / SAMPLE_RATE, time.monotonic() - started))
 
 
-async def run_mode(
-    assets: Path,
-    tokens: int,
-    batching: bool,
-    levels: list[int],
-    *,
-    device: str = "auto",
-    repeat: int = 1,
-    on_row: Callable[[dict[str, Any]], None] | None = None,
-) -> list[dict[str, Any]]:
+async def closed_loop(pool: EnginePool, level: int, repeat: int) -> list[tuple[float, float, float]]:
+    results: list[tuple[float, float, float]] = []
+
+    async def client(number: int) -> None:
+        for turn in range(repeat):
+            await bounded(one_request(pool, number * repeat + turn, results))
+
+    await asyncio.gather(*(client(n) for n in range(level)))
+    return results
+
+
+async def staggered(pool: EnginePool, level: int, count: int, interval_s: float) -> list[tuple[float, float, float]]:
+    results: list[tuple[float, float, float]] = []
+    slots = asyncio.Semaphore(level)
+    started = time.monotonic()
+
+    async def arrival(index: int) -> None:
+        await asyncio.sleep(max(0.0, started + index * interval_s - time.monotonic()))
+        async with slots:
+            await bounded(one_request(pool, index, results))
+
+    await asyncio.gather(*(arrival(i) for i in range(count)))
+    return results
+
+
+async def bounded(request: Awaitable[None]) -> None:
+    await asyncio.wait_for(request, REQUEST_TIMEOUT_S)
+
+
+def summary(results: list[tuple[float, float, float]], wall: float) -> dict[str, Any]:
+    ttfa = sorted(first for first, _, _ in results)
+    audio = sum(seconds for _, seconds, _ in results)
+    return {"requests": len(results), "audio_s": audio, "wall_s": wall, "throughput": audio / wall,
+            "ttfa_median_s": statistics.median(ttfa), "ttfa_p90_s": ttfa[min(len(ttfa) - 1, int(0.9 * len(ttfa)))],
+            "request_median_s": statistics.median(total for _, _, total in results)}  # fmt: skip
+
+
+async def start_pool(setup: Setup, continuous: bool) -> EnginePool:
     options = {
-        "source": "dir", "path": str(assets), "max_new_token": tokens, "min_new_token": tokens,
-        "max_batch": max(levels) if batching else 1, "batch_window_ms": 10, "device": device,
+        "source": "dir", "path": str(setup.assets), "max_new_token": setup.tokens, "min_new_token": setup.tokens,
+        "max_batch": max(setup.levels), "batch_window_ms": 10, "device": setup.device, "threads": setup.threads,
+        "continuous_batching": continuous,
     }  # fmt: skip
-    settings = EngineSettings(kind="chattts", options=options, queue_size=64, queue_timeout_s=600,
-                              start_timeout_s=600, stall_timeout_s=600, health_interval_s=60)  # fmt: skip
+    settings = engine_settings(kind="chattts", options=options, queue_size=64, queue_timeout_s=600,
+                               start_timeout_s=600, stall_timeout_s=600, health_interval_s=60)  # fmt: skip
     pool = EnginePool("bench", settings)
     await pool.start()
     if not await pool.wait_ready(600):
         raise RuntimeError(pool.status().reason)
-    info = pool.info
-    print(f"batching {'on' if batching else 'off'}: engine details {info.details if info else None}", flush=True)
-    await one_request(pool, 999)  # unrecorded: a fresh worker's first request is slower, and level 1 comes first
-    rows = []
+    await bounded(one_request(pool, 999, []))  # unrecorded: a fresh worker's first request is slower
+    return pool
+
+
+async def run_mode(
+    setup: Setup, continuous: bool, ceiling: dict[int, float], on_row: Callable[[dict[str, Any]], None]
+) -> float:
+    """Closed loop then staggered arrivals at every level; returns the stagger interval it used."""
+    pool = await start_pool(setup, continuous)
+    interval = setup.stagger_interval_s
     try:
-        for level in levels:
-            batches_before = pool.status().batch_sizes
-            results: list[tuple[float, float]] = []
-            wall = 0.0
-            for _ in range(repeat):
+        for load in ("closed", "staggered"):
+            for level in setup.levels:
+                batches_before = pool.status().batch_sizes
                 started = time.monotonic()
-                results += await asyncio.gather(*(one_request(pool, i) for i in range(level)))
-                wall += time.monotonic() - started
-            status = pool.status()
-            rss = sum(psutil.Process(pid).memory_info().rss for pid in status.pids) / 2**20
-            batches = {size: n - batches_before.get(size, 0) for size, n in sorted(status.batch_sizes.items())}
-            audio = sum(seconds for _, seconds in results)
-            rows.append({"batching": batching, "concurrency": level, "requests": len(results), "audio_s": audio,
-                         "wall_s": wall, "throughput": audio / wall,
-                         "ttfb_median_s": statistics.median(t for t, _ in results), "rss_mib": rss,
-                         "batch_sizes": {size: n for size, n in batches.items() if n}})  # fmt: skip
-            print(rows[-1], flush=True)
-            if on_row is not None:
-                on_row(rows[-1])
+                if load == "closed":
+                    results = await closed_loop(pool, level, setup.repeat)
+                else:
+                    results = await staggered(pool, level, setup.stagger * level, interval or 0.0)
+                row = {"continuous": continuous, "load": load, "concurrency": level,
+                       **summary(results, time.monotonic() - started),
+                       **worker_facts(pool, batches_before)}  # fmt: skip
+                row["of_ceiling"] = row["throughput"] / ceiling[level] if level in ceiling else None
+                if interval is None and load == "closed" and level == setup.levels[0]:
+                    interval = row["request_median_s"] / 2
+                on_row({**row, "stagger_interval_s": interval if load == "staggered" else None})
     finally:
         await pool.stop()
-    return rows
+    return interval or 0.0
 
 
+def worker_facts(pool: EnginePool, batches_before: dict[int, int]) -> dict[str, Any]:
+    status = pool.status()
+    rss = sum(psutil.Process(pid).memory_info().rss for pid in status.pids) / 2**20
+    batches = {size: n - batches_before.get(size, 0) for size, n in sorted(status.batch_sizes.items())}
+    return {"rss_mib": rss, "batch_sizes": {size: n for size, n in batches.items() if n}}
+
+
+def run(setup: Setup, keep: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """The whole benchmark; ``keep`` gets the report after every step (for ``--json``)."""
+    report: dict[str, Any] = {"tokens": setup.tokens, "device": setup.device, "repeat": setup.repeat,
+                              "levels": setup.levels, "threads": setup.threads, "stagger": setup.stagger,
+                              "ceiling": [], "rows": []}  # fmt: skip
+    started = time.monotonic()
+    report["ceiling"] = measure_ceiling(setup)
+    keep(report)
+    print(f"ceiling measured in {time.monotonic() - started:.0f} s: {report['ceiling']}", flush=True)
+    ceiling = {r["batch"]: r["ceiling"] for r in report["ceiling"] if r["threads"] == setup.threads}
+
+    def row(values: dict[str, Any]) -> None:
+        report["rows"].append(values)
+        print(values, flush=True)
+        keep(report)
+
+    interval = asyncio.run(run_mode(setup, False, ceiling, row))
+    fixed = Setup(**{**asdict(setup), "stagger_interval_s": setup.stagger_interval_s or interval})
+    asyncio.run(run_mode(fixed, True, ceiling, row))
+    report["stagger_interval_s"] = fixed.stagger_interval_s
+    report["elapsed_s"] = time.monotonic() - started
+    return report
+
+
+# ----------------------------------------------------------------- bench/run.py entry points
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """``bench/run.py batching``: both modes on verified full-size assets, each level ``--batching-repeat`` times."""
+    """``bench/run.py batching``: the whole benchmark on verified full-size assets."""
     from bench.ttfb import chattts_assets
 
-    assets = chattts_assets(args.chattts_assets)
-    levels = [int(c) for c in args.batching_concurrency.split(",")]
-    rows: list[dict[str, Any]] = []
-    for batching in (False, True):
-        asyncio.run(run_mode(assets, args.batching_tokens, batching, levels, repeat=args.batching_repeat,
-                             on_row=rows.append))  # fmt: skip
-    return {"tokens": args.batching_tokens, "device": "auto", "repeat": args.batching_repeat, "levels": levels,
-            "rows": rows}  # fmt: skip
+    ceiling_threads = sorted({*levels(args.batching_ceiling_threads), args.batching_threads})
+    setup = Setup(
+        chattts_assets(args.chattts_assets), args.batching_tokens, levels(args.batching_concurrency),
+        args.batching_repeat, args.batching_stagger, args.batching_threads, ceiling_threads,
+    )  # fmt: skip
+    return run(setup, lambda _: None)
+
+
+def levels(text: str) -> list[int]:
+    return [int(c) for c in text.split(",")]
 
 
 def gain_level(levels: list[int]) -> int:
@@ -120,63 +271,103 @@ def gain_level(levels: list[int]) -> int:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    rows = report["rows"]
-    base = next(r["throughput"] for r in rows if not r["batching"] and r["concurrency"] == 1)
-    lines = [f"One worker, {report['tokens']} audio tokens per request, each level run {report['repeat']} time(s) and "
-             "pooled, after one unrecorded request; batching off = `max_batch: 1`, on = `max_batch` = the highest "
-             "level, `batch_window_ms: 10`; not pinned (torch uses both cores).\n",
-             "| batching | concurrency | requests | audio s / wall s | vs one unbatched worker | median TTFB (s) "
-             "| RSS (MiB) | batches formed (size: count) |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in rows:
+    return "\n".join([*ceiling_table(report), "", *served_table(report), "", *target_table(report)]) + "\n"
+
+
+def ceiling_table(report: dict[str, Any]) -> list[str]:
+    lines = [f"Ceiling: the token loop in process, one decode step ({CEILING_STEPS} timed after 3), no streaming "
+             "decode; audio s / wall s = batch x 21.33 ms / step.\n",
+             "| torch threads | batch | ms per step | audio s / wall s |", "|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {r['threads']} | {r['batch']} | {r['step_ms']:.1f} | {r['ceiling']:.3f} |" for r in report["ceiling"]]
+    return lines
+
+
+def served_table(report: dict[str, Any]) -> list[str]:
+    interval = report.get("stagger_interval_s") or 0.0
+    lines = [f"Served: one worker ({report['threads']} torch threads), {report['tokens']} audio tokens per request, "
+             f"`max_batch` {max(report['levels'])}, `batch_window_ms: 10`. Closed loop: N clients x {report['repeat']} "
+             f"requests back to back. Staggered: {report['stagger']} x N requests, one every {interval:.2f} s (half "
+             "of one request's duration), at most N in flight. TTFA: from sending a request to its first audio.\n",
+             "| continuous | load | concurrency | requests | audio s / wall s | % of ceiling | median TTFA (s) "
+             "| p90 TTFA (s) | RSS (MiB) | batches formed from idle (size: count) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in report["rows"]:
         batches = ", ".join(f"{size}: {n}" for size, n in r["batch_sizes"].items()) or "-"
-        lines.append(f"| {'on' if r['batching'] else 'off'} | {r['concurrency']} | {r['requests']} "
-                     f"| {r['throughput']:.3f} | {r['throughput'] / base:.2f} | {r['ttfb_median_s']:.2f} "
+        share = f"{100 * r['of_ceiling']:.0f} %" if r["of_ceiling"] is not None else "-"
+        lines.append(f"| {'on' if r['continuous'] else 'off'} | {r['load']} | {r['concurrency']} | {r['requests']} "
+                     f"| {r['throughput']:.3f} | {share} | {r['ttfa_median_s']:.2f} | {r['ttfa_p90_s']:.2f} "
                      f"| {r['rss_mib']:.0f} | {batches} |")  # fmt: skip
+    return lines
+
+
+def target_table(report: dict[str, Any]) -> list[str]:
+    closed = {r["concurrency"]: r["throughput"] for r in report["rows"] if r["continuous"] and r["load"] == "closed"}
     level = gain_level(report["levels"])
-    batched = next(r["throughput"] for r in rows if r["batching"] and r["concurrency"] == level)
-    gain = batched / base
-    lines += ["", "| target | measured | holds |", "|---|---|---|",
-              f"| batched throughput at concurrency {level} ≥ {TARGET:g}x one unbatched worker | {gain:.2f}x "
-              f"| {'yes' if gain >= TARGET else 'no'} |"]  # fmt: skip
-    return "\n".join(lines) + "\n"
+    gain = closed[level] / closed[min(closed)]
+    return ["| target | measured | holds |", "|---|---|---|",
+            f"| continuous-batching throughput at closed-loop concurrency {level} ≥ {TARGET:g}x concurrency "
+            f"{min(closed)}'s | {gain:.2f}x | {'yes' if gain >= TARGET else 'no'} |"]  # fmt: skip
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    from bench import plots
+    """Throughput (with the ceiling) and median time to first audio against concurrency, per mode and load."""
+    import matplotlib.pyplot as plt
 
-    plots.batching(report, path, target=TARGET)
+    from bench import plots  # selects matplotlib's non-interactive backend before the first figure
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for (continuous, load), style in (((False, "closed"), "o--"), ((True, "closed"), "o-"),
+                                      ((False, "staggered"), "s--"), ((True, "staggered"), "s-")):  # fmt: skip
+        rows = [r for r in report["rows"] if r["continuous"] is continuous and r["load"] == load]
+        label = f"{'continuous' if continuous else 'static'} batching, {load}"
+        left.plot([r["concurrency"] for r in rows], [r["throughput"] for r in rows], style, label=label)
+        right.plot([r["concurrency"] for r in rows], [r["ttfa_median_s"] for r in rows], style, label=label)
+    ceiling = [r for r in report["ceiling"] if r["threads"] == report["threads"]]
+    left.plot([r["batch"] for r in ceiling], [r["ceiling"] for r in ceiling], "k:", label="ceiling (token loop)")
+    left.set_ylabel("audio seconds per wall second")
+    right.set_ylabel("median time to first audio, s")
+    for axis in (left, right):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(report["levels"], [str(level) for level in report["levels"]])
+        axis.set_xlabel("concurrency")
+        axis.set_ylim(bottom=0)
+        axis.legend(fontsize=7)
+    title = f"ChatTTS batching, one worker, {report['tokens']} tokens per request"
+    plots.save(fig, f"{title} — {plots.subtitle(report)}" if "machine" in report else title, path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--assets", type=Path, default=Path("/tmp/chattts-full"))
-    parser.add_argument("--preset", default="full", choices=["tiny", "full"])
+    parser.add_argument("--preset", default="full", choices=["tiny", "full"], help="generated when --assets has none")
     parser.add_argument("--tokens", type=int, default=64, help="audio tokens per request (~21 ms each)")
     parser.add_argument("--concurrency", default="1,2,4,8")
+    parser.add_argument("--repeat", type=int, default=3, help="closed loop: requests per client")
+    parser.add_argument("--stagger", type=int, default=3, help="staggered: requests per level, times the level")
+    parser.add_argument("--stagger-interval-s", type=float, default=None, help="default: half of one request")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of the worker")
+    parser.add_argument("--ceiling-threads", default="1,2", help="torch thread counts of the ceiling")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                         help="the engine's device option (auto: CUDA when torch sees one)")  # fmt: skip
-    parser.add_argument("--repeat", type=int, default=1, choices=range(1, 101), metavar="N",
-                        help="runs of each concurrency level, pooled (default 1)")  # fmt: skip
-    parser.add_argument("--json", type=Path, default=None, help="also write the rows here (JSON)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the report here (JSON)")
+    parser.add_argument("--plot", type=Path, default=None, help="also draw the plot here (PNG)")
     args = parser.parse_args()
     if not (args.assets / "tts-gateway-assets.json").exists():
         print(f"generating {args.preset} assets into {args.assets} ...", flush=True)
         generate_assets(args.assets, args.preset)
-    levels = [int(c) for c in args.concurrency.split(",")]
-    rows: list[dict[str, Any]] = []
-    meta = {"tokens": args.tokens, "device": args.device, "repeat": args.repeat, "levels": levels}
+    ceiling_threads = levels(args.ceiling_threads)
+    setup = Setup(args.assets, args.tokens, levels(args.concurrency), args.repeat, args.stagger, args.threads,
+                  sorted({*ceiling_threads, args.threads}), args.device, args.stagger_interval_s)  # fmt: skip
 
-    def keep(row: dict[str, Any]) -> None:
-        rows.append(row)
+    def keep(report: dict[str, Any]) -> None:
         if args.json is not None:
-            args.json.write_text(json.dumps({**meta, "rows": rows}, indent=1))
+            args.json.write_text(json.dumps(report, indent=1))
 
-    for batching in (False, True):
-        asyncio.run(
-            run_mode(args.assets, args.tokens, batching, levels, device=args.device, repeat=args.repeat, on_row=keep)
-        )
-    print("\n" + markdown({**meta, "rows": rows}))
+    report = run(setup, keep)
+    keep(report)
+    if args.plot is not None:
+        plot(report, args.plot)
+    print(f"\n{markdown(report)}\ntook {report['elapsed_s']:.0f} s")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ batching, soak, realtime (flush to first audio on the WebSocket).
 
     .venv/bin/python bench/run.py                 # all seven, about 18 minutes
     .venv/bin/python bench/run.py overhead        # or one: overhead | pool | baseline (each about 2 minutes),
-                                                  # ttfb (about 4, ChatTTS included) | batching (about 3)
+                                                  # ttfb (about 4, ChatTTS included) | batching (about 7)
                                                   # | soak (about 1.5) | realtime (about 4, ChatTTS included)
 
 Every server binds 127.0.0.1; every run is bounded by a duration and a request count. By default the servers are
@@ -88,8 +88,9 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
-def engine_config(*, workers: int, queue_size: int, queue_timeout_s: float, options: dict[str, Any],
-                  cache: bool) -> dict[str, Any]:
+def engine_config(
+    *, workers: int, queue_size: int, queue_timeout_s: float, options: dict[str, Any], cache: bool
+) -> dict[str, Any]:
     engine = {"kind": "synthetic", "workers": workers, "queue_size": queue_size, "queue_timeout_s": queue_timeout_s,
               "health_interval_s": 30, "options": options}  # fmt: skip
     return {"engines": {"tones": engine}, "aliases": {}, "cache": {"enabled": cache},
@@ -198,19 +199,34 @@ def measure_overhead(args: argparse.Namespace, server: Any, *, repeat: bool) -> 
     with_client_cpu = {0} if args.pin else None
     results = {}
     for key, concurrency, duration in (("loaded", args.concurrency, args.duration), ("single", 1, args.duration / 2)):
-        result = in_client_cpu(with_client_cpu, lambda c=concurrency, d=duration, k=key: run_load(
-            url, BODY if repeat else unique_bodies(), label=k, concurrency=c, duration_s=d,
-            max_requests=args.max_requests, warmup_s=1.0,
-            server_pid=server_pid(server)))
+        result = in_client_cpu(
+            with_client_cpu,
+            lambda c=concurrency, d=duration, k=key: run_load(
+                url,
+                BODY if repeat else unique_bodies(),
+                label=k,
+                concurrency=c,
+                duration_s=d,
+                max_requests=args.max_requests,
+                warmup_s=1.0,
+                server_pid=server_pid(server),
+            ),
+        )
         results[key] = result.summary()
         print(f"  {server.base_url} {key}: {results[key]}", flush=True)
     if args.wrk:
         # Also at concurrency 1: a C client's own time per request is tiny and steady, so the added median there is
         # the gateway's, where the httpx client adds a millisecond or two of its own that varies between rounds.
         for key, concurrency in (("wrk", args.concurrency), ("wrk_single", 1)):
-            results[key] = wrkcheck.run_wrk(url, BODY, concurrency=concurrency, duration_s=args.duration / 2,
-                                            cpus=with_client_cpu, server_pid=server_pid(server),
-                                            template=None if repeat else TEMPLATE)
+            results[key] = wrkcheck.run_wrk(
+                url,
+                BODY,
+                concurrency=concurrency,
+                duration_s=args.duration / 2,
+                cpus=with_client_cpu,
+                server_pid=server_pid(server),
+                template=None if repeat else TEMPLATE,
+            )
             print(f"  {server.base_url} {key}: {results[key]}", flush=True)
     return results
 
@@ -227,6 +243,7 @@ def summarize_overhead(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """Means over the rounds, per server; then the gateway/bare ratios."""
     summary: dict[str, Any] = {}
     for name in rounds[0]:
+
         def mean(key: str, metric: str, name: str = name) -> float:
             return sum(r[name][key][metric] for r in rounds) / len(rounds)
 
@@ -332,10 +349,20 @@ def pool(args: argparse.Namespace) -> None:
         server = gateway(config, Path(tmp), {1} if args.pin else None)
         try:
             for level in levels:
-                result = in_client_cpu({0} if args.pin else None, lambda c=level: run_load(
-                    server.base_url + SPEECH, unique_bodies(), label="gateway", concurrency=c,
-                    duration_s=args.pool_duration, max_requests=args.max_requests, warmup_s=1.0,
-                    reject_pause_s=args.reject_pause_ms / 1000, server_pid=server_pid(server)))
+                result = in_client_cpu(
+                    {0} if args.pin else None,
+                    lambda c=level: run_load(
+                        server.base_url + SPEECH,
+                        unique_bodies(),
+                        label="gateway",
+                        concurrency=c,
+                        duration_s=args.pool_duration,
+                        max_requests=args.max_requests,
+                        warmup_s=1.0,
+                        reject_pause_s=args.reject_pause_ms / 1000,
+                        server_pid=server_pid(server),
+                    ),
+                )
                 row = result.summary() | {"efficiency": result.rps / theory}
                 rows.append(row)
                 print(f"  pool c={level}: {row}", flush=True)
@@ -359,9 +386,11 @@ def pool_markdown(report: dict[str, Any], args: argparse.Namespace) -> str:
              "| 503 p99 ms | other errors |",
              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for row in report["rows"]:
-        lines.append(f"| {row['concurrency']} | {row['requests']} | {row['rps']:.2f} | {row['efficiency']:.1%} "
-                     f"| {fmt(row['median_ms'], 1)} | {fmt(row['p99_ms'], 1)} | {row['rejected_share']:.1%} "
-                     f"| {fmt(row['rejected_median_ms'])} | {fmt(row['rejected_p99_ms'])} | {row['errors']} |")
+        lines.append(
+            f"| {row['concurrency']} | {row['requests']} | {row['rps']:.2f} | {row['efficiency']:.1%} "
+            f"| {fmt(row['median_ms'], 1)} | {fmt(row['p99_ms'], 1)} | {row['rejected_share']:.1%} "
+            f"| {fmt(row['rejected_median_ms'])} | {fmt(row['rejected_p99_ms'])} | {row['errors']} |"
+        )
     lines += ["", "| target | concurrency | measured | holds |", "|---|---|---|---|"]
     for row in report["rows"]:
         lines.append(f"| throughput ≥ 95 % of P/L | {row['concurrency']} | {row['efficiency']:.1%} "
@@ -387,10 +416,16 @@ def baseline(args: argparse.Namespace) -> None:
         try:
             body_file, content_type = fetch_reference(targets["gateway"].base_url, workdir)
             targets[f"Flask + lock, gunicorn sync x{workers}"] = flask_gunicorn(
-                workdir, body_file, content_type, workers=workers, delay_ms=delay).start(cpus)
+                workdir, body_file, content_type, workers=workers, delay_ms=delay
+            ).start(cpus)
             if args.threads > 1:
                 targets[f"Flask + lock, gunicorn gthread x{workers}x{args.threads}"] = flask_gunicorn(
-                    workdir, body_file, content_type, workers=workers, delay_ms=delay, threads=args.threads,
+                    workdir,
+                    body_file,
+                    content_type,
+                    workers=workers,
+                    delay_ms=delay,
+                    threads=args.threads,
                 ).start(cpus)
             for server in targets.values():
                 check_same_bytes(server.base_url, body_file)
@@ -406,9 +441,19 @@ def baseline(args: argparse.Namespace) -> None:
 
 
 def baseline_level(args: argparse.Namespace, server: Any, name: str, level: int) -> dict[str, Any]:
-    result = in_client_cpu({0} if args.pin else None, lambda: run_load(
-        server.base_url + SPEECH, unique_bodies(), label=name, concurrency=level, duration_s=args.baseline_duration,
-        max_requests=args.max_requests, warmup_s=0.5, server_pid=server_pid(server)))
+    result = in_client_cpu(
+        {0} if args.pin else None,
+        lambda: run_load(
+            server.base_url + SPEECH,
+            unique_bodies(),
+            label=name,
+            concurrency=level,
+            duration_s=args.baseline_duration,
+            max_requests=args.max_requests,
+            warmup_s=0.5,
+            server_pid=server_pid(server),
+        ),
+    )
     row = result.summary()
     print(f"  {name} c={level}: {row}", flush=True)
     return row
@@ -533,9 +578,12 @@ def add_ttfb_soak_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--chattts-workers", type=int, default=2, help="ChatTTS workers (P), cores shared between them")
     g.add_argument("--chattts-tokens", type=int, default=64, help="ChatTTS: audio tokens per request (~21 ms each)")
     g = parser.add_argument_group("batching (also takes --chattts-assets)")
-    g.add_argument("--batching-tokens", type=int, default=32, help="audio tokens per request (~21 ms each)")
-    g.add_argument("--batching-concurrency", default="1,2,4", help="levels; the gain is read at 4 (or the highest)")
-    g.add_argument("--batching-repeat", type=int, default=3, help="runs of each level, pooled")
+    g.add_argument("--batching-tokens", type=int, default=64, help="audio tokens per request (~21 ms each)")
+    g.add_argument("--batching-concurrency", default="1,2,4,8", help="levels; the gain is read at 4 (or the highest)")
+    g.add_argument("--batching-repeat", type=int, default=3, help="closed loop: requests per client")
+    g.add_argument("--batching-stagger", type=int, default=3, help="staggered arrivals: requests per level x level")
+    g.add_argument("--batching-threads", type=int, default=2, help="torch threads of the worker")
+    g.add_argument("--batching-ceiling-threads", default="1,2", help="torch thread counts of the in-process ceiling")
     g = parser.add_argument_group("soak")
     g.add_argument("--soak-requests", type=int, default=2000)
     g.add_argument("--soak-warmup", type=int, default=200, help="requests before the first memory snapshot")
@@ -553,8 +601,12 @@ def add_realtime_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--realtime-rtf", type=float, default=0.25, help="synthetic engine: real-time factor of the pacing")
     g.add_argument("--realtime-chattts-rounds", type=int, default=10, help="ChatTTS: segments per side")
     g.add_argument("--realtime-chattts-tokens", type=int, default=16, help="ChatTTS: audio tokens per segment")
-    g.add_argument("--realtime-chattts-first-tokens", type=int, default=8,
-                   help="ChatTTS: stream_first_tokens (tokens before the first chunk, at least 8)")
+    g.add_argument(
+        "--realtime-chattts-first-tokens",
+        type=int,
+        default=8,
+        help="ChatTTS: stream_first_tokens (tokens before the first chunk, at least 8)",
+    )
     # One torch thread leaves a core to the gateway's event loop and the client, so the difference measured is
     # the gateway's path rather than its fight with torch for the CPU; torch's threads also wait for each other,
     # which makes two of them erratic on a shared machine.

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Sequence
+    from collections.abc import Callable, Generator, Sequence
 
     import numpy as np
     import numpy.typing as npt
@@ -27,6 +27,7 @@ __all__ = [
     "EngineInfo",
     "EngineUnavailableError",
     "InvalidSynthesisRequestError",
+    "JobSource",
     "SynthesisRequest",
     "VoiceInfo",
 ]
@@ -47,6 +48,7 @@ OPENAI_VOICES: tuple[str, ...] = (
     "shimmer",
     "verse",
 )
+
 
 @dataclass(frozen=True, slots=True)
 class SynthesisRequest:
@@ -158,13 +160,19 @@ class Engine(Protocol):
 #: :class:`InvalidSynthesisRequestError` that rejected it (which also ends it).
 BatchItem: TypeAlias = "tuple[int, npt.NDArray[np.int16] | InvalidSynthesisRequestError | None]"
 
+#: What a batching worker hands :meth:`BatchingEngine.synthesize_batch` so that requests can join a running batch:
+#: called with how many the engine can take in now, it returns at most that many newly arrived ``(request, cancel)``
+#: pairs, at once (it never waits), and hands each one over only once.
+JobSource: TypeAlias = "Callable[[int], Sequence[tuple[SynthesisRequest, CancelToken]]]"
+
 
 @runtime_checkable
 class BatchingEngine(Engine, Protocol):
     """An engine that can run several requests as one batched computation (``EngineInfo.max_batch > 1``).
 
-    The worker collects the jobs that arrive while it is busy, or within ``batch_window_ms`` of an idle worker's
-    first job, up to ``max_batch``, and hands them over together; later jobs wait for the next batch.
+    An idle worker collects the jobs that arrive within ``batch_window_ms`` of its first job, up to ``max_batch``,
+    and hands them over together; the jobs that arrive while that batch runs are offered to it through a
+    :data:`JobSource` (continuous batching), and those the engine does not take wait for the next batch.
     """
 
     @property
@@ -173,12 +181,19 @@ class BatchingEngine(Engine, Protocol):
         ...
 
     def synthesize_batch(
-        self, requests: Sequence[SynthesisRequest], cancels: Sequence[CancelToken]
+        self,
+        requests: Sequence[SynthesisRequest],
+        cancels: Sequence[CancelToken],
+        arrivals: JobSource | None = None,
     ) -> Generator[BatchItem, None, None]:
         """Yield every request's chunks, interleaved, each tagged with its index; end each one with ``None``.
 
         Each request gets exactly its own audio and ends at its own end; a cancelled request ends (``None``) within
         about a second without disturbing the others. An exception other than a per-request
         :class:`InvalidSynthesisRequestError` fails every request of the batch that has not ended.
+
+        The engine may poll ``arrivals`` between steps for requests that join the running batch; those are numbered
+        after ``requests``, in the order they were handed over. The generator returns once every request it took
+        has ended, and then takes no more.
         """
         ...

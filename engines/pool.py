@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
     from engines.base import EngineInfo, SynthesisRequest
-    from gateway.settings import EngineSettings
+    from engines.settings import AnyEngineSettings
 
 __all__ = [
     "ConsumerTooSlowError",
@@ -143,7 +143,7 @@ class _Job:
 
 
 class SynthesisStream:
-    """The PCM of one job as it arrives: iterate for mono int16 little-endian bytes at ``sample_rate``."""
+    """The PCM of one job as it arrives (an :class:`~engines.backend.PcmStream`)."""
 
     def __init__(self, job: _Job, info: EngineInfo) -> None:
         self._job = job
@@ -236,7 +236,7 @@ class _Worker:
 class EnginePool:
     """Worker processes for one engine, with a bounded wait queue, cancellation and self-healing."""
 
-    def __init__(self, name: str, settings: EngineSettings) -> None:
+    def __init__(self, name: str, settings: AnyEngineSettings) -> None:
         self.name = name
         self.settings = settings
         self._context = multiprocessing.get_context("spawn")
@@ -318,7 +318,7 @@ class EnginePool:
 
     # ----------------------------------------------------------------- synthesis
     @asynccontextmanager
-    async def open_stream(self, request: SynthesisRequest) -> AsyncIterator[SynthesisStream]:
+    async def open_stream(self, request: SynthesisRequest, *, tenant: str = "") -> AsyncIterator[SynthesisStream]:
         """Run ``request`` on a worker; leaving the block before the end cancels the job in the worker."""
         worker = await self._acquire()
         while worker.state != "ready":  # it died between being handed to us and now

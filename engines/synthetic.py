@@ -18,10 +18,10 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from engines.base import OPENAI_VOICES, EngineInfo, EngineUnavailableError, InvalidSynthesisRequestError, VoiceInfo
 
@@ -38,22 +38,23 @@ _DIRECTIVE = re.compile(r"#(fail|fail-after|hang-after|crash-after)(?:=(\d+))?")
 _AMPLITUDE = 0.3 * 32767
 
 
-@dataclass(frozen=True)
-class SyntheticOptions:
-    """Options of the synthetic engine (the ``options`` mapping of its engine settings)."""
+class SyntheticOptions(BaseModel):
+    """Options of the synthetic engine (the ``options`` of a ``kind: synthetic`` engine). Unknown keys are rejected."""
 
-    sample_rate: int = 24000
-    seconds_per_char: float = 0.05
-    chunk_ms: int = 100
-    chunk_delay_ms: float = 0.0
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sample_rate: int = Field(default=24000, ge=8000, le=192000)
+    seconds_per_char: float = Field(default=0.05, gt=0)
+    chunk_ms: int = Field(default=100, ge=1, le=10000)
+    chunk_delay_ms: float = Field(default=0.0, ge=0)
     """Fixed pause before each chunk."""
-    rtf: float = 0.0
+    rtf: float = Field(default=0.0, ge=0)
     """Real-time factor: pause ``rtf`` times the chunk's duration before each chunk (0.5 = twice real time)."""
-    request_delay_ms: float = 0.0
+    request_delay_ms: float = Field(default=0.0, ge=0)
     """Fixed pause before the first chunk (a model's time to first audio)."""
     native_speed: bool = False
     """Render ``speed`` natively (shorter tones) instead of leaving it to the gateway's time-stretch."""
-    load_delay_s: float = 0.0
+    load_delay_s: float = Field(default=0.0, ge=0)
     unavailable: str = ""
     """When set, loading fails with this reason (an engine without weights)."""
     fail_after_chunks: int = -1
@@ -73,12 +74,8 @@ def voice_frequency(voice: str, speaker: str | None = None) -> float:
 class SyntheticEngine:
     """Tones whose pitch encodes the voice and whose length encodes the text."""
 
-    def __init__(self, options: Mapping[str, object] | None = None) -> None:
-        known = {f.name for f in fields(SyntheticOptions)}
-        unknown = set(options or {}) - known
-        if unknown:
-            raise ValueError(f"unknown synthetic engine options: {sorted(unknown)}")
-        self.options = SyntheticOptions(**(options or {}))  # type: ignore[arg-type]
+    def __init__(self, options: SyntheticOptions | Mapping[str, object] | None = None) -> None:
+        self.options = SyntheticOptions.model_validate(options or {})
 
     def load(self) -> EngineInfo:
         time.sleep(self.options.load_delay_s)

@@ -40,7 +40,9 @@ from engines.registry import create_engine
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
-    from engines.base import Engine, EngineInfo
+    from pydantic import BaseModel
+
+    from engines.base import CancelToken, Engine, EngineInfo
 
 __all__ = ["run_worker"]
 
@@ -61,7 +63,7 @@ class _Outbox:
             self._conn.send(message)
 
 
-def run_worker(kind: str, options: dict[str, object], conn: Connection) -> None:
+def run_worker(kind: str, options: BaseModel, conn: Connection) -> None:
     """Entry point of a worker process (``multiprocessing`` target)."""
     # Ctrl+C in a terminal reaches the whole process group; the server stops its workers itself, in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -113,10 +115,12 @@ def _serve_batches(
         batch, stopping = _collect_batch(jobs, max_batch, engine.batch_window_ms / 1000)
         if batch:
             outbox.send(BatchStarted(len(batch)))
-            for ended in _run_batch(engine, batch, [cancels[job.job_id] for job in batch], outbox):
+            running = _RunningBatch(batch, jobs, cancels)
+            for ended in _run_batch(engine, running, outbox):
                 outbox.send(ended)
-            for job in batch:
+            for job in running.jobs:
                 cancels.pop(job.job_id, None)
+            stopping = stopping or running.stopping
 
 
 def _collect_batch(jobs: queue.Queue[StartJob | None], max_batch: int, window_s: float) -> tuple[list[StartJob], bool]:
@@ -140,32 +144,63 @@ def _collect_batch(jobs: queue.Queue[StartJob | None], max_batch: int, window_s:
     return batch, False
 
 
-def _run_batch(
-    engine: BatchingEngine, batch: list[StartJob], cancels: list[CancelFlag], outbox: _Outbox
-) -> list[JobEnded]:
+class _RunningBatch:
+    """The jobs of the batch the engine is running, by their index in it: those it started with, then those it took
+    in while running (its :data:`engines.base.JobSource`)."""
+
+    def __init__(self, first: list[StartJob], jobs: queue.Queue[StartJob | None], cancels: dict[int, CancelFlag]):
+        self.jobs = list(first)
+        self.stopping = False
+        """The server asked the worker to stop: take no more jobs, end after this batch."""
+        self._queue = jobs
+        self._cancels = cancels
+
+    def cancel(self, index: int) -> CancelFlag:
+        return self._cancels[self.jobs[index].job_id]
+
+    def take(self, limit: int) -> list[tuple[SynthesisRequest, CancelToken]]:
+        """Up to ``limit`` jobs that arrived since, without waiting; they join the batch."""
+        taken: list[tuple[SynthesisRequest, CancelToken]] = []
+        while len(taken) < limit and not self.stopping:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                self.stopping = True
+                break
+            self.jobs.append(job)
+            taken.append((job.request, self.cancel(len(self.jobs) - 1)))
+        return taken
+
+
+def _run_batch(engine: BatchingEngine, running: _RunningBatch, outbox: _Outbox) -> list[JobEnded]:
     """Stream a batch's chunks to the server as they come; return a :class:`JobEnded` for every job not yet ended."""
-    open_jobs = {index: job.job_id for index, job in enumerate(batch)}
-    items = engine.synthesize_batch([job.request for job in batch], cancels)
+    ended: set[int] = set()
+    first = list(running.jobs)
+    items = engine.synthesize_batch([job.request for job in first], [running.cancel(i) for i in range(len(first))],
+                                    running.take)  # fmt: skip
     try:
         for index, item in items:
-            job_id = open_jobs.get(index)
-            if job_id is None:
+            if index in ended:
                 continue
+            job_id = running.jobs[index].job_id
             if item is None:
                 outbox.send(JobEnded(job_id))
             elif isinstance(item, InvalidSynthesisRequestError):
                 outbox.send(JobEnded(job_id, error=str(item), invalid=True, invalid_param=item.param))
             else:
-                if item.size and not cancels[index].is_set():
+                if item.size and not running.cancel(index).is_set():
                     outbox.send(JobChunk(job_id, np.asarray(item, dtype="<i2").tobytes()))
                 continue
-            del open_jobs[index]
+            ended.add(index)
     except Exception as exc:
-        logger.exception("batch of jobs %s failed", sorted(open_jobs.values()))
-        return [JobEnded(job_id, error=f"{type(exc).__name__}: {exc}") for job_id in open_jobs.values()]
+        open_jobs = [job.job_id for index, job in enumerate(running.jobs) if index not in ended]
+        logger.exception("batch of jobs %s failed", open_jobs)
+        return [JobEnded(job_id, error=f"{type(exc).__name__}: {exc}") for job_id in open_jobs]
     finally:
         items.close()
-    return [JobEnded(job_id) for job_id in open_jobs.values()]
+    return [JobEnded(job.job_id) for index, job in enumerate(running.jobs) if index not in ended]
 
 
 def _read_control(

@@ -1,10 +1,12 @@
-"""``create_app(settings)``: the Litestar application, wired in a few ``_configure_*`` steps."""
+"""``create_app(settings)``: the composition root. It builds the Litestar application, and in its lifespan the
+engine pools and the services (``gateway/services.py``), and hands each handler what it needs by name."""
 
 from __future__ import annotations
 
 import json
 import logging
 from contextlib import asynccontextmanager
+from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 from litestar import Litestar
@@ -12,37 +14,48 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.logging import LoggingConfig
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from litestar.plugins.pydantic import PydanticPlugin
 from prometheus_client import REGISTRY
 
+# Litestar reads the return types of the dependency providers below at runtime.
+from auth import AuthStore  # noqa: TC001
+from auth.usage import UsageLedger  # noqa: TC001
 from engines.pool import EnginePool
-from gateway.admin import AdminController
-from gateway.backpressure import send_timeout_middleware
-from gateway.catalog import ModelsController, VoicesController
-from gateway.errors import EXCEPTION_HANDLERS
-from gateway.health import HealthController
-from gateway.observability import PoolCollector, SpeechMetrics, request_tracking_middleware
-from gateway.playground import playground_handlers
+from gateway.http.backpressure import send_timeout_middleware
+from gateway.http.errors import EXCEPTION_HANDLERS
+from gateway.http.security import provide_principal
+from gateway.http.tracking import request_tracking_middleware
+from gateway.observability.metrics import PoolCollector, SpeechMetrics
 from gateway.realtime import realtime_speech
 from gateway.realtime.redaction import QueryTokenRedactor
-from gateway.routing import ModelRouter
-from gateway.security import provide_principal
+from gateway.routes.admin import AdminController
+from gateway.routes.catalog import ModelsController, VoicesController
+from gateway.routes.docs import docs_assets_router, docs_render_plugin
+from gateway.routes.health import HealthController
+from gateway.routes.playground import playground_handlers
+from gateway.routes.speech import SpeechController
+from gateway.routes.usage import UsageController
+from gateway.services import Services, StorageProbe, open_services
 from gateway.settings import Settings, load_settings
-from gateway.speech import SpeechController
-from gateway.synthesis import SpeechService
-from gateway.tenancy import Tenancy, open_tenancy
-from gateway.usage import UsageController
+from gateway.speech.routing import ModelRouter
+from gateway.speech.voices import VoiceStore  # noqa: TC001
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
-__all__ = ["create_app", "openapi_document"]
+    from engines.backend import EngineBackend
+    from engines.settings import AnyEngineSettings
+
+__all__ = ["VERSION", "create_app", "openapi_document"]
 
 logger = logging.getLogger("tts_gateway")
 
-VERSION = "0.1.0"
+VERSION = version("tts-gateway")
+"""The package's version (``pyproject.toml`` is its one source)."""
+
+
+
 class MetricsController(PrometheusController):
     """``GET /metrics`` in Prometheus's text format; an operational endpoint, left out of the API document."""
 
@@ -53,15 +66,23 @@ _PROMETHEUS = PrometheusConfig(app_name="tts_gateway", prefix="tts_http", group_
                                exclude=["^/metrics", "^/healthz", "^/readyz"])
 
 
-def create_app(settings: Settings | None = None) -> Litestar:
-    """Build the gateway; engines and tenancy services start in its lifespan and stop with it."""
+def create_app(
+    settings: Settings | None = None, *, pool_factory: Callable[[str, AnyEngineSettings], EngineBackend] | None = None,
+) -> Litestar:
+    """Build the gateway; engines and services start in its lifespan and stop with it.
+
+    Args:
+        settings: Everything it is configured with (default: :func:`load_settings`).
+        pool_factory: Builds each engine's pool (default: :class:`EnginePool`, worker processes); the in-process
+            tests run engines in threads behind the same interface.
+    """
     settings = settings or load_settings()
     return Litestar(
         route_handlers=[SpeechController, ModelsController, VoicesController, UsageController, AdminController,
-                        HealthController, MetricsController,
+                        HealthController, MetricsController, docs_assets_router(),
                         *([realtime_speech] if settings.realtime.enabled else []),
                         *(playground_handlers() if settings.server.playground else [])],
-        lifespan=[_services(settings)],
+        lifespan=[_services(settings, pool_factory or EnginePool)],
         dependencies=_dependencies(),
         middleware=[request_tracking_middleware(_PROMETHEUS), send_timeout_middleware(settings.server.send_timeout_s)],
         exception_handlers=EXCEPTION_HANDLERS,
@@ -79,18 +100,20 @@ def openapi_document() -> str:
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
-def _services(settings: Settings) -> Callable[[Litestar], Any]:
+def _services(
+    settings: Settings, pool_factory: Callable[[str, AnyEngineSettings], EngineBackend],
+) -> Callable[[Litestar], Any]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        pools = {name: EnginePool(name, engine) for name, engine in settings.engines.items()}
+        pools = {name: pool_factory(name, engine) for name, engine in settings.engines.items()}
         for pool in pools.values():
             await pool.start()
         router = ModelRouter(pools, settings.aliases)
-        tenancy = await open_tenancy(settings)
         metrics = SpeechMetrics()
-        collector = PoolCollector(router, lambda: tenancy.limiter.outage_count)
+        services = await open_services(settings, router, metrics)
+        collector = PoolCollector(router, lambda: services.limiter.outage_count)
         REGISTRY.register(collector)
-        app.state.update(router=router, tenancy=tenancy, speech=SpeechService(router, tenancy, metrics))
+        app.state.update(router=router, services=services, speech=services.speech)
         logger.info("engines starting: %s; aliases: %s", ", ".join(pools), settings.aliases)
         redactor = QueryTokenRedactor()
         logging.getLogger("uvicorn.error").addFilter(redactor)  # uvicorn logs WebSocket paths with their query
@@ -100,23 +123,45 @@ def _services(settings: Settings) -> Callable[[Litestar], Any]:
             logging.getLogger("uvicorn.error").removeFilter(redactor)
             REGISTRY.unregister(collector)
             metrics.unregister()
-            await tenancy.close()
+            await services.close()
             for pool in pools.values():
                 await pool.stop()
 
     return lifespan
 
 
+def _services_of(state: State) -> Services:
+    return state.services  # type: ignore[no-any-return]
+
+
+def _router(state: State) -> ModelRouter:
+    return state.router  # type: ignore[no-any-return]
+
+
+def _auth_store(state: State) -> AuthStore:
+    return _services_of(state).auth_store
+
+
+def _usage(state: State) -> UsageLedger:
+    return _services_of(state).usage
+
+
+def _voices(state: State) -> VoiceStore:
+    return _services_of(state).voices
+
+
+def _storage(state: State) -> StorageProbe:
+    return _services_of(state).storage
+
+
 def _dependencies() -> dict[str, Provide]:
-    def router(state: State) -> ModelRouter:
-        return state.router  # type: ignore[no-any-return]
-
-    def tenancy(state: State) -> Tenancy:
-        return state.tenancy  # type: ignore[no-any-return]
-
+    """Each service a handler may ask for, by parameter name (``gateway/http/dependencies.py``)."""
     return {
-        "router": Provide(router, sync_to_thread=False),
-        "tenancy": Provide(tenancy, sync_to_thread=False),
+        "router": Provide(_router, sync_to_thread=False),
+        "auth_store": Provide(_auth_store, sync_to_thread=False),
+        "usage": Provide(_usage, sync_to_thread=False),
+        "voices": Provide(_voices, sync_to_thread=False),
+        "storage": Provide(_storage, sync_to_thread=False),
         "principal": Provide(provide_principal),
     }
 
@@ -127,14 +172,14 @@ def _openapi_config() -> OpenAPIConfig:
         version=VERSION,
         description="OpenAI-compatible speech gateway for ChatTTS.",
         path="/docs",
-        render_plugins=[ScalarRenderPlugin()],
+        render_plugins=[docs_render_plugin()],
     )
 
 
 def _logging_config(settings: Settings) -> LoggingConfig:
     level = settings.server.log_level.upper()
     return LoggingConfig(
-        formatters={"json": {"()": "gateway.observability.JsonLogFormatter"}},
+        formatters={"json": {"()": "gateway.observability.logs.JsonLogFormatter"}},
         handlers={"json": {"class": "logging.StreamHandler", "formatter": "json"}},
         loggers={"tts_gateway": {"level": level, "handlers": ["json"], "propagate": False}},
         log_exceptions="debug",

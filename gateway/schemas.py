@@ -95,8 +95,6 @@ class ModelList(BaseModel):
     data: list[ModelObject]
 
 
-
-
 class EngineReadiness(BaseModel):
     state: str
     reason: str | None
@@ -107,6 +105,8 @@ class EngineReadiness(BaseModel):
     queued: int
     restarts: int
     pids: list[int]
+    details: dict[str, str] = {}
+    """What the engine reports about itself (weights, device, text normalizer, ...)."""
 
 
 class Readiness(BaseModel):

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import yaml
 
+from gateway.settings import BUILT_IN_ENGINES
+
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["GatewayProcess", "free_port"]
+__all__ = ["GatewayProcess", "exact_engines", "free_port"]
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("tts-gateway")
 
@@ -29,14 +31,27 @@ def free_port() -> int:
         return port
 
 
+def exact_engines(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the built-in engines it does not name removed: a test runs exactly the engines it lists
+    (settings merge into the built-ins, which would otherwise start a ChatTTS worker in every test gateway)."""
+    engines = config.get("engines")
+    if engines is None:
+        return config
+    removed = {name: None for name in BUILT_IN_ENGINES if name not in engines}
+    return {**config, "engines": {**engines, **removed}}
+
+
 class GatewayProcess:
-    """Starts the console script on a free port with a YAML config, waits until every engine has settled."""
+    """Starts the console script on a free port with a YAML config, waits until every engine has settled.
+
+    The config runs exactly the engines it lists (:func:`exact_engines`) when it lists any.
+    """
 
     def __init__(self, config: dict[str, Any], workdir: Path, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.config_path = workdir / "gateway.yaml"
-        self.config_path.write_text(yaml.safe_dump(config))
+        self.config_path.write_text(yaml.safe_dump(exact_engines(config)))
         self.log_path = workdir / "gateway.log"
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None

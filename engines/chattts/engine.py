@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import itertools
+import logging
 import random
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,21 +15,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engines.base import OPENAI_VOICES, EngineInfo, EngineUnavailableError, InvalidSynthesisRequestError, VoiceInfo
+from engines.chattts.normalize import OFF, active_normalizer, normalize_text
 from engines.chattts.options import ChatTTSOptions
 from engines.chattts.text import control_tags, prepare_text, speed_tag, split_segments
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Mapping, Sequence
+    from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 
     import numpy.typing as npt
     import torch
 
-    from engines.base import BatchItem, CancelToken, SynthesisRequest
-    from engines.chattts.generation import CodeRequest, Sampling
+    from engines.base import BatchItem, CancelToken, JobSource, SynthesisRequest
+    from engines.chattts.generation import CodeBatch, CodeRequest, Sampling, StepEvent
     from engines.chattts.streaming import StreamDecoder
     from engines.chattts.voices import SpeakerBank
 
 __all__ = ["ChatTTSEngine"]
+
+logger = logging.getLogger("tts_gateway.chattts")
 
 SAMPLE_RATE = 24000
 NATIVE_SPEED_RANGE = (0.5, 2.0)
@@ -44,8 +50,8 @@ class _Plan:
     seed: int
     cancel: CancelToken
     spoken: int = 0
-    ended: bool = False
-    """The end of this request has been reported."""
+    running: bool = False
+    """A segment of this request is in the token loop now."""
     decoder: StreamDecoder | None = field(default=None, repr=False)
 
     @property
@@ -56,8 +62,8 @@ class _Plan:
 class ChatTTSEngine:
     """ChatTTS 0.2.5 behind the engine protocol, with batching (:class:`engines.base.BatchingEngine`)."""
 
-    def __init__(self, options: Mapping[str, object] | None = None) -> None:
-        self.options = ChatTTSOptions.parse(options)
+    def __init__(self, options: ChatTTSOptions | Mapping[str, object] | None = None) -> None:
+        self.options = ChatTTSOptions.model_validate(options or {})
         self._chat: Any = None
         self._voices: SpeakerBank | None = None
         self._generated = False
@@ -85,7 +91,8 @@ class ChatTTSEngine:
         speed_range = (1.0, 1.0) if location.generated else NATIVE_SPEED_RANGE
         voices = tuple(VoiceInfo(name, "ChatTTS speaker sampled from the voice name") for name in OPENAI_VOICES)
         details = {"weights": location.description, "path": str(location.path), "device": str(device),
-                   "dtype": "float16" if half else "float32"}  # fmt: skip
+                   "dtype": "float16" if half else "float32",
+                   "text_normalizer": active_normalizer() if options.normalize else OFF}  # fmt: skip
         return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, options.max_batch, details)
 
     def _device(self, torch_module: Any) -> torch.device:
@@ -113,64 +120,102 @@ class ChatTTSEngine:
             yield item
 
     def synthesize_batch(
-        self, requests: Sequence[SynthesisRequest], cancels: Sequence[CancelToken]
+        self,
+        requests: Sequence[SynthesisRequest],
+        cancels: Sequence[CancelToken],
+        arrivals: JobSource | None = None,
     ) -> Generator[BatchItem, None, None]:
         """Speak several requests as one batched generation; see :class:`engines.base.BatchingEngine`.
 
-        Round by round, the next sentence segment of every unfinished request is generated in one batch; each
-        request's audio streams as its own tokens come and ends at its own end.
+        Each request speaks its sentence segments one after the other; the segments of different requests share the
+        token loop. With ``continuous_batching``, a request's next segment joins the running batch as soon as its
+        previous one ends, and so do the requests ``arrivals`` hands over (up to ``max_batch`` requests in all);
+        without it, the next segments start together once every running segment has ended, and ``arrivals`` is
+        never asked. Each request's audio streams as its own tokens come and ends at its own end.
         """
         if self._chat is None:
             raise EngineUnavailableError("the ChatTTS engine is not loaded")
-        plans: dict[int, _Plan] = {}
-        for index, (request, cancel) in enumerate(zip(requests, cancels, strict=True)):
+        from engines.chattts.generation import CodeBatch
+
+        codes = CodeBatch(self._chat, self._sampling())
+        live: dict[int, _Plan] = {}
+        indices = itertools.count()
+        yield from self._admit(zip(requests, cancels, strict=True), indices, live)
+        while live:
+            if arrivals is not None and (room := self._room(live)):
+                yield from self._admit(arrivals(room), indices, live)
+            yield from self._end_idle(live)
+            yield from self._deliver(self._advance(codes, live), live)
+
+    def _admit(
+        self, jobs: Iterable[tuple[SynthesisRequest, CancelToken]], indices: Iterator[int], live: dict[int, _Plan]
+    ) -> Generator[BatchItem, None, None]:
+        """Plan new requests (numbered from ``indices``) into ``live``; report at once those that will not speak."""
+        # ``jobs`` first: zip must not draw an index it will not use.
+        for (request, cancel), index in zip(jobs, indices, strict=False):
             try:
-                plans[index] = self._plan(index, request, cancel)
+                plan = self._plan(index, request, cancel)
             except InvalidSynthesisRequestError as exc:
                 yield index, exc
                 continue
-            if not plans[index].segments:  # nothing speakable (emoji, punctuation only): a short silence
-                del plans[index]
+            if not plan.segments:  # nothing speakable (emoji, punctuation only): a short silence
                 yield index, np.zeros(int(SAMPLE_RATE * _EMPTY_AUDIO_S), dtype=np.int16)
                 yield index, None
-        while active := [plan for plan in plans.values() if not plan.ended]:
-            if running := [plan for plan in active if not plan.done]:
-                yield from self._round(running)
-            for plan in active:
-                if plan.done and not plan.ended:
-                    plan.ended = True
-                    yield plan.index, None
+                continue
+            live[index] = plan
 
-    def _round(self, plans: list[_Plan]) -> Generator[BatchItem, None, None]:
-        from engines.chattts.generation import generate_codes
-        from engines.chattts.streaming import StreamDecoder, decode_hiddens, to_int16
+    def _room(self, live: dict[int, _Plan]) -> int:
+        """How many more requests may join the running batch now."""
+        return max(0, self.options.max_batch - len(live)) if self.options.continuous_batching else 0
 
-        by_index = {plan.index: plan for plan in plans}
-        for plan in plans:
-            plan.decoder = StreamDecoder(
-                lambda hiddens: decode_hiddens(self._chat, hiddens), self.options.stream_first_tokens,
-                self.options.stream_chunk_tokens, self.options.stream_left_context,
-            )  # fmt: skip
-        for events in generate_codes(self._chat, [self._code_request(p) for p in plans], self._sampling()):
-            for index, hidden in events:
-                plan = by_index[index]
-                assert plan.decoder is not None
-                if plan.ended:
-                    continue
-                if plan.cancel.is_set():
-                    plan.ended = True  # report it now: the others of the batch go on
-                    yield index, None
-                    continue
-                if hidden is not None:
-                    chunk = plan.decoder.push(hidden)
-                else:
-                    chunk = plan.decoder.finish()
-                    plan.spoken += 1
-                if chunk is not None and chunk.size:
-                    yield index, to_int16(chunk)
-                if plan.done and not plan.ended:
-                    plan.ended = True  # its last segment ended: no need to wait for the rest of the batch
-                    yield index, None
+    @staticmethod
+    def _end_idle(live: dict[int, _Plan]) -> Generator[BatchItem, None, None]:
+        """End the requests cancelled while none of their segments was running."""
+        for plan in [plan for plan in live.values() if plan.done and not plan.running]:
+            del live[plan.index]
+            yield plan.index, None
+
+    def _advance(self, codes: CodeBatch, live: dict[int, _Plan]) -> list[StepEvent]:
+        """Start the segments that may start now (one prefill), or else take one step of the running ones."""
+        may_join = self.options.continuous_batching or not codes.size
+        if may_join and (starting := [plan for plan in live.values() if not plan.running]):
+            for plan in starting:
+                plan.running, plan.decoder = True, self._stream_decoder()
+            return codes.join([self._code_request(plan) for plan in starting])
+        return codes.step()
+
+    def _deliver(self, events: list[StepEvent], live: dict[int, _Plan]) -> Generator[BatchItem, None, None]:
+        """Feed each request's decoder with its new tokens; yield the audio that is due and the ends."""
+        from engines.chattts.streaming import to_int16
+
+        for index, hidden in events:
+            plan = live.get(index)
+            if plan is None:
+                continue  # already ended (cancelled): the token loop drops its row at its next step
+            if plan.cancel.is_set():
+                del live[index]  # report it now: the others of the batch go on
+                yield index, None
+                continue
+            assert plan.decoder is not None
+            if hidden is not None:
+                chunk = plan.decoder.push(hidden)
+            else:
+                chunk = plan.decoder.finish()
+                plan.spoken, plan.running = plan.spoken + 1, False
+            if chunk is not None and chunk.size:
+                yield index, to_int16(chunk)
+            if plan.done:
+                del live[index]  # its last segment ended: no need to wait for the rest of the batch
+                yield index, None
+
+    def _stream_decoder(self) -> StreamDecoder:
+        from engines.chattts.streaming import StreamDecoder, decode_hiddens
+
+        options = self.options
+        return StreamDecoder(
+            lambda hiddens: decode_hiddens(self._chat, hiddens), options.stream_first_tokens,
+            options.stream_chunk_tokens, options.stream_left_context,
+        )  # fmt: skip
 
     def _plan(self, index: int, request: SynthesisRequest, cancel: CancelToken) -> _Plan:
         assert self._voices is not None
@@ -181,7 +226,10 @@ class ChatTTSEngine:
         prefix = self._tag_ids(["[Stts]", "[spk_emb]", speed_tag(request.speed)])
         suffix = self._tag_ids(["[Ptts]"])
         segments: list[list[int]] = []
-        for number, text in enumerate(split_segments(prepare_text(request.text), self.options.max_segment_chars)):
+        spoken = prepare_text(request.text)
+        if self.options.normalize:  # digits, money, dates and symbols as words: the tokenizer reads only words
+            spoken = normalize_text(spoken)
+        for number, text in enumerate(split_segments(spoken, self.options.max_segment_chars)):
             if cancel.is_set():
                 break
             ids = self._text_ids(self._refine(text, request.instructions, seed + number))
@@ -212,9 +260,16 @@ class ChatTTSEngine:
 
     def _text_ids(self, text: str) -> list[int]:
         tokenizer = self._chat.tokenizer._tokenizer
-        ids: list[int] = tokenizer.encode(text, add_special_tokens=False)
-        # Characters the tokenizer does not know are dropped rather than spoken as [UNK].
-        return [i for i in ids if i != tokenizer.unk_token_id]
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids: list[int] = encoded["input_ids"]
+        unknown = tokenizer.unk_token_id
+        # Characters the tokenizer does not know are dropped rather than spoken as [UNK]; never silently.
+        if unknown in ids and logger.isEnabledFor(logging.DEBUG):
+            offsets = zip(ids, encoded["offset_mapping"], strict=True)
+            spans = [text[start:end] for i, (start, end) in offsets if i == unknown]
+            dropped = _unknown_characters(tokenizer, spans)
+            logger.debug("dropped %d character(s) the tokenizer cannot read: %s", dropped.total(), dict(dropped))
+        return [i for i in ids if i != unknown]
 
     def _refine(self, text: str, instructions: str | None, seed: int) -> str:
         """ChatTTS's text refinement (adds ``[uv_break]``-style tags), when configured or asked for by tags."""
@@ -234,3 +289,16 @@ class ChatTTSEngine:
         result: str = chat.tokenizer.decode(ids)[0]
         refined.destroy()
         return result
+
+
+def _unknown_characters(tokenizer: Any, spans: list[str]) -> Counter[str]:
+    """The characters of the ``[UNK]`` spans that the tokenizer cannot read on their own.
+
+    A WordPiece ``[UNK]`` covers a whole word (``café`` for one ``é``): report the characters, not the word, so that
+    the log names what is missing without repeating the input.
+    """
+    found: Counter[str] = Counter()
+    for span in spans:
+        unknown = [c for c in span if tokenizer.encode(c, add_special_tokens=False) in ([], [tokenizer.unk_token_id])]
+        found.update(unknown or ["<word>"])
+    return found

@@ -1,12 +1,14 @@
-"""The ChatTTS engine's options: the ``options`` mapping of its engine settings, validated once at start."""
+"""The ChatTTS engine's options: the ``options`` of a ``kind: chattts`` engine, validated when the settings load.
+
+A pydantic model so that a value from an environment variable (always a string) is coerced, and a typo or an
+out-of-range value stops the start with a message naming the option, before any worker process exists.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Literal
 
-if TYPE_CHECKING:
-    from collections.abc import Mapping
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["ChatTTSOptions"]
 
@@ -14,9 +16,10 @@ Source = Literal["hub", "dir"]
 Device = Literal["auto", "cpu", "cuda"]
 
 
-@dataclass(frozen=True, slots=True)
-class ChatTTSOptions:
-    """Options of the ``chattts`` engine kind. Unknown keys are rejected."""
+class ChatTTSOptions(BaseModel):
+    """Options of the ``chattts`` engine kind (docs/configuration.md). Unknown keys are rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     source: Source = "hub"
     """``hub``: the 2Noise/ChatTTS snapshot in ``cache_dir``, downloaded on first start when the hub is reachable;
@@ -27,68 +30,49 @@ class ChatTTSOptions:
     """Where hub snapshots are kept (``models--2Noise--ChatTTS/snapshots/<rev>``); existing ones load offline."""
     download: bool = True
     """Allow downloading the hub snapshot when none is cached."""
-    hub_timeout_s: float = 3.0
+    hub_timeout_s: float = Field(default=3.0, gt=0)
     """How long the reachability probe of the hub may take before the engine reports itself unavailable."""
     device: Device = "auto"
     """``auto``: CUDA when available, else CPU."""
     half: bool | None = None
     """Run the GPT backbone in float16; default: on CUDA only."""
-    threads: int | None = None
+    threads: int | None = Field(default=None, ge=1, le=256)
     """torch CPU threads per worker (default: torch's choice)."""
-    temperature: float = 0.3
-    top_P: float = 0.7  # noqa: N815 - ChatTTS's name
-    top_K: int = 20  # noqa: N815 - ChatTTS's name
-    repetition_penalty: float = 1.05
-    max_new_token: int = 2048
+    temperature: float = Field(default=0.3, gt=0)
+    top_P: float = Field(default=0.7, gt=0, le=1)  # noqa: N815 - ChatTTS's name
+    top_K: int = Field(default=20, ge=1)  # noqa: N815 - ChatTTS's name
+    repetition_penalty: float = Field(default=1.05, gt=0)
+    max_new_token: int = Field(default=2048, ge=1, le=4096)
     """Most audio tokens per sentence segment (one token is about 21 ms of audio)."""
-    min_new_token: int = 0
+    min_new_token: int = Field(default=0, ge=0)
     """Fewest audio tokens per segment (equal to ``max_new_token`` gives exact lengths: benchmarks, tests)."""
     refine_text: bool = False
     """Run ChatTTS's text-refinement pass before speaking (adds latency); also runs when the instructions carry
     ``[oral_N]``, ``[laugh_N]`` or ``[break_N]``."""
-    refine_max_new_token: int = 384
-    max_batch: int = 4
+    refine_max_new_token: int = Field(default=384, ge=1)
+    max_batch: int = Field(default=4, ge=1, le=64)
     """Requests one worker generates together (dynamic batching)."""
-    batch_window_ms: float = 10.0
+    batch_window_ms: float = Field(default=10.0, ge=0)
     """How long an idle worker waits for more requests before it starts a batch."""
+    continuous_batching: bool = True
+    """Requests (and the next sentence segments of running ones) join a batch that is generating, at its next step,
+    up to ``max_batch``; off: they wait until every sequence of the running batch has ended."""
     seed: int | None = None
     """Sampling seed for requests that carry none (default: random per request)."""
-    max_segment_chars: int = 200
+    normalize: bool = True
+    """Speak numbers, money, dates, times, units, abbreviations, e-mail addresses and URLs as words before ChatTTS
+    reads the text (``engines/chattts/normalize``): its tokenizer reads only words."""
+    max_segment_chars: int = Field(default=200, ge=20)
     """Long input is spoken sentence by sentence; longer sentences are split at this many characters."""
-    stream_first_tokens: int = 24
+    stream_first_tokens: int = Field(default=24, ge=8)
     """Tokens generated before the first audio chunk leaves."""
-    stream_chunk_tokens: int = 24
+    stream_chunk_tokens: int = Field(default=24, ge=8)
     """Tokens per later chunk."""
-    stream_left_context: int = 40
+    stream_left_context: int = Field(default=40, ge=0)
     """Tokens of already-spoken context decoded again with each chunk (the decoder's receptive field)."""
 
-    @classmethod
-    def parse(cls, options: Mapping[str, Any] | None) -> ChatTTSOptions:
-        """Build from a mapping, rejecting unknown keys and out-of-range values with ``ValueError``."""
-        values = dict(options or {})
-        known = {f.name for f in fields(cls)}
-        if unknown := sorted(set(values) - known):
-            raise ValueError(f"unknown chattts engine options: {unknown}; known: {sorted(known)}")
-        parsed = cls(**values)
-        parsed._check()
-        return parsed
-
-    def _check(self) -> None:
-        problems = [
-            *([] if self.source in get_args(Source) else [f"source must be one of {get_args(Source)}"]),
-            *([] if self.device in get_args(Device) else [f"device must be one of {get_args(Device)}"]),
-            *([] if self.temperature > 0 else ["temperature must be > 0"]),
-            *([] if 0 < self.top_P <= 1 else ["top_P must be in (0, 1]"]),
-            *([] if self.top_K >= 1 else ["top_K must be >= 1"]),
-            *([] if 1 <= self.max_new_token <= 4096 else ["max_new_token must be in 1..4096"]),
-            *([] if 0 <= self.min_new_token <= self.max_new_token else ["min_new_token must be in 0..max_new_token"]),
-            *([] if 1 <= self.max_batch <= 64 else ["max_batch must be in 1..64"]),
-            *([] if self.batch_window_ms >= 0 else ["batch_window_ms must be >= 0"]),
-            *([] if self.max_segment_chars >= 20 else ["max_segment_chars must be >= 20"]),
-            *([] if self.stream_first_tokens >= 8 else ["stream_first_tokens must be >= 8"]),
-            *([] if self.stream_chunk_tokens >= 8 else ["stream_chunk_tokens must be >= 8"]),
-            *([] if self.stream_left_context >= 0 else ["stream_left_context must be >= 0"]),
-            *([] if self.hub_timeout_s > 0 else ["hub_timeout_s must be > 0"]),
-        ]
-        if problems:
-            raise ValueError(f"invalid chattts engine options: {'; '.join(problems)}")
+    @model_validator(mode="after")
+    def _min_within_max(self) -> ChatTTSOptions:
+        if self.min_new_token > self.max_new_token:
+            raise ValueError("min_new_token must not exceed max_new_token")
+        return self

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 
 from gateway.audio.formats import AudioFormat
-from gateway.errors import OpenAIError, error_body
+from gateway.http.errors import OpenAIError, error_body
 from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, SpeechRequest, SpeechUsage
 
 __all__ = [

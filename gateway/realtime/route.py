@@ -14,14 +14,14 @@ from litestar.exceptions import WebSocketDisconnect
 
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
-from gateway.errors import OpenAIError, as_openai_error
+from gateway.http.errors import OpenAIError, as_openai_error
 from gateway.realtime.protocol import ProtocolError, SessionUpdate, error_event, parse_client_event
 from gateway.realtime.session import RealtimeSession, SessionIdleError, SlowClientError
 
 if TYPE_CHECKING:
     from auth import Principal
     from gateway.settings import RealtimeSettings
-    from gateway.synthesis import SpeechService
+    from gateway.speech.service import SpeechService
 
 __all__ = ["realtime_speech"]
 
@@ -94,7 +94,7 @@ async def _authenticate(
     Returns:
         The principal, and the first message when it was read for its token (to be handled as a session.update).
     """
-    authenticator = speech.tenancy.authenticator
+    authenticator = socket.app.state.services.authenticator
     header = socket.headers.get("authorization")
     if header is None and (token := socket.query_params.get("token")):
         header = f"Bearer {token}"
@@ -141,8 +141,8 @@ async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float) -> 
 async def _admit(speech: SpeechService, principal: Principal, held: AsyncExitStack) -> None:
     """A session counts as one request and holds one of the tenant's concurrent streams while it is open."""
     try:
-        await speech.admit(principal.tenant, 0)
-        await speech.hold_stream(principal.tenant, held)
+        await speech.admission.admit(principal.tenant, 0)
+        await speech.admission.hold_stream(principal.tenant, held)
     except (RateLimitExceededError, LimitsUnavailableError) as exc:
         raise _SessionRefusedError(as_openai_error(exc), _TRY_AGAIN_LATER) from None
 

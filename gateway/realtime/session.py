@@ -11,14 +11,14 @@ import asyncio
 import itertools
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from litestar.exceptions import WebSocketDisconnect
 
 from engines.pool import ConsumerTooSlowError
 from gateway.audio import open_encoder
-from gateway.errors import OpenAIError, as_openai_error
+from gateway.http.errors import OpenAIError, as_openai_error
 from gateway.realtime.protocol import (
     InputAppend,
     InputFlush,
@@ -34,7 +34,7 @@ from gateway.realtime.protocol import (
     session_event,
 )
 from gateway.realtime.segmenter import SentenceBuffer
-from gateway.schemas import SpeechUsage
+from gateway.speech.delivery import AudioClock, encode_stream, speech_usage
 
 if TYPE_CHECKING:
     from litestar import WebSocket
@@ -43,14 +43,15 @@ if TYPE_CHECKING:
     from auth import Principal
     from gateway.audio import AudioEncoder
     from gateway.realtime.protocol import ClientEvent, SegmentStatus
+    from gateway.schemas import SpeechUsage
     from gateway.settings import RealtimeSettings
-    from gateway.synthesis import SpeechPlan, SpeechService
+    from gateway.speech.plan import SpeechPlan
+    from gateway.speech.service import SpeechService
 
 __all__ = ["RealtimeSession", "SessionIdleError", "SlowClientError"]
 
 logger = logging.getLogger("tts_gateway.realtime")
 
-_OUTPUT_FRAMES_PER_SECOND = 50  # usage counts output audio in 20 ms frames, as the HTTP endpoint does
 # Changing these would change the audio stream itself (its container, rate or time-stretch) mid-way.
 _LOCKED_FIELDS = ("model", "response_format", "speed")
 
@@ -68,12 +69,16 @@ class SessionIdleError(Exception):
 class _Segment:
     id: str
     text: str
-    audio_seconds: float = 0.0
+    clock: AudioClock = field(default_factory=AudioClock)
+    """The audio seconds of this segment delivered so far."""
     status: SegmentStatus = "completed"
 
+    @property
+    def audio_seconds(self) -> float:
+        return self.clock.seconds
+
     def usage(self) -> SpeechUsage:
-        output = round(self.audio_seconds * _OUTPUT_FRAMES_PER_SECOND)
-        return SpeechUsage(input_tokens=len(self.text), output_tokens=output, total_tokens=len(self.text) + output)
+        return speech_usage(len(self.text), self.audio_seconds)
 
 
 class RealtimeSession:
@@ -212,7 +217,7 @@ class RealtimeSession:
             )
         config = event.apply(self._config)
         try:
-            plan = await self._speech.plan(self._principal, config.speech_request("-"))
+            plan = await self._speech.planner.plan(self._principal, config.speech_request("-"))
         except OpenAIError as exc:
             if exc.param is not None:
                 exc.param = f"session.{exc.param}"
@@ -271,17 +276,16 @@ class RealtimeSession:
     async def _speak(self, segment: _Segment) -> None:
         # Planned when first needed, not at creation: a default that does not resolve (no `tts-1` on this gateway)
         # is no error for a client whose first message sets its own model.
-        plan = self._plan = self._plan or await self._speech.plan(self._principal, self._config.speech_request("-"))
-        await self._speech.admit(self._principal.tenant, len(segment.text), count_request=False)
+        if self._plan is None:
+            self._plan = await self._speech.planner.plan(self._principal, self._config.speech_request("-"))
+        plan = self._plan
+        await self._speech.admission.admit(self._principal.tenant, len(segment.text), count_request=False)
         self._streaming = True
         started = time.perf_counter()
-        async with plan.pool.open_stream(plan.for_text(segment.text)) as pcm:
+        async with plan.pool.open_stream(plan.for_text(segment.text), tenant=self._principal.tenant.name) as pcm:
             encoder = self._encoder_for(pcm.sample_rate, plan)
-            per_second = pcm.sample_rate * 2 * plan.tempo
-            async for chunk in pcm:
-                segment.audio_seconds += len(chunk) / per_second
-                if data := encoder.encode(chunk):
-                    await self._send(audio_delta(segment.id, next(self._seq), data))
+            async for data in encode_stream(pcm, pcm.sample_rate, plan.tempo, encoder, segment.clock):
+                await self._send(audio_delta(segment.id, next(self._seq), data))
         self._speech.observe(plan.pool.name, time.perf_counter() - started, segment.audio_seconds)
 
     def _encoder_for(self, sample_rate: int, plan: SpeechPlan) -> AudioEncoder:

@@ -23,7 +23,7 @@ from auth import (
     generate_api_key,
     hash_api_key,
 )
-from gateway.settings import JWTSettings, TenantLimits
+from auth.settings import JWTSettings, TenantLimits
 
 SECRET = "a-shared-secret-of-at-least-32-bytes!"
 ACME = Tenant("acme", TenantLimits(requests_per_minute=10), frozenset({"tts-1"}))

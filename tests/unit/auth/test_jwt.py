@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from pydantic import SecretStr
 
 from auth import InvalidCredentialsError, JWTVerifier
-from gateway.settings import JWTSettings
+from auth.settings import JWTSettings
 
 SECRET = "a-shared-secret-of-at-least-32-bytes!"
 

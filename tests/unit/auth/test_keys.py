@@ -7,8 +7,8 @@ import string
 
 from auth import ANONYMOUS, API_KEY_PREFIX, generate_api_key, hash_api_key, key_hint, looks_like_api_key
 from auth.keys import is_key_hash
+from auth.settings import TenantLimits, TenantSettings
 from auth.tenants import tenant_from_settings
-from gateway.settings import TenantLimits, TenantSettings
 
 BASE64URL = set(string.ascii_letters + string.digits + "-_")
 

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from auth.limits import LimitState, LimitsUnavailableError, RateLimitExceededError, TenantRateLimiter, format_reset
-from gateway.settings import TenantLimits
+from auth.limits import LimitState, LimitsUnavailableError, RateLimitExceededError, TenantRateLimiter
+from auth.settings import TenantLimits
+from gateway.http.ratelimit_headers import UNLIMITED, format_reset, rate_limit_headers
+from storage import connect_redis
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -23,15 +25,21 @@ if TYPE_CHECKING:
 @pytest.fixture
 async def make_limiter(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., TenantRateLimiter]]:
     created: list[TenantRateLimiter] = []
+    clients = []
 
     def make(uri: str, **options: object) -> TenantRateLimiter:
-        limiter = TenantRateLimiter(uri, **options)  # type: ignore[arg-type]
+        client = None if uri == "memory://" else connect_redis(uri)
+        if client is not None:
+            clients.append(client)
+        limiter = TenantRateLimiter(client, **options)  # type: ignore[arg-type]
         created.append(limiter)
         return limiter
 
     yield make
     for limiter in created:
         await limiter.close()
+    for client in clients:
+        await client.aclose()
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -60,7 +68,7 @@ async def test_requests_per_minute_admits_exactly_the_limit(limiter: TenantRateL
     assert refused.value.reason == "requests"
     assert 1 <= refused.value.retry_after_s <= 60
     assert refused.value.state.remaining_requests == 0
-    assert refused.value.state.headers()["x-ratelimit-remaining-requests"] == "0"
+    assert rate_limit_headers(refused.value.state)["x-ratelimit-remaining-requests"] == "0"
 
 
 async def test_characters_are_weighted_hits(limiter: TenantRateLimiter, tenant: str) -> None:
@@ -90,7 +98,7 @@ async def test_a_refused_request_consumes_nothing(limiter: TenantRateLimiter, te
 
 async def test_headers_for_a_known_state(limiter: TenantRateLimiter, tenant: str) -> None:
     limits = TenantLimits(requests_per_minute=5, characters_per_minute=1000)
-    fresh = (await limiter.state(tenant, limits)).headers()
+    fresh = rate_limit_headers(await limiter.state(tenant, limits))
     assert fresh == {
         "x-ratelimit-limit-requests": "5",
         "x-ratelimit-remaining-requests": "5",
@@ -100,7 +108,7 @@ async def test_headers_for_a_known_state(limiter: TenantRateLimiter, tenant: str
         "x-ratelimit-reset-tokens": "0s",
     }
     await limiter.admit(tenant, limits, 100)
-    headers = (await limiter.admit(tenant, limits, 150)).headers()
+    headers = rate_limit_headers(await limiter.admit(tenant, limits, 150))
     assert headers["x-ratelimit-limit-requests"] == "5"
     assert headers["x-ratelimit-remaining-requests"] == "3"
     assert headers["x-ratelimit-limit-tokens"] == "1000"
@@ -110,15 +118,17 @@ async def test_headers_for_a_known_state(limiter: TenantRateLimiter, tenant: str
         assert re.fullmatch(r"59(\.\d{1,3})?s|1m0s", headers[name]), headers[name]
 
 
-async def test_headers_only_for_limits_that_are_set(limiter: TenantRateLimiter, tenant: str) -> None:
-    state = await limiter.admit(tenant, TenantLimits(requests_per_minute=3), 10)
-    assert set(state.headers()) == {
-        "x-ratelimit-limit-requests",
-        "x-ratelimit-remaining-requests",
-        "x-ratelimit-reset-requests",
-    }
-    assert await limiter.admit(tenant, TenantLimits(), 10) == LimitState()
-    assert LimitState().headers() == {}
+async def test_every_header_is_sent_and_unlimited_ones_read_as_plenty(limiter: TenantRateLimiter, tenant: str) -> None:
+    # OpenAI always sends all six; clients parse them as integers, so "no limit" must still be a number.
+    headers = rate_limit_headers(await limiter.admit(tenant, TenantLimits(requests_per_minute=3), 10))
+    assert headers["x-ratelimit-limit-requests"] == "3"
+    assert headers["x-ratelimit-remaining-requests"] == "2"
+    assert headers["x-ratelimit-limit-tokens"] == headers["x-ratelimit-remaining-tokens"] == str(UNLIMITED)
+    assert headers["x-ratelimit-reset-tokens"] == "0s"
+    assert await limiter.admit(tenant, TenantLimits(concurrent_streams=2), 10) == LimitState()
+    unlimited = rate_limit_headers(LimitState())
+    assert len(unlimited) == 6
+    assert all(int(value) == UNLIMITED for name, value in unlimited.items() if "reset" not in name)
 
 
 @pytest.mark.parametrize(
@@ -286,7 +296,9 @@ async def test_fail_open_admits_counts_and_warns_once_per_outage(
         for _ in range(3):
             state = await limiter.admit(tenant, limits, 10)
             assert state == LimitState(limit_requests=5)
-            assert state.headers() == {"x-ratelimit-limit-requests": "5"}
+            headers = rate_limit_headers(state)
+            assert headers["x-ratelimit-limit-requests"] == "5"
+            assert "x-ratelimit-remaining-requests" not in headers  # unknown during the outage
         async with limiter.stream_lease(tenant, limits):
             pass
         assert limiter.outage_count == 3

@@ -28,7 +28,7 @@ from auth import (
     looks_like_api_key,
     seed_tenants,
 )
-from gateway.settings import TenantLimits, TenantSettings
+from auth.settings import TenantLimits, TenantSettings
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable

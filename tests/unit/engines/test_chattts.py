@@ -112,8 +112,8 @@ def test_dir_source_without_path_says_so() -> None:
     "options", [{"colour": "blue"}, {"source": "ftp"}, {"max_batch": 0}, {"min_new_token": 9, "max_new_token": 8}]
 )
 def test_bad_options_are_rejected(options: dict[str, object]) -> None:
-    with pytest.raises(ValueError, match="chattts engine options"):
-        ChatTTSOptions.parse(options)
+    with pytest.raises(ValueError, match="ChatTTSOptions"):
+        ChatTTSOptions.model_validate(options)
 
 
 def test_generated_hash_map_covers_every_weight_file() -> None:
@@ -286,9 +286,9 @@ def test_an_invalid_request_in_a_batch_fails_alone(engine: ChatTTSEngine) -> Non
 @pytest.fixture
 async def pool() -> Iterator[Any]:
     from engines.pool import EnginePool
-    from gateway.settings import EngineSettings
+    from engines.settings import engine_settings
 
-    settings = EngineSettings(kind="chattts", options=chattts_engine_options(max_batch=4, batch_window_ms=50))
+    settings = engine_settings(kind="chattts", options=chattts_engine_options(max_batch=4, batch_window_ms=50))
     engine_pool = EnginePool("chattts", settings)
     await engine_pool.start()
     assert await engine_pool.wait_ready(60), engine_pool.status().reason

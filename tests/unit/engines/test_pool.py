@@ -11,7 +11,7 @@ import pytest
 
 from engines.base import InvalidSynthesisRequestError, SynthesisRequest
 from engines.pool import EngineNotReadyError, EngineOverloadedError, EnginePool, SynthesisFailedError
-from gateway.settings import EngineSettings
+from engines.settings import engine_settings
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -24,7 +24,7 @@ async def make_pool() -> AsyncIterator[Callable[..., Any]]:
     pools: list[EnginePool] = []
 
     async def make(options: dict[str, Any] | None = None, **settings: Any) -> EnginePool:
-        pool = EnginePool("test", EngineSettings(kind="synthetic", options=options or {}, **settings))
+        pool = EnginePool("test", engine_settings(kind="synthetic", options=options or {}, **settings))
         pools.append(pool)
         await pool.start()
         await pool.wait_ready(30)

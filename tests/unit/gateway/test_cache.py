@@ -10,10 +10,11 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import redis.asyncio as aioredis
 
-from gateway.cache import AudioCache, SingleFlight, cache_key
 from gateway.settings import CacheSettings
+from gateway.speech.cache import AudioCache, cache_key
+from gateway.speech.singleflight import SingleFlight
+from storage import connect_redis
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -50,10 +51,12 @@ def test_any_change_gives_another_key(change: dict[str, Any]) -> None:
 
 @pytest.fixture(params=["memory", "redis"])
 async def cache(request: pytest.FixtureRequest) -> AsyncIterator[AudioCache]:
-    url = None if request.param == "memory" else str(request.getfixturevalue("redis_url"))
-    audio_cache = AudioCache(CacheSettings(max_entry_bytes=4096), url)
+    client = None if request.param == "memory" else connect_redis(str(request.getfixturevalue("redis_url")))
+    audio_cache = AudioCache(CacheSettings(max_entry_bytes=4096), client)
     yield audio_cache
     await audio_cache.close()
+    if client is not None:
+        await client.aclose()
 
 
 async def test_binary_audio_round_trips(cache: AudioCache) -> None:
@@ -72,13 +75,30 @@ async def test_entries_over_max_entry_bytes_are_skipped(cache: AudioCache) -> No
 
 
 async def test_redis_entry_layout_and_ttl(redis_url: str) -> None:
-    cache = AudioCache(CacheSettings(ttl_s=600), redis_url)
+    client = connect_redis(redis_url)
+    cache = AudioCache(CacheSettings(ttl_s=600), client)
     await cache.set(key(), b"\x00audio")
-    client = aioredis.Redis.from_url(redis_url)
     assert await client.get(f"tts:audio:{key()}") == b"\x00audio"
     assert 599_000 < await client.pttl(f"tts:audio:{key()}") <= 600_000
-    await client.aclose()
     await cache.close()
+    await client.aclose()
+
+
+async def test_the_cache_authenticates_as_the_urls_acl_user(outage_redis: RedisServer) -> None:
+    # A Redis 6+ ACL URL names a user; the cache must use it like every other user of the shared client, not fall
+    # back to the default user (here switched off, so only the named user can read or write).
+    admin = connect_redis(outage_redis.url)
+    await admin.execute_command("ACL", "SETUSER", "speech", "on", ">s3cret", "~tts:*", "+@all")
+    await admin.execute_command("ACL", "SETUSER", "default", "off")
+    await admin.aclose()
+    host_port = outage_redis.url.removeprefix("redis://")
+    client = connect_redis(f"redis://speech:s3cret@{host_port}")
+    cache = AudioCache(CacheSettings(), client)
+    await cache.set("acl", b"\x01audio")
+    assert await cache.get("acl") == b"\x01audio"
+    assert await client.get("tts:audio:acl") == b"\x01audio"
+    await cache.close()
+    await client.aclose()
 
 
 async def test_memory_cache_evicts_least_recently_used() -> None:
@@ -99,7 +119,8 @@ async def test_disabled_cache_stores_nothing() -> None:
 async def test_outage_reads_as_a_miss_and_writes_are_dropped(
     outage_redis: RedisServer, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    cache = AudioCache(CacheSettings(), outage_redis.url)
+    client = connect_redis(outage_redis.url)
+    cache = AudioCache(CacheSettings(), client)
     await cache.set("a", b"A")
     outage_redis.stop()
     with caplog.at_level(logging.WARNING, logger="tts_gateway.cache"):
@@ -111,6 +132,7 @@ async def test_outage_reads_as_a_miss_and_writes_are_dropped(
     await cache.set("c", b"C")
     assert await cache.get("c") == b"C"
     await cache.close()
+    await client.aclose()
 
 
 class Producer:

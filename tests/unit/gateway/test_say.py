@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from gateway import cli
+from gateway.cli import say as say_cli
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -152,7 +153,7 @@ class _Terminal(io.StringIO):
 
 def test_progress_redraws_one_line_on_a_terminal() -> None:
     terminal = _Terminal()
-    progress = cli._Progress(terminal, delay_s=0, interval_s=0)
+    progress = say_cli._Progress(terminal, delay_s=0, interval_s=0)
     progress.advance(1024)
     progress.advance(2048)
     progress.close()
@@ -164,7 +165,7 @@ def test_progress_redraws_one_line_on_a_terminal() -> None:
 
 @pytest.mark.parametrize(("stream", "delay_s"), [(io.StringIO(), 0.0), (_Terminal(), 60.0)])
 def test_progress_is_quiet_off_a_terminal_and_for_short_waits(stream: io.StringIO, delay_s: float) -> None:
-    progress = cli._Progress(stream, delay_s=delay_s, interval_s=0)
+    progress = say_cli._Progress(stream, delay_s=delay_s, interval_s=0)
     progress.advance(1024)
     progress.close()
     assert stream.getvalue() == ""

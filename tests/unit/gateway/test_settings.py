@@ -39,8 +39,9 @@ def test_yaml_file_then_environment_wins(tmp_path: Path, monkeypatch: pytest.Mon
     assert settings.server.port == 9200
     assert settings.server.log_level == "warning"
     assert settings.engines["tones"].workers == 3
-    assert settings.engines["tones"].options == {"rtf": 0.5}
-    assert settings.aliases == {"tts-1": ["tones", "espeak"]}
+    assert settings.engines["tones"].options.rtf == 0.5
+    assert settings.aliases["tts-1"] == ["tones", "espeak"]
+    assert settings.aliases["tts-1-hd"] == ["chattts", "espeak"]  # built-ins the file does not name stay
 
 
 @pytest.mark.parametrize("bad", [

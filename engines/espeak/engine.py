@@ -11,10 +11,11 @@ import functools
 import math
 from typing import TYPE_CHECKING, Final
 
-from engines._espeak_lib import EspeakError, EspeakLibrary, SpeechParameters, open_espeak
-from engines._espeak_stream import SynthesisStream
-from engines._espeak_voices import ESPEAK_VOICES, EspeakVoice
 from engines.base import EngineInfo, EngineUnavailableError, InvalidSynthesisRequestError, VoiceInfo
+from engines.espeak.library import EspeakError, EspeakLibrary, SpeechParameters, open_espeak
+from engines.espeak.options import EspeakOptions
+from engines.espeak.stream import ThreadedSynthesis
+from engines.espeak.voices import ESPEAK_VOICES, EspeakVoice
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Mapping
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EspeakEngine"]
 
-_DEFAULT_CHUNK_MS: Final = 100
-_CHUNK_MS_LIMITS: Final = (10, 1000)
 _QUEUED_AUDIO_MS: Final = 10_000
 """How far espeak may run ahead of a slow consumer before it pauses."""
 _RATE_NORMAL_WPM: Final = 175
@@ -56,8 +55,8 @@ class EspeakEngine:
         ValueError: An unknown option or an invalid value.
     """
 
-    def __init__(self, options: Mapping[str, object] | None = None) -> None:
-        self._chunk_ms = _parse_chunk_ms(dict(options or {}))
+    def __init__(self, options: EspeakOptions | Mapping[str, object] | None = None) -> None:
+        self._chunk_ms = EspeakOptions.model_validate(options or {}).chunk_ms
         self._library: EspeakLibrary | None = None
         self._voices = {voice.id: voice for voice in ESPEAK_VOICES}
 
@@ -92,7 +91,7 @@ class EspeakEngine:
         parameters = self._parameters(request)
         speak = functools.partial(library.speak, request.text, parameters)
         chunk_samples = library.sample_rate * self._chunk_ms // 1000
-        stream = SynthesisStream(speak, chunk_samples, max_queued=math.ceil(_QUEUED_AUDIO_MS / self._chunk_ms))
+        stream = ThreadedSynthesis(speak, chunk_samples, max_queued=math.ceil(_QUEUED_AUDIO_MS / self._chunk_ms))
         return stream.chunks(cancel)
 
     def _parameters(self, request: SynthesisRequest) -> SpeechParameters:
@@ -113,17 +112,6 @@ class EspeakEngine:
             speed_range=(_RATE_MIN_WPM / _RATE_NORMAL_WPM, _RATE_MAX_WPM / _RATE_NORMAL_WPM),
             details={"library": f"espeak-ng {library.version}", "data": str(library.data_path)},
         )
-
-
-def _parse_chunk_ms(options: dict[str, object]) -> int:
-    chunk_ms = options.pop("chunk_ms", _DEFAULT_CHUNK_MS)
-    if options:
-        raise ValueError(f"unknown espeak engine options: {sorted(options)}")
-    low, high = _CHUNK_MS_LIMITS
-    # bool is an int to Python, but `chunk_ms: true` in a config file is a mistake.
-    if not isinstance(chunk_ms, int) or isinstance(chunk_ms, bool) or not low <= chunk_ms <= high:
-        raise ValueError(f"espeak option chunk_ms must be an integer from {low} to {high}, got {chunk_ms!r}")
-    return chunk_ms
 
 
 def _rate_wpm(speed: float) -> int:

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 from litestar.status_codes import HTTP_404_NOT_FOUND
 
-from gateway.errors import OpenAIError
+from gateway.http.errors import OpenAIError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from engines.pool import EnginePool
+    from engines.backend import EngineBackend
 
 __all__ = ["ModelRouter"]
 
@@ -19,14 +19,14 @@ __all__ = ["ModelRouter"]
 class ModelRouter:
     """Resolves the ``model`` of a request to the engine pool that serves it."""
 
-    def __init__(self, pools: Mapping[str, EnginePool], aliases: Mapping[str, Sequence[str]]) -> None:
+    def __init__(self, pools: Mapping[str, EngineBackend], aliases: Mapping[str, Sequence[str]]) -> None:
         self.pools = dict(pools)
         self.aliases = {name: tuple(targets) for name, targets in aliases.items()}
 
     def model_names(self) -> list[str]:
         return [*self.aliases, *self.pools]
 
-    def resolve(self, model: str) -> EnginePool:
+    def resolve(self, model: str) -> EngineBackend:
         """The pool for ``model``: for an alias, the first ready engine, else the first one still starting.
 
         Raises:

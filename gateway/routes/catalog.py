@@ -10,10 +10,10 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_400_BAD_REQUEST, HTTP_4
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engines.base import OPENAI_VOICES
-from gateway.custom_voices import SEED_SPEAKER_PREFIX, CustomVoiceRecord, new_voice
-from gateway.dependencies import Caller, Router, Tenants
-from gateway.errors import OpenAIError, error_responses
+from gateway.http.dependencies import Caller, Router, VoicesDep
+from gateway.http.errors import OpenAIError, error_responses
 from gateway.schemas import ModelList, ModelObject
+from gateway.speech.voices import SEED_SPEAKER_PREFIX, CustomVoiceRecord, new_voice
 
 __all__ = ["CustomVoiceCreate", "ModelsController", "VoicesController"]
 
@@ -76,7 +76,7 @@ class VoicesController(Controller):
     @get(operation_id="listVoices", summary="Built-in voices with the models that have them, and your custom voices.",
          responses=error_responses(400, 401, 404, 503))
     async def list_voices(
-        self, router: Router, tenancy: Tenants, principal: Caller,
+        self, router: Router, voices: VoicesDep, principal: Caller,
         model: Annotated[str | None, Parameter(description="Only the voices of this model.")] = None,
     ) -> dict[str, Any]:
         models = [n for n in router.model_names() if principal.tenant.allows_model(n)]
@@ -86,14 +86,14 @@ class VoicesController(Controller):
             models = [model]
         builtin = _builtin_voices(router, models)
         engines = {router.resolve(name).name for name in models}
-        custom = [v.public() | {"custom": True} for v in await tenancy.voices.list(principal.tenant.name)
+        custom = [v.public() | {"custom": True} for v in await voices.list(principal.tenant.name)
                   if v.model in engines]
         return {"object": "list", "data": builtin + custom}
 
     @get("/{voice_id:str}", operation_id="retrieveVoice", summary="One of your custom voices.",
          responses=error_responses(401, 404, 503))
-    async def retrieve_voice(self, voice_id: FromPath[str], tenancy: Tenants, principal: Caller) -> dict[str, Any]:
-        voice = await tenancy.voices.get(principal.tenant.name, voice_id)
+    async def retrieve_voice(self, voice_id: FromPath[str], voices: VoicesDep, principal: Caller) -> dict[str, Any]:
+        voice = await voices.get(principal.tenant.name, voice_id)
         if voice is None:
             raise _voice_not_found(voice_id)
         return voice.public() | {"custom": True}
@@ -101,27 +101,27 @@ class VoicesController(Controller):
     @post(status_code=HTTP_201_CREATED, operation_id="createVoice", summary="Create a custom voice for your tenant.",
           responses=error_responses(400, 401, 404, 503))
     async def create_voice(
-        self, data: JSONBody[CustomVoiceCreate], router: Router, tenancy: Tenants, principal: Caller,
+        self, data: JSONBody[CustomVoiceCreate], router: Router, voices: VoicesDep, principal: Caller,
     ) -> dict[str, Any]:
-        voice = await _new_custom_voice(data, router, tenancy, principal)
-        await tenancy.voices.add(voice)
+        voice = await _new_custom_voice(data, router, voices, principal)
+        await voices.add(voice)
         return voice.public() | {"custom": True}
 
     @delete("/{voice_id:str}", status_code=200, operation_id="deleteVoice", summary="Delete one of your voices.",
             responses=error_responses(401, 404, 503))
-    async def delete_voice(self, voice_id: FromPath[str], tenancy: Tenants, principal: Caller) -> dict[str, Any]:
-        if not await tenancy.voices.delete(principal.tenant.name, voice_id):
+    async def delete_voice(self, voice_id: FromPath[str], voices: VoicesDep, principal: Caller) -> dict[str, Any]:
+        if not await voices.delete(principal.tenant.name, voice_id):
             raise _voice_not_found(voice_id)
         return {"id": voice_id, "object": "voice.deleted", "deleted": True}
 
 
 async def _new_custom_voice(
-    data: JSONBody[CustomVoiceCreate], router: Router, tenancy: Tenants, principal: Caller,
+    data: JSONBody[CustomVoiceCreate], router: Router, voices: VoicesDep, principal: Caller,
 ) -> CustomVoiceRecord:
     tenant = principal.tenant.name
     if data.model not in router.pools or not principal.tenant.allows_model(data.model):
         raise _model_not_found(data.model)
-    if data.name in OPENAI_VOICES or await tenancy.voices.find_by_name(tenant, data.name) is not None:
+    if data.name in OPENAI_VOICES or await voices.find_by_name(tenant, data.name) is not None:
         raise OpenAIError(HTTP_400_BAD_REQUEST, f"A voice named '{data.name}' already exists.", param="name",
                           code="voice_exists")
     speaker = data.speaker if data.speaker is not None else f"{SEED_SPEAKER_PREFIX}{data.seed}"

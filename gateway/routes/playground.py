@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PlaygroundController", "playground_handlers"]
 
-STATIC_DIR = Path(__file__).with_name("static") / "playground"
+STATIC_DIR = Path(__file__).parent.parent / "static" / "playground"
 ASSETS_PATH = "/playground/static"
 
 _SECURITY_HEADERS = {

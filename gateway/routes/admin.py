@@ -12,10 +12,10 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_404_NOT_FOUND
 from pydantic import BaseModel, ConfigDict, Field
 
 from auth import ApiKeyRecord, Tenant, TenantNotFoundError, tenant_from_settings
-from gateway.dependencies import Tenants
-from gateway.errors import OpenAIError, error_responses
-from gateway.security import require_admin
-from gateway.settings import TenantLimits, TenantSettings
+from auth.settings import TenantLimits, TenantSettings
+from gateway.http.dependencies import AuthStoreDep, UsageDep
+from gateway.http.errors import OpenAIError, error_responses
+from gateway.http.security import require_admin
 
 __all__ = ["AdminController", "TenantCreate"]
 
@@ -52,42 +52,42 @@ class AdminController(Controller):
     guards = [require_admin]  # noqa: RUF012 - Litestar's declared type
 
     @get("/tenants", operation_id="adminListTenants", responses=_ERRORS)
-    async def list_tenants(self, tenancy: Tenants) -> list[dict[str, Any]]:
-        return [_tenant_json(t) for t in await tenancy.store.list_tenants()]
+    async def list_tenants(self, auth_store: AuthStoreDep) -> list[dict[str, Any]]:
+        return [_tenant_json(t) for t in await auth_store.list_tenants()]
 
     @post("/tenants", status_code=HTTP_201_CREATED, operation_id="adminCreateTenant", responses=_ERRORS)
-    async def create_tenant(self, data: JSONBody[TenantCreate], tenancy: Tenants) -> dict[str, Any]:
+    async def create_tenant(self, data: JSONBody[TenantCreate], auth_store: AuthStoreDep) -> dict[str, Any]:
         # Validated as a configuration entry would be (name pattern, limits).
         tenant = tenant_from_settings(TenantSettings(name=data.name, limits=data.limits, models=data.models))
-        await tenancy.store.put_tenant(tenant)
+        await auth_store.put_tenant(tenant)
         return _tenant_json(tenant)
 
     @delete("/tenants/{name:str}", status_code=200, operation_id="adminDeleteTenant", responses=_ERRORS)
-    async def delete_tenant(self, name: FromPath[str], tenancy: Tenants) -> dict[str, Any]:
-        if not await tenancy.store.delete_tenant(name):
+    async def delete_tenant(self, name: FromPath[str], auth_store: AuthStoreDep) -> dict[str, Any]:
+        if not await auth_store.delete_tenant(name):
             raise _no_tenant(name)
         return {"name": name, "deleted": True}
 
     @post("/tenants/{name:str}/keys", status_code=HTTP_201_CREATED, operation_id="adminCreateKey",
           responses=_ERRORS)
-    async def create_key(self, name: FromPath[str], tenancy: Tenants) -> dict[str, Any]:
+    async def create_key(self, name: FromPath[str], auth_store: AuthStoreDep) -> dict[str, Any]:
         try:
-            key, record = await tenancy.store.create_key(name)
+            key, record = await auth_store.create_key(name)
         except TenantNotFoundError:
             raise _no_tenant(name) from None
         return {**_key_json(record), "key": key}  # the only time the key is ever shown
 
     @get("/tenants/{name:str}/keys", operation_id="adminListKeys", responses=_ERRORS)
-    async def list_keys(self, name: FromPath[str], tenancy: Tenants) -> list[dict[str, Any]]:
-        return [_key_json(r) for r in await tenancy.store.list_keys(name)]
+    async def list_keys(self, name: FromPath[str], auth_store: AuthStoreDep) -> list[dict[str, Any]]:
+        return [_key_json(r) for r in await auth_store.list_keys(name)]
 
     @delete("/keys/{key_id:str}", status_code=200, operation_id="adminRevokeKey", responses=_ERRORS)
-    async def revoke_key(self, key_id: FromPath[str], tenancy: Tenants) -> dict[str, Any]:
-        if not await tenancy.store.revoke_key(key_id):
+    async def revoke_key(self, key_id: FromPath[str], auth_store: AuthStoreDep) -> dict[str, Any]:
+        if not await auth_store.revoke_key(key_id):
             raise OpenAIError(HTTP_404_NOT_FOUND, f"Key '{key_id}' was not found.", param="key_id",
                               code="key_not_found")
         return {"id": key_id, "revoked": True}
 
     @get("/usage", operation_id="adminUsage", responses=_ERRORS)
-    async def usage(self, tenancy: Tenants) -> dict[str, Any]:
-        return {name: asdict(record) for name, record in (await tenancy.usage.all()).items()}
+    async def usage(self, usage: UsageDep) -> dict[str, Any]:
+        return {name: asdict(record) for name, record in (await usage.all()).items()}

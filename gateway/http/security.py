@@ -9,8 +9,8 @@ from litestar import Request  # noqa: TC002 - Litestar reads the hints of depend
 from litestar.status_codes import HTTP_401_UNAUTHORIZED, HTTP_404_NOT_FOUND
 
 from auth import Principal  # noqa: TC001 - Litestar reads the hints of dependencies at runtime
-from gateway.errors import OpenAIError
-from gateway.observability import request_record
+from gateway.http.errors import OpenAIError
+from gateway.http.tracking import request_record
 
 if TYPE_CHECKING:
     from litestar.connection import ASGIConnection
@@ -21,7 +21,7 @@ __all__ = ["provide_principal", "require_admin"]
 
 async def provide_principal(request: Request[Any, Any, Any]) -> Principal:  # Litestar reads these hints at runtime
     """Authenticate the request (API key or JWT; anyone when the gateway runs open)."""
-    principal: Principal = await request.app.state.tenancy.authenticator.authenticate(
+    principal: Principal = await request.app.state.services.authenticator.authenticate(
         request.headers.get("authorization"))
     if (record := request_record(request.scope)) is not None:
         record.tenant = principal.tenant.name

@@ -28,6 +28,7 @@ from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenant
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
 from engines.base import InvalidSynthesisRequestError
 from engines.pool import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from gateway.http.ratelimit_headers import rate_limit_headers
 from gateway.schemas import ErrorResponse
 
 if TYPE_CHECKING:
@@ -187,7 +188,7 @@ def _rate_limited(exc: RateLimitExceededError) -> OpenAIError:
     # OpenAI names the exhausted budget in `type` ("requests" or "tokens"); characters are our tokens.
     kind = {"requests": "requests", "characters": "tokens", "concurrency": "requests"}[exc.reason]
     code = "concurrency_limit_exceeded" if exc.reason == "concurrency" else "rate_limit_exceeded"
-    headers = {**exc.state.headers(), "Retry-After": str(exc.retry_after_s)}
+    headers = {**rate_limit_headers(exc.state), "Retry-After": str(exc.retry_after_s)}
     message = f"{_LIMIT_MESSAGES[exc.reason]} Retry after {exc.retry_after_s} s."
     return OpenAIError(HTTP_429_TOO_MANY_REQUESTS, message, type=kind, code=code, headers=headers)
 

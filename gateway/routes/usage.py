@@ -7,8 +7,8 @@ from typing import Any
 
 from litestar import Controller, get
 
-from gateway.dependencies import Caller, Tenants
-from gateway.errors import error_responses
+from gateway.http.dependencies import Caller, UsageDep
+from gateway.http.errors import error_responses
 
 __all__ = ["UsageController"]
 
@@ -19,6 +19,6 @@ class UsageController(Controller):
 
     @get(operation_id="getUsage", summary="Requests, input characters, audio seconds, cache hits and rejections.",
          responses=error_responses(401, 503))
-    async def get_usage(self, tenancy: Tenants, principal: Caller) -> dict[str, Any]:
-        record = await tenancy.usage.get(principal.tenant.name)
+    async def get_usage(self, usage: UsageDep, principal: Caller) -> dict[str, Any]:
+        record = await usage.get(principal.tenant.name)
         return {"object": "usage", "tenant": principal.tenant.name, **asdict(record)}

@@ -18,10 +18,10 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from engines._espeak_lib import PcmSink
     from engines.base import CancelToken
+    from engines.espeak.library import PcmSink
 
-__all__ = ["SynthesisStream"]
+__all__ = ["ThreadedSynthesis"]
 
 _POLL_S: Final = 0.02
 """How often a waiting side looks at the cancel token or the stop flag."""
@@ -34,7 +34,7 @@ class _Finished:
     error: BaseException | None = None
 
 
-class SynthesisStream:
+class ThreadedSynthesis:
     """One synthesis, run in a helper thread and consumed once through :meth:`chunks`.
 
     Args:

@@ -3,20 +3,16 @@ answers when the limits fail closed without it)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from litestar import Controller, Response, get
 from litestar.openapi import ResponseSpec
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
-from redis.exceptions import RedisError
 
-from gateway.dependencies import Router, Tenants
+from gateway.http.dependencies import Router, StorageDep
 from gateway.schemas import EngineReadiness, Readiness
 
 __all__ = ["HealthController"]
-
-_REDIS_PING_TIMEOUT_S = 0.5
 
 
 class HealthController(Controller):
@@ -29,24 +25,16 @@ class HealthController(Controller):
     @get("/readyz", operation_id="readyz", summary="Readiness: 200 when at least one engine is ready.",
          responses={503: ResponseSpec(data_container=Readiness, description="Not ready: see the detail.",
                                      generate_examples=False)})
-    async def readyz(self, router: Router, tenancy: Tenants) -> Response[Readiness]:
+    async def readyz(self, router: Router, storage: StorageDep) -> Response[Readiness]:
         engines = {name: _readiness(pool.status()) for name, pool in router.pools.items()}
-        redis = await _redis_state(tenancy)
+        redis = await storage.state()
         ready = any(engine.state == "ready" for engine in engines.values()) and (
-            redis != "unreachable" or tenancy.limiter_fails_open)
+            redis != "unreachable" or not storage.required)
         return Response(Readiness(ready=ready, engines=engines, redis=redis),
                         status_code=HTTP_200_OK if ready else HTTP_503_SERVICE_UNAVAILABLE)
 
 
 def _readiness(status: Any) -> EngineReadiness:
-    return EngineReadiness.model_validate(status, from_attributes=True)
-
-
-async def _redis_state(tenancy: Tenants) -> str:
-    if tenancy.redis is None:
-        return "not configured"
-    try:
-        await asyncio.wait_for(tenancy.redis.ping(), _REDIS_PING_TIMEOUT_S)
-    except (TimeoutError, RedisError, OSError):
-        return "unreachable"
-    return "ok"
+    readiness = EngineReadiness.model_validate(status, from_attributes=True)
+    readiness.details = dict(status.info.details) if status.info is not None else {}
+    return readiness

@@ -13,13 +13,14 @@ from litestar.response import ServerSentEvent, Stream
 from litestar.status_codes import HTTP_200_OK, HTTP_415_UNSUPPORTED_MEDIA_TYPE
 
 from gateway.audio.formats import CONTENT_TYPES
-from gateway.dependencies import Caller
-from gateway.errors import OpenAIError, error_responses
-from gateway.observability import RequestRecord, request_record
+from gateway.http.dependencies import Caller
+from gateway.http.errors import OpenAIError, error_responses
+from gateway.http.ratelimit_headers import rate_limit_headers
+from gateway.http.tracking import RequestRecord, request_record
 from gateway.schemas import SpeechRequest
 
 if TYPE_CHECKING:
-    from gateway.synthesis import SpeechService
+    from gateway.speech.service import SpeechReply, SpeechService
 
 __all__ = ["SpeechController"]
 
@@ -70,10 +71,18 @@ class SpeechController(Controller):
         speech: SpeechService = request.app.state.speech
         record = request_record(request.scope) or RequestRecord("-", "POST", self.path)
         reply = await speech.speak(principal, data, record)
+        headers = _reply_headers(reply)
         if data.stream_format == "sse":
-            return ServerSentEvent(reply.sse_events(), headers=reply.headers)
+            return ServerSentEvent(reply.sse_events(), headers=headers)
         media_type = CONTENT_TYPES[data.response_format]
         if reply.whole is not None:  # complete already: one body, without a streaming response's task group
-            return Response(reply.whole, media_type=media_type, headers=reply.headers,
-                            background=BackgroundTask(reply.close))
-        return Stream(reply.audio(), media_type=media_type, headers=reply.headers)
+            return Response(reply.whole, media_type=media_type, headers=headers, background=BackgroundTask(reply.close))
+        return Stream(reply.audio(), media_type=media_type, headers=headers)
+
+
+def _reply_headers(reply: SpeechReply) -> dict[str, str]:
+    """``x-engine`` (who spoke), ``x-cache`` and OpenAI's ``x-ratelimit-*`` headers."""
+    headers = {"x-engine": reply.engine, "x-cache": "hit" if reply.cache_hit else "miss"}
+    if reply.limits is not None:
+        headers.update(rate_limit_headers(reply.limits))
+    return headers

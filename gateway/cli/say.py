@@ -1,17 +1,11 @@
-"""``tts-gateway``: the command line.
+"""``tts-gateway say``: a client of a running gateway (or any OpenAI-compatible speech API), not part of the server.
 
-``tts-gateway serve [--host H] [--port P] [--config FILE]`` runs the gateway under uvicorn (uvloop, httptools).
-``tts-gateway keys create --tenant NAME [--config FILE]`` issues an API key (shown once, stored only as a hash).
-``tts-gateway assets generate --preset tiny|full DIR`` writes a ChatTTS asset directory with random weights.
-``tts-gateway openapi [--output FILE]`` writes the OpenAPI document the app serves (checked in as openapi/).
-``tts-gateway say TEXT|- [--voice V] [--format F] [-o FILE|-] [--play] [--model M] [--speed S] [--base-url URL]
-[--api-key KEY]`` speaks through a running gateway, writing the audio as it arrives.
+It streams ``POST /v1/audio/speech`` to a file or standard output as the audio arrives, shows progress on a terminal,
+and can play the result with the first of ffplay, mpv or aplay that is installed.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
 import shutil
 import subprocess
@@ -21,42 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 if TYPE_CHECKING:
+    import argparse
+
     import httpx
 
-    from gateway.settings import Settings
-
-__all__ = ["main"]
-
-
-def _config_argument(parser: argparse.ArgumentParser) -> None:
-    default = [Path(p) for p in os.environ.get("TTS_GATEWAY_CONFIG", "").split(os.pathsep) if p]
-    parser.add_argument("--config", type=Path, action="append", default=None,
-                        help="YAML configuration file, repeatable: later files deep-merge over earlier ones "
-                             "(default: $TTS_GATEWAY_CONFIG, files separated by ':'); environment variables win")
-    parser.set_defaults(config_default=default)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tts-gateway", description="OpenAI-compatible speech gateway for ChatTTS.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve the gateway over HTTP")
-    serve.add_argument("--host", help="address to bind (default: server.host, 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port to bind (default: server.port, 8000)")
-    _config_argument(serve)
-    keys = commands.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
-    create = keys.add_parser("create", help="issue an API key for a tenant (stored in Redis when redis_url is set)")
-    create.add_argument("--tenant", required=True)
-    _config_argument(create)
-    openapi = commands.add_parser("openapi", help="write the app's OpenAPI document (JSON)")
-    openapi.add_argument("--output", type=Path, help="file to write (default: standard output)")
-    assets = commands.add_parser("assets", help="ChatTTS weights").add_subparsers(dest="assets_command", required=True)
-    generate = assets.add_parser("generate", help="write ChatTTS assets with random weights (tests, benchmarks)")
-    generate.add_argument("--preset", choices=["tiny", "full"], default="tiny",
-                          help="tiny: seconds to build, for tests; full: the real model's dimensions, for benchmarks")
-    generate.add_argument("--seed", type=int, default=0)
-    generate.add_argument("directory", type=Path)
-    _say_parser(commands)
-    return parser
+__all__ = ["add_say_parser", "run_say"]
 
 
 #: What ``say`` writes by default for each format, and the format it infers from an output file's suffix.
@@ -64,7 +27,7 @@ _SAY_SUFFIXES = {"mp3": ".mp3", "opus": ".ogg", "aac": ".aac", "flac": ".flac", 
 _SAY_FORMATS_BY_SUFFIX = {**{suffix: fmt for fmt, suffix in _SAY_SUFFIXES.items()}, ".opus": "opus"}
 
 
-def _say_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_say_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     say = commands.add_parser(
         "say", help="speak text through a running gateway into a file (and play it)",
         description="Streams POST /v1/audio/speech from a running gateway (or any OpenAI-compatible API) to a file. "
@@ -84,86 +47,10 @@ def _say_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     say.add_argument("--api-key", help="bearer token (default: $TTS_GATEWAY_API_KEY, then $OPENAI_API_KEY)")
 
 
-def _settings(args: argparse.Namespace) -> Settings | None:
-    from gateway.settings import load_settings
-
-    try:
-        return load_settings(args.config if args.config is not None else args.config_default)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"tts-gateway: invalid configuration: {exc}", file=sys.stderr)
-        return None
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from gateway.app import create_app
-
-    if (settings := _settings(args)) is None:
-        return 2
-    host = args.host or settings.server.host
-    port = settings.server.port if args.port is None else args.port
-    # websockets-sansio waits for the socket to drain before each send, so a slow realtime client pushes back
-    # instead of piling audio up in memory.
-    uvicorn.run(create_app(settings), host=host, port=port, loop="uvloop", http="httptools",
-                ws="websockets-sansio", ws_max_size=settings.server.max_body_bytes,
-                log_level=settings.server.log_level, timeout_graceful_shutdown=settings.server.shutdown_grace_s,
-                access_log=False)  # one JSON line per request comes from the gateway itself
-    return 0
-
-
-def _create_key(args: argparse.Namespace) -> int:
-    if (settings := _settings(args)) is None:
-        return 2
-    if settings.redis_url is None:
-        # Without a shared store the key goes into the configuration file as its hash.
-        from auth import generate_api_key, hash_api_key
-
-        key = generate_api_key()
-        print(f"{key}\n\nNo redis_url is configured: add this hash to the tenant's api_key_sha256 in the config "
-              f"file, then restart:\n  {hash_api_key(key)}", file=sys.stdout)
-        return 0
-    return asyncio.run(_create_key_in_redis(settings, args.tenant))
-
-
-async def _create_key_in_redis(settings: Settings, tenant: str) -> int:
-    from redis.asyncio import Redis
-
-    from auth import RedisAuthStore, TenantNotFoundError, seed_tenants
-
-    store = RedisAuthStore(Redis.from_url(settings.redis_url or ""))
-    try:
-        await seed_tenants(store, settings.auth.tenants)
-        key, record = await store.create_key(tenant)
-    except TenantNotFoundError:
-        print(f"tts-gateway: no tenant named {tenant!r}", file=sys.stderr)
-        return 1
-    finally:
-        await store.close()
-    print(f"{key}\n\nkey id {record.id} for tenant {tenant}: shown once, stored only as a hash.")
-    return 0
-
-
-def _write_openapi(args: argparse.Namespace) -> int:
-    from gateway.app import openapi_document
-
-    document = openapi_document()
-    if args.output is None:
-        print(document, end="")
-    else:
-        args.output.write_text(document)
-    return 0
-
-
-def _generate_assets(args: argparse.Namespace) -> int:
-    from engines.chattts.assets import generate_assets
-
-    generate_assets(args.directory, args.preset, args.seed)
-    print(f"wrote {args.preset} ChatTTS assets with random weights to {args.directory}")
-    return 0
-
-
-def _say(args: argparse.Namespace) -> int:
+def run_say(args: argparse.Namespace) -> int:
+    """Run ``tts-gateway say``; returns the exit status."""
     response_format = args.response_format or _SAY_FORMATS_BY_SUFFIX.get(Path(args.output or "").suffix, "mp3")
     output = args.output or f"speech{_SAY_SUFFIXES[response_format]}"
     if args.play and output == "-":
@@ -281,20 +168,3 @@ def _play(path: Path, response_format: str) -> int:
         print(f"tts-gateway: wrote {path} but cannot play it: install {wanted}", file=sys.stderr)
         return 1
     return subprocess.run(command, check=False).returncode
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "say":
-        return _say(args)
-    if args.command == "serve":
-        return _serve(args)
-    if args.command == "keys":
-        return _create_key(args)
-    if args.command == "openapi":
-        return _write_openapi(args)
-    return _generate_assets(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,100 @@
+"""What auth is configured with: tenants and their limits, JWTs, the admin token, and how limits behave in an outage.
+
+The gateway's settings (``gateway/settings.py``) compose these; nothing in ``auth`` reads any other settings.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+__all__ = ["AuthSettings", "JWTSettings", "LimitsSettings", "TenantLimits", "TenantSettings"]
+
+
+class TenantLimits(BaseModel):
+    """Per-tenant limits; ``None`` means unlimited."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    characters_per_minute: int | None = Field(default=None, ge=1)
+    """Input characters per minute: the speech analogue of tokens per minute."""
+    concurrent_streams: int | None = Field(default=None, ge=1)
+
+
+class TenantSettings(BaseModel):
+    """A tenant declared in the configuration file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+    limits: TenantLimits = Field(default_factory=TenantLimits)
+    models: list[str] | None = None
+    """Models (engines or aliases) the tenant may use; ``None``: every model."""
+    api_key_sha256: list[str] = Field(default_factory=list)
+    """Hex SHA-256 hashes of API keys issued out of band (``tts-gateway keys hash``); keys are never stored."""
+
+
+class JWTSettings(BaseModel):
+    """JSON Web Tokens for business callers: one pinned algorithm and its key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    algorithm: Literal["HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "ES512"] = "HS256"
+    secret: SecretStr | None = None
+    """The shared secret, for HS* algorithms."""
+    public_key: str | None = None
+    """The PEM public key, for RS*/ES* algorithms."""
+    audience: str | None = None
+    issuer: str | None = None
+    tenant_claim: str = "tenant"
+    leeway_s: int = Field(default=0, ge=0, le=300)
+
+    @model_validator(mode="after")
+    def _key_matches_algorithm(self) -> JWTSettings:
+        if self.algorithm.startswith("HS") and (self.secret is None or self.public_key is not None):
+            raise ValueError("HS* algorithms need `secret` and no `public_key`")
+        if not self.algorithm.startswith("HS") and (self.public_key is None or self.secret is not None):
+            raise ValueError("RS*/ES* algorithms need `public_key` and no `secret`")
+        return self
+
+
+class AuthSettings(BaseModel):
+    """Who may call the gateway."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    required: bool = False
+    """Refuse to start without tenants or an admin token (the Helm chart's default).
+
+    The gateway runs open (no credentials needed, one anonymous tenant) only when no tenants are configured and no
+    admin token is set; it says so loudly at start-up.
+    """
+    admin_token: SecretStr | None = None
+    """Bearer token of the admin API (``/admin/...``); the admin API is off without it."""
+    tenants: list[TenantSettings] = Field(default_factory=list)
+    jwt: JWTSettings | None = None
+
+    @model_validator(mode="after")
+    def _tenants_are_sound(self) -> AuthSettings:
+        names = [tenant.name for tenant in self.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError("tenant names must be unique")
+        if self.required and not names and self.admin_token is None:
+            raise ValueError("auth.required is true but no tenants are configured (nor an admin token to add them)")
+        return self
+
+
+class LimitsSettings(BaseModel):
+    """How per-tenant limits behave when their storage is out of reach."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fail_mode: Literal["open", "closed"] = "open"
+    """``open``: admit requests while Redis is unreachable (counted and logged); ``closed``: answer 503."""
+    lease_ttl_s: float = Field(default=30.0, gt=0)
+    """A concurrent-stream lease not renewed for this long expires (a replica that died mid-stream)."""
+    stream_wait_s: float = Field(default=0.25, ge=0, le=10)
+    """A stream over the tenant's concurrency limit waits this long for one of its streams to end before a 429: a
+    client that aborts a stream and asks again at once is often faster than the server noticing the abort."""

@@ -1,0 +1,60 @@
+"""What the gateway needs from an engine, whatever runs it: a pool of worker processes (``engines.pool``), an
+engine in a thread (the in-process tests), or a remote server. The gateway only ever talks to this interface."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from contextlib import AbstractAsyncContextManager
+
+    from engines.base import EngineInfo, SynthesisRequest
+    from engines.pool import PoolStatus
+
+__all__ = ["EngineBackend", "PcmStream"]
+
+
+class PcmStream(Protocol):
+    """One synthesis as it arrives: iterate for mono int16 little-endian PCM bytes at :attr:`sample_rate`.
+
+    Iteration raises :class:`~engines.base.InvalidSynthesisRequestError` when the engine rejected the request, and
+    :class:`~engines.pool.SynthesisFailedError` when it failed.
+    """
+
+    sample_rate: int
+    info: EngineInfo
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+
+class EngineBackend(Protocol):
+    """One engine as the gateway sees it: started and stopped with the app, asked for streams, asked for status."""
+
+    name: str
+
+    @property
+    def info(self) -> EngineInfo | None:
+        """What the engine last reported about itself; ``None`` until it has loaded."""
+        ...
+
+    async def start(self) -> None:
+        """Start loading; returns at once (readiness shows in :meth:`status`)."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop, cancelling whatever runs."""
+        ...
+
+    def status(self) -> PoolStatus:
+        """A snapshot for ``/readyz`` and the metrics."""
+        ...
+
+    def open_stream(self, request: SynthesisRequest, *, tenant: str = "") -> AbstractAsyncContextManager[PcmStream]:
+        """Run ``request`` for ``tenant``; leaving the block before the end cancels it.
+
+        Raises (on enter):
+            EngineNotReadyError: nothing can take requests (loading, unavailable).
+            EngineOverloadedError: every worker is busy and the wait queue is full, or the wait timed out.
+        """
+        ...

@@ -1,0 +1,33 @@
+"""``tts-gateway``: the command line. Nothing imports it; it imports the rest.
+
+``tts-gateway serve [--host H] [--port P] [--config FILE]`` runs the gateway under uvicorn (uvloop, httptools).
+``tts-gateway keys create --tenant NAME [--config FILE]`` issues an API key (shown once, stored only as a hash).
+``tts-gateway assets generate --preset tiny|full DIR`` writes a ChatTTS asset directory with random weights.
+``tts-gateway openapi [--output FILE]`` writes the OpenAPI document the app serves (checked in as openapi/).
+``tts-gateway say TEXT|- [--voice V] [--format F] [-o FILE|-] [--play] [--model M] [--speed S] [--base-url URL]
+[--api-key KEY]`` speaks through a running gateway, writing the audio as it arrives (``say.py``, a client).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gateway.cli.say import add_say_parser, run_say
+from gateway.cli.server import add_server_parsers, run_server_command
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script ``tts-gateway``; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="tts-gateway", description="OpenAI-compatible speech gateway for ChatTTS.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_server_parsers(commands)
+    add_say_parser(commands)
+    args = parser.parse_args(argv)
+    return run_say(args) if args.command == "say" else run_server_command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The server's commands: ``serve``, ``keys create``, ``openapi`` and ``assets generate``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
+
+    from gateway.settings import Settings
+
+__all__ = ["add_server_parsers", "run_server_command"]
+
+
+def _config_argument(parser: argparse.ArgumentParser) -> None:
+    default = [Path(p) for p in os.environ.get("TTS_GATEWAY_CONFIG", "").split(os.pathsep) if p]
+    parser.add_argument("--config", type=Path, action="append", default=None,
+                        help="YAML configuration file, repeatable: later files deep-merge over earlier ones "
+                             "(default: $TTS_GATEWAY_CONFIG, files separated by ':'); environment variables win")
+    parser.set_defaults(config_default=default)
+
+
+def add_server_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``serve``, ``keys create``, ``openapi`` and ``assets generate``."""
+    serve = commands.add_parser("serve", help="serve the gateway over HTTP")
+    serve.add_argument("--host", help="address to bind (default: server.host, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to bind (default: server.port, 8000)")
+    _config_argument(serve)
+    keys = commands.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
+    create = keys.add_parser("create", help="issue an API key for a tenant (stored in Redis when redis_url is set)")
+    create.add_argument("--tenant", required=True)
+    _config_argument(create)
+    openapi = commands.add_parser("openapi", help="write the app's OpenAPI document (JSON)")
+    openapi.add_argument("--output", type=Path, help="file to write (default: standard output)")
+    assets = commands.add_parser("assets", help="ChatTTS weights").add_subparsers(dest="assets_command", required=True)
+    generate = assets.add_parser("generate", help="write ChatTTS assets with random weights (tests, benchmarks)")
+    generate.add_argument("--preset", choices=["tiny", "full"], default="tiny",
+                          help="tiny: seconds to build, for tests; full: the real model's dimensions, for benchmarks")
+    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("directory", type=Path)
+
+
+def _settings(args: argparse.Namespace) -> Settings | None:
+    from gateway.settings import load_settings
+
+    try:
+        return load_settings(args.config if args.config is not None else args.config_default)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"tts-gateway: invalid configuration: {exc}", file=sys.stderr)
+        return None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+
+    if (settings := _settings(args)) is None:
+        return 2
+    host = args.host or settings.server.host
+    port = settings.server.port if args.port is None else args.port
+    # websockets-sansio waits for the socket to drain before each send, so a slow realtime client pushes back
+    # instead of piling audio up in memory.
+    uvicorn.run(create_app(settings), host=host, port=port, loop="uvloop", http="httptools",
+                ws="websockets-sansio", ws_max_size=settings.server.max_body_bytes,
+                log_level=settings.server.log_level, timeout_graceful_shutdown=settings.server.shutdown_grace_s,
+                access_log=False)  # one JSON line per request comes from the gateway itself
+    return 0
+
+
+def _create_key(args: argparse.Namespace) -> int:
+    if (settings := _settings(args)) is None:
+        return 2
+    if settings.redis_url is None:
+        # Without a shared store the key goes into the configuration file as its hash.
+        from auth import generate_api_key, hash_api_key
+
+        key = generate_api_key()
+        print(f"{key}\n\nNo redis_url is configured: add this hash to the tenant's api_key_sha256 in the config "
+              f"file, then restart:\n  {hash_api_key(key)}", file=sys.stdout)
+        return 0
+    return asyncio.run(_create_key_in_redis(settings, args.tenant))
+
+
+async def _create_key_in_redis(settings: Settings, tenant: str) -> int:
+    from redis.asyncio import Redis
+
+    from auth import RedisAuthStore, TenantNotFoundError, seed_tenants
+
+    store = RedisAuthStore(Redis.from_url(settings.redis_url or ""))
+    try:
+        await seed_tenants(store, settings.auth.tenants)
+        key, record = await store.create_key(tenant)
+    except TenantNotFoundError:
+        print(f"tts-gateway: no tenant named {tenant!r}", file=sys.stderr)
+        return 1
+    finally:
+        await store.close()
+    print(f"{key}\n\nkey id {record.id} for tenant {tenant}: shown once, stored only as a hash.")
+    return 0
+
+
+def _write_openapi(args: argparse.Namespace) -> int:
+    from gateway.app import openapi_document
+
+    document = openapi_document()
+    if args.output is None:
+        print(document, end="")
+    else:
+        args.output.write_text(document)
+    return 0
+
+
+def _generate_assets(args: argparse.Namespace) -> int:
+    from engines.chattts.assets import generate_assets
+
+    generate_assets(args.directory, args.preset, args.seed)
+    print(f"wrote {args.preset} ChatTTS assets with random weights to {args.directory}")
+    return 0
+
+
+def run_server_command(args: argparse.Namespace) -> int:
+    """Run the parsed server command; returns the exit status."""
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "keys":
+        return _create_key(args)
+    if args.command == "openapi":
+        return _write_openapi(args)
+    return _generate_assets(args)

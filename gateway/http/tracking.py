@@ -1,0 +1,153 @@
+"""Request ids and one structured log line per request, written when the response has been sent completely.
+
+The access log line is written when the response has been sent completely (for a stream: after its last chunk), so
+it can carry what only the end knows: audio seconds produced, time to first audio byte, the final status. The same
+middleware counts the request in the HTTP metrics (``gateway/observability/http_metrics.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+from litestar.enums import ScopeType
+
+from gateway.observability.http_metrics import HttpMetrics
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from litestar.plugins.prometheus import PrometheusConfig
+    from litestar.types import ASGIApp, HTTPScope, Message, Receive, Scope, Send
+
+    from gateway.observability.http_metrics import Span
+
+__all__ = ["REQUEST_ID_HEADER", "RequestRecord", "request_record", "request_tracking_middleware"]
+
+REQUEST_ID_HEADER = "x-request-id"
+_REQUEST_ID_HEADER = REQUEST_ID_HEADER.encode()
+_SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_RECORD_KEY = "tts_request_record"
+
+access_log = logging.getLogger("tts_gateway.access")
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What one request did; filled in by the handlers, logged by the middleware."""
+
+    request_id: str
+    method: str
+    path: str
+    started: float = field(default_factory=time.perf_counter, repr=False)
+    status: int = 0
+    duration_ms: float = 0.0
+    tenant: str | None = None
+    model: str | None = None
+    engine: str | None = None
+    format: str | None = None
+    characters: int | None = None
+    audio_seconds: float | None = None
+    ttfb_ms: float | None = None
+    cache: str | None = None
+
+    def as_log(self) -> dict[str, Any]:
+        # Attribute by attribute: ``dataclasses.asdict`` deep-copies every value, a cost paid on every request.
+        return {name: value for name in _LOGGED_FIELDS if (value := getattr(self, name)) is not None}
+
+
+_LOGGED_FIELDS = tuple(f.name for f in fields(RequestRecord) if f.name != "started")
+
+
+def request_record(scope: Scope) -> RequestRecord | None:
+    """The record of the request being served (None outside the middleware, e.g. in unit tests)."""
+    record: RequestRecord | None = scope.get("state", {}).get(_RECORD_KEY)
+    return record
+
+
+def _request_id(scope: Scope) -> str:
+    for name, value in scope.get("headers", ()):
+        if name == _REQUEST_ID_HEADER:
+            candidate = value.decode("latin-1")
+            if _SAFE_REQUEST_ID.match(candidate):  # echo only what cannot inject into logs or headers
+                return candidate
+    return uuid.uuid4().hex
+
+
+def request_tracking_middleware(prometheus: PrometheusConfig) -> Callable[[ASGIApp], ASGIApp]:
+    """Litestar middleware: accept or make a request id and echo it, log one JSON line when the response is
+    complete, and count the request in the ``<prefix>_request*`` metrics of Litestar's Prometheus middleware.
+
+    One layer instead of two, and the metrics' labelled children looked up once per label set, because this runs
+    on every request: the cost of a cache hit is mostly what surrounds it.
+    """
+    metrics = HttpMetrics(prometheus)
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == ScopeType.HTTP:
+                await _tracked(app, scope, receive, send, metrics.measure(scope, scope["method"]))
+            elif scope["type"] == ScopeType.WEBSOCKET and (span := metrics.measure(scope, "websocket")) is not None:
+                await _measured(app, scope, receive, send, span)
+            else:
+                await app(scope, receive, send)
+
+        return middleware
+
+    return wrap
+
+
+async def _tracked(app: ASGIApp, scope: HTTPScope, receive: Receive, send: Send, span: Span | None) -> None:
+    record = RequestRecord(_request_id(scope), scope["method"], scope["path"])
+    scope.setdefault("state", {})[_RECORD_KEY] = record
+    tracked = _TrackedSend(send, record, span)
+    try:
+        await app(scope, receive, tracked.send)
+    finally:
+        record.duration_ms = round((time.perf_counter() - record.started) * 1000, 2)
+        if span is not None:
+            span.end(record.status or 200)
+        _log_access(record)
+
+
+async def _measured(app: ASGIApp, scope: Scope, receive: Receive, send: Send, span: Span) -> None:
+    try:
+        await app(scope, receive, send)
+    finally:
+        span.end(200)  # as Litestar's middleware counts a WebSocket: no HTTP status, no response body
+
+
+class _TrackedSend:
+    """One response's ``send``: notes the status and when the body went, and adds the request id header."""
+
+    __slots__ = ("_record", "_send", "_span")
+
+    def __init__(self, send: Send, record: RequestRecord, span: Span | None) -> None:
+        self._send = send
+        self._record = record
+        self._span = span
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self._record.status = message["status"]
+            headers = list(message.get("headers", ()))
+            headers.append((_REQUEST_ID_HEADER, self._record.request_id.encode()))
+            message = {**message, "headers": headers}
+        elif message["type"] == "http.response.body" and self._span is not None:
+            self._span.body_sent()
+        await self._send(message)
+
+
+def _log_access(record: RequestRecord) -> None:
+    if not access_log.isEnabledFor(logging.INFO):
+        return  # nothing to build: at ``log_level: warning`` a request costs no log line at all
+    # ``handle`` a record made here rather than ``info()``, which would also walk the stack for the caller's file
+    # and line, which the JSON lines never show.
+    access_log.handle(access_log.makeRecord(access_log.name, logging.INFO, "", 0, "request", (), None,
+                                            extra={"record": record.as_log()}))
+
+

@@ -1,0 +1,40 @@
+"""One JSON object per log line, for the gateway's own loggers and uvicorn's."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+__all__ = ["JsonLogFormatter"]
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line; request records are flattened into it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stamp = (-1, "")  # the last second formatted, and its text: lines come many to a second
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self._time(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update(getattr(record, "record", {}))
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return _ENCODER.encode(entry)
+
+    def _time(self, record: logging.LogRecord) -> str:
+        second, text = self._stamp
+        if int(record.created) != second:
+            text = self.formatTime(record, "%Y-%m-%dT%H:%M:%S")
+            self._stamp = (int(record.created), text)
+        return text
+
+
+
+_ENCODER = json.JSONEncoder(default=str)  # what ``json.dumps(entry, default=str)`` writes, without a new encoder

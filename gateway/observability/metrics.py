@@ -1,0 +1,106 @@
+"""The speech path's Prometheus metrics, and the engine pools' gauges read at scrape time."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Self
+
+from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.registry import REGISTRY, Collector
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from gateway.speech.routing import ModelRouter
+
+__all__ = ["PoolCollector", "SpeechMetrics"]
+
+
+class _KnownChildren(MetricWrapperBase):
+    """A metric that finds the child of a label set it has seen in a dict.
+
+    ``labels`` of prometheus_client checks the values, converts each to a string and takes a lock every time: a
+    few microseconds, paid several times on every request. The speech metrics never remove a label set, so a child
+    once found stays right.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._children: dict[tuple[object, ...], Self] = {}
+
+    def labels(self, *labelvalues: object, **labelkwargs: object) -> Self:
+        if labelkwargs:
+            return super().labels(*labelvalues, **labelkwargs)
+        if (child := self._children.get(labelvalues)) is None:
+            child = self._children[labelvalues] = super().labels(*labelvalues)
+        return child
+
+
+class _Counter(_KnownChildren, Counter):
+    pass
+
+
+class _Histogram(_KnownChildren, Histogram):
+    pass
+
+
+class SpeechMetrics:
+    """Counters and histograms the speech path updates (labelled by engine or tenant id, never by key)."""
+
+    def __init__(self) -> None:
+        latency = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+        self.ttfb = _Histogram("tts_time_to_first_audio_seconds", "Time from request to first audio byte.",
+                               ["engine"], buckets=latency)
+        self.synthesis = _Histogram("tts_synthesis_seconds", "Wall time of a whole synthesis.", ["engine"],
+                                    buckets=latency)
+        self.rtf = _Histogram("tts_real_time_factor", "Synthesis wall time divided by audio duration.", ["engine"],
+                              buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0))
+        self.audio_seconds = _Counter("tts_audio_seconds", "Audio seconds produced.", ["engine"])
+        self.cache = _Counter("tts_cache_requests", "Audio cache lookups.", ["result"])
+        self.rejections = _Counter("tts_rate_limit_rejections", "Requests refused by a tenant limit.",
+                                   ["tenant", "reason"])
+        self.tenant_requests = _Counter("tts_tenant_requests", "Speech requests served, by tenant id.", ["tenant"])
+        self.tenant_characters = _Counter("tts_tenant_input_characters", "Input characters, by tenant id.",
+                                          ["tenant"])
+        self.tenant_audio = _Counter("tts_tenant_audio_seconds", "Audio seconds produced, by tenant id.", ["tenant"])
+        self.realtime_connections = Gauge("tts_realtime_connections", "Open realtime WebSocket connections.")
+
+    def unregister(self) -> None:
+        for metric in vars(self).values():
+            REGISTRY.unregister(metric)
+
+
+class PoolCollector(Collector):
+    """Queue depth, busy workers, ready workers and restarts of every engine pool, and the admissions made while
+    the limits' storage was unreachable; read at scrape time."""
+
+    def __init__(self, router: ModelRouter, fail_open_admissions: Callable[[], int]) -> None:
+        self._router = router
+        self._fail_open_admissions = fail_open_admissions
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        router = self._router
+        gauges = {
+            "queued": GaugeMetricFamily("tts_engine_queue_depth", "Requests waiting for a worker.", labels=["engine"]),
+            "busy_workers": GaugeMetricFamily("tts_engine_busy_workers", "Workers running a request.",
+                                              labels=["engine"]),
+            "ready_workers": GaugeMetricFamily("tts_engine_ready_workers", "Workers ready.", labels=["engine"]),
+            "active_jobs": GaugeMetricFamily("tts_engine_active_jobs", "Requests on workers.", labels=["engine"]),
+        }
+        restarts = CounterMetricFamily("tts_engine_worker_restarts", "Worker processes replaced.", labels=["engine"])
+        batches = CounterMetricFamily("tts_engine_batches", "Batches run by batching workers, by size.",
+                                      labels=["engine", "size"])
+        for name, pool in router.pools.items():
+            status = pool.status()
+            for attribute, gauge in gauges.items():
+                gauge.add_metric([name], getattr(status, attribute))
+            restarts.add_metric([name], status.restarts)
+            for size, count in sorted(status.batch_sizes.items()):
+                batches.add_metric([name, str(size)], count)
+        yield from gauges.values()
+        yield restarts
+        yield batches
+        yield CounterMetricFamily("tts_limits_fail_open_admissions",
+                                  "Requests admitted without checking limits while their storage was unreachable.",
+                                  value=self._fail_open_admissions())

@@ -1,0 +1,118 @@
+"""The composition root's product: every long-lived object of one app, built from the settings in its lifespan.
+
+One Redis client per process (``storage.connect_redis``) is handed to everything that stores: keys, limits, usage,
+custom voices and the audio cache. Without ``redis_url`` each of them keeps its state in this process's memory.
+Handlers never receive this object: ``gateway/app.py`` provides each service to them by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from auth import Authenticator, AuthStore, JWTVerifier, MemoryAuthStore, RedisAuthStore, seed_tenants
+from auth.limits import TenantRateLimiter
+from auth.resilient import OutageTolerantStore
+from auth.usage import MemoryUsageLedger, RedisUsageLedger, UsageLedger
+from gateway.speech.admission import Admission
+from gateway.speech.cache import AudioCache
+from gateway.speech.plan import Planner
+from gateway.speech.service import SpeechService
+from gateway.speech.singleflight import SingleFlight
+from gateway.speech.voices import MemoryVoiceStore, RedisVoiceStore, VoiceStore
+from storage import STORAGE_ERRORS, connect_redis
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from gateway.observability.metrics import SpeechMetrics
+    from gateway.settings import Settings
+    from gateway.speech.routing import ModelRouter
+
+__all__ = ["Services", "StorageProbe", "open_services"]
+
+logger = logging.getLogger("tts_gateway.services")
+
+OPEN_MODE_WARNING = (
+    "NO TENANTS ARE CONFIGURED: the gateway is OPEN — every caller is served without credentials as tenant "
+    "'anonymous'. Configure auth.tenants (or auth.admin_token) before exposing it beyond localhost."
+)
+
+
+_PING_TIMEOUT_S = 0.5
+
+
+class StorageProbe:
+    """Whether the shared Redis answers, and whether the gateway needs it to serve (limits that fail closed).
+
+    A plain class, not a dataclass: Litestar would try to convert a dataclass it injects, reading its annotations.
+    """
+
+    def __init__(self, redis: Redis | None, *, required: bool) -> None:
+        self.redis = redis
+        self.required = required
+
+    async def state(self) -> str:
+        """``ok``, ``unreachable`` or ``not configured``."""
+        if self.redis is None:
+            return "not configured"
+        try:
+            await asyncio.wait_for(self.redis.ping(), _PING_TIMEOUT_S)
+        except STORAGE_ERRORS:
+            return "unreachable"
+        return "ok"
+
+
+@dataclass
+class Services:
+    """Who may call and how much (auth), what they spoke (usage), their voices, and the speech service."""
+
+    redis: Redis | None
+    auth_store: AuthStore
+    authenticator: Authenticator
+    limiter: TenantRateLimiter
+    usage: UsageLedger
+    voices: VoiceStore
+    speech: SpeechService
+    storage: StorageProbe
+
+    async def close(self) -> None:
+        await self.limiter.close()
+        await self.speech.cache.close()
+        await self.auth_store.close()
+        if self.redis is not None:
+            await self.redis.aclose()
+
+
+async def open_services(settings: Settings, router: ModelRouter, metrics: SpeechMetrics) -> Services:
+    """Build every service; tenants from the configuration file are written into the store."""
+    redis = connect_redis(settings.redis_url) if settings.redis_url is not None else None
+    store = _auth_store(settings, redis)
+    auth = settings.auth
+    if auth.tenants:
+        await seed_tenants(store, auth.tenants)
+    open_mode = not auth.tenants and auth.admin_token is None
+    if open_mode:
+        logger.warning(OPEN_MODE_WARNING)
+    limits = settings.limits
+    limiter = TenantRateLimiter(redis, fail_mode=limits.fail_mode, lease_ttl_s=limits.lease_ttl_s,
+                                stream_wait_s=limits.stream_wait_s)
+    usage: UsageLedger = RedisUsageLedger(redis) if redis is not None else MemoryUsageLedger()
+    voices: VoiceStore = RedisVoiceStore(redis) if redis is not None else MemoryVoiceStore()
+    speech = SpeechService(Planner(router, voices), Admission(limiter, usage, metrics),
+                           AudioCache(settings.cache, redis), SingleFlight(), usage, metrics)
+    jwt = JWTVerifier(auth.jwt) if auth.jwt is not None else None
+    storage = StorageProbe(redis, required=limits.fail_mode == "closed")
+    authenticator = Authenticator(store, jwt, open_mode=open_mode)
+    return Services(redis, store, authenticator, limiter, usage, voices, speech, storage)
+
+
+def _auth_store(settings: Settings, redis: Redis | None) -> AuthStore:
+    if redis is None:
+        return MemoryAuthStore()
+    # Fail-open limits keep serving known callers through a Redis outage; fail-closed refuses them too.
+    if settings.limits.fail_mode == "open":
+        return OutageTolerantStore(RedisAuthStore(redis))
+    return RedisAuthStore(redis)

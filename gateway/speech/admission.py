@@ -1,0 +1,55 @@
+"""Admission: a tenant's per-minute limits and concurrent-stream leases, with every refusal counted."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from auth.limits import RateLimitExceededError
+
+if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
+
+    from auth import Tenant
+    from auth.limits import LimitState, TenantRateLimiter
+    from auth.usage import UsageLedger
+    from gateway.observability.metrics import SpeechMetrics
+
+__all__ = ["Admission"]
+
+
+class Admission:
+    """Counts requests against their tenant's limits and holds their streams; refusals go to usage and metrics."""
+
+    def __init__(self, limiter: TenantRateLimiter, usage: UsageLedger, metrics: SpeechMetrics) -> None:
+        self.limiter = limiter
+        self._usage = usage
+        self._metrics = metrics
+
+    async def admit(self, tenant: Tenant, characters: int, *, count_request: bool = True) -> LimitState:
+        """Count a request (or, with ``count_request=False``, only its characters) against the tenant's limits.
+
+        Raises:
+            RateLimitExceededError: over a limit (recorded as a rejection).
+            LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
+        """
+        try:
+            return await self.limiter.admit(tenant.name, tenant.limits, characters, count_request=count_request)
+        except RateLimitExceededError as exc:
+            await self._reject(tenant, exc)
+            raise
+
+    async def hold_stream(self, tenant: Tenant, finish: AsyncExitStack) -> None:
+        """Take one of the tenant's concurrent streams until ``finish`` closes.
+
+        Raises:
+            RateLimitExceededError: the tenant's streams are all in use (recorded as a rejection).
+        """
+        try:
+            await finish.enter_async_context(self.limiter.stream_lease(tenant.name, tenant.limits))
+        except RateLimitExceededError as exc:
+            await self._reject(tenant, exc)
+            raise
+
+    async def _reject(self, tenant: Tenant, exc: RateLimitExceededError) -> None:
+        await self._usage.record_rejection(tenant.name, exc.reason)
+        self._metrics.rejections.labels(tenant.name, exc.reason).inc()

@@ -1,0 +1,245 @@
+"""From a validated :class:`SpeechRequest` to encoded audio leaving as the engine speaks.
+
+The order of a request: the plan (the tenant may use the model; the engine and voice resolve) → admission (the
+tenant's limits admit it, 429 otherwise; a concurrent-stream lease is held until the response ends) → the audio
+cache answers, or the engine synthesizes once for every identical request in flight (single-flight) and a complete
+result is cached.
+
+:meth:`SpeechService.speak` returns once the first encoded bytes exist, so that a request failing early gets a clean
+HTTP error; after that the audio streams, and a failure can only end the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import struct
+import time
+import weakref
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+
+from gateway.audio import open_encoder
+from gateway.speech.cache import cache_key
+from gateway.speech.delivery import AudioClock, encode_stream, speech_usage
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, AsyncIterator
+
+    from auth import Principal, Tenant
+    from auth.limits import LimitState
+    from auth.usage import UsageLedger
+    from engines.base import EngineInfo
+    from gateway.http.tracking import RequestRecord
+    from gateway.observability.metrics import SpeechMetrics
+    from gateway.schemas import SpeechRequest, SpeechUsage
+    from gateway.speech.admission import Admission
+    from gateway.speech.cache import AudioCache
+    from gateway.speech.plan import Planner, SpeechPlan, Voice
+    from gateway.speech.singleflight import SingleFlight
+
+__all__ = ["SpeechReply", "SpeechService"]
+
+_CACHE_HEADER = struct.Struct("<d")  # cached value: audio seconds, then the encoded audio
+_HIT_CHUNK_BYTES = 32 * 1024
+
+
+@dataclass
+class _Outcome:
+    """What a synthesis produced, shared by every request that joined it."""
+
+    engine: str
+    clock: AudioClock = field(default_factory=AudioClock)
+
+
+@dataclass
+class SpeechReply:
+    """Audio on its way to one client; iterate :meth:`audio` or :meth:`sse_events` exactly once, or send
+    :attr:`whole` (when it is there) and then :meth:`close`.
+
+    Everything the request holds (its stream lease, its share of the synthesis, its usage record) is released when
+    the iteration ends or the reply is closed — or, for a reply never iterated (the client left before the response
+    started), when the reply is garbage-collected.
+    """
+
+    request: SpeechRequest
+    engine: str
+    cache_hit: bool
+    outcome: _Outcome
+    _first: bytes
+    _rest: AsyncIterator[bytes]
+    _finish: AsyncExitStack = field(repr=False)
+    whole: bytes | None = None
+    """All of the audio when it was complete before the reply started (a cache hit): it can go out in one body,
+    followed by :meth:`close`, instead of through :meth:`audio`."""
+    limits: LimitState | None = None
+    """The tenant's standing after this request was admitted."""
+
+    def __post_init__(self) -> None:
+        self._abandoned = weakref.finalize(self, _close_abandoned, self._finish, asyncio.get_running_loop())
+
+    async def audio(self) -> AsyncIterator[bytes]:
+        """The encoded audio; leaving early (client gone) releases this request's share of the synthesis."""
+        try:
+            if self._first:
+                yield self._first
+            async for data in self._rest:
+                yield data
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Release what the request holds, for a reply sent as :attr:`whole` rather than iterated."""
+        self._abandoned.detach()  # released here; nothing is left for the finalizer
+        # Shielded: a client that left cancels this task through Litestar's anyio cancel scope, which cancels again
+        # at every await; unshielded, the release stopped at its first real await (the usage metrics after a Redis
+        # write) and AsyncExitStack re-raised the CancelledError from a frame that holds it: a reference cycle.
+        with anyio.CancelScope(shield=True):
+            await self._finish.aclose()
+
+    async def sse_events(self) -> AsyncIterator[str]:
+        """``speech.audio.delta`` events with base64 audio, then ``speech.audio.done`` with usage."""
+        async for data in self.audio():
+            yield json.dumps({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+        yield json.dumps({"type": "speech.audio.done", "usage": self.usage().model_dump()})
+
+    def usage(self) -> SpeechUsage:
+        return speech_usage(len(self.request.input), self.outcome.clock.seconds)
+
+
+class SpeechService:
+    """Plans, admits, caches and streams speech requests."""
+
+    def __init__(  # noqa: PLR0917 - the parts it orchestrates
+        self, planner: Planner, admission: Admission, cache: AudioCache, flights: SingleFlight, usage: UsageLedger,
+        metrics: SpeechMetrics,
+    ) -> None:
+        self.planner = planner
+        self.admission = admission
+        self.cache = cache
+        self.flights = flights
+        self.metrics = metrics
+        self._usage = usage
+        self._outcomes: dict[str, _Outcome] = {}
+
+    async def speak(self, principal: Principal, request: SpeechRequest, record: RequestRecord) -> SpeechReply:
+        """Start serving ``request``; returns once the first audio bytes exist.
+
+        Raises:
+            OpenAIError: a model the tenant may not use (403), unknown model (404) or voice (400).
+            RateLimitExceededError: over one of the tenant's limits (429).
+            EngineNotReadyError, EngineOverloadedError, SynthesisFailedError: the engine cannot serve it now.
+        """
+        _describe(record, principal.tenant, request)
+        plan = await self.planner.plan(principal, request)
+        finish = AsyncExitStack()
+        try:
+            limits = await self.admission.admit(principal.tenant, len(request.input))
+            await self.admission.hold_stream(principal.tenant, finish)
+            reply = await self._start(plan, finish, record)
+        except BaseException:
+            await finish.aclose()
+            raise
+        reply.limits = limits
+        return reply
+
+    async def _start(self, plan: SpeechPlan, finish: AsyncExitStack, record: RequestRecord) -> SpeechReply:
+        request, pool = plan.request, plan.pool
+        scope = "" if self.cache.shared_across_tenants else plan.tenant
+        key = _key(request, pool.name, plan.info, plan.voice, scope)
+        cached = await self.cache.get(key)
+        if cached is not None:
+            self.metrics.cache.labels("hit").inc()
+            reply = self._hit(request, pool.name, cached, finish)
+        else:
+            self.metrics.cache.labels("miss").inc()
+            reply = await self._miss(key, plan, finish)
+        # Usage counts requests that were served (a stream cut short included), not ones that failed to start.
+        finish.push_async_callback(self._account_reply, request, reply.outcome, record, reply.cache_hit)
+        record.engine, record.cache = reply.engine, "hit" if reply.cache_hit else "miss"
+        record.ttfb_ms = round((time.perf_counter() - record.started) * 1000, 2)
+        self.metrics.ttfb.labels(reply.engine).observe(record.ttfb_ms / 1000)
+        return reply
+
+    def _hit(self, request: SpeechRequest, engine: str, cached: bytes, finish: AsyncExitStack) -> SpeechReply:
+        outcome = _Outcome(engine, AudioClock(_CACHE_HEADER.unpack_from(cached)[0]))
+        audio = memoryview(cached)[_CACHE_HEADER.size:]
+        slices = _slices(audio)  # for server-sent events, which need the audio in pieces; raw audio goes out whole
+        finish.push_async_callback(slices.aclose)
+        return SpeechReply(request, engine, True, outcome, b"", slices, finish, whole=bytes(audio))
+
+    async def _miss(self, key: str, plan: SpeechPlan, finish: AsyncExitStack) -> SpeechReply:
+        outcome = self._outcomes.setdefault(key, _Outcome(plan.pool.name))
+        chunks = self.flights.stream(
+            key, lambda: self._produce(key, plan, outcome),
+            on_complete=lambda audio: self._store(key, outcome, audio),
+        )
+        finish.push_async_callback(chunks.aclose)  # our share of a single flight ends with this response
+        first = await anext(chunks, b"")
+        return SpeechReply(plan.request, outcome.engine, False, outcome, first, chunks, finish)
+
+    async def _produce(self, key: str, plan: SpeechPlan, outcome: _Outcome) -> AsyncIterator[bytes]:
+        started = time.perf_counter()
+        try:
+            async with plan.pool.open_stream(plan.synthesis) as pcm:
+                encoder = open_encoder(plan.request.response_format, pcm.sample_rate, plan.tempo)
+                async for data in encode_stream(pcm, pcm.sample_rate, plan.tempo, encoder, outcome.clock):
+                    yield data
+                if data := encoder.finish():
+                    yield data
+        finally:
+            self._outcomes.pop(key, None)
+        self.observe(plan.pool.name, time.perf_counter() - started, outcome.clock.seconds)
+
+    async def _store(self, key: str, outcome: _Outcome, audio: bytes) -> None:
+        await self.cache.set(key, _CACHE_HEADER.pack(outcome.clock.seconds) + audio)
+
+    def observe(self, engine: str, wall_seconds: float, audio_seconds: float) -> None:
+        """Record one synthesis in the metrics."""
+        self.metrics.synthesis.labels(engine).observe(wall_seconds)
+        self.metrics.audio_seconds.labels(engine).inc(audio_seconds)
+        if audio_seconds > 0:
+            self.metrics.rtf.labels(engine).observe(wall_seconds / audio_seconds)
+
+    async def _account_reply(self, request: SpeechRequest, outcome: _Outcome, record: RequestRecord, hit: bool) -> None:
+        record.audio_seconds = round(outcome.clock.seconds, 3)
+        await self.account(record.tenant or "anonymous", len(request.input), outcome.clock.seconds, cache_hit=hit)
+
+    async def account(self, tenant: str, characters: int, audio_seconds: float, *, cache_hit: bool) -> None:
+        """Record one served request (or realtime segment) in the tenant's usage and the metrics."""
+        await self._usage.record_request(tenant, characters=characters, audio_seconds=audio_seconds,
+                                         cache_hit=cache_hit)
+        self.metrics.tenant_requests.labels(tenant).inc()
+        self.metrics.tenant_characters.labels(tenant).inc(characters)
+        self.metrics.tenant_audio.labels(tenant).inc(audio_seconds)
+
+
+def _describe(record: RequestRecord, tenant: Tenant, request: SpeechRequest) -> None:
+    record.tenant = tenant.name
+    record.model = request.model
+    record.format = request.response_format
+    record.characters = len(request.input)
+
+
+def _key(request: SpeechRequest, engine: str, info: EngineInfo | None, voice: Voice, tenant_scope: str) -> str:
+    details = info.details if info is not None else {}
+    params: dict[str, object] = {k: v for k, v in details.items() if k != "weights"}
+    params["tenant_scope"] = tenant_scope  # empty when tenants share the cache
+    return cache_key(engine=engine, weights_id=details.get("weights", ""), text=request.input,
+                     voice_id=voice.identity, response_format=request.response_format, speed=request.speed,
+                     instructions=request.instructions, params=params)
+
+
+async def _slices(audio: memoryview) -> AsyncGenerator[bytes, None]:
+    for start in range(0, len(audio), _HIT_CHUNK_BYTES):
+        yield bytes(audio[start:start + _HIT_CHUNK_BYTES])
+
+
+def _close_abandoned(finish: AsyncExitStack, loop: asyncio.AbstractEventLoop) -> None:
+    # Closing an exit stack twice is harmless: after a normal end this finds nothing left to release.
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(lambda: loop.create_task(finish.aclose()))

@@ -1,0 +1,13 @@
+"""Shared storage plumbing: the process's one Redis client, what counts as "unreachable", and the outage latch.
+
+``auth`` (keys, limits, usage) and ``gateway`` (cache, voices, probes) all store through the client that the
+composition root (``gateway/app.py``) builds here once, so every part shares one connection pool and one timeout
+policy, and a Redis URL with an ACL user or TLS (``rediss://``) means the same to all of them.
+"""
+
+from __future__ import annotations
+
+from storage.outage import STORAGE_ERRORS, OutageLatch
+from storage.redis import connect_redis
+
+__all__ = ["STORAGE_ERRORS", "OutageLatch", "connect_redis"]

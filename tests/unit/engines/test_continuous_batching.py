@@ -1,0 +1,236 @@
+"""Continuous batching in the ChatTTS engine and its worker, on tiny random-weight assets: requests that arrive while a
+batch generates join it at the next step and still get exactly their own audio."""
+
+from __future__ import annotations
+
+import queue
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from engines.base import CancelFlag, SynthesisRequest
+from engines.chattts import ChatTTSEngine
+from engines.messages import BatchStarted, JobChunk, JobEnded, StartJob
+from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from engines.base import CancelToken
+
+SAMPLES_PER_SEGMENT = TEST_TOKENS * 512 - 256  # every segment is exactly TEST_TOKENS tokens long here
+TOLERANCE = 2
+"""int16 steps: the batching tests of test_chattts.py allow this much between batched and alone (left padding)."""
+
+LONG = SynthesisRequest("The first sentence. The second one. And a third.", "nova", seed=21)
+LATE = SynthesisRequest("Another voice, later. It says two things.", "onyx", seed=22)
+LATER = SynthesisRequest("A third request.", "echo", seed=23)
+
+Events = list[tuple[int, str]]
+
+
+@pytest.fixture(scope="module")
+def engine() -> ChatTTSEngine:
+    loaded = ChatTTSEngine(chattts_engine_options(max_batch=4))
+    loaded.load()
+    return loaded
+
+
+def alone(engine: ChatTTSEngine, request: SynthesisRequest) -> np.ndarray:
+    return np.concatenate(list(engine.synthesize(request, CancelFlag())))
+
+
+class Arrivals:
+    """A job source that hands over each request once the engine has polled it ``after`` times (that is, after
+    ``after - 1`` forward passes of the running batch): a deterministic "arrives mid-batch"."""
+
+    def __init__(self, schedule: dict[int, SynthesisRequest]) -> None:
+        self.schedule = dict(schedule)
+        self.cancels = {after: CancelFlag() for after in schedule}
+        self.polls = 0
+
+    def __call__(self, limit: int) -> Sequence[tuple[SynthesisRequest, CancelToken]]:
+        self.polls += 1
+        if (request := self.schedule.pop(self.polls, None)) is None:
+            return []
+        assert limit >= 1
+        return [(request, self.cancels[self.polls])]
+
+
+def run(
+    engine: ChatTTSEngine,
+    arrivals: Arrivals,
+    first: SynthesisRequest = LONG,
+    on_item: Callable[[int, Any], None] | None = None,
+) -> tuple[dict[int, list[np.ndarray]], Events]:
+    """Each request's chunks (by its index in the batch) and the order of events: ``(index, "chunk" | "end")``."""
+    audio: dict[int, list[np.ndarray]] = {}
+    events: Events = []
+    for index, item in engine.synthesize_batch([first], [CancelFlag()], arrivals):
+        assert not events or (index, "end") not in events, "nothing may follow a request's end"
+        assert not isinstance(item, Exception)
+        events.append((index, "end" if item is None else "chunk"))
+        if item is not None:
+            audio.setdefault(index, []).append(item)
+        if on_item is not None:
+            on_item(index, item)
+    return audio, events
+
+
+def assert_same_audio(chunks: list[np.ndarray], reference: np.ndarray) -> None:
+    audio = np.concatenate(chunks)
+    assert len(audio) == len(reference)
+    assert np.allclose(audio, reference, atol=TOLERANCE), "joining a batch must not change a seeded request's audio"
+
+
+def test_a_request_that_joins_mid_segment_gets_its_own_audio(engine: ChatTTSEngine) -> None:
+    # It joins 9 steps into the long request's first segment; later the long request's next segments join while
+    # it is mid-segment: both sides get padded on the left at some point.
+    audio, events = run(engine, Arrivals({10: LATE}))
+    assert sorted(index for index, kind in events if kind == "end") == [0, 1]
+    assert_same_audio(audio[0], alone(engine, LONG))
+    assert_same_audio(audio[1], alone(engine, LATE))
+    assert len(audio[1]) > 1, "the joined request streams in several chunks"
+
+
+def test_a_late_request_speaks_before_the_long_one_ends(engine: ChatTTSEngine) -> None:
+    _, events = run(engine, Arrivals({10: LATER}))
+    assert events.index((1, "chunk")) < events.index((0, "end")), "it joined the batch instead of queueing behind it"
+    assert events.index((1, "end")) < events.index((0, "end"))
+
+
+def test_the_next_sentence_of_a_request_joins_while_others_run(engine: ChatTTSEngine) -> None:
+    # LATE joins at step 10: the long request's second segment starts while LATE is still mid-segment.
+    _, events = run(engine, Arrivals({10: LATE}))
+    chunks_of_long = [position for position, event in enumerate(events) if event == (0, "chunk")]
+    first_of_late, end_of_late = events.index((1, "chunk")), events.index((1, "end"))
+    assert len([p for p in chunks_of_long if first_of_late < p < end_of_late]) >= 2
+
+
+def test_cancelling_a_joined_request_leaves_the_others_unchanged(engine: ChatTTSEngine) -> None:
+    arrivals = Arrivals({5: LATE, 12: LATER})
+    late_cancel = arrivals.cancels[5]
+
+    def cancel_late_after_its_first_chunk(index: int, item: Any) -> None:
+        if index == 1 and item is not None:
+            late_cancel.set()
+
+    audio, events = run(engine, arrivals, on_item=cancel_late_after_its_first_chunk)
+    assert sum(len(chunk) for chunk in audio[1]) < SAMPLES_PER_SEGMENT
+    assert (1, "end") in events
+    assert_same_audio(audio[0], alone(engine, LONG))
+    assert_same_audio(audio[2], alone(engine, LATER))
+
+
+def test_no_more_than_max_batch_requests_run_together(engine: ChatTTSEngine) -> None:
+    limits: list[int] = []
+    pending = [SynthesisRequest(f"Request {n}.", "alloy", seed=n) for n in range(6)]
+
+    def arrivals(limit: int) -> list[tuple[SynthesisRequest, CancelToken]]:
+        limits.append(limit)
+        taken, pending[:] = pending[:limit], pending[limit:]
+        return [(request, CancelFlag()) for request in taken]
+
+    ended = [index for index, item in engine.synthesize_batch([LONG], [CancelFlag()], arrivals) if item is None]
+    assert sorted(ended) == list(range(7)), "every request taken in is spoken and ended"
+    assert limits[0] == 3, "the long request takes one of the 4 places"
+    assert all(limit <= 3 for limit in limits)
+
+
+def test_without_continuous_batching_no_request_joins() -> None:
+    engine = ChatTTSEngine(chattts_engine_options(max_batch=4, continuous_batching=False))
+    engine.load()
+    arrivals = Arrivals({1: LATE})
+    audio, _ = run(engine, arrivals)
+    assert arrivals.polls == 0
+    assert list(audio) == [0]
+    assert_same_audio(audio[0], alone(engine, LONG))
+
+
+# ----------------------------------------------------------------- the worker's batching loop, in process
+class RecordingConnection:
+    """Stands in for the worker's pipe to the server: records what the worker sends and reacts to it."""
+
+    def __init__(self, react: Callable[[object], None]) -> None:
+        self.sent: list[object] = []
+        self._react = react
+
+    def send(self, message: object) -> None:
+        self.sent.append(message)
+        self._react(message)
+
+
+def test_the_worker_lets_a_job_join_its_running_batch(engine: ChatTTSEngine) -> None:
+    from engines.worker import _Outbox, _serve_batches
+
+    jobs: queue.Queue[StartJob | None] = queue.Queue()
+    cancels: dict[int, CancelFlag] = {}
+
+    def submit(job: StartJob | None) -> None:
+        if job is not None:
+            cancels[job.job_id] = CancelFlag()  # as the worker's reader thread does, before queueing
+        jobs.put(job)
+
+    def react(message: object) -> None:
+        # The late job arrives as soon as the long one streams; the worker stops once both have ended.
+        if isinstance(message, JobChunk) and message.job_id == 1 and 2 not in cancels:
+            submit(StartJob(2, LATE))
+        if isinstance(message, JobEnded) and {1, 2} <= {m.job_id for m in conn.sent if isinstance(m, JobEnded)}:
+            submit(None)
+
+    conn = RecordingConnection(react)
+    submit(StartJob(1, LONG))
+    _serve_batches(engine, 4, jobs, cancels, _Outbox(conn))  # type: ignore[arg-type]
+    sent = conn.sent
+    assert [m for m in sent if isinstance(m, BatchStarted)] == [BatchStarted(1)], "one batch: the late job joined it"
+    first_late = next(n for n, m in enumerate(sent) if isinstance(m, JobChunk) and m.job_id == 2)
+    end_long = next(n for n, m in enumerate(sent) if isinstance(m, JobEnded) and m.job_id == 1)
+    assert first_late < end_long
+    assert [m for m in sent if isinstance(m, JobEnded)] == [JobEnded(2), JobEnded(1)]
+    for job_id, request in ((1, LONG), (2, LATE)):
+        pcm = b"".join(m.pcm for m in sent if isinstance(m, JobChunk) and m.job_id == job_id)
+        assert_same_audio([np.frombuffer(pcm, dtype="<i2")], alone(engine, request))
+    assert not cancels, "the worker forgets the cancel flags of the jobs it ended"
+
+
+# ----------------------------------------------------------------- the token loop
+def code_request(engine: ChatTTSEngine, key: int, text: str, voice: str, tokens: int) -> Any:
+    from engines.chattts.generation import CodeRequest
+
+    assert engine._voices is not None
+    prompt = (
+        engine._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"]) + engine._text_ids(text) + engine._tag_ids(["[Ptts]"])
+    )
+    return CodeRequest(key, prompt, engine._voices.named[voice], 100 + key, tokens, tokens, CancelFlag())
+
+
+def hiddens_by_key(batches: Any) -> dict[int, list[Any]]:
+    found: dict[int, list[Any]] = {}
+    for events in batches:
+        for key, hidden in events:
+            if hidden is not None:
+                found.setdefault(key, []).append(hidden)
+    return found
+
+
+def test_joined_sequences_compute_what_they_would_alone(engine: ChatTTSEngine) -> None:
+    # Hidden states are far more sensitive than audio on random weights: this checks the cache merge itself.
+    import torch
+
+    from engines.chattts.generation import CodeBatch, Sampling, generate_codes
+
+    requests = [
+        code_request(engine, 0, "a long first sequence of many words", "alloy", 40),
+        code_request(engine, 1, "short", "nova", 30),  # joins with a shorter prompt: its side is padded
+        code_request(engine, 2, "a much much longer prompt than the others have, by far", "onyx", 12),
+    ]
+    batch = CodeBatch(engine._chat, Sampling())
+    steps = [batch.join(requests[:1])] + [batch.step() for _ in range(5)] + [batch.join(requests[1:])]
+    while batch.size:
+        steps.append(batch.step())
+    together = hiddens_by_key(steps)
+    for request in requests:
+        expected = hiddens_by_key(generate_codes(engine._chat, [request], Sampling()))[request.key]
+        assert len(together[request.key]) == len(expected) == request.max_new_token
+        torch.testing.assert_close(torch.stack(together[request.key]), torch.stack(expected), rtol=1e-5, atol=1e-5)
