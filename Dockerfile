@@ -37,6 +37,7 @@ COPY pyproject.toml README.md ./
 COPY gateway ./gateway
 COPY engines ./engines
 COPY auth ./auth
+COPY storage ./storage
 COPY scripts/fix_torchaudio.py ./scripts/fix_torchaudio.py
 
 # `torch==2.13.0` again so pip keeps the wheel installed above (2.13.0+cpu satisfies it) instead of replacing it.

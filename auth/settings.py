@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-__all__ = ["AuthSettings", "JWTSettings", "LimitsSettings", "TenantLimits", "TenantSettings"]
+__all__ = ["AuthSettings", "JWTSettings", "LimitsSettings", "TenantLimits", "TenantScheduling", "TenantSettings"]
 
 
 class TenantLimits(BaseModel):
@@ -23,6 +23,24 @@ class TenantLimits(BaseModel):
     concurrent_streams: int | None = Field(default=None, ge=1)
 
 
+class TenantScheduling(BaseModel):
+    """How the tenant's requests wait for busy engine workers among other tenants' (engines with ``scheduling: fair``).
+
+    Kept apart from :class:`TenantLimits`: these do not refuse requests by rate, they order the waiting ones (and a
+    stored tenant record written before they existed still loads, with the defaults).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """Relative share of a busy engine among waiting tenants of the same priority class (2: twice a weight-1 one)."""
+    priority: Literal["high", "normal", "low"] = "normal"
+    """Strict class: waiting ``high`` requests get workers before ``normal`` ones, and those before ``low`` ones."""
+    max_queued: int | None = Field(default=None, ge=1)
+    """Requests of this tenant allowed to wait per engine; beyond it a 503 with Retry-After for this tenant only.
+    ``None``: only the engine's ``queue_size`` bounds them."""
+
+
 class TenantSettings(BaseModel):
     """A tenant declared in the configuration file."""
 
@@ -32,6 +50,7 @@ class TenantSettings(BaseModel):
     limits: TenantLimits = Field(default_factory=TenantLimits)
     models: list[str] | None = None
     """Models (engines or aliases) the tenant may use; ``None``: every model."""
+    scheduling: TenantScheduling = Field(default_factory=TenantScheduling)
     api_key_sha256: list[str] = Field(default_factory=list)
     """Hex SHA-256 hashes of API keys issued out of band (``tts-gateway keys hash``); keys are never stored."""
 
@@ -60,6 +79,10 @@ class JWTSettings(BaseModel):
         return self
 
 
+#: The shortest admin token accepted.
+MIN_ADMIN_TOKEN_CHARS = 32
+
+
 class AuthSettings(BaseModel):
     """Who may call the gateway."""
 
@@ -72,16 +95,30 @@ class AuthSettings(BaseModel):
     admin token is set; it says so loudly at start-up.
     """
     admin_token: SecretStr | None = None
-    """Bearer token of the admin API (``/admin/...``); the admin API is off without it."""
+    """Bearer token of the admin API (``/admin/...``); the admin API is off without it. At least 32 characters: an
+    empty or short one refuses to start."""
     tenants: list[TenantSettings] = Field(default_factory=list)
     jwt: JWTSettings | None = None
+    service_token: SecretStr | None = Field(default=None, min_length=32)
+    """The credential an engine node (``server.profile: engine``) requires: the front gateway sends it as its remote
+    engine's ``api_key``. At least 32 characters; never logged."""
+
+    @field_validator("admin_token")
+    @classmethod
+    def _admin_token_is_strong(cls, token: SecretStr | None) -> SecretStr | None:
+        # An empty token (a variable set to "") once opened the admin API to anyone: refuse it, and guessable ones.
+        if token is not None and len(token.get_secret_value()) < MIN_ADMIN_TOKEN_CHARS:
+            raise ValueError(f"must be at least {MIN_ADMIN_TOKEN_CHARS} characters, got "
+                             f"{len(token.get_secret_value())} (generate one: openssl rand -hex 32); leave it unset "
+                             "to turn the admin API off")
+        return token
 
     @model_validator(mode="after")
     def _tenants_are_sound(self) -> AuthSettings:
         names = [tenant.name for tenant in self.tenants]
         if len(set(names)) != len(names):
             raise ValueError("tenant names must be unique")
-        if self.required and not names and self.admin_token is None:
+        if self.required and not names and self.admin_token is None and self.service_token is None:
             raise ValueError("auth.required is true but no tenants are configured (nor an admin token to add them)")
         return self
 
@@ -98,3 +135,7 @@ class LimitsSettings(BaseModel):
     stream_wait_s: float = Field(default=0.25, ge=0, le=10)
     """A stream over the tenant's concurrency limit waits this long for one of its streams to end before a 429: a
     client that aborts a stream and asks again at once is often faster than the server noticing the abort."""
+    outage_cache_entries: int = Field(default=10_000, ge=1)
+    """With ``fail_mode: open``: the API keys (and, separately, the tenants) each replica remembers, least recently
+    used first out, to keep serving them while Redis is unreachable. Only keys that were valid are remembered, and
+    what was revoked or deleted is remembered as such."""

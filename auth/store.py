@@ -6,6 +6,7 @@ as the store has it (one Redis round trip per authenticated request).
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import secrets
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from auth.errors import AuthBackendError, TenantNotFoundError
 from auth.keys import ApiKeyRecord, generate_api_key, hash_api_key, is_key_hash, key_hint
-from auth.settings import TenantLimits
+from auth.settings import TenantLimits, TenantScheduling
 from auth.tenants import Tenant
 from storage import STORAGE_ERRORS
 
@@ -34,7 +35,10 @@ class AuthStore(Protocol):
     """
 
     async def put_tenant(self, tenant: Tenant) -> None:
-        """Create the tenant, or replace the one of that name (its keys stay)."""
+        """Create the tenant, or replace the one of that name (its keys and generation stay).
+
+        A new tenant gets a random :attr:`~auth.tenants.Tenant.generation`, whatever ``tenant`` carries.
+        """
 
     async def get_tenant(self, name: str) -> Tenant | None:
         """The tenant called ``name``, or ``None``."""
@@ -76,6 +80,12 @@ class AuthStore(Protocol):
         """Release what the store holds."""
 
 
+def _with_generation(tenant: Tenant, existing: Tenant | None) -> Tenant:
+    """``tenant`` as stored: a replaced tenant keeps its generation, a new one gets a random one."""
+    generation = existing.generation if existing is not None else secrets.token_hex(8)
+    return dataclasses.replace(tenant, generation=generation)
+
+
 def _new_key_id() -> str:
     return f"key_{secrets.token_hex(8)}"
 
@@ -109,7 +119,7 @@ class MemoryAuthStore:
         self._hash_by_id: dict[str, str] = {}
 
     async def put_tenant(self, tenant: Tenant) -> None:
-        self._tenants[tenant.name] = tenant
+        self._tenants[tenant.name] = _with_generation(tenant, self._tenants.get(tenant.name))
 
     async def get_tenant(self, name: str) -> Tenant | None:
         return self._tenants.get(name)
@@ -207,14 +217,17 @@ def _text(value: bytes | str) -> str:
 
 def _tenant_to_json(tenant: Tenant) -> str:
     models = None if tenant.models is None else sorted(tenant.models)
-    return json.dumps({"limits": tenant.limits.model_dump(), "models": models})
+    return json.dumps({"limits": tenant.limits.model_dump(), "models": models, "generation": tenant.generation,
+                       "scheduling": tenant.scheduling.model_dump()})
 
 
 def _tenant_from_json(name: str, raw: bytes | str) -> Tenant:
     data = json.loads(raw)
     models = data["models"]
     limits = TenantLimits.model_validate(data["limits"])
-    return Tenant(name=name, limits=limits, models=None if models is None else frozenset(models))
+    scheduling = TenantScheduling.model_validate(data.get("scheduling", {}))  # absent from records before it existed
+    return Tenant(name=name, limits=limits, models=None if models is None else frozenset(models),
+                  generation=data.get("generation", ""), scheduling=scheduling)
 
 
 def _record_from_fields(fields: Mapping[str, str]) -> ApiKeyRecord:
@@ -237,7 +250,7 @@ class RedisAuthStore:
 
     Layout (``P`` is the prefix):
 
-    * ``P tenants`` — hash: tenant name -> JSON ``{"limits": {...}, "models": [...] | null}``
+    * ``P tenants`` — hash: tenant name -> JSON ``{"limits": {...}, "models": [...] | null, "scheduling": {...}}``
     * ``P key:<sha256>`` — hash: ``id``, ``tenant``, ``key_hash``, ``created_at``, ``revoked`` (``0``/``1``), ``hint``
     * ``P key-id:<id>`` — string: the key's sha256 (for revocation by id)
     * ``P tenant-keys:<name>`` — set: the tenant's key hashes
@@ -263,7 +276,11 @@ class RedisAuthStore:
 
     async def put_tenant(self, tenant: Tenant) -> None:
         with _backend_errors():
-            await self._redis.hset(self._tenants_key, tenant.name, _tenant_to_json(tenant))
+            # Read, then write: replicas seeding a new tenant at once may each pick a generation, and the last write
+            # wins; every replica reads the tenant per request, so they agree from then on.
+            raw = await self._redis.hget(self._tenants_key, tenant.name)
+            existing = None if raw is None else _tenant_from_json(tenant.name, raw)
+            await self._redis.hset(self._tenants_key, tenant.name, _tenant_to_json(_with_generation(tenant, existing)))
 
     async def get_tenant(self, name: str) -> Tenant | None:
         with _backend_errors():

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from auth.settings import TenantLimits, TenantSettings
+from auth.settings import TenantLimits, TenantScheduling, TenantSettings
 
 __all__ = ["ANONYMOUS", "Tenant", "tenant_from_settings"]
 
@@ -18,11 +18,17 @@ class Tenant:
         limits: Per-tenant limits; treat as read-only, it is shared.
         models: Model names (engines or aliases) the tenant may request; ``None`` means every model, an empty set
             none.
+        generation: Random id the store gives the tenant when it is created (kept when it is replaced); a tenant
+            deleted and created again under the same name gets a new one, so what was scoped by it (cached audio)
+            is out of reach of the new tenant. Empty for tenants stored before generations existed.
+        scheduling: How its requests wait for busy engine workers among other tenants'; treat as read-only.
     """
 
     name: str
     limits: TenantLimits
     models: frozenset[str] | None
+    generation: str = field(default="", compare=False)  # store-assigned: two tenants alike in settings are equal
+    scheduling: TenantScheduling = field(default_factory=TenantScheduling)
 
     def allows_model(self, model: str) -> bool:
         """Whether the tenant may request ``model`` (the name as the client sent it)."""
@@ -36,4 +42,5 @@ ANONYMOUS = Tenant(name="anonymous", limits=TenantLimits(), models=None)
 def tenant_from_settings(settings: TenantSettings) -> Tenant:
     """Build the tenant a configuration entry declares (its ``api_key_sha256`` go to the store separately)."""
     models = None if settings.models is None else frozenset(settings.models)
-    return Tenant(name=settings.name, limits=settings.limits.model_copy(), models=models)
+    return Tenant(name=settings.name, limits=settings.limits.model_copy(), models=models,
+                  scheduling=settings.scheduling.model_copy())

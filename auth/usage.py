@@ -65,6 +65,10 @@ class UsageLedger(Protocol):
         """Usage of every tenant seen."""
         ...
 
+    async def forget(self, tenant: str) -> None:
+        """Delete the tenant's usage (the tenant was deleted: one created under its name starts from zero)."""
+        ...
+
 
 def _request_increments(characters: int, audio_seconds: float, cache_hit: bool) -> Counters:
     return {"requests": 1, "input_characters": characters, "audio_seconds": audio_seconds,
@@ -109,6 +113,10 @@ class MemoryUsageLedger:
     async def all(self) -> dict[str, UsageRecord]:
         """Usage of every tenant seen."""
         return {tenant: _to_record(counters) for tenant, counters in self._tenants.items()}
+
+    async def forget(self, tenant: str) -> None:
+        """Delete the tenant's usage."""
+        self._tenants.pop(tenant, None)
 
 
 class RedisUsageLedger:
@@ -167,6 +175,18 @@ class RedisUsageLedger:
         for tenant, pending in self._pending.items():
             _merge(counters.setdefault(tenant, {}), pending)
         return {tenant: _to_record(fields) for tenant, fields in counters.items()}
+
+    async def forget(self, tenant: str) -> None:
+        """Delete the tenant's usage, increments still waiting for Redis included.
+
+        Raises:
+            UsageUnavailableError: Redis is unreachable.
+        """
+        self._pending.pop(tenant, None)
+        try:
+            await self._client.delete(self._prefix + tenant)
+        except STORAGE_ERRORS as exc:
+            raise UsageUnavailableError("usage store unreachable") from exc
 
     async def _record(self, tenant: str, increments: Counters) -> None:
         _merge(self._pending.setdefault(tenant, {}), increments)

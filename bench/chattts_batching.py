@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -59,6 +60,9 @@ TARGET = 2.5
 """Continuous-batching throughput at closed-loop concurrency 4 (or the highest level) over concurrency 1's."""
 REQUEST_TIMEOUT_S = 300.0
 """No request of a healthy run comes near this; it keeps a stuck worker from running the benchmark forever."""
+BUDGET_S = 780.0
+"""Levels not started within this many seconds of the start are skipped (and listed), so that a slow machine still
+finishes within 15 minutes."""
 CEILING_BATCHES = (1, 2, 4, 8)
 CEILING_STEPS = 16
 CEILING_PROMPT = "Request number 12 is speaking now, and it keeps speaking for a while longer than that."
@@ -78,6 +82,8 @@ class Setup:
     device: str = "auto"
     stagger_interval_s: float | None = None
     """Half of one request's duration; measured in the first mode when not given."""
+    budget_s: float = BUDGET_S
+    """Levels not started within this many seconds of the start are skipped."""
 
 
 # ----------------------------------------------------------------- the ceiling (in a fresh process)
@@ -192,7 +198,11 @@ async def start_pool(setup: Setup, continuous: bool) -> EnginePool:
 
 
 async def run_mode(
-    setup: Setup, continuous: bool, ceiling: dict[int, float], on_row: Callable[[dict[str, Any]], None]
+    setup: Setup,
+    continuous: bool,
+    ceiling: dict[int, float],
+    on_row: Callable[[dict[str, Any]], None],
+    deadline: float,
 ) -> float:
     """Closed loop then staggered arrivals at every level; returns the stagger interval it used."""
     pool = await start_pool(setup, continuous)
@@ -200,22 +210,33 @@ async def run_mode(
     try:
         for load in ("closed", "staggered"):
             for level in setup.levels:
-                batches_before = pool.status().batch_sizes
-                started = time.monotonic()
-                if load == "closed":
-                    results = await closed_loop(pool, level, setup.repeat)
-                else:
-                    results = await staggered(pool, level, setup.stagger * level, interval or 0.0)
-                row = {"continuous": continuous, "load": load, "concurrency": level,
-                       **summary(results, time.monotonic() - started),
-                       **worker_facts(pool, batches_before)}  # fmt: skip
-                row["of_ceiling"] = row["throughput"] / ceiling[level] if level in ceiling else None
+                if time.monotonic() > deadline:
+                    print(f"over budget: skipping continuous={continuous} {load} concurrency {level}", flush=True)
+                    on_row({"continuous": continuous, "load": load, "concurrency": level, "skipped": True})
+                    continue
+                row = await measure_level(pool, setup, load, level, interval)
+                share = row["throughput"] / ceiling[level] if level in ceiling else None
+                row |= {"continuous": continuous, "of_ceiling": share}
                 if interval is None and load == "closed" and level == setup.levels[0]:
                     interval = row["request_median_s"] / 2
-                on_row({**row, "stagger_interval_s": interval if load == "staggered" else None})
+                on_row(row)
     finally:
         await pool.stop()
     return interval or 0.0
+
+
+async def measure_level(
+    pool: EnginePool, setup: Setup, load: str, level: int, interval: float | None
+) -> dict[str, Any]:
+    batches_before = pool.status().batch_sizes
+    started = time.monotonic()
+    if load == "closed":
+        results = await closed_loop(pool, level, setup.repeat)
+    else:
+        results = await staggered(pool, level, setup.stagger * level, interval or 0.0)
+    stagger = {"stagger_interval_s": interval if load == "staggered" else None}
+    return {"load": load, "concurrency": level, **summary(results, time.monotonic() - started),
+            **worker_facts(pool, batches_before), **stagger}  # fmt: skip
 
 
 def worker_facts(pool: EnginePool, batches_before: dict[int, int]) -> dict[str, Any]:
@@ -231,6 +252,7 @@ def run(setup: Setup, keep: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
                               "levels": setup.levels, "threads": setup.threads, "stagger": setup.stagger,
                               "ceiling": [], "rows": []}  # fmt: skip
     started = time.monotonic()
+    deadline = started + setup.budget_s
     report["ceiling"] = measure_ceiling(setup)
     keep(report)
     print(f"ceiling measured in {time.monotonic() - started:.0f} s: {report['ceiling']}", flush=True)
@@ -241,9 +263,9 @@ def run(setup: Setup, keep: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         print(values, flush=True)
         keep(report)
 
-    interval = asyncio.run(run_mode(setup, False, ceiling, row))
+    interval = asyncio.run(run_mode(setup, False, ceiling, row, deadline))
     fixed = Setup(**{**asdict(setup), "stagger_interval_s": setup.stagger_interval_s or interval})
-    asyncio.run(run_mode(fixed, True, ceiling, row))
+    asyncio.run(run_mode(fixed, True, ceiling, row, deadline))
     report["stagger_interval_s"] = fixed.stagger_interval_s
     report["elapsed_s"] = time.monotonic() - started
     return report
@@ -292,6 +314,10 @@ def served_table(report: dict[str, Any]) -> list[str]:
              "| p90 TTFA (s) | RSS (MiB) | batches formed from idle (size: count) |",
              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in report["rows"]:
+        if r.get("skipped"):
+            lines.append(f"| {'on' if r['continuous'] else 'off'} | {r['load']} | {r['concurrency']} "
+                         "| skipped: over the time budget |||||||")  # fmt: skip
+            continue
         batches = ", ".join(f"{size}: {n}" for size, n in r["batch_sizes"].items()) or "-"
         share = f"{100 * r['of_ceiling']:.0f} %" if r["of_ceiling"] is not None else "-"
         lines.append(f"| {'on' if r['continuous'] else 'off'} | {r['load']} | {r['concurrency']} | {r['requests']} "
@@ -301,12 +327,18 @@ def served_table(report: dict[str, Any]) -> list[str]:
 
 
 def target_table(report: dict[str, Any]) -> list[str]:
-    closed = {r["concurrency"]: r["throughput"] for r in report["rows"] if r["continuous"] and r["load"] == "closed"}
+    closed = {r["concurrency"]: r["throughput"] for r in measured(report) if r["continuous"] and r["load"] == "closed"}
     level = gain_level(report["levels"])
+    if level not in closed or len(closed) < 2:
+        return ["(no gain to read: levels skipped or only one level run)"]
     gain = closed[level] / closed[min(closed)]
     return ["| target | measured | holds |", "|---|---|---|",
             f"| continuous-batching throughput at closed-loop concurrency {level} ≥ {TARGET:g}x concurrency "
             f"{min(closed)}'s | {gain:.2f}x | {'yes' if gain >= TARGET else 'no'} |"]  # fmt: skip
+
+
+def measured(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in report["rows"] if not r.get("skipped")]
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -318,11 +350,11 @@ def plot(report: dict[str, Any], path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for (continuous, load), style in (((False, "closed"), "o--"), ((True, "closed"), "o-"),
                                       ((False, "staggered"), "s--"), ((True, "staggered"), "s-")):  # fmt: skip
-        rows = [r for r in report["rows"] if r["continuous"] is continuous and r["load"] == load]
+        rows = [r for r in measured(report) if r["continuous"] is continuous and r["load"] == load]
         label = f"{'continuous' if continuous else 'static'} batching, {load}"
         left.plot([r["concurrency"] for r in rows], [r["throughput"] for r in rows], style, label=label)
         right.plot([r["concurrency"] for r in rows], [r["ttfa_median_s"] for r in rows], style, label=label)
-    ceiling = [r for r in report["ceiling"] if r["threads"] == report["threads"]]
+    ceiling = [r for r in report["ceiling"] if r["threads"] == report["threads"] and r["batch"] in report["levels"]]
     left.plot([r["batch"] for r in ceiling], [r["ceiling"] for r in ceiling], "k:", label="ceiling (token loop)")
     left.set_ylabel("audio seconds per wall second")
     right.set_ylabel("median time to first audio, s")
@@ -349,15 +381,18 @@ def main() -> None:
     parser.add_argument("--ceiling-threads", default="1,2", help="torch thread counts of the ceiling")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                         help="the engine's device option (auto: CUDA when torch sees one)")  # fmt: skip
+    parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="skip the levels not started by then")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here (JSON)")
     parser.add_argument("--plot", type=Path, default=None, help="also draw the plot here (PNG)")
     args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: ``bench.plots`` for --plot
     if not (args.assets / "tts-gateway-assets.json").exists():
         print(f"generating {args.preset} assets into {args.assets} ...", flush=True)
         generate_assets(args.assets, args.preset)
     ceiling_threads = levels(args.ceiling_threads)
     setup = Setup(args.assets, args.tokens, levels(args.concurrency), args.repeat, args.stagger, args.threads,
-                  sorted({*ceiling_threads, args.threads}), args.device, args.stagger_interval_s)  # fmt: skip
+                  sorted({*ceiling_threads, args.threads}), args.device, args.stagger_interval_s,
+                  args.budget_s)  # fmt: skip
 
     def keep(report: dict[str, Any]) -> None:
         if args.json is not None:

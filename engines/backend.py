@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 
     from engines.base import EngineInfo, SynthesisRequest
     from engines.pool import PoolStatus
+    from engines.scheduler import TenantShare
 
 __all__ = ["EngineBackend", "PcmStream"]
 
@@ -50,8 +51,13 @@ class EngineBackend(Protocol):
         """A snapshot for ``/readyz`` and the metrics."""
         ...
 
-    def open_stream(self, request: SynthesisRequest, *, tenant: str = "") -> AbstractAsyncContextManager[PcmStream]:
+    def open_stream(
+        self, request: SynthesisRequest, *, tenant: str = "", share: TenantShare | None = None,
+    ) -> AbstractAsyncContextManager[PcmStream]:
         """Run ``request`` for ``tenant``; leaving the block before the end cancels it.
+
+        While the engine is busy it waits with the tenant's ``share`` of it (weight, priority class, cap on waiting
+        requests; see ``engines.scheduler``), or the default share when ``None``.
 
         Raises (on enter):
             EngineNotReadyError: nothing can take requests (loading, unavailable).

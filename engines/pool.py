@@ -1,8 +1,9 @@
 """A pool of engine worker processes, driven from the server's event loop.
 
 Each worker is a process holding one engine (``engines.worker``). The pool hands jobs to workers with free slots,
-keeps a bounded FIFO of waiting requests (beyond it: :class:`EngineOverloadedError`), streams PCM back as the
-worker produces it, cancels jobs whose consumer went away, and replaces workers that die, hang or stop answering.
+keeps bounded per-tenant queues of waiting requests, served fairly across tenants (``engines.scheduler``; beyond
+the bounds: :class:`EngineOverloadedError`), streams PCM back as the worker produces it, cancels jobs whose
+consumer went away, and replaces workers that die, hang or stop answering.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import pickle
 import socket
 import struct
 import time
-from collections import Counter, deque
+from collections import Counter
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Literal
 
@@ -35,6 +36,7 @@ from engines.messages import (
     WorkerLoadFailed,
     WorkerReady,
 )
+from engines.scheduler import DEFAULT_SHARE, QueueFullError, TenantScheduler, TenantShare
 from engines.worker import run_worker
 
 # The worker side speaks multiprocessing's Connection framing; the server reads and writes the same frames with
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConsumerTooSlowError",
+    "EndpointStatus",
     "EngineNotReadyError",
     "EngineOverloadedError",
     "EnginePool",
@@ -94,6 +97,20 @@ class ConsumerTooSlowError(SynthesisFailedError):
 
 
 @dataclass(frozen=True, slots=True)
+class EndpointStatus:
+    """One upstream address of a remote engine, for ``/readyz`` and metrics (no credentials in any field)."""
+
+    url: str
+    """The configured base URL."""
+    address: str | None
+    """The IP address it resolved to (``None`` when it does not resolve)."""
+    state: Literal["healthy", "unhealthy"]
+    in_flight: int
+    breaker: Literal["closed", "open", "half_open"]
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class PoolStatus:
     """A snapshot of one engine's pool, for ``/readyz`` and metrics."""
 
@@ -112,6 +129,10 @@ class PoolStatus:
     batch_sizes: dict[int, int]
     """How many batches of each size batching workers have run."""
     info: EngineInfo | None
+    queued_by_tenant: dict[str, int] = field(default_factory=dict)
+    """Requests waiting for a worker now, by tenant name (tenants with none left out)."""
+    endpoints: tuple[EndpointStatus, ...] | None = None
+    """The upstream endpoint addresses of a remote engine (``engines.remote``); ``None`` for worker pools."""
 
 
 class _Job:
@@ -187,6 +208,15 @@ class SynthesisStream:
         return first if len(pieces) == 1 else b"".join(pieces)
 
 
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """Whose request waits, with which share, and what it costs the engine (input characters)."""
+
+    tenant: str
+    share: TenantShare
+    cost: float
+
+
 class _Worker:
     """The server's handle on one worker process."""
 
@@ -241,7 +271,8 @@ class EnginePool:
         self.settings = settings
         self._context = multiprocessing.get_context("spawn")
         self._workers: list[_Worker] = []
-        self._waiters: deque[asyncio.Future[_Worker]] = deque()
+        self._waiters: TenantScheduler[asyncio.Future[_Worker]] = TenantScheduler(settings.queue_size,
+                                                                                  settings.scheduling)
         self._job_ids = itertools.count(1)
         self._ping_nonces = itertools.count(1)
         self._restarts = 0
@@ -307,6 +338,7 @@ class EnginePool:
             pids=tuple(w.process.pid for w in self._workers if w.process.pid is not None),
             batch_sizes=dict(self._batch_sizes),
             info=self._info,
+            queued_by_tenant=self._waiters.queued_by_tenant(),
         )
 
     def _state(self, ready: list[_Worker]) -> PoolState:
@@ -318,11 +350,18 @@ class EnginePool:
 
     # ----------------------------------------------------------------- synthesis
     @asynccontextmanager
-    async def open_stream(self, request: SynthesisRequest, *, tenant: str = "") -> AsyncIterator[SynthesisStream]:
-        """Run ``request`` on a worker; leaving the block before the end cancels the job in the worker."""
-        worker = await self._acquire()
+    async def open_stream(
+        self, request: SynthesisRequest, *, tenant: str = "", share: TenantShare | None = None,
+    ) -> AsyncIterator[SynthesisStream]:
+        """Run ``request`` for ``tenant`` on a worker; leaving the block before the end cancels the job in the worker.
+
+        While every worker is busy the request waits in ``tenant``'s queue, taken out in turn with other tenants'
+        by ``share`` (weight, priority class, cap on its waiting requests; :data:`DEFAULT_SHARE` when ``None``).
+        """
+        claim = _Claim(tenant, share or DEFAULT_SHARE, float(max(1, len(request.text))))
+        worker = await self._acquire(claim)
         while worker.state != "ready":  # it died between being handed to us and now
-            worker = await self._acquire()
+            worker = await self._acquire(claim)
         job = _Job(next(self._job_ids), self._max_buffered_bytes(worker))
         worker.reserved -= 1
         if not worker.jobs:
@@ -341,21 +380,23 @@ class EnginePool:
         rate = worker.info.sample_rate if worker.info is not None else 24000
         return int(self.settings.max_buffered_audio_s * rate * 2)
 
-    async def _acquire(self) -> _Worker:
+    async def _acquire(self, claim: _Claim) -> _Worker:
         status = self.status()
         if status.state not in {"ready", "starting"}:
             raise EngineNotReadyError(self.name, status.reason or status.state)
         worker = self._free_worker()
         if worker is not None and not self._waiters:
+            self._waiters.charge(claim.tenant, claim.share, claim.cost)
             worker.reserved += 1
             return worker
-        if len(self._waiters) >= self.settings.queue_size:
-            raise EngineOverloadedError(self.name, self._retry_after_s())
-        return await self._wait_in_queue()
-
-    async def _wait_in_queue(self) -> _Worker:
         waiter: asyncio.Future[_Worker] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        try:
+            self._waiters.push(waiter, claim.tenant, claim.share, claim.cost)
+        except QueueFullError:  # the whole queue, or this tenant's part of it (the other tenants may still queue)
+            raise EngineOverloadedError(self.name, self._retry_after_s()) from None
+        return await self._wait_in_queue(waiter)
+
+    async def _wait_in_queue(self, waiter: asyncio.Future[_Worker]) -> _Worker:
         taken = False
         try:
             worker = await asyncio.wait_for(asyncio.shield(waiter), self.settings.queue_timeout_s)
@@ -368,8 +409,7 @@ class EnginePool:
                 self._abandon(waiter)
 
     def _abandon(self, waiter: asyncio.Future[_Worker]) -> None:
-        if waiter in self._waiters:
-            self._waiters.remove(waiter)
+        self._waiters.remove(waiter)
         if not waiter.done():
             waiter.cancel()
         elif not waiter.cancelled() and waiter.exception() is None:
@@ -384,8 +424,8 @@ class EnginePool:
         self._hand_out_slots()
 
     def _hand_out_slots(self) -> None:
-        while self._waiters and (worker := self._free_worker()) is not None:
-            waiter = self._waiters.popleft()
+        # One slot per turn, so a batching worker's batch fills in the scheduler's order too.
+        while (worker := self._free_worker()) is not None and (waiter := self._waiters.pop()) is not None:
             if not waiter.done():
                 worker.reserved += 1
                 waiter.set_result(worker)
@@ -395,8 +435,7 @@ class EnginePool:
 
     def _fail_waiters(self) -> None:
         reason = self._unavailable_reason or "the pool stopped"
-        while self._waiters:
-            waiter = self._waiters.popleft()
+        for waiter in self._waiters.clear():
             if not waiter.done():
                 waiter.set_exception(EngineNotReadyError(self.name, reason))
 

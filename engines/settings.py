@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from engines.breaker import BreakerSettings
 from engines.chattts.options import ChatTTSOptions
 from engines.espeak.options import EspeakOptions
+from engines.remote.options import OpenAIRemoteOptions
+from engines.scheduler import Scheduling
 from engines.synthetic import SyntheticOptions
 
 __all__ = [
@@ -21,6 +24,7 @@ __all__ = [
     "EngineSettings",
     "EspeakEngineSettings",
     "PoolSettings",
+    "RemoteEngineSettings",
     "SyntheticEngineSettings",
     "engine_settings",
 ]
@@ -37,6 +41,9 @@ class PoolSettings(BaseModel):
     """Requests allowed to wait for a free worker; beyond it the gateway answers 503 with Retry-After."""
     queue_timeout_s: float = Field(default=30.0, gt=0)
     """How long a request may wait in the queue before it gets a 503."""
+    scheduling: Scheduling = "fair"
+    """Who of the waiting requests gets the next free worker: ``fair`` (per-tenant queues, weighted fairly, priority
+    classes first) or ``fifo`` (arrival order, one tenant can hold every worker: the baseline of bench/fairness.py)."""
     start_timeout_s: float = Field(default=120.0, gt=0)
     """How long a worker may take to load and warm up before it counts as failed."""
     stall_timeout_s: float = Field(default=30.0, gt=0)
@@ -47,6 +54,10 @@ class PoolSettings(BaseModel):
     """How often idle workers are pinged; one that does not answer within the interval is replaced."""
     max_buffered_audio_s: float = Field(default=120.0, gt=0)
     """Audio seconds buffered for a client that reads slower than the engine speaks before the request is dropped."""
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    """The engine's circuit breaker: after ``failures`` failed jobs (a worker died, the engine failed) within
+    ``window_s`` the gateway stops sending it requests for ``open_s`` (aliases fall through to their next engine),
+    then lets ``half_open_probes`` requests try it again."""
 
 
 class ChatTTSEngineSettings(PoolSettings):
@@ -66,12 +77,32 @@ class SyntheticEngineSettings(PoolSettings):
     options: SyntheticOptions = Field(default_factory=SyntheticOptions)
 
 
+class RemoteEngineSettings(PoolSettings):
+    """Upstream servers that speak OpenAI's speech API (``engines.remote``). Of the pool knobs only ``queue_size``
+    and ``queue_timeout_s`` apply (waiting for an endpoint with a free slot); the others are refused rather than
+    silently ignored, and each endpoint has its own breaker (``options.breaker``)."""
+
+    kind: Literal["openai"]
+    options: OpenAIRemoteOptions
+
+    @model_validator(mode="after")
+    def _only_queue_knobs(self) -> RemoteEngineSettings:
+        worker_only = sorted(self.model_fields_set - {"kind", "options", "queue_size", "queue_timeout_s"})
+        if worker_only:
+            raise ValueError(f"{', '.join(worker_only)} do(es) not apply to kind openai (no worker processes; "
+                             "the per-endpoint breaker is options.breaker)")
+        return self
+
+
 EngineSettings: TypeAlias = Annotated[
-    ChatTTSEngineSettings | EspeakEngineSettings | SyntheticEngineSettings, Field(discriminator="kind")
+    ChatTTSEngineSettings | EspeakEngineSettings | SyntheticEngineSettings | RemoteEngineSettings,
+    Field(discriminator="kind"),
 ]
 """One engine's settings; ``kind`` picks the model, and so the options it accepts."""
 
-AnyEngineSettings: TypeAlias = ChatTTSEngineSettings | EspeakEngineSettings | SyntheticEngineSettings
+AnyEngineSettings: TypeAlias = (
+    ChatTTSEngineSettings | EspeakEngineSettings | SyntheticEngineSettings | RemoteEngineSettings
+)
 _ENGINE_SETTINGS: TypeAdapter[AnyEngineSettings] = TypeAdapter(EngineSettings)
 
 

@@ -21,9 +21,10 @@ from prometheus_client import REGISTRY
 # Litestar reads the return types of the dependency providers below at runtime.
 from auth import AuthStore  # noqa: TC001
 from auth.usage import UsageLedger  # noqa: TC001
-from engines.pool import EnginePool
+from engines.factory import create_backend
 from gateway.http.backpressure import send_timeout_middleware
 from gateway.http.errors import EXCEPTION_HANDLERS
+from gateway.http.json_depth import json_depth_middleware
 from gateway.http.security import provide_principal
 from gateway.http.tracking import request_tracking_middleware
 from gateway.observability.metrics import PoolCollector, SpeechMetrics
@@ -73,8 +74,9 @@ def create_app(
 
     Args:
         settings: Everything it is configured with (default: :func:`load_settings`).
-        pool_factory: Builds each engine's pool (default: :class:`EnginePool`, worker processes); the in-process
-            tests run engines in threads behind the same interface.
+        pool_factory: Builds each engine's backend (default: :func:`~engines.factory.create_backend`, worker
+            processes, or HTTP for ``kind: openai``); the in-process tests run engines in threads behind the same
+            interface.
     """
     settings = settings or load_settings()
     return Litestar(
@@ -82,9 +84,10 @@ def create_app(
                         HealthController, MetricsController, docs_assets_router(),
                         *([realtime_speech] if settings.realtime.enabled else []),
                         *(playground_handlers() if settings.server.playground else [])],
-        lifespan=[_services(settings, pool_factory or EnginePool)],
+        lifespan=[_services(settings, pool_factory or create_backend)],
         dependencies=_dependencies(),
-        middleware=[request_tracking_middleware(_PROMETHEUS), send_timeout_middleware(settings.server.send_timeout_s)],
+        middleware=[request_tracking_middleware(_PROMETHEUS), send_timeout_middleware(settings.server.send_timeout_s),
+                    json_depth_middleware(settings.server.max_json_depth)],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.server.max_body_bytes,
         plugins=[PydanticPlugin()],
@@ -108,7 +111,7 @@ def _services(
         pools = {name: pool_factory(name, engine) for name, engine in settings.engines.items()}
         for pool in pools.values():
             await pool.start()
-        router = ModelRouter(pools, settings.aliases)
+        router = ModelRouter(pools, settings.aliases, settings.failover)
         metrics = SpeechMetrics()
         services = await open_services(settings, router, metrics)
         collector = PoolCollector(router, lambda: services.limiter.outage_count)
@@ -177,10 +180,17 @@ def _openapi_config() -> OpenAPIConfig:
 
 
 def _logging_config(settings: Settings) -> LoggingConfig:
+    """Every line one JSON object: the gateway's loggers, uvicorn's (``serve`` leaves its logging to this), Litestar's
+    and whatever else reaches the root logger. Third-party libraries never log below info."""
     level = settings.server.log_level.upper()
+    own = {"level": level, "handlers": ["json"], "propagate": False}
     return LoggingConfig(
         formatters={"json": {"()": "gateway.observability.logs.JsonLogFormatter"}},
+        filters={"websocket_frames": {"()": "gateway.observability.logs.WebSocketFrameRedactor"}},
         handlers={"json": {"class": "logging.StreamHandler", "formatter": "json"}},
-        loggers={"tts_gateway": {"level": level, "handlers": ["json"], "propagate": False}},
+        loggers={"tts_gateway": own, "litestar": own, "uvicorn": own, "uvicorn.access": own,
+                 # websockets logs frames, their text included, on uvicorn's error logger at debug level
+                 "uvicorn.error": {"level": level, "filters": ["websocket_frames"], "propagate": True}},
+        root={"level": "INFO" if level == "DEBUG" else level, "handlers": ["json"]},
         log_exceptions="debug",
     )

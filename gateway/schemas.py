@@ -11,6 +11,7 @@ from gateway.audio.formats import AudioFormat
 __all__ = [
     "MAX_INPUT_CHARS",
     "CustomVoice",
+    "EndpointReadiness",
     "EngineReadiness",
     "ErrorDetail",
     "ErrorResponse",
@@ -95,6 +96,21 @@ class ModelList(BaseModel):
     data: list[ModelObject]
 
 
+class EndpointReadiness(BaseModel):
+    """One upstream address of a remote (``kind: openai``) engine."""
+
+    url: str
+    """The configured base URL."""
+    address: str | None
+    """The IP address it resolved to; ``null`` when the host name does not resolve."""
+    state: str
+    """``healthy`` (its last probe answered 200) or ``unhealthy`` (taken out until a probe answers again)."""
+    in_flight: int
+    breaker: str
+    """This address's circuit breaker: ``closed``, ``open`` (no requests) or ``half_open`` (trying again)."""
+    last_error: str | None
+
+
 class EngineReadiness(BaseModel):
     state: str
     reason: str | None
@@ -107,6 +123,12 @@ class EngineReadiness(BaseModel):
     pids: list[int]
     details: dict[str, str] = {}
     """What the engine reports about itself (weights, device, text normalizer, ...)."""
+    breaker: str | None = None
+    """The local engine's circuit breaker: ``closed``, ``open`` (requests fail fast, aliases fall through) or
+    ``half_open`` (trying again); ``null`` for an engine without one."""
+    endpoints: list[EndpointReadiness] | None = None
+    """A remote engine's upstream addresses (state, requests in flight, breaker, last error); ``null`` for local
+    engines."""
 
 
 class Readiness(BaseModel):

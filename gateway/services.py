@@ -8,14 +8,20 @@ Handlers never receive this object: ``gateway/app.py`` provides each service to 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from auth import Authenticator, AuthStore, JWTVerifier, MemoryAuthStore, RedisAuthStore, seed_tenants
+from auth import Authenticator, AuthStore, JWTVerifier, MemoryAuthStore, Principal, RedisAuthStore, seed_tenants
+from auth.errors import InvalidCredentialsError
 from auth.limits import TenantRateLimiter
 from auth.resilient import OutageTolerantStore
+from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocationBus, RevocationBus
+from auth.settings import TenantLimits
+from auth.tenants import Tenant
 from auth.usage import MemoryUsageLedger, RedisUsageLedger, UsageLedger
+from gateway.realtime.registry import SessionRegistry
 from gateway.speech.admission import Admission
 from gateway.speech.cache import AudioCache
 from gateway.speech.plan import Planner
@@ -28,10 +34,10 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from gateway.observability.metrics import SpeechMetrics
-    from gateway.settings import Settings
+    from gateway.settings import CacheSettings, Settings
     from gateway.speech.routing import ModelRouter
 
-__all__ = ["Services", "StorageProbe", "open_services"]
+__all__ = ["SERVICE_PRINCIPAL", "ServiceTokenAuthenticator", "Services", "StorageProbe", "open_services"]
 
 logger = logging.getLogger("tts_gateway.services")
 
@@ -77,8 +83,12 @@ class Services:
     voices: VoiceStore
     speech: SpeechService
     storage: StorageProbe
+    revocations: RevocationBus
+    sessions: SessionRegistry
+    """Open realtime sessions: ended when the revocation bus announces their key or tenant gone."""
 
     async def close(self) -> None:
+        await self.revocations.close()
         await self.limiter.close()
         await self.speech.cache.close()
         await self.auth_store.close()
@@ -89,11 +99,16 @@ class Services:
 async def open_services(settings: Settings, router: ModelRouter, metrics: SpeechMetrics) -> Services:
     """Build every service; tenants from the configuration file are written into the store."""
     redis = connect_redis(settings.redis_url) if settings.redis_url is not None else None
-    store = _auth_store(settings, redis)
+    revocations: RevocationBus = RedisRevocationBus(redis) if redis is not None else LocalRevocationBus()
+    store = _auth_store(settings, redis, revocations)
+    sessions = SessionRegistry()
+    revocations.listen(sessions.revoked)
+    await revocations.start()
     auth = settings.auth
     if auth.tenants:
         await seed_tenants(store, auth.tenants)
-    open_mode = not auth.tenants and auth.admin_token is None
+    engine_node = settings.server.profile == "engine"
+    open_mode = not engine_node and not auth.tenants and auth.admin_token is None
     if open_mode:
         logger.warning(OPEN_MODE_WARNING)
     limits = settings.limits
@@ -102,17 +117,47 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
     usage: UsageLedger = RedisUsageLedger(redis) if redis is not None else MemoryUsageLedger()
     voices: VoiceStore = RedisVoiceStore(redis) if redis is not None else MemoryVoiceStore()
     speech = SpeechService(Planner(router, voices), Admission(limiter, usage, metrics),
-                           AudioCache(settings.cache, redis), SingleFlight(), usage, metrics)
+                           AudioCache(_cache_settings(settings), redis), SingleFlight(), usage, metrics)
     jwt = JWTVerifier(auth.jwt) if auth.jwt is not None else None
     storage = StorageProbe(redis, required=limits.fail_mode == "closed")
     authenticator = Authenticator(store, jwt, open_mode=open_mode)
-    return Services(redis, store, authenticator, limiter, usage, voices, speech, storage)
+    if engine_node and auth.service_token is not None:
+        authenticator = ServiceTokenAuthenticator(store, auth.service_token.get_secret_value())
+    return Services(redis, store, authenticator, limiter, usage, voices, speech, storage, revocations, sessions)
 
 
-def _auth_store(settings: Settings, redis: Redis | None) -> AuthStore:
+SERVICE_PRINCIPAL = Principal(Tenant(name="service", limits=TenantLimits(), models=None), "service")
+"""Who every request to an engine node is: the front gateway, one principal without limits."""
+
+
+class ServiceTokenAuthenticator(Authenticator):
+    """An engine node's authenticator (``server.profile: engine``): the service token, and nothing else, admits."""
+
+    def __init__(self, store: AuthStore, service_token: str) -> None:
+        super().__init__(store, None, open_mode=False)
+        self._token = service_token.encode()
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        scheme, _, presented = (authorization or "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), self._token):
+            raise InvalidCredentialsError("Invalid service token: this is an engine node, called by a gateway.")
+        return SERVICE_PRINCIPAL
+
+
+def _cache_settings(settings: Settings) -> CacheSettings:
+    """An engine node caches nothing: the front gateway does, per tenant."""
+    if settings.server.profile == "engine":
+        return settings.cache.model_copy(update={"enabled": False})
+    return settings.cache
+
+
+def _auth_store(settings: Settings, redis: Redis | None, revocations: RevocationBus) -> AuthStore:
+    """The store, announcing every revocation it makes to every replica (``auth/revocations.py``)."""
     if redis is None:
-        return MemoryAuthStore()
+        return AnnouncingStore(MemoryAuthStore(), revocations)
     # Fail-open limits keep serving known callers through a Redis outage; fail-closed refuses them too.
     if settings.limits.fail_mode == "open":
-        return OutageTolerantStore(RedisAuthStore(redis))
-    return RedisAuthStore(redis)
+        tolerant = OutageTolerantStore(RedisAuthStore(redis), max_entries=settings.limits.outage_cache_entries)
+        revocations.listen(tolerant.revoked)
+        return AnnouncingStore(tolerant, revocations)
+    return AnnouncingStore(RedisAuthStore(redis), revocations)

@@ -26,10 +26,13 @@ if TYPE_CHECKING:
 __all__ = [
     "BUILT_IN_ALIASES",
     "BUILT_IN_ENGINES",
+    "AliasSettings",
     "CacheSettings",
+    "FailoverSettings",
     "RealtimeSettings",
     "ServerSettings",
     "Settings",
+    "VoicesSettings",
     "load_settings",
 ]
 
@@ -51,6 +54,26 @@ class ServerSettings(BaseModel):
     releasing its stream lease and synthesis (``gateway/backpressure.py``)."""
     playground: bool = True
     """Serve the playground page at / and /playground"""
+    profile: Literal["gateway", "engine"] = "gateway"
+    """``engine``: serve as the engine tier behind another gateway (its ``kind: openai`` engine): every request needs
+    ``auth.service_token``; no tenants, limits, audio cache, custom voices or admin API of its own."""
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
+    """Largest request head (request line and headers) accepted; larger ones get 431 and the connection is closed."""
+    max_headers: int = Field(default=100, ge=8, le=10_000)
+    """Most header lines in one request; more get 431."""
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    """Time a connection has to deliver a complete request head, from its first byte (or, on a new connection, from
+    the connect); then 408 and the connection is closed. Idle and slow ("slowloris") sockets cannot pile up."""
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    """Time a request has to deliver its whole body once its head is in; then 408 and the connection is closed."""
+    keep_alive_timeout_s: int = Field(default=5, ge=1)
+    """An idle keep-alive connection (between requests) is closed after this long."""
+    max_connections: int = Field(default=1000, ge=1)
+    """Open connections (HTTP and WebSocket) the server holds. At the cap the oldest connection without a request in
+    progress (idle, or still sending its head) is closed to make room; when every one is busy, the new connection gets
+    503 with ``Retry-After``. Lowered at start to fit the open-file limit (``ulimit -n``)."""
+    max_json_depth: int = Field(default=32, ge=2, le=512)
+    """Deepest nesting of arrays and objects in a JSON request body; deeper bodies get 400."""
 
 
 class CacheSettings(BaseModel):
@@ -83,6 +106,43 @@ class RealtimeSettings(BaseModel):
     """A session with no client event and nothing to speak for this long is closed, freeing its stream lease."""
 
 
+class FailoverSettings(BaseModel):
+    """Retrying a request that failed before its first audio (``gateway/speech/failover.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    same_engine_attempts: int = Field(default=2, ge=1, le=10)
+    """Tries on one engine (each on the worker or endpoint the engine hands out then) before the next engine of the
+    alias; 1 means no retry on the same engine."""
+    deadline_s: float = Field(default=30.0, gt=0)
+    """From the start of the first try: no try starts later, and a try still waiting for its first audio then is
+    abandoned (the client gets the last error)."""
+
+
+class AliasSettings(BaseModel):
+    """One alias: the engines behind a model name, in order of preference, and whether overload may spill."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engines: list[str]
+    """Engine names: a request goes to the first that can serve it, and fails over down the list."""
+    spill_on_overload: bool = False
+    """When the engine is overloaded (every worker busy, queue full), try the next engine instead of a 503. Off by
+    default: spilling from ChatTTS to espeak changes the voice."""
+
+
+class VoicesSettings(BaseModel):
+    """Custom voices (``/v1/audio/voices``): how many a tenant may keep and how large a speaker may be."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_per_tenant: int = Field(default=100, ge=0)
+    """Custom voices a tenant may have at once; creating one more is refused (400, ``voice_limit_reached``)."""
+    max_speaker_chars: int = Field(default=16384, ge=1, le=16384)
+    """Longest ``speaker`` accepted (400 beyond it); ChatTTS's full-size speakers are 862 characters. 16384 is
+    also the API's own ceiling."""
+
+
 #: The engines and aliases every gateway starts from: the lowest-priority settings source, so YAML files and
 #: environment variables merge into them (``engines: {chattts: null}`` removes one).
 BUILT_IN_ENGINES: dict[str, dict[str, Any]] = {"chattts": {"kind": "chattts"}, "espeak": {"kind": "espeak"}}
@@ -101,7 +161,9 @@ class _BuiltIns(PydanticBaseSettingsSource):
         return None, field_name, False  # unused: __call__ returns the whole mapping
 
     def __call__(self) -> dict[str, Any]:
-        return {"engines": copy.deepcopy(BUILT_IN_ENGINES), "aliases": copy.deepcopy(BUILT_IN_ALIASES)}
+        # Aliases in the mapping form, so that a file or variable setting only ``spill_on_overload`` merges into them.
+        aliases = {name: {"engines": list(engines)} for name, engines in BUILT_IN_ALIASES.items()}
+        return {"engines": copy.deepcopy(BUILT_IN_ENGINES), "aliases": aliases}
 
 
 def _without_removed(value: object) -> object:
@@ -109,6 +171,14 @@ def _without_removed(value: object) -> object:
     if not isinstance(value, dict):
         return value
     return {name: entry for name, entry in value.items() if entry is not None and entry != "null"}
+
+
+def _aliases_as_mappings(value: object) -> object:
+    """Aliases without the removed ones, each in the mapping form (the list form is short for ``{engines: [...]}``)."""
+    kept = _without_removed(value)
+    if not isinstance(kept, dict):
+        return kept
+    return {name: {"engines": entry} if isinstance(entry, list | tuple) else entry for name, entry in kept.items()}
 
 
 class Settings(BaseSettings):
@@ -119,21 +189,25 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     engines: Annotated[dict[str, EngineSettings], BeforeValidator(_without_removed)] = Field(default_factory=dict)
     """Engines by the model name clients use for them directly (built in: ``chattts``, ``espeak``)."""
-    aliases: Annotated[dict[str, list[str]], BeforeValidator(_without_removed)] = Field(default_factory=dict)
-    """Model names that route to engines: the first ready engine in the list serves the request."""
+    aliases: Annotated[dict[str, AliasSettings], BeforeValidator(_aliases_as_mappings)] = Field(default_factory=dict)
+    """Model names that route to engines: a list of engines (the first ready one serves the request, the next ones
+    take over when it fails before the first audio), or ``{engines: [...], spill_on_overload: bool}``."""
+    failover: FailoverSettings = Field(default_factory=FailoverSettings)
     redis_url: str | None = None
     """``redis://[:password@]host:port/db``: limits, cache, keys, voices and usage shared by every replica."""
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
     realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
+    voices: VoicesSettings = Field(default_factory=VoicesSettings)
 
     @model_validator(mode="after")
     def _aliases_name_known_engines(self) -> Settings:
         self._prune_built_in_aliases()
-        for alias, targets in self.aliases.items():
+        for alias, settings in self.aliases.items():
             if alias in self.engines:
                 raise ValueError(f"alias {alias!r} has the name of an engine")
+            targets = settings.engines
             unknown = [t for t in targets if t not in self.engines]
             if unknown or not targets:
                 raise ValueError(f"alias {alias!r} must list configured engines, got unknown {unknown}")
@@ -141,13 +215,25 @@ class Settings(BaseSettings):
 
     def _prune_built_in_aliases(self) -> None:
         """A built-in alias left as it is follows the removal of a built-in engine (and goes when none is left)."""
-        for alias, targets in list(self.aliases.items()):
-            if targets == BUILT_IN_ALIASES.get(alias):
-                kept = [target for target in targets if target in self.engines]
+        for alias, settings in list(self.aliases.items()):
+            if settings.engines == BUILT_IN_ALIASES.get(alias):
+                kept = [target for target in settings.engines if target in self.engines]
                 if kept:
-                    self.aliases[alias] = kept
+                    settings.engines = kept
                 else:
                     del self.aliases[alias]
+
+    @model_validator(mode="after")
+    def _engine_profile_is_sound(self) -> Settings:
+        if self.server.profile != "engine":
+            return self
+        auth = self.auth
+        if auth.service_token is None:
+            raise ValueError("server.profile engine needs auth.service_token (the front gateway's api_key)")
+        if auth.tenants or auth.admin_token is not None or auth.jwt is not None:
+            raise ValueError("server.profile engine takes only auth.service_token: tenants, admin_token and jwt "
+                             "belong to the front gateway")
+        return self
 
     @model_validator(mode="after")
     def _tenants_name_known_models(self) -> Settings:

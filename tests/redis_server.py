@@ -30,8 +30,8 @@ __all__ = ["RedisServer", "outage_redis_fixture", "redis_server_fixture", "redis
 class RedisServer:
     """One ``redis-server`` process without persistence, on a fixed port across restarts."""
 
-    def __init__(self) -> None:
-        self.port = free_port()
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="redis-test-"))
         self._pidfile = self._dir / "redis.pid"
 

@@ -182,6 +182,8 @@ class ChatTTSEngine:
             for plan in starting:
                 plan.running, plan.decoder = True, self._stream_decoder()
             return codes.join([self._code_request(plan) for plan in starting])
+        if not codes.size:  # every live request runs a segment, so the token loop cannot be empty
+            raise RuntimeError("the token loop lost a running sequence")
         return codes.step()
 
     def _deliver(self, events: list[StepEvent], live: dict[int, _Plan]) -> Generator[BatchItem, None, None]:

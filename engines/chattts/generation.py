@@ -278,16 +278,22 @@ class CodeBatch:
             return logits
         num_vq = self._num_vq
         lengths = [min(steps, REPETITION_WINDOW) for steps in rows.steps]
+        if len(set(lengths)) == 1:  # the usual case: no row joined within the last REPETITION_WINDOW steps
+            return self._penalise_group(logits, rows.history, lengths[0])
         for length in sorted(set(lengths)):
             group = [row for row, n in enumerate(lengths) if n == length]
-            history = (
-                rows.history[group, REPETITION_WINDOW - length :].permute(0, 2, 1).reshape(len(group) * num_vq, length)
-            )
             flat = torch.tensor([row * num_vq + q for row in group for q in range(num_vq)], device=logits.device)
-            part = logits if len(group) == len(rows) else logits[flat]
-            for processor in self._processors:
-                part = processor(history, part)
-            logits = part if len(group) == len(rows) else logits.index_copy(0, flat, part)
+            part = self._penalise_group(logits[flat], rows.history[group], length)
+            logits = logits.index_copy(0, flat, part)
+        return logits
+
+    def _penalise_group(self, logits: torch.Tensor, history: torch.Tensor, length: int) -> torch.Tensor:
+        """The processors over the last ``length`` tokens of ``history`` (rows, window, vq); ``logits`` (rows*vq, V)."""
+        generated = (
+            history[:, REPETITION_WINDOW - length :].permute(0, 2, 1).reshape(len(history) * self._num_vq, length)
+        )
+        for processor in self._processors:
+            logits = processor(generated, logits)
         return logits
 
     def _events(self, rows: _Rows, hidden: torch.Tensor, tokens: torch.Tensor) -> tuple[list[StepEvent], list[int]]:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import argparse
 
+    from pydantic import ValidationError
+
     from gateway.settings import Settings
 
 __all__ = ["add_server_parsers", "run_server_command"]
@@ -45,30 +47,45 @@ def add_server_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def _settings(args: argparse.Namespace) -> Settings | None:
+    from pydantic import ValidationError
+
     from gateway.settings import load_settings
 
     try:
         return load_settings(args.config if args.config is not None else args.config_default)
+    except ValidationError as exc:
+        print(f"tts-gateway: invalid configuration: {_one_line(exc)}", file=sys.stderr)
+        return None
     except (FileNotFoundError, ValueError) as exc:
         print(f"tts-gateway: invalid configuration: {exc}", file=sys.stderr)
         return None
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
+def _one_line(exc: ValidationError) -> str:
+    """Each problem as ``where: what``, on one line, without the input values pydantic would quote (secrets)."""
+    return "; ".join(f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: "
+                     f"{error['msg'].removeprefix('Value error, ')}" for error in exc.errors())
 
+
+def _serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
+    from gateway.cli.shutdown import run_draining_realtime  # uvicorn.run, draining realtime sessions first
+    from gateway.http.connection_limits import ConnectionLimits, guarded_http_protocol
 
     if (settings := _settings(args)) is None:
         return 2
     host = args.host or settings.server.host
     port = settings.server.port if args.port is None else args.port
-    # websockets-sansio waits for the socket to drain before each send, so a slow realtime client pushes back
-    # instead of piling audio up in memory.
-    uvicorn.run(create_app(settings), host=host, port=port, loop="uvloop", http="httptools",
-                ws="websockets-sansio", ws_max_size=settings.server.max_body_bytes,
-                log_level=settings.server.log_level, timeout_graceful_shutdown=settings.server.shutdown_grace_s,
-                access_log=False)  # one JSON line per request comes from the gateway itself
+    server = settings.server
+    app = create_app(settings)  # it configures logging, uvicorn's loggers included (log_config=None below)
+    # httptools, behind the connection limits it lacks (gateway/http/connection_limits.py). websockets-sansio waits
+    # for the socket to drain before each send, so a slow realtime client pushes back instead of piling audio up.
+    run_draining_realtime(app, host=host, port=port, loop="uvloop",
+                          http=guarded_http_protocol(ConnectionLimits.from_settings(server)),
+                          timeout_keep_alive=server.keep_alive_timeout_s,
+                          ws="websockets-sansio", ws_max_size=server.max_body_bytes, log_config=None,
+                          log_level=server.log_level, timeout_graceful_shutdown=server.shutdown_grace_s,
+                          access_log=False)  # one JSON line per request comes from the gateway itself
     return 0
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Annotated, TypeAlias
 
-from litestar.di import NamedDependency
+from litestar.di import Dependency, NamedDependency
+from litestar.params import SkipValidationMarker
 
 from auth import AuthStore, Principal
 from auth.usage import UsageLedger
@@ -18,11 +19,12 @@ Caller: TypeAlias = NamedDependency[Principal]
 """The authenticated caller (provided as ``principal``)."""
 Router: TypeAlias = NamedDependency[ModelRouter]
 """Model names to engine pools (provided as ``router``)."""
-AuthStoreDep: TypeAlias = NamedDependency[AuthStore]
+# Services are the app's own objects, often typed by a Protocol that cannot be checked at runtime: not validated.
+AuthStoreDep: TypeAlias = Annotated[AuthStore, Dependency(kind="named"), SkipValidationMarker()]
 """Tenants and API keys (provided as ``auth_store``)."""
-UsageDep: TypeAlias = NamedDependency[UsageLedger]
+UsageDep: TypeAlias = Annotated[UsageLedger, Dependency(kind="named"), SkipValidationMarker()]
 """Usage per tenant (provided as ``usage``)."""
-VoicesDep: TypeAlias = NamedDependency[VoiceStore]
+VoicesDep: TypeAlias = Annotated[VoiceStore, Dependency(kind="named"), SkipValidationMarker()]
 """Custom voices (provided as ``voices``)."""
-StorageDep: TypeAlias = NamedDependency[StorageProbe]
+StorageDep: TypeAlias = Annotated[StorageProbe, Dependency(kind="named"), SkipValidationMarker()]
 """Whether the shared Redis answers, for ``/readyz`` (provided as ``storage``)."""

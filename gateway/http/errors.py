@@ -10,7 +10,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from litestar import MediaType, Response
-from litestar.exceptions import HTTPException, ValidationException
+from litestar.exceptions import HTTPException, InternalServerException, ValidationException
 from litestar.openapi import ResponseSpec
 from litestar.status_codes import (
     HTTP_400_BAD_REQUEST,
@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
+from auth.usage import UsageUnavailableError
 from engines.base import InvalidSynthesisRequestError
 from engines.pool import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from gateway.http.ratelimit_headers import rate_limit_headers
@@ -43,6 +44,8 @@ logger = logging.getLogger("tts_gateway.errors")
 
 INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
+#: nginx's status for a request its client abandoned: never sent (nobody is listening), but logged and counted.
+CLIENT_CLOSED_REQUEST = 499
 
 
 class OpenAIError(Exception):
@@ -157,6 +160,15 @@ def _http_error(exc: HTTPException) -> OpenAIError:
     return OpenAIError(exc.status_code, exc.detail, type=kind, code=code, headers=exc.headers)
 
 
+def _server_exception(exc: InternalServerException) -> OpenAIError:
+    # Litestar reports a client that disconnected before its whole body arrived (gone mid-upload, or closed by the
+    # body timeout) as this exception, told apart only by its detail: not a server error, and no traceback.
+    if exc.detail == "client disconnected prematurely":
+        return OpenAIError(CLIENT_CLOSED_REQUEST, "The client closed the connection before sending the whole body.",
+                           code="client_closed_request")
+    return _http_error(exc)
+
+
 def _not_ready(exc: EngineNotReadyError) -> OpenAIError:
     return OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, str(exc), type=SERVER_ERROR, code="engine_not_ready",
                        headers={"Retry-After": "5"})
@@ -216,6 +228,7 @@ _CONVERSIONS: dict[type[Exception], Callable[[Any], OpenAIError]] = {
     ValidationException: _validation_error,
     ValidationError: _model_validation_error,
     HTTPException: _http_error,
+    InternalServerException: _server_exception,
     EngineNotReadyError: _not_ready,
     EngineOverloadedError: _overloaded,
     SynthesisFailedError: _synthesis_failed,
@@ -225,6 +238,7 @@ _CONVERSIONS: dict[type[Exception], Callable[[Any], OpenAIError]] = {
     RateLimitExceededError: _rate_limited,
     LimitsUnavailableError: _backend_down,
     AuthBackendError: _backend_down,
+    UsageUnavailableError: _backend_down,  # GET /v1/usage while Redis is unreachable
     RedisError: _backend_down,  # custom voices and admin operations while Redis is unreachable
 }
 
@@ -233,6 +247,8 @@ def _handle(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[st
     error = as_openai_error(exc)
     if error.status_code == HTTP_500_INTERNAL_SERVER_ERROR:
         logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    elif error.status_code == CLIENT_CLOSED_REQUEST:
+        logger.info("client went away during %s %s", request.method, request.url.path)
     return _respond(error)
 
 

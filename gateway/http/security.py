@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import hmac
-from typing import TYPE_CHECKING, Any
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any, cast
 
+from limits import RateLimitItemPerMinute
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
 from litestar import Request  # noqa: TC002 - Litestar reads the hints of dependencies at runtime
-from litestar.status_codes import HTTP_401_UNAUTHORIZED, HTTP_404_NOT_FOUND
+from litestar.status_codes import HTTP_401_UNAUTHORIZED, HTTP_404_NOT_FOUND, HTTP_429_TOO_MANY_REQUESTS
 
 from auth import Principal  # noqa: TC001 - Litestar reads the hints of dependencies at runtime
 from gateway.http.errors import OpenAIError
@@ -16,7 +22,12 @@ if TYPE_CHECKING:
     from litestar.connection import ASGIConnection
     from litestar.handlers.base import BaseRouteHandler
 
-__all__ = ["provide_principal", "require_admin"]
+__all__ = ["ADMIN_FAILURES_PER_MINUTE", "AdminThrottle", "provide_principal", "require_admin"]
+
+logger = logging.getLogger("tts_gateway.admin")
+
+# An engine node (``server.profile: engine``) serves speech to a front gateway, which owns tenants and their voices.
+_NOT_ON_ENGINE_NODES = frozenset({"createVoice", "retrieveVoice", "deleteVoice"})
 
 
 async def provide_principal(request: Request[Any, Any, Any]) -> Principal:  # Litestar reads these hints at runtime
@@ -25,14 +36,75 @@ async def provide_principal(request: Request[Any, Any, Any]) -> Principal:  # Li
         request.headers.get("authorization"))
     if (record := request_record(request.scope)) is not None:
         record.tenant = principal.tenant.name
+    if request.app.state.settings.server.profile == "engine" and (
+            getattr(request.scope["route_handler"], "operation_id", None) in _NOT_ON_ENGINE_NODES):
+        raise OpenAIError(HTTP_404_NOT_FOUND, "Custom voices are managed by the front gateway, not an engine node.",
+                          code="not_found")
     return principal
 
 
 def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """The admin API needs ``Authorization: Bearer <auth.admin_token>``; without a configured token it is off."""
+    """The admin API needs ``Authorization: Bearer <auth.admin_token>``; without a configured token it is off.
+
+    Failed attempts are logged (never the token) and throttled per client address: after
+    :data:`ADMIN_FAILURES_PER_MINUTE` of them every admin request from that address gets 429 until the oldest
+    leaves the minute, a right token included, or guessing would go on at full speed.
+    """
     token = connection.app.state.settings.auth.admin_token
     if token is None:
         raise OpenAIError(HTTP_404_NOT_FOUND, "The admin API is disabled: set auth.admin_token.", code="not_found")
-    presented = connection.headers.get("authorization", "").removeprefix("Bearer ").strip()
-    if not hmac.compare_digest(presented.encode(), token.get_secret_value().encode()):
+    throttle = _admin_throttle(connection)
+    client = connection.client.host if connection.client else "unknown"
+    throttle.check(client)
+    scheme, _space, presented = connection.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not presented.strip():
+        throttle.failed(client, "missing" if not scheme else "not_bearer", connection.url.path)
+        raise OpenAIError(HTTP_401_UNAUTHORIZED, "The admin API needs 'Authorization: Bearer <admin token>'.",
+                          code="invalid_api_key")
+    if not hmac.compare_digest(presented.strip().encode(), token.get_secret_value().encode()):
+        throttle.failed(client, "wrong_token", connection.url.path)
         raise OpenAIError(HTTP_401_UNAUTHORIZED, "Invalid admin token.", code="invalid_api_key")
+
+
+#: Failed admin authentications a client address may make in a moving minute before it is throttled.
+ADMIN_FAILURES_PER_MINUTE = 10
+_ADMIN_FAILURES = RateLimitItemPerMinute(ADMIN_FAILURES_PER_MINUTE)
+
+
+class AdminThrottle:
+    """Failed admin authentications per client address, in this replica's memory (a moving window from ``limits``).
+
+    Per replica: an attacker spread over N replicas gets N times the attempts, still far too few for a 32-character
+    token. Behind a proxy every client shares the proxy's address unless uvicorn trusts its ``X-Forwarded-For``.
+    """
+
+    def __init__(self) -> None:
+        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+
+    def check(self, client: str) -> None:
+        """Raise 429 with ``Retry-After`` while ``client`` is throttled."""
+        if not self._limiter.test(_ADMIN_FAILURES, "admin", client):
+            retry_after_s = self._retry_after_s(client)
+            raise OpenAIError(HTTP_429_TOO_MANY_REQUESTS,
+                              f"Too many failed admin authentications; retry after {retry_after_s} s.",
+                              type="requests", code="rate_limit_exceeded", headers={"Retry-After": str(retry_after_s)})
+
+    def failed(self, client: str, reason: str, path: str) -> None:
+        """Count a failed attempt and log it as a warning (the presented token never)."""
+        self._limiter.hit(_ADMIN_FAILURES, "admin", client)
+        throttled = not self._limiter.test(_ADMIN_FAILURES, "admin", client)
+        logger.warning("failed admin authentication (%s) from %s%s", reason, client,
+                       f"; throttled for {self._retry_after_s(client)} s" if throttled else "",
+                       extra={"record": {"client": client, "reason": reason, "path": path, "throttled": throttled}})
+
+    def _retry_after_s(self, client: str) -> int:
+        reset_time = self._limiter.get_window_stats(_ADMIN_FAILURES, "admin", client).reset_time
+        return max(1, math.ceil(reset_time - time.time()))
+
+
+def _admin_throttle(connection: ASGIConnection[Any, Any, Any, Any]) -> AdminThrottle:
+    # Made on first use and kept on the app's state: one per app, without a service the lifespan must build.
+    state = connection.app.state
+    if (throttle := state.get("admin_throttle")) is None:
+        throttle = state["admin_throttle"] = AdminThrottle()
+    return cast("AdminThrottle", throttle)

@@ -6,7 +6,7 @@ import json
 import logging
 from typing import Any
 
-__all__ = ["JsonLogFormatter"]
+__all__ = ["JsonLogFormatter", "WebSocketFrameRedactor"]
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -35,6 +35,21 @@ class JsonLogFormatter(logging.Formatter):
             self._stamp = (int(record.created), text)
         return text
 
+
+class WebSocketFrameRedactor(logging.Filter):
+    """At debug level the ``websockets`` library logs every frame it sends and receives on uvicorn's error logger
+    (``"< %s"`` with the frame, its text included: appended input, a first message's token). The line keeps the
+    frame's type and size and loses its content."""
+
+    _FRAME_LINES = frozenset({"< %s", "> %s"})
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in self._FRAME_LINES and isinstance(record.args, tuple) and record.args:
+            frame = record.args[0]
+            opcode, data = getattr(frame, "opcode", None), getattr(frame, "data", b"")
+            name = getattr(opcode, "name", "frame")
+            record.args = (f"{name} [{len(data)} bytes]",)
+        return True
 
 
 _ENCODER = json.JSONEncoder(default=str)  # what ``json.dumps(entry, default=str)`` writes, without a new encoder

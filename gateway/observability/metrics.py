@@ -9,6 +9,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import REGISTRY, Collector
 
+from engines.breaker import BREAKER_STATE_CODES
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
@@ -58,12 +60,17 @@ class SpeechMetrics:
                               buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0))
         self.audio_seconds = _Counter("tts_audio_seconds", "Audio seconds produced.", ["engine"])
         self.cache = _Counter("tts_cache_requests", "Audio cache lookups.", ["result"])
+        self.retries = _Counter("tts_engine_retries", "Tries repeated after one failed before the first audio, by "
+                                "the engine that failed and why.", ["engine", "reason"])
         self.rejections = _Counter("tts_rate_limit_rejections", "Requests refused by a tenant limit.",
                                    ["tenant", "reason"])
         self.tenant_requests = _Counter("tts_tenant_requests", "Speech requests served, by tenant id.", ["tenant"])
         self.tenant_characters = _Counter("tts_tenant_input_characters", "Input characters, by tenant id.",
                                           ["tenant"])
         self.tenant_audio = _Counter("tts_tenant_audio_seconds", "Audio seconds produced, by tenant id.", ["tenant"])
+        self.queue_wait = _Histogram("tts_engine_queue_wait_seconds",
+                                     "Time a synthesis waited for an engine worker (also when it then got a 503).",
+                                     ["engine", "tenant"], buckets=(0.001, *latency))
         self.realtime_connections = Gauge("tts_realtime_connections", "Open realtime WebSocket connections.")
 
     def unregister(self) -> None:
@@ -91,6 +98,8 @@ class PoolCollector(Collector):
         restarts = CounterMetricFamily("tts_engine_worker_restarts", "Worker processes replaced.", labels=["engine"])
         batches = CounterMetricFamily("tts_engine_batches", "Batches run by batching workers, by size.",
                                       labels=["engine", "size"])
+        tenant_queued = GaugeMetricFamily("tts_engine_tenant_queue_depth", "Requests waiting for a worker, by tenant.",
+                                          labels=["engine", "tenant"])
         for name, pool in router.pools.items():
             status = pool.status()
             for attribute, gauge in gauges.items():
@@ -98,9 +107,39 @@ class PoolCollector(Collector):
             restarts.add_metric([name], status.restarts)
             for size, count in sorted(status.batch_sizes.items()):
                 batches.add_metric([name, str(size)], count)
+            for tenant, count in sorted(status.queued_by_tenant.items()):
+                tenant_queued.add_metric([name, tenant], count)
+        breakers = GaugeMetricFamily("tts_engine_breaker_state",
+                                     "Each local engine's circuit breaker: 0 closed, 1 half-open, 2 open.",
+                                     labels=["engine"])
+        for name, code in router.breaker_codes().items():
+            breakers.add_metric([name], code)
         yield from gauges.values()
+        yield breakers
         yield restarts
         yield batches
+        yield tenant_queued
+        yield from _endpoint_families(router)
         yield CounterMetricFamily("tts_limits_fail_open_admissions",
                                   "Requests admitted without checking limits while their storage was unreachable.",
                                   value=self._fail_open_admissions())
+
+
+def _endpoint_families(router: ModelRouter) -> list[GaugeMetricFamily]:
+    """Per upstream address of remote engines: requests in flight, health, breaker. Labels are the configured URL
+    and the address (URLs with credentials are refused at load: nothing secret reaches a label)."""
+    labels = ["engine", "endpoint", "address"]
+    in_flight = GaugeMetricFamily("tts_engine_endpoint_in_flight", "Requests in flight to a remote engine's endpoint.",
+                                  labels=labels)
+    healthy = GaugeMetricFamily("tts_engine_endpoint_healthy",
+                                "1 when a remote engine's endpoint answered its last probe, else 0.", labels=labels)
+    breaker = GaugeMetricFamily("tts_engine_endpoint_breaker_state",
+                                "A remote engine endpoint's circuit breaker: 0 closed, 1 half-open, 2 open.",
+                                labels=labels)
+    for name, pool in router.pools.items():
+        for endpoint in pool.status().endpoints or ():
+            values = [name, endpoint.url, endpoint.address or ""]
+            in_flight.add_metric(values, endpoint.in_flight)
+            healthy.add_metric(values, 1 if endpoint.state == "healthy" else 0)
+            breaker.add_metric(values, BREAKER_STATE_CODES[endpoint.breaker])
+    return [in_flight, healthy, breaker]

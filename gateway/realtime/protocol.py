@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapte
 
 from gateway.audio.formats import AudioFormat
 from gateway.http.errors import OpenAIError, error_body
+from gateway.http.json_depth import json_depth_exceeds
 from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, SpeechRequest, SpeechUsage
 
 __all__ = [
@@ -122,12 +123,20 @@ _CLIENT_EVENT: TypeAdapter[ClientEvent] = TypeAdapter(Annotated[ClientEvent, Fie
 _CLIENT_TYPES = ("session.update", "input.append", "input.flush", "response.cancel", "session.close")
 
 
-def parse_client_event(text: str) -> ClientEvent:
+#: The deepest nesting a client message may have; a valid one needs three levels. Checked before parsing, because
+#: ``json`` recurses per level and fails with a ``RecursionError`` (the session's end) at about 1,000.
+MAX_MESSAGE_DEPTH = 32
+
+
+def parse_client_event(text: str, *, max_depth: int = MAX_MESSAGE_DEPTH) -> ClientEvent:
     """One client message, validated.
 
     Raises:
-        ProtocolError: not JSON, not an object, an unknown ``type`` or an invalid field.
+        ProtocolError: not JSON, nested deeper than ``max_depth``, not an object, an unknown ``type`` or an invalid
+            field.
     """
+    if json_depth_exceeds(text, max_depth):
+        raise ProtocolError(f"The message is nested deeper than {max_depth} levels.", code="json_too_deep")
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:

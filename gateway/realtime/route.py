@@ -16,10 +16,17 @@ from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenant
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
 from gateway.http.errors import OpenAIError, as_openai_error
 from gateway.realtime.protocol import ProtocolError, SessionUpdate, error_event, parse_client_event
-from gateway.realtime.session import RealtimeSession, SessionIdleError, SlowClientError
+from gateway.realtime.session import (
+    RealtimeSession,
+    SessionDrainedError,
+    SessionIdleError,
+    SessionRevokedError,
+    SlowClientError,
+)
 
 if TYPE_CHECKING:
     from auth import Principal
+    from gateway.realtime.registry import SessionRegistry
     from gateway.settings import RealtimeSettings
     from gateway.speech.service import SpeechService
 
@@ -29,7 +36,8 @@ logger = logging.getLogger("tts_gateway.realtime")
 
 PATH = "/v1/audio/speech/stream"
 _NORMAL_CLOSURE = 1000  # the session ended idle
-_POLICY_VIOLATION = 1008  # bad credentials; a client too slow to take its audio
+_POLICY_VIOLATION = 1008  # bad or revoked credentials; a client too slow to take its audio
+_SERVICE_RESTART = 1012  # the server is shutting down: reconnect (to another replica)
 _TRY_AGAIN_LATER = 1013  # over a tenant limit, or the gateway cannot admit sessions now
 _AUTH_ERRORS = (InvalidCredentialsError, UnknownTenantError)
 
@@ -60,8 +68,16 @@ async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
             await _admit(speech, principal, held)
             session = RealtimeSession(socket, speech, principal, settings=settings, session_id=log["session_id"],
                                       send_timeout_s=send_timeout_s)
-            await session.run(first)
+            registry: SessionRegistry = state.services.sessions
+            with registry.registered(session, principal):
+                await session.run(first)
         log["outcome"] = "closed"
+    except SessionRevokedError as revoked:
+        log["outcome"] = f"revoked: {revoked.error.code}"
+        await _close(socket, _POLICY_VIOLATION, revoked.error)
+    except SessionDrainedError:
+        log["outcome"] = "drained for shutdown"
+        await _close(socket, _SERVICE_RESTART, None, reason="server shutting down; reconnect")
     except _SessionRefusedError as refused:
         log["outcome"] = f"refused: {refused.error.code}"
         await _close(socket, refused.close_code, refused.error)
@@ -147,11 +163,14 @@ async def _admit(speech: SpeechService, principal: Principal, held: AsyncExitSta
         raise _SessionRefusedError(as_openai_error(exc), _TRY_AGAIN_LATER) from None
 
 
-async def _close(socket: WebSocket[Any, Any, Any], code: int, error: OpenAIError) -> None:
-    """Say why in an error event, then close; a client gone (or not reading) by now just misses it."""
+async def _close(socket: WebSocket[Any, Any, Any], code: int, error: OpenAIError | None, reason: str = "") -> None:
+    """Say why in an error event (unless the session said so already), then close; a client gone (or not reading)
+    by now just misses it."""
     try:
         async with asyncio.timeout(1.0):
-            await socket.send_text(error_event(error))
-            await socket.close(code, error.message[:120])  # a close reason is at most 123 bytes
+            if error is not None:
+                await socket.send_text(error_event(error))
+                reason = error.message
+            await socket.close(code, reason[:120])  # a close reason is at most 123 bytes
     except (TimeoutError, WebSocketDisconnect, OSError):
         pass

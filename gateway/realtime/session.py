@@ -35,8 +35,11 @@ from gateway.realtime.protocol import (
 )
 from gateway.realtime.segmenter import SentenceBuffer
 from gateway.speech.delivery import AudioClock, encode_stream, speech_usage
+from gateway.speech.failover import same_audio_stream
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from litestar import WebSocket
     from litestar.types import ReceiveMessage
 
@@ -48,7 +51,7 @@ if TYPE_CHECKING:
     from gateway.speech.plan import SpeechPlan
     from gateway.speech.service import SpeechService
 
-__all__ = ["RealtimeSession", "SessionIdleError", "SlowClientError"]
+__all__ = ["RealtimeSession", "SessionDrainedError", "SessionIdleError", "SessionRevokedError", "SlowClientError"]
 
 logger = logging.getLogger("tts_gateway.realtime")
 
@@ -63,6 +66,22 @@ class SlowClientError(Exception):
 
 class SessionIdleError(Exception):
     """No client event and nothing to speak for ``realtime.idle_timeout_s``."""
+
+
+class SessionRevokedError(Exception):
+    """The session's key was revoked or its tenant deleted (on any replica)."""
+
+    def __init__(self, error: OpenAIError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class SessionDrainedError(Exception):
+    """The server is shutting down: the session finished its segment (or the grace period ran out)."""
+
+
+_SHUTTING_DOWN = ("The server is shutting down: no more text is accepted; the segment being spoken finishes, then "
+                  "the session closes (1012). Reconnect to go on.")
 
 
 @dataclass
@@ -116,6 +135,12 @@ class RealtimeSession:
         """When the client last sent an event or a segment last ended: the idle timeout counts from there."""
         self._segment_in_hand = False
         """From taking a segment off the queue until its ``audio.done`` is sent: the session is not idle."""
+        self._queued_chars = 0
+        """Characters of the segments waiting to be spoken: they count against ``max_pending_chars`` too."""
+        self._draining = False
+        self._ended_by: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+        """Set when the server ends the session (revocation, shutdown): ``run`` raises what it holds."""
+        self._background: set[asyncio.Task[None]] = set()
         self.segments_spoken = 0
         """Segments that produced audio (completed or cut short), for the session's log line."""
         self.audio_seconds = 0.0
@@ -129,6 +154,8 @@ class RealtimeSession:
         Raises:
             SlowClientError: the client stopped taking audio.
             SessionIdleError: the session sat idle for ``realtime.idle_timeout_s``.
+            SessionRevokedError: its key was revoked or its tenant deleted.
+            SessionDrainedError: the server drained it for a shutdown.
             WebSocketDisconnect: the client went away while the session was sending.
         """
         await self._send(session_event("session.created", self.id, self._config))
@@ -137,15 +164,44 @@ class RealtimeSession:
         speaker = asyncio.create_task(self._speak_queued(), name=f"realtime-speaker-{self.id}")
         receiver = asyncio.create_task(self._receive(), name=f"realtime-receiver-{self.id}")
         try:
-            # The receiver ends when the client leaves; the speaker when a session.close has been served.
-            done, _ = await asyncio.wait({receiver, speaker}, return_when=asyncio.FIRST_COMPLETED)
+            # The receiver ends when the client leaves; the speaker when a session.close has been served (or the
+            # session drained); the server ends it when its credentials are revoked.
+            watched: set[asyncio.Future[Any]] = {receiver, speaker, self._ended_by}
+            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            if self._ended_by in done:
+                raise self._ended_by.result()
             for task in done:
                 task.result()
         finally:
-            for running in (self._current, speaker, receiver):
+            for running in (self._current, speaker, receiver, *self._background):
                 if running is not None:
                     running.cancel()
-            await asyncio.gather(speaker, receiver, return_exceptions=True)
+            await asyncio.gather(speaker, receiver, *self._background, return_exceptions=True)
+
+    # ----------------------------------------------------------------- ended by the server
+    def revoke(self, error: OpenAIError) -> None:
+        """End the session at once: its key was revoked or its tenant deleted."""
+        self._end(SessionRevokedError(error))
+
+    def begin_drain(self) -> None:
+        """Shutdown: refuse new text, drop what is queued, finish the segment in progress, then end."""
+        if self._draining:
+            return
+        self._draining = self._closing = True
+        self._drop_pending()
+        self._queue.put_nowait(_END_OF_SESSION)
+        notice = asyncio.create_task(self._send(error_event(OpenAIError(503, _SHUTTING_DOWN,
+                                                                        code="server_shutting_down"))))
+        self._background.add(notice)
+        notice.add_done_callback(_forget_quietly(self._background))
+
+    def stop_draining(self) -> None:
+        """The shutdown's grace period is over: end now, mid-segment if need be."""
+        self._end(SessionDrainedError())
+
+    def _end(self, reason: BaseException) -> None:
+        if not self._ended_by.done():
+            self._ended_by.set_result(reason)
 
     # ----------------------------------------------------------------- client events
     async def _receive(self) -> None:
@@ -161,6 +217,8 @@ class RealtimeSession:
                         "Binary frames are not part of this protocol; send JSON text.", code="invalid_event"
                     )
                 event = parse_client_event(text)
+                if self._draining:
+                    raise ProtocolError(_SHUTTING_DOWN, code="server_shutting_down", event_id=event.event_id)
                 if self._closing:
                     raise ProtocolError("The session is closing.", code="session_closing", event_id=event.event_id)
                 await self._handle(event)
@@ -227,10 +285,13 @@ class RealtimeSession:
         await self._send(session_event("session.updated", self.id, config))
 
     def _append(self, event: InputAppend) -> None:
-        if self._buffer.pending_chars + len(event.text) > self._settings.max_pending_chars:
+        # Queued segments count too: a client that appends sentence after sentence and never reads would otherwise
+        # grow the queue without bound.
+        held = self._buffer.pending_chars + self._queued_chars
+        if held + len(event.text) > self._settings.max_pending_chars:
             raise ProtocolError(
-                f"The session already holds {self._buffer.pending_chars} characters not yet "
-                f"segmented; at most {self._settings.max_pending_chars}. Flush first.",
+                f"The session already holds {held} characters not yet spoken; at most "
+                f"{self._settings.max_pending_chars}. Wait for audio.done events before appending more.",
                 code="input_buffer_full",
                 param="text",
                 event_id=event.event_id,
@@ -239,10 +300,17 @@ class RealtimeSession:
 
     def _enqueue(self, texts: list[str]) -> None:
         for text in texts:
+            self._queued_chars += len(text)
             self._queue.put_nowait(_Segment(f"seg_{next(self._segment_ids)}", text))
 
     def _cancel(self) -> None:
         """Barge-in: stop the segment in progress, drop the queued ones and the text not yet segmented."""
+        self._drop_pending()
+        if self._current is not None:
+            self._current.cancel()
+
+    def _drop_pending(self) -> None:
+        """Drop the text not yet segmented, and mark the queued segments cancelled (reported in order)."""
         self._buffer.clear()
         queued: list[_Segment] = []
         while not self._queue.empty():
@@ -251,12 +319,11 @@ class RealtimeSession:
             if segment is not _END_OF_SESSION:
                 segment.status = "cancelled"  # the speaker reports it, in order, without speaking it
             self._queue.put_nowait(segment)
-        if self._current is not None:
-            self._current.cancel()
 
     # ----------------------------------------------------------------- speech
     async def _speak_queued(self) -> None:
         while (segment := await self._queue.get()) is not _END_OF_SESSION:
+            self._queued_chars -= len(segment.text)
             self._segment_in_hand = True
             task: asyncio.Task[None] | None = None
             if segment.status != "cancelled":
@@ -282,7 +349,10 @@ class RealtimeSession:
         await self._speech.admission.admit(self._principal.tenant, len(segment.text), count_request=False)
         self._streaming = True
         started = time.perf_counter()
-        async with plan.pool.open_stream(plan.for_text(segment.text), tenant=self._principal.tenant.name) as pcm:
+        # Once audio has gone out, another engine may take over only if it continues the same encoded stream.
+        fits = None if self._encoder is None else same_audio_stream(plan)
+        async with self._speech.failover_stream(plan, self._principal.tenant, text=segment.text, fits=fits) as pcm:
+            self._plan = plan = pcm.plan  # the next segments go to the engine that spoke: one voice, one stream
             encoder = self._encoder_for(pcm.sample_rate, plan)
             async for data in encode_stream(pcm, pcm.sample_rate, plan.tempo, encoder, segment.clock):
                 await self._send(audio_delta(segment.id, next(self._seq), data))
@@ -313,6 +383,10 @@ class RealtimeSession:
     async def _end_stream(self) -> None:
         if self._encoder is not None and (tail := self._encoder.finish()):
             await self._send(audio_delta(None, next(self._seq), tail))
+        if self._draining:
+            # The shutdown notice goes out before the close, whatever the order the tasks ran in.
+            await asyncio.gather(*self._background, return_exceptions=True)
+            raise SessionDrainedError  # closed with 1012 by the route
         await self._socket.close(1000, "session closed")
 
     # ----------------------------------------------------------------- plumbing
@@ -328,6 +402,17 @@ class RealtimeSession:
                 raise SlowClientError from None
             except OSError:  # uvicorn's ClientDisconnected: the transport is gone
                 raise WebSocketDisconnect(detail="client disconnected") from None
+
+
+def _forget_quietly(tasks: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
+    """A done-callback: drop the task from ``tasks``; a client gone or too slow just misses the message."""
+
+    def done(task: asyncio.Task[None]) -> None:
+        tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: an unread exception would be logged at garbage collection
+
+    return done
 
 
 _END_OF_SESSION = _Segment("", "")

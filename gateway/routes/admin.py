@@ -12,8 +12,8 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_404_NOT_FOUND
 from pydantic import BaseModel, ConfigDict, Field
 
 from auth import ApiKeyRecord, Tenant, TenantNotFoundError, tenant_from_settings
-from auth.settings import TenantLimits, TenantSettings
-from gateway.http.dependencies import AuthStoreDep, UsageDep
+from auth.settings import TenantLimits, TenantScheduling, TenantSettings
+from gateway.http.dependencies import AuthStoreDep, UsageDep, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.http.security import require_admin
 
@@ -28,11 +28,14 @@ class TenantCreate(BaseModel):
     name: str
     limits: TenantLimits = Field(default_factory=TenantLimits)
     models: list[str] | None = None
+    scheduling: TenantScheduling = Field(default_factory=TenantScheduling)
+    """Weight, priority class and cap on waiting requests when engines are busy."""
 
 
 def _tenant_json(tenant: Tenant) -> dict[str, Any]:
     models = sorted(tenant.models) if tenant.models is not None else None
-    return {"name": tenant.name, "limits": tenant.limits.model_dump(), "models": models}
+    return {"name": tenant.name, "limits": tenant.limits.model_dump(), "models": models,
+            "scheduling": tenant.scheduling.model_dump()}
 
 
 def _key_json(record: ApiKeyRecord) -> dict[str, Any]:
@@ -58,14 +61,22 @@ class AdminController(Controller):
     @post("/tenants", status_code=HTTP_201_CREATED, operation_id="adminCreateTenant", responses=_ERRORS)
     async def create_tenant(self, data: JSONBody[TenantCreate], auth_store: AuthStoreDep) -> dict[str, Any]:
         # Validated as a configuration entry would be (name pattern, limits).
-        tenant = tenant_from_settings(TenantSettings(name=data.name, limits=data.limits, models=data.models))
+        tenant = tenant_from_settings(TenantSettings(name=data.name, limits=data.limits, models=data.models,
+                                                     scheduling=data.scheduling))
         await auth_store.put_tenant(tenant)
         return _tenant_json(tenant)
 
-    @delete("/tenants/{name:str}", status_code=200, operation_id="adminDeleteTenant", responses=_ERRORS)
-    async def delete_tenant(self, name: FromPath[str], auth_store: AuthStoreDep) -> dict[str, Any]:
+    @delete("/tenants/{name:str}", status_code=200, operation_id="adminDeleteTenant", responses=_ERRORS,
+            description="Revokes the tenant's keys, closes its realtime sessions on every replica and deletes its "
+                        "voices and usage; its cached audio becomes unreachable. A tenant created again under the "
+                        "same name starts empty.")
+    async def delete_tenant(
+        self, name: FromPath[str], auth_store: AuthStoreDep, voices: VoicesDep, usage: UsageDep,
+    ) -> dict[str, Any]:
         if not await auth_store.delete_tenant(name):
             raise _no_tenant(name)
+        await voices.forget_tenant(name)
+        await usage.forget(name)
         return {"name": name, "deleted": True}
 
     @post("/tenants/{name:str}/keys", status_code=HTTP_201_CREATED, operation_id="adminCreateKey",

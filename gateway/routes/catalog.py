@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from litestar import Controller, delete, get, post
+from litestar import Controller, Request, delete, get, post
 from litestar.params import FromPath, JSONBody, Parameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_400_BAD_REQUEST, HTTP_404_NOT_FOUND
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -14,6 +14,10 @@ from gateway.http.dependencies import Caller, Router, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.schemas import ModelList, ModelObject
 from gateway.speech.voices import SEED_SPEAKER_PREFIX, CustomVoiceRecord, new_voice
+
+if TYPE_CHECKING:
+    from gateway.settings import VoicesSettings
+    from gateway.speech.service import SpeechService
 
 __all__ = ["CustomVoiceCreate", "ModelsController", "VoicesController"]
 
@@ -99,12 +103,21 @@ class VoicesController(Controller):
         return voice.public() | {"custom": True}
 
     @post(status_code=HTTP_201_CREATED, operation_id="createVoice", summary="Create a custom voice for your tenant.",
-          responses=error_responses(400, 401, 404, 503))
+          description="Counts as one request against your tenant's `requests_per_minute`.",
+          responses=error_responses(400, 401, 404, 429, 503))
     async def create_voice(
-        self, data: JSONBody[CustomVoiceCreate], router: Router, voices: VoicesDep, principal: Caller,
+        self, request: Request[Any, Any, Any], data: JSONBody[CustomVoiceCreate], router: Router, voices: VoicesDep,
+        principal: Caller,
     ) -> dict[str, Any]:
+        limits: VoicesSettings = request.app.state.settings.voices
+        _check_speaker_size(data, limits.max_speaker_chars)
+        speech: SpeechService = request.app.state.speech
+        # A voice is stored on every replica's behalf: it is a request like any other (429 over the tenant's limit).
+        await speech.admission.admit(principal.tenant, 0)
         voice = await _new_custom_voice(data, router, voices, principal)
-        await voices.add(voice)
+        if not await voices.add(voice, max_per_tenant=limits.max_per_tenant):
+            raise OpenAIError(HTTP_400_BAD_REQUEST, f"Your tenant has {limits.max_per_tenant} custom voices, the "
+                              "most it may have; delete one first.", code="voice_limit_reached")
         return voice.public() | {"custom": True}
 
     @delete("/{voice_id:str}", status_code=200, operation_id="deleteVoice", summary="Delete one of your voices.",
@@ -126,6 +139,12 @@ async def _new_custom_voice(
                           code="voice_exists")
     speaker = data.speaker if data.speaker is not None else f"{SEED_SPEAKER_PREFIX}{data.seed}"
     return new_voice(tenant, data.name, data.model, speaker)
+
+
+def _check_speaker_size(data: CustomVoiceCreate, max_chars: int) -> None:
+    if data.speaker is not None and len(data.speaker) > max_chars:
+        raise OpenAIError(HTTP_400_BAD_REQUEST, f"Invalid value for 'speaker': at most {max_chars} characters "
+                          f"(got {len(data.speaker)}).", param="speaker", code="string_above_max_length")
 
 
 def _builtin_voices(router: Router, models: list[str]) -> list[dict[str, Any]]:

@@ -27,6 +27,8 @@ class HealthController(Controller):
                                      generate_examples=False)})
     async def readyz(self, router: Router, storage: StorageDep) -> Response[Readiness]:
         engines = {name: _readiness(pool.status()) for name, pool in router.pools.items()}
+        for name, engine in engines.items():
+            engine.breaker = router.breaker_state(name)
         redis = await storage.state()
         ready = any(engine.state == "ready" for engine in engines.values()) and (
             redis != "unreachable" or not storage.required)

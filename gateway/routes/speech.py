@@ -81,8 +81,10 @@ class SpeechController(Controller):
 
 
 def _reply_headers(reply: SpeechReply) -> dict[str, str]:
-    """``x-engine`` (who spoke), ``x-cache`` and OpenAI's ``x-ratelimit-*`` headers."""
-    headers = {"x-engine": reply.engine, "x-cache": "hit" if reply.cache_hit else "miss"}
+    """``x-engine`` (who spoke), ``x-cache``, ``x-retries`` (tries repeated before the first audio) and OpenAI's
+    ``x-ratelimit-*`` headers."""
+    headers = {"x-engine": reply.engine, "x-cache": "hit" if reply.cache_hit else "miss",
+               "x-retries": str(reply.retries)}
     if reply.limits is not None:
         headers.update(rate_limit_headers(reply.limits))
     return headers

@@ -46,6 +46,18 @@ class SpeechPlan:
         """The same voice and settings speaking other text (a segment of a realtime session)."""
         return replace(self.synthesis, text=text)
 
+    def for_engine(self, pool: EngineBackend) -> SpeechPlan | None:
+        """The same request planned for another engine of its alias (its voices and native speeds differ), for the
+        failover; ``None`` when that engine cannot speak it: a custom voice (it belongs to one engine), a voice the
+        engine does not offer, or an engine that has not loaded yet."""
+        info = pool.info
+        if pool is self.pool:
+            return self
+        if self.voice.speaker is not None or info is None or not info.offers_voice(self.voice.engine_voice):
+            return None
+        synthesis, tempo = _engine_request(self.request, info, self.voice)
+        return replace(self, pool=pool, info=info, synthesis=replace(synthesis, text=self.synthesis.text), tempo=tempo)
+
 
 class Planner:
     """Settles the engine and voice of requests: the models a tenant may use, aliases, built-in and custom voices."""

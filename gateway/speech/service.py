@@ -17,32 +17,37 @@ import json
 import struct
 import time
 import weakref
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import anyio
 
+from engines.scheduler import TenantShare
 from gateway.audio import open_encoder
 from gateway.speech.cache import cache_key
 from gateway.speech.delivery import AudioClock, encode_stream, speech_usage
+from gateway.speech.failover import Failover
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator
+    from collections.abc import AsyncGenerator, AsyncIterator, Callable
+    from contextlib import AbstractAsyncContextManager
 
     from auth import Principal, Tenant
     from auth.limits import LimitState
     from auth.usage import UsageLedger
-    from engines.base import EngineInfo
+    from engines.backend import EngineBackend, PcmStream
+    from engines.base import EngineInfo, SynthesisRequest
     from gateway.http.tracking import RequestRecord
     from gateway.observability.metrics import SpeechMetrics
     from gateway.schemas import SpeechRequest, SpeechUsage
     from gateway.speech.admission import Admission
     from gateway.speech.cache import AudioCache
+    from gateway.speech.failover import SpokenStream
     from gateway.speech.plan import Planner, SpeechPlan, Voice
     from gateway.speech.singleflight import SingleFlight
 
-__all__ = ["SpeechReply", "SpeechService"]
+__all__ = ["SpeechReply", "SpeechService", "tenant_share"]
 
 _CACHE_HEADER = struct.Struct("<d")  # cached value: audio seconds, then the encoded audio
 _HIT_CHUNK_BYTES = 32 * 1024
@@ -53,7 +58,13 @@ class _Outcome:
     """What a synthesis produced, shared by every request that joined it."""
 
     engine: str
+    """The engine that spoke (set once the failover settled on one)."""
+    cache_key: str
+    """Where the complete audio is cached: the key of the engine that spoke, which is not the planned one's when the
+    request failed over to another engine of its alias."""
     clock: AudioClock = field(default_factory=AudioClock)
+    retries: int = 0
+    """Tries repeated before the first audio (the ``x-retries`` header)."""
 
 
 @dataclass
@@ -110,6 +121,11 @@ class SpeechReply:
     def usage(self) -> SpeechUsage:
         return speech_usage(len(self.request.input), self.outcome.clock.seconds)
 
+    @property
+    def retries(self) -> int:
+        """Tries the synthesis repeated before its first audio (0 for a cache hit)."""
+        return self.outcome.retries
+
 
 class SpeechService:
     """Plans, admits, caches and streams speech requests."""
@@ -125,6 +141,7 @@ class SpeechService:
         self.metrics = metrics
         self._usage = usage
         self._outcomes: dict[str, _Outcome] = {}
+        self.failover = Failover(planner.router, metrics.retries)
 
     async def speak(self, principal: Principal, request: SpeechRequest, record: RequestRecord) -> SpeechReply:
         """Start serving ``request``; returns once the first audio bytes exist.
@@ -140,24 +157,25 @@ class SpeechService:
         try:
             limits = await self.admission.admit(principal.tenant, len(request.input))
             await self.admission.hold_stream(principal.tenant, finish)
-            reply = await self._start(plan, finish, record)
+            reply = await self._start(plan, finish, record, principal.tenant)
         except BaseException:
             await finish.aclose()
             raise
         reply.limits = limits
         return reply
 
-    async def _start(self, plan: SpeechPlan, finish: AsyncExitStack, record: RequestRecord) -> SpeechReply:
+    async def _start(
+        self, plan: SpeechPlan, finish: AsyncExitStack, record: RequestRecord, tenant: Tenant,
+    ) -> SpeechReply:
         request, pool = plan.request, plan.pool
-        scope = "" if self.cache.shared_across_tenants else plan.tenant
-        key = _key(request, pool.name, plan.info, plan.voice, scope)
+        key = self._cache_key(plan, tenant)
         cached = await self.cache.get(key)
         if cached is not None:
             self.metrics.cache.labels("hit").inc()
             reply = self._hit(request, pool.name, cached, finish)
         else:
             self.metrics.cache.labels("miss").inc()
-            reply = await self._miss(key, plan, finish)
+            reply = await self._miss(key, plan, finish, tenant)
         # Usage counts requests that were served (a stream cut short included), not ones that failed to start.
         finish.push_async_callback(self._account_reply, request, reply.outcome, record, reply.cache_hit)
         record.engine, record.cache = reply.engine, "hit" if reply.cache_hit else "miss"
@@ -165,38 +183,76 @@ class SpeechService:
         self.metrics.ttfb.labels(reply.engine).observe(record.ttfb_ms / 1000)
         return reply
 
+    def _cache_key(self, plan: SpeechPlan, tenant: Tenant) -> str:
+        scope = "" if self.cache.shared_across_tenants else _tenant_scope(tenant)
+        return _key(plan.request, plan.pool.name, plan.info, plan.voice, scope)
+
     def _hit(self, request: SpeechRequest, engine: str, cached: bytes, finish: AsyncExitStack) -> SpeechReply:
-        outcome = _Outcome(engine, AudioClock(_CACHE_HEADER.unpack_from(cached)[0]))
+        outcome = _Outcome(engine, "", AudioClock(_CACHE_HEADER.unpack_from(cached)[0]))
         audio = memoryview(cached)[_CACHE_HEADER.size:]
         slices = _slices(audio)  # for server-sent events, which need the audio in pieces; raw audio goes out whole
         finish.push_async_callback(slices.aclose)
         return SpeechReply(request, engine, True, outcome, b"", slices, finish, whole=bytes(audio))
 
-    async def _miss(self, key: str, plan: SpeechPlan, finish: AsyncExitStack) -> SpeechReply:
-        outcome = self._outcomes.setdefault(key, _Outcome(plan.pool.name))
+    async def _miss(self, key: str, plan: SpeechPlan, finish: AsyncExitStack, tenant: Tenant) -> SpeechReply:
+        outcome = self._outcomes.setdefault(key, _Outcome(plan.pool.name, key))
         chunks = self.flights.stream(
-            key, lambda: self._produce(key, plan, outcome),
-            on_complete=lambda audio: self._store(key, outcome, audio),
+            key, lambda: self._produce(key, plan, outcome, tenant),
+            on_complete=lambda audio: self._store(outcome, audio),
         )
         finish.push_async_callback(chunks.aclose)  # our share of a single flight ends with this response
         first = await anext(chunks, b"")
         return SpeechReply(plan.request, outcome.engine, False, outcome, first, chunks, finish)
 
-    async def _produce(self, key: str, plan: SpeechPlan, outcome: _Outcome) -> AsyncIterator[bytes]:
+    async def _produce(self, key: str, plan: SpeechPlan, outcome: _Outcome, tenant: Tenant) -> AsyncIterator[bytes]:
         started = time.perf_counter()
         try:
-            async with plan.pool.open_stream(plan.synthesis) as pcm:
-                encoder = open_encoder(plan.request.response_format, pcm.sample_rate, plan.tempo)
-                async for data in encode_stream(pcm, pcm.sample_rate, plan.tempo, encoder, outcome.clock):
+            async with self.failover_stream(plan, tenant) as pcm:
+                self._settle(outcome, pcm, tenant)  # before the first bytes go: x-engine and x-retries say it
+                tempo = pcm.plan.tempo
+                encoder = open_encoder(plan.request.response_format, pcm.sample_rate, tempo)
+                async for data in encode_stream(pcm, pcm.sample_rate, tempo, encoder, outcome.clock):
                     yield data
                 if data := encoder.finish():
                     yield data
         finally:
             self._outcomes.pop(key, None)
-        self.observe(plan.pool.name, time.perf_counter() - started, outcome.clock.seconds)
+        self.observe(outcome.engine, time.perf_counter() - started, outcome.clock.seconds)
 
-    async def _store(self, key: str, outcome: _Outcome, audio: bytes) -> None:
-        await self.cache.set(key, _CACHE_HEADER.pack(outcome.clock.seconds) + audio)
+    def _settle(self, outcome: _Outcome, spoken: SpokenStream, tenant: Tenant) -> None:
+        """Name the engine that spoke, and cache its audio under that engine's key (another engine's audio must not
+        answer later requests planned for the first)."""
+        outcome.retries = spoken.retries
+        if spoken.plan.pool.name != outcome.engine:
+            outcome.engine = spoken.plan.pool.name
+            outcome.cache_key = self._cache_key(spoken.plan, tenant)
+
+    def failover_stream(
+        self, plan: SpeechPlan, tenant: Tenant, *, text: str | None = None,
+        fits: Callable[[SpeechPlan], bool] | None = None,
+    ) -> AbstractAsyncContextManager[SpokenStream]:
+        """The stream of the first engine of ``plan``'s model that produces audio for it, tried through
+        :meth:`engine_stream` (``gateway/speech/failover.py``)."""
+        return self.failover.open_stream(plan, lambda pool, synthesis: self.engine_stream(pool, synthesis, tenant),
+                                         text=text, fits=fits)
+
+    @asynccontextmanager
+    async def engine_stream(
+        self, pool: EngineBackend, synthesis: SynthesisRequest, tenant: Tenant,
+    ) -> AsyncIterator[PcmStream]:
+        """``pool.open_stream`` for ``tenant``, waiting for a busy engine with the tenant's share of it; how long it
+        waited for a worker (also when it then got a 503) goes in the metrics."""
+        async with AsyncExitStack() as stack:
+            started = time.perf_counter()
+            try:
+                pcm = await stack.enter_async_context(
+                    pool.open_stream(synthesis, tenant=tenant.name, share=tenant_share(tenant)))
+            finally:
+                self.metrics.queue_wait.labels(pool.name, tenant.name).observe(time.perf_counter() - started)
+            yield pcm
+
+    async def _store(self, outcome: _Outcome, audio: bytes) -> None:
+        await self.cache.set(outcome.cache_key, _CACHE_HEADER.pack(outcome.clock.seconds) + audio)
 
     def observe(self, engine: str, wall_seconds: float, audio_seconds: float) -> None:
         """Record one synthesis in the metrics."""
@@ -218,11 +274,23 @@ class SpeechService:
         self.metrics.tenant_audio.labels(tenant).inc(audio_seconds)
 
 
+def tenant_share(tenant: Tenant) -> TenantShare:
+    """The tenant's share of a busy engine, as the engine pool takes it (engines know nothing of tenants' settings)."""
+    scheduling = tenant.scheduling
+    return TenantShare(weight=scheduling.weight, priority=scheduling.priority, max_queued=scheduling.max_queued)
+
+
 def _describe(record: RequestRecord, tenant: Tenant, request: SpeechRequest) -> None:
     record.tenant = tenant.name
     record.model = request.model
     record.format = request.response_format
     record.characters = len(request.input)
+
+
+def _tenant_scope(tenant: Tenant) -> str:
+    # The generation changes when a tenant is deleted and created again: the new tenant never hits the old one's
+    # audio (the cache cannot be enumerated to delete it). Tenants stored before generations keep their old scope.
+    return f"{tenant.name}#{tenant.generation}" if tenant.generation else tenant.name
 
 
 def _key(request: SpeechRequest, engine: str, info: EngineInfo | None, voice: Voice, tenant_scope: str) -> str:

@@ -17,6 +17,14 @@ if TYPE_CHECKING:
 
 __all__ = ["CustomVoiceRecord", "MemoryVoiceStore", "RedisVoiceStore", "VoiceStore", "new_voice"]
 
+# Adds a voice only while the tenant has fewer than ARGV[3], atomically, so that concurrent creations (on any
+# replica) cannot overshoot the limit. KEYS: the tenant's hash. ARGV: voice id, record, limit. Returns 1 or 0.
+_ADD_VOICE_LUA = """
+if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
 SEED_SPEAKER_PREFIX = "seed:"
 
 
@@ -46,7 +54,14 @@ def new_voice(tenant: str, name: str, model: str, speaker: str) -> CustomVoiceRe
 
 
 class VoiceStore(Protocol):
-    async def add(self, voice: CustomVoiceRecord) -> None: ...
+    async def add(self, voice: CustomVoiceRecord, *, max_per_tenant: int) -> bool:
+        """Store ``voice`` unless its tenant has ``max_per_tenant`` voices already (then ``False``)."""
+        ...
+
+    async def forget_tenant(self, tenant: str) -> None:
+        """Delete every voice of the tenant (the tenant was deleted)."""
+        ...
+
     async def get(self, tenant: str, voice_id: str) -> CustomVoiceRecord | None: ...
     async def find_by_name(self, tenant: str, name: str) -> CustomVoiceRecord | None: ...
     async def list(self, tenant: str) -> list[CustomVoiceRecord]: ...
@@ -59,8 +74,15 @@ class MemoryVoiceStore:
     def __init__(self) -> None:
         self._voices: dict[str, dict[str, CustomVoiceRecord]] = {}
 
-    async def add(self, voice: CustomVoiceRecord) -> None:
-        self._voices.setdefault(voice.tenant, {})[voice.id] = voice
+    async def add(self, voice: CustomVoiceRecord, *, max_per_tenant: int) -> bool:
+        voices = self._voices.setdefault(voice.tenant, {})
+        if len(voices) >= max_per_tenant:
+            return False
+        voices[voice.id] = voice
+        return True
+
+    async def forget_tenant(self, tenant: str) -> None:
+        self._voices.pop(tenant, None)
 
     async def get(self, tenant: str, voice_id: str) -> CustomVoiceRecord | None:
         return self._voices.get(tenant, {}).get(voice_id)
@@ -81,12 +103,18 @@ class RedisVoiceStore:
     def __init__(self, client: Redis, prefix: str = "tts:voices:") -> None:
         self._client = client
         self._prefix = prefix
+        self._add = client.register_script(_ADD_VOICE_LUA)
 
     def _key(self, tenant: str) -> str:
         return f"{self._prefix}{tenant}"
 
-    async def add(self, voice: CustomVoiceRecord) -> None:
-        await self._client.hset(self._key(voice.tenant), voice.id, json.dumps(asdict(voice)))
+    async def add(self, voice: CustomVoiceRecord, *, max_per_tenant: int) -> bool:
+        added = await self._add(keys=[self._key(voice.tenant)], args=[voice.id, json.dumps(asdict(voice)),
+                                                                      max_per_tenant])
+        return bool(added)
+
+    async def forget_tenant(self, tenant: str) -> None:
+        await self._client.delete(self._key(tenant))
 
     async def get(self, tenant: str, voice_id: str) -> CustomVoiceRecord | None:
         raw = await self._client.hget(self._key(tenant), voice_id)

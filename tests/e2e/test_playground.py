@@ -236,3 +236,17 @@ def test_speak_as_you_type_over_the_realtime_socket(page: WebDriver) -> None:
     wait(page, lambda d: live(d)["live"] == "")
     severe = [entry for entry in page.get_log("browser") if entry["level"] == "SEVERE"]
     assert not severe, severe
+
+
+def test_the_api_docs_render_offline_in_the_browser(browser: WebDriver, gateway: GatewayProcess) -> None:
+    """/docs is Swagger UI served by the gateway itself: the page renders its operations with no internet (Chromium
+    here has none), from the app's own OpenAPI document."""
+    browser.get(f"{gateway.base_url}/docs")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock-summary-path"))
+    paths = {element.text.replace("\u200b", "") for element in
+             browser.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
+    assert {"/v1/audio/speech", "/v1/models", "/v1/audio/voices"} <= paths
+    requested = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name);")
+    assert requested and all(url.startswith(gateway.base_url) for url in requested), requested
+    severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert not severe, severe

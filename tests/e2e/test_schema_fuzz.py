@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from schemathesis import Case
 
-ADMIN_TOKEN = "fuzz-admin-token"
+ADMIN_TOKEN = "fuzz-admin-token-0123456789abcdef0123"
 API_KEY = generate_api_key()
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]

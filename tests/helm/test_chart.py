@@ -26,6 +26,7 @@ from yamllint import linter
 from yamllint.config import YamlLintConfig
 
 from engines.chattts.options import ChatTTSOptions
+from engines.settings import RemoteEngineSettings
 from gateway.settings import load_settings
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "tts-gateway"
 HERE = Path(__file__).parent
 EVERYTHING = HERE / "values-everything.yaml"
+ENGINE_TIER = HERE / "values-engine-tier.yaml"
 BAD = HERE / "values-bad.yaml"
 KUBE_VERSION = "1.30.0"
 RELEASE = "rel"
@@ -137,6 +139,11 @@ def _everything() -> dict[str, Any]:
     return values
 
 
+def _engine_tier() -> dict[str, Any]:
+    values: dict[str, Any] = yaml.safe_load(ENGINE_TIER.read_text())
+    return values
+
+
 @pytest.fixture(scope="module")
 def chart() -> Iterator[helm.Chart]:
     with helm.Chart.load(CHART) as loaded:
@@ -166,14 +173,23 @@ VALUE_SETS = {
                         "redis": {"host": "redis", "existingSecret": "redis", "existingSecretPasswordKey": "pw"}},
     "single": {"replicaCount": 1, "serviceAccount": {"create": False}, "redis": {"host": "redis"}},
 }
+# The two-tier renders: checked like VALUE_SETS by the lint, schema and Kubernetes tests, and by their own tests below
+# (the single-tier tests above expect one tier's pod, weights volume included).
+TWO_TIER_SETS = {
+    "engine-tier": {"engineTier": {"enabled": True}},
+    "engine-tier-everything": _engine_tier(),
+    "engine-tier-existing-secret": {"engineTier": {"enabled": True, "existingSecret": "engine-token",
+                                                   "existingSecretKey": "token"}},
+}
 
 
 # --- lint, Kubernetes schemas, values schema -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["default", "everything"])
+@pytest.mark.parametrize("name", ["default", "everything", "engine-tier-everything"])
 def test_strict_lint_passes(name: str) -> None:
-    report = helm.lint(CHART, VALUE_SETS[name], strict=True, namespace="speech", kube_version=f"v{KUBE_VERSION}")
+    values = {**VALUE_SETS, **TWO_TIER_SETS}[name]
+    report = helm.lint(CHART, values, strict=True, namespace="speech", kube_version=f"v{KUBE_VERSION}")
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert report["errors"] == [] and problems == [], report
 
@@ -185,9 +201,9 @@ def test_strict_lint_reports_broken_values() -> None:
     assert helm.lint(CHART, {"weights": {"source": "dir"}}, strict=True)["errors"] == []
 
 
-@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+@pytest.mark.parametrize("name", sorted(VALUE_SETS | TWO_TIER_SETS))
 def test_every_manifest_validates_against_kubernetes(render: Any, name: str) -> None:
-    rendered = render(VALUE_SETS[name])
+    rendered = render({**VALUE_SETS, **TWO_TIER_SETS}[name])
     for doc in rendered.docs:
         if doc["kind"] == "ServiceMonitor":  # a CRD: no schema in kubernetes-validate; see test_service_monitor
             continue
@@ -215,7 +231,7 @@ def test_rendered_yaml_has_no_duplicate_keys() -> None:
         yaml.load("a: 1\na: 2\n", Loader=_UniqueKeyLoader)
 
 
-@pytest.mark.parametrize("values_file", [CHART / "values.yaml", EVERYTHING])
+@pytest.mark.parametrize("values_file", [CHART / "values.yaml", EVERYTHING, ENGINE_TIER])
 def test_values_validate_against_schema(schema: dict[str, Any], chart: helm.Chart, values_file: Path) -> None:
     values = yaml.safe_load(values_file.read_text())
     jsonschema.Draft7Validator.check_schema(schema)
@@ -238,14 +254,14 @@ def test_bad_values_are_rejected(schema: dict[str, Any], chart: helm.Chart, rend
 
 def test_check_jsonschema_cli() -> None:
     cli = [sys.executable, "-m", "check_jsonschema", "--schemafile", str(CHART / "values.schema.json")]
-    good = subprocess.run([*cli, str(CHART / "values.yaml"), str(EVERYTHING)], capture_output=True, text=True,
-                          check=False)
+    good = subprocess.run([*cli, str(CHART / "values.yaml"), str(EVERYTHING), str(ENGINE_TIER)], capture_output=True,
+                          text=True, check=False)
     assert good.returncode == 0, good.stdout + good.stderr
     bad = subprocess.run([*cli, str(BAD)], capture_output=True, text=True, check=False)
     assert bad.returncode != 0 and "replicaCount" in bad.stdout + bad.stderr
 
 
-@pytest.mark.parametrize("values_file", [CHART / "values.yaml", EVERYTHING])
+@pytest.mark.parametrize("values_file", [CHART / "values.yaml", EVERYTHING, ENGINE_TIER])
 def test_yamllint(values_file: Path) -> None:
     config = YamlLintConfig("extends: relaxed\nrules:\n  line-length: {max: 120}\n")
     problems = [f"{p.line}: {p.desc}" for p in linter.run(values_file.read_text(), config)]
@@ -549,7 +565,8 @@ def test_settings_loader_accepts_the_rendered_config(
     assert set(settings.engines) >= {"chattts", "espeak"}
     for engine in settings.engines.values():
         if engine.kind == "chattts":
-            ChatTTSOptions.parse(engine.options)  # the options the chart adds are ones the engine knows
+            # Typed options: the loader has validated the ones the chart adds against what the engine knows.
+            assert isinstance(engine.options, ChatTTSOptions)
     if name == "everything":
         assert settings.redis_url == "redis://gateway:pw@redis-master.redis.svc:6380/2"
         assert [t.name for t in settings.auth.tenants] == ["acme"]
@@ -579,3 +596,239 @@ def test_image_matches_the_chart(render: Any) -> None:
     assert 'ENTRYPOINT ["tts-gateway"]' in dockerfile
     assert f"CMD {rendered.container['args']}".replace("'", '"') in dockerfile
     assert "python scripts/fix_torchaudio.py" in dockerfile
+
+
+# --- the engine tier (engineTier.enabled) -------------------------------------------------------------------------
+
+ENGINE_FULLNAME = f"{FULLNAME}-engine"
+
+
+def _engine_pod(rendered: Rendered) -> dict[str, Any]:
+    spec: dict[str, Any] = rendered.one("Deployment", ENGINE_FULLNAME)["spec"]["template"]["spec"]
+    return spec
+
+
+def _engine_container(rendered: Rendered) -> dict[str, Any]:
+    containers = _engine_pod(rendered)["containers"]
+    assert len(containers) == 1
+    return dict(containers[0])
+
+
+def _engine_config(rendered: Rendered) -> dict[str, Any]:
+    config: dict[str, Any] = yaml.safe_load(rendered.one("ConfigMap", ENGINE_FULLNAME)["data"]["config.yaml"])
+    return config
+
+
+def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {var["name"]: var for var in container["env"]}
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return selector.items() <= labels.items()
+
+
+def test_engine_tier_is_off_by_default(render: Any) -> None:
+    rendered = render()
+    assert not [doc for doc in rendered.docs if doc["metadata"]["name"].startswith(ENGINE_FULLNAME)]
+    assert "TTS_ENGINE_SERVICE_TOKEN" not in rendered.env
+    assert all(engine["kind"] != "openai" for engine in rendered.config["engines"].values())
+
+
+def test_engine_tier_renders_an_engine_deployment_behind_a_headless_service(render: Any) -> None:
+    rendered = render(TWO_TIER_SETS["engine-tier-everything"])
+    assert sorted(d["metadata"]["name"] for d in rendered.all("Deployment")) == [FULLNAME, ENGINE_FULLNAME]
+    engine = rendered.one("Deployment", ENGINE_FULLNAME)
+    assert "replicas" not in engine["spec"]  # its HPA owns them
+    assert render(TWO_TIER_SETS["engine-tier"]).one("Deployment", ENGINE_FULLNAME)["spec"]["replicas"] == 1
+    service = rendered.one("Service", ENGINE_FULLNAME)
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["ports"] == [{"port": 8000, "targetPort": "http", "protocol": "TCP", "name": "http"}]
+    assert service["metadata"]["annotations"] == {"example.com/owner": "speech"}
+    pod_labels = engine["spec"]["template"]["metadata"]["labels"]
+    assert _selects(service["spec"]["selector"], pod_labels)
+    assert pod_labels["example.com/tier"] == "engine"
+    container = _engine_container(rendered)
+    assert container["image"] == rendered.container["image"]  # the same image, another profile
+    assert container["args"] == ["serve", "--host", "0.0.0.0", "--port", "8000"]
+    assert _env(container)["TTS_GATEWAY_CONFIG"]["value"] == CONFIG_PATH
+    assert _env(container)["HF_HUB_OFFLINE"]["value"] == "1"
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "http"}
+
+
+def test_the_tiers_select_only_their_own_pods(render: Any) -> None:
+    rendered = render(TWO_TIER_SETS["engine-tier-everything"])
+    gateway_pod = rendered.deployment["spec"]["template"]["metadata"]["labels"]
+    engine_pod = rendered.one("Deployment", ENGINE_FULLNAME)["spec"]["template"]["metadata"]["labels"]
+    for name, pod, other in ((FULLNAME, gateway_pod, engine_pod), (ENGINE_FULLNAME, engine_pod, gateway_pod)):
+        for kind in ("Service", "PodDisruptionBudget", "NetworkPolicy", "Deployment"):
+            doc = rendered.one(kind, name)
+            selector = doc["spec"]["selector"] if kind == "Service" else (
+                doc["spec"].get("podSelector") or doc["spec"]["selector"])["matchLabels"]
+            assert _selects(selector, pod) and not _selects(selector, other), (kind, name)
+
+
+def test_gateway_calls_the_engine_tier_through_a_remote_engine(render: Any) -> None:
+    rendered = render(TWO_TIER_SETS["engine-tier-everything"])
+    engines = rendered.config["engines"]
+    assert engines["chattts"] == {"kind": "openai", "options": {
+        "endpoints": ["http://rel-tts-gateway-engine.speech.svc.cluster.example:8000/v1"],
+        "model": "chattts", "api_key_env": "TTS_ENGINE_SERVICE_TOKEN",
+        **TWO_TIER_SETS["engine-tier-everything"]["engineTier"]["remoteOptions"]}}
+    assert engines["espeak"]["kind"] == "espeak"  # cheap, stays local: the aliases' fallback
+    assert rendered.config["aliases"] == render().config["aliases"]  # model names route as in one tier
+    default = render(TWO_TIER_SETS["engine-tier"]).config["engines"]["chattts"]["options"]
+    assert default["endpoints"] == ["http://rel-tts-gateway-engine.speech.svc.cluster.local:8000/v1"]
+
+
+def test_engine_nodes_run_the_moved_engines_with_the_engine_profile(render: Any) -> None:
+    config = _engine_config(render(TWO_TIER_SETS["engine-tier-everything"]))
+    assert config["server"]["profile"] == "engine"
+    assert config["engines"]["chattts"] == {"kind": "chattts", "workers": 2, "options": {
+        "source": "dir", "path": "/models/chattts", "device": "cuda", "max_batch": 8}}
+    assert config["engines"]["espeak"] is None  # no built-in engine slips back in through the gateway's defaults
+    assert set(config) == {"server", "engines"}  # no tenants, limits, cache or credentials on the engine nodes
+
+
+def test_service_token_is_shared_through_a_secret_only(render: Any) -> None:
+    values = TWO_TIER_SETS["engine-tier-everything"]
+    token = values["engineTier"]["serviceToken"]
+    rendered = render(values)
+    secret = rendered.one("Secret", ENGINE_FULLNAME)
+    assert base64.b64decode(secret["data"]["service-token"]).decode() == token
+    reference = {"secretKeyRef": {"name": ENGINE_FULLNAME, "key": "service-token"}}
+    assert rendered.env["TTS_ENGINE_SERVICE_TOKEN"]["valueFrom"] == reference
+    assert _env(_engine_container(rendered))["TTS_GATEWAY_AUTH__SERVICE_TOKEN"]["valueFrom"] == reference
+    for path, text in rendered.files.items():
+        if not path.endswith(("secret.yaml", "secret-engine.yaml")):
+            assert token not in text, path
+    checksums = {doc["spec"]["template"]["metadata"]["annotations"]["checksum/service-token"]
+                 for doc in rendered.all("Deployment")}
+    assert checksums == {hashlib.sha256(token.encode()).hexdigest()}  # both tiers roll when it changes
+
+
+def test_generated_service_token_and_existing_secret(render: Any) -> None:
+    generated = render(TWO_TIER_SETS["engine-tier"])
+    token = base64.b64decode(generated.one("Secret", ENGINE_FULLNAME)["data"]["service-token"]).decode()
+    assert re.fullmatch(r"[A-Za-z0-9]{48}", token)
+    assert token not in generated.one("ConfigMap", ENGINE_FULLNAME)["data"]["config.yaml"]
+
+    existing = render(TWO_TIER_SETS["engine-tier-existing-secret"])
+    assert [doc["metadata"]["name"] for doc in existing.all("Secret")] == [FULLNAME]
+    reference = {"secretKeyRef": {"name": "engine-token", "key": "token"}}
+    assert existing.env["TTS_ENGINE_SERVICE_TOKEN"]["valueFrom"] == reference
+    assert _env(_engine_container(existing))["TTS_GATEWAY_AUTH__SERVICE_TOKEN"]["valueFrom"] == reference
+    assert "checksum/service-token" not in existing.deployment["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_short_service_token_is_refused(chart: helm.Chart, render: Any) -> None:
+    short = {"engineTier": {"enabled": True, "serviceToken": "too-short"}}
+    with pytest.raises(helm.HelmValuesError, match="serviceToken"):
+        chart.validate_schema(short)
+    with pytest.raises(helm.HelmError):
+        render(short)
+
+
+def test_engine_tier_needs_an_engine_to_move(render: Any) -> None:
+    values = {"engineTier": {"enabled": True}, "config": {"engines": {"chattts": {"kind": "synthetic"}}}}
+    with pytest.raises(helm.HelmRenderError, match="engineTier"):
+        render(values)
+
+
+def test_gpus_and_weights_go_to_the_engine_tier_only(render: Any) -> None:
+    rendered = render(TWO_TIER_SETS["engine-tier-everything"])
+    assert "nvidia.com/gpu" not in rendered.container["resources"].get("limits", {})
+    assert rendered.container["resources"]["requests"] == {"cpu": "500m", "memory": "512Mi"}
+    assert "/models" not in {mount["mountPath"] for mount in rendered.container["volumeMounts"]}
+    assert "models" not in {volume["name"] for volume in rendered.pod["volumes"]}
+    assert rendered.pod["nodeSelector"] == {"example.com/pool": "cpu"}
+    assert "tolerations" not in rendered.pod
+
+    container, pod = _engine_container(rendered), _engine_pod(rendered)
+    assert container["resources"] == {"requests": {"cpu": "2", "memory": "6Gi"},
+                                      "limits": {"memory": "12Gi", "nvidia.com/gpu": 2}}
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes["models"]["persistentVolumeClaim"] == {"claimName": f"{FULLNAME}-models"}
+    assert {mount["mountPath"] for mount in container["volumeMounts"]} >= {"/models", "/tmp", CONFIG_PATH}
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert "podAntiAffinity" in pod["affinity"] and pod["topologySpreadConstraints"]
+    assert pod["automountServiceAccountToken"] is False
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_both_tiers_have_their_own_hpa_and_pdb(render: Any) -> None:
+    rendered = render(TWO_TIER_SETS["engine-tier-everything"])
+    targets = {hpa["metadata"]["name"]: hpa["spec"] for hpa in rendered.all("HorizontalPodAutoscaler")}
+    assert {name: spec["scaleTargetRef"]["name"] for name, spec in targets.items()} == {
+        FULLNAME: FULLNAME, ENGINE_FULLNAME: ENGINE_FULLNAME}
+    engine_hpa = targets[ENGINE_FULLNAME]
+    assert (engine_hpa["minReplicas"], engine_hpa["maxReplicas"]) == (2, 8)
+    assert [metric["type"] for metric in engine_hpa["metrics"]] == ["Pods"]  # CPU target turned off
+    budgets = {pdb["metadata"]["name"]: pdb["spec"] for pdb in rendered.all("PodDisruptionBudget")}
+    assert budgets[FULLNAME]["minAvailable"] == 1
+    assert budgets[ENGINE_FULLNAME]["maxUnavailable"] == 1
+    single = render(TWO_TIER_SETS["engine-tier"])  # one engine pod, no HPA: no engine PDB
+    assert [pdb["metadata"]["name"] for pdb in single.all("PodDisruptionBudget")] == [FULLNAME]
+    assert "HorizontalPodAutoscaler" not in single.kinds()
+
+
+def test_network_policies_let_only_the_gateway_reach_the_engines(render: Any) -> None:
+    rendered = render(TWO_TIER_SETS["engine-tier-everything"])
+    engine_labels = rendered.one("Deployment", ENGINE_FULLNAME)["spec"]["selector"]["matchLabels"]
+    gateway_egress = rendered.one("NetworkPolicy")["spec"]["egress"]
+    assert {"ports": [{"port": 8000, "protocol": "TCP"}],
+            "to": [{"podSelector": {"matchLabels": engine_labels}}]} in gateway_egress
+    engine_policy = rendered.one("NetworkPolicy", ENGINE_FULLNAME)["spec"]
+    peers = engine_policy["ingress"][0]["from"]
+    assert peers[0] == {"podSelector": {"matchLabels": rendered.deployment["spec"]["selector"]["matchLabels"]}}
+    assert peers[1:] == TWO_TIER_SETS["engine-tier-everything"]["engineTier"]["networkPolicyIngressFrom"]
+    assert [port["port"] for rule in engine_policy["egress"] for port in rule["ports"]] == [53, 53, 443]
+
+
+def test_notes_describe_the_engine_tier(render: Any) -> None:
+    notes = render(TWO_TIER_SETS["engine-tier"]).files["tts-gateway/templates/NOTES.txt"]
+    assert "http://rel-tts-gateway-engine.speech.svc.cluster.local:8000/v1" in notes
+    assert "Engine tier" not in render().files["tts-gateway/templates/NOTES.txt"]
+
+
+def test_removed_built_in_engine_stays_removed(render: Any, tmp_path: Path,
+                                               clean_environment: pytest.MonkeyPatch) -> None:
+    """Helm drops keys set to null in values, so the chart names each missing built-in engine null itself."""
+    from gateway.settings import BUILT_IN_ENGINES
+
+    rendered = render({"config": {"engines": {"chattts": None}}})
+    assert rendered.config["engines"]["chattts"] is None
+    assert set(BUILT_IN_ENGINES) <= set(rendered.config["engines"])
+    config_file, secret_file = tmp_path / "config.yaml", tmp_path / "secret.yaml"
+    config_file.write_text(rendered.one("ConfigMap")["data"]["config.yaml"])
+    secret_file.write_bytes(base64.b64decode(rendered.one("Secret")["data"]["secret.yaml"]))
+    settings = load_settings([config_file, secret_file])
+    assert set(settings.engines) == {"espeak"}
+    alias = settings.aliases["tts-1"]
+    assert getattr(alias, "engines", alias) == ["espeak"]
+
+
+def test_settings_loader_accepts_both_tiers_configs(render: Any, tmp_path: Path,
+                                                    clean_environment: pytest.MonkeyPatch) -> None:
+    rendered = render(TWO_TIER_SETS["engine-tier-everything"])
+    token = TWO_TIER_SETS["engine-tier-everything"]["engineTier"]["serviceToken"]
+    files = {"config.yaml": rendered.one("ConfigMap")["data"]["config.yaml"],
+             "secret.yaml": base64.b64decode(rendered.one("Secret")["data"]["secret.yaml"]).decode(),
+             "engine.yaml": rendered.one("ConfigMap", ENGINE_FULLNAME)["data"]["config.yaml"]}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    clean_environment.setenv("TTS_GATEWAY_REDIS_URL", rendered.env["TTS_GATEWAY_REDIS_URL"]["value"])
+    clean_environment.setenv("TTS_ENGINE_SERVICE_TOKEN", token)  # as the kubelet sets it from the Secret
+
+    gateway = load_settings([tmp_path / "config.yaml", tmp_path / "secret.yaml"])
+    remote = gateway.engines["chattts"]
+    assert isinstance(remote, RemoteEngineSettings) and gateway.engines["espeak"].kind == "espeak"
+    assert remote.options.credential() == token
+
+    clean_environment.delenv("TTS_GATEWAY_REDIS_URL")
+    clean_environment.setenv("TTS_GATEWAY_AUTH__SERVICE_TOKEN", token)
+    engine = load_settings([tmp_path / "engine.yaml"])
+    assert set(engine.engines) == {"chattts"}
+    assert engine.server.profile == "engine"
+    assert engine.auth.service_token is not None and engine.auth.service_token.get_secret_value() == token

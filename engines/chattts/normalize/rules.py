@@ -29,6 +29,7 @@ _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augu
            "November", "December")  # fmt: skip
 _MONTH_NAMES = "|".join(_MONTHS)
 _UNIT_NAMES = "|".join(re.escape(u) for u in sorted(en.UNITS, key=len, reverse=True))
+_DOMAINS = "com|org|net|io|dev|edu|gov|cn|uk|de|ai"  # bare domains recognised without http:// or www.
 _SCALE_WORDS = {"k": "thousand", "m": "million", "mn": "million", "bn": "billion", "b": "billion"}
 _YEAR_CUES = re.compile(r"\b(?:in|since|by|from|until|till|of|year|circa|around|before|after|between|to|and)\s+$", re.I)
 _DATE_CUES = re.compile(r"\b(?:on|by|until|till|due|before|after|from|since)\s+$", re.I)
@@ -265,7 +266,7 @@ def _rule(pattern: str, replace: Callable[[re.Match[str]], str], flags: int = 0)
 RULES: tuple[Rule, ...] = (
     _rule(r"\b(?:https?://|www\.)[^\s,;'\"<>，。、]+(?<![.!?])", _url, re.I),  # noqa: RUF001
     _rule(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b", _email),
-    _rule(r"(?<![\w.-])(?:[\w-]+\.)+(?:com|org|net|io|dev|edu|gov|cn|uk|de|ai)(?:/[^\s,;'\"，。、]*)?(?<![.!?])\b", _url),  # noqa: RUF001
+    _rule(r"(?<![\w.-])(?:[\w-]+\.)+(?:" + _DOMAINS + r")(?:/[^\s,;'\"，。、]*)?(?<![.!?])\b", _url),  # noqa: RUF001
     _rule(r"(?<![\w.])(?:" + "|".join(re.escape(a) for a in en.ABBREVIATIONS) + r")(?!\w)", _abbreviation),
     _rule(r"\bSt\.", _saint_or_street),
     _rule(r"\bDr\.", _doctor_or_drive),

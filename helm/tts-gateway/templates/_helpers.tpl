@@ -128,11 +128,10 @@ The gateway's redis_url, with $(REDIS_PASSWORD) expanded by the kubelet from the
 {{- end }}
 
 {{/*
-The gateway configuration (config.yaml): .Values.config with the weights location, and device cuda with
-gpu.enabled, added under the options of every engine of kind chattts (options set in values win).
+The options the chart adds to every engine of kind chattts (as JSON): the weights location, and device cuda with
+gpu.enabled. Options set in values win over these.
 */}}
-{{- define "tts-gateway.config" -}}
-{{- $config := deepCopy .Values.config }}
+{{- define "tts-gateway.weightsOptions" -}}
 {{- $weights := .Values.weights }}
 {{- $derived := dict }}
 {{- if eq $weights.source "dir" }}
@@ -152,12 +151,69 @@ gpu.enabled, added under the options of every engine of kind chattts (options se
 {{- if .Values.gpu.enabled }}
 {{- $_ := set $derived "device" "cuda" }}
 {{- end }}
-{{- range $name, $engine := ($config.engines | default dict) }}
+{{- toJson $derived }}
+{{- end }}
+
+{{/*
+The gateway's built-in engines (gateway/settings.py BUILT_IN_ENGINES; tests/helm checks the two agree). A rendered
+config must name each one it does not run as null: the gateway merges its config into the built-ins, and Helm drops
+keys set to null in values, so a `config.engines.chattts=null` never reaches the rendered file by itself.
+*/}}
+{{- define "tts-gateway.builtInEngines" -}}
+{{- list "chattts" "espeak" | toJson }}
+{{- end }}
+
+{{/*
+Names of the engines that run on the engine tier (as JSON): every engine of kind chattts in config.engines, the
+ones that need weights and a GPU. Empty when engineTier is off.
+*/}}
+{{- define "tts-gateway.engineTier.engineNames" -}}
+{{- $names := list }}
+{{- if .Values.engineTier.enabled }}
+{{- range $name, $engine := (.Values.config.engines | default dict) }}
 {{- if and $engine (eq (toString $engine.kind) "chattts") }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- end }}
+{{- if not $names }}
+{{- fail "engineTier.enabled moves the engines of kind chattts to the engine tier, but config.engines has none" }}
+{{- end }}
+{{- end }}
+{{- toJson $names }}
+{{- end }}
+
+{{/*
+The gateway configuration (config.yaml): .Values.config with the weights options added to every engine of kind
+chattts. With engineTier on, each of those engines is replaced by a remote engine (kind openai) of the same name that
+calls it on the engine tier, so aliases and model names stay as they are.
+*/}}
+{{- define "tts-gateway.config" -}}
+{{- $config := deepCopy .Values.config }}
+{{- $engines := $config.engines | default dict }}
+{{- $_ := set $config "engines" $engines }}
+{{- $derived := include "tts-gateway.weightsOptions" . | fromJson }}
+{{- $remote := include "tts-gateway.engineTier.engineNames" . | fromJsonArray }}
+{{- range $name, $engine := $engines }}
+{{- if has $name $remote }}
+{{- $_ := set $engines $name (include "tts-gateway.engineTier.remoteEngine" (list $ $name) | fromJson) }}
+{{- else if and $engine (eq (toString $engine.kind) "chattts") }}
 {{- $_ := set $engine "options" (mergeOverwrite (deepCopy $derived) ($engine.options | default dict)) }}
 {{- end }}
 {{- end }}
+{{- include "tts-gateway.nullMissingBuiltIns" $engines }}
 {{- toYaml $config }}
+{{- end }}
+
+{{/*
+Sets every built-in engine missing from the given engines mapping to null (see tts-gateway.builtInEngines).
+*/}}
+{{- define "tts-gateway.nullMissingBuiltIns" -}}
+{{- $engines := . }}
+{{- range (include "tts-gateway.builtInEngines" . | fromJsonArray) }}
+{{- if not (hasKey $engines .) }}
+{{- $_ := set $engines . nil }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -203,4 +259,214 @@ for the engine workers to stop.
 {{- define "tts-gateway.terminationGracePeriodSeconds" -}}
 {{- $grace := dig "server" "shutdown_grace_s" 30 .Values.config }}
 {{- add (int .Values.preStopSleepSeconds) (int $grace) (int .Values.terminationGraceExtraSeconds) }}
+{{- end }}
+
+{{/*
+--- The engine tier (engineTier.enabled): engine nodes (`server.profile: engine`) behind a headless Service. ---
+*/}}
+
+{{/*
+Full name of the engine tier's resources.
+*/}}
+{{- define "tts-gateway.engineTier.fullname" -}}
+{{- printf "%s-engine" (include "tts-gateway.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Selector labels of the engine pods. The name differs from the gateway's, so the gateway's Service, PDB,
+NetworkPolicy and ServiceMonitor (which select name + instance) never select an engine pod.
+*/}}
+{{- define "tts-gateway.engineTier.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-engine" (include "tts-gateway.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Labels of the engine tier's resources.
+*/}}
+{{- define "tts-gateway.engineTier.labels" -}}
+helm.sh/chart: {{ include "tts-gateway.chart" . }}
+{{ include "tts-gateway.engineTier.selectorLabels" . }}
+app.kubernetes.io/component: engine
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Base URL of the engine tier for the gateway's remote engines: the headless Service's name, which resolves to the
+address of every ready engine pod (the remote engine counts each address as one endpoint and re-resolves it). A
+fully qualified name, so resolution needs no trip through the search list.
+*/}}
+{{- define "tts-gateway.engineTier.baseURL" -}}
+{{- printf "http://%s.%s.svc.%s:%d/v1" (include "tts-gateway.engineTier.fullname" .) .Release.Namespace .Values.engineTier.clusterDomain (int .Values.containerPort) }}
+{{- end }}
+
+{{/*
+The gateway's remote engine (as JSON) standing in for engine $name of the engine tier; called with (list $ $name).
+It asks the engine nodes for the engine by its own name and authenticates with the service token from the
+environment variable TTS_ENGINE_SERVICE_TOKEN (set from the Secret, never written into the ConfigMap).
+*/}}
+{{- define "tts-gateway.engineTier.remoteEngine" -}}
+{{- $root := index . 0 }}
+{{- $name := index . 1 }}
+{{- $options := deepCopy ($root.Values.engineTier.remoteOptions | default dict) }}
+{{- $_ := set $options "endpoints" (list (include "tts-gateway.engineTier.baseURL" $root)) }}
+{{- $_ := set $options "model" $name }}
+{{- $_ := set $options "api_key_env" "TTS_ENGINE_SERVICE_TOKEN" }}
+{{- dict "kind" "openai" "options" $options | toJson }}
+{{- end }}
+
+{{/*
+The engine nodes' configuration (their config.yaml): the gateway's server settings with `profile: engine`, and the
+engines that moved off the gateway (with their weights options); every other engine, built-ins included, is null.
+No tenants, limits, cache or Redis: the front gateways do those. The service token comes from the environment.
+*/}}
+{{- define "tts-gateway.engineTier.config" -}}
+{{- $server := deepCopy (.Values.config.server | default dict) }}
+{{- $_ := set $server "profile" "engine" }}
+{{- $_ := set $server "playground" false }}
+{{- $derived := include "tts-gateway.weightsOptions" . | fromJson }}
+{{- $moved := include "tts-gateway.engineTier.engineNames" . | fromJsonArray }}
+{{- $engines := dict }}
+{{- range $name, $engine := (.Values.config.engines | default dict) }}
+{{- if has $name $moved }}
+{{- $copy := deepCopy $engine }}
+{{- $_ := set $copy "options" (mergeOverwrite (deepCopy $derived) ($copy.options | default dict)) }}
+{{- $_ := set $engines $name $copy }}
+{{- else }}
+{{- $_ := set $engines $name nil }}
+{{- end }}
+{{- end }}
+{{- include "tts-gateway.nullMissingBuiltIns" $engines }}
+{{- toYaml (dict "server" $server "engines" $engines) }}
+{{- end }}
+
+{{/*
+Name of the Secret holding the service token: engineTier.existingSecret, else the chart's own.
+*/}}
+{{- define "tts-gateway.engineTier.secretName" -}}
+{{- default (include "tts-gateway.engineTier.fullname" .) .Values.engineTier.existingSecret }}
+{{- end }}
+
+{{/*
+Key of the service token in that Secret.
+*/}}
+{{- define "tts-gateway.engineTier.secretKey" -}}
+{{- ternary .Values.engineTier.existingSecretKey "service-token" (ne .Values.engineTier.existingSecret "") }}
+{{- end }}
+
+{{/*
+The service token the chart renders into its Secret: engineTier.serviceToken, else the one in the release's existing
+Secret (kept across upgrades), else a random 48-character one generated once per render (memoized so the Secret and
+the pods' checksum agree).
+*/}}
+{{- define "tts-gateway.engineTier.serviceToken" -}}
+{{- $tier := .Values.engineTier }}
+{{- if $tier.serviceToken }}
+{{- if lt (len $tier.serviceToken) 32 }}
+{{- fail "engineTier.serviceToken must be at least 32 characters long" }}
+{{- end }}
+{{- $tier.serviceToken }}
+{{- else }}
+{{- if not (index $tier "_generatedServiceToken") }}
+{{- $token := "" }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "tts-gateway.engineTier.fullname" .) }}
+{{- if and $existing $existing.data (index $existing.data "service-token") }}
+{{- $token = index $existing.data "service-token" | b64dec }}
+{{- end }}
+{{- $_ := set $tier "_generatedServiceToken" ($token | default (randAlphaNum 48)) }}
+{{- end }}
+{{- index $tier "_generatedServiceToken" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Pod annotation that rolls the pods of both tiers when the service token the chart renders changes (the token reaches
+them as an environment variable, read once at start). Nothing with an existing Secret: roll them yourself.
+*/}}
+{{- define "tts-gateway.engineTier.tokenChecksum" -}}
+{{- if not .Values.engineTier.existingSecret -}}
+checksum/service-token: {{ include "tts-gateway.engineTier.serviceToken" . | sha256sum }}
+{{- end }}
+{{- end }}
+
+{{/*
+The env entry of container $name (TTS_ENGINE_SERVICE_TOKEN in the gateway, the engine nodes' auth.service_token
+override there) reading the service token from the Secret; called with (list $ $name).
+*/}}
+{{- define "tts-gateway.engineTier.tokenEnv" -}}
+{{- $root := index . 0 -}}
+- name: {{ index . 1 }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "tts-gateway.engineTier.secretName" $root }}
+      key: {{ include "tts-gateway.engineTier.secretKey" $root }}
+{{- end }}
+
+{{/*
+The /models volume (the weights): the claim when weights.persistentVolumeClaim.enabled, else a size-limited emptyDir.
+*/}}
+{{- define "tts-gateway.modelsVolume" -}}
+- name: models
+  {{- if .Values.weights.persistentVolumeClaim.enabled }}
+  persistentVolumeClaim:
+    claimName: {{ include "tts-gateway.claimName" . }}
+  {{- else }}
+  emptyDir:
+    sizeLimit: {{ .Values.weights.emptyDirSizeLimit }}
+  {{- end }}
+{{- end }}
+
+{{/*
+An autoscaling/v2 HorizontalPodAutoscaler spec scaling Deployment "target" by the "autoscaling" values; called with
+(dict "target" NAME "autoscaling" VALUES).
+*/}}
+{{- define "tts-gateway.hpaSpec" -}}
+scaleTargetRef:
+  apiVersion: apps/v1
+  kind: Deployment
+  name: {{ .target }}
+minReplicas: {{ .autoscaling.minReplicas }}
+maxReplicas: {{ .autoscaling.maxReplicas }}
+metrics:
+  {{- with .autoscaling.targetCPUUtilizationPercentage }}
+  - type: Resource
+    resource:
+      name: cpu
+      target:
+        type: Utilization
+        averageUtilization: {{ . }}
+  {{- end }}
+  {{- with .autoscaling.targetMemoryUtilizationPercentage }}
+  - type: Resource
+    resource:
+      name: memory
+      target:
+        type: Utilization
+        averageUtilization: {{ . }}
+  {{- end }}
+  {{- with .autoscaling.customMetrics }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .autoscaling.behavior }}
+behavior:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+A PodDisruptionBudget spec from the "budget" values (minAvailable, or maxUnavailable when set) selecting "selector"
+(YAML labels); called with (dict "budget" VALUES "selector" LABELS).
+*/}}
+{{- define "tts-gateway.pdbSpec" -}}
+{{- if not (kindIs "invalid" .budget.maxUnavailable) -}}
+maxUnavailable: {{ .budget.maxUnavailable }}
+{{- else -}}
+minAvailable: {{ .budget.minAvailable }}
+{{- end }}
+selector:
+  matchLabels:
+    {{- .selector | nindent 4 }}
 {{- end }}

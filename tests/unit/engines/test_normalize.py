@@ -4,6 +4,7 @@ engine on tiny random-weight assets speaks the normalized text without dropping 
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -138,6 +139,14 @@ def test_the_table_is_large_enough() -> None:
 @pytest.mark.parametrize(("text", "spoken"), ENGLISH + CHINESE + MIXED_CASES)
 def test_nothing_unreadable_is_left(text: str, spoken: str) -> None:
     assert not unreadable_characters(normalize_builtin(text))
+
+
+@pytest.mark.parametrize("text", ["1" * 4096, " 1" * 2048, "1." * 2048, "1,2" * 1365, "a@b." * 1024, "1%" * 2048])
+def test_long_input_stays_fast(text: str) -> None:
+    # Context lookups are bounded and no rule rescans the rest of the text from every digit: linear, not quadratic.
+    started = time.perf_counter()
+    normalize_builtin(text)
+    assert time.perf_counter() - started < 1.0
 
 
 def test_unreadable_characters_are_counted() -> None:

@@ -17,7 +17,7 @@ from gateway.speech.singleflight import SingleFlight
 from storage import connect_redis
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from tests.redis_server import RedisServer
 
@@ -145,6 +145,8 @@ class Producer:
         self.runs = 0
         self.cancelled = 0
         self.finished = 0
+        self.first_chunk = asyncio.Event()
+        """Set once a production has made its first chunk: tests wait on it instead of sleeping."""
 
     async def __call__(self) -> AsyncIterator[bytes]:
         self.runs += 1
@@ -153,6 +155,7 @@ class Producer:
                 if i == self.fail_after:
                     raise RuntimeError("engine crashed")
                 await asyncio.sleep(self.pause_s)
+                self.first_chunk.set()
                 yield bytes([i]) * 100
         except asyncio.CancelledError:
             self.cancelled += 1
@@ -162,6 +165,13 @@ class Producer:
     @property
     def audio(self) -> bytes:
         return b"".join(bytes([i]) * 100 for i in range(self.chunks))
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Wait for ``condition`` to hold, looking after every turn of the event loop."""
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0)
 
 
 async def read(stream: AsyncIterator[bytes], stop_after: int | None = None) -> bytes:
@@ -183,7 +193,7 @@ async def test_identical_streams_share_one_production() -> None:
         stored.append(audio)
 
     async def late_reader() -> bytes:
-        await asyncio.sleep(0.05)  # joins mid-production and still gets everything from the start
+        await produce.first_chunk.wait()  # joins mid-production and still gets everything from the start
         return await read(flights.stream("k", produce, store))
 
     results = await asyncio.gather(*(read(flights.stream("k", produce, store)) for _ in range(4)), late_reader())
@@ -214,7 +224,7 @@ async def test_a_cancelled_reader_does_not_disturb_the_others() -> None:
     produce = Producer()
     leaving = asyncio.create_task(read(flights.stream("k", produce)))
     staying = asyncio.create_task(read(flights.stream("k", produce)))
-    await asyncio.sleep(0.03)
+    await produce.first_chunk.wait()
     leaving.cancel()
     assert await staying == produce.audio
     assert (produce.runs, produce.cancelled) == (1, 0)
@@ -229,7 +239,7 @@ async def test_production_is_cancelled_when_every_reader_left() -> None:
         stored.append(audio)
 
     await asyncio.gather(*(read(flights.stream("k", produce, store), stop_after=100) for _ in range(3)))
-    await asyncio.sleep(0.05)
+    await until(lambda: produce.cancelled == 1)
     assert (produce.runs, produce.cancelled, produce.finished) == (1, 1, 0)
     assert stored == []
     assert flights.in_flight == 0
@@ -311,7 +321,6 @@ async def test_an_ended_production_is_freed_without_the_cyclic_collector(ending:
                                            return_exceptions=True)
             assert [type(r) for r in results] == [RuntimeError, RuntimeError]
             del results  # a caller that handled the error lets go of it
-        await asyncio.sleep(0.01)  # the cancelled production winds down
-        assert held[0]() is None
+        await until(lambda: held[0]() is None)  # freed once the production winds down, without gc.collect()
     finally:
         gc.enable()

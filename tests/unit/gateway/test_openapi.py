@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gateway.app import openapi_document
 
@@ -63,3 +65,12 @@ def test_every_operation_has_an_id_and_the_speech_route_returns_200(document: di
     operations = [op for path in document["paths"].values() for op in path.values()]
     assert all("operationId" in op for op in operations)
     assert "200" in document["paths"]["/v1/audio/speech"]["post"]["responses"]
+
+
+def test_the_version_has_one_source(document: dict[str, Any]) -> None:
+    # pyproject.toml is the one place; the app reads it from the installed package's metadata, and the chart's
+    # appVersion (the default image tag) must follow it.
+    version = importlib.metadata.version("tts-gateway")
+    assert document["info"]["version"] == version
+    chart = yaml.safe_load((ROOT / "helm" / "tts-gateway" / "Chart.yaml").read_text())
+    assert chart["appVersion"] == version

@@ -76,11 +76,11 @@ def test_later_config_files_deep_merge_over_earlier_ones(tmp_path: Path) -> None
     public = tmp_path / "config.yaml"
     public.write_text("auth: {required: true}\nengines: {tones: {kind: synthetic}}\naliases: {}\n")
     secret = tmp_path / "secret.yaml"
-    secret.write_text("auth: {admin_token: s3cret, tenants: [{name: acme}]}\n")
+    secret.write_text("auth: {admin_token: s3cret-s3cret-s3cret-s3cret-s3cret-0, tenants: [{name: acme}]}\n")
     settings = load_settings([public, secret])
     assert settings.auth.required is True
     assert [t.name for t in settings.auth.tenants] == ["acme"]
     assert settings.auth.admin_token is not None
-    assert settings.auth.admin_token.get_secret_value() == "s3cret"
+    assert settings.auth.admin_token.get_secret_value() == "s3cret-s3cret-s3cret-s3cret-s3cret-0"
     with pytest.raises(ValidationError, match="no tenants"):
         load_settings([public])

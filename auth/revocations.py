@@ -1,0 +1,220 @@
+"""Revocations as events: a key revoked or a tenant deleted is announced to every replica as it happens.
+
+Lookups already read the store on every request, so new requests see a revocation at once; these events are for what
+a lookup cannot reach: sessions that authenticated before the revocation and are still open, and the memory that
+answers lookups while the store is unreachable (:class:`~auth.resilient.OutageTolerantStore`).
+
+Two buses share one interface: :class:`LocalRevocationBus` (one process: no Redis) and :class:`RedisRevocationBus`
+(Redis pub/sub on the process's one client, so every replica hears every revocation). Delivery is at most once:
+a replica that is not subscribed at that moment (Redis unreachable) misses the event, but then no revocation can
+be made either, since the store lives in the same Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from storage import STORAGE_ERRORS, OutageLatch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from redis.asyncio import Redis
+
+    from auth.keys import ApiKeyRecord
+    from auth.store import AuthStore
+    from auth.tenants import Tenant
+
+__all__ = [
+    "AnnouncingStore",
+    "LocalRevocationBus",
+    "RedisRevocationBus",
+    "Revocation",
+    "RevocationBus",
+]
+
+logger = logging.getLogger("tts_gateway.auth")
+
+_RESUBSCRIBE_S = 0.5
+"""After losing the subscription: wait this long before trying again (Redis is likely down)."""
+_SUBSCRIBE_WAIT_S = 1.0
+"""How long start-up waits for the first subscription: long enough for a reachable Redis, short for a dead one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Revocation:
+    """A key that authenticates nobody any more, or a tenant that no longer exists.
+
+    Attributes:
+        kind: ``key`` (``subject`` is the key id) or ``tenant`` (``subject`` is the tenant's name).
+        subject: A key id or a tenant name; never a secret.
+    """
+
+    kind: Literal["key", "tenant"]
+    subject: str
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind, "subject": self.subject})
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Revocation:
+        """Raises ``ValueError`` (or ``KeyError``/``TypeError``) for a message this code did not write."""
+        data = json.loads(raw)
+        if data["kind"] not in ("key", "tenant") or not isinstance(data["subject"], str):
+            raise ValueError("not a revocation")
+        return cls(data["kind"], data["subject"])
+
+
+class RevocationBus(Protocol):
+    """Announces revocations to every listener of every replica (this one's included)."""
+
+    def listen(self, listener: Callable[[Revocation], None]) -> None:
+        """Call ``listener`` (synchronously, on the event loop) for every revocation from now on."""
+
+    async def announce(self, revocation: Revocation) -> None:
+        """Tell every replica; this replica's listeners have been called when it returns."""
+
+    async def start(self) -> None:
+        """Begin receiving other replicas' announcements."""
+
+    async def close(self) -> None:
+        """Stop receiving."""
+
+
+class LocalRevocationBus:
+    """Revocations within one process (no shared store: there is no other replica to tell)."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[Revocation], None]] = []
+
+    def listen(self, listener: Callable[[Revocation], None]) -> None:
+        self._listeners.append(listener)
+
+    async def announce(self, revocation: Revocation) -> None:
+        self.deliver(revocation)
+
+    def deliver(self, revocation: Revocation) -> None:
+        """Call every listener; one that fails is logged and does not stop the others."""
+        for listener in self._listeners:
+            try:
+                listener(revocation)
+            except Exception:
+                logger.exception("a revocation listener failed on %s %s", revocation.kind, revocation.subject)
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class RedisRevocationBus(LocalRevocationBus):
+    """Revocations through Redis pub/sub, so that every replica hears them.
+
+    The announcing replica calls its own listeners directly as well (it must not depend on its subscription being
+    up); a replica therefore may hear an event twice, and listeners are idempotent.
+    """
+
+    def __init__(self, client: Redis, channel: str = "tts:auth:revocations") -> None:
+        super().__init__()
+        self._redis = client
+        self._channel = channel
+        self._subscribed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._outage = OutageLatch(logger, "revocation channel unreachable: other replicas' revocations are not "
+                                           "heard until it returns", "revocation channel subscribed again")
+
+    async def announce(self, revocation: Revocation) -> None:
+        self.deliver(revocation)
+        try:
+            await self._redis.publish(self._channel, revocation.to_json())
+        except STORAGE_ERRORS as exc:  # the store itself is in the same Redis: the revocation rarely gets this far
+            logger.warning("could not announce the revocation of %s %s: %r", revocation.kind, revocation.subject, exc)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._subscription(), name="revocation-subscriber")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_SUBSCRIBE_WAIT_S):
+                await self._subscribed.wait()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _subscription(self) -> None:
+        while True:
+            try:
+                await self._receive()
+            except STORAGE_ERRORS as exc:
+                self._outage.failed(exc)
+            await asyncio.sleep(_RESUBSCRIBE_S)
+
+    async def _receive(self) -> None:
+        async with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+            await pubsub.subscribe(self._channel)
+            self._subscribed.set()
+            self._outage.worked()
+            while True:
+                # A bounded wait rather than listen(): the client's socket timeout applies to every read.
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if message is not None and message.get("type") == "message":
+                    self._deliver_raw(message["data"])
+
+    def _deliver_raw(self, raw: bytes | str) -> None:
+        try:
+            revocation = Revocation.from_json(raw)
+        except (ValueError, KeyError, TypeError):
+            logger.warning("ignored a malformed message on the revocation channel")
+            return
+        self.deliver(revocation)
+
+
+class AnnouncingStore:
+    """An :class:`~auth.store.AuthStore` that announces each key revocation and tenant deletion it makes."""
+
+    def __init__(self, inner: AuthStore, bus: RevocationBus) -> None:
+        self._inner = inner
+        self._bus = bus
+
+    async def revoke_key(self, key_id: str) -> bool:
+        revoked = await self._inner.revoke_key(key_id)
+        if revoked:
+            await self._bus.announce(Revocation("key", key_id))
+        return revoked
+
+    async def delete_tenant(self, name: str) -> bool:
+        deleted = await self._inner.delete_tenant(name)
+        if deleted:
+            await self._bus.announce(Revocation("tenant", name))
+        return deleted
+
+    async def put_tenant(self, tenant: Tenant) -> None:
+        await self._inner.put_tenant(tenant)
+
+    async def get_tenant(self, name: str) -> Tenant | None:
+        return await self._inner.get_tenant(name)
+
+    async def list_tenants(self) -> list[Tenant]:
+        return await self._inner.list_tenants()
+
+    async def create_key(self, tenant: str) -> tuple[str, ApiKeyRecord]:
+        return await self._inner.create_key(tenant)
+
+    async def add_key_hash(self, tenant: str, key_hash: str) -> ApiKeyRecord:
+        return await self._inner.add_key_hash(tenant, key_hash)
+
+    async def find_key(self, key_hash: str) -> ApiKeyRecord | None:
+        return await self._inner.find_key(key_hash)
+
+    async def list_keys(self, tenant: str) -> list[ApiKeyRecord]:
+        return await self._inner.list_keys(tenant)
+
+    async def close(self) -> None:
+        await self._inner.close()

@@ -1,0 +1,340 @@
+"""``kind: openai``: an engine whose audio comes from upstream servers that speak OpenAI's ``POST /v1/audio/speech``.
+
+Another tts-gateway running as an engine node, vLLM-Omni, Kokoro-FastAPI or OpenAI itself. The upstream is asked for
+streamed ``pcm`` at speed 1.0, so the gateway's own encoders, time-stretch, SSE, cache and realtime sessions work on
+top of it unchanged. Each request goes to the usable endpoint address with the fewest requests in flight; a
+background task resolves host names and probes every address; each address has a circuit breaker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections import deque
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from engines.base import OPENAI_VOICES, EngineInfo, InvalidSynthesisRequestError, VoiceInfo
+from engines.pool import EngineNotReadyError, EngineOverloadedError, PoolStatus
+from engines.remote.endpoints import EndpointAddress, EndpointSet
+from engines.remote.stream import Attempt, RemotePcmStream, describe_error
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from engines.base import SynthesisRequest
+    from engines.pool import PoolState
+    from engines.scheduler import TenantShare
+    from engines.settings import RemoteEngineSettings
+
+__all__ = ["RemoteEngine"]
+
+logger = logging.getLogger("tts_gateway.remote")
+# httpx logs every request at INFO: the probes alone (every endpoint, every probe_interval_s) would flood the log.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+
+# Upstream answers that mean "this input is wrong", passed on to the client as a 400 with the upstream's message.
+# Anything else non-2xx (401/403: our credential, 404: our model name, 5xx) is the endpoint's fault.
+_CLIENT_ERRORS = frozenset({400, 413, 422})
+_MAX_ERROR_BODY = 4096
+_OVERLOAD_RETRY_AFTER_S = 1
+
+
+class RemoteEngine:
+    """One ``kind: openai`` engine: balances, probes and breaks per endpoint address (implements
+    :class:`~engines.backend.EngineBackend`)."""
+
+    def __init__(self, name: str, settings: RemoteEngineSettings) -> None:
+        self.name = name
+        # Private on purpose: the gateway gives backends whose ``settings`` carry a ``breaker`` an engine-wide
+        # breaker (gateway/speech/routing.py); a remote engine breaks per endpoint address instead.
+        self._settings = settings
+        self._options = options = settings.options
+        self._endpoints = EndpointSet(options.endpoints, options.breaker)
+        self._credential = options.credential()
+        self._info = _engine_info(name, settings)
+        self._client: httpx.AsyncClient | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._probed = False
+        self._stopped = False
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._turn = itertools.count()
+
+    # ----------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        """Resolve and probe in the background; requests are taken once an endpoint answers its probe."""
+        options = self._options
+        self._client = httpx.AsyncClient(
+            # Connect and the first byte are bounded per request (``first_byte_timeout_s``), later reads per chunk.
+            timeout=httpx.Timeout(None, connect=options.connect_timeout_s),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=4 * options.max_in_flight),
+            trust_env=False,  # we connect to resolved addresses: a proxy from the environment would see only IPs
+        )
+        self._watcher = asyncio.create_task(self._watch(), name=f"remote-{self.name}")
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(EngineNotReadyError(self.name, "the engine is stopping"))
+        if self._client is not None:
+            await self._client.aclose()
+
+    # ----------------------------------------------------------------- status
+    @property
+    def info(self) -> EngineInfo:
+        return self._info
+
+    def status(self) -> PoolStatus:
+        endpoints = self._endpoints.all()
+        usable = [endpoint for endpoint in endpoints if endpoint.usable]
+        state = self._state(usable)
+        return PoolStatus(
+            engine=self.name, kind=self._settings.kind, state=state,
+            reason=self._unavailable_reason(endpoints) if state == "unavailable" else None,
+            workers=len(endpoints), ready_workers=len(usable),
+            busy_workers=sum(1 for endpoint in endpoints if endpoint.in_flight),
+            active_jobs=sum(endpoint.in_flight for endpoint in endpoints), queued=len(self._waiters),
+            restarts=0, pids=(), batch_sizes={}, info=self._info,
+            endpoints=tuple(endpoint.status() for endpoint in endpoints),
+        )
+
+    def _state(self, usable: list[EndpointAddress]) -> PoolState:
+        if self._stopped:
+            return "stopped"
+        if usable:
+            return "ready"
+        return "unavailable" if self._probed else "starting"
+
+    @staticmethod
+    def _unavailable_reason(endpoints: list[EndpointAddress]) -> str:
+        def why(endpoint: EndpointAddress) -> str:
+            if endpoint.healthy:  # then its breaker is open
+                return f"circuit breaker open after: {endpoint.last_error}"
+            return endpoint.last_error or "unhealthy"
+
+        described = [f"{e.url} ({e.address or 'unresolved'}): {why(e)}" for e in endpoints]
+        return "no endpoint can take requests: " + "; ".join(described)
+
+    # ----------------------------------------------------------------- synthesis
+    @asynccontextmanager
+    async def open_stream(
+        self, request: SynthesisRequest, *, tenant: str = "", share: TenantShare | None = None,
+    ) -> AsyncIterator[RemotePcmStream]:
+        """Send ``request`` to the least loaded usable endpoint; leaving the block closes the upstream response.
+
+        Requests wait for a free endpoint slot first come, first served: ``tenant`` and ``share`` are accepted for
+        the interface and not used.
+
+        Raises (on enter): EngineNotReadyError, EngineOverloadedError, InvalidSynthesisRequestError (the upstream
+        refused the input) and SynthesisFailedError (the endpoint failed before any audio).
+        """
+        if request.speaker is not None:
+            raise InvalidSynthesisRequestError(
+                f"Custom voices are not available for model '{self.name}' (a remote engine).", param="voice")
+        endpoint = await self._acquire()
+        attempt = Attempt(endpoint)
+        try:
+            deadline = time.monotonic() + self._options.first_byte_timeout_s
+            response = await self._send(endpoint, request, attempt, deadline)
+            stream = RemotePcmStream(response, self._info, attempt, first_byte_deadline=deadline,
+                                     idle_timeout_s=self._options.idle_timeout_s)
+            try:
+                yield stream
+            finally:
+                # Closing a response that was not read to its end closes its connection: the upstream sees the
+                # client go away and stops synthesizing at once.
+                await stream.aclose()
+                await response.aclose()
+        finally:
+            attempt.settle()
+            endpoint.in_flight -= 1
+            self._wake_one()
+
+    async def _send(
+        self, endpoint: EndpointAddress, request: SynthesisRequest, attempt: Attempt, deadline: float,
+    ) -> httpx.Response:
+        assert self._client is not None
+        url, headers, extensions = endpoint.target(endpoint.api_path("/audio/speech"))
+        headers |= self._auth_headers() | {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
+        upstream = self._client.build_request("POST", url, json=self._body(request), headers=headers,
+                                              extensions=extensions)
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                response = await self._client.send(upstream, stream=True)
+        except TimeoutError:
+            raise attempt.failed(f"no answer within {self._options.first_byte_timeout_s:g} s") from None
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise attempt.failed(describe_error(exc), unreachable=True) from exc
+        except httpx.HTTPError as exc:
+            raise attempt.failed(describe_error(exc)) from exc
+        if response.status_code != httpx.codes.OK:
+            await self._refuse(response, attempt)
+        return response
+
+    async def _refuse(self, response: httpx.Response, attempt: Attempt) -> None:
+        """Raise what a non-200 upstream answer means, after reading a bounded part of its body."""
+        try:
+            async with asyncio.timeout(self._options.idle_timeout_s):
+                body = await _read_bounded(response)
+        except (TimeoutError, httpx.HTTPError):
+            body = b""
+        finally:
+            await response.aclose()
+        status = response.status_code
+        message, param = _error_message(body)
+        if status in _CLIENT_ERRORS:
+            attempt.succeeded()  # the endpoint works: it judged the input
+            raise InvalidSynthesisRequestError(message or f"The upstream refused the request ({status}).", param)
+        if status == httpx.codes.TOO_MANY_REQUESTS:
+            raise EngineOverloadedError(self.name, _retry_after_s(response))
+        raise attempt.failed(f"HTTP {status}" + (f": {message}" if message else ""))
+
+    def _body(self, request: SynthesisRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self._options.model,
+            "input": request.text,
+            "voice": self._options.voices.get(request.voice, request.voice),
+            "response_format": "pcm",
+            "speed": 1.0,  # speed_range is (1, 1): the gateway time-stretches, the same for every upstream
+        }
+        if request.instructions is not None:
+            body["instructions"] = request.instructions
+        return body
+
+    def _auth_headers(self) -> dict[str, str]:
+        return {} if self._credential is None else {"Authorization": f"Bearer {self._credential}"}
+
+    # ----------------------------------------------------------------- balancing
+    async def _acquire(self) -> EndpointAddress:
+        """The usable endpoint with the fewest in flight (its in-flight count taken), waiting in the queue when
+        every one is full."""
+        deadline = time.monotonic() + self._settings.queue_timeout_s
+        while True:
+            endpoint = self._choose()
+            if endpoint is not None:
+                endpoint.in_flight += 1
+                return endpoint
+            await self._wait_for_slot(deadline)
+
+    def _choose(self) -> EndpointAddress | None:
+        """The endpoint to use now; ``None`` when every usable one is full.
+
+        Raises:
+            EngineNotReadyError: no endpoint is healthy with a breaker that lets requests through.
+        """
+        endpoints = self._endpoints.all()
+        usable = [endpoint for endpoint in endpoints if endpoint.usable]
+        if not usable:
+            if self._stopped or not self._probed:
+                raise EngineNotReadyError(self.name, "stopped" if self._stopped else "probing its endpoints")
+            raise EngineNotReadyError(self.name, self._unavailable_reason(endpoints))
+        # Ties go round-robin, so that idle endpoints share the load instead of the first one taking it all.
+        turn = next(self._turn)
+        order = sorted(range(len(usable)), key=lambda i: (usable[i].in_flight, (i - turn) % len(usable)))
+        for index in order:
+            endpoint = usable[index]
+            if endpoint.in_flight < self._options.max_in_flight and endpoint.breaker.allow():
+                return endpoint
+        return None
+
+    async def _wait_for_slot(self, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if len(self._waiters) >= self._settings.queue_size or remaining <= 0:
+            raise EngineOverloadedError(self.name, _OVERLOAD_RETRY_AFTER_S)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(remaining):
+                await waiter
+        except TimeoutError:
+            raise EngineOverloadedError(self.name, _OVERLOAD_RETRY_AFTER_S) from None
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    # ----------------------------------------------------------------- health
+    async def _watch(self) -> None:
+        """Resolve every ``resolve_interval_s`` and probe every ``probe_interval_s``, until stopped."""
+        options = self._options
+        next_resolve = 0.0
+        while True:
+            if time.monotonic() >= next_resolve:
+                await self._endpoints.resolve()
+                next_resolve = time.monotonic() + options.resolve_interval_s
+            await asyncio.gather(*(self._probe(endpoint) for endpoint in self._endpoints.routable()))
+            self._probed = True
+            for _ in range(len(self._waiters)):  # a recovered endpoint may take what waits
+                self._wake_one()
+            await asyncio.sleep(options.probe_interval_s)
+
+    async def _probe(self, endpoint: EndpointAddress) -> None:
+        assert self._client is not None
+        url, headers, extensions = endpoint.target(endpoint.probe_path())
+        timeout = httpx.Timeout(max(self._options.probe_interval_s, self._options.connect_timeout_s),
+                                connect=self._options.connect_timeout_s)
+        try:
+            response = await self._client.get(url, headers=headers | self._auth_headers(), extensions=extensions,
+                                              timeout=timeout)
+        except httpx.HTTPError as exc:
+            endpoint.mark_unhealthy(f"probe failed: {describe_error(exc)}")
+            return
+        if response.status_code == httpx.codes.NOT_FOUND and not endpoint.probe_models:
+            endpoint.probe_models = True  # not a tts-gateway (OpenAI itself has no /readyz): ask for its models
+            await self._probe(endpoint)
+        elif response.status_code == httpx.codes.OK:
+            endpoint.mark_healthy()
+        else:
+            endpoint.mark_unhealthy(f"probe {url.path} answered HTTP {response.status_code}")
+
+
+def _engine_info(name: str, settings: RemoteEngineSettings) -> EngineInfo:
+    options = settings.options
+    voices = dict.fromkeys([*OPENAI_VOICES, *options.voices])
+    return EngineInfo(
+        name=name, sample_rate=options.sample_rate, voices=tuple(VoiceInfo(voice) for voice in voices),
+        speed_range=(1.0, 1.0),
+        details={"upstream": "openai", "model": options.model, "endpoints": str(len(options.endpoints))},
+    )
+
+
+async def _read_bounded(response: httpx.Response) -> bytes:
+    body = b""
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) >= _MAX_ERROR_BODY:
+            break
+    return body[:_MAX_ERROR_BODY]
+
+
+def _error_message(body: bytes) -> tuple[str, str | None]:
+    """The message and parameter of an OpenAI-shaped error body, else its text."""
+    try:
+        error = httpx.Response(200, content=body).json().get("error") or {}
+        param = error.get("param")
+        return str(error.get("message") or "")[:500], param if isinstance(param, str) else None
+    except (ValueError, AttributeError):
+        return body.decode("utf-8", "replace").strip()[:500], None
+
+
+def _retry_after_s(response: httpx.Response) -> int:
+    try:
+        return max(1, int(float(response.headers.get("retry-after", _OVERLOAD_RETRY_AFTER_S))))
+    except ValueError:
+        return _OVERLOAD_RETRY_AFTER_S

@@ -1,0 +1,139 @@
+"""The addresses a remote engine sends to: one per configured URL and IP address, each with its health, its load
+and its circuit breaker.
+
+A host name is resolved here rather than by the HTTP client so that every address it has (a Kubernetes headless
+Service: one per pod) is balanced, probed and broken separately. Requests connect to the address but keep the
+URL's host name in the ``Host`` header and the TLS server name, so virtual hosts and certificates still work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from engines.breaker import CircuitBreaker
+from engines.pool import EndpointStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from engines.breaker import BreakerSettings
+
+__all__ = ["EndpointAddress", "EndpointSet"]
+
+logger = logging.getLogger("tts_gateway.remote")
+
+_NOT_PROBED = "not probed yet"
+
+
+class EndpointAddress:
+    """One address of one configured endpoint URL."""
+
+    def __init__(self, url: str, address: str | None, breaker: BreakerSettings) -> None:
+        self.url = url
+        self.address = address
+        self.breaker = CircuitBreaker(breaker)
+        self.healthy = False
+        self.in_flight = 0
+        self.last_error: str | None = _NOT_PROBED if address is not None else None
+        self.probe_models = False
+        """Probe ``/models`` even though the base URL ends with ``/v1`` (the server has no ``/readyz``)."""
+        self._base = httpx.URL(url)
+
+    @property
+    def usable(self) -> bool:
+        """Healthy, and its breaker lets at least a trial through."""
+        return self.healthy and self.breaker.state != "open"
+
+    def target(self, path: str) -> tuple[httpx.URL, dict[str, str], dict[str, Any]]:
+        """The URL of the absolute ``path`` at this address, with the headers and request extensions that keep the
+        configured host name (``Host``, TLS server name)."""
+        assert self.address is not None
+        url = self._base.copy_with(host=self.address, path=path)
+        extensions: dict[str, Any] = {"sni_hostname": self._base.host} if self._base.scheme == "https" else {}
+        return url, {"Host": self._base.netloc.decode("ascii")}, extensions
+
+    def api_path(self, path: str) -> str:
+        """``path`` under the base URL (``/audio/speech`` → ``/v1/audio/speech``)."""
+        return self._base.path.rstrip("/") + path
+
+    def probe_path(self) -> str:
+        """The server root's ``/readyz`` when the base URL ends with ``/v1`` (a tts-gateway node), else
+        ``/models`` under the base URL (every OpenAI-compatible API has it)."""
+        base = self._base.path.rstrip("/")
+        if base.endswith("/v1") and not self.probe_models:
+            return base.removesuffix("/v1") + "/readyz"
+        return base + "/models"
+
+    def mark_healthy(self) -> None:
+        if not self.healthy:
+            logger.info("endpoint %s (%s) is healthy", self.url, self.address)
+        self.healthy = True
+        self.last_error = None
+
+    def mark_unhealthy(self, reason: str) -> None:
+        if self.healthy:
+            logger.warning("endpoint %s (%s) taken out: %s", self.url, self.address, reason)
+        self.healthy = False
+        self.last_error = reason
+
+    def status(self) -> EndpointStatus:
+        return EndpointStatus(url=self.url, address=self.address, state="healthy" if self.healthy else "unhealthy",
+                              in_flight=self.in_flight, breaker=self.breaker.state, last_error=self.last_error)
+
+
+class EndpointSet:
+    """Every address of every configured URL, kept in step with what the host names resolve to."""
+
+    def __init__(self, urls: Iterable[str], breaker: BreakerSettings) -> None:
+        self._urls = list(urls)
+        self._breaker = breaker
+        self._by_url: dict[str, list[EndpointAddress]] = {url: [] for url in self._urls}
+
+    def all(self) -> list[EndpointAddress]:
+        return [endpoint for url in self._urls for endpoint in self._by_url[url]]
+
+    def routable(self) -> list[EndpointAddress]:
+        """The resolved addresses (the ones that can be probed and sent to)."""
+        return [endpoint for endpoint in self.all() if endpoint.address is not None]
+
+    async def resolve(self) -> None:
+        """Resolve every URL's host again; addresses that stay keep their state, in-flight count and breaker."""
+        results = await asyncio.gather(*(_addresses_of(url) for url in self._urls))
+        for url, result in zip(self._urls, results, strict=True):
+            self._update(url, result)
+
+    def _update(self, url: str, result: list[str] | str) -> None:
+        current = {endpoint.address: endpoint for endpoint in self._by_url[url] if endpoint.address is not None}
+        if isinstance(result, str):  # resolution failed
+            if current:
+                return  # a passing DNS failure: keep the addresses we had, their probes tell whether they work
+            unresolved = EndpointAddress(url, None, self._breaker)
+            unresolved.last_error = result
+            self._by_url[url] = [unresolved]
+            return
+        if set(result) != set(current):
+            logger.info("endpoint %s resolves to %s", url, ", ".join(result))
+        self._by_url[url] = [current.get(address) or EndpointAddress(url, address, self._breaker)
+                             for address in result]
+
+
+async def _addresses_of(url: str) -> list[str] | str:
+    """The IP addresses of the URL's host (in resolver order, without repeats), or why they cannot be had."""
+    parsed = httpx.URL(url)
+    host = parsed.host
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return f"cannot resolve {host}: {exc.strerror or exc}"
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))

@@ -1,0 +1,114 @@
+"""One upstream response read as a :class:`~engines.backend.PcmStream`: whole samples, bounded silences, and a
+verdict for the endpoint's breaker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import httpx
+
+from engines.pool import SynthesisFailedError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from engines.base import EngineInfo
+    from engines.remote.endpoints import EndpointAddress
+
+__all__ = ["Attempt", "RemotePcmStream", "describe_error"]
+
+logger = logging.getLogger("tts_gateway.remote")
+
+_SAMPLE_BYTES = 2  # s16le mono
+
+
+def describe_error(exc: BaseException) -> str:
+    """A short reason for ``/readyz`` and logs: the exception's kind and message (httpx never puts headers, and so
+    no credential, in them)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Attempt:
+    """One request on one endpoint address: it reports the outcome to the endpoint's breaker exactly once."""
+
+    def __init__(self, endpoint: EndpointAddress) -> None:
+        self.endpoint = endpoint
+        self._settled = False
+
+    def succeeded(self) -> None:
+        if not self._settled:
+            self._settled = True
+            self.endpoint.breaker.record_success()
+
+    def failed(self, reason: str, *, unreachable: bool = False) -> SynthesisFailedError:
+        """Count the failure (once) and return the error to raise; an unreachable endpoint is also taken out."""
+        endpoint = self.endpoint
+        if not self._settled:
+            self._settled = True
+            endpoint.breaker.record_failure()
+        endpoint.last_error = reason
+        if unreachable:
+            endpoint.mark_unhealthy(reason)
+        logger.warning("endpoint %s (%s) failed: %s", endpoint.url, endpoint.address, reason)
+        return SynthesisFailedError(f"upstream {endpoint.url} failed: {reason}")
+
+    def settle(self) -> None:
+        """The request ended without a verdict (its client went away): free a half-open trial slot."""
+        if not self._settled:
+            self._settled = True
+            self.endpoint.breaker.release()
+
+
+class RemotePcmStream:
+    """The audio of one upstream response. The first chunk must come before ``first_byte_deadline`` (a
+    ``time.monotonic`` value), each later one within ``idle_timeout_s`` of the one before."""
+
+    def __init__(self, response: httpx.Response, info: EngineInfo, attempt: Attempt, *,
+                 first_byte_deadline: float, idle_timeout_s: float) -> None:
+        self.sample_rate = info.sample_rate
+        self.info = info
+        self._attempt = attempt
+        self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
+        self._first_byte_deadline = first_byte_deadline
+        self._idle_timeout_s = idle_timeout_s
+        self._started = False
+        self._odd_byte = b""
+
+    def __aiter__(self) -> RemotePcmStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while True:
+            data = await self._next_raw()
+            if data is None:
+                self._attempt.succeeded()  # a complete (possibly empty) answer
+                raise StopAsyncIteration
+            # The upstream's chunks need not hold whole samples: carry an odd byte over to the next one.
+            data = self._odd_byte + data
+            whole = len(data) - len(data) % _SAMPLE_BYTES
+            self._odd_byte = data[whole:]
+            if whole:
+                return data[:whole]
+
+    async def aclose(self) -> None:
+        await self._chunks.aclose()  # type: ignore[attr-defined]
+
+    async def _next_raw(self) -> bytes | None:
+        timeout = self._idle_timeout_s if self._started else max(0.0, self._first_byte_deadline - time.monotonic())
+        try:
+            async with asyncio.timeout(timeout):
+                data = await anext(self._chunks, None)
+        except TimeoutError:
+            phase = "between chunks" if self._started else "before the first byte"
+            raise self._attempt.failed(f"no audio for {timeout:.1f} s {phase}") from None
+        except httpx.HTTPError as exc:
+            reason = describe_error(exc)
+            raise self._attempt.failed(f"stream cut: {reason}" if self._started else reason) from exc
+        if data and not self._started:
+            self._started = True
+            self._attempt.succeeded()
+        return data

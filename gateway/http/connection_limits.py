@@ -1,0 +1,291 @@
+"""Connection-level limits, enforced in the HTTP protocol before the application sees a request.
+
+uvicorn's ``httptools`` protocol (the fast one the server runs) has an idle keep-alive timeout, but no limit on the
+size or number of request headers, no deadline for receiving the headers or the body, and a concurrency cap that
+answers only once the headers have arrived, in plain text. So one unfinished 10 MB header is buffered whole, and a
+socket that sends nothing, or a header a byte at a time, is held for ever: a few hundred of them exhaust the open
+files and the server stops answering ``/healthz``. :class:`GuardedHttpToolsProtocol` adds what is missing:
+
+- request heads larger than ``max_header_bytes`` or with more than ``max_headers`` lines: 431;
+- a head not complete ``header_timeout_s`` after the connect (or after its first byte, on a kept-alive
+  connection): 408 (closed silently when nothing was sent at all); a body not complete ``body_timeout_s`` after its
+  head: 408, and the application sees the client go away;
+- at most ``max_connections`` open connections: at the cap the oldest connection that holds no request in progress
+  (idle, or still sending its head) is closed to make room, as nginx reuses its idle keep-alive connections; when
+  every connection is busy, the new one gets a 503 with ``Retry-After`` as soon as it sends its request.
+
+Every refusal carries OpenAI's error body and closes the connection.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from gateway.http.errors import INVALID_REQUEST, SERVER_ERROR, error_body
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable
+
+    from gateway.settings import ServerSettings
+
+__all__ = ["ConnectionLimits", "GuardedHttpToolsProtocol", "guarded_http_protocol"]
+
+logger = logging.getLogger("tts_gateway.connections")
+
+#: Open files kept back from the connection cap for everything else the process holds (engine pipes, Redis
+#: connections, the listening socket, log files): at least this many, or a quarter of the limit.
+_RESERVED_FILES = 64
+#: How long a connection over the cap may take to send its first bytes (to be answered 503) before it is dropped.
+_OVER_CAPACITY_GRACE_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """The limits one server enforces on every connection (``server`` settings)."""
+
+    max_header_bytes: int
+    max_headers: int
+    header_timeout_s: float
+    body_timeout_s: float
+    max_connections: int
+
+    @classmethod
+    def from_settings(cls, server: ServerSettings) -> ConnectionLimits:
+        """The configured limits, with the connection cap lowered to what the open-file limit allows."""
+        return cls(max_header_bytes=server.max_header_bytes, max_headers=server.max_headers,
+                   header_timeout_s=server.header_timeout_s, body_timeout_s=server.body_timeout_s,
+                   max_connections=_fit_open_file_limit(server.max_connections))
+
+
+def _fit_open_file_limit(max_connections: int) -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return max_connections
+    fitting = max(soft - max(_RESERVED_FILES, soft // 4), 1)
+    if fitting < max_connections:
+        logger.warning("server.max_connections lowered from %d to %d to fit the open-file limit (%d)",
+                       max_connections, fitting, soft)
+        return fitting
+    return max_connections
+
+
+class _Refusal(Exception):  # noqa: N818 - not an error of the server's: the reason a request is refused
+    """Raised from a parser callback to refuse the request being parsed."""
+
+    def __init__(self, status: int, message: str, code: str, *, kind: str = INVALID_REQUEST,
+                 retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+        self.kind, self.retry_after_s = kind, retry_after_s
+
+
+class _ReclaimableConnections:
+    """The connections without a request in progress, oldest first: the ones closed to make room at the cap."""
+
+    def __init__(self) -> None:
+        self._connections: dict[GuardedHttpToolsProtocol, None] = {}  # insertion-ordered: oldest first
+
+    def add(self, connection: GuardedHttpToolsProtocol) -> None:
+        self._connections.pop(connection, None)
+        self._connections[connection] = None
+
+    def discard(self, connection: GuardedHttpToolsProtocol) -> None:
+        self._connections.pop(connection, None)
+
+    def reclaim_oldest(self) -> bool:
+        """Close the oldest one; False when there is none."""
+        for connection in self._connections:
+            self.discard(connection)
+            connection.reclaim()
+            return True
+        return False
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's ``httptools`` protocol with the limits of :class:`ConnectionLimits` (see the module docstring).
+
+    Use :func:`guarded_http_protocol` to get a subclass bound to one server's limits.
+    """
+
+    limits: ClassVar[ConnectionLimits]
+    reclaimable: ClassVar[_ReclaimableConnections]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._receiving_head = True  # from the connect, or a request's first byte, until its headers are complete
+        self._head_bytes = 0  # bytes received while a head is incomplete: bounds what an endless header buffers
+        self._parsed_head_bytes = 0
+        self._header_lines = 0
+        self._over_capacity = False
+
+    # Connection life
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections and not self.reclaimable.reclaim_oldest():
+            self._over_capacity = True
+            self._arm(_OVER_CAPACITY_GRACE_S, self.transport.close)
+            return
+        self.reclaimable.add(self)
+        self._arm(self.limits.header_timeout_s, self._head_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self.reclaimable.discard(self)
+        super().connection_lost(exc)
+
+    def reclaim(self) -> None:
+        """Close this connection (it has no request in progress) to make room for a new one."""
+        self._disarm()
+        self.transport.close()
+
+    def handle_websocket_upgrade(self) -> None:
+        self._disarm()  # the WebSocket protocol takes the connection over, with its own timeouts
+        self.reclaimable.discard(self)
+        super().handle_websocket_upgrade()
+
+    # Parsing
+
+    def data_received(self, data: bytes) -> None:
+        if self._over_capacity:
+            self._refuse_over_capacity()
+            return
+        self._unset_keepalive_if_required()
+        if self._receiving_head:
+            self._head_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        except httptools.HttpParserError as exc:
+            refusal = exc.__context__ if isinstance(exc.__context__, _Refusal) else None
+            self._refuse(refusal or _Refusal(400, "Invalid HTTP request received.", "invalid_http_request"))
+        else:
+            if self._receiving_head and self._head_bytes > self.limits.max_header_bytes:
+                self._refuse(_Refusal(431, "The request headers are too large.", "request_headers_too_large"))
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._receiving_head = True
+        self._header_lines = 0
+        self._parsed_head_bytes = 0
+        if self._deadline is None and not self._request_in_progress():
+            # A kept-alive connection's next request: its head is due from its first byte. (A request pipelined
+            # behind one still in progress waits for it; uvicorn stops reading once its head is complete.)
+            self._arm(self.limits.header_timeout_s, self._head_timed_out)
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_lines += 1
+        if self._header_lines > self.limits.max_headers:
+            raise _Refusal(431, f"A request may carry at most {self.limits.max_headers} headers.",
+                           "request_headers_too_large")
+        self._count_head(len(name) + len(value) + 4)  # with ": " and CRLF, as on the wire
+        super().on_header(name, value)
+
+    def _count_head(self, size: int) -> None:
+        # A head that arrives whole in one read is parsed before data_received can look at its size: count it here.
+        self._parsed_head_bytes += size
+        if self._parsed_head_bytes > self.limits.max_header_bytes:
+            raise _Refusal(431, "The request headers are too large.", "request_headers_too_large")
+
+    def on_headers_complete(self) -> None:
+        self._receiving_head = False
+        self._head_bytes = 0
+        self.reclaimable.discard(self)
+        self._disarm()
+        super().on_headers_complete()
+        if not self.parser.should_upgrade():
+            self._arm(self.limits.body_timeout_s, self._body_timed_out)
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)
+        super().on_response_complete()
+        if not pipelined and not self.transport.is_closing():
+            self._receiving_head = True
+            self.reclaimable.add(self)  # idle until its next request: uvicorn's keep-alive timeout runs
+
+    def send_400_response(self, msg: str) -> None:
+        self._refuse(_Refusal(400, msg, "invalid_http_request"))
+
+    # Deadlines and refusals
+
+    def _request_in_progress(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete
+
+    def _arm(self, delay_s: float, callback: Callable[[], object]) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(delay_s, callback)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _head_timed_out(self) -> None:
+        self._deadline = None
+        if self._request_in_progress():
+            return
+        if self._head_bytes == 0 and self.cycle is None:
+            self.transport.close()  # connected and never said anything: nobody to answer
+            return
+        self._refuse(_Refusal(408, "The request headers did not arrive in time.", "request_timeout"))
+
+    def _body_timed_out(self) -> None:
+        self._deadline = None
+        cycle = self.cycle
+        if cycle is None or not cycle.more_body or cycle.disconnected:
+            return
+        # The application is waiting for the rest of the body: it is told the client went away, and anything it
+        # still sends is dropped (uvicorn ignores a disconnected cycle's messages).
+        cycle.disconnected = True
+        cycle.message_event.set()
+        if cycle.response_started:
+            self.transport.close()
+        else:
+            self._refuse(_Refusal(408, "The request body did not arrive in time.", "request_timeout"))
+
+    def _refuse_over_capacity(self) -> None:
+        logger.warning("connection refused: %d connections open, all busy", len(self.connections) - 1)
+        self._refuse(_Refusal(503, "The server has too many open connections; retry soon.", "too_many_connections",
+                              kind=SERVER_ERROR, retry_after_s=1))
+
+    def _refuse(self, refusal: _Refusal) -> None:
+        self._disarm()
+        self.reclaimable.discard(self)
+        if self.transport.is_closing():
+            return
+        body = json.dumps(error_body(refusal.message, refusal.kind, None, refusal.code)).encode()
+        head = [STATUS_LINE[refusal.status]]
+        head.extend(b"%s: %s\r\n" % (name, value) for name, value in self.server_state.default_headers)
+        head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n" % len(body))
+        if refusal.retry_after_s is not None:
+            head.append(b"retry-after: %d\r\n" % refusal.retry_after_s)
+        self.transport.write(b"".join([*head, b"\r\n", body]))
+        self.transport.close()
+
+
+def guarded_http_protocol(limits: ConnectionLimits) -> type[GuardedHttpToolsProtocol]:
+    """The protocol class to give ``uvicorn.run(http=...)``: :class:`GuardedHttpToolsProtocol` bound to ``limits``
+    and to one registry of reclaimable connections shared by all of the server's connections."""
+    return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,),
+                {"limits": limits, "reclaimable": _ReclaimableConnections()})

@@ -1,0 +1,105 @@
+"""A bound on how deeply JSON may nest, checked before any parser sees it.
+
+Python's ``json`` and msgspec both recurse per level and give up with a ``RecursionError`` around 1,000 levels: a
+500 and a traceback, for a 2-kilobyte body sent without credentials. Neither parser takes a depth limit, so this
+module measures the depth itself: a count of brackets (C speed) settles nearly every body, and only a body with more
+brackets than the limit is scanned properly, with a regular expression that skips string literals.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from litestar.enums import ScopeType
+from litestar.status_codes import HTTP_400_BAD_REQUEST
+
+from gateway.http.errors import OpenAIError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
+
+__all__ = ["JsonTooDeepError", "json_depth_exceeds", "json_depth_middleware"]
+
+#: A string literal (skipped whole) or one bracket.
+_TOKENS_BYTES = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+_TOKENS_TEXT = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+_OPENERS_BYTES, _CLOSERS_BYTES = frozenset(b"[{"), frozenset(b"]}")
+_OPENERS_TEXT, _CLOSERS_TEXT = frozenset("[{"), frozenset("]}")
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+class JsonTooDeepError(OpenAIError):
+    """A JSON document nested deeper than the configured limit."""
+
+    def __init__(self, max_depth: int) -> None:
+        super().__init__(HTTP_400_BAD_REQUEST, f"The JSON body is nested deeper than {max_depth} levels.",
+                         code="json_too_deep")
+
+
+def _openers(data: bytes | str) -> int:
+    if isinstance(data, bytes):
+        return data.count(b"[") + data.count(b"{")
+    return data.count("[") + data.count("{")
+
+
+def json_depth_exceeds(data: bytes | str, max_depth: int) -> bool:
+    """Whether ``data`` nests arrays and objects deeper than ``max_depth`` (brackets inside strings do not count)."""
+    if _openers(data) <= max_depth:
+        return False  # cannot nest deeper than it has opening brackets
+    tokens, openers, closers = ((_TOKENS_BYTES, _OPENERS_BYTES, _CLOSERS_BYTES) if isinstance(data, bytes)
+                                else (_TOKENS_TEXT, _OPENERS_TEXT, _CLOSERS_TEXT))
+    depth = 0
+    for match in tokens.finditer(data):  # type: ignore[arg-type]  # the pattern's type follows the data's
+        first = match.group()[0]
+        if first in openers:
+            depth += 1
+            if depth > max_depth:
+                return True
+        elif first in closers:  # else a string literal
+            depth -= 1
+    return False
+
+
+class _DepthCheckedReceive:
+    """A request's ``receive`` that refuses the body, once complete, if it nests too deeply."""
+
+    __slots__ = ("_chunks", "_max_depth", "_openers", "_receive")
+
+    def __init__(self, receive: Receive, max_depth: int) -> None:
+        self._receive = receive
+        self._max_depth = max_depth
+        self._chunks: list[bytes] = []
+        self._openers = 0
+
+    async def __call__(self) -> ReceiveMessage:
+        message = await self._receive()
+        if message["type"] == "http.request":
+            if body := message.get("body", b""):
+                self._chunks.append(body)  # a reference: Litestar keeps the same chunks
+                self._openers += _openers(body)
+            if not message.get("more_body", False):
+                chunks, self._chunks = self._chunks, []
+                if self._openers > self._max_depth and json_depth_exceeds(b"".join(chunks), self._max_depth):
+                    raise JsonTooDeepError(self._max_depth)
+        return message
+
+
+def json_depth_middleware(max_depth: int) -> Callable[[ASGIApp], ASGIApp]:
+    """Litestar middleware: a request body nested deeper than ``max_depth`` gets 400 with OpenAI's error body.
+
+    The check runs as the body is received, so it answers before the handler's JSON parser recurses; the error is
+    raised from ``receive`` and the exception table (``gateway/http/errors.py``) turns it into the response.
+    """
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == ScopeType.HTTP and scope["method"] in _BODY_METHODS:
+                receive = _DepthCheckedReceive(receive, max_depth)
+            await app(scope, receive, send)
+
+        return middleware
+
+    return wrap

@@ -1,0 +1,131 @@
+"""The open realtime sessions of this process, by tenant and key: what a revocation or a shutdown must reach.
+
+An HTTP request authenticates once and ends; a realtime session authenticates once and may speak for hours. So when
+a key is revoked or its tenant deleted (on any replica: :mod:`auth.revocations`), the sessions it opened are ended
+here, and when the server shuts down they are drained here before uvicorn closes their sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gateway.http.errors import OpenAIError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from litestar import Litestar
+
+    from auth import Principal
+    from auth.revocations import Revocation
+
+__all__ = ["LiveSession", "SessionRegistry", "drain_realtime_sessions"]
+
+logger = logging.getLogger("tts_gateway.realtime")
+
+_AFTER_GRACE_S = 1.0
+"""After the grace period: how long sessions stopped by force get to send their close frame."""
+
+
+class LiveSession(Protocol):
+    """What the registry asks of a session (:class:`~gateway.realtime.session.RealtimeSession`)."""
+
+    def revoke(self, error: OpenAIError) -> None:
+        """End the session now: its credentials no longer hold."""
+
+    def begin_drain(self) -> None:
+        """Take no more text, finish the segment being spoken, then end."""
+
+    def stop_draining(self) -> None:
+        """The grace period is over: end now."""
+
+
+class _Entry:
+    __slots__ = ("key_id", "session", "tenant")
+
+    def __init__(self, session: LiveSession, tenant: str, key_id: str | None) -> None:
+        self.session = session
+        self.tenant = tenant
+        self.key_id = key_id
+
+
+def _key_id(principal: Principal) -> str | None:
+    kind, _, key_id = principal.credential.partition(":")
+    return key_id if kind == "key" else None
+
+
+class SessionRegistry:
+    """Open sessions, ended when their key is revoked or their tenant deleted, drained on shutdown."""
+
+    def __init__(self) -> None:
+        self._entries: set[_Entry] = set()
+        self._all_gone = asyncio.Event()
+        self._all_gone.set()
+        self.draining = False
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @contextlib.contextmanager
+    def registered(self, session: LiveSession, principal: Principal) -> Iterator[None]:
+        """Keep ``session`` in the registry while the block runs."""
+        entry = _Entry(session, principal.tenant.name, _key_id(principal))
+        self._entries.add(entry)
+        self._all_gone.clear()
+        if self.draining:  # it slipped in as the server began to shut down
+            session.begin_drain()
+        try:
+            yield
+        finally:
+            self._entries.discard(entry)
+            if not self._entries:
+                self._all_gone.set()
+
+    def revoked(self, revocation: Revocation) -> None:
+        """End the sessions a key revocation or tenant deletion concerns (a listener of the revocation bus)."""
+        field = "key_id" if revocation.kind == "key" else "tenant"
+        ended = [entry for entry in self._entries if getattr(entry, field) == revocation.subject]
+        for entry in ended:
+            entry.session.revoke(_revoked_error(revocation))
+        if ended:
+            logger.info("ended %d realtime session(s): %s %s revoked", len(ended), revocation.kind,
+                        revocation.subject)
+
+    async def drain(self, grace_s: float) -> None:
+        """Drain every session: each finishes the segment it is speaking within ``grace_s``, then closes."""
+        self.draining = True
+        for entry in list(self._entries):
+            entry.session.begin_drain()
+        if await self._wait_all_gone(grace_s):
+            return
+        for entry in list(self._entries):
+            entry.session.stop_draining()
+        await self._wait_all_gone(_AFTER_GRACE_S)
+
+    async def _wait_all_gone(self, timeout_s: float) -> bool:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._all_gone.wait()
+        except TimeoutError:
+            return False
+        return True
+
+
+def _revoked_error(revocation: Revocation) -> OpenAIError:
+    if revocation.kind == "key":
+        return OpenAIError(401, "The API key of this session has been revoked.", code="api_key_revoked")
+    return OpenAIError(401, "The tenant of this session has been deleted.", code="tenant_deleted")
+
+
+async def drain_realtime_sessions(app: Litestar) -> None:
+    """Drain the app's realtime sessions within ``server.shutdown_grace_s`` (the server's shutdown hook)."""
+    services: Any = app.state.get("services")
+    if services is None:  # the lifespan never started (or has ended): no sessions
+        return
+    registry: SessionRegistry = services.sessions
+    if len(registry):
+        logger.info("draining %d realtime session(s)", len(registry))
+    await registry.drain(app.state.settings.server.shutdown_grace_s)

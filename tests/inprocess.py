@@ -1,0 +1,147 @@
+"""The in-process test layer: the real app (``create_app``) under Litestar's test client, with each engine run in a
+thread of the test process behind the same :class:`~engines.backend.EngineBackend` interface as the worker pools.
+
+Handlers, the error table, the middlewares and the speech service run exactly as in production; only the process
+boundary of the engines is gone, so a test takes milliseconds instead of starting a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from engines.base import CancelFlag, EngineUnavailableError, InvalidSynthesisRequestError
+from engines.pool import EngineNotReadyError, EngineOverloadedError, PoolStatus, SynthesisFailedError
+from engines.registry import create_engine
+from gateway.app import create_app
+from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from litestar import Litestar
+
+    from engines.base import Engine, EngineInfo, SynthesisRequest
+    from engines.scheduler import TenantShare
+    from engines.settings import AnyEngineSettings
+
+__all__ = ["ThreadBackend", "in_process_app"]
+
+_END = object()
+
+
+class _ThreadStream:
+    """PCM from an engine generator running in a thread, handed to the event loop chunk by chunk."""
+
+    def __init__(self, info: EngineInfo) -> None:
+        self.info = info
+        self.sample_rate = info.sample_rate
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    def __aiter__(self) -> _ThreadStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        item = await self.queue.get()
+        if item is _END:
+            raise StopAsyncIteration
+        if isinstance(item, BaseException):
+            raise item
+        return bytes(item)
+
+
+class ThreadBackend:
+    """One real engine (synthetic, espeak, ChatTTS) loaded in the test process; each stream runs in a thread.
+
+    ``capacity`` streams run at once; beyond it a request gets :class:`EngineOverloadedError` at once (a pool with no
+    wait queue), which is what the overload paths of the gateway need to see.
+    """
+
+    def __init__(self, name: str, settings: AnyEngineSettings, capacity: int = 4) -> None:
+        self.name = name
+        self.settings = settings
+        self.capacity = capacity
+        self._engine: Engine | None = None
+        self._info: EngineInfo | None = None
+        self._reason: str | None = None
+        self._active = 0
+        self.served = 0
+
+    @property
+    def info(self) -> EngineInfo | None:
+        return self._info
+
+    async def start(self) -> None:
+        engine = create_engine(self.settings.kind, self.settings.options)
+        try:
+            self._info = await asyncio.to_thread(engine.load)
+        except EngineUnavailableError as exc:
+            self._reason = str(exc)
+            return
+        self._engine = engine
+
+    async def stop(self) -> None:
+        self._engine = None
+
+    def status(self) -> PoolStatus:
+        ready = self._engine is not None
+        return PoolStatus(engine=self.name, kind=self.settings.kind, state="ready" if ready else "unavailable",
+                          reason=self._reason, workers=1, ready_workers=int(ready), busy_workers=int(self._active > 0),
+                          active_jobs=self._active, queued=0, restarts=0, pids=(), batch_sizes={}, info=self._info)
+
+    @asynccontextmanager
+    async def open_stream(  # no wait queue here (busy: a 503 at once), so no tenant share to apply
+        self, request: SynthesisRequest, *, tenant: str = "", share: TenantShare | None = None,
+    ) -> AsyncIterator[_ThreadStream]:
+        if self._engine is None or self._info is None:
+            raise EngineNotReadyError(self.name, self._reason or "not loaded")
+        if self._active >= self.capacity:
+            raise EngineOverloadedError(self.name, 1)
+        stream, cancel = _ThreadStream(self._info), CancelFlag()
+        loop = asyncio.get_running_loop()
+        self._active += 1
+        thread = threading.Thread(target=_run, args=(self._engine, request, cancel, stream, loop), daemon=True)
+        thread.start()
+        try:
+            yield stream
+        finally:
+            cancel.set()
+            await asyncio.to_thread(thread.join)
+            self._active -= 1
+            self.served += 1
+
+
+def _run(engine: Engine, request: SynthesisRequest, cancel: CancelFlag, stream: _ThreadStream,
+         loop: asyncio.AbstractEventLoop) -> None:
+    def hand_over(item: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: the test is over
+            loop.call_soon_threadsafe(stream.queue.put_nowait, item)
+
+    chunks = engine.synthesize(request, cancel)
+    try:
+        for chunk in chunks:
+            if cancel.is_set():
+                break
+            hand_over(np.asarray(chunk, dtype="<i2").tobytes())
+    except InvalidSynthesisRequestError as exc:
+        hand_over(exc)
+    except Exception as exc:  # as a worker reports a failed job
+        hand_over(SynthesisFailedError(f"{type(exc).__name__}: {exc}"))
+    finally:
+        chunks.close()
+    hand_over(_END)
+
+
+def in_process_app(config: dict[str, Any] | None = None, **backend_options: Any) -> Litestar:
+    """The real app for ``config`` (a settings mapping, as YAML would give it), its engines in threads."""
+    settings = Settings(**(config or {}))
+
+    def factory(name: str, engine: AnyEngineSettings) -> ThreadBackend:
+        return ThreadBackend(name, engine, **backend_options)
+
+    return create_app(settings, pool_factory=factory)

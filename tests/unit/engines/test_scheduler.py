@@ -1,0 +1,164 @@
+"""The engine pool's scheduler on its own: who of the waiting requests gets the next free worker."""
+
+from __future__ import annotations
+
+import pytest
+
+from engines.scheduler import QueueFullError, TenantQueueFullError, TenantScheduler, TenantShare
+
+
+def drain(scheduler: TenantScheduler[str]) -> list[str]:
+    order = []
+    while (item := scheduler.pop()) is not None:
+        order.append(item)
+    return order
+
+
+def test_a_tenant_holding_the_workers_goes_behind_a_tenant_holding_none() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=16)
+    scheduler.charge("b")  # b's first two requests got the two workers without waiting
+    scheduler.charge("b")
+    scheduler.push("b3", "b")
+    scheduler.push("b4", "b")
+    scheduler.push("a1", "a")
+    assert drain(scheduler) == ["a1", "b3", "b4"]
+
+
+def test_waiting_tenants_take_turns_whatever_the_order_they_queued_in() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=16)
+    for i in range(4):
+        scheduler.push(f"b{i}", "b")
+    for i in range(2):
+        scheduler.push(f"a{i}", "a")
+    assert drain(scheduler) == ["b0", "a0", "b1", "a1", "b2", "b3"]
+
+
+def test_weights_divide_the_turns() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=32)
+    heavy, light = TenantShare(weight=3), TenantShare(weight=1)
+    for i in range(9):
+        scheduler.push(f"h{i}", "heavy", heavy)
+        scheduler.push(f"l{i}", "light", light)
+    first_eight = drain(scheduler)[:8]
+    assert sum(item.startswith("h") for item in first_eight) == 6
+
+
+def test_cost_counts_a_long_request_as_more_of_the_share() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=16)
+    scheduler.push("long", "b", cost=400)
+    scheduler.push("short1", "a", cost=20)
+    scheduler.push("short2", "a", cost=20)
+    assert drain(scheduler) == ["short1", "short2", "long"]
+
+
+def test_higher_priority_classes_go_first_and_are_fair_within() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=16)
+    low, high = TenantShare(priority="low"), TenantShare(priority="high")
+    scheduler.push("low", "c", low)
+    scheduler.push("n0", "b")
+    scheduler.push("n1", "b")
+    scheduler.push("h0", "a", high)
+    scheduler.push("h1", "a", high)
+    scheduler.push("h2", "d", high)
+    assert drain(scheduler) == ["h0", "h2", "h1", "n0", "n1", "low"]
+
+
+def test_an_idle_tenant_saves_up_no_credit() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=16)
+    for i in range(6):  # b alone: served at once, turn after turn, while a is idle
+        scheduler.push(f"b{i}", "b")
+        assert scheduler.pop() == f"b{i}"
+    for i in range(3):
+        scheduler.push(f"a{i}", "a")
+    scheduler.push("b6", "b")
+    scheduler.push("b7", "b")
+    # a is not owed the time it was idle (it would take all three first), only b's last turn, b5, still counted.
+    assert drain(scheduler) == ["a0", "a1", "b6", "a2", "b7"]
+
+
+def test_a_tenant_over_its_own_cap_is_refused_while_others_still_queue() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=4)
+    capped = TenantShare(max_queued=2)
+    scheduler.push("b0", "b", capped)
+    scheduler.push("b1", "b", capped)
+    with pytest.raises(TenantQueueFullError):
+        scheduler.push("b2", "b", capped)
+    scheduler.push("a0", "a")
+    scheduler.push("a1", "a")
+    with pytest.raises(QueueFullError):
+        scheduler.push("a2", "a")
+    assert scheduler.queued_by_tenant() == {"b": 2, "a": 2}
+    assert scheduler.pop() == "b0"
+    scheduler.push("b2", "b", capped)  # room again, in its own part and in the whole
+    assert len(scheduler) == 4
+
+
+def test_a_queue_of_size_zero_takes_nobody() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=0)
+    with pytest.raises(QueueFullError):
+        scheduler.push("a0", "a")
+
+
+def test_a_waiter_that_gives_up_leaves_and_gives_its_turn_back() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=16)
+    for i in range(3):
+        scheduler.push(f"b{i}", "b")
+    scheduler.push("a0", "a")
+    scheduler.push("a1", "a")
+    assert scheduler.remove("b0")
+    assert not scheduler.remove("b0")
+    assert scheduler.queued("b") == 2
+    # b's remaining waiters moved up into the turn b0 gave back.
+    assert drain(scheduler) == ["b1", "a0", "b2", "a1"]
+    assert len(scheduler) == 0
+    assert scheduler.queued_by_tenant() == {}
+
+
+def test_removing_the_only_waiter_of_a_tenant_frees_its_cap() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=16)
+    capped = TenantShare(max_queued=1)
+    scheduler.push("a0", "a", capped)
+    scheduler.remove("a0")
+    scheduler.push("a1", "a", capped)
+    assert drain(scheduler) == ["a1"]
+
+
+def test_fifo_serves_in_arrival_order_whatever_the_shares() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=16, scheduling="fifo")
+    scheduler.charge("b")
+    scheduler.push("b0", "b", TenantShare(priority="low"))
+    scheduler.push("b1", "b")
+    scheduler.push("a0", "a", TenantShare(weight=10, priority="high"))
+    assert drain(scheduler) == ["b0", "b1", "a0"]
+
+
+def test_fifo_still_applies_the_caps() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=16, scheduling="fifo")
+    scheduler.push("b0", "b", TenantShare(max_queued=1))
+    with pytest.raises(TenantQueueFullError):
+        scheduler.push("b1", "b", TenantShare(max_queued=1))
+
+
+def test_clear_hands_back_every_waiter_in_arrival_order() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=16)
+    scheduler.push("b0", "b")
+    scheduler.push("a0", "a", TenantShare(priority="high"))
+    scheduler.push("b1", "b")
+    assert scheduler.clear() == ["b0", "a0", "b1"]
+    assert len(scheduler) == 0
+    assert scheduler.pop() is None
+
+
+def test_state_of_tenants_gone_quiet_is_dropped() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=16)
+    for i in range(1000):  # a steady tenant moves the clock on; a thousand others pass through once each
+        scheduler.push(f"x{i}", f"tenant-{i}")
+        assert scheduler.pop() == f"x{i}"
+        scheduler.charge("steady")
+    assert len(scheduler._lanes) <= 2  # the steady one's, and the last passer-by's, whose turn the clock has not passed
+
+
+@pytest.mark.parametrize(("weight", "max_queued"), [(0.0, None), (-1.0, None), (1.0, 0)])
+def test_a_share_out_of_range_is_refused(weight: float, max_queued: int | None) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        TenantShare(weight=weight, max_queued=max_queued)
