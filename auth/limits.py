@@ -119,7 +119,9 @@ class _MemoryLeases:
 
 # Redis's own clock, so that replicas with skewed clocks agree on expiries.
 _NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
-_ACQUIRE_LUA = _NOW_MS + """
+_ACQUIRE_LUA = (
+    _NOW_MS
+    + """
 local ttl = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
@@ -127,13 +129,17 @@ redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ttl)
 return 1
 """
+)
 # XX: a renewal that lands after the release must not bring the lease back.
-_RENEW_LUA = _NOW_MS + """
+_RENEW_LUA = (
+    _NOW_MS
+    + """
 local ttl = tonumber(ARGV[2])
 if redis.call('ZADD', KEYS[1], 'XX', 'CH', now + ttl, ARGV[1]) == 0 then return 0 end
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 return 1
 """
+)
 
 
 class _RedisLeases:
@@ -173,15 +179,22 @@ class TenantRateLimiter:
     """
 
     def __init__(
-        self, redis: aioredis.Redis | None, *, fail_mode: Literal["open", "closed"] = "open",
-        lease_ttl_s: float = 30.0, stream_wait_s: float = 0.0,
+        self,
+        redis: aioredis.Redis | None,
+        *,
+        fail_mode: Literal["open", "closed"] = "open",
+        lease_ttl_s: float = 30.0,
+        stream_wait_s: float = 0.0,
     ) -> None:
         self.fail_mode = fail_mode
         self.lease_ttl_s = lease_ttl_s
         self.stream_wait_s = stream_wait_s
         self.outage_count = 0
-        self._outage = OutageLatch(logger, "rate-limit storage unreachable, admitting requests unchecked until it "
-                                           "returns", "rate-limit storage reachable again; limits enforced")
+        self._outage = OutageLatch(
+            logger,
+            "rate-limit storage unreachable, admitting requests unchecked until it returns",
+            "rate-limit storage reachable again; limits enforced",
+        )
         self._background: set[asyncio.Task[None]] = set()
         self._leases: _LeaseStore
         if redis is None:
@@ -196,7 +209,12 @@ class TenantRateLimiter:
         self._windows = MovingWindowRateLimiter(self._storage)
 
     async def admit(
-        self, tenant: str, limits: TenantLimits, characters: int, *, count_request: bool = True,
+        self,
+        tenant: str,
+        limits: TenantLimits,
+        characters: int,
+        *,
+        count_request: bool = True,
     ) -> LimitState:
         """Count one request of ``characters`` input characters against the tenant's per-minute limits.
 

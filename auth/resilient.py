@@ -83,8 +83,11 @@ class OutageTolerantStore:
         self._inner = inner
         self._keys: _Recent[ApiKeyRecord] = _Recent(max_entries)
         self._tenants: _Recent[Tenant] = _Recent(max_entries)
-        self._outage = OutageLatch(logger, "the auth store is unreachable: answering from the last known keys and "
-                                           "tenants", "the auth store answers again")
+        self._outage = OutageLatch(
+            logger,
+            "the auth store is unreachable: answering from the last known keys and tenants",
+            "the auth store answers again",
+        )
 
     def remembered(self) -> int:
         """How many keys and tenants are remembered (bounded by twice ``max_entries``)."""
@@ -118,11 +121,17 @@ class OutageTolerantStore:
         """A revocation announced by any replica: never answer for that key or tenant again until the store does."""
         if revocation.kind == "tenant":
             self._tenants.put(revocation.subject, _GONE)
-            gone = [key_hash for key_hash, answer in self._keys.items()
-                    if not isinstance(answer, _Gone) and answer.tenant == revocation.subject]
+            gone = [
+                key_hash
+                for key_hash, answer in self._keys.items()
+                if not isinstance(answer, _Gone) and answer.tenant == revocation.subject
+            ]
         else:
-            gone = [key_hash for key_hash, answer in self._keys.items()
-                    if not isinstance(answer, _Gone) and answer.id == revocation.subject]
+            gone = [
+                key_hash
+                for key_hash, answer in self._keys.items()
+                if not isinstance(answer, _Gone) and answer.id == revocation.subject
+            ]
         for key_hash in gone:  # a scan, but revocations are rare and the memory is bounded
             self._keys.put(key_hash, _GONE)
 

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -58,8 +59,9 @@ class Revocation:
     kind: Literal["key", "tenant"]
     subject: str
 
-    def to_json(self) -> str:
-        return json.dumps({"kind": self.kind, "subject": self.subject})
+    def to_json(self, origin: str = "") -> str:
+        """The message: ``origin`` names the replica that announced it (so that it can skip its own)."""
+        return json.dumps({"kind": self.kind, "subject": self.subject, "origin": origin})
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Revocation:
@@ -117,22 +119,26 @@ class RedisRevocationBus(LocalRevocationBus):
     """Revocations through Redis pub/sub, so that every replica hears them.
 
     The announcing replica calls its own listeners directly as well (it must not depend on its subscription being
-    up); a replica therefore may hear an event twice, and listeners are idempotent.
+    up), and skips its own message when it comes back through the channel. Listeners are idempotent all the same.
     """
 
     def __init__(self, client: Redis, channel: str = "tts:auth:revocations") -> None:
         super().__init__()
         self._redis = client
         self._channel = channel
+        self._origin = secrets.token_hex(8)
         self._subscribed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._outage = OutageLatch(logger, "revocation channel unreachable: other replicas' revocations are not "
-                                           "heard until it returns", "revocation channel subscribed again")
+        self._outage = OutageLatch(
+            logger,
+            "revocation channel unreachable: other replicas' revocations are not heard until it returns",
+            "revocation channel subscribed again",
+        )
 
     async def announce(self, revocation: Revocation) -> None:
         self.deliver(revocation)
         try:
-            await self._redis.publish(self._channel, revocation.to_json())
+            await self._redis.publish(self._channel, revocation.to_json(self._origin))
         except STORAGE_ERRORS as exc:  # the store itself is in the same Redis: the revocation rarely gets this far
             logger.warning("could not announce the revocation of %s %s: %r", revocation.kind, revocation.subject, exc)
 
@@ -170,10 +176,12 @@ class RedisRevocationBus(LocalRevocationBus):
     def _deliver_raw(self, raw: bytes | str) -> None:
         try:
             revocation = Revocation.from_json(raw)
-        except (ValueError, KeyError, TypeError):
+            mine = json.loads(raw).get("origin") == self._origin
+        except (ValueError, KeyError, TypeError, AttributeError):
             logger.warning("ignored a malformed message on the revocation channel")
             return
-        self.deliver(revocation)
+        if not mine:  # this replica's listeners heard it when it was announced
+            self.deliver(revocation)
 
 
 class AnnouncingStore:

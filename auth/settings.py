@@ -108,9 +108,11 @@ class AuthSettings(BaseModel):
     def _admin_token_is_strong(cls, token: SecretStr | None) -> SecretStr | None:
         # An empty token (a variable set to "") once opened the admin API to anyone: refuse it, and guessable ones.
         if token is not None and len(token.get_secret_value()) < MIN_ADMIN_TOKEN_CHARS:
-            raise ValueError(f"must be at least {MIN_ADMIN_TOKEN_CHARS} characters, got "
-                             f"{len(token.get_secret_value())} (generate one: openssl rand -hex 32); leave it unset "
-                             "to turn the admin API off")
+            raise ValueError(
+                f"must be at least {MIN_ADMIN_TOKEN_CHARS} characters, got "
+                f"{len(token.get_secret_value())} (generate one: openssl rand -hex 32); leave it unset "
+                "to turn the admin API off"
+            )
         return token
 
     @model_validator(mode="after")

@@ -217,8 +217,14 @@ def _text(value: bytes | str) -> str:
 
 def _tenant_to_json(tenant: Tenant) -> str:
     models = None if tenant.models is None else sorted(tenant.models)
-    return json.dumps({"limits": tenant.limits.model_dump(), "models": models, "generation": tenant.generation,
-                       "scheduling": tenant.scheduling.model_dump()})
+    return json.dumps(
+        {
+            "limits": tenant.limits.model_dump(),
+            "models": models,
+            "generation": tenant.generation,
+            "scheduling": tenant.scheduling.model_dump(),
+        }
+    )
 
 
 def _tenant_from_json(name: str, raw: bytes | str) -> Tenant:
@@ -226,8 +232,13 @@ def _tenant_from_json(name: str, raw: bytes | str) -> Tenant:
     models = data["models"]
     limits = TenantLimits.model_validate(data["limits"])
     scheduling = TenantScheduling.model_validate(data.get("scheduling", {}))  # absent from records before it existed
-    return Tenant(name=name, limits=limits, models=None if models is None else frozenset(models),
-                  generation=data.get("generation", ""), scheduling=scheduling)
+    return Tenant(
+        name=name,
+        limits=limits,
+        models=None if models is None else frozenset(models),
+        generation=data.get("generation", ""),
+        scheduling=scheduling,
+    )
 
 
 def _record_from_fields(fields: Mapping[str, str]) -> ApiKeyRecord:

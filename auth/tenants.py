@@ -42,5 +42,9 @@ ANONYMOUS = Tenant(name="anonymous", limits=TenantLimits(), models=None)
 def tenant_from_settings(settings: TenantSettings) -> Tenant:
     """Build the tenant a configuration entry declares (its ``api_key_sha256`` go to the store separately)."""
     models = None if settings.models is None else frozenset(settings.models)
-    return Tenant(name=settings.name, limits=settings.limits.model_copy(), models=models,
-                  scheduling=settings.scheduling.model_copy())
+    return Tenant(
+        name=settings.name,
+        limits=settings.limits.model_copy(),
+        models=models,
+        scheduling=settings.scheduling.model_copy(),
+    )

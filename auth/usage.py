@@ -71,8 +71,12 @@ class UsageLedger(Protocol):
 
 
 def _request_increments(characters: int, audio_seconds: float, cache_hit: bool) -> Counters:
-    return {"requests": 1, "input_characters": characters, "audio_seconds": audio_seconds,
-            "cache_hits": 1 if cache_hit else 0}
+    return {
+        "requests": 1,
+        "input_characters": characters,
+        "audio_seconds": audio_seconds,
+        "cache_hits": 1 if cache_hit else 0,
+    }
 
 
 def _merge(into: Counters, increments: Mapping[str, float]) -> None:
@@ -81,8 +85,9 @@ def _merge(into: Counters, increments: Mapping[str, float]) -> None:
 
 
 def _to_record(counters: Mapping[str, float]) -> UsageRecord:
-    rejections = {name.removeprefix(_REJECTION): int(value) for name, value in counters.items()
-                  if name.startswith(_REJECTION)}
+    rejections = {
+        name.removeprefix(_REJECTION): int(value) for name, value in counters.items() if name.startswith(_REJECTION)
+    }
     return UsageRecord(
         requests=int(counters.get("requests", 0)),
         input_characters=int(counters.get("input_characters", 0)),
@@ -131,8 +136,11 @@ class RedisUsageLedger:
         self._client = client
         self._prefix = prefix
         self._pending: dict[str, Counters] = {}
-        self._outage = OutageLatch(logger, "usage store unreachable, keeping usage in memory until it returns",
-                                   "usage store reachable again; buffered usage written")
+        self._outage = OutageLatch(
+            logger,
+            "usage store unreachable, keeping usage in memory until it returns",
+            "usage store reachable again; buffered usage written",
+        )
         self._writes: set[asyncio.Task[None]] = set()
 
     async def record_request(self, tenant: str, *, characters: int, audio_seconds: float, cache_hit: bool) -> None:

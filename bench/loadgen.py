@@ -100,8 +100,17 @@ def _client_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def _phase(client: httpx.AsyncClient, url: str, body: bytes | Callable[[], bytes], result: LoadResult | None, *,
-                 concurrency: int, duration_s: float, max_requests: int, reject_pause_s: float) -> float:
+async def _phase(
+    client: httpx.AsyncClient,
+    url: str,
+    body: bytes | Callable[[], bytes],
+    result: LoadResult | None,
+    *,
+    concurrency: int,
+    duration_s: float,
+    max_requests: int,
+    reject_pause_s: float,
+) -> float:
     """Runs the closed loop; records into ``result`` (None: warm-up). Returns the start time."""
     started = time.perf_counter()
     deadline = started + duration_s
@@ -146,8 +155,18 @@ async def _phase(client: httpx.AsyncClient, url: str, body: bytes | Callable[[],
     return started
 
 
-async def _run(url: str, body: bytes | Callable[[], bytes], result: LoadResult, *, duration_s: float, max_requests: int,
-               warmup_s: float, reject_pause_s: float, server_pid: int | None, timeout_s: float) -> None:
+async def _run(
+    url: str,
+    body: bytes | Callable[[], bytes],
+    result: LoadResult,
+    *,
+    duration_s: float,
+    max_requests: int,
+    warmup_s: float,
+    reject_pause_s: float,
+    server_pid: int | None,
+    timeout_s: float,
+) -> None:
     limits = httpx.Limits(max_connections=result.concurrency, max_keepalive_connections=result.concurrency)
     options = {"concurrency": result.concurrency, "reject_pause_s": reject_pause_s}
     async with httpx.AsyncClient(limits=limits, timeout=timeout_s) as client:
@@ -162,15 +181,36 @@ async def _run(url: str, body: bytes | Callable[[], bytes], result: LoadResult, 
             result.server_cpu_s = server.seconds() - server_before
 
 
-def run_load(url: str, body: bytes | Callable[[], bytes], *, label: str, concurrency: int, duration_s: float,
-             max_requests: int, warmup_s: float = 0.0, reject_pause_s: float = 0.05, server_pid: int | None = None,
-             timeout_s: float = 30.0) -> LoadResult:
+def run_load(
+    url: str,
+    body: bytes | Callable[[], bytes],
+    *,
+    label: str,
+    concurrency: int,
+    duration_s: float,
+    max_requests: int,
+    warmup_s: float = 0.0,
+    reject_pause_s: float = 0.05,
+    server_pid: int | None = None,
+    timeout_s: float = 30.0,
+) -> LoadResult:
     """One bounded closed-loop run (after an unrecorded warm-up of ``warmup_s``) against ``url``.
 
     ``body`` is the request body, or a function that makes each one (unique texts defeat the gateway's coalescing
     of identical in-flight requests).
     """
     result = LoadResult(label, concurrency)
-    asyncio.run(_run(url, body, result, duration_s=duration_s, max_requests=max_requests, warmup_s=warmup_s,
-                     reject_pause_s=reject_pause_s, server_pid=server_pid, timeout_s=timeout_s))
+    asyncio.run(
+        _run(
+            url,
+            body,
+            result,
+            duration_s=duration_s,
+            max_requests=max_requests,
+            warmup_s=warmup_s,
+            reject_pause_s=reject_pause_s,
+            server_pid=server_pid,
+            timeout_s=timeout_s,
+        )
+    )
     return result

@@ -6,6 +6,7 @@ batching, soak, realtime (flush to first audio on the WebSocket).
     .venv/bin/python bench/run.py overhead        # or one: overhead | pool | baseline (each about 2 minutes),
                                                   # ttfb (about 4, ChatTTS included) | batching (about 7)
                                                   # | soak (about 1.5) | realtime (about 4, ChatTTS included)
+    .venv/bin/python bench/run.py remote          # only when named: the remote hop (bench/remote.py), about 5
 
 Every server binds 127.0.0.1; every run is bounded by a duration and a request count. By default the servers are
 pinned to CPU 1 and the load generator to CPU 0 (``--no-pin`` to let them share both), so ratios compare servers on
@@ -36,6 +37,7 @@ import httpx
 
 from bench import chattts_batching, plots, wrkcheck
 from bench import realtime as realtime_bench
+from bench import remote as remote_bench
 from bench import soak as soak_bench
 from bench import ttfb as ttfb_bench
 from bench.loadgen import LoadResult, run_load
@@ -503,6 +505,10 @@ def realtime(args: argparse.Namespace) -> None:
     run_module("realtime", realtime_bench, args)
 
 
+def remote(args: argparse.Namespace) -> None:
+    run_module("remote", remote_bench, args)
+
+
 def run_module(name: str, module: Any, args: argparse.Namespace) -> None:
     """A benchmark module's ``measure``, then its ``plot`` and ``markdown`` under the common report header."""
     report = new_report(args, name)
@@ -515,7 +521,9 @@ def run_module(name: str, module: Any, args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 BENCHMARKS = {"overhead": overhead, "pool": pool, "baseline": baseline, "ttfb": ttfb, "batching": batching,
-              "soak": soak, "realtime": realtime}  # fmt: skip
+              "soak": soak, "realtime": realtime, "remote": remote}  # fmt: skip
+# Run only when named (about 5 minutes): the remote hop (bench/remote.py) is not part of the default seven.
+DEFAULT = [name for name in BENCHMARKS if name != "remote"]
 
 
 def wait_quiet(limit: float, timeout_s: float) -> None:
@@ -529,7 +537,7 @@ def wait_quiet(limit: float, timeout_s: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("benchmarks", nargs="*", metavar="|".join(BENCHMARKS), help="default: all seven")
+    parser.add_argument("benchmarks", nargs="*", metavar="|".join(BENCHMARKS), help="default: all but remote")
     parser.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin servers and client to CPUs")
     parser.add_argument("--wait-quiet", action="store_true", help="wait (≤ 10 min) for a load average below 1.5")
     parser.add_argument("--workers", type=int, default=2, help="engine workers / gunicorn workers (P)")
@@ -550,6 +558,7 @@ def main() -> None:
     g.add_argument("--threads", type=int, default=8, help="also run gunicorn gthread with this many threads (1: off)")
     add_ttfb_soak_options(parser)
     add_realtime_options(parser)
+    remote_bench.add_options(parser)
     args = parser.parse_args()
     unknown = set(args.benchmarks) - set(BENCHMARKS)
     if unknown:
@@ -559,7 +568,7 @@ def main() -> None:
     args.wrk = args.wrk and wrkcheck.available()
     if args.wait_quiet:
         wait_quiet(1.5, 600)
-    for name in args.benchmarks or list(BENCHMARKS):
+    for name in args.benchmarks or DEFAULT:
         print(f"== {name} ({stamp()}, load average {load_average():.2f})", flush=True)
         started = time.monotonic()
         BENCHMARKS[name](args)

@@ -97,8 +97,9 @@ def bare_litestar(workdir: Path, body_file: Path, content_type: str) -> ServerPr
     return ServerProcess("bare-litestar", command, workdir, env)
 
 
-def flask_gunicorn(workdir: Path, body_file: Path, content_type: str, *, workers: int, delay_ms: float,
-                   threads: int = 1) -> ServerProcess:
+def flask_gunicorn(
+    workdir: Path, body_file: Path, content_type: str, *, workers: int, delay_ms: float, threads: int = 1
+) -> ServerProcess:
     """The Flask baseline with one global model lock under gunicorn: sync workers, or gthread when ``threads`` > 1."""
     worker_class = "sync" if threads == 1 else "gthread"
     command = [sys.executable, "-m", "gunicorn", "--bind", "127.0.0.1:{port}", "--workers", str(workers),

@@ -194,10 +194,10 @@ async def soak(server: GatewayProcess, args: argparse.Namespace, key: str, limit
     limits = httpx.Limits(max_connections=size + limit + 2, max_keepalive_connections=size + limit + 2)
     async with httpx.AsyncClient(limits=limits, timeout=60) as client:
         started = time.monotonic()
-        outcomes = await run_phase(client, url, work[:args.soak_warmup], headers, concurrency=size, on_done=on_done)
+        outcomes = await run_phase(client, url, work[: args.soak_warmup], headers, concurrency=size, on_done=on_done)
         idle_warm = await wait_idle(client, server.base_url)
         warm = snapshot(pids, done)
-        outcomes += await run_phase(client, url, work[args.soak_warmup:], headers, concurrency=size, on_done=on_done)
+        outcomes += await run_phase(client, url, work[args.soak_warmup :], headers, concurrency=size, on_done=on_done)
         load_s = time.monotonic() - started
         idle_end = await wait_idle(client, server.base_url)
         end = snapshot(pids, done)
@@ -303,8 +303,11 @@ def targets(report: dict[str, Any]) -> list[str]:
     after_abort = f" ({refused} of the 429s right after the same client aborted)" if "429" in bad else ""
     fds = f"{report['warm']['server_fds']} → {report['end']['server_fds']}"
     threads = f"{report['warm']['server_threads']} → {report['end']['server_threads']}"
-    probe_ok = probe["held_at_once"] == probe["limit"] and probe["extra_status"] == 429 and \
-        probe["statuses"] == {"200": probe["limit"]}
+    probe_ok = (
+        probe["held_at_once"] == probe["limit"]
+        and probe["extra_status"] == 429
+        and probe["statuses"] == {"200": probe["limit"]}
+    )
     return [
         f"| RSS growth after warm-up ≤ 5 % (every process and total) | worst {_pct(worst)} "
         f"| {_yes(worst is not None and worst <= GROWTH_TARGET)} |",

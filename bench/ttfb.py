@@ -263,8 +263,10 @@ def markdown(report: dict[str, Any]) -> str:
     for name, engine in engines.items():
         for cell in engine["cells"]:
             others = {k: v for k, v in cell["statuses"].items() if k != "200"} or "-"
-            lines.append(f"| {name} | {cell['concurrency']} | {cell['requests']} ({cell['ok']}) "
-                         f"| {_ms(cell['first_byte_ms'])} | {_ms(cell['total_ms'])} | {_ratio(cell)} | {others} |")
+            lines.append(
+                f"| {name} | {cell['concurrency']} | {cell['requests']} ({cell['ok']}) "
+                f"| {_ms(cell['first_byte_ms'])} | {_ms(cell['total_ms'])} | {_ratio(cell)} | {others} |"
+            )
     lines += ["", "| check | engine | measured | holds |", "|---|---|---|---|"]
     lines += [row for name, engine in engines.items() for row in checks(name, engine["cells"])]
     return "\n".join(lines) + "\n"
@@ -276,12 +278,16 @@ def checks(name: str, cells: list[dict[str, Any]]) -> list[str]:
     for cell in cells:
         first, total = cell["first_byte_ms"]["p50"], cell["total_ms"]["p50"]
         if first and total:
-            rows.append(f"| streamed p50 first byte ≤ ½ buffered p50 complete body (c={cell['concurrency']}) "
-                        f"| {name} | {first:.0f} vs {total:.0f} ms | {'yes' if first <= total / 2 else 'no'} |")
+            rows.append(
+                f"| streamed p50 first byte ≤ ½ buffered p50 complete body (c={cell['concurrency']}) "
+                f"| {name} | {first:.0f} vs {total:.0f} ms | {'yes' if first <= total / 2 else 'no'} |"
+            )
     if len(cells) == 2 and cells[0]["first_byte_ms"]["p50"] and cells[1]["first_byte_ms"]["p50"]:
         one, many = cells[0]["first_byte_ms"]["p50"], cells[1]["first_byte_ms"]["p50"]
-        rows.append(f"| p50 first byte at c=P ≤ 1.25 x c=1 (one request per worker) | {name} "
-                    f"| {many / one:.2f}x | {'yes' if many <= 1.25 * one else 'no'} |")
+        rows.append(
+            f"| p50 first byte at c=P ≤ 1.25 x c=1 (one request per worker) | {name} "
+            f"| {many / one:.2f}x | {'yes' if many <= 1.25 * one else 'no'} |"
+        )
     return rows
 
 

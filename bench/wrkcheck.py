@@ -33,8 +33,11 @@ def _ms(text: str) -> float:
 
 
 def _script(body: bytes, template: str | None) -> str:
-    lines = ['wrk.method = "POST"', 'wrk.headers["Content-Type"] = "application/json"',
-             f"wrk.body = [[{body.decode()}]]"]
+    lines = [
+        'wrk.method = "POST"',
+        'wrk.headers["Content-Type"] = "application/json"',
+        f"wrk.body = [[{body.decode()}]]",
+    ]
     if template is not None:  # a unique body per request: "%06d" in the template takes a counter
         lines += ["local counter = 0", f"local template = [[{template}]]", "request = function()",
                   "  counter = counter + 1",
@@ -42,8 +45,16 @@ def _script(body: bytes, template: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_wrk(url: str, body: bytes, *, concurrency: int, duration_s: float, cpus: set[int] | None,
-            server_pid: int, template: str | None = None) -> dict[str, Any]:
+def run_wrk(
+    url: str,
+    body: bytes,
+    *,
+    concurrency: int,
+    duration_s: float,
+    cpus: set[int] | None,
+    server_pid: int,
+    template: str | None = None,
+) -> dict[str, Any]:
     """``wrk -t1 -c<concurrency> -d<duration> --latency`` POSTing ``body`` (or ``template % counter``).
 
     Returns req/s, median and p99 latency, and the server's CPU per request.

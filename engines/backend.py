@@ -52,7 +52,11 @@ class EngineBackend(Protocol):
         ...
 
     def open_stream(
-        self, request: SynthesisRequest, *, tenant: str = "", share: TenantShare | None = None,
+        self,
+        request: SynthesisRequest,
+        *,
+        tenant: str = "",
+        share: TenantShare | None = None,
     ) -> AbstractAsyncContextManager[PcmStream]:
         """Run ``request`` for ``tenant``; leaving the block before the end cancels it.
 

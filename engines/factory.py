@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engines.pool import EnginePool
 from engines.remote.backend import RemoteEngine
@@ -15,8 +15,18 @@ if TYPE_CHECKING:
 __all__ = ["create_backend"]
 
 
-def create_backend(name: str, settings: AnyEngineSettings) -> EngineBackend:
-    """The backend of engine ``name``: a :class:`RemoteEngine` for ``kind: openai``, else an :class:`EnginePool`."""
+def create_backend(
+    name: str,
+    settings: AnyEngineSettings,
+    *,
+    worker_logging: dict[str, Any] | None = None,
+) -> EngineBackend:
+    """The backend of engine ``name``: a :class:`RemoteEngine` for ``kind: openai``, else an :class:`EnginePool`.
+
+    Args:
+        worker_logging: A :func:`logging.config.dictConfig` mapping each worker process applies first, so that what
+            it logs has the server's format (the composition root passes its JSON logging).
+    """
     if isinstance(settings, RemoteEngineSettings):
         return RemoteEngine(name, settings)
-    return EnginePool(name, settings)
+    return EnginePool(name, settings, worker_logging=worker_logging)

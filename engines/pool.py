@@ -21,7 +21,7 @@ from collections import Counter
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from engines.base import InvalidSynthesisRequestError
 from engines.messages import (
@@ -138,8 +138,9 @@ class PoolStatus:
 class _Job:
     """Server-side state of one job: the PCM the worker sent and not yet consumed, and how it ended."""
 
-    def __init__(self, job_id: int, max_buffered_bytes: int) -> None:
+    def __init__(self, job_id: int, max_buffered_bytes: int, tenant: str = "") -> None:
         self.id = job_id
+        self.tenant = tenant
         self.events: asyncio.Queue[bytes | JobEnded] = asyncio.Queue()
         self.buffered_bytes = 0
         self.max_buffered_bytes = max_buffered_bytes
@@ -266,13 +267,21 @@ class _Worker:
 class EnginePool:
     """Worker processes for one engine, with a bounded wait queue, cancellation and self-healing."""
 
-    def __init__(self, name: str, settings: AnyEngineSettings) -> None:
+    def __init__(
+        self,
+        name: str,
+        settings: AnyEngineSettings,
+        *,
+        worker_logging: dict[str, Any] | None = None,
+    ) -> None:
         self.name = name
         self.settings = settings
+        self._worker_logging = worker_logging
         self._context = multiprocessing.get_context("spawn")
         self._workers: list[_Worker] = []
-        self._waiters: TenantScheduler[asyncio.Future[_Worker]] = TenantScheduler(settings.queue_size,
-                                                                                  settings.scheduling)
+        self._waiters: TenantScheduler[asyncio.Future[_Worker]] = TenantScheduler(
+            settings.queue_size, settings.scheduling
+        )
         self._job_ids = itertools.count(1)
         self._ping_nonces = itertools.count(1)
         self._restarts = 0
@@ -351,7 +360,11 @@ class EnginePool:
     # ----------------------------------------------------------------- synthesis
     @asynccontextmanager
     async def open_stream(
-        self, request: SynthesisRequest, *, tenant: str = "", share: TenantShare | None = None,
+        self,
+        request: SynthesisRequest,
+        *,
+        tenant: str = "",
+        share: TenantShare | None = None,
     ) -> AsyncIterator[SynthesisStream]:
         """Run ``request`` for ``tenant`` on a worker; leaving the block before the end cancels the job in the worker.
 
@@ -362,7 +375,7 @@ class EnginePool:
         worker = await self._acquire(claim)
         while worker.state != "ready":  # it died between being handed to us and now
             worker = await self._acquire(claim)
-        job = _Job(next(self._job_ids), self._max_buffered_bytes(worker))
+        job = _Job(next(self._job_ids), self._max_buffered_bytes(worker), claim.tenant)
         worker.reserved -= 1
         if not worker.jobs:
             worker.last_progress = time.monotonic()
@@ -382,10 +395,14 @@ class EnginePool:
 
     async def _acquire(self, claim: _Claim) -> _Worker:
         status = self.status()
+        if status.state == "starting" and self._info is None:
+            # Loading for the first time: say so at once (a 503 with Retry-After, or the alias's next engine). A pool
+            # that has served before and is replacing a worker queues the request: the worker is back in a moment.
+            raise EngineNotReadyError(self.name, "still loading: no worker is ready yet")
         if status.state not in {"ready", "starting"}:
             raise EngineNotReadyError(self.name, status.reason or status.state)
         worker = self._free_worker()
-        if worker is not None and not self._waiters:
+        if worker is not None and not self._waiters and self._may_take_free_slot(claim.tenant):
             self._waiters.charge(claim.tenant, claim.share, claim.cost)
             worker.reserved += 1
             return worker
@@ -394,6 +411,7 @@ class EnginePool:
             self._waiters.push(waiter, claim.tenant, claim.share, claim.cost)
         except QueueFullError:  # the whole queue, or this tenant's part of it (the other tenants may still queue)
             raise EngineOverloadedError(self.name, self._retry_after_s()) from None
+        self._hand_out_slots()  # a reserved slot may be free for this tenant, though others wait for the rest
         return await self._wait_in_queue(waiter)
 
     async def _wait_in_queue(self, waiter: asyncio.Future[_Worker]) -> _Worker:
@@ -423,9 +441,23 @@ class EnginePool:
         worker.reserved -= 1
         self._hand_out_slots()
 
+    def _may_take_free_slot(self, tenant: str) -> bool:
+        """Whether ``tenant`` may have a free slot: the last ``reserved_slots`` are kept for tenants that run nothing
+        here, so that a tenant arriving while another holds the engine need not wait for a job to end."""
+        return self._free_slots() > self.settings.reserved_slots or self._runs_nothing_here(tenant)
+
+    def _free_slots(self) -> int:
+        return sum(w.capacity - w.load for w in self._workers if w.state == "ready")
+
+    def _runs_nothing_here(self, tenant: str) -> bool:
+        return all(job.tenant != tenant for worker in self._workers for job in worker.jobs.values())
+
     def _hand_out_slots(self) -> None:
         # One slot per turn, so a batching worker's batch fills in the scheduler's order too.
-        while (worker := self._free_worker()) is not None and (waiter := self._waiters.pop()) is not None:
+        while (worker := self._free_worker()) is not None:
+            reserved_only = self._free_slots() <= self.settings.reserved_slots
+            if (waiter := self._waiters.pop(self._runs_nothing_here if reserved_only else None)) is None:
+                return
             if not waiter.done():
                 worker.reserved += 1
                 waiter.set_result(worker)
@@ -445,7 +477,7 @@ class EnginePool:
         child_conn = Connection(child_socket.detach())
         process = self._context.Process(
             target=run_worker,
-            args=(self.settings.kind, self.settings.options, child_conn),
+            args=(self.settings.kind, self.settings.options, child_conn, self._worker_logging),
             name=f"tts-worker-{self.name}",
             daemon=True,
         )

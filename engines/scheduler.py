@@ -20,7 +20,10 @@ from __future__ import annotations
 import itertools
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, TypeAlias, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "DEFAULT_SHARE",
@@ -141,9 +144,17 @@ class TenantScheduler(Generic[T]):
         start, lane.last_finish = self._tags(priority, lane, share, cost)
         self._advance(priority, start)
 
-    def pop(self) -> T | None:
-        """The waiter whose turn it is, removed from the queue; ``None`` when nobody waits."""
-        heads = ((self._order(key[0], lane.waiting[0]), key) for key, lane in self._lanes.items() if lane.waiting)
+    def pop(self, eligible: Callable[[str], bool] | None = None) -> T | None:
+        """The waiter whose turn it is, removed from the queue; ``None`` when nobody (``eligible``) waits.
+
+        Args:
+            eligible: Only tenants for which it is true may be chosen (the others keep their place); None: all.
+        """
+        heads = (
+            (self._order(key[0], lane.waiting[0]), key)
+            for key, lane in self._lanes.items()
+            if lane.waiting and (eligible is None or eligible(key[1]))
+        )
         best = min(heads, default=None)  # orders end with the arrival number: never a tie
         if best is None:
             return None
@@ -212,7 +223,10 @@ class TenantScheduler(Generic[T]):
         # A tenant with nobody waiting whose last finish tag the clock has passed would start at the clock anyway:
         # its lane holds nothing worth keeping, and dropping it bounds memory by the tenants active lately.
         clock = self._clocks[priority]
-        stale = [key for key, lane in self._lanes.items()
-                 if key[0] == priority and not lane.waiting and lane.last_finish <= clock]
+        stale = [
+            key
+            for key, lane in self._lanes.items()
+            if key[0] == priority and not lane.waiting and lane.last_finish <= clock
+        ]
         for key in stale:
             del self._lanes[key]

@@ -44,6 +44,10 @@ class PoolSettings(BaseModel):
     scheduling: Scheduling = "fair"
     """Who of the waiting requests gets the next free worker: ``fair`` (per-tenant queues, weighted fairly, priority
     classes first) or ``fifo`` (arrival order, one tenant can hold every worker: the baseline of bench/fairness.py)."""
+    reserved_slots: int = Field(default=0, ge=0)
+    """Worker slots kept for tenants with nothing running on this engine: a tenant already running a request here
+    does not get one of the last ``reserved_slots`` free slots, so a newcomer starts at once instead of waiting for a
+    job to end. The price: a tenant alone never uses more than the other slots. 0: every slot goes to whoever's turn."""
     start_timeout_s: float = Field(default=120.0, gt=0)
     """How long a worker may take to load and warm up before it counts as failed."""
     stall_timeout_s: float = Field(default=30.0, gt=0)
@@ -89,8 +93,10 @@ class RemoteEngineSettings(PoolSettings):
     def _only_queue_knobs(self) -> RemoteEngineSettings:
         worker_only = sorted(self.model_fields_set - {"kind", "options", "queue_size", "queue_timeout_s"})
         if worker_only:
-            raise ValueError(f"{', '.join(worker_only)} do(es) not apply to kind openai (no worker processes; "
-                             "the per-endpoint breaker is options.breaker)")
+            raise ValueError(
+                f"{', '.join(worker_only)} do(es) not apply to kind openai (no worker processes; "
+                "the per-endpoint breaker is options.breaker)"
+            )
         return self
 
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SyntheticEngine", "SyntheticOptions", "voice_frequency"]
 
-_DIRECTIVE = re.compile(r"#(fail|fail-after|hang-after|crash-after)(?:=(\d+))?")
+_DIRECTIVE = re.compile(r"#(fail-after|hang-after|crash-after|fail)(?:=(\d+))?")  # longest first
 _AMPLITUDE = 0.3 * 32767
 
 

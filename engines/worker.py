@@ -8,11 +8,12 @@ pings are answered while a synthesis is running.
 from __future__ import annotations
 
 import logging
+import logging.config
 import queue
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -63,10 +64,17 @@ class _Outbox:
             self._conn.send(message)
 
 
-def run_worker(kind: str, options: BaseModel, conn: Connection) -> None:
-    """Entry point of a worker process (``multiprocessing`` target)."""
+def run_worker(kind: str, options: BaseModel, conn: Connection, logging_config: dict[str, Any] | None = None) -> None:
+    """Entry point of a worker process (``multiprocessing`` target).
+
+    ``logging_config`` (a :func:`logging.config.dictConfig` mapping from the server) is applied first, so that a
+    failing job's traceback is one line in the server's format rather than plain text on stderr.
+    """
     # Ctrl+C in a terminal reaches the whole process group; the server stops its workers itself, in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if logging_config is not None:
+        logging.config.dictConfig(logging_config)
+        logging.captureWarnings(True)
     outbox = _Outbox(conn)
     try:
         engine = create_engine(kind, options)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from contextlib import asynccontextmanager
+from functools import partial
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
@@ -56,19 +57,21 @@ VERSION = version("tts-gateway")
 """The package's version (``pyproject.toml`` is its one source)."""
 
 
-
 class MetricsController(PrometheusController):
     """``GET /metrics`` in Prometheus's text format; an operational endpoint, left out of the API document."""
 
     include_in_schema = False
 
 
-_PROMETHEUS = PrometheusConfig(app_name="tts_gateway", prefix="tts_http", group_path=True,
-                               exclude=["^/metrics", "^/healthz", "^/readyz"])
+_PROMETHEUS = PrometheusConfig(
+    app_name="tts_gateway", prefix="tts_http", group_path=True, exclude=["^/metrics", "^/healthz", "^/readyz"]
+)
 
 
 def create_app(
-    settings: Settings | None = None, *, pool_factory: Callable[[str, AnyEngineSettings], EngineBackend] | None = None,
+    settings: Settings | None = None,
+    *,
+    pool_factory: Callable[[str, AnyEngineSettings], EngineBackend] | None = None,
 ) -> Litestar:
     """Build the gateway; engines and services start in its lifespan and stop with it.
 
@@ -80,14 +83,27 @@ def create_app(
     """
     settings = settings or load_settings()
     return Litestar(
-        route_handlers=[SpeechController, ModelsController, VoicesController, UsageController, AdminController,
-                        HealthController, MetricsController, docs_assets_router(),
-                        *([realtime_speech] if settings.realtime.enabled else []),
-                        *(playground_handlers() if settings.server.playground else [])],
-        lifespan=[_services(settings, pool_factory or create_backend)],
+        route_handlers=[
+            SpeechController,
+            ModelsController,
+            VoicesController,
+            UsageController,
+            AdminController,
+            HealthController,
+            MetricsController,
+            docs_assets_router(),
+            *([realtime_speech] if settings.realtime.enabled else []),
+            *(playground_handlers() if settings.server.playground else []),
+        ],
+        lifespan=[
+            _services(settings, pool_factory or partial(create_backend, worker_logging=_worker_logging(settings)))
+        ],
         dependencies=_dependencies(),
-        middleware=[request_tracking_middleware(_PROMETHEUS), send_timeout_middleware(settings.server.send_timeout_s),
-                    json_depth_middleware(settings.server.max_json_depth)],
+        middleware=[
+            request_tracking_middleware(_PROMETHEUS),
+            send_timeout_middleware(settings.server.send_timeout_s),
+            json_depth_middleware(settings.server.max_json_depth),
+        ],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.server.max_body_bytes,
         plugins=[PydanticPlugin()],
@@ -104,7 +120,8 @@ def openapi_document() -> str:
 
 
 def _services(
-    settings: Settings, pool_factory: Callable[[str, AnyEngineSettings], EngineBackend],
+    settings: Settings,
+    pool_factory: Callable[[str, AnyEngineSettings], EngineBackend],
 ) -> Callable[[Litestar], Any]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -179,6 +196,18 @@ def _openapi_config() -> OpenAPIConfig:
     )
 
 
+def _worker_logging(settings: Settings) -> dict[str, Any]:
+    """What each engine worker process logs with: the same JSON lines, so that a failing job's traceback is one line
+    too (workers are spawned fresh, without the server's logging)."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": "gateway.observability.logs.JsonLogFormatter"}},
+        "handlers": {"json": {"class": "logging.StreamHandler", "formatter": "json"}},
+        "root": {"level": settings.server.log_level.upper(), "handlers": ["json"]},
+    }
+
+
 def _logging_config(settings: Settings) -> LoggingConfig:
     """Every line one JSON object: the gateway's loggers, uvicorn's (``serve`` leaves its logging to this), Litestar's
     and whatever else reaches the root logger. Third-party libraries never log below info."""
@@ -188,9 +217,14 @@ def _logging_config(settings: Settings) -> LoggingConfig:
         formatters={"json": {"()": "gateway.observability.logs.JsonLogFormatter"}},
         filters={"websocket_frames": {"()": "gateway.observability.logs.WebSocketFrameRedactor"}},
         handlers={"json": {"class": "logging.StreamHandler", "formatter": "json"}},
-        loggers={"tts_gateway": own, "litestar": own, "uvicorn": own, "uvicorn.access": own,
-                 # websockets logs frames, their text included, on uvicorn's error logger at debug level
-                 "uvicorn.error": {"level": level, "filters": ["websocket_frames"], "propagate": True}},
+        loggers={
+            "tts_gateway": own,
+            "litestar": own,
+            "uvicorn": own,
+            "uvicorn.access": own,
+            # websockets logs frames, their text included, on uvicorn's error logger at debug level
+            "uvicorn.error": {"level": level, "filters": ["websocket_frames"], "propagate": True},
+        },
         root={"level": "INFO" if level == "DEBUG" else level, "handlers": ["json"]},
         log_exceptions="debug",
     )

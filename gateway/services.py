@@ -112,12 +112,19 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
     if open_mode:
         logger.warning(OPEN_MODE_WARNING)
     limits = settings.limits
-    limiter = TenantRateLimiter(redis, fail_mode=limits.fail_mode, lease_ttl_s=limits.lease_ttl_s,
-                                stream_wait_s=limits.stream_wait_s)
+    limiter = TenantRateLimiter(
+        redis, fail_mode=limits.fail_mode, lease_ttl_s=limits.lease_ttl_s, stream_wait_s=limits.stream_wait_s
+    )
     usage: UsageLedger = RedisUsageLedger(redis) if redis is not None else MemoryUsageLedger()
     voices: VoiceStore = RedisVoiceStore(redis) if redis is not None else MemoryVoiceStore()
-    speech = SpeechService(Planner(router, voices), Admission(limiter, usage, metrics),
-                           AudioCache(_cache_settings(settings), redis), SingleFlight(), usage, metrics)
+    speech = SpeechService(
+        Planner(router, voices),
+        Admission(limiter, usage, metrics),
+        AudioCache(_cache_settings(settings), redis),
+        SingleFlight(),
+        usage,
+        metrics,
+    )
     jwt = JWTVerifier(auth.jwt) if auth.jwt is not None else None
     storage = StorageProbe(redis, required=limits.fail_mode == "closed")
     authenticator = Authenticator(store, jwt, open_mode=open_mode)

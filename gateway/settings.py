@@ -148,8 +148,13 @@ class VoicesSettings(BaseModel):
 BUILT_IN_ENGINES: dict[str, dict[str, Any]] = {"chattts": {"kind": "chattts"}, "espeak": {"kind": "espeak"}}
 #: OpenAI's model names, dated snapshots included (a client pinned to one keeps working): ChatTTS, else espeak.
 OPENAI_MODEL_NAMES = (
-    "tts-1", "tts-1-hd", "tts-1-1106", "tts-1-hd-1106",
-    "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-03-20", "gpt-4o-mini-tts-2025-12-15",
+    "tts-1",
+    "tts-1-hd",
+    "tts-1-1106",
+    "tts-1-hd-1106",
+    "gpt-4o-mini-tts",
+    "gpt-4o-mini-tts-2025-03-20",
+    "gpt-4o-mini-tts-2025-12-15",
 )
 BUILT_IN_ALIASES: dict[str, list[str]] = {name: ["chattts", "espeak"] for name in OPENAI_MODEL_NAMES}
 
@@ -231,8 +236,10 @@ class Settings(BaseSettings):
         if auth.service_token is None:
             raise ValueError("server.profile engine needs auth.service_token (the front gateway's api_key)")
         if auth.tenants or auth.admin_token is not None or auth.jwt is not None:
-            raise ValueError("server.profile engine takes only auth.service_token: tenants, admin_token and jwt "
-                             "belong to the front gateway")
+            raise ValueError(
+                "server.profile engine takes only auth.service_token: tenants, admin_token and jwt "
+                "belong to the front gateway"
+            )
         return self
 
     @model_validator(mode="after")
@@ -256,8 +263,12 @@ class Settings(BaseSettings):
         # Environment beats the YAML files (``yaml_file`` in the model config; later files deep-merge over earlier
         # ones, so a Secret can add tenants and tokens to a ConfigMap's settings), which beat the built-ins; every
         # source deep-merges into the ones below it.
-        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls, deep_merge=True),
-                _BuiltIns(settings_cls))
+        return (
+            init_settings,
+            env_settings,
+            YamlConfigSettingsSource(settings_cls, deep_merge=True),
+            _BuiltIns(settings_cls),
+        )
 
 
 def load_settings(config_files: Path | Sequence[Path] | None = None) -> Settings:

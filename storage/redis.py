@@ -18,5 +18,10 @@ def connect_redis(url: str) -> Redis:
     open or closed, bypass the cache), never hang them, where redis-py's default retries with backoff for seconds.
     Responses are not decoded: the audio cache stores bytes, and every other user decodes what it reads.
     """
-    return Redis.from_url(url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S,
-                          health_check_interval=10, retry=Retry(NoBackoff(), 1))
+    return Redis.from_url(
+        url,
+        socket_timeout=REDIS_TIMEOUT_S,
+        socket_connect_timeout=REDIS_TIMEOUT_S,
+        health_check_interval=10,
+        retry=Retry(NoBackoff(), 1),
+    )

@@ -60,7 +60,9 @@ class GatewayProcess:
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 [str(CONSOLE_SCRIPT), "serve", "--port", str(self.port), "--config", str(self.config_path)],
-                stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
             )
         self._wait_settled(timeout_s)
         return self

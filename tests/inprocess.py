@@ -90,13 +90,29 @@ class ThreadBackend:
 
     def status(self) -> PoolStatus:
         ready = self._engine is not None
-        return PoolStatus(engine=self.name, kind=self.settings.kind, state="ready" if ready else "unavailable",
-                          reason=self._reason, workers=1, ready_workers=int(ready), busy_workers=int(self._active > 0),
-                          active_jobs=self._active, queued=0, restarts=0, pids=(), batch_sizes={}, info=self._info)
+        return PoolStatus(
+            engine=self.name,
+            kind=self.settings.kind,
+            state="ready" if ready else "unavailable",
+            reason=self._reason,
+            workers=1,
+            ready_workers=int(ready),
+            busy_workers=int(self._active > 0),
+            active_jobs=self._active,
+            queued=0,
+            restarts=0,
+            pids=(),
+            batch_sizes={},
+            info=self._info,
+        )
 
     @asynccontextmanager
     async def open_stream(  # no wait queue here (busy: a 503 at once), so no tenant share to apply
-        self, request: SynthesisRequest, *, tenant: str = "", share: TenantShare | None = None,
+        self,
+        request: SynthesisRequest,
+        *,
+        tenant: str = "",
+        share: TenantShare | None = None,
     ) -> AsyncIterator[_ThreadStream]:
         if self._engine is None or self._info is None:
             raise EngineNotReadyError(self.name, self._reason or "not loaded")
@@ -116,8 +132,13 @@ class ThreadBackend:
             self.served += 1
 
 
-def _run(engine: Engine, request: SynthesisRequest, cancel: CancelFlag, stream: _ThreadStream,
-         loop: asyncio.AbstractEventLoop) -> None:
+def _run(
+    engine: Engine,
+    request: SynthesisRequest,
+    cancel: CancelFlag,
+    stream: _ThreadStream,
+    loop: asyncio.AbstractEventLoop,
+) -> None:
     def hand_over(item: object) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed: the test is over
             loop.call_soon_threadsafe(stream.queue.put_nowait, item)

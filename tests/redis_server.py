@@ -43,9 +43,25 @@ class RedisServer:
         binary = shutil.which("redis-server")
         assert binary is not None
         subprocess.run(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--daemonize", "yes", "--pidfile", str(self._pidfile), "--dir", str(self._dir)],
-            check=True, capture_output=True,
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "yes",
+                "--pidfile",
+                str(self._pidfile),
+                "--dir",
+                str(self._dir),
+            ],
+            check=True,
+            capture_output=True,
         )
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
         deadline = time.monotonic() + 5

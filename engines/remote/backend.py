@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from engines.base import SynthesisRequest
     from engines.pool import PoolState
+    from engines.remote.endpoints import Resolver
     from engines.scheduler import TenantShare
     from engines.settings import RemoteEngineSettings
 
@@ -49,13 +50,21 @@ class RemoteEngine:
     """One ``kind: openai`` engine: balances, probes and breaks per endpoint address (implements
     :class:`~engines.backend.EngineBackend`)."""
 
-    def __init__(self, name: str, settings: RemoteEngineSettings) -> None:
+    def __init__(self, name: str, settings: RemoteEngineSettings, *, resolver: Resolver | None = None) -> None:
+        """Build the engine; nothing connects before :meth:`start`.
+
+        Args:
+            name: The engine's name (the model clients ask for).
+            settings: Its ``kind: openai`` settings.
+            resolver: Host name resolution (default: the system's, ``getaddrinfo``); tests map names to loopback
+                addresses with it.
+        """
         self.name = name
         # Private on purpose: the gateway gives backends whose ``settings`` carry a ``breaker`` an engine-wide
         # breaker (gateway/speech/routing.py); a remote engine breaks per endpoint address instead.
         self._settings = settings
         self._options = options = settings.options
-        self._endpoints = EndpointSet(options.endpoints, options.breaker)
+        self._endpoints = EndpointSet(options.endpoints, options.breaker, resolver)
         self._credential = options.credential()
         self._info = _engine_info(name, settings)
         self._client: httpx.AsyncClient | None = None
@@ -99,12 +108,19 @@ class RemoteEngine:
         usable = [endpoint for endpoint in endpoints if endpoint.usable]
         state = self._state(usable)
         return PoolStatus(
-            engine=self.name, kind=self._settings.kind, state=state,
+            engine=self.name,
+            kind=self._settings.kind,
+            state=state,
             reason=self._unavailable_reason(endpoints) if state == "unavailable" else None,
-            workers=len(endpoints), ready_workers=len(usable),
+            workers=len(endpoints),
+            ready_workers=len(usable),
             busy_workers=sum(1 for endpoint in endpoints if endpoint.in_flight),
-            active_jobs=sum(endpoint.in_flight for endpoint in endpoints), queued=len(self._waiters),
-            restarts=0, pids=(), batch_sizes={}, info=self._info,
+            active_jobs=sum(endpoint.in_flight for endpoint in endpoints),
+            queued=len(self._waiters),
+            restarts=0,
+            pids=(),
+            batch_sizes={},
+            info=self._info,
             endpoints=tuple(endpoint.status() for endpoint in endpoints),
         )
 
@@ -128,7 +144,11 @@ class RemoteEngine:
     # ----------------------------------------------------------------- synthesis
     @asynccontextmanager
     async def open_stream(
-        self, request: SynthesisRequest, *, tenant: str = "", share: TenantShare | None = None,
+        self,
+        request: SynthesisRequest,
+        *,
+        tenant: str = "",
+        share: TenantShare | None = None,
     ) -> AsyncIterator[RemotePcmStream]:
         """Send ``request`` to the least loaded usable endpoint; leaving the block closes the upstream response.
 
@@ -140,14 +160,16 @@ class RemoteEngine:
         """
         if request.speaker is not None:
             raise InvalidSynthesisRequestError(
-                f"Custom voices are not available for model '{self.name}' (a remote engine).", param="voice")
+                f"Custom voices are not available for model '{self.name}' (a remote engine).", param="voice"
+            )
         endpoint = await self._acquire()
         attempt = Attempt(endpoint)
         try:
             deadline = time.monotonic() + self._options.first_byte_timeout_s
             response = await self._send(endpoint, request, attempt, deadline)
-            stream = RemotePcmStream(response, self._info, attempt, first_byte_deadline=deadline,
-                                     idle_timeout_s=self._options.idle_timeout_s)
+            stream = RemotePcmStream(
+                response, self._info, attempt, first_byte_deadline=deadline, idle_timeout_s=self._options.idle_timeout_s
+            )
             try:
                 yield stream
             finally:
@@ -161,13 +183,18 @@ class RemoteEngine:
             self._wake_one()
 
     async def _send(
-        self, endpoint: EndpointAddress, request: SynthesisRequest, attempt: Attempt, deadline: float,
+        self,
+        endpoint: EndpointAddress,
+        request: SynthesisRequest,
+        attempt: Attempt,
+        deadline: float,
     ) -> httpx.Response:
         assert self._client is not None
         url, headers, extensions = endpoint.target(endpoint.api_path("/audio/speech"))
         headers |= self._auth_headers() | {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
-        upstream = self._client.build_request("POST", url, json=self._body(request), headers=headers,
-                                              extensions=extensions)
+        upstream = self._client.build_request(
+            "POST", url, json=self._body(request), headers=headers, extensions=extensions
+        )
         try:
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                 response = await self._client.send(upstream, stream=True)
@@ -287,11 +314,14 @@ class RemoteEngine:
     async def _probe(self, endpoint: EndpointAddress) -> None:
         assert self._client is not None
         url, headers, extensions = endpoint.target(endpoint.probe_path())
-        timeout = httpx.Timeout(max(self._options.probe_interval_s, self._options.connect_timeout_s),
-                                connect=self._options.connect_timeout_s)
+        timeout = httpx.Timeout(
+            max(self._options.probe_interval_s, self._options.connect_timeout_s),
+            connect=self._options.connect_timeout_s,
+        )
         try:
-            response = await self._client.get(url, headers=headers | self._auth_headers(), extensions=extensions,
-                                              timeout=timeout)
+            response = await self._client.get(
+                url, headers=headers | self._auth_headers(), extensions=extensions, timeout=timeout
+            )
         except httpx.HTTPError as exc:
             endpoint.mark_unhealthy(f"probe failed: {describe_error(exc)}")
             return
@@ -308,7 +338,9 @@ def _engine_info(name: str, settings: RemoteEngineSettings) -> EngineInfo:
     options = settings.options
     voices = dict.fromkeys([*OPENAI_VOICES, *options.voices])
     return EngineInfo(
-        name=name, sample_rate=options.sample_rate, voices=tuple(VoiceInfo(voice) for voice in voices),
+        name=name,
+        sample_rate=options.sample_rate,
+        voices=tuple(VoiceInfo(voice) for voice in voices),
         speed_range=(1.0, 1.0),
         details={"upstream": "openai", "model": options.model, "endpoints": str(len(options.endpoints))},
     )

@@ -12,7 +12,7 @@ import asyncio
 import ipaddress
 import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import httpx
 
@@ -20,15 +20,18 @@ from engines.breaker import CircuitBreaker
 from engines.pool import EndpointStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from engines.breaker import BreakerSettings
 
-__all__ = ["EndpointAddress", "EndpointSet"]
+__all__ = ["EndpointAddress", "EndpointSet", "Resolver", "resolve_addresses"]
 
 logger = logging.getLogger("tts_gateway.remote")
 
 _NOT_PROBED = "not probed yet"
+
+Resolver: TypeAlias = "Callable[[str], Awaitable[list[str] | str]]"
+"""A base URL → the IP addresses of its host, or why there are none (:func:`resolve_addresses`, the system's)."""
 
 
 class EndpointAddress:
@@ -74,7 +77,8 @@ class EndpointAddress:
         if not self.healthy:
             logger.info("endpoint %s (%s) is healthy", self.url, self.address)
         self.healthy = True
-        self.last_error = None
+        if self.last_error == _NOT_PROBED:
+            self.last_error = None  # other errors stay: the last one is worth seeing after a recovery too
 
     def mark_unhealthy(self, reason: str) -> None:
         if self.healthy:
@@ -83,16 +87,23 @@ class EndpointAddress:
         self.last_error = reason
 
     def status(self) -> EndpointStatus:
-        return EndpointStatus(url=self.url, address=self.address, state="healthy" if self.healthy else "unhealthy",
-                              in_flight=self.in_flight, breaker=self.breaker.state, last_error=self.last_error)
+        return EndpointStatus(
+            url=self.url,
+            address=self.address,
+            state="healthy" if self.healthy else "unhealthy",
+            in_flight=self.in_flight,
+            breaker=self.breaker.state,
+            last_error=self.last_error,
+        )
 
 
 class EndpointSet:
     """Every address of every configured URL, kept in step with what the host names resolve to."""
 
-    def __init__(self, urls: Iterable[str], breaker: BreakerSettings) -> None:
+    def __init__(self, urls: Iterable[str], breaker: BreakerSettings, resolver: Resolver | None = None) -> None:
         self._urls = list(urls)
         self._breaker = breaker
+        self._resolver = resolver or resolve_addresses
         self._by_url: dict[str, list[EndpointAddress]] = {url: [] for url in self._urls}
 
     def all(self) -> list[EndpointAddress]:
@@ -104,7 +115,7 @@ class EndpointSet:
 
     async def resolve(self) -> None:
         """Resolve every URL's host again; addresses that stay keep their state, in-flight count and breaker."""
-        results = await asyncio.gather(*(_addresses_of(url) for url in self._urls))
+        results = await asyncio.gather(*(self._resolver(url) for url in self._urls))
         for url, result in zip(self._urls, results, strict=True):
             self._update(url, result)
 
@@ -119,11 +130,10 @@ class EndpointSet:
             return
         if set(result) != set(current):
             logger.info("endpoint %s resolves to %s", url, ", ".join(result))
-        self._by_url[url] = [current.get(address) or EndpointAddress(url, address, self._breaker)
-                             for address in result]
+        self._by_url[url] = [current.get(address) or EndpointAddress(url, address, self._breaker) for address in result]
 
 
-async def _addresses_of(url: str) -> list[str] | str:
+async def resolve_addresses(url: str) -> list[str] | str:
     """The IP addresses of the URL's host (in resolver order, without repeats), or why they cannot be had."""
     parsed = httpx.URL(url)
     host = parsed.host

@@ -80,8 +80,10 @@ def _checked_endpoint(url: str) -> str:
         raise ValueError(f"endpoint {url!r} must be an http:// or https:// URL with a host")
     if parsed.userinfo:
         # The URL shows in /readyz and metric labels: credentials belong in api_key.
-        raise ValueError(f"endpoint {parsed.copy_with(username=None, password=None)!s} must not carry credentials; "
-                         "use api_key or api_key_env")
+        raise ValueError(
+            f"endpoint {parsed.copy_with(username=None, password=None)!s} must not carry credentials; "
+            "use api_key or api_key_env"
+        )
     if parsed.query or parsed.fragment:
         raise ValueError(f"endpoint {url!r} must be a base URL without query or fragment")
     return str(parsed).rstrip("/")

@@ -67,8 +67,15 @@ class RemotePcmStream:
     """The audio of one upstream response. The first chunk must come before ``first_byte_deadline`` (a
     ``time.monotonic`` value), each later one within ``idle_timeout_s`` of the one before."""
 
-    def __init__(self, response: httpx.Response, info: EngineInfo, attempt: Attempt, *,
-                 first_byte_deadline: float, idle_timeout_s: float) -> None:
+    def __init__(
+        self,
+        response: httpx.Response,
+        info: EngineInfo,
+        attempt: Attempt,
+        *,
+        first_byte_deadline: float,
+        idle_timeout_s: float,
+    ) -> None:
         self.sample_rate = info.sample_rate
         self.info = info
         self._attempt = attempt

@@ -14,7 +14,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
 __all__ = [
-    "MAX_TEMPO", "MIN_TEMPO", "S16Stage", "TempoResampler", "UnchangedS16", "atempo_steps", "drain_with_silence",
+    "MAX_TEMPO",
+    "MIN_TEMPO",
+    "S16Stage",
+    "TempoResampler",
+    "UnchangedS16",
+    "atempo_steps",
+    "drain_with_silence",
     "s16_stage",
 ]
 

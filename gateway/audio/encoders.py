@@ -33,7 +33,11 @@ _MUXED = MappingProxyType(
             held_samples=312 + 960 + 2 * 4800,
         ),
         AudioFormat.AAC: MuxSpec(
-            "adts", "aac", "fltp", bit_rate=64000, codec_options=MappingProxyType({"aac_coder": "fast"}),
+            "adts",
+            "aac",
+            "fltp",
+            bit_rate=64000,
+            codec_options=MappingProxyType({"aac_coder": "fast"}),
             held_samples=2 * 1024,  # ffmpeg's AAC encoder delay: a frame, and the one it looks ahead to
         ),
         AudioFormat.FLAC: MuxSpec("flac", "flac", "s16"),

@@ -29,24 +29,31 @@ _SAY_FORMATS_BY_SUFFIX = {**{suffix: fmt for fmt, suffix in _SAY_SUFFIXES.items(
 
 def add_say_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     say = commands.add_parser(
-        "say", help="speak text through a running gateway into a file (and play it)",
+        "say",
+        help="speak text through a running gateway into a file (and play it)",
         description="Streams POST /v1/audio/speech from a running gateway (or any OpenAI-compatible API) to a file. "
-                    "The API key comes from --api-key, $TTS_GATEWAY_API_KEY or $OPENAI_API_KEY.")
+        "The API key comes from --api-key, $TTS_GATEWAY_API_KEY or $OPENAI_API_KEY.",
+    )
     say.add_argument("text", help="what to say; '-' reads it from standard input")
     say.add_argument("--voice", default="nova", help="voice name (default: nova)")
-    say.add_argument("--format", dest="response_format", choices=list(_SAY_SUFFIXES),
-                     help="audio format (default: from the output file's suffix, else mp3)")
+    say.add_argument(
+        "--format",
+        dest="response_format",
+        choices=list(_SAY_SUFFIXES),
+        help="audio format (default: from the output file's suffix, else mp3)",
+    )
     say.add_argument("-o", "--output", help="file to write, '-' for standard output (default: speech.<format>)")
     say.add_argument("--play", action="store_true", help="play the file when written (ffplay, mpv or aplay)")
     say.add_argument("--model", default="tts-1", help="model or alias (default: tts-1)")
     say.add_argument("--speed", type=float, default=1.0, help="0.25 to 4.0 (default: 1.0)")
     say.add_argument("--instructions", help="speaking instructions, for engines that use them")
-    say.add_argument("--base-url", default=os.environ.get("TTS_GATEWAY_BASE_URL", "http://127.0.0.1:8000/v1"),
-                     help="the API's base URL, as the OpenAI SDKs take it "
-                          "(default: $TTS_GATEWAY_BASE_URL or http://127.0.0.1:8000/v1)")
+    say.add_argument(
+        "--base-url",
+        default=os.environ.get("TTS_GATEWAY_BASE_URL", "http://127.0.0.1:8000/v1"),
+        help="the API's base URL, as the OpenAI SDKs take it "
+        "(default: $TTS_GATEWAY_BASE_URL or http://127.0.0.1:8000/v1)",
+    )
     say.add_argument("--api-key", help="bearer token (default: $TTS_GATEWAY_API_KEY, then $OPENAI_API_KEY)")
-
-
 
 
 def run_say(args: argparse.Namespace) -> int:
@@ -57,8 +64,13 @@ def run_say(args: argparse.Namespace) -> int:
         print("tts-gateway: --play needs an output file, not standard output", file=sys.stderr)
         return 2
     text = sys.stdin.read() if args.text == "-" else args.text
-    body: dict[str, object] = {"model": args.model, "input": text, "voice": args.voice,
-                               "response_format": response_format, "speed": args.speed}
+    body: dict[str, object] = {
+        "model": args.model,
+        "input": text,
+        "voice": args.voice,
+        "response_format": response_format,
+        "speed": args.speed,
+    }
     if args.instructions is not None:
         body["instructions"] = args.instructions
     api_key = args.api_key or os.environ.get("TTS_GATEWAY_API_KEY") or os.environ.get("OPENAI_API_KEY")
@@ -73,8 +85,10 @@ def _stream_speech(url: str, body: dict[str, object], headers: dict[str, str], o
     import httpx
 
     try:
-        with httpx.Client(timeout=httpx.Timeout(10.0, read=300.0)) as client, \
-                client.stream("POST", url, json=body, headers=headers) as response:
+        with (
+            httpx.Client(timeout=httpx.Timeout(10.0, read=300.0)) as client,
+            client.stream("POST", url, json=body, headers=headers) as response,
+        ):
             if response.is_error:
                 response.read()
                 print(f"tts-gateway: {response.status_code} {_error_message(response)}", file=sys.stderr)
@@ -149,15 +163,36 @@ def _player_command(path: Path, response_format: str) -> list[str] | None:
     """The first installed player that can play ``response_format``, as a command line; ``None`` when none can."""
     raw = response_format == "pcm"  # headerless: 24 kHz signed 16-bit little-endian mono
     candidates = [
-        ["ffplay", "-nodisp", "-autoexit", "-loglevel", "error",
-         *(["-f", "s16le", "-ar", "24000", "-ch_layout", "mono"] if raw else []), str(path)],
-        ["mpv", "--no-video", "--really-quiet",
-         *(["--demuxer=rawaudio", "--demuxer-rawaudio-format=s16le", "--demuxer-rawaudio-rate=24000",
-            "--demuxer-rawaudio-channels=1"] if raw else []), str(path)],
+        [
+            "ffplay",
+            "-nodisp",
+            "-autoexit",
+            "-loglevel",
+            "error",
+            *(["-f", "s16le", "-ar", "24000", "-ch_layout", "mono"] if raw else []),
+            str(path),
+        ],
+        [
+            "mpv",
+            "--no-video",
+            "--really-quiet",
+            *(
+                [
+                    "--demuxer=rawaudio",
+                    "--demuxer-rawaudio-format=s16le",
+                    "--demuxer-rawaudio-rate=24000",
+                    "--demuxer-rawaudio-channels=1",
+                ]
+                if raw
+                else []
+            ),
+            str(path),
+        ],
     ]
     if response_format in {"wav", "pcm"}:
-        candidates.append(["aplay", "-q", *(["-t", "raw", "-f", "S16_LE", "-r", "24000", "-c", "1"] if raw else []),
-                           str(path)])
+        candidates.append(
+            ["aplay", "-q", *(["-t", "raw", "-f", "S16_LE", "-r", "24000", "-c", "1"] if raw else []), str(path)]
+        )
     return next((command for command in candidates if shutil.which(command[0])), None)
 
 

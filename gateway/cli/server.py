@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 from pathlib import Path
@@ -20,9 +21,14 @@ __all__ = ["add_server_parsers", "run_server_command"]
 
 def _config_argument(parser: argparse.ArgumentParser) -> None:
     default = [Path(p) for p in os.environ.get("TTS_GATEWAY_CONFIG", "").split(os.pathsep) if p]
-    parser.add_argument("--config", type=Path, action="append", default=None,
-                        help="YAML configuration file, repeatable: later files deep-merge over earlier ones "
-                             "(default: $TTS_GATEWAY_CONFIG, files separated by ':'); environment variables win")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        action="append",
+        default=None,
+        help="YAML configuration file, repeatable: later files deep-merge over earlier ones "
+        "(default: $TTS_GATEWAY_CONFIG, files separated by ':'); environment variables win",
+    )
     parser.set_defaults(config_default=default)
 
 
@@ -40,8 +46,12 @@ def add_server_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     openapi.add_argument("--output", type=Path, help="file to write (default: standard output)")
     assets = commands.add_parser("assets", help="ChatTTS weights").add_subparsers(dest="assets_command", required=True)
     generate = assets.add_parser("generate", help="write ChatTTS assets with random weights (tests, benchmarks)")
-    generate.add_argument("--preset", choices=["tiny", "full"], default="tiny",
-                          help="tiny: seconds to build, for tests; full: the real model's dimensions, for benchmarks")
+    generate.add_argument(
+        "--preset",
+        choices=["tiny", "full"],
+        default="tiny",
+        help="tiny: seconds to build, for tests; full: the real model's dimensions, for benchmarks",
+    )
     generate.add_argument("--seed", type=int, default=0)
     generate.add_argument("directory", type=Path)
 
@@ -63,8 +73,10 @@ def _settings(args: argparse.Namespace) -> Settings | None:
 
 def _one_line(exc: ValidationError) -> str:
     """Each problem as ``where: what``, on one line, without the input values pydantic would quote (secrets)."""
-    return "; ".join(f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: "
-                     f"{error['msg'].removeprefix('Value error, ')}" for error in exc.errors())
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg'].removeprefix('Value error, ')}"
+        for error in exc.errors()
+    )
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -78,14 +90,23 @@ def _serve(args: argparse.Namespace) -> int:
     port = settings.server.port if args.port is None else args.port
     server = settings.server
     app = create_app(settings)  # it configures logging, uvicorn's loggers included (log_config=None below)
+    logging.captureWarnings(True)  # a library's warning becomes a JSON line too, not plain text on stderr
     # httptools, behind the connection limits it lacks (gateway/http/connection_limits.py). websockets-sansio waits
     # for the socket to drain before each send, so a slow realtime client pushes back instead of piling audio up.
-    run_draining_realtime(app, host=host, port=port, loop="uvloop",
-                          http=guarded_http_protocol(ConnectionLimits.from_settings(server)),
-                          timeout_keep_alive=server.keep_alive_timeout_s,
-                          ws="websockets-sansio", ws_max_size=server.max_body_bytes, log_config=None,
-                          log_level=server.log_level, timeout_graceful_shutdown=server.shutdown_grace_s,
-                          access_log=False)  # one JSON line per request comes from the gateway itself
+    run_draining_realtime(
+        app,
+        host=host,
+        port=port,
+        loop="uvloop",
+        http=guarded_http_protocol(ConnectionLimits.from_settings(server)),
+        timeout_keep_alive=server.keep_alive_timeout_s,
+        ws="websockets-sansio",
+        ws_max_size=server.max_body_bytes,
+        log_config=None,
+        log_level=server.log_level,
+        timeout_graceful_shutdown=server.shutdown_grace_s,
+        access_log=False,
+    )  # one JSON line per request comes from the gateway itself
     return 0
 
 
@@ -97,8 +118,11 @@ def _create_key(args: argparse.Namespace) -> int:
         from auth import generate_api_key, hash_api_key
 
         key = generate_api_key()
-        print(f"{key}\n\nNo redis_url is configured: add this hash to the tenant's api_key_sha256 in the config "
-              f"file, then restart:\n  {hash_api_key(key)}", file=sys.stdout)
+        print(
+            f"{key}\n\nNo redis_url is configured: add this hash to the tenant's api_key_sha256 in the config "
+            f"file, then restart:\n  {hash_api_key(key)}",
+            file=sys.stdout,
+        )
         return 0
     return asyncio.run(_create_key_in_redis(settings, args.tenant))
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import resource
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -45,6 +46,7 @@ logger = logging.getLogger("tts_gateway.connections")
 _RESERVED_FILES = 64
 #: How long a connection over the cap may take to send its first bytes (to be answered 503) before it is dropped.
 _OVER_CAPACITY_GRACE_S = 1.0
+_REFUSAL_WARNING_INTERVAL_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +62,13 @@ class ConnectionLimits:
     @classmethod
     def from_settings(cls, server: ServerSettings) -> ConnectionLimits:
         """The configured limits, with the connection cap lowered to what the open-file limit allows."""
-        return cls(max_header_bytes=server.max_header_bytes, max_headers=server.max_headers,
-                   header_timeout_s=server.header_timeout_s, body_timeout_s=server.body_timeout_s,
-                   max_connections=_fit_open_file_limit(server.max_connections))
+        return cls(
+            max_header_bytes=server.max_header_bytes,
+            max_headers=server.max_headers,
+            header_timeout_s=server.header_timeout_s,
+            body_timeout_s=server.body_timeout_s,
+            max_connections=_fit_open_file_limit(server.max_connections),
+        )
 
 
 def _fit_open_file_limit(max_connections: int) -> int:
@@ -71,8 +77,12 @@ def _fit_open_file_limit(max_connections: int) -> int:
         return max_connections
     fitting = max(soft - max(_RESERVED_FILES, soft // 4), 1)
     if fitting < max_connections:
-        logger.warning("server.max_connections lowered from %d to %d to fit the open-file limit (%d)",
-                       max_connections, fitting, soft)
+        logger.warning(
+            "server.max_connections lowered from %d to %d to fit the open-file limit (%d)",
+            max_connections,
+            fitting,
+            soft,
+        )
         return fitting
     return max_connections
 
@@ -80,8 +90,9 @@ def _fit_open_file_limit(max_connections: int) -> int:
 class _Refusal(Exception):  # noqa: N818 - not an error of the server's: the reason a request is refused
     """Raised from a parser callback to refuse the request being parsed."""
 
-    def __init__(self, status: int, message: str, code: str, *, kind: str = INVALID_REQUEST,
-                 retry_after_s: int | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, code: str, *, kind: str = INVALID_REQUEST, retry_after_s: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.code = status, message, code
         self.kind, self.retry_after_s = kind, retry_after_s
@@ -92,6 +103,19 @@ class _ReclaimableConnections:
 
     def __init__(self) -> None:
         self._connections: dict[GuardedHttpToolsProtocol, None] = {}  # insertion-ordered: oldest first
+        self._refused_since_warning = 0
+        self._warned_at = -math.inf
+
+    def note_refusal(self, now: float, open_connections: int) -> None:
+        """Log refusals at the cap as one warning per :data:`_REFUSAL_WARNING_INTERVAL_S`, not one per connection."""
+        self._refused_since_warning += 1
+        if now - self._warned_at >= _REFUSAL_WARNING_INTERVAL_S:
+            logger.warning(
+                "%d connection(s) refused with 503: %d open, every one busy (server.max_connections)",
+                self._refused_since_warning,
+                open_connections,
+            )
+            self._refused_since_warning, self._warned_at = 0, now
 
     def add(self, connection: GuardedHttpToolsProtocol) -> None:
         self._connections.pop(connection, None)
@@ -193,8 +217,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_lines += 1
         if self._header_lines > self.limits.max_headers:
-            raise _Refusal(431, f"A request may carry at most {self.limits.max_headers} headers.",
-                           "request_headers_too_large")
+            raise _Refusal(
+                431, f"A request may carry at most {self.limits.max_headers} headers.", "request_headers_too_large"
+            )
         self._count_head(len(name) + len(value) + 4)  # with ": " and CRLF, as on the wire
         super().on_header(name, value)
 
@@ -215,13 +240,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._disarm()
+        self._receiving_head = True  # what comes next is the head of another request
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)
         super().on_response_complete()
         if not pipelined and not self.transport.is_closing():
-            self._receiving_head = True
             self.reclaimable.add(self)  # idle until its next request: uvicorn's keep-alive timeout runs
 
     def send_400_response(self, msg: str) -> None:
@@ -255,25 +280,35 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is None or not cycle.more_body or cycle.disconnected:
             return
-        # The application is waiting for the rest of the body: it is told the client went away, and anything it
-        # still sends is dropped (uvicorn ignores a disconnected cycle's messages).
-        cycle.disconnected = True
-        cycle.message_event.set()
-        if cycle.response_started:
-            self.transport.close()
-        else:
-            self._refuse(_Refusal(408, "The request body did not arrive in time.", "request_timeout"))
+        # The application waits for the rest of the body: _refuse tells it the client went away (uvicorn then drops
+        # what it still sends), and answers 408 unless its response has begun.
+        self._refuse(_Refusal(408, "The request body did not arrive in time.", "request_timeout"))
 
     def _refuse_over_capacity(self) -> None:
-        logger.warning("connection refused: %d connections open, all busy", len(self.connections) - 1)
-        self._refuse(_Refusal(503, "The server has too many open connections; retry soon.", "too_many_connections",
-                              kind=SERVER_ERROR, retry_after_s=1))
+        self.reclaimable.note_refusal(self.loop.time(), len(self.connections) - 1)
+        self._refuse(
+            _Refusal(
+                503,
+                "The server has too many open connections; retry soon.",
+                "too_many_connections",
+                kind=SERVER_ERROR,
+                retry_after_s=1,
+            )
+        )
 
     def _refuse(self, refusal: _Refusal) -> None:
         self._disarm()
         self.reclaimable.discard(self)
         if self.transport.is_closing():
             return
+        if (cycle := self.cycle) is not None and not cycle.response_complete:
+            # A request is in progress here (its body timed out, or one pipelined behind it broke a limit): it is
+            # told the client went away, and what it still sends is dropped; a response begun leaves no room.
+            cycle.disconnected = True
+            cycle.message_event.set()
+            if cycle.response_started:
+                self.transport.close()
+                return
         body = json.dumps(error_body(refusal.message, refusal.kind, None, refusal.code)).encode()
         head = [STATUS_LINE[refusal.status]]
         head.extend(b"%s: %s\r\n" % (name, value) for name, value in self.server_state.default_headers)
@@ -287,5 +322,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 def guarded_http_protocol(limits: ConnectionLimits) -> type[GuardedHttpToolsProtocol]:
     """The protocol class to give ``uvicorn.run(http=...)``: :class:`GuardedHttpToolsProtocol` bound to ``limits``
     and to one registry of reclaimable connections shared by all of the server's connections."""
-    return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,),
-                {"limits": limits, "reclaimable": _ReclaimableConnections()})
+    return type(
+        "GuardedHttpToolsProtocol",
+        (GuardedHttpToolsProtocol,),
+        {"limits": limits, "reclaimable": _ReclaimableConnections()},
+    )

@@ -90,8 +90,18 @@ _ERROR_DESCRIPTIONS = {
 
 def error_responses(*status_codes: int) -> dict[int, ResponseSpec]:
     """The OpenAPI declaration of the OpenAI-shaped errors a route can answer with."""
-    return {code: ResponseSpec(ErrorResponse, description=_ERROR_DESCRIPTIONS[code], generate_examples=False)
-            for code in status_codes}
+    return {
+        code: ResponseSpec(ErrorResponse, description=_ERROR_DESCRIPTIONS[code], generate_examples=False)
+        for code in status_codes
+    }
+
+
+def _with_retries(exc: Exception, error: OpenAIError) -> OpenAIError:
+    """An engine error after failover carries the retries the request took (``x-retries``), as a success does."""
+    retries = getattr(exc, "retries", None)
+    if isinstance(retries, int):
+        error.headers = {**error.headers, "x-retries": str(retries)}
+    return error
 
 
 def _respond(error: OpenAIError) -> Response[dict[str, Any]]:
@@ -110,7 +120,7 @@ def as_openai_error(exc: Exception) -> OpenAIError:
     """
     for cls in type(exc).__mro__:
         if (convert := _CONVERSIONS.get(cls)) is not None:
-            return convert(exc)
+            return _with_retries(exc, convert(exc))
     return _unexpected(exc)
 
 
@@ -124,16 +134,19 @@ def _validation_error(exc: ValidationException) -> OpenAIError:
     key = str(first.get("key") or "") if isinstance(first, dict) else ""
     param = key.split(".")[0] or None
     detail = str(first.get("message", "")) if isinstance(first, dict) else ""
-    return OpenAIError(HTTP_400_BAD_REQUEST, _describe(param, detail, exc.detail), param=param,
-                       code=_code_for(detail))
+    return OpenAIError(HTTP_400_BAD_REQUEST, _describe(param, detail, exc.detail), param=param, code=_code_for(detail))
 
 
 def _model_validation_error(exc: ValidationError) -> OpenAIError:
     # Raised by handlers that validate a second model themselves (e.g. admin input checked as configuration).
     first = exc.errors()[0]
     param = ".".join(str(part) for part in first["loc"]) or None
-    return OpenAIError(HTTP_400_BAD_REQUEST, _describe(param, first["msg"], "Invalid request."), param=param,
-                       code=_code_for(first["msg"]))
+    return OpenAIError(
+        HTTP_400_BAD_REQUEST,
+        _describe(param, first["msg"], "Invalid request."),
+        param=param,
+        code=_code_for(first["msg"]),
+    )
 
 
 def _describe(param: str | None, detail: str, fallback: str) -> str:
@@ -164,24 +177,38 @@ def _server_exception(exc: InternalServerException) -> OpenAIError:
     # Litestar reports a client that disconnected before its whole body arrived (gone mid-upload, or closed by the
     # body timeout) as this exception, told apart only by its detail: not a server error, and no traceback.
     if exc.detail == "client disconnected prematurely":
-        return OpenAIError(CLIENT_CLOSED_REQUEST, "The client closed the connection before sending the whole body.",
-                           code="client_closed_request")
+        return OpenAIError(
+            CLIENT_CLOSED_REQUEST,
+            "The client closed the connection before sending the whole body.",
+            code="client_closed_request",
+        )
     return _http_error(exc)
 
 
 def _not_ready(exc: EngineNotReadyError) -> OpenAIError:
-    return OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, str(exc), type=SERVER_ERROR, code="engine_not_ready",
-                       headers={"Retry-After": "5"})
+    return OpenAIError(
+        HTTP_503_SERVICE_UNAVAILABLE, str(exc), type=SERVER_ERROR, code="engine_not_ready", headers={"Retry-After": "5"}
+    )
 
 
 def _overloaded(exc: EngineOverloadedError) -> OpenAIError:
-    return OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, str(exc), type=SERVER_ERROR, code="engine_overloaded",
-                       headers={"Retry-After": str(exc.retry_after_s)})
+    return OpenAIError(
+        HTTP_503_SERVICE_UNAVAILABLE,
+        str(exc),
+        type=SERVER_ERROR,
+        code="engine_overloaded",
+        headers={"Retry-After": str(exc.retry_after_s)},
+    )
 
 
 def _synthesis_failed(exc: SynthesisFailedError) -> OpenAIError:
-    return OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, f"The engine failed: {exc}", type=SERVER_ERROR,
-                       code="engine_failed", headers={"Retry-After": "1"})
+    return OpenAIError(
+        HTTP_503_SERVICE_UNAVAILABLE,
+        f"The engine failed: {exc}",
+        type=SERVER_ERROR,
+        code="engine_failed",
+        headers={"Retry-After": "1"},
+    )
 
 
 def _invalid_for_engine(exc: InvalidSynthesisRequestError) -> OpenAIError:
@@ -214,13 +241,19 @@ _LIMIT_MESSAGES = {
 
 def _backend_down(exc: Exception) -> OpenAIError:
     logger.warning("a shared backend is unreachable: %s", exc)
-    return OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, "A backend of the gateway is unreachable; retry soon.",
-                       type=SERVER_ERROR, code="backend_unavailable", headers={"Retry-After": "1"})
+    return OpenAIError(
+        HTTP_503_SERVICE_UNAVAILABLE,
+        "A backend of the gateway is unreachable; retry soon.",
+        type=SERVER_ERROR,
+        code="backend_unavailable",
+        headers={"Retry-After": "1"},
+    )
 
 
 def _unexpected(_: Exception) -> OpenAIError:
-    return OpenAIError(HTTP_500_INTERNAL_SERVER_ERROR, "The server had an error processing your request.",
-                       type=SERVER_ERROR)
+    return OpenAIError(
+        HTTP_500_INTERNAL_SERVER_ERROR, "The server had an error processing your request.", type=SERVER_ERROR
+    )
 
 
 _CONVERSIONS: dict[type[Exception], Callable[[Any], OpenAIError]] = {

@@ -35,8 +35,9 @@ class JsonTooDeepError(OpenAIError):
     """A JSON document nested deeper than the configured limit."""
 
     def __init__(self, max_depth: int) -> None:
-        super().__init__(HTTP_400_BAD_REQUEST, f"The JSON body is nested deeper than {max_depth} levels.",
-                         code="json_too_deep")
+        super().__init__(
+            HTTP_400_BAD_REQUEST, f"The JSON body is nested deeper than {max_depth} levels.", code="json_too_deep"
+        )
 
 
 def _openers(data: bytes | str) -> int:
@@ -49,8 +50,11 @@ def json_depth_exceeds(data: bytes | str, max_depth: int) -> bool:
     """Whether ``data`` nests arrays and objects deeper than ``max_depth`` (brackets inside strings do not count)."""
     if _openers(data) <= max_depth:
         return False  # cannot nest deeper than it has opening brackets
-    tokens, openers, closers = ((_TOKENS_BYTES, _OPENERS_BYTES, _CLOSERS_BYTES) if isinstance(data, bytes)
-                                else (_TOKENS_TEXT, _OPENERS_TEXT, _CLOSERS_TEXT))
+    tokens, openers, closers = (
+        (_TOKENS_BYTES, _OPENERS_BYTES, _CLOSERS_BYTES)
+        if isinstance(data, bytes)
+        else (_TOKENS_TEXT, _OPENERS_TEXT, _CLOSERS_TEXT)
+    )
     depth = 0
     for match in tokens.finditer(data):  # type: ignore[arg-type]  # the pattern's type follows the data's
         first = match.group()[0]

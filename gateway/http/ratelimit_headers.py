@@ -38,8 +38,11 @@ def rate_limit_headers(state: LimitState) -> dict[str, str]:
 
 
 def _unlimited(kind: str) -> dict[str, str]:
-    return {f"x-ratelimit-limit-{kind}": str(UNLIMITED), f"x-ratelimit-remaining-{kind}": str(UNLIMITED),
-            f"x-ratelimit-reset-{kind}": "0s"}
+    return {
+        f"x-ratelimit-limit-{kind}": str(UNLIMITED),
+        f"x-ratelimit-remaining-{kind}": str(UNLIMITED),
+        f"x-ratelimit-reset-{kind}": "0s",
+    }
 
 
 def format_reset(seconds: float) -> str:

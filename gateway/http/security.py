@@ -33,13 +33,16 @@ _NOT_ON_ENGINE_NODES = frozenset({"createVoice", "retrieveVoice", "deleteVoice"}
 async def provide_principal(request: Request[Any, Any, Any]) -> Principal:  # Litestar reads these hints at runtime
     """Authenticate the request (API key or JWT; anyone when the gateway runs open)."""
     principal: Principal = await request.app.state.services.authenticator.authenticate(
-        request.headers.get("authorization"))
+        request.headers.get("authorization")
+    )
     if (record := request_record(request.scope)) is not None:
         record.tenant = principal.tenant.name
     if request.app.state.settings.server.profile == "engine" and (
-            getattr(request.scope["route_handler"], "operation_id", None) in _NOT_ON_ENGINE_NODES):
-        raise OpenAIError(HTTP_404_NOT_FOUND, "Custom voices are managed by the front gateway, not an engine node.",
-                          code="not_found")
+        getattr(request.scope["route_handler"], "operation_id", None) in _NOT_ON_ENGINE_NODES
+    ):
+        raise OpenAIError(
+            HTTP_404_NOT_FOUND, "Custom voices are managed by the front gateway, not an engine node.", code="not_found"
+        )
     return principal
 
 
@@ -59,8 +62,9 @@ def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHa
     scheme, _space, presented = connection.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not presented.strip():
         throttle.failed(client, "missing" if not scheme else "not_bearer", connection.url.path)
-        raise OpenAIError(HTTP_401_UNAUTHORIZED, "The admin API needs 'Authorization: Bearer <admin token>'.",
-                          code="invalid_api_key")
+        raise OpenAIError(
+            HTTP_401_UNAUTHORIZED, "The admin API needs 'Authorization: Bearer <admin token>'.", code="invalid_api_key"
+        )
     if not hmac.compare_digest(presented.strip().encode(), token.get_secret_value().encode()):
         throttle.failed(client, "wrong_token", connection.url.path)
         raise OpenAIError(HTTP_401_UNAUTHORIZED, "Invalid admin token.", code="invalid_api_key")
@@ -85,17 +89,25 @@ class AdminThrottle:
         """Raise 429 with ``Retry-After`` while ``client`` is throttled."""
         if not self._limiter.test(_ADMIN_FAILURES, "admin", client):
             retry_after_s = self._retry_after_s(client)
-            raise OpenAIError(HTTP_429_TOO_MANY_REQUESTS,
-                              f"Too many failed admin authentications; retry after {retry_after_s} s.",
-                              type="requests", code="rate_limit_exceeded", headers={"Retry-After": str(retry_after_s)})
+            raise OpenAIError(
+                HTTP_429_TOO_MANY_REQUESTS,
+                f"Too many failed admin authentications; retry after {retry_after_s} s.",
+                type="requests",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(retry_after_s)},
+            )
 
     def failed(self, client: str, reason: str, path: str) -> None:
         """Count a failed attempt and log it as a warning (the presented token never)."""
         self._limiter.hit(_ADMIN_FAILURES, "admin", client)
         throttled = not self._limiter.test(_ADMIN_FAILURES, "admin", client)
-        logger.warning("failed admin authentication (%s) from %s%s", reason, client,
-                       f"; throttled for {self._retry_after_s(client)} s" if throttled else "",
-                       extra={"record": {"client": client, "reason": reason, "path": path, "throttled": throttled}})
+        logger.warning(
+            "failed admin authentication (%s) from %s%s",
+            reason,
+            client,
+            f"; throttled for {self._retry_after_s(client)} s" if throttled else "",
+            extra={"record": {"client": client, "reason": reason, "path": path, "throttled": throttled}},
+        )
 
     def _retry_after_s(self, client: str) -> int:
         reset_time = self._limiter.get_window_stats(_ADMIN_FAILURES, "admin", client).reset_time

@@ -147,7 +147,8 @@ def _log_access(record: RequestRecord) -> None:
         return  # nothing to build: at ``log_level: warning`` a request costs no log line at all
     # ``handle`` a record made here rather than ``info()``, which would also walk the stack for the caller's file
     # and line, which the JSON lines never show.
-    access_log.handle(access_log.makeRecord(access_log.name, logging.INFO, "", 0, "request", (), None,
-                                            extra={"record": record.as_log()}))
-
-
+    access_log.handle(
+        access_log.makeRecord(
+            access_log.name, logging.INFO, "", 0, "request", (), None, extra={"record": record.as_log()}
+        )
+    )

@@ -44,8 +44,9 @@ class HttpMetrics:
         self._prefix = config.prefix
         self._app_name = config.app_name
         exclude = config.exclude
-        self._exclude = None if exclude is None else re.compile(exclude if isinstance(exclude, str) else
-                                                                "|".join(exclude))
+        self._exclude = (
+            None if exclude is None else re.compile(exclude if isinstance(exclude, str) else "|".join(exclude))
+        )
         self._in_progress: dict[tuple[str, str], Gauge] = {}
         self._done: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
@@ -57,8 +58,11 @@ class HttpMetrics:
         gauge = self._in_progress.get(key)
         if gauge is None:
             gauge = self._in_progress[key] = _family(
-                Gauge, f"{self._prefix}_requests_in_progress", "Total requests currently in progress",
-                multiprocess_mode="livesum").labels(*key, 200, self._app_name)
+                Gauge,
+                f"{self._prefix}_requests_in_progress",
+                "Total requests currently in progress",
+                multiprocess_mode="livesum",
+            ).labels(*key, 200, self._app_name)
         gauge.inc()
         return Span(self, key)
 
@@ -69,11 +73,14 @@ class HttpMetrics:
             labels = (*key, status, self._app_name)
             done = self._done[(*key, status)] = (
                 _family(Counter, f"{self._prefix}_requests_total", "Total requests").labels(*labels),
-                _family(Histogram, f"{self._prefix}_request_duration_seconds", "Request duration, in seconds")
-                .labels(*labels))
+                _family(Histogram, f"{self._prefix}_request_duration_seconds", "Request duration, in seconds").labels(
+                    *labels
+                ),
+            )
         if status >= HTTP_500_INTERNAL_SERVER_ERROR:  # counted apart too, as Litestar does
             _family(Counter, f"{self._prefix}_requests_error_total", "Total errors in requests").labels(
-                *key, status, self._app_name).inc()
+                *key, status, self._app_name
+            ).inc()
         done[0].inc()
         done[1].observe(duration_s)
 
@@ -93,5 +100,3 @@ def _path_for_exclusion(scope: Scope) -> str:
     # As Litestar matches exclusions: a mounted app's scope path is relative to its mount, its raw path is not.
     route_handler = scope.get("route_handler")
     return scope["raw_path"].decode() if getattr(route_handler, "is_mount", False) else scope["path"]
-
-

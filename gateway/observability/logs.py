@@ -37,18 +37,28 @@ class JsonLogFormatter(logging.Formatter):
 
 
 class WebSocketFrameRedactor(logging.Filter):
-    """At debug level the ``websockets`` library logs every frame it sends and receives on uvicorn's error logger
-    (``"< %s"`` with the frame, its text included: appended input, a first message's token). The line keeps the
-    frame's type and size and loses its content."""
+    """At debug level the ``websockets`` library logs, on uvicorn's error logger, every frame it sends and receives
+    (``"< %s"`` with the frame, its text included: appended input, a first message's token) and every handshake header
+    (``"< %s: %s"``: ``Authorization`` included). Frames keep their type and size and lose their content; credential
+    headers lose their value. (The query string's ``?token=`` is ``gateway/realtime/redaction.py``'s.)"""
 
     _FRAME_LINES = frozenset({"< %s", "> %s"})
+    _HEADER_LINES = frozenset({"< %s: %s", "> %s: %s"})
+    _SECRET_HEADERS = frozenset(
+        {"authorization", "proxy-authorization", "cookie", "set-cookie", "sec-websocket-protocol"}
+    )  # browsers can only send a token as a subprotocol
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg in self._FRAME_LINES and isinstance(record.args, tuple) and record.args:
-            frame = record.args[0]
+        args = record.args
+        if not isinstance(args, tuple) or not args:
+            return True
+        if record.msg in self._FRAME_LINES:
+            frame = args[0]
             opcode, data = getattr(frame, "opcode", None), getattr(frame, "data", b"")
-            name = getattr(opcode, "name", "frame")
-            record.args = (f"{name} [{len(data)} bytes]",)
+            if opcode is not None:
+                record.args = (f"{getattr(opcode, 'name', opcode)} [{len(data)} bytes]",)
+        elif record.msg in self._HEADER_LINES and str(args[0]).lower() in self._SECRET_HEADERS:
+            record.args = (args[0], "[redacted]")
         return True
 
 

@@ -52,25 +52,37 @@ class SpeechMetrics:
 
     def __init__(self) -> None:
         latency = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-        self.ttfb = _Histogram("tts_time_to_first_audio_seconds", "Time from request to first audio byte.",
-                               ["engine"], buckets=latency)
-        self.synthesis = _Histogram("tts_synthesis_seconds", "Wall time of a whole synthesis.", ["engine"],
-                                    buckets=latency)
-        self.rtf = _Histogram("tts_real_time_factor", "Synthesis wall time divided by audio duration.", ["engine"],
-                              buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0))
+        self.ttfb = _Histogram(
+            "tts_time_to_first_audio_seconds", "Time from request to first audio byte.", ["engine"], buckets=latency
+        )
+        self.synthesis = _Histogram(
+            "tts_synthesis_seconds", "Wall time of a whole synthesis.", ["engine"], buckets=latency
+        )
+        self.rtf = _Histogram(
+            "tts_real_time_factor",
+            "Synthesis wall time divided by audio duration.",
+            ["engine"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0),
+        )
         self.audio_seconds = _Counter("tts_audio_seconds", "Audio seconds produced.", ["engine"])
         self.cache = _Counter("tts_cache_requests", "Audio cache lookups.", ["result"])
-        self.retries = _Counter("tts_engine_retries", "Tries repeated after one failed before the first audio, by "
-                                "the engine that failed and why.", ["engine", "reason"])
-        self.rejections = _Counter("tts_rate_limit_rejections", "Requests refused by a tenant limit.",
-                                   ["tenant", "reason"])
+        self.retries = _Counter(
+            "tts_engine_retries",
+            "Tries repeated after one failed before the first audio, by the engine that failed and why.",
+            ["engine", "reason"],
+        )
+        self.rejections = _Counter(
+            "tts_rate_limit_rejections", "Requests refused by a tenant limit.", ["tenant", "reason"]
+        )
         self.tenant_requests = _Counter("tts_tenant_requests", "Speech requests served, by tenant id.", ["tenant"])
-        self.tenant_characters = _Counter("tts_tenant_input_characters", "Input characters, by tenant id.",
-                                          ["tenant"])
+        self.tenant_characters = _Counter("tts_tenant_input_characters", "Input characters, by tenant id.", ["tenant"])
         self.tenant_audio = _Counter("tts_tenant_audio_seconds", "Audio seconds produced, by tenant id.", ["tenant"])
-        self.queue_wait = _Histogram("tts_engine_queue_wait_seconds",
-                                     "Time a synthesis waited for an engine worker (also when it then got a 503).",
-                                     ["engine", "tenant"], buckets=(0.001, *latency))
+        self.queue_wait = _Histogram(
+            "tts_engine_queue_wait_seconds",
+            "Time a synthesis waited for an engine worker (also when it then got a 503).",
+            ["engine", "tenant"],
+            buckets=(0.001, *latency),
+        )
         self.realtime_connections = Gauge("tts_realtime_connections", "Open realtime WebSocket connections.")
 
     def unregister(self) -> None:
@@ -90,16 +102,19 @@ class PoolCollector(Collector):
         router = self._router
         gauges = {
             "queued": GaugeMetricFamily("tts_engine_queue_depth", "Requests waiting for a worker.", labels=["engine"]),
-            "busy_workers": GaugeMetricFamily("tts_engine_busy_workers", "Workers running a request.",
-                                              labels=["engine"]),
+            "busy_workers": GaugeMetricFamily(
+                "tts_engine_busy_workers", "Workers running a request.", labels=["engine"]
+            ),
             "ready_workers": GaugeMetricFamily("tts_engine_ready_workers", "Workers ready.", labels=["engine"]),
             "active_jobs": GaugeMetricFamily("tts_engine_active_jobs", "Requests on workers.", labels=["engine"]),
         }
         restarts = CounterMetricFamily("tts_engine_worker_restarts", "Worker processes replaced.", labels=["engine"])
-        batches = CounterMetricFamily("tts_engine_batches", "Batches run by batching workers, by size.",
-                                      labels=["engine", "size"])
-        tenant_queued = GaugeMetricFamily("tts_engine_tenant_queue_depth", "Requests waiting for a worker, by tenant.",
-                                          labels=["engine", "tenant"])
+        batches = CounterMetricFamily(
+            "tts_engine_batches", "Batches run by batching workers, by size.", labels=["engine", "size"]
+        )
+        tenant_queued = GaugeMetricFamily(
+            "tts_engine_tenant_queue_depth", "Requests waiting for a worker, by tenant.", labels=["engine", "tenant"]
+        )
         for name, pool in router.pools.items():
             status = pool.status()
             for attribute, gauge in gauges.items():
@@ -109,9 +124,11 @@ class PoolCollector(Collector):
                 batches.add_metric([name, str(size)], count)
             for tenant, count in sorted(status.queued_by_tenant.items()):
                 tenant_queued.add_metric([name, tenant], count)
-        breakers = GaugeMetricFamily("tts_engine_breaker_state",
-                                     "Each local engine's circuit breaker: 0 closed, 1 half-open, 2 open.",
-                                     labels=["engine"])
+        breakers = GaugeMetricFamily(
+            "tts_engine_breaker_state",
+            "Each local engine's circuit breaker: 0 closed, 1 half-open, 2 open.",
+            labels=["engine"],
+        )
         for name, code in router.breaker_codes().items():
             breakers.add_metric([name], code)
         yield from gauges.values()
@@ -120,22 +137,30 @@ class PoolCollector(Collector):
         yield batches
         yield tenant_queued
         yield from _endpoint_families(router)
-        yield CounterMetricFamily("tts_limits_fail_open_admissions",
-                                  "Requests admitted without checking limits while their storage was unreachable.",
-                                  value=self._fail_open_admissions())
+        yield CounterMetricFamily(
+            "tts_limits_fail_open_admissions",
+            "Requests admitted without checking limits while their storage was unreachable.",
+            value=self._fail_open_admissions(),
+        )
 
 
 def _endpoint_families(router: ModelRouter) -> list[GaugeMetricFamily]:
     """Per upstream address of remote engines: requests in flight, health, breaker. Labels are the configured URL
     and the address (URLs with credentials are refused at load: nothing secret reaches a label)."""
     labels = ["engine", "endpoint", "address"]
-    in_flight = GaugeMetricFamily("tts_engine_endpoint_in_flight", "Requests in flight to a remote engine's endpoint.",
-                                  labels=labels)
-    healthy = GaugeMetricFamily("tts_engine_endpoint_healthy",
-                                "1 when a remote engine's endpoint answered its last probe, else 0.", labels=labels)
-    breaker = GaugeMetricFamily("tts_engine_endpoint_breaker_state",
-                                "A remote engine endpoint's circuit breaker: 0 closed, 1 half-open, 2 open.",
-                                labels=labels)
+    in_flight = GaugeMetricFamily(
+        "tts_engine_endpoint_in_flight", "Requests in flight to a remote engine's endpoint.", labels=labels
+    )
+    healthy = GaugeMetricFamily(
+        "tts_engine_endpoint_healthy",
+        "1 when a remote engine's endpoint answered its last probe, else 0.",
+        labels=labels,
+    )
+    breaker = GaugeMetricFamily(
+        "tts_engine_endpoint_breaker_state",
+        "A remote engine endpoint's circuit breaker: 0 closed, 1 half-open, 2 open.",
+        labels=labels,
+    )
     for name, pool in router.pools.items():
         for endpoint in pool.status().endpoints or ():
             values = [name, endpoint.url, endpoint.address or ""]

@@ -91,8 +91,7 @@ class SessionRegistry:
         for entry in ended:
             entry.session.revoke(_revoked_error(revocation))
         if ended:
-            logger.info("ended %d realtime session(s): %s %s revoked", len(ended), revocation.kind,
-                        revocation.subject)
+            logger.info("ended %d realtime session(s): %s %s revoked", len(ended), revocation.kind, revocation.subject)
 
     async def drain(self, grace_s: float) -> None:
         """Drain every session: each finishes the segment it is speaking within ``grace_s``, then closes."""

@@ -66,8 +66,15 @@ async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
             principal, first = await _authenticate(socket, speech, settings)
             log["tenant"] = principal.tenant.name
             await _admit(speech, principal, held)
-            session = RealtimeSession(socket, speech, principal, settings=settings, session_id=log["session_id"],
-                                      send_timeout_s=send_timeout_s)
+            session = RealtimeSession(
+                socket,
+                speech,
+                principal,
+                settings=settings,
+                session_id=log["session_id"],
+                send_timeout_s=send_timeout_s,
+                max_json_depth=state.settings.server.max_json_depth,
+            )
             registry: SessionRegistry = state.services.sessions
             with registry.registered(session, principal):
                 await session.run(first)
@@ -83,12 +90,16 @@ async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
         await _close(socket, refused.close_code, refused.error)
     except SlowClientError:
         log["outcome"] = "client too slow"
-        await _close(socket, _POLICY_VIOLATION,
-                     OpenAIError(400, "The client read audio too slowly.", code="client_too_slow"))
+        await _close(
+            socket, _POLICY_VIOLATION, OpenAIError(400, "The client read audio too slowly.", code="client_too_slow")
+        )
     except SessionIdleError:
         log["outcome"] = "idle timeout"
-        idle = OpenAIError(408, f"The session was idle for {settings.idle_timeout_s:g} s and has been closed.",
-                           code="session_idle_timeout")
+        idle = OpenAIError(
+            408,
+            f"The session was idle for {settings.idle_timeout_s:g} s and has been closed.",
+            code="session_idle_timeout",
+        )
         await _close(socket, _NORMAL_CLOSURE, idle)
     except WebSocketDisconnect:
         log["outcome"] = "client left"  # leaving the block above cancelled its speech and released its lease

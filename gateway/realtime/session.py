@@ -80,8 +80,10 @@ class SessionDrainedError(Exception):
     """The server is shutting down: the session finished its segment (or the grace period ran out)."""
 
 
-_SHUTTING_DOWN = ("The server is shutting down: no more text is accepted; the segment being spoken finishes, then "
-                  "the session closes (1012). Reconnect to go on.")
+_SHUTTING_DOWN = (
+    "The server is shutting down: no more text is accepted; the segment being spoken finishes, then "
+    "the session closes (1012). Reconnect to go on."
+)
 
 
 @dataclass
@@ -112,9 +114,12 @@ class RealtimeSession:
         settings: RealtimeSettings,
         send_timeout_s: float,
         session_id: str,
+        max_json_depth: int = 32,
     ) -> None:
         self.id = session_id
         self._send_timeout_s = send_timeout_s
+        self._max_json_depth = max_json_depth
+        """``server.max_json_depth``: deeper messages get an error event, as deeper HTTP bodies get a 400."""
         self._socket = socket
         self._speech = speech
         self._principal = principal
@@ -190,8 +195,8 @@ class RealtimeSession:
         self._draining = self._closing = True
         self._drop_pending()
         self._queue.put_nowait(_END_OF_SESSION)
-        notice = asyncio.create_task(self._send(error_event(OpenAIError(503, _SHUTTING_DOWN,
-                                                                        code="server_shutting_down"))))
+        shutting_down = OpenAIError(503, _SHUTTING_DOWN, type="server_error", code="server_shutting_down")
+        notice = asyncio.create_task(self._send(error_event(shutting_down)))
         self._background.add(notice)
         notice.add_done_callback(_forget_quietly(self._background))
 
@@ -216,7 +221,7 @@ class RealtimeSession:
                     raise ProtocolError(
                         "Binary frames are not part of this protocol; send JSON text.", code="invalid_event"
                     )
-                event = parse_client_event(text)
+                event = parse_client_event(text, max_depth=self._max_json_depth)
                 if self._draining:
                     raise ProtocolError(_SHUTTING_DOWN, code="server_shutting_down", event_id=event.event_id)
                 if self._closing:
@@ -275,7 +280,7 @@ class RealtimeSession:
             )
         config = event.apply(self._config)
         try:
-            plan = await self._speech.planner.plan(self._principal, config.speech_request("-"))
+            plan = self._on_current_engine(await self._speech.planner.plan(self._principal, config.speech_request("-")))
         except OpenAIError as exc:
             if exc.param is not None:
                 exc.param = f"session.{exc.param}"
@@ -283,6 +288,26 @@ class RealtimeSession:
             return
         self._config, self._plan = config, plan
         await self._send(session_event("session.updated", self.id, config))
+
+    def _on_current_engine(self, plan: SpeechPlan) -> SpeechPlan:
+        """Once audio has started, a new voice or instructions stay on the engine that has been speaking (the alias may
+        have failed over to it): another engine's audio would not continue the stream being encoded.
+
+        Raises:
+            OpenAIError: that engine cannot speak the new voice (400, ``session.voice``).
+        """
+        if not self._streaming or self._plan is None or plan.pool is self._plan.pool:
+            return plan
+        moved = plan.for_engine(self._plan.pool)
+        if moved is None:
+            raise OpenAIError(
+                400,
+                f"Voice '{plan.voice.engine_voice}' is not available on engine "
+                f"'{self._plan.pool.name}', which this session speaks with.",
+                param="voice",
+                code="invalid_value",
+            )
+        return moved
 
     def _append(self, event: InputAppend) -> None:
         # Queued segments count too: a client that appends sentence after sentence and never reads would otherwise
@@ -316,14 +341,16 @@ class RealtimeSession:
         while not self._queue.empty():
             queued.append(self._queue.get_nowait())
         for segment in queued:
-            if segment is not _END_OF_SESSION:
+            if segment is not _END_OF_SESSION and segment.status != "cancelled":
                 segment.status = "cancelled"  # the speaker reports it, in order, without speaking it
+                self._queued_chars -= len(segment.text)  # nothing left to speak: it no longer counts
             self._queue.put_nowait(segment)
 
     # ----------------------------------------------------------------- speech
     async def _speak_queued(self) -> None:
         while (segment := await self._queue.get()) is not _END_OF_SESSION:
-            self._queued_chars -= len(segment.text)
+            if segment.status != "cancelled":  # a cancelled one was discounted when it was cancelled
+                self._queued_chars -= len(segment.text)
             self._segment_in_hand = True
             task: asyncio.Task[None] | None = None
             if segment.status != "cancelled":

@@ -34,8 +34,12 @@ class TenantCreate(BaseModel):
 
 def _tenant_json(tenant: Tenant) -> dict[str, Any]:
     models = sorted(tenant.models) if tenant.models is not None else None
-    return {"name": tenant.name, "limits": tenant.limits.model_dump(), "models": models,
-            "scheduling": tenant.scheduling.model_dump()}
+    return {
+        "name": tenant.name,
+        "limits": tenant.limits.model_dump(),
+        "models": models,
+        "scheduling": tenant.scheduling.model_dump(),
+    }
 
 
 def _key_json(record: ApiKeyRecord) -> dict[str, Any]:
@@ -61,17 +65,27 @@ class AdminController(Controller):
     @post("/tenants", status_code=HTTP_201_CREATED, operation_id="adminCreateTenant", responses=_ERRORS)
     async def create_tenant(self, data: JSONBody[TenantCreate], auth_store: AuthStoreDep) -> dict[str, Any]:
         # Validated as a configuration entry would be (name pattern, limits).
-        tenant = tenant_from_settings(TenantSettings(name=data.name, limits=data.limits, models=data.models,
-                                                     scheduling=data.scheduling))
+        tenant = tenant_from_settings(
+            TenantSettings(name=data.name, limits=data.limits, models=data.models, scheduling=data.scheduling)
+        )
         await auth_store.put_tenant(tenant)
         return _tenant_json(tenant)
 
-    @delete("/tenants/{name:str}", status_code=200, operation_id="adminDeleteTenant", responses=_ERRORS,
-            description="Revokes the tenant's keys, closes its realtime sessions on every replica and deletes its "
-                        "voices and usage; its cached audio becomes unreachable. A tenant created again under the "
-                        "same name starts empty.")
+    @delete(
+        "/tenants/{name:str}",
+        status_code=200,
+        operation_id="adminDeleteTenant",
+        responses=_ERRORS,
+        description="Revokes the tenant's keys, closes its realtime sessions on every replica and deletes its "
+        "voices and usage; its cached audio becomes unreachable. A tenant created again under the "
+        "same name starts empty.",
+    )
     async def delete_tenant(
-        self, name: FromPath[str], auth_store: AuthStoreDep, voices: VoicesDep, usage: UsageDep,
+        self,
+        name: FromPath[str],
+        auth_store: AuthStoreDep,
+        voices: VoicesDep,
+        usage: UsageDep,
     ) -> dict[str, Any]:
         if not await auth_store.delete_tenant(name):
             raise _no_tenant(name)
@@ -79,8 +93,7 @@ class AdminController(Controller):
         await usage.forget(name)
         return {"name": name, "deleted": True}
 
-    @post("/tenants/{name:str}/keys", status_code=HTTP_201_CREATED, operation_id="adminCreateKey",
-          responses=_ERRORS)
+    @post("/tenants/{name:str}/keys", status_code=HTTP_201_CREATED, operation_id="adminCreateKey", responses=_ERRORS)
     async def create_key(self, name: FromPath[str], auth_store: AuthStoreDep) -> dict[str, Any]:
         try:
             key, record = await auth_store.create_key(name)
@@ -95,8 +108,9 @@ class AdminController(Controller):
     @delete("/keys/{key_id:str}", status_code=200, operation_id="adminRevokeKey", responses=_ERRORS)
     async def revoke_key(self, key_id: FromPath[str], auth_store: AuthStoreDep) -> dict[str, Any]:
         if not await auth_store.revoke_key(key_id):
-            raise OpenAIError(HTTP_404_NOT_FOUND, f"Key '{key_id}' was not found.", param="key_id",
-                              code="key_not_found")
+            raise OpenAIError(
+                HTTP_404_NOT_FOUND, f"Key '{key_id}' was not found.", param="key_id", code="key_not_found"
+            )
         return {"id": key_id, "revoked": True}
 
     @get("/usage", operation_id="adminUsage", responses=_ERRORS)

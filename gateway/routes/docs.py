@@ -38,5 +38,6 @@ def docs_render_plugin() -> SwaggerRenderPlugin:
 
 def docs_assets_router() -> Router:
     """The Swagger UI files, public and left out of the API document."""
-    return create_static_files_router(DOCS_ASSETS_PATH, directories=[_swagger_ui_dir()], name="docs-assets",
-                                      include_in_schema=False)
+    return create_static_files_router(
+        DOCS_ASSETS_PATH, directories=[_swagger_ui_dir()], name="docs-assets", include_in_schema=False
+    )

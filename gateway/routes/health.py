@@ -22,18 +22,28 @@ class HealthController(Controller):
     async def healthz(self) -> dict[str, str]:
         return {"status": "ok"}
 
-    @get("/readyz", operation_id="readyz", summary="Readiness: 200 when at least one engine is ready.",
-         responses={503: ResponseSpec(data_container=Readiness, description="Not ready: see the detail.",
-                                     generate_examples=False)})
+    @get(
+        "/readyz",
+        operation_id="readyz",
+        summary="Readiness: 200 when at least one engine is ready.",
+        responses={
+            503: ResponseSpec(
+                data_container=Readiness, description="Not ready: see the detail.", generate_examples=False
+            )
+        },
+    )
     async def readyz(self, router: Router, storage: StorageDep) -> Response[Readiness]:
         engines = {name: _readiness(pool.status()) for name, pool in router.pools.items()}
         for name, engine in engines.items():
             engine.breaker = router.breaker_state(name)
         redis = await storage.state()
         ready = any(engine.state == "ready" for engine in engines.values()) and (
-            redis != "unreachable" or not storage.required)
-        return Response(Readiness(ready=ready, engines=engines, redis=redis),
-                        status_code=HTTP_200_OK if ready else HTTP_503_SERVICE_UNAVAILABLE)
+            redis != "unreachable" or not storage.required
+        )
+        return Response(
+            Readiness(ready=ready, engines=engines, redis=redis),
+            status_code=HTTP_200_OK if ready else HTTP_503_SERVICE_UNAVAILABLE,
+        )
 
 
 def _readiness(status: Any) -> EngineReadiness:

@@ -50,6 +50,11 @@ class PlaygroundController(Controller):
 
 def playground_handlers() -> list[ControllerRouterHandler]:
     """The page and its assets (``/playground/static/...``), for ``create_app`` to register when enabled."""
-    assets = create_static_files_router(ASSETS_PATH, directories=[STATIC_DIR], name="playground-static",
-                                        include_in_schema=False, cache_control=CacheControlHeader(no_cache=True))
+    assets = create_static_files_router(
+        ASSETS_PATH,
+        directories=[STATIC_DIR],
+        name="playground-static",
+        include_in_schema=False,
+        cache_control=CacheControlHeader(no_cache=True),
+    )
     return [PlaygroundController, assets]

@@ -33,9 +33,11 @@ async def require_json(request: Request[Any, Any, Any]) -> None:
     """
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
-        raise OpenAIError(HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-                          f"Unsupported content type {content_type or '(none)'!r}: send application/json.",
-                          code="unsupported_media_type")
+        raise OpenAIError(
+            HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            f"Unsupported content type {content_type or '(none)'!r}: send application/json.",
+            code="unsupported_media_type",
+        )
 
 
 _AUDIO_SCHEMA = Schema(type=OpenAPIType.STRING, format="binary")  # type: ignore[arg-type]
@@ -52,19 +54,28 @@ class SpeechOperation(Operation):
         if self.responses is not None:
             self.responses["200"] = OpenAPIResponse(
                 description="The audio, sent with chunked transfer encoding as the engine produces it (a cache hit "
-                            "arrives whole, with Content-Length).",
-                content=content)
+                "arrives whole, with Content-Length).",
+                content=content,
+            )
 
 
 class SpeechController(Controller):
     path = "/v1/audio/speech"
     tags = ["Audio"]  # noqa: RUF012 - Litestar's declared type
 
-    @post(status_code=HTTP_200_OK, operation_id="createSpeech", before_request=require_json,
-          summary="Generates audio from the input text.", operation_class=SpeechOperation,
-          responses=error_responses(400, 401, 403, 404, 413, 415, 429, 503))
+    @post(
+        status_code=HTTP_200_OK,
+        operation_id="createSpeech",
+        before_request=require_json,
+        summary="Generates audio from the input text.",
+        operation_class=SpeechOperation,
+        responses=error_responses(400, 401, 403, 404, 413, 415, 429, 503),
+    )
     async def create_speech(
-        self, request: Request[Any, Any, Any], data: JSONBody[SpeechRequest], principal: Caller,
+        self,
+        request: Request[Any, Any, Any],
+        data: JSONBody[SpeechRequest],
+        principal: Caller,
     ) -> Response[Any]:
         # The service straight from the state: as a second dependency beside ``principal`` Litestar would resolve
         # the two in a task group, a few tasks per request for nothing.
@@ -83,8 +94,11 @@ class SpeechController(Controller):
 def _reply_headers(reply: SpeechReply) -> dict[str, str]:
     """``x-engine`` (who spoke), ``x-cache``, ``x-retries`` (tries repeated before the first audio) and OpenAI's
     ``x-ratelimit-*`` headers."""
-    headers = {"x-engine": reply.engine, "x-cache": "hit" if reply.cache_hit else "miss",
-               "x-retries": str(reply.retries)}
+    headers = {
+        "x-engine": reply.engine,
+        "x-cache": "hit" if reply.cache_hit else "miss",
+        "x-retries": str(reply.retries),
+    }
     if reply.limits is not None:
         headers.update(rate_limit_headers(reply.limits))
     return headers

@@ -17,8 +17,11 @@ class UsageController(Controller):
     path = "/v1/usage"
     tags = ["Usage"]  # noqa: RUF012 - Litestar's declared type
 
-    @get(operation_id="getUsage", summary="Requests, input characters, audio seconds, cache hits and rejections.",
-         responses=error_responses(401, 503))
+    @get(
+        operation_id="getUsage",
+        summary="Requests, input characters, audio seconds, cache hits and rejections.",
+        responses=error_responses(401, 503),
+    )
     async def get_usage(self, usage: UsageDep, principal: Caller) -> dict[str, Any]:
         record = await usage.get(principal.tenant.name)
         return {"object": "usage", "tenant": principal.tenant.name, **asdict(record)}

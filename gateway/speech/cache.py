@@ -36,8 +36,15 @@ _KEY_VERSION = 1  # bump when the key's contents change, so old entries are neve
 
 
 def cache_key(
-    *, engine: str, weights_id: str, text: str, voice_id: str, response_format: str, speed: float,
-    instructions: str | None, params: Mapping[str, object],
+    *,
+    engine: str,
+    weights_id: str,
+    text: str,
+    voice_id: str,
+    response_format: str,
+    speed: float,
+    instructions: str | None,
+    params: Mapping[str, object],
 ) -> str:
     """The cache key of one synthesis: a SHA-256 over a canonical JSON of everything that shapes the audio.
 
@@ -140,8 +147,9 @@ class AudioCache:
             self._store = _MemoryLRU(settings.max_memory_entries, settings.ttl_s)
         else:
             self._store = _RedisStore(redis, settings.ttl_s)
-        self._outage = OutageLatch(logger, "audio cache unreachable, bypassing it until it returns",
-                                   "audio cache reachable again")
+        self._outage = OutageLatch(
+            logger, "audio cache unreachable, bypassing it until it returns", "audio cache reachable again"
+        )
 
     @property
     def shared_across_tenants(self) -> bool:

@@ -27,7 +27,11 @@ class AudioClock:
 
 
 async def encode_stream(
-    pcm: AsyncIterable[bytes], sample_rate: int, tempo: float, encoder: AudioEncoder, clock: AudioClock,
+    pcm: AsyncIterable[bytes],
+    sample_rate: int,
+    tempo: float,
+    encoder: AudioEncoder,
+    clock: AudioClock,
 ) -> AsyncIterator[bytes]:
     """Encode 16-bit mono ``pcm`` chunk by chunk as it arrives, advancing ``clock`` by each chunk's duration.
 

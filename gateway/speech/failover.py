@@ -110,7 +110,9 @@ class _Tries:
         """The error to answer with when no try succeeded: the last one that says more than "not ready" (an engine
         further down the alias that is not ready must not hide why the ones before it failed)."""
         telling = [error for error in self.errors if not isinstance(error, EngineNotReadyError)]
-        return (telling or self.errors)[-1]
+        error = (telling or self.errors)[-1]
+        error.retries = self.retries  # type: ignore[attr-defined]  # for the x-retries header of the error response
+        return error
 
 
 class Failover:
@@ -123,7 +125,11 @@ class Failover:
 
     @asynccontextmanager
     async def open_stream(
-        self, plan: SpeechPlan, open_engine_stream: OpenEngineStream, *, text: str | None = None,
+        self,
+        plan: SpeechPlan,
+        open_engine_stream: OpenEngineStream,
+        *,
+        text: str | None = None,
         fits: Callable[[SpeechPlan], bool] | None = None,
     ) -> AsyncIterator[SpokenStream]:
         """The stream of the first try that produced audio; leaving the block cancels it.
@@ -143,7 +149,10 @@ class Failover:
             yield await self._first_audio(plan, _Opener(open_engine_stream, text, stack), fits)
 
     async def _first_audio(
-        self, plan: SpeechPlan, opener: _Opener, fits: Callable[[SpeechPlan], bool] | None,
+        self,
+        plan: SpeechPlan,
+        opener: _Opener,
+        fits: Callable[[SpeechPlan], bool] | None,
     ) -> SpokenStream:
         route = self._router.route(plan.request.model)
         tries = _Tries(asyncio.get_running_loop().time() + self._settings.deadline_s)
@@ -204,7 +213,9 @@ class Failover:
 
 
 def _candidates(
-    plan: SpeechPlan, engines: tuple[EngineBackend, ...], fits: Callable[[SpeechPlan], bool] | None,
+    plan: SpeechPlan,
+    engines: tuple[EngineBackend, ...],
+    fits: Callable[[SpeechPlan], bool] | None,
 ) -> Iterator[SpeechPlan]:
     """The plan's own engine first, then each other engine of the route that can speak the request, re-planned."""
     yield plan
@@ -228,8 +239,8 @@ def _settle(breaker: CircuitBreaker | None, exc: BaseException | None) -> None:
 
 
 def retry_reason(exc: Exception) -> RetryReason:
-    """Why a try failed, from the error and what caused it (a remote engine raises ``SynthesisFailedError`` from the
-    HTTP client's connect or timeout error)."""
+    """Why a try failed, from the error and what caused it or was being handled when it was raised (a remote engine
+    raises ``SynthesisFailedError`` from the HTTP client's connect or timeout error)."""
     if isinstance(exc, EngineOverloadedError):
         return "overloaded"
     if isinstance(exc, EngineNotReadyError):
@@ -250,7 +261,8 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        current = current.__cause__
+        # The context too: an engine that raises its own error "from None" while handling a timeout still timed out.
+        current = current.__cause__ or current.__context__
 
 
 def same_audio_stream(plan: SpeechPlan) -> Callable[[SpeechPlan], bool]:

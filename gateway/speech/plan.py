@@ -74,8 +74,12 @@ class Planner:
         """
         tenant = principal.tenant
         if not tenant.allows_model(request.model):
-            raise OpenAIError(HTTP_403_FORBIDDEN, f"Your tenant may not use the model `{request.model}`.",
-                              param="model", code="model_not_allowed")
+            raise OpenAIError(
+                HTTP_403_FORBIDDEN,
+                f"Your tenant may not use the model `{request.model}`.",
+                param="model",
+                code="model_not_allowed",
+            )
         pool = self.router.resolve(request.model)
         info = pool.info
         voice = await self._resolve_voice(tenant, request, pool.name, info)
@@ -83,7 +87,11 @@ class Planner:
         return SpeechPlan(tenant.name, request, pool, info, voice, synthesis, tempo)
 
     async def _resolve_voice(
-        self, tenant: Tenant, request: SpeechRequest, engine: str, info: EngineInfo | None,
+        self,
+        tenant: Tenant,
+        request: SpeechRequest,
+        engine: str,
+        info: EngineInfo | None,
     ) -> Voice:
         if isinstance(request.voice, str):
             if info is not None and info.offers_voice(request.voice):
@@ -94,8 +102,12 @@ class Planner:
         else:
             custom = await self._voices.get(tenant.name, request.voice.id)
             if custom is None:
-                raise OpenAIError(HTTP_404_NOT_FOUND, f"Custom voice '{request.voice.id}' was not found.",
-                                  param="voice", code="voice_not_found")
+                raise OpenAIError(
+                    HTTP_404_NOT_FOUND,
+                    f"Custom voice '{request.voice.id}' was not found.",
+                    param="voice",
+                    code="voice_not_found",
+                )
         if custom.model != engine:
             message = f"Custom voice '{custom.id}' belongs to model '{custom.model}', not to '{engine}'."
             raise OpenAIError(HTTP_400_BAD_REQUEST, message, param="voice", code="invalid_value")
@@ -110,9 +122,18 @@ def _engine_request(request: SpeechRequest, info: EngineInfo | None, voice: Voic
         native = min(max(speed, low), high)
         if voice.speaker is None and not info.offers_voice(voice.engine_voice):
             known = sorted({v.id for v in info.voices})
-            raise OpenAIError(HTTP_400_BAD_REQUEST, f"Voice '{voice.engine_voice}' is not available for model "
-                              f"'{request.model}'. Voices: {', '.join(known)}.", param="voice",
-                              code="invalid_value")
-    synthesis = SynthesisRequest(text=request.input, voice=voice.engine_voice, speed=native,
-                                 instructions=request.instructions, speaker=voice.speaker)
+            raise OpenAIError(
+                HTTP_400_BAD_REQUEST,
+                f"Voice '{voice.engine_voice}' is not available for model "
+                f"'{request.model}'. Voices: {', '.join(known)}.",
+                param="voice",
+                code="invalid_value",
+            )
+    synthesis = SynthesisRequest(
+        text=request.input,
+        voice=voice.engine_voice,
+        speed=native,
+        instructions=request.instructions,
+        speaker=voice.speaker,
+    )
     return synthesis, speed / native

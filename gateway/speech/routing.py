@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from litestar.status_codes import HTTP_404_NOT_FOUND
 
-from engines.breaker import BREAKER_STATE_CODES, BreakerSettings, CircuitBreaker
+from engines.breaker import BREAKER_STATE_CODES, CircuitBreaker
+from engines.settings import PoolSettings, RemoteEngineSettings
 from gateway.http.errors import OpenAIError
 from gateway.settings import AliasSettings, FailoverSettings
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from engines.backend import EngineBackend
-    from engines.breaker import BreakerState
+    from engines.breaker import BreakerSettings, BreakerState
 
 __all__ = ["ModelRouter", "Route"]
 
@@ -36,14 +37,19 @@ class ModelRouter:
     """Resolves the ``model`` of a request to the engine pools that may serve it, and keeps their breakers."""
 
     def __init__(
-        self, pools: Mapping[str, EngineBackend], aliases: Mapping[str, AliasSettings | Sequence[str]],
+        self,
+        pools: Mapping[str, EngineBackend],
+        aliases: Mapping[str, AliasSettings | Sequence[str]],
         failover: FailoverSettings | None = None,
     ) -> None:
         self.pools = dict(pools)
         self.aliases = {name: _as_alias(alias) for name, alias in aliases.items()}
         self.failover = failover or FailoverSettings()
-        self.breakers = {name: CircuitBreaker(settings) for name, pool in self.pools.items()
-                         if (settings := _breaker_settings(pool)) is not None}
+        self.breakers = {
+            name: CircuitBreaker(settings)
+            for name, pool in self.pools.items()
+            if (settings := _breaker_settings(pool)) is not None
+        }
 
     def model_names(self) -> list[str]:
         return [*self.aliases, *self.pools]
@@ -74,8 +80,7 @@ class ModelRouter:
         return Route(tuple(candidates), alias.spill_on_overload)
 
     def breaker_state(self, engine: str) -> BreakerState | None:
-        """The state of ``engine``'s breaker; ``None`` for an engine without one (a remote engine keeps its own
-        per endpoint)."""
+        """The state of ``engine``'s breaker; ``None`` for a remote engine (it keeps one per endpoint)."""
         breaker = self.breakers.get(engine)
         return breaker.state if breaker is not None else None
 
@@ -95,6 +100,9 @@ def _as_alias(alias: AliasSettings | Sequence[str]) -> AliasSettings:
 
 
 def _breaker_settings(pool: EngineBackend) -> BreakerSettings | None:
+    """A local engine's breaker settings; ``None`` for a remote engine, which keeps a breaker per endpoint."""
     # The protocol does not carry settings; local pools (and the in-process test double) keep theirs as `settings`.
-    breaker = getattr(getattr(pool, "settings", None), "breaker", None)
-    return breaker if isinstance(breaker, BreakerSettings) else None
+    settings = getattr(pool, "settings", None)
+    if not isinstance(settings, PoolSettings) or isinstance(settings, RemoteEngineSettings):
+        return None
+    return settings.breaker

@@ -131,7 +131,12 @@ class SpeechService:
     """Plans, admits, caches and streams speech requests."""
 
     def __init__(  # noqa: PLR0917 - the parts it orchestrates
-        self, planner: Planner, admission: Admission, cache: AudioCache, flights: SingleFlight, usage: UsageLedger,
+        self,
+        planner: Planner,
+        admission: Admission,
+        cache: AudioCache,
+        flights: SingleFlight,
+        usage: UsageLedger,
         metrics: SpeechMetrics,
     ) -> None:
         self.planner = planner
@@ -165,7 +170,11 @@ class SpeechService:
         return reply
 
     async def _start(
-        self, plan: SpeechPlan, finish: AsyncExitStack, record: RequestRecord, tenant: Tenant,
+        self,
+        plan: SpeechPlan,
+        finish: AsyncExitStack,
+        record: RequestRecord,
+        tenant: Tenant,
     ) -> SpeechReply:
         request, pool = plan.request, plan.pool
         key = self._cache_key(plan, tenant)
@@ -189,7 +198,7 @@ class SpeechService:
 
     def _hit(self, request: SpeechRequest, engine: str, cached: bytes, finish: AsyncExitStack) -> SpeechReply:
         outcome = _Outcome(engine, "", AudioClock(_CACHE_HEADER.unpack_from(cached)[0]))
-        audio = memoryview(cached)[_CACHE_HEADER.size:]
+        audio = memoryview(cached)[_CACHE_HEADER.size :]
         slices = _slices(audio)  # for server-sent events, which need the audio in pieces; raw audio goes out whole
         finish.push_async_callback(slices.aclose)
         return SpeechReply(request, engine, True, outcome, b"", slices, finish, whole=bytes(audio))
@@ -197,7 +206,8 @@ class SpeechService:
     async def _miss(self, key: str, plan: SpeechPlan, finish: AsyncExitStack, tenant: Tenant) -> SpeechReply:
         outcome = self._outcomes.setdefault(key, _Outcome(plan.pool.name, key))
         chunks = self.flights.stream(
-            key, lambda: self._produce(key, plan, outcome, tenant),
+            key,
+            lambda: self._produce(key, plan, outcome, tenant),
             on_complete=lambda audio: self._store(outcome, audio),
         )
         finish.push_async_callback(chunks.aclose)  # our share of a single flight ends with this response
@@ -228,17 +238,25 @@ class SpeechService:
             outcome.cache_key = self._cache_key(spoken.plan, tenant)
 
     def failover_stream(
-        self, plan: SpeechPlan, tenant: Tenant, *, text: str | None = None,
+        self,
+        plan: SpeechPlan,
+        tenant: Tenant,
+        *,
+        text: str | None = None,
         fits: Callable[[SpeechPlan], bool] | None = None,
     ) -> AbstractAsyncContextManager[SpokenStream]:
         """The stream of the first engine of ``plan``'s model that produces audio for it, tried through
         :meth:`engine_stream` (``gateway/speech/failover.py``)."""
-        return self.failover.open_stream(plan, lambda pool, synthesis: self.engine_stream(pool, synthesis, tenant),
-                                         text=text, fits=fits)
+        return self.failover.open_stream(
+            plan, lambda pool, synthesis: self.engine_stream(pool, synthesis, tenant), text=text, fits=fits
+        )
 
     @asynccontextmanager
     async def engine_stream(
-        self, pool: EngineBackend, synthesis: SynthesisRequest, tenant: Tenant,
+        self,
+        pool: EngineBackend,
+        synthesis: SynthesisRequest,
+        tenant: Tenant,
     ) -> AsyncIterator[PcmStream]:
         """``pool.open_stream`` for ``tenant``, waiting for a busy engine with the tenant's share of it; how long it
         waited for a worker (also when it then got a 503) goes in the metrics."""
@@ -246,7 +264,8 @@ class SpeechService:
             started = time.perf_counter()
             try:
                 pcm = await stack.enter_async_context(
-                    pool.open_stream(synthesis, tenant=tenant.name, share=tenant_share(tenant)))
+                    pool.open_stream(synthesis, tenant=tenant.name, share=tenant_share(tenant))
+                )
             finally:
                 self.metrics.queue_wait.labels(pool.name, tenant.name).observe(time.perf_counter() - started)
             yield pcm
@@ -267,8 +286,9 @@ class SpeechService:
 
     async def account(self, tenant: str, characters: int, audio_seconds: float, *, cache_hit: bool) -> None:
         """Record one served request (or realtime segment) in the tenant's usage and the metrics."""
-        await self._usage.record_request(tenant, characters=characters, audio_seconds=audio_seconds,
-                                         cache_hit=cache_hit)
+        await self._usage.record_request(
+            tenant, characters=characters, audio_seconds=audio_seconds, cache_hit=cache_hit
+        )
         self.metrics.tenant_requests.labels(tenant).inc()
         self.metrics.tenant_characters.labels(tenant).inc(characters)
         self.metrics.tenant_audio.labels(tenant).inc(audio_seconds)
@@ -297,14 +317,21 @@ def _key(request: SpeechRequest, engine: str, info: EngineInfo | None, voice: Vo
     details = info.details if info is not None else {}
     params: dict[str, object] = {k: v for k, v in details.items() if k != "weights"}
     params["tenant_scope"] = tenant_scope  # empty when tenants share the cache
-    return cache_key(engine=engine, weights_id=details.get("weights", ""), text=request.input,
-                     voice_id=voice.identity, response_format=request.response_format, speed=request.speed,
-                     instructions=request.instructions, params=params)
+    return cache_key(
+        engine=engine,
+        weights_id=details.get("weights", ""),
+        text=request.input,
+        voice_id=voice.identity,
+        response_format=request.response_format,
+        speed=request.speed,
+        instructions=request.instructions,
+        params=params,
+    )
 
 
 async def _slices(audio: memoryview) -> AsyncGenerator[bytes, None]:
     for start in range(0, len(audio), _HIT_CHUNK_BYTES):
-        yield bytes(audio[start:start + _HIT_CHUNK_BYTES])
+        yield bytes(audio[start : start + _HIT_CHUNK_BYTES])
 
 
 def _close_abandoned(finish: AsyncExitStack, loop: asyncio.AbstractEventLoop) -> None:

@@ -52,7 +52,9 @@ class SingleFlight:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def stream(
-        self, key: str, produce: Callable[[], AsyncIterator[bytes]],
+        self,
+        key: str,
+        produce: Callable[[], AsyncIterator[bytes]],
         on_complete: Callable[[bytes], Awaitable[None]] | None = None,
     ) -> AsyncGenerator[bytes, None]:
         """The chunks of the production for ``key``, started by the first caller.
@@ -75,7 +77,9 @@ class SingleFlight:
         return len(self._flights)
 
     async def _follow(
-        self, key: str, produce: Callable[[], AsyncIterator[bytes]],
+        self,
+        key: str,
+        produce: Callable[[], AsyncIterator[bytes]],
         on_complete: Callable[[bytes], Awaitable[None]] | None,
     ) -> AsyncGenerator[bytes, None]:
         # Joined on the first ``anext``, not at the call: a stream never iterated starts and holds nothing.
@@ -105,7 +109,9 @@ class SingleFlight:
                 flight.error = None
 
     def _start(
-        self, key: str, produce: Callable[[], AsyncIterator[bytes]],
+        self,
+        key: str,
+        produce: Callable[[], AsyncIterator[bytes]],
         on_complete: Callable[[bytes], Awaitable[None]] | None,
     ) -> _Flight:
         flight = _Flight()
@@ -126,7 +132,10 @@ class SingleFlight:
                 task.exception()
 
     async def _produce(
-        self, key: str, flight: _Flight, produce: Callable[[], AsyncIterator[bytes]],
+        self,
+        key: str,
+        flight: _Flight,
+        produce: Callable[[], AsyncIterator[bytes]],
         on_complete: Callable[[bytes], Awaitable[None]] | None,
     ) -> None:
         try:
@@ -157,4 +166,3 @@ async def _complete(on_complete: Callable[[bytes], Awaitable[None]] | None, audi
         await on_complete(audio)
     except Exception:  # the audio was delivered; a failed store must not surface anywhere
         logger.exception("storing completed audio failed")
-

@@ -45,8 +45,14 @@ class CustomVoiceRecord:
         return hashlib.sha256(self.speaker.encode()).hexdigest()
 
     def public(self) -> dict[str, object]:
-        return {"id": self.id, "object": "voice", "name": self.name, "model": self.model,
-                "created_at": int(self.created_at), "speaker_sha256": self.speaker_sha256}
+        return {
+            "id": self.id,
+            "object": "voice",
+            "name": self.name,
+            "model": self.model,
+            "created_at": int(self.created_at),
+            "speaker_sha256": self.speaker_sha256,
+        }
 
 
 def new_voice(tenant: str, name: str, model: str, speaker: str) -> CustomVoiceRecord:
@@ -109,8 +115,9 @@ class RedisVoiceStore:
         return f"{self._prefix}{tenant}"
 
     async def add(self, voice: CustomVoiceRecord, *, max_per_tenant: int) -> bool:
-        added = await self._add(keys=[self._key(voice.tenant)], args=[voice.id, json.dumps(asdict(voice)),
-                                                                      max_per_tenant])
+        added = await self._add(
+            keys=[self._key(voice.tenant)], args=[voice.id, json.dumps(asdict(voice)), max_per_tenant]
+        )
         return bool(added)
 
     async def forget_tenant(self, tenant: str) -> None:

@@ -52,12 +52,17 @@ def test_chattts_is_ready_with_generated_weights(gateway: GatewayProcess) -> Non
     state = gateway.engine("chattts")
     assert state["state"] == "ready", state
     assert state["ready_workers"] == 1
+    # Which text normalizer speaks numbers and dates: the built-in rules unless the `normalize` extra is installed.
+    assert state["details"]["text_normalizer"] in {"builtin", "nemo+wetext"}
+    assert state["details"]["weights"].startswith("generated random weights")
 
 
 @pytest.mark.parametrize("response_format", FORMATS)
 def test_every_format_through_the_alias(client: openai.OpenAI, response_format: str) -> None:
     with client.audio.speech.with_streaming_response.create(
-        model="tts-1", voice="nova", input="Hello from ChatTTS. Two sentences.",
+        model="tts-1",
+        voice="nova",
+        input="Hello from ChatTTS. Two sentences.",
         response_format=response_format,  # type: ignore[arg-type]
     ) as response:
         assert response.headers["x-engine"] == "chattts"

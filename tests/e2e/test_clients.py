@@ -65,21 +65,28 @@ def node_sdk() -> str:
         pytest.fail("Node.js is not installed: the Node SDK tests need `node` (20 or newer) on PATH")
     installed = NODE_DIR / "node_modules" / "openai" / "package.json"
     if not installed.is_file():
-        pytest.fail(f"the OpenAI Node SDK is not installed in {NODE_DIR}: run `make setup` "
-                    f"(or `npm ci --prefix tests/node`)")
+        pytest.fail(
+            f"the OpenAI Node SDK is not installed in {NODE_DIR}: run `make setup` (or `npm ci --prefix tests/node`)"
+        )
     pinned = json.loads((NODE_DIR / "package.json").read_text())["dependencies"]["openai"]
     version = json.loads(installed.read_text())["version"]
     if version != pinned:
-        pytest.fail(f"tests/node has openai {version} installed but package.json pins {pinned}: "
-                    f"run `npm ci --prefix tests/node`")
+        pytest.fail(
+            f"tests/node has openai {version} installed but package.json pins {pinned}: "
+            f"run `npm ci --prefix tests/node`"
+        )
     return node
 
 
-def speak_with_node(node: str, gateway: GatewayProcess, *, model: str, voice: str, response_format: str,
-                    output: Path, text: str) -> dict[str, str]:
+def speak_with_node(
+    node: str, gateway: GatewayProcess, *, model: str, voice: str, response_format: str, output: Path, text: str
+) -> dict[str, str]:
     result = subprocess.run(
         [node, str(NODE_DIR / "speak.mjs"), f"{gateway.base_url}/v1", model, voice, response_format, str(output), text],
-        capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, check=False,
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+        check=False,
     )
     assert result.returncode == 0, f"node exited with {result.returncode}:\n{result.stderr}"
     headers: dict[str, str] = json.loads(result.stdout)
@@ -87,11 +94,19 @@ def speak_with_node(node: str, gateway: GatewayProcess, *, model: str, voice: st
 
 
 @pytest.mark.parametrize(("response_format", "content_type"), [("mp3", "audio/mpeg"), ("wav", "audio/wav")])
-def test_node_sdk_speaks_through_an_alias(node_sdk: str, gateway: GatewayProcess, tmp_path: Path,
-                                          response_format: str, content_type: str) -> None:
+def test_node_sdk_speaks_through_an_alias(
+    node_sdk: str, gateway: GatewayProcess, tmp_path: Path, response_format: str, content_type: str
+) -> None:
     output = tmp_path / f"node.{response_format}"
-    headers = speak_with_node(node_sdk, gateway, model="tts-1", voice="nova", response_format=response_format,
-                              output=output, text="Hello from the OpenAI Node SDK, through the speech gateway.")
+    headers = speak_with_node(
+        node_sdk,
+        gateway,
+        model="tts-1",
+        voice="nova",
+        response_format=response_format,
+        output=output,
+        text="Hello from the OpenAI Node SDK, through the speech gateway.",
+    )
     assert headers == {"engine": "espeak", "type": content_type}
     assert_speech(output, response_format)
 
@@ -99,8 +114,9 @@ def test_node_sdk_speaks_through_an_alias(node_sdk: str, gateway: GatewayProcess
 def test_node_sdk_sends_voice_and_input_unchanged(node_sdk: str, gateway: GatewayProcess, tmp_path: Path) -> None:
     text = "The synthetic engine makes one tone per voice, for this long."
     output = tmp_path / "node.ogg"
-    speak_with_node(node_sdk, gateway, model="synthetic", voice="shimmer", response_format="opus", output=output,
-                    text=text)
+    speak_with_node(
+        node_sdk, gateway, model="synthetic", voice="shimmer", response_format="opus", output=output, text=text
+    )
     audio = assert_speech(output, "opus")
     assert audio.codec == "opus"
     assert audio.duration == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=DURATION_TOLERANCE_S)
@@ -109,9 +125,20 @@ def test_node_sdk_sends_voice_and_input_unchanged(node_sdk: str, gateway: Gatewa
 
 def test_node_sdk_surfaces_openai_errors(node_sdk: str, gateway: GatewayProcess, tmp_path: Path) -> None:
     result = subprocess.run(
-        [node_sdk, str(NODE_DIR / "speak.mjs"), f"{gateway.base_url}/v1", "tts-9000", "nova", "mp3",
-         str(tmp_path / "never.mp3"), "Hello."],
-        capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, check=False,
+        [
+            node_sdk,
+            str(NODE_DIR / "speak.mjs"),
+            f"{gateway.base_url}/v1",
+            "tts-9000",
+            "nova",
+            "mp3",
+            str(tmp_path / "never.mp3"),
+            "Hello.",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+        check=False,
     )
     assert result.returncode == 1
     assert "404" in result.stderr
@@ -135,8 +162,9 @@ def readme_curl_command() -> str:
 
 def test_readme_curl_example_runs_as_written(gateway: GatewayProcess, tmp_path: Path) -> None:
     command = readme_curl_command().replace(README_ORIGIN, gateway.base_url)
-    result = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=CLIENT_TIMEOUT_S, check=False)
+    result = subprocess.run(
+        ["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, check=False
+    )
     assert result.returncode == 0, f"curl exited with {result.returncode}:\n{result.stderr}"
     audio = assert_speech(tmp_path / "hello.mp3", "mp3")
     assert audio.codec == "mp3float"
@@ -145,24 +173,45 @@ def test_readme_curl_example_runs_as_written(gateway: GatewayProcess, tmp_path: 
 # --- tts-gateway say --------------------------------------------------------------------------------------------
 
 
-def say(gateway: GatewayProcess, *args: str, cwd: Path, stdin: str | None = None,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def say(
+    gateway: GatewayProcess, *args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(CONSOLE_SCRIPT), "say", *args, "--base-url", f"{gateway.base_url}/v1"],
-        input=stdin, cwd=cwd, env=env, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, check=False,
+        input=stdin,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+        check=False,
     )
 
 
 def test_say_writes_speech_to_a_file(gateway: GatewayProcess, tmp_path: Path) -> None:
-    result = say(gateway, "Hello from the terminal, through the speech gateway.", "--voice", "nova",
-                 "--format", "mp3", "-o", "out.mp3", "--model", "tts-1", "--speed", "1.0", cwd=tmp_path)
+    result = say(
+        gateway,
+        "Hello from the terminal, through the speech gateway.",
+        "--voice",
+        "nova",
+        "--format",
+        "mp3",
+        "-o",
+        "out.mp3",
+        "--model",
+        "tts-1",
+        "--speed",
+        "1.0",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""  # no progress line when stderr is not a terminal
     assert_speech(tmp_path / "out.mp3", "mp3")
 
 
-def test_say_reads_standard_input_and_takes_the_format_from_the_file_name(gateway: GatewayProcess,
-                                                                          tmp_path: Path) -> None:
+def test_say_reads_standard_input_and_takes_the_format_from_the_file_name(
+    gateway: GatewayProcess, tmp_path: Path
+) -> None:
     text = "Every word of this came in on standard input, all of it.\n"
     result = say(gateway, "-", "--model", "synthetic", "--voice", "echo", "-o", "stdin.wav", cwd=tmp_path, stdin=text)
     assert result.returncode == 0, result.stderr
@@ -175,6 +224,5 @@ def test_say_reads_standard_input_and_takes_the_format_from_the_file_name(gatewa
 def test_say_reports_the_openai_error_and_fails(gateway: GatewayProcess, tmp_path: Path) -> None:
     result = say(gateway, "Hello.", "--model", "tts-9000", "-o", "never.mp3", cwd=tmp_path)
     assert result.returncode == 1
-    assert result.stderr == ("tts-gateway: 404 The model `tts-9000` does not exist or you do not have access to "
-                             "it.\n")
+    assert result.stderr == ("tts-gateway: 404 The model `tts-9000` does not exist or you do not have access to it.\n")
     assert not (tmp_path / "never.mp3").exists()

@@ -38,8 +38,9 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = ("README.md", "docs/configuration.md")
-_BLOCK = re.compile(r"<!-- example: (?P<kind>\w+) ?(?P<args>[^>]*?) ?-->\n```(?P<lang>\w*)\n(?P<body>.*?)^```",
-                    re.MULTILINE | re.DOTALL)
+_BLOCK = re.compile(
+    r"<!-- example: (?P<kind>\w+) ?(?P<args>[^>]*?) ?-->\n```(?P<lang>\w*)\n(?P<body>.*?)^```", re.MULTILINE | re.DOTALL
+)
 _FENCE = re.compile(r"^```\w*\n", re.MULTILINE)
 _SUFFIX_FORMATS = {".mp3": "mp3", ".ogg": "opus", ".aac": "aac", ".flac": "flac", ".wav": "wav", ".pcm": "pcm"}
 _RUN_TIMEOUT_S = 120
@@ -99,8 +100,14 @@ def served() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 def serve(command: str, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as sink:
-        return subprocess.Popen(["bash", "-c", command], cwd=cwd, env=venv_env(), stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=cwd,
+            env=venv_env(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def run_example(example: Example, cwd: Path, served: list[subprocess.Popen[bytes]]) -> None:
@@ -110,8 +117,9 @@ def run_example(example: Example, cwd: Path, served: list[subprocess.Popen[bytes
         load_settings(cwd / example.args)  # raises with the setting's name when the example is wrong
     elif example.kind in {"shell", "python"}:
         command = ["bash", "-c", example.body] if example.kind == "shell" else [sys.executable, "-c", example.body]
-        result = subprocess.run(command, cwd=cwd, env=venv_env(), capture_output=True, text=True,
-                                timeout=_RUN_TIMEOUT_S, check=False)
+        result = subprocess.run(
+            command, cwd=cwd, env=venv_env(), capture_output=True, text=True, timeout=_RUN_TIMEOUT_S, check=False
+        )
         assert result.returncode == 0, f"{where} exited with {result.returncode}:\n{result.stdout}\n{result.stderr}"
         for name in example.args.removeprefix("creates").split():
             audio = decode_audio((cwd / name).read_bytes(), _SUFFIX_FORMATS[Path(name).suffix])
@@ -123,8 +131,12 @@ def run_example(example: Example, cwd: Path, served: list[subprocess.Popen[bytes
         body = wait_ready(port, process)
         engines = body["engines"]
         assert isinstance(engines, dict)
-        not_ready = {name: e for name, e in engines.items() if e["state"] != "ready" and name != "chattts"
-                     or name == "chattts" and "chattts" in example.body and e["state"] != "ready"}
+        not_ready = {
+            name: e
+            for name, e in engines.items()
+            if (e["state"] != "ready" and name != "chattts")
+            or (name == "chattts" and "chattts" in example.body and e["state"] != "ready")
+        }
         assert not not_ready, f"{where}: engines not ready: {not_ready}"
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(30)

@@ -56,8 +56,9 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
     return dict(error)
 
 
-@pytest.mark.parametrize(("body", "status", "param"), [case[1:] for case in BAD_BODIES],
-                         ids=[case[0] for case in BAD_BODIES])
+@pytest.mark.parametrize(
+    ("body", "status", "param"), [case[1:] for case in BAD_BODIES], ids=[case[0] for case in BAD_BODIES]
+)
 async def test_bad_bodies(http: httpx.AsyncClient, body: dict[str, Any], status: int, param: str) -> None:
     assert_openai_error(await http.post("/v1/audio/speech", json=body), status, param)
 
@@ -68,8 +69,9 @@ async def test_4096_chars_is_accepted(http: httpx.AsyncClient) -> None:
 
 
 async def test_non_json_body(http: httpx.AsyncClient) -> None:
-    response = await http.post("/v1/audio/speech", content=b"model=tts-1&input=hi",
-                               headers={"content-type": "application/json"})
+    response = await http.post(
+        "/v1/audio/speech", content=b"model=tts-1&input=hi", headers={"content-type": "application/json"}
+    )
     assert_openai_error(response, 400, None)
 
 

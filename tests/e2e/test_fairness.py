@@ -39,8 +39,13 @@ def unique_text(chars: int) -> str:
 
 
 def paced_engine(**settings: Any) -> dict[str, Any]:
-    return {"kind": "synthetic", "workers": 2, "queue_size": 8,
-            "options": {"rtf": 1.0, "seconds_per_char": SECONDS_PER_CHAR}, **settings}
+    return {
+        "kind": "synthetic",
+        "workers": 2,
+        "queue_size": 8,
+        "options": {"rtf": 1.0, "seconds_per_char": SECONDS_PER_CHAR},
+        **settings,
+    }
 
 
 def tenant(name: str, **settings: Any) -> dict[str, Any]:
@@ -68,8 +73,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
 @pytest.fixture
 async def http(gateway: GatewayProcess) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client:
-        await wait_until(client, lambda engines: all(e["active_jobs"] == 0 and e["queued"] == 0
-                                                     for e in engines.values()))
+        await wait_until(
+            client, lambda engines: all(e["active_jobs"] == 0 and e["queued"] == 0 for e in engines.values())
+        )
         yield client
 
 
@@ -138,7 +144,8 @@ async def test_queued_requests_show_per_tenant_while_they_wait(http: httpx.Async
 
 
 async def test_a_tenant_over_its_queue_cap_gets_503_while_others_still_queue(
-    http: httpx.AsyncClient, gateway: GatewayProcess,
+    http: httpx.AsyncClient,
+    gateway: GatewayProcess,
 ) -> None:
     running = [asyncio.create_task(speak(http, "capped", "shared", SHORT_CHARS * 2)) for _ in range(2)]
     await wait_until(http, lambda engines: engines["shared"]["active_jobs"] == 2)
@@ -146,8 +153,9 @@ async def test_a_tenant_over_its_queue_cap_gets_503_while_others_still_queue(
     await wait_until(http, lambda engines: engines["shared"]["queued"] == 1)
     async with openai.AsyncOpenAI(base_url=f"{gateway.base_url}/v1", api_key=KEYS["capped"], max_retries=0) as sdk:
         with pytest.raises(openai.InternalServerError) as refused:
-            await sdk.audio.speech.create(model="shared", input=unique_text(SHORT_CHARS), voice="alloy",
-                                          response_format="pcm")
+            await sdk.audio.speech.create(
+                model="shared", input=unique_text(SHORT_CHARS), voice="alloy", response_format="pcm"
+            )
     assert refused.value.status_code == 503
     assert refused.value.code == "engine_overloaded"
     assert refused.value.response.headers["retry-after"] == "1"
@@ -159,14 +167,18 @@ async def test_a_tenant_over_its_queue_cap_gets_503_while_others_still_queue(
 # ----------------------------------------------------------------------------------------- settings through Redis
 @pytest.fixture
 def admin_gateway(redis_url: str, tmp_path: Path) -> Iterator[GatewayProcess]:
-    config = {"redis_url": redis_url, "auth": {"admin_token": ADMIN_TOKEN},
-              "engines": {"synthetic": {"kind": "synthetic", "options": {"seconds_per_char": 0.01}}}}
+    config = {
+        "redis_url": redis_url,
+        "auth": {"admin_token": ADMIN_TOKEN},
+        "engines": {"synthetic": {"kind": "synthetic", "options": {"seconds_per_char": 0.01}}},
+    }
     with GatewayProcess(config, tmp_path) as process:
         yield process
 
 
 def test_tenant_scheduling_goes_through_the_admin_api_and_old_records_still_load(
-    admin_gateway: GatewayProcess, redis_url: str,
+    admin_gateway: GatewayProcess,
+    redis_url: str,
 ) -> None:
     # A tenant record as gateways wrote them before scheduling settings existed.
     client = redis.Redis.from_url(redis_url)

@@ -47,8 +47,11 @@ def faults_config(redis_url: str) -> dict[str, Any]:
             # Fast tones: test_errors' bodies name it, and the valid requests after each fault use it.
             "synthetic": {"kind": "synthetic", "workers": 1, "options": {"seconds_per_char": 0.02}},
             # Real-time streams whose first audio comes after 20 ms: the kill and the abort tests.
-            "steady": {"kind": "synthetic", "workers": 2,
-                       "options": {"rtf": 1.0, "chunk_ms": 20, "seconds_per_char": 0.05}},
+            "steady": {
+                "kind": "synthetic",
+                "workers": 2,
+                "options": {"rtf": 1.0, "chunk_ms": 20, "seconds_per_char": 0.05},
+            },
             # 4096 characters make 819 s of audio (39 MB of PCM, more than any socket buffer), made in about 10 s.
             "long": {"kind": "synthetic", "workers": 1, "options": {"rtf": 0.0125, "seconds_per_char": 0.2}},
         },
@@ -120,8 +123,9 @@ class Load:
             if self.stop.is_set():
                 return
             text = f"lane {lane} request {n}"
-            response = await self.http.post("/v1/audio/speech", json=speech("synthetic", text),
-                                             headers=bearer(self.key))
+            response = await self.http.post(
+                "/v1/audio/speech", json=speech("synthetic", text), headers=bearer(self.key)
+            )
             if response.status_code == 200:
                 self.served.append(text)
             else:
@@ -165,7 +169,8 @@ async def wait_for_redis(http: httpx.AsyncClient, timeout_s: float) -> None:
 
 
 async def test_redis_outage_under_load_serves_everyone_and_loses_no_usage(
-    outage_redis: RedisServer, tmp_path: Path,
+    outage_redis: RedisServer,
+    tmp_path: Path,
 ) -> None:
     """Configuration: test_tenancy's, whose limits fail open (``limits.fail_mode: open``).
 
@@ -202,13 +207,18 @@ async def test_redis_outage_under_load_serves_everyone_and_loses_no_usage(
 
 
 # ------------------------------------------------------------------ 2. a worker killed mid-stream
-async def stream_to_end(http: httpx.AsyncClient, key: str, text: str, started: asyncio.Event | None = None,
-                        ) -> tuple[int, bool]:
+async def stream_to_end(
+    http: httpx.AsyncClient,
+    key: str,
+    text: str,
+    started: asyncio.Event | None = None,
+) -> tuple[int, bool]:
     """Read one stream; returns the bytes received and whether the stream ended complete."""
     received = 0
     try:
-        async with http.stream("POST", "/v1/audio/speech", json=speech("steady", text),
-                               headers=bearer(key)) as response:
+        async with http.stream(
+            "POST", "/v1/audio/speech", json=speech("steady", text), headers=bearer(key)
+        ) as response:
             assert response.status_code == 200
             async for chunk in response.aiter_raw():
                 received += len(chunk)
@@ -220,7 +230,8 @@ async def stream_to_end(http: httpx.AsyncClient, key: str, text: str, started: a
 
 
 async def test_a_worker_killed_mid_stream_ends_its_streams_and_the_pool_heals(
-    faulty: GatewayProcess, admin: Admin,
+    faulty: GatewayProcess,
+    admin: Admin,
 ) -> None:
     """Two syntheses run on the two workers of ``steady``, each streamed to three clients (single-flight).
 
@@ -239,8 +250,9 @@ async def test_a_worker_killed_mid_stream_ends_its_streams_and_the_pool_heals(
             await asyncio.gather(*(event.wait() for event in started))
         os.kill(before["pids"][0], signal.SIGKILL)
         killed_at = time.monotonic()
-        after_kill = await http.post("/v1/audio/speech", json=speech("steady", "served after the kill"),
-                                     headers=bearer(key))
+        after_kill = await http.post(
+            "/v1/audio/speech", json=speech("steady", "served after the kill"), headers=bearer(key)
+        )
         results = await asyncio.gather(*streams)
         healed = await asyncio.to_thread(faulty.wait_engine, "steady", 10.0, ready_workers=2, active_jobs=0)
     assert after_kill.status_code == 200 and after_kill.content
@@ -267,9 +279,17 @@ async def abort_after_first_chunk(http: httpx.AsyncClient, key: str, text: str) 
 async def hold_streams(http: httpx.AsyncClient, key: str, count: int) -> tuple[list[int], httpx.Response]:
     """Open ``count`` streams and, while they all run, one more; then read them all to their end."""
     async with contextlib.AsyncExitStack() as streams:
-        responses = [await streams.enter_async_context(http.stream(
-            "POST", "/v1/audio/speech", json=speech("steady", f"{uuid.uuid4().hex[:6]} held {n}"), headers=bearer(key),
-        )) for n in range(count)]
+        responses = [
+            await streams.enter_async_context(
+                http.stream(
+                    "POST",
+                    "/v1/audio/speech",
+                    json=speech("steady", f"{uuid.uuid4().hex[:6]} held {n}"),
+                    headers=bearer(key),
+                )
+            )
+            for n in range(count)
+        ]
         one_more = await http.post("/v1/audio/speech", json=speech("steady", "one too many"), headers=bearer(key))
         for response in responses:
             await response.aread()
@@ -311,9 +331,15 @@ def stalled_client(port: int, key: str, text: str) -> socket.socket:
     client = socket.socket()
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window stays tiny
     client.connect(("127.0.0.1", port))
-    client.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
-                   b"authorization: Bearer " + key.encode() + b"\r\ncontent-length: " + str(len(body)).encode()
-                   + b"\r\n\r\n" + body)
+    client.sendall(
+        b"POST /v1/audio/speech HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
+        b"authorization: Bearer "
+        + key.encode()
+        + b"\r\ncontent-length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
     head = b""
     while b"\r\n\r\n" not in head:
         head += client.recv(1024)
@@ -338,7 +364,8 @@ def syntheses_completed(metrics: str, engine: str) -> float:
 
 
 async def test_a_client_that_stops_reading_is_abandoned_after_the_send_timeout(
-    faulty: GatewayProcess, admin: Admin,
+    faulty: GatewayProcess,
+    admin: Admin,
 ) -> None:
     """A client limited to 1 concurrent stream asks for 819 s of PCM (39 MB, made in about 10 s) and stops reading
     after the headers, with a 4 KiB receive buffer.

@@ -48,9 +48,12 @@ def test_request_ids_are_echoed_or_made(gateway: GatewayProcess) -> None:
 
 def test_one_json_line_per_speech_request_without_the_text(gateway: GatewayProcess) -> None:
     secret_text = "the quick secret phrase nobody should log"
-    response = httpx.post(f"{gateway.base_url}/v1/audio/speech", headers={"x-request-id": "log-check-1"},
-                          json={"model": "synthetic", "input": secret_text, "voice": "nova", "response_format": "wav"},
-                          timeout=30)
+    response = httpx.post(
+        f"{gateway.base_url}/v1/audio/speech",
+        headers={"x-request-id": "log-check-1"},
+        json={"model": "synthetic", "input": secret_text, "voice": "nova", "response_format": "wav"},
+        timeout=30,
+    )
     assert response.status_code == 200
     line = access_line(gateway, "log-check-1")
     assert line["status"] == 200
@@ -65,8 +68,11 @@ def test_one_json_line_per_speech_request_without_the_text(gateway: GatewayProce
 
 
 def test_metrics_cover_requests_engines_and_tenants(gateway: GatewayProcess) -> None:
-    httpx.post(f"{gateway.base_url}/v1/audio/speech",
-               json={"model": "synthetic", "input": "metrics please", "voice": "echo"}, timeout=30)
+    httpx.post(
+        f"{gateway.base_url}/v1/audio/speech",
+        json={"model": "synthetic", "input": "metrics please", "voice": "echo"},
+        timeout=30,
+    )
     metrics = httpx.get(f"{gateway.base_url}/metrics").text
     for expected in (
         'tts_time_to_first_audio_seconds_count{engine="synthetic"}',
@@ -87,10 +93,11 @@ def test_metrics_cover_requests_engines_and_tenants(gateway: GatewayProcess) -> 
 
 
 def test_sigterm_lets_streams_finish_then_stops_the_workers(tmp_path: Path) -> None:
-    config = {"server": {"shutdown_grace_s": 20},
-              "engines": {"slow": {"kind": "synthetic", "workers": 1,
-                                   "options": {"rtf": 1.0, "seconds_per_char": 0.05}}},
-              "aliases": {}}
+    config = {
+        "server": {"shutdown_grace_s": 20},
+        "engines": {"slow": {"kind": "synthetic", "workers": 1, "options": {"rtf": 1.0, "seconds_per_char": 0.05}}},
+        "aliases": {},
+    }
     gateway = GatewayProcess(config, tmp_path).start()
     assert gateway.process is not None
     workers = gateway.engine("slow")["pids"]
@@ -110,5 +117,4 @@ def test_sigterm_lets_streams_finish_then_stops_the_workers(tmp_path: Path) -> N
     # uvicorn finishes its graceful shutdown, then re-raises SIGTERM so the exit status says why it stopped.
     assert gateway.process.wait(20) in {0, -signal.SIGTERM}
     assert "Finished server process" in gateway.log()
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                   for pid in workers)
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in workers)

@@ -56,14 +56,25 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
     missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.is_file()]
     if missing:
-        pytest.fail(f"{', '.join(missing)} not found: install Debian's browser with "
-                    "`apt-get install -y chromium chromium-driver` (.ci/run does)")
+        pytest.fail(
+            f"{', '.join(missing)} not found: install Debian's browser with "
+            "`apt-get install -y chromium chromium-driver` (.ci/run does)"
+        )
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--autoplay-policy=no-user-gesture-required", "--window-size=900,1100",
-                 f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--autoplay-policy=no-user-gesture-required",
+        "--window-size=900,1100",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
+    ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     # Both paths given: Selenium Manager has nothing to look up or download.
@@ -91,7 +102,8 @@ def wait(driver: WebDriver, condition: Callable[[WebDriver], Any], timeout_s: fl
 def state(driver: WebDriver) -> dict[str, str]:
     values: dict[str, str] = driver.execute_script(
         "const d = document.documentElement.dataset; return {state: d.state || '', played: d.played || '0',"
-        " playback: d.playback || '', error: document.getElementById('error').textContent};")
+        " playback: d.playback || '', error: document.getElementById('error').textContent};"
+    )
     return values
 
 
@@ -124,7 +136,8 @@ def download(driver: WebDriver) -> bytes:
         "const done = arguments[arguments.length - 1];"
         "fetch(arguments[0]).then(r => r.arrayBuffer()).then(b => {"
         " let s = ''; for (const x of new Uint8Array(b)) s += String.fromCharCode(x); done(btoa(s)); });",
-        link.get_attribute("href"))
+        link.get_attribute("href"),
+    )
     return base64.b64decode(encoded)
 
 
@@ -142,9 +155,15 @@ def test_page_is_public_and_self_contained(gateway: GatewayProcess) -> None:
 
 # Each format by the path it plays on: mp3 through MediaSource, pcm and wav on Web Audio, flac as a live pcm stream
 # (no browser decodes streamed flac) with the flac file fetched for the download.
-@pytest.mark.parametrize(("response_format", "playback", "magic"), [
-    ("mp3", "mse", b""), ("pcm", "webaudio", b""), ("wav", "webaudio", b"RIFF"), ("flac", "webaudio", b"fLaC"),
-])
+@pytest.mark.parametrize(
+    ("response_format", "playback", "magic"),
+    [
+        ("mp3", "mse", b""),
+        ("pcm", "webaudio", b""),
+        ("wav", "webaudio", b"RIFF"),
+        ("flac", "webaudio", b"fLaC"),
+    ],
+)
 def test_audio_plays_while_it_streams(page: WebDriver, response_format: str, playback: str, magic: bytes) -> None:
     prepare(page, "paced", "nova", PACED_TEXT, response_format)
     page.find_element(By.ID, "speak").click()
@@ -186,8 +205,12 @@ def test_speaks_with_espeak_and_looks_right(page: WebDriver) -> None:
 
 def test_a_wrong_key_shows_openai_error_message(page: WebDriver, gateway: GatewayProcess) -> None:
     wrong = generate_api_key()
-    expected = httpx.post(f"{gateway.base_url}/v1/audio/speech", headers={"Authorization": f"Bearer {wrong}"},
-                          json={"model": "tts-1", "input": "hi", "voice": "alloy"}, timeout=10)
+    expected = httpx.post(
+        f"{gateway.base_url}/v1/audio/speech",
+        headers={"Authorization": f"Bearer {wrong}"},
+        json={"model": "tts-1", "input": "hi", "voice": "alloy"},
+        timeout=10,
+    )
     assert expected.status_code == 401
     message = expected.json()["error"]["message"]
 
@@ -212,7 +235,8 @@ def test_the_setting_turns_the_page_off(tmp_path: Path) -> None:
 def live(driver: WebDriver) -> dict[str, str]:
     values: dict[str, str] = driver.execute_script(
         "const d = document.documentElement.dataset; return {live: d.live || '', segments: d.liveSegments || '0',"
-        " played: d.played || '0', error: document.getElementById('error').textContent};")
+        " played: d.played || '0', error: document.getElementById('error').textContent};"
+    )
     return values
 
 
@@ -243,8 +267,10 @@ def test_the_api_docs_render_offline_in_the_browser(browser: WebDriver, gateway:
     here has none), from the app's own OpenAPI document."""
     browser.get(f"{gateway.base_url}/docs")
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock-summary-path"))
-    paths = {element.text.replace("\u200b", "") for element in
-             browser.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
+    paths = {
+        element.text.replace("\u200b", "")
+        for element in browser.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")
+    }
     assert {"/v1/audio/speech", "/v1/models", "/v1/audio/voices"} <= paths
     requested = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name);")
     assert requested and all(url.startswith(gateway.base_url) for url in requested), requested

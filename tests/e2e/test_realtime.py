@@ -33,20 +33,27 @@ KEY = generate_api_key()
 ONE_STREAM_KEY = generate_api_key()
 SMALL_BUDGET_KEY = generate_api_key()
 FORMATS = ["mp3", "opus", "aac", "flac", "wav", "pcm"]
-PARAGRAPH = ("The quick brown fox jumps over the lazy dog. Speech should start before this paragraph is typed out! "
-             "Does it? It does, sentence by sentence.")
+PARAGRAPH = (
+    "The quick brown fox jumps over the lazy dog. Speech should start before this paragraph is typed out! "
+    "Does it? It does, sentence by sentence."
+)
 
 
 def realtime_config() -> dict[str, Any]:
     return {
         "server": {"send_timeout_s": 2.0},
         "realtime": {"auth_timeout_s": 1.0, "idle_timeout_s": IDLE_TIMEOUT_S},
-        "auth": {"tenants": [
-            {"name": "acme", "api_key_sha256": [hash_api_key(KEY)]},
-            {"name": "solo", "api_key_sha256": [hash_api_key(ONE_STREAM_KEY)], "limits": {"concurrent_streams": 1}},
-            {"name": "frugal", "api_key_sha256": [hash_api_key(SMALL_BUDGET_KEY)],
-             "limits": {"characters_per_minute": 60}},
-        ]},
+        "auth": {
+            "tenants": [
+                {"name": "acme", "api_key_sha256": [hash_api_key(KEY)]},
+                {"name": "solo", "api_key_sha256": [hash_api_key(ONE_STREAM_KEY)], "limits": {"concurrent_streams": 1}},
+                {
+                    "name": "frugal",
+                    "api_key_sha256": [hash_api_key(SMALL_BUDGET_KEY)],
+                    "limits": {"characters_per_minute": 60},
+                },
+            ]
+        },
         "engines": {
             "tones": {"kind": "synthetic", "workers": 1, "options": {"seconds_per_char": SECONDS_PER_CHAR}},
             # Real-time pacing: a 100-character segment takes 5 s to speak, so there is time to interrupt it.
@@ -159,7 +166,7 @@ async def test_fragments_become_one_stream_that_starts_before_the_text_ends(open
     reader = asyncio.create_task(session.until_closed())
     last_sent = 0.0
     for start in range(0, len(PARAGRAPH), 6):
-        last_sent = await session.send(type="input.append", text=PARAGRAPH[start:start + 6])
+        last_sent = await session.send(type="input.append", text=PARAGRAPH[start : start + 6])
         await asyncio.sleep(0.01)
     await session.send(type="session.close")
     await reader
@@ -167,9 +174,12 @@ async def test_fragments_become_one_stream_that_starts_before_the_text_ends(open
     deltas, done = session.of("audio.delta"), session.of("audio.done")
     first_delta_at = next(at for at, event in session.events if event["type"] == "audio.delta")
     assert first_delta_at < last_sent, "speech must start while text is still arriving"
-    assert [d["text"] for d in done] == ["The quick brown fox jumps over the lazy dog.",
-                                         "Speech should start before this paragraph is typed out!",
-                                         "Does it?", "It does, sentence by sentence."]
+    assert [d["text"] for d in done] == [
+        "The quick brown fox jumps over the lazy dog.",
+        "Speech should start before this paragraph is typed out!",
+        "Does it?",
+        "It does, sentence by sentence.",
+    ]
     assert all(d["status"] == "completed" for d in done)
     assert [d["seq"] for d in deltas] == list(range(1, len(deltas) + 1))
     speech_s = sum(len(d["text"]) for d in done) * SECONDS_PER_CHAR
@@ -195,7 +205,8 @@ async def test_flush_speaks_a_partial_sentence_and_appends_alone_do_not(open_ses
 
 
 async def test_cancel_stops_the_worker_within_a_second_and_the_session_goes_on(
-    open_session: Any, gateway: GatewayProcess,
+    open_session: Any,
+    gateway: GatewayProcess,
 ) -> None:
     session = await open_session(model="paced", response_format="pcm")
     long_sentence = "This sentence takes several seconds to say at real-time pace, which leaves time to cut in."
@@ -267,7 +278,8 @@ async def test_format_cannot_change_once_audio_flows(open_session: Any) -> None:
 
 
 async def test_closing_mid_stream_releases_worker_lease_and_connection(
-    open_session: Any, gateway: GatewayProcess,
+    open_session: Any,
+    gateway: GatewayProcess,
 ) -> None:
     session = await open_session(ONE_STREAM_KEY, model="paced")
     await session.send(type="input.append", text="A long sentence that would take a few seconds to speak in full. ")
@@ -289,7 +301,8 @@ async def test_closing_mid_stream_releases_worker_lease_and_connection(
 
 
 async def test_a_second_session_over_the_concurrency_limit_is_refused(
-    open_session: Any, gateway: GatewayProcess,
+    open_session: Any,
+    gateway: GatewayProcess,
 ) -> None:
     await wait_closed(gateway)  # an earlier test's session may still be releasing this tenant's stream
     await open_session(ONE_STREAM_KEY)
@@ -396,9 +409,14 @@ def stalled_client(gateway: GatewayProcess, messages: list[dict[str, Any]]) -> s
 
 async def test_a_client_that_stops_reading_is_disconnected_and_its_synthesis_dropped(gateway: GatewayProcess) -> None:
     """Backpressure: the server stops producing once the socket is full, and gives up after send_timeout_s."""
-    raw = stalled_client(gateway, [{"type": "session.update", "session": {"model": "long"}},
-                                   {"type": "input.append", "text": "x" * 400},  # 400 s of audio, made at once
-                                   {"type": "input.flush"}])
+    raw = stalled_client(
+        gateway,
+        [
+            {"type": "session.update", "session": {"model": "long"}},
+            {"type": "input.append", "text": "x" * 400},  # 400 s of audio, made at once
+            {"type": "input.flush"},
+        ],
+    )
     try:
         started = time.perf_counter()
         await asyncio.sleep(1.0)

@@ -43,8 +43,9 @@ def fuzzed_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway
     with GatewayProcess(config, tmp_path_factory.mktemp("fuzz")) as process:
         yield process
     ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / "schemathesis-cases.json").write_text(json.dumps(
-        {"total": sum(_cases.values()), "by_operation": dict(sorted(_cases.items()))}, indent=2))
+    (ARTIFACTS / "schemathesis-cases.json").write_text(
+        json.dumps({"total": sum(_cases.values()), "by_operation": dict(sorted(_cases.items()))}, indent=2)
+    )
 
 
 def test_every_route_conforms_and_never_fails(fuzzed_gateway: GatewayProcess) -> None:
@@ -63,7 +64,8 @@ def _fuzz(operation: Any, base_url: str) -> None:
     def run(case: Case) -> None:
         credential = ADMIN_TOKEN if case.path.startswith("/admin") else API_KEY
         _cases[operation.label] = _cases.get(operation.label, 0) + 1
-        case.call_and_validate(base_url=base_url, headers={"Authorization": f"Bearer {credential}"}, checks=CHECKS,
-                               timeout=30)
+        case.call_and_validate(
+            base_url=base_url, headers={"Authorization": f"Bearer {credential}"}, checks=CHECKS, timeout=30
+        )
 
     run()

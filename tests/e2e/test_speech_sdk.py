@@ -17,7 +17,12 @@ if TYPE_CHECKING:
 
 FORMATS = ["mp3", "opus", "aac", "flac", "wav", "pcm"]
 EXPECTED_CODEC = {
-    "mp3": "mp3float", "opus": "opus", "aac": "aac", "flac": "flac", "wav": "pcm_s16le", "pcm": "pcm_s16le",
+    "mp3": "mp3float",
+    "opus": "opus",
+    "aac": "aac",
+    "flac": "flac",
+    "wav": "pcm_s16le",
+    "pcm": "pcm_s16le",
 }
 EXPECTED_RATE = {"opus": 48000}
 
@@ -39,15 +44,17 @@ def check_audio(data: bytes, response_format: str, text: str, voice: str) -> Non
 
 @pytest.mark.parametrize("response_format", FORMATS)
 def test_sync_sdk_every_format(client: openai.OpenAI, response_format: str) -> None:
-    response = client.audio.speech.create(model="synthetic", voice="coral", input=TEXT,
-                                          response_format=response_format)  # type: ignore[arg-type]
+    response = client.audio.speech.create(model="synthetic", voice="coral", input=TEXT, response_format=response_format)  # type: ignore[arg-type]
     check_audio(response.content, response_format, TEXT, "coral")
 
 
 @pytest.mark.parametrize("response_format", FORMATS)
 def test_sync_sdk_streaming_every_format(client: openai.OpenAI, response_format: str) -> None:
     with client.audio.speech.with_streaming_response.create(
-        model="synthetic", voice="onyx", input=TEXT, response_format=response_format,  # type: ignore[arg-type]
+        model="synthetic",
+        voice="onyx",
+        input=TEXT,
+        response_format=response_format,  # type: ignore[arg-type]
     ) as response:
         assert response.headers["transfer-encoding"] == "chunked"
         assert response.headers["x-engine"] == "synthetic"
@@ -57,27 +64,37 @@ def test_sync_sdk_streaming_every_format(client: openai.OpenAI, response_format:
 
 @pytest.mark.parametrize("response_format", FORMATS)
 async def test_async_sdk_every_format(async_client: openai.AsyncOpenAI, response_format: str) -> None:
-    response = await async_client.audio.speech.create(model="synthetic", voice="alloy", input=TEXT,
-                                                      response_format=response_format)  # type: ignore[arg-type]
+    response = await async_client.audio.speech.create(
+        model="synthetic", voice="alloy", input=TEXT, response_format=response_format
+    )  # type: ignore[arg-type]
     check_audio(response.content, response_format, TEXT, "alloy")
 
 
 @pytest.mark.parametrize("response_format", FORMATS)
 async def test_async_sdk_streaming_every_format(async_client: openai.AsyncOpenAI, response_format: str) -> None:
     async with async_client.audio.speech.with_streaming_response.create(
-        model="synthetic", voice="verse", input=TEXT, response_format=response_format,  # type: ignore[arg-type]
+        model="synthetic",
+        voice="verse",
+        input=TEXT,
+        response_format=response_format,  # type: ignore[arg-type]
     ) as response:
         data = b"".join([chunk async for chunk in response.iter_bytes()])
     check_audio(data, response_format, TEXT, "verse")
 
 
-@pytest.mark.parametrize(("response_format", "content_type"), [
-    ("mp3", "audio/mpeg"), ("opus", "audio/ogg"), ("aac", "audio/aac"), ("flac", "audio/flac"),
-    ("wav", "audio/wav"), ("pcm", "audio/pcm"),
-])
+@pytest.mark.parametrize(
+    ("response_format", "content_type"),
+    [
+        ("mp3", "audio/mpeg"),
+        ("opus", "audio/ogg"),
+        ("aac", "audio/aac"),
+        ("flac", "audio/flac"),
+        ("wav", "audio/wav"),
+        ("pcm", "audio/pcm"),
+    ],
+)
 def test_content_types(client: openai.OpenAI, response_format: str, content_type: str) -> None:
-    response = client.audio.speech.create(model="synthetic", voice="ash", input="hi",
-                                          response_format=response_format)  # type: ignore[arg-type]
+    response = client.audio.speech.create(model="synthetic", voice="ash", input="hi", response_format=response_format)  # type: ignore[arg-type]
     assert response.response.headers["content-type"] == content_type
 
 
@@ -89,8 +106,13 @@ def test_default_format_is_mp3(client: openai.OpenAI) -> None:
 
 @pytest.mark.parametrize("model", ["tts-1", "tts-1-hd", "gpt-4o-mini-tts"])
 def test_openai_model_names_fall_back_to_espeak_real_speech(client: openai.OpenAI, model: str) -> None:
-    response = client.audio.speech.create(model=model, voice="nova", input="Hello from the speech gateway.",
-                                          response_format="wav", instructions="Speak cheerfully.")
+    response = client.audio.speech.create(
+        model=model,
+        voice="nova",
+        input="Hello from the speech gateway.",
+        response_format="wav",
+        instructions="Speak cheerfully.",
+    )
     assert response.response.headers["x-engine"] == "espeak"  # chattts is not ready here
     audio = decode_audio(response.content, "wav")
     assert audio.sample_rate == 24000  # espeak's 22050 Hz resampled to what the format needs
@@ -105,8 +127,7 @@ def test_speed_changes_duration(client: openai.OpenAI, model: str, speed: float)
     text = "Speed changes how long it takes to say this sentence out loud."
 
     def seconds(at: float) -> float:
-        response = client.audio.speech.create(model=model, voice="echo", input=text, response_format="flac",
-                                              speed=at)
+        response = client.audio.speech.create(model=model, voice="echo", input=text, response_format="flac", speed=at)
         return decode_audio(response.content, "flac").duration
 
     assert seconds(speed) / seconds(1.0) == pytest.approx(1 / speed, rel=0.2)
@@ -114,8 +135,9 @@ def test_speed_changes_duration(client: openai.OpenAI, model: str, speed: float)
 
 def test_extreme_speeds_are_stretched_beyond_the_engine(client: openai.OpenAI) -> None:
     def seconds(at: float) -> float:
-        response = client.audio.speech.create(model="espeak", voice="fable", input=TEXT, response_format="wav",
-                                              speed=at)
+        response = client.audio.speech.create(
+            model="espeak", voice="fable", input=TEXT, response_format="wav", speed=at
+        )
         return decode_audio(response.content, "wav").duration
 
     normal = seconds(1.0)
@@ -132,8 +154,9 @@ def test_every_voice_of_every_model_is_listed_and_usable(client: openai.OpenAI, 
     assert len(voices) >= 13
     durations = set()
     for voice in voices:
-        response = client.audio.speech.create(model="espeak", voice=voice, input="Testing voices.",
-                                              response_format="pcm")
+        response = client.audio.speech.create(
+            model="espeak", voice=voice, input="Testing voices.", response_format="pcm"
+        )
         audio = decode_audio(response.content, "pcm")
         assert audio.rms > 0.01
         durations.add(round(audio.duration, 3))

@@ -40,11 +40,18 @@ async def read_sse(response: httpx.Response) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("response_format", ["mp3", "opus", "aac", "flac", "wav", "pcm"])
 async def test_sse_deltas_concatenate_into_the_audio(
-    http: httpx.AsyncClient, openai_event_validator: Any, response_format: str,
+    http: httpx.AsyncClient,
+    openai_event_validator: Any,
+    response_format: str,
 ) -> None:
     text = "Server-sent events carry base64 audio. " * 2
-    body = {"model": "synthetic", "input": text, "voice": "sage", "response_format": response_format,
-            "stream_format": "sse"}
+    body = {
+        "model": "synthetic",
+        "input": text,
+        "voice": "sage",
+        "response_format": response_format,
+        "stream_format": "sse",
+    }
     async with http.stream("POST", "/v1/audio/speech", json=body) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
@@ -52,7 +59,9 @@ async def test_sse_deltas_concatenate_into_the_audio(
     for event in events:
         openai_event_validator.validate(event)
     *deltas, done = events
-    assert len(deltas) >= 2 and all(e["type"] == "speech.audio.delta" for e in deltas)
+    # This engine speaks faster than any client reads, so the pool may hand on what piled up as one piece: at least
+    # one delta (streaming as the engine speaks is shown with a paced engine in test_first_bytes_* below).
+    assert deltas and all(e["type"] == "speech.audio.delta" for e in deltas)
     assert done["type"] == "speech.audio.done"
     audio = decode_audio(b"".join(base64.b64decode(e["audio"]) for e in deltas), response_format)
     expected = len(text.strip()) * SECONDS_PER_CHAR
@@ -63,17 +72,32 @@ async def test_sse_deltas_concatenate_into_the_audio(
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
 
 
-@pytest.mark.parametrize(("response_format", "stream_format"), [
-    ("mp3", "audio"), ("opus", "audio"), ("aac", "audio"), ("flac", "audio"), ("wav", "audio"), ("pcm", "audio"),
-    ("mp3", "sse"),
-])
+@pytest.mark.parametrize(
+    ("response_format", "stream_format"),
+    [
+        ("mp3", "audio"),
+        ("opus", "audio"),
+        ("aac", "audio"),
+        ("flac", "audio"),
+        ("wav", "audio"),
+        ("pcm", "audio"),
+        ("mp3", "sse"),
+    ],
+)
 async def test_first_bytes_arrive_before_half_the_synthesis(
-    http: httpx.AsyncClient, response_format: str, stream_format: str,
+    http: httpx.AsyncClient,
+    response_format: str,
+    stream_format: str,
 ) -> None:
     # The "slow" engine speaks in real time: 40 characters make 2 s of audio that take 2 s to synthesize.
     text = f"{response_format} {stream_format} ".ljust(40, "x")  # distinct per case: a repeat would be a cache hit
-    body = {"model": "slow", "input": text, "voice": "nova", "response_format": response_format,
-            "stream_format": stream_format}
+    body = {
+        "model": "slow",
+        "input": text,
+        "voice": "nova",
+        "response_format": response_format,
+        "stream_format": stream_format,
+    }
     started = time.monotonic()
     first_byte_at = None
     data = b""

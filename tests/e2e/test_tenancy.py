@@ -48,8 +48,9 @@ def tenancy_config(redis_url: str, **limits: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def replicas(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayProcess]]:
     redis_server.flush()
-    processes = [GatewayProcess(tenancy_config(redis_server.url), tmp_path_factory.mktemp(f"replica{i}"))
-                 for i in range(2)]
+    processes = [
+        GatewayProcess(tenancy_config(redis_server.url), tmp_path_factory.mktemp(f"replica{i}")) for i in range(2)
+    ]
     for process in processes:
         process.start()
     yield processes
@@ -102,8 +103,9 @@ def sdk(replica: GatewayProcess, key: str) -> openai.OpenAI:
 
 def speak(replica: GatewayProcess, key: str, text: str = "hello", **fields: Any) -> httpx.Response:
     body = {"model": "synthetic", "input": text, "voice": "alloy", "response_format": "pcm", **fields}
-    return httpx.post(f"{replica.base_url}/v1/audio/speech", json=body,
-                      headers={"authorization": f"Bearer {key}"}, timeout=30)
+    return httpx.post(
+        f"{replica.base_url}/v1/audio/speech", json=body, headers={"authorization": f"Bearer {key}"}, timeout=30
+    )
 
 
 def token(claims: dict[str, Any], secret: str = JWT_SECRET, algorithm: str = "HS256") -> str:
@@ -124,7 +126,8 @@ def test_missing_malformed_and_unknown_keys_are_401(replicas: list[GatewayProces
 
 
 def test_a_key_works_on_every_replica_and_revocation_reaches_them_within_a_second(
-    replicas: list[GatewayProcess], admin: Admin,
+    replicas: list[GatewayProcess],
+    admin: Admin,
 ) -> None:
     key = admin.key(admin.tenant())
     for replica in replicas:
@@ -138,7 +141,9 @@ def test_a_key_works_on_every_replica_and_revocation_reaches_them_within_a_secon
 
 
 def test_keys_are_shown_once_and_stored_only_hashed(
-    replicas: list[GatewayProcess], admin: Admin, redis_server: RedisServer,
+    replicas: list[GatewayProcess],
+    admin: Admin,
+    redis_server: RedisServer,
 ) -> None:
     import redis
 
@@ -166,8 +171,9 @@ def test_jwt_callers(replicas: list[GatewayProcess], admin: Admin) -> None:
     for bad in (expired, unsigned, token({"org": tenant}, secret=wrong_secret), token({"org": tenant}) + "x"):
         assert speak(replicas[1], bad).status_code == 401
     with pytest.raises(openai.PermissionDeniedError):
-        sdk(replicas[1], token({"org": "no-such-tenant"})).audio.speech.create(model="synthetic", voice="alloy",
-                                                                               input="hi")
+        sdk(replicas[1], token({"org": "no-such-tenant"})).audio.speech.create(
+            model="synthetic", voice="alloy", input="hi"
+        )
 
 
 def test_a_model_the_tenant_may_not_use_is_403(replicas: list[GatewayProcess], admin: Admin) -> None:
@@ -198,9 +204,14 @@ def test_two_replicas_together_stay_within_the_request_limit(replicas: list[Gate
 
     async def burst() -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=30) as client:
-            calls = [client.post(f"{replicas[n % 2].base_url}/v1/audio/speech",
-                                 json={"model": "synthetic", "input": f"burst {n}", "voice": "alloy"},
-                                 headers={"authorization": f"Bearer {key}"}) for n in range(16)]
+            calls = [
+                client.post(
+                    f"{replicas[n % 2].base_url}/v1/audio/speech",
+                    json={"model": "synthetic", "input": f"burst {n}", "voice": "alloy"},
+                    headers={"authorization": f"Bearer {key}"},
+                )
+                for n in range(16)
+            ]
             return await asyncio.gather(*calls)
 
     statuses = [r.status_code for r in asyncio.run(burst())]
@@ -228,8 +239,13 @@ def test_the_character_budget_is_weighted(replicas: list[GatewayProcess], admin:
 def test_concurrent_streams_are_leased_across_replicas(replicas: list[GatewayProcess], admin: Admin) -> None:
     key = admin.key(admin.tenant(concurrent_streams=1))["key"]
     body = {"model": "slow", "input": "x" * 30, "voice": "alloy", "response_format": "pcm"}  # 1.5 s, real time
-    with httpx.stream("POST", f"{replicas[0].base_url}/v1/audio/speech", json=body,
-                      headers={"authorization": f"Bearer {key}"}, timeout=30) as streaming:
+    with httpx.stream(
+        "POST",
+        f"{replicas[0].base_url}/v1/audio/speech",
+        json=body,
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    ) as streaming:
         assert streaming.status_code == 200
         refused = speak(replicas[1], key, "meanwhile")
         assert refused.status_code == 429
@@ -241,8 +257,11 @@ def test_concurrent_streams_are_leased_across_replicas(replicas: list[GatewayPro
 # ------------------------------------------------------------------ custom voices
 def test_custom_voices_belong_to_one_tenant(replicas: list[GatewayProcess], admin: Admin) -> None:
     owner, other = admin.key(admin.tenant())["key"], admin.key(admin.tenant())["key"]
-    created = httpx.post(f"{replicas[0].base_url}/v1/audio/voices", headers={"authorization": f"Bearer {owner}"},
-                         json={"name": "narrator", "model": "synthetic", "seed": 42}).json()
+    created = httpx.post(
+        f"{replicas[0].base_url}/v1/audio/voices",
+        headers={"authorization": f"Bearer {owner}"},
+        json={"name": "narrator", "model": "synthetic", "seed": 42},
+    ).json()
     voice_id = created["id"]
     by_id = speak(replicas[1], owner, "custom voice by id", voice={"id": voice_id}, response_format="wav")
     by_name = speak(replicas[1], owner, "custom voice by id", voice="narrator", response_format="wav")
@@ -266,10 +285,12 @@ def test_custom_voices_belong_to_one_tenant(replicas: list[GatewayProcess], admi
 def test_custom_voice_input_is_validated(replicas: list[GatewayProcess], admin: Admin) -> None:
     headers = {"authorization": f"Bearer {admin.key(admin.tenant())['key']}"}
     url = f"{replicas[0].base_url}/v1/audio/voices"
-    for body, param in (({"name": "x", "model": "synthetic"}, None),
-                        ({"name": "x", "model": "synthetic", "seed": 1, "speaker": "s"}, None),
-                        ({"name": "nova", "model": "synthetic", "seed": 1}, "name"),
-                        ({"name": "x", "model": "nope", "seed": 1}, "model")):
+    for body, param in (
+        ({"name": "x", "model": "synthetic"}, None),
+        ({"name": "x", "model": "synthetic", "seed": 1, "speaker": "s"}, None),
+        ({"name": "nova", "model": "synthetic", "seed": 1}, "name"),
+        ({"name": "x", "model": "nope", "seed": 1}, "model"),
+    ):
         response = httpx.post(url, json=body, headers=headers)
         assert response.status_code in (400, 404), response.text
         assert response.json()["error"]["param"] == param
@@ -312,8 +333,12 @@ def test_identical_requests_in_flight_synthesize_once(replicas: list[GatewayProc
     async def together() -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=30) as client:
             body = {"model": "slow", "input": text, "voice": "alloy", "response_format": "wav"}
-            calls = [client.post(f"{replicas[0].base_url}/v1/audio/speech", json=body,
-                                 headers={"authorization": f"Bearer {key}"}) for _ in range(3)]
+            calls = [
+                client.post(
+                    f"{replicas[0].base_url}/v1/audio/speech", json=body, headers={"authorization": f"Bearer {key}"}
+                )
+                for _ in range(3)
+            ]
             return await asyncio.gather(*calls)
 
     responses = asyncio.run(together())
@@ -341,7 +366,8 @@ def snapshot(server: RedisServer) -> None:
 
 
 def test_redis_outage_fails_open_and_loses_no_usage(
-    lonely_replica: GatewayProcess, outage_redis: RedisServer,
+    lonely_replica: GatewayProcess,
+    outage_redis: RedisServer,
 ) -> None:
     admin = Admin(lonely_replica.base_url)
     key = admin.key(admin.tenant(requests_per_minute=100))["key"]
@@ -361,7 +387,8 @@ def test_redis_outage_fails_open_and_loses_no_usage(
 
 
 def test_redis_outage_fails_closed_when_configured(
-    outage_redis: RedisServer, tmp_path: Path,
+    outage_redis: RedisServer,
+    tmp_path: Path,
 ) -> None:
     with GatewayProcess(tenancy_config(outage_redis.url, fail_mode="closed"), tmp_path) as replica:
         admin = Admin(replica.base_url)
@@ -386,21 +413,35 @@ def test_auth_required_refuses_to_start_without_tenants(tmp_path: Path) -> None:
 
 
 def test_keys_create_command_issues_a_working_key(
-    replicas: list[GatewayProcess], redis_server: RedisServer,
+    replicas: list[GatewayProcess],
+    redis_server: RedisServer,
 ) -> None:
-    result = subprocess.run([str(CONSOLE_SCRIPT), "keys", "create", "--tenant", "acme", "--config",
-                             str(replicas[0].config_path)], check=True, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [str(CONSOLE_SCRIPT), "keys", "create", "--tenant", "acme", "--config", str(replicas[0].config_path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     key = result.stdout.split()[0]
     assert speak(replicas[1], key).status_code == 200
 
 
 def test_config_key_hashes_authenticate_without_redis(tmp_path: Path) -> None:
-    result = subprocess.run([str(CONSOLE_SCRIPT), "keys", "create", "--tenant", "solo"], check=True,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [str(CONSOLE_SCRIPT), "keys", "create", "--tenant", "solo"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     lines = result.stdout.split()
     key, key_hash = lines[0], lines[-1]
-    config = {"auth": {"tenants": [{"name": "solo", "api_key_sha256": [key_hash]}]},
-              "engines": {"synthetic": {"kind": "synthetic"}}, "aliases": {}}
+    config = {
+        "auth": {"tenants": [{"name": "solo", "api_key_sha256": [key_hash]}]},
+        "engines": {"synthetic": {"kind": "synthetic"}},
+        "aliases": {},
+    }
     with GatewayProcess(config, tmp_path) as replica:
         assert speak(replica, key).status_code == 200
         assert speak(replica, key[:-1] + ("A" if key[-1] != "A" else "B")).status_code == 401

@@ -169,8 +169,10 @@ def schema() -> dict[str, Any]:
 VALUE_SETS = {
     "default": dict[str, Any](),
     "everything": _everything(),
-    "existing-secret": {"auth": {"existingSecret": "gateway-credentials"},
-                        "redis": {"host": "redis", "existingSecret": "redis", "existingSecretPasswordKey": "pw"}},
+    "existing-secret": {
+        "auth": {"existingSecret": "gateway-credentials"},
+        "redis": {"host": "redis", "existingSecret": "redis", "existingSecretPasswordKey": "pw"},
+    },
     "single": {"replicaCount": 1, "serviceAccount": {"create": False}, "redis": {"host": "redis"}},
 }
 # The two-tier renders: checked like VALUE_SETS by the lint, schema and Kubernetes tests, and by their own tests below
@@ -178,8 +180,9 @@ VALUE_SETS = {
 TWO_TIER_SETS = {
     "engine-tier": {"engineTier": {"enabled": True}},
     "engine-tier-everything": _engine_tier(),
-    "engine-tier-existing-secret": {"engineTier": {"enabled": True, "existingSecret": "engine-token",
-                                                   "existingSecretKey": "token"}},
+    "engine-tier-existing-secret": {
+        "engineTier": {"enabled": True, "existingSecret": "engine-token", "existingSecretKey": "token"}
+    },
 }
 
 
@@ -219,11 +222,23 @@ def test_kubernetes_validation_can_fail(render: Any) -> None:
 
 def test_everything_renders_every_optional_kind(render: Any) -> None:
     kinds = set(render(VALUE_SETS["everything"]).kinds())
-    assert kinds >= {"Deployment", "Service", "ServiceAccount", "ConfigMap", "Secret", "Ingress", "NetworkPolicy",
-                     "HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor", "PersistentVolumeClaim",
-                     "Pod"}
-    assert not {"Ingress", "NetworkPolicy", "HorizontalPodAutoscaler", "ServiceMonitor",
-                "PersistentVolumeClaim"} & set(render().kinds())
+    assert kinds >= {
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+        "ConfigMap",
+        "Secret",
+        "Ingress",
+        "NetworkPolicy",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "ServiceMonitor",
+        "PersistentVolumeClaim",
+        "Pod",
+    }
+    assert not {"Ingress", "NetworkPolicy", "HorizontalPodAutoscaler", "ServiceMonitor", "PersistentVolumeClaim"} & set(
+        render().kinds()
+    )
 
 
 def test_rendered_yaml_has_no_duplicate_keys() -> None:
@@ -250,12 +265,24 @@ def test_bad_values_are_rejected(schema: dict[str, Any], chart: helm.Chart, rend
         render(bad)
     with pytest.raises(helm.HelmValuesError, match="admin_token"):
         chart.validate_schema({"config": {"auth": {"admin_token": "would land in a ConfigMap"}}})
+    remote = {"kind": "openai", "options": {"endpoints": ["https://api.openai.com/v1"], "api_key": "sk-in-a-configmap"}}
+    with pytest.raises(helm.HelmValuesError, match="upstream/options': 'not' failed"):  # the key must not be there
+        chart.validate_schema({"config": {"engines": {"upstream": remote}}})
+    chart.validate_schema({"config": {"engines": {"upstream": {**remote, "options": {"api_key_env": "UPSTREAM_KEY"}}}}})
+    with pytest.raises(helm.HelmValuesError, match="enabeld"):
+        chart.validate_schema({"engineTier": {"enabeld": True}})
+    with pytest.raises(helm.HelmValuesError, match="endpoints"):  # the chart sets them
+        chart.validate_schema({"engineTier": {"remoteOptions": {"endpoints": ["http://elsewhere/v1"]}}})
 
 
 def test_check_jsonschema_cli() -> None:
     cli = [sys.executable, "-m", "check_jsonschema", "--schemafile", str(CHART / "values.schema.json")]
-    good = subprocess.run([*cli, str(CHART / "values.yaml"), str(EVERYTHING), str(ENGINE_TIER)], capture_output=True,
-                          text=True, check=False)
+    good = subprocess.run(
+        [*cli, str(CHART / "values.yaml"), str(EVERYTHING), str(ENGINE_TIER)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert good.returncode == 0, good.stdout + good.stderr
     bad = subprocess.run([*cli, str(BAD)], capture_output=True, text=True, check=False)
     assert bad.returncode != 0 and "replicaCount" in bad.stdout + bad.stderr
@@ -287,7 +314,8 @@ def test_every_value_has_a_comment() -> None:
             comments.append(previous.strip())
         documented = any(c.startswith("# --") for c in comments) or any(doc for _, doc in stack)
         is_leaf = bool(rest) or not any(
-            re.match(rf"^ {{{indent + 1},}}\S", following) for following in lines[number + 1 : number + 2])
+            re.match(rf"^ {{{indent + 1},}}\S", following) for following in lines[number + 1 : number + 2]
+        )
         if is_leaf and not documented:
             undocumented.append(key)
         stack.append((indent, documented))
@@ -306,14 +334,18 @@ def test_replicas_only_without_autoscaling(render: Any) -> None:
     hpa = on.one("HorizontalPodAutoscaler")
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": FULLNAME}
     metrics = hpa["spec"]["metrics"]
-    assert {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization",
-                                                                       "averageUtilization": 80}}} in metrics
+    assert {
+        "type": "Resource",
+        "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}},
+    } in metrics
     assert any(m["type"] == "Pods" and m["pods"]["metric"]["name"] == "tts_engine_queue_depth" for m in metrics)
 
 
 def test_pod_disruption_budget_only_with_several_replicas(render: Any) -> None:
     assert render().one("PodDisruptionBudget")["spec"] == {
-        "minAvailable": 1, "selector": {"matchLabels": render().deployment["spec"]["selector"]["matchLabels"]}}
+        "minAvailable": 1,
+        "selector": {"matchLabels": render().deployment["spec"]["selector"]["matchLabels"]},
+    }
     assert "PodDisruptionBudget" not in render({"replicaCount": 1}).kinds()
     assert "PodDisruptionBudget" in render({"replicaCount": 1, "autoscaling": {"enabled": True}}).kinds()
 
@@ -399,11 +431,13 @@ def test_weights_volume(render: Any) -> None:
     options = everything.config["engines"]["chattts"]["options"]
     assert options == {"source": "dir", "path": "/models/chattts", "device": "cuda", "max_batch": 8}
 
-    existing = render({"weights": {"source": "dir", "persistentVolumeClaim": {"enabled": True,
-                                                                              "existingClaim": "chattts-weights"}}})
+    existing = render(
+        {"weights": {"source": "dir", "persistentVolumeClaim": {"enabled": True, "existingClaim": "chattts-weights"}}}
+    )
     assert "PersistentVolumeClaim" not in existing.kinds()
     assert {v["name"]: v for v in existing.pod["volumes"]}["models"]["persistentVolumeClaim"] == {
-        "claimName": "chattts-weights"}
+        "claimName": "chattts-weights"
+    }
     with pytest.raises(helm.HelmRenderError, match="persistentVolumeClaim"):
         render({"weights": {"source": "dir"}})
 
@@ -431,7 +465,8 @@ def test_redis_url_uses_the_password_from_a_secret(render: Any) -> None:
     assert names.index("REDIS_PASSWORD") < names.index("TTS_GATEWAY_REDIS_URL")
     assert rendered.env["REDIS_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": FULLNAME, "key": "redis-password"}}
     assert rendered.env["TTS_GATEWAY_REDIS_URL"]["value"] == (
-        "redis://gateway:$(REDIS_PASSWORD)@redis-master.redis.svc:6380/2")
+        "redis://gateway:$(REDIS_PASSWORD)@redis-master.redis.svc:6380/2"
+    )
     password = VALUE_SETS["everything"]["redis"]["password"]
     assert password not in rendered.text("deployment.yaml")
     assert password not in rendered.text("configmap.yaml")
@@ -494,8 +529,11 @@ def test_network_policy(render: Any) -> None:
     assert policy["policyTypes"] == ["Ingress", "Egress"]
     assert policy["ingress"][0]["ports"] == [{"port": "http", "protocol": "TCP"}]
     peers = policy["ingress"][0]["from"]
-    assert {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "tts-gateway-test",
-                                            "app.kubernetes.io/instance": RELEASE}}} in peers
+    assert {
+        "podSelector": {
+            "matchLabels": {"app.kubernetes.io/name": "tts-gateway-test", "app.kubernetes.io/instance": RELEASE}
+        }
+    } in peers
     egress_ports = [port["port"] for rule in policy["egress"] for port in rule["ports"]]
     assert egress_ports == [53, 53, 6380, 443]
 
@@ -507,8 +545,9 @@ def test_service_monitor(render: Any) -> None:
     service = render(VALUE_SETS["everything"]).one("Service")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["speech"]}
-    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s",
-                                             "scrapeTimeout": "10s"}]
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "http", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}
+    ]
     assert service["spec"]["ports"][0]["name"] == "http"
 
 
@@ -546,7 +585,10 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 @pytest.mark.parametrize("name", ["default", "everything", "tenants"])
 def test_settings_loader_accepts_the_rendered_config(
-    render: Any, tmp_path: Path, clean_environment: pytest.MonkeyPatch, name: str,
+    render: Any,
+    tmp_path: Path,
+    clean_environment: pytest.MonkeyPatch,
+    name: str,
 ) -> None:
     values = {"auth": {"tenants": [TENANT]}} if name == "tenants" else VALUE_SETS[name]
     rendered = render(values)
@@ -663,18 +705,26 @@ def test_the_tiers_select_only_their_own_pods(render: Any) -> None:
     for name, pod, other in ((FULLNAME, gateway_pod, engine_pod), (ENGINE_FULLNAME, engine_pod, gateway_pod)):
         for kind in ("Service", "PodDisruptionBudget", "NetworkPolicy", "Deployment"):
             doc = rendered.one(kind, name)
-            selector = doc["spec"]["selector"] if kind == "Service" else (
-                doc["spec"].get("podSelector") or doc["spec"]["selector"])["matchLabels"]
+            selector = (
+                doc["spec"]["selector"]
+                if kind == "Service"
+                else (doc["spec"].get("podSelector") or doc["spec"]["selector"])["matchLabels"]
+            )
             assert _selects(selector, pod) and not _selects(selector, other), (kind, name)
 
 
 def test_gateway_calls_the_engine_tier_through_a_remote_engine(render: Any) -> None:
     rendered = render(TWO_TIER_SETS["engine-tier-everything"])
     engines = rendered.config["engines"]
-    assert engines["chattts"] == {"kind": "openai", "options": {
-        "endpoints": ["http://rel-tts-gateway-engine.speech.svc.cluster.example:8000/v1"],
-        "model": "chattts", "api_key_env": "TTS_ENGINE_SERVICE_TOKEN",
-        **TWO_TIER_SETS["engine-tier-everything"]["engineTier"]["remoteOptions"]}}
+    assert engines["chattts"] == {
+        "kind": "openai",
+        "options": {
+            "endpoints": ["http://rel-tts-gateway-engine.speech.svc.cluster.example:8000/v1"],
+            "model": "chattts",
+            "api_key_env": "TTS_ENGINE_SERVICE_TOKEN",
+            **TWO_TIER_SETS["engine-tier-everything"]["engineTier"]["remoteOptions"],
+        },
+    }
     assert engines["espeak"]["kind"] == "espeak"  # cheap, stays local: the aliases' fallback
     assert rendered.config["aliases"] == render().config["aliases"]  # model names route as in one tier
     default = render(TWO_TIER_SETS["engine-tier"]).config["engines"]["chattts"]["options"]
@@ -684,8 +734,11 @@ def test_gateway_calls_the_engine_tier_through_a_remote_engine(render: Any) -> N
 def test_engine_nodes_run_the_moved_engines_with_the_engine_profile(render: Any) -> None:
     config = _engine_config(render(TWO_TIER_SETS["engine-tier-everything"]))
     assert config["server"]["profile"] == "engine"
-    assert config["engines"]["chattts"] == {"kind": "chattts", "workers": 2, "options": {
-        "source": "dir", "path": "/models/chattts", "device": "cuda", "max_batch": 8}}
+    assert config["engines"]["chattts"] == {
+        "kind": "chattts",
+        "workers": 2,
+        "options": {"source": "dir", "path": "/models/chattts", "device": "cuda", "max_batch": 8},
+    }
     assert config["engines"]["espeak"] is None  # no built-in engine slips back in through the gateway's defaults
     assert set(config) == {"server", "engines"}  # no tenants, limits, cache or credentials on the engine nodes
 
@@ -702,8 +755,10 @@ def test_service_token_is_shared_through_a_secret_only(render: Any) -> None:
     for path, text in rendered.files.items():
         if not path.endswith(("secret.yaml", "secret-engine.yaml")):
             assert token not in text, path
-    checksums = {doc["spec"]["template"]["metadata"]["annotations"]["checksum/service-token"]
-                 for doc in rendered.all("Deployment")}
+    checksums = {
+        doc["spec"]["template"]["metadata"]["annotations"]["checksum/service-token"]
+        for doc in rendered.all("Deployment")
+    }
     assert checksums == {hashlib.sha256(token.encode()).hexdigest()}  # both tiers roll when it changes
 
 
@@ -745,8 +800,10 @@ def test_gpus_and_weights_go_to_the_engine_tier_only(render: Any) -> None:
     assert "tolerations" not in rendered.pod
 
     container, pod = _engine_container(rendered), _engine_pod(rendered)
-    assert container["resources"] == {"requests": {"cpu": "2", "memory": "6Gi"},
-                                      "limits": {"memory": "12Gi", "nvidia.com/gpu": 2}}
+    assert container["resources"] == {
+        "requests": {"cpu": "2", "memory": "6Gi"},
+        "limits": {"memory": "12Gi", "nvidia.com/gpu": 2},
+    }
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     assert volumes["models"]["persistentVolumeClaim"] == {"claimName": f"{FULLNAME}-models"}
     assert {mount["mountPath"] for mount in container["volumeMounts"]} >= {"/models", "/tmp", CONFIG_PATH}
@@ -761,7 +818,9 @@ def test_both_tiers_have_their_own_hpa_and_pdb(render: Any) -> None:
     rendered = render(TWO_TIER_SETS["engine-tier-everything"])
     targets = {hpa["metadata"]["name"]: hpa["spec"] for hpa in rendered.all("HorizontalPodAutoscaler")}
     assert {name: spec["scaleTargetRef"]["name"] for name, spec in targets.items()} == {
-        FULLNAME: FULLNAME, ENGINE_FULLNAME: ENGINE_FULLNAME}
+        FULLNAME: FULLNAME,
+        ENGINE_FULLNAME: ENGINE_FULLNAME,
+    }
     engine_hpa = targets[ENGINE_FULLNAME]
     assert (engine_hpa["minReplicas"], engine_hpa["maxReplicas"]) == (2, 8)
     assert [metric["type"] for metric in engine_hpa["metrics"]] == ["Pods"]  # CPU target turned off
@@ -777,8 +836,10 @@ def test_network_policies_let_only_the_gateway_reach_the_engines(render: Any) ->
     rendered = render(TWO_TIER_SETS["engine-tier-everything"])
     engine_labels = rendered.one("Deployment", ENGINE_FULLNAME)["spec"]["selector"]["matchLabels"]
     gateway_egress = rendered.one("NetworkPolicy")["spec"]["egress"]
-    assert {"ports": [{"port": 8000, "protocol": "TCP"}],
-            "to": [{"podSelector": {"matchLabels": engine_labels}}]} in gateway_egress
+    assert {
+        "ports": [{"port": 8000, "protocol": "TCP"}],
+        "to": [{"podSelector": {"matchLabels": engine_labels}}],
+    } in gateway_egress
     engine_policy = rendered.one("NetworkPolicy", ENGINE_FULLNAME)["spec"]
     peers = engine_policy["ingress"][0]["from"]
     assert peers[0] == {"podSelector": {"matchLabels": rendered.deployment["spec"]["selector"]["matchLabels"]}}
@@ -792,8 +853,9 @@ def test_notes_describe_the_engine_tier(render: Any) -> None:
     assert "Engine tier" not in render().files["tts-gateway/templates/NOTES.txt"]
 
 
-def test_removed_built_in_engine_stays_removed(render: Any, tmp_path: Path,
-                                               clean_environment: pytest.MonkeyPatch) -> None:
+def test_removed_built_in_engine_stays_removed(
+    render: Any, tmp_path: Path, clean_environment: pytest.MonkeyPatch
+) -> None:
     """Helm drops keys set to null in values, so the chart names each missing built-in engine null itself."""
     from gateway.settings import BUILT_IN_ENGINES
 
@@ -809,13 +871,16 @@ def test_removed_built_in_engine_stays_removed(render: Any, tmp_path: Path,
     assert getattr(alias, "engines", alias) == ["espeak"]
 
 
-def test_settings_loader_accepts_both_tiers_configs(render: Any, tmp_path: Path,
-                                                    clean_environment: pytest.MonkeyPatch) -> None:
+def test_settings_loader_accepts_both_tiers_configs(
+    render: Any, tmp_path: Path, clean_environment: pytest.MonkeyPatch
+) -> None:
     rendered = render(TWO_TIER_SETS["engine-tier-everything"])
     token = TWO_TIER_SETS["engine-tier-everything"]["engineTier"]["serviceToken"]
-    files = {"config.yaml": rendered.one("ConfigMap")["data"]["config.yaml"],
-             "secret.yaml": base64.b64decode(rendered.one("Secret")["data"]["secret.yaml"]).decode(),
-             "engine.yaml": rendered.one("ConfigMap", ENGINE_FULLNAME)["data"]["config.yaml"]}
+    files = {
+        "config.yaml": rendered.one("ConfigMap")["data"]["config.yaml"],
+        "secret.yaml": base64.b64decode(rendered.one("Secret")["data"]["secret.yaml"]).decode(),
+        "engine.yaml": rendered.one("ConfigMap", ENGINE_FULLNAME)["data"]["config.yaml"],
+    }
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     clean_environment.setenv("TTS_GATEWAY_REDIS_URL", rendered.env["TTS_GATEWAY_REDIS_URL"]["value"])
@@ -832,3 +897,31 @@ def test_settings_loader_accepts_both_tiers_configs(render: Any, tmp_path: Path,
     assert set(engine.engines) == {"chattts"}
     assert engine.server.profile == "engine"
     assert engine.auth.service_token is not None and engine.auth.service_token.get_secret_value() == token
+
+
+def _deployment_doc_block(first_line: str) -> dict[str, Any]:
+    """The YAML block of docs/deployment.md's two-tier section that starts with ``first_line``."""
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    blocks = re.findall(r"^```yaml\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    found = [block for block in blocks if block.startswith(first_line + "\n")]
+    assert len(found) == 1, f"docs/deployment.md has no single yaml block starting {first_line!r}"
+    loaded: dict[str, Any] = yaml.safe_load(found[0])
+    return loaded
+
+
+def test_the_deployment_guide_two_tier_examples_match_the_chart(chart: helm.Chart) -> None:
+    values = _deployment_doc_block("# two-tiers.yaml")
+    chart.validate_schema(values)
+    rendered = Rendered(chart.render(values, name="tts", namespace="speech", is_install=True))
+    assert rendered.one("Deployment", "tts-tts-gateway-engine")
+    # The guide's two config excerpts are what the chart renders with the weights on a claim and a GPU.
+    excerpt_values = {
+        "engineTier": {"enabled": True},
+        "gpu": {"enabled": True},
+        "weights": {"source": "dir", "persistentVolumeClaim": {"enabled": True}},
+    }
+    rendered = Rendered(chart.render(excerpt_values, name="tts", namespace="speech", is_install=True))
+    front = yaml.safe_load(rendered.one("ConfigMap", "tts-tts-gateway")["data"]["config.yaml"])
+    engine = yaml.safe_load(rendered.one("ConfigMap", "tts-tts-gateway-engine")["data"]["config.yaml"])
+    assert _deployment_doc_block("# front gateway")["engines"] == front["engines"]
+    assert _deployment_doc_block("# engine node")["engines"] == engine["engines"]

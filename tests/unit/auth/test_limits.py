@@ -164,7 +164,9 @@ async def test_stream_leases_up_to_the_limit(limiter: TenantRateLimiter, tenant:
 
 
 async def test_a_stream_over_the_limit_waits_for_one_to_end_then_is_refused(
-    make_limiter: Callable[..., TenantRateLimiter], storage_uri: str, tenant: str,
+    make_limiter: Callable[..., TenantRateLimiter],
+    storage_uri: str,
+    tenant: str,
 ) -> None:
     limiter = make_limiter(storage_uri, stream_wait_s=0.5)
     limits = TenantLimits(concurrent_streams=1)

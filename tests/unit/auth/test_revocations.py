@@ -11,9 +11,10 @@ import secrets
 import tracemalloc
 from typing import TYPE_CHECKING
 
+import fakeredis
 import pytest
 
-from auth import AuthBackendError, MemoryAuthStore, Tenant, hash_api_key
+from auth import AuthBackendError, AuthStore, MemoryAuthStore, RedisAuthStore, Tenant, hash_api_key
 from auth.resilient import OutageTolerantStore
 from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocationBus, Revocation
 from auth.settings import TenantLimits
@@ -140,15 +141,22 @@ async def test_announcing_store_tells_this_replica_only_of_what_it_did(shared: S
     assert heard == [Revocation("key", record.id), Revocation("tenant", "acme")]
 
 
-async def test_a_new_tenant_of_a_deleted_name_gets_a_new_generation(shared: SwitchableStore) -> None:
-    first = await shared.get_tenant("acme")
-    await shared.put_tenant(ACME)  # replaced: same generation
-    assert (await shared.get_tenant("acme")).generation == first.generation  # type: ignore[union-attr]
-    await shared.delete_tenant("acme")
-    await shared.put_tenant(ACME)
-    second = await shared.get_tenant("acme")
-    assert first is not None and second is not None
-    assert first.generation and second.generation and first.generation != second.generation
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_new_tenant_of_a_deleted_name_gets_a_new_generation(backend: str) -> None:
+    store: AuthStore = (
+        MemoryAuthStore() if backend == "memory" else RedisAuthStore(fakeredis.FakeAsyncRedis(), owns_client=True)
+    )
+    await store.put_tenant(ACME)
+    first = await store.get_tenant("acme")
+    await store.put_tenant(ACME)  # replaced (as every replica's seeding does): the same generation
+    replaced = await store.get_tenant("acme")
+    await store.delete_tenant("acme")
+    await store.put_tenant(ACME)
+    second = await store.get_tenant("acme")
+    await store.close()
+    assert first is not None and replaced is not None and second is not None
+    assert first.generation and replaced.generation == first.generation
+    assert second.generation and second.generation != first.generation
 
 
 @pytest.fixture
@@ -165,14 +173,18 @@ async def buses(redis_url: str) -> AsyncIterator[tuple[RedisRevocationBus, Redis
 
 async def test_redis_bus_reaches_every_replica(buses: tuple[RedisRevocationBus, RedisRevocationBus]) -> None:
     here, there = buses
-    heard_here: list[Revocation] = []
+    heard_here: asyncio.Queue[Revocation] = asyncio.Queue()
     heard_there: asyncio.Queue[Revocation] = asyncio.Queue()
-    here.listen(heard_here.append)
+    here.listen(heard_here.put_nowait)
     there.listen(heard_there.put_nowait)
     await here.announce(Revocation("tenant", "acme"))
-    assert heard_here[0] == Revocation("tenant", "acme")  # at once, before the round trip
+    assert heard_here.get_nowait() == Revocation("tenant", "acme")  # at once, before the round trip
     async with asyncio.timeout(1.0):
         assert await heard_there.get() == Revocation("tenant", "acme")
+        # The channel keeps order: once the other replica's answer is back, our own message has come back too,
+        # and was not heard a second time.
+        await there.announce(Revocation("key", "key_1"))
+        assert await heard_here.get() == Revocation("key", "key_1")
 
 
 def test_revocation_messages_round_trip_and_strangers_are_refused() -> None:

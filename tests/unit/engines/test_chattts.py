@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 SAMPLES_PER_SEGMENT = TEST_TOKENS * 512 - 256  # every segment is exactly TEST_TOKENS tokens long here
 
 
-
 @pytest.fixture(scope="module")
 def engine() -> ChatTTSEngine:
     loaded = ChatTTSEngine(chattts_engine_options())
@@ -41,7 +40,9 @@ def speak(engine: ChatTTSEngine, text: str, **fields: Any) -> np.ndarray:
 
 
 def run_batch(
-    engine: ChatTTSEngine, requests: list[SynthesisRequest], cancels: list[CancelFlag],
+    engine: ChatTTSEngine,
+    requests: list[SynthesisRequest],
+    cancels: list[CancelFlag],
 ) -> dict[int, list[Any]]:
     items: dict[int, list[Any]] = {i: [] for i in range(len(requests))}
     for index, item in engine.synthesize_batch(requests, cancels):

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 TEXT = "The quick brown fox jumps over the lazy dog. It was not amused."
 
 
-
 LOADABLE_KINDS = ["synthetic", "espeak", "chattts"]
 
 

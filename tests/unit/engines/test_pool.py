@@ -23,18 +23,21 @@ RATE = 24000
 async def make_pool() -> AsyncIterator[Callable[..., Any]]:
     pools: list[EnginePool] = []
 
-    async def make(options: dict[str, Any] | None = None, **settings: Any) -> EnginePool:
+    async def make(options: dict[str, Any] | None = None, *, wait: bool = True, **settings: Any) -> EnginePool:
         pool = EnginePool("test", engine_settings(kind="synthetic", options=options or {}, **settings))
         pools.append(pool)
         await pool.start()
-        await pool.wait_ready(30)
+        if wait:
+            await pool.wait_ready(30)
         return pool
 
     yield make
     for pool in pools:
         await pool.stop()
-        assert all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-                   for pid in pool.status().pids)
+        assert all(
+            not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            for pid in pool.status().pids
+        )
 
 
 def request(text: str = "x" * 20, voice: str = "nova") -> SynthesisRequest:
@@ -159,3 +162,13 @@ async def test_stop_ends_every_worker_process(make_pool: Callable[..., Any]) -> 
     await pool.stop()
     for pid in pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+async def test_a_request_while_the_engine_is_still_loading_is_told_so_at_once(make_pool: Callable[..., Any]) -> None:
+    # Not queued until the queue times out as "overloaded": the client (or the alias's next engine) learns that the
+    # engine is loading, which is what it is.
+    pool = await make_pool({"load_delay_s": 30.0}, wait=False)
+    assert pool.status().state == "starting"
+    with pytest.raises(EngineNotReadyError, match="still loading"):
+        await collect(pool, request())
+    assert pool.status().queued == 0

@@ -1,10 +1,21 @@
-"""The engine pool's scheduler on its own: who of the waiting requests gets the next free worker."""
+"""The engine pool's scheduler: who of the waiting requests gets the next free worker. On its own first, then in a
+pool of real worker processes."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
 import pytest
 
+from engines.base import SynthesisRequest
+from engines.pool import EngineOverloadedError, EnginePool
 from engines.scheduler import QueueFullError, TenantQueueFullError, TenantScheduler, TenantShare
+from engines.settings import engine_settings
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
 
 
 def drain(scheduler: TenantScheduler[str]) -> list[str]:
@@ -123,6 +134,15 @@ def test_removing_the_only_waiter_of_a_tenant_frees_its_cap() -> None:
     assert drain(scheduler) == ["a1"]
 
 
+def test_pop_skips_tenants_that_are_not_eligible_and_keeps_their_place() -> None:
+    scheduler: TenantScheduler[str] = TenantScheduler(capacity=16)
+    scheduler.push("b0", "b")
+    scheduler.push("a0", "a")
+    assert scheduler.pop(lambda tenant: tenant != "b") == "a0"
+    assert scheduler.pop(lambda tenant: tenant != "b") is None
+    assert scheduler.pop() == "b0"
+
+
 def test_fifo_serves_in_arrival_order_whatever_the_shares() -> None:
     scheduler: TenantScheduler[str] = TenantScheduler(capacity=16, scheduling="fifo")
     scheduler.charge("b")
@@ -162,3 +182,89 @@ def test_state_of_tenants_gone_quiet_is_dropped() -> None:
 def test_a_share_out_of_range_is_refused(weight: float, max_queued: int | None) -> None:
     with pytest.raises(ValueError, match="must be"):
         TenantShare(weight=weight, max_queued=max_queued)
+
+
+# ----------------------------------------------------------------------------------------- in a real pool
+async def real_time_pool(**settings: object) -> EnginePool:
+    # Workers speaking at real time: 100 characters hold one for a second.
+    pool = EnginePool(
+        "fair",
+        engine_settings(kind="synthetic", queue_size=8, **settings, options={"rtf": 1.0, "seconds_per_char": 0.01}),
+    )
+    await pool.start()
+    return pool
+
+
+@pytest.fixture
+async def one_worker_pool() -> AsyncIterator[EnginePool]:
+    pool = await real_time_pool(workers=1)
+    try:
+        assert await pool.wait_ready(30)
+        yield pool
+    finally:
+        await pool.stop()
+
+
+@pytest.fixture
+async def pool_with_a_reserved_slot() -> AsyncIterator[EnginePool]:
+    pool = await real_time_pool(workers=2, reserved_slots=1)
+    try:
+        await wait_for(lambda: pool.status().ready_workers == 2)
+        yield pool
+    finally:
+        await pool.stop()
+
+
+async def wait_for(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10  # generous: the machine may be busy
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_the_pool_hands_the_worker_out_in_turn_and_forgets_a_waiter_that_gave_up(
+    one_worker_pool: EnginePool,
+) -> None:
+    pool, started = one_worker_pool, []
+
+    async def speak(tenant: str, chars: int, share: TenantShare | None = None) -> None:
+        request = SynthesisRequest(text="x" * chars, voice="alloy")
+        async with pool.open_stream(request, tenant=tenant, share=share) as pcm:
+            started.append(tenant)
+            async for _ in pcm:
+                pass
+
+    running = asyncio.create_task(speak("b", 100))
+    await wait_for(lambda: pool.status().active_jobs == 1)
+    b_waiting = [asyncio.create_task(speak("b", 10)) for _ in range(2)]
+    quitter = asyncio.create_task(speak("a", 10))
+    await wait_for(lambda: pool.status().queued_by_tenant == {"b": 2, "a": 1})
+    quitter.cancel()
+    await wait_for(lambda: pool.status().queued_by_tenant == {"b": 2})
+    capped = TenantShare(max_queued=1)
+    a_waiting = asyncio.create_task(speak("a", 10, capped))
+    await wait_for(lambda: pool.status().queued_by_tenant == {"b": 2, "a": 1})
+    with pytest.raises(EngineOverloadedError):  # over a's own cap, while the pool's queue has room
+        await speak("a", 10, capped)
+    await asyncio.gather(running, *b_waiting, a_waiting)
+    # b held the worker; a's request (the one that stayed) went before b's two waiting ones.
+    assert started == ["b", "a", "b", "b"]
+    assert pool.status().queued == 0
+
+
+async def test_a_reserved_slot_waits_for_a_tenant_running_nothing(pool_with_a_reserved_slot: EnginePool) -> None:
+    pool, started = pool_with_a_reserved_slot, []
+
+    async def speak(tenant: str, chars: int) -> None:
+        async with pool.open_stream(SynthesisRequest(text="x" * chars, voice="alloy"), tenant=tenant) as pcm:
+            started.append(tenant)
+            async for _ in pcm:
+                pass
+
+    b_first = asyncio.create_task(speak("b", 100))
+    await wait_for(lambda: pool.status().active_jobs == 1)
+    b_second = asyncio.create_task(speak("b", 10))
+    await wait_for(lambda: pool.status().queued_by_tenant == {"b": 1})  # a worker is free, but it is the reserved one
+    await speak("a", 10)  # a runs nothing: the reserved slot is a's at once
+    await asyncio.gather(b_first, b_second)
+    assert started == ["b", "a", "b"]

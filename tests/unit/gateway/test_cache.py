@@ -22,8 +22,14 @@ if TYPE_CHECKING:
     from tests.redis_server import RedisServer
 
 BASE: dict[str, Any] = {
-    "engine": "chattts", "weights_id": "sha256:abc", "text": "Hello world", "voice_id": "nova",
-    "response_format": "mp3", "speed": 1.0, "instructions": None, "params": {"temperature": 0.3, "seed": 7},
+    "engine": "chattts",
+    "weights_id": "sha256:abc",
+    "text": "Hello world",
+    "voice_id": "nova",
+    "response_format": "mp3",
+    "speed": 1.0,
+    "instructions": None,
+    "params": {"temperature": 0.3, "seed": 7},
 }
 
 
@@ -39,12 +45,24 @@ def test_key_normalizes_text() -> None:
     assert len(key()) == 64
 
 
-@pytest.mark.parametrize("change", [
-    {"engine": "espeak"}, {"weights_id": "sha256:abd"}, {"text": "Hello world!"}, {"text": "hello world"},
-    {"text": "Helloworld"}, {"voice_id": "alloy"}, {"response_format": "wav"}, {"speed": 1.25},
-    {"instructions": "cheerful"}, {"instructions": ""}, {"params": {"temperature": 0.31, "seed": 7}},
-    {"params": {"temperature": 0.3}}, {"params": {"temperature": 0.3, "seed": 7, "top_p": 0.7}},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"engine": "espeak"},
+        {"weights_id": "sha256:abd"},
+        {"text": "Hello world!"},
+        {"text": "hello world"},
+        {"text": "Helloworld"},
+        {"voice_id": "alloy"},
+        {"response_format": "wav"},
+        {"speed": 1.25},
+        {"instructions": "cheerful"},
+        {"instructions": ""},
+        {"params": {"temperature": 0.31, "seed": 7}},
+        {"params": {"temperature": 0.3}},
+        {"params": {"temperature": 0.3, "seed": 7, "top_p": 0.7}},
+    ],
+)
 def test_any_change_gives_another_key(change: dict[str, Any]) -> None:
     assert key(**change) != key()
 
@@ -117,7 +135,8 @@ async def test_disabled_cache_stores_nothing() -> None:
 
 
 async def test_outage_reads_as_a_miss_and_writes_are_dropped(
-    outage_redis: RedisServer, caplog: pytest.LogCaptureFixture,
+    outage_redis: RedisServer,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     client = connect_redis(outage_redis.url)
     cache = AudioCache(CacheSettings(), client)
@@ -211,8 +230,9 @@ async def test_a_reader_that_leaves_does_not_disturb_the_others() -> None:
     async def store(audio: bytes) -> None:
         stored.append(audio)
 
-    early, full = await asyncio.gather(read(flights.stream("k", produce, store), stop_after=100),
-                                       read(flights.stream("k", produce, store)))
+    early, full = await asyncio.gather(
+        read(flights.stream("k", produce, store), stop_after=100), read(flights.stream("k", produce, store))
+    )
     assert early == produce.audio[:100]
     assert full == produce.audio
     assert (produce.runs, produce.cancelled, produce.finished) == (1, 0, 1)
@@ -317,8 +337,9 @@ async def test_an_ended_production_is_freed_without_the_cyclic_collector(ending:
         if ending == "abandoned":
             await read(flights.stream("k", produce), stop_after=100)
         else:
-            results = await asyncio.gather(read(flights.stream("k", produce)), read(flights.stream("k", produce)),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                read(flights.stream("k", produce)), read(flights.stream("k", produce)), return_exceptions=True
+            )
             assert [type(r) for r in results] == [RuntimeError, RuntimeError]
             del results  # a caller that handled the error lets go of it
         await until(lambda: held[0]() is None)  # freed once the production winds down, without gc.collect()

@@ -80,10 +80,12 @@ def _open(pool: EngineBackend, synthesis: SynthesisRequest) -> Any:
     return pool.open_stream(synthesis)
 
 
-async def thread_engine(name: str, capacity: int = 4, breaker: dict[str, Any] | None = None,
-                        **options: Any) -> ThreadBackend:
-    settings = engine_settings(kind="synthetic", options={"seconds_per_char": 0.01, **options},
-                               **({"breaker": breaker} if breaker else {}))
+async def thread_engine(
+    name: str, capacity: int = 4, breaker: dict[str, Any] | None = None, **options: Any
+) -> ThreadBackend:
+    settings = engine_settings(
+        kind="synthetic", options={"seconds_per_char": 0.01, **options}, **({"breaker": breaker} if breaker else {})
+    )
     engine = ThreadBackend(name, settings, capacity=capacity)
     await engine.start()
     return engine
@@ -114,8 +116,10 @@ async def test_tries_on_one_engine_are_bounded_and_the_last_error_is_answered() 
 
 async def test_overload_spills_to_the_next_engine_only_where_the_alias_allows_it() -> None:
     full, backup = await thread_engine("full", capacity=0), await thread_engine("backup")
-    aliases = {"strict": ["full", "backup"],
-               "spilling": AliasSettings(engines=["full", "backup"], spill_on_overload=True)}
+    aliases = {
+        "strict": ["full", "backup"],
+        "spilling": AliasSettings(engines=["full", "backup"], spill_on_overload=True),
+    }
     gateway = Gateway({"full": full, "backup": backup}, aliases)
     with pytest.raises(EngineOverloadedError):
         await gateway.speak(await gateway.plan("strict"))
@@ -152,8 +156,11 @@ async def test_a_custom_voice_stays_on_its_engine() -> None:
     broken, backup = await thread_engine("broken", fail_after_chunks=0), await thread_engine("backup")
     gateway = Gateway({"broken": broken, "backup": backup}, {"voice": ["broken", "backup"]})
     plan = await gateway.plan("voice")
-    custom = replace(plan, voice=Voice("voice_1", "seed:7", "sha"),
-                     synthesis=replace(plan.synthesis, voice="voice_1", speaker="seed:7"))
+    custom = replace(
+        plan,
+        voice=Voice("voice_1", "seed:7", "sha"),
+        synthesis=replace(plan.synthesis, voice="voice_1", speaker="seed:7"),
+    )
     with pytest.raises(SynthesisFailedError):
         await gateway.speak(custom)
     assert (broken.served, backup.served) == (2, 0)
@@ -194,15 +201,31 @@ async def test_no_try_starts_after_the_deadline() -> None:
     assert backup.served == 0
 
 
+def raised_while_handling(error: Exception, handled: Exception) -> Exception:
+    try:
+        try:
+            raise handled
+        except type(handled):
+            raise error from None
+    except type(error) as caught:
+        return caught
+
+
 def test_retry_reasons_name_the_cause() -> None:
     refused = SynthesisFailedError("endpoint refused")
     refused.__cause__ = ConnectionRefusedError()
-    timed_out = SynthesisFailedError("no first byte")
-    timed_out.__cause__ = TimeoutError()
-    assert [retry_reason(exc) for exc in (
-        SynthesisFailedError("the engine worker died (exit code 70)"), refused, timed_out,
-        SynthesisFailedError("RuntimeError: boom"), EngineOverloadedError("e", 1), EngineNotReadyError("e", "x"),
-    )] == ["died", "refused", "timeout", "failed", "overloaded", "not_ready"]
+    timed_out = raised_while_handling(SynthesisFailedError("no answer within 5 s"), TimeoutError())
+    assert [
+        retry_reason(exc)
+        for exc in (
+            SynthesisFailedError("the engine worker died (exit code 70)"),
+            refused,
+            timed_out,
+            SynthesisFailedError("RuntimeError: boom"),
+            EngineOverloadedError("e", 1),
+            EngineNotReadyError("e", "x"),
+        )
+    ] == ["died", "refused", "timeout", "failed", "overloaded", "not_ready"]
 
 
 # ----------------------------------------------------------------- breakers
@@ -313,12 +336,15 @@ def test_a_mapping_that_sets_only_the_spill_merges_into_the_built_in_alias(monke
     assert not settings.aliases["tts-1-hd"].spill_on_overload
 
 
-@pytest.mark.parametrize("aliases", [
-    {"x": {"engines": ["missing"]}},
-    {"x": {"engines": []}},
-    {"x": {"engines": ["espeak"], "spill": True}},
-    {"espeak": {"engines": ["espeak"]}},
-])
+@pytest.mark.parametrize(
+    "aliases",
+    [
+        {"x": {"engines": ["missing"]}},
+        {"x": {"engines": []}},
+        {"x": {"engines": ["espeak"], "spill": True}},
+        {"espeak": {"engines": ["espeak"]}},
+    ],
+)
 def test_bad_aliases_are_rejected(aliases: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         Settings(aliases=aliases)
@@ -326,9 +352,10 @@ def test_bad_aliases_are_rejected(aliases: dict[str, Any]) -> None:
 
 async def test_the_router_takes_either_alias_form_and_orders_ready_engines_first() -> None:
     ready, down = await thread_engine("ready"), await thread_engine("down", unavailable="no weights")
-    router = ModelRouter({"ready": ready, "down": down},
-                         {"listed": ["down", "ready"],
-                          "mapped": AliasSettings(engines=["down", "ready"], spill_on_overload=True)})
+    router = ModelRouter(
+        {"ready": ready, "down": down},
+        {"listed": ["down", "ready"], "mapped": AliasSettings(engines=["down", "ready"], spill_on_overload=True)},
+    )
     assert router.route("listed").engines == (ready, down)
     assert not router.route("listed").spill_on_overload
     assert router.route("mapped").spill_on_overload

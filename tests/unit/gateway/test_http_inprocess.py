@@ -3,7 +3,6 @@ client with real engines in threads (``tests/inprocess.py``) and the official Op
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -47,8 +46,9 @@ def sdk(http: AsyncTestClient[Litestar]) -> openai.AsyncOpenAI:
 
 
 async def test_the_sdk_gets_decodable_audio_from_the_engine_that_spoke(sdk: openai.AsyncOpenAI) -> None:
-    response = await sdk.audio.speech.with_raw_response.create(model="tts-1", voice="nova", input="Hello there.",
-                                                                response_format="wav")
+    response = await sdk.audio.speech.with_raw_response.create(
+        model="tts-1", voice="nova", input="Hello there.", response_format="wav"
+    )
     assert response.headers["x-engine"] == "tones"
     audio = decode_audio(response.content, "wav")
     assert abs(dominant_frequency(audio) - voice_frequency("nova")) < 5
@@ -58,8 +58,9 @@ async def test_the_sdk_gets_decodable_audio_from_the_engine_that_spoke(sdk: open
 @pytest.mark.parametrize("model", [m for m in OPENAI_MODEL_NAMES if m not in {"tts-1", "tts-1-hd", "gpt-4o-mini-tts"}])
 async def test_openais_dated_model_names_are_served(http: AsyncTestClient[Litestar], model: str) -> None:
     # Built in: a client pinned to a dated snapshot must not get a 404. They route to chattts, then espeak.
-    response = await http.post("/v1/audio/speech", json={"model": model, "input": "Hi.", "voice": "alloy",
-                                                          "response_format": "pcm"})
+    response = await http.post(
+        "/v1/audio/speech", json={"model": model, "input": "Hi.", "voice": "alloy", "response_format": "pcm"}
+    )
     assert response.status_code == 200, response.text
     assert response.headers["x-engine"] == "espeak"
     assert len(response.content) > 1000
@@ -91,17 +92,24 @@ async def test_server_sent_events_end_with_usage(http: AsyncTestClient[Litestar]
     assert '"input_tokens": 10' in events[-1]
 
 
-@pytest.mark.parametrize(("body", "status", "param", "code"), [
-    ({"model": "nope", "input": "x", "voice": "alloy"}, 404, "model", "model_not_found"),
-    ({"model": "tones", "input": "x", "voice": "nobody"}, 400, "voice", "invalid_value"),
-    ({"model": "tones", "input": "   ", "voice": "alloy"}, 400, "input", "invalid_value"),
-    ({"model": "tones", "input": "x", "voice": "alloy", "speed": 9}, 400, "speed", "invalid_value"),
-    ({"model": "tones", "input": "x", "voice": "alloy", "colour": "red"}, 400, "colour", "unknown_parameter"),
-    ({"model": "tones", "voice": "alloy"}, 400, "input", "missing_required_parameter"),
-    ({"model": "broken", "input": "x", "voice": "alloy"}, 503, None, "engine_not_ready"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "param", "code"),
+    [
+        ({"model": "nope", "input": "x", "voice": "alloy"}, 404, "model", "model_not_found"),
+        ({"model": "tones", "input": "x", "voice": "nobody"}, 400, "voice", "invalid_value"),
+        ({"model": "tones", "input": "   ", "voice": "alloy"}, 400, "input", "invalid_value"),
+        ({"model": "tones", "input": "x", "voice": "alloy", "speed": 9}, 400, "speed", "invalid_value"),
+        ({"model": "tones", "input": "x", "voice": "alloy", "colour": "red"}, 400, "colour", "unknown_parameter"),
+        ({"model": "tones", "voice": "alloy"}, 400, "input", "missing_required_parameter"),
+        ({"model": "broken", "input": "x", "voice": "alloy"}, 503, None, "engine_not_ready"),
+    ],
+)
 async def test_bad_requests_get_openais_error_body(
-    http: AsyncTestClient[Litestar], body: dict[str, Any], status: int, param: str | None, code: str,
+    http: AsyncTestClient[Litestar],
+    body: dict[str, Any],
+    status: int,
+    param: str | None,
+    code: str,
 ) -> None:
     response = await http.post("/v1/audio/speech", json=body)
     assert response.status_code == status, response.text
@@ -144,8 +152,11 @@ async def test_request_ids_are_echoed_or_made(http: AsyncTestClient[Litestar]) -
 async def test_readiness_shows_each_engine_and_its_details(http: AsyncTestClient[Litestar]) -> None:
     body = (await http.get("/readyz")).json()
     assert body["ready"] is True
-    assert body["engines"]["broken"] == {**body["engines"]["broken"], "state": "unavailable",
-                                         "reason": "no weights here"}
+    assert body["engines"]["broken"] == {
+        **body["engines"]["broken"],
+        "state": "unavailable",
+        "reason": "no weights here",
+    }
     assert body["engines"]["tones"]["state"] == "ready"
 
 
@@ -171,8 +182,11 @@ async def test_admin_api_with_its_token_issues_keys_that_work() -> None:
         key = (await http.post("/admin/tenants/acme/keys", headers=admin)).json()["key"]
         anonymous = await http.post("/v1/audio/speech", json={"model": "tones", "input": "x", "voice": "alloy"})
         assert (anonymous.status_code, anonymous.json()["error"]["code"]) == (401, "invalid_api_key")
-        keyed = await http.post("/v1/audio/speech", json={"model": "tones", "input": "x", "voice": "alloy"},
-                                headers={"authorization": f"Bearer {key}"})
+        keyed = await http.post(
+            "/v1/audio/speech",
+            json={"model": "tones", "input": "x", "voice": "alloy"},
+            headers={"authorization": f"Bearer {key}"},
+        )
         assert keyed.status_code == 200
         usage = (await http.get("/v1/usage", headers={"authorization": f"Bearer {key}"})).json()
         assert (usage["tenant"], usage["requests"]) == ("acme", 1)

@@ -48,8 +48,10 @@ def _enum(document: dict[str, Any], schema: dict[str, Any]) -> set[str]:
 
 
 def test_speech_request_enums_and_bounds_match(document: dict[str, Any]) -> None:
-    ours, theirs = _speech_request(document)["properties"], OPENAI["components"]["schemas"]["CreateSpeechRequest"][
-        "properties"]
+    ours, theirs = (
+        _speech_request(document)["properties"],
+        OPENAI["components"]["schemas"]["CreateSpeechRequest"]["properties"],
+    )
     for field in ("response_format", "stream_format"):
         assert _enum(document, ours[field]) == set(theirs[field]["enum"])
         assert ours[field].get("default", _resolve(document, ours[field]).get("default")) == theirs[field]["default"]

@@ -20,7 +20,7 @@ def feed(buffer: SentenceBuffer, text: str, size: int) -> list[str]:
     """``text`` appended ``size`` characters at a time, as an LLM streams tokens; the segments it completed."""
     segments: list[str] = []
     for start in range(0, len(text), size):
-        segments += buffer.append(text[start:start + size])
+        segments += buffer.append(text[start : start + size])
     return segments
 
 
@@ -98,8 +98,11 @@ def test_client_events_parse_into_their_types() -> None:
         ('{"type": "input.append", "text": 5}', "invalid_value", "text"),
         ('{"type": "input.append", "text": "%s"}' % ("x" * 4097), "string_above_max_length", "text"),
         ('{"type": "input.flush", "extra": 1}', "invalid_value", "extra"),
-        ('{"type": "session.update", "session": {"response_format": "ogg"}}', "invalid_value",
-         "session.response_format"),
+        (
+            '{"type": "session.update", "session": {"response_format": "ogg"}}',
+            "invalid_value",
+            "session.response_format",
+        ),
         ('{"type": "session.update", "session": {"speed": 0.1}}', "invalid_value", "session.speed"),
     ],
 )

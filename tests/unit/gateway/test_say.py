@@ -40,28 +40,57 @@ def requests(monkeypatch: pytest.MonkeyPatch) -> Callable[[httpx.Response], list
 
 
 def test_sends_openais_speech_request_and_writes_the_audio(
-    requests: Callable[[httpx.Response], list[httpx.Request]], tmp_path: Path,
+    requests: Callable[[httpx.Response], list[httpx.Request]],
+    tmp_path: Path,
 ) -> None:
     seen = requests(httpx.Response(200, content=AUDIO))
-    status = cli.main(["say", "Hi there.", "--voice", "onyx", "--speed", "1.5", "--instructions", "calmly",
-                       "--base-url", "http://gw:9000/v1/", "-o", str(tmp_path / "out.flac")])
+    status = cli.main(
+        [
+            "say",
+            "Hi there.",
+            "--voice",
+            "onyx",
+            "--speed",
+            "1.5",
+            "--instructions",
+            "calmly",
+            "--base-url",
+            "http://gw:9000/v1/",
+            "-o",
+            str(tmp_path / "out.flac"),
+        ]
+    )
     assert status == 0
     assert (tmp_path / "out.flac").read_bytes() == AUDIO
     [request] = seen
     assert str(request.url) == "http://gw:9000/v1/audio/speech"
     assert "authorization" not in request.headers
-    assert json.loads(request.content) == {"model": "tts-1", "input": "Hi there.", "voice": "onyx",
-                                           "response_format": "flac", "speed": 1.5, "instructions": "calmly"}
+    assert json.loads(request.content) == {
+        "model": "tts-1",
+        "input": "Hi there.",
+        "voice": "onyx",
+        "response_format": "flac",
+        "speed": 1.5,
+        "instructions": "calmly",
+    }
 
 
-@pytest.mark.parametrize(("argument", "environment", "expected"), [
-    (["--api-key", "sk-flag"], {"TTS_GATEWAY_API_KEY": "sk-gw", "OPENAI_API_KEY": "sk-oa"}, "Bearer sk-flag"),
-    ([], {"TTS_GATEWAY_API_KEY": "sk-gw", "OPENAI_API_KEY": "sk-oa"}, "Bearer sk-gw"),
-    ([], {"OPENAI_API_KEY": "sk-oa"}, "Bearer sk-oa"),
-])
+@pytest.mark.parametrize(
+    ("argument", "environment", "expected"),
+    [
+        (["--api-key", "sk-flag"], {"TTS_GATEWAY_API_KEY": "sk-gw", "OPENAI_API_KEY": "sk-oa"}, "Bearer sk-flag"),
+        ([], {"TTS_GATEWAY_API_KEY": "sk-gw", "OPENAI_API_KEY": "sk-oa"}, "Bearer sk-gw"),
+        ([], {"OPENAI_API_KEY": "sk-oa"}, "Bearer sk-oa"),
+    ],
+)
 def test_api_key_comes_from_the_flag_then_the_environment(
-    requests: Callable[[httpx.Response], list[httpx.Request]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-    *, argument: list[str], environment: dict[str, str], expected: str,
+    requests: Callable[[httpx.Response], list[httpx.Request]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    *,
+    argument: list[str],
+    environment: dict[str, str],
+    expected: str,
 ) -> None:
     seen = requests(httpx.Response(200, content=AUDIO))
     for name, value in environment.items():
@@ -71,7 +100,8 @@ def test_api_key_comes_from_the_flag_then_the_environment(
 
 
 def test_writes_to_standard_output_with_dash(
-    requests: Callable[[httpx.Response], list[httpx.Request]], capsysbinary: pytest.CaptureFixture[bytes],
+    requests: Callable[[httpx.Response], list[httpx.Request]],
+    capsysbinary: pytest.CaptureFixture[bytes],
 ) -> None:
     seen = requests(httpx.Response(200, content=AUDIO))
     assert cli.main(["say", "Hi.", "--format", "pcm", "-o", "-"]) == 0
@@ -80,7 +110,9 @@ def test_writes_to_standard_output_with_dash(
 
 
 def test_http_error_prints_openais_message(
-    requests: Callable[[httpx.Response], list[httpx.Request]], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    requests: Callable[[httpx.Response], list[httpx.Request]],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     body = {"error": {"message": "Too many requests.", "type": "rate_limit_error", "param": None, "code": None}}
     requests(httpx.Response(429, json=body))
@@ -96,7 +128,9 @@ class _TruncatedStream(httpx.SyncByteStream):
 
 
 def test_a_truncated_transfer_fails_and_leaves_no_file(
-    requests: Callable[[httpx.Response], list[httpx.Request]], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    requests: Callable[[httpx.Response], list[httpx.Request]],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     requests(httpx.Response(200, stream=_TruncatedStream()))
     assert cli.main(["say", "Hi.", "-o", str(tmp_path / "out.mp3")]) == 1
@@ -113,15 +147,23 @@ def fake_player(directory: Path, name: str) -> Path:
     return record
 
 
-@pytest.mark.parametrize(("response_format", "players", "expected"), [
-    ("mp3", ["ffplay", "mpv", "aplay"], ["ffplay", "-nodisp", "-autoexit", "-loglevel", "error"]),
-    ("mp3", ["mpv", "aplay"], ["mpv", "--no-video", "--really-quiet"]),
-    ("wav", ["aplay"], ["aplay", "-q"]),
-    ("pcm", ["aplay"], ["aplay", "-q", "-t", "raw", "-f", "S16_LE", "-r", "24000", "-c", "1"]),
-])
+@pytest.mark.parametrize(
+    ("response_format", "players", "expected"),
+    [
+        ("mp3", ["ffplay", "mpv", "aplay"], ["ffplay", "-nodisp", "-autoexit", "-loglevel", "error"]),
+        ("mp3", ["mpv", "aplay"], ["mpv", "--no-video", "--really-quiet"]),
+        ("wav", ["aplay"], ["aplay", "-q"]),
+        ("pcm", ["aplay"], ["aplay", "-q", "-t", "raw", "-f", "S16_LE", "-r", "24000", "-c", "1"]),
+    ],
+)
 def test_play_uses_the_first_available_player(
-    requests: Callable[[httpx.Response], list[httpx.Request]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-    *, response_format: str, players: list[str], expected: list[str],
+    requests: Callable[[httpx.Response], list[httpx.Request]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    *,
+    response_format: str,
+    players: list[str],
+    expected: list[str],
 ) -> None:
     requests(httpx.Response(200, content=AUDIO))
     records = {name: fake_player(tmp_path, name) for name in players}
@@ -133,8 +175,13 @@ def test_play_uses_the_first_available_player(
 
 @pytest.mark.parametrize(("response_format", "advice"), [("mp3", "ffplay or mpv"), ("wav", "ffplay, mpv or aplay")])
 def test_play_says_when_it_cannot(
-    requests: Callable[[httpx.Response], list[httpx.Request]], monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, *, response_format: str, advice: str,
+    requests: Callable[[httpx.Response], list[httpx.Request]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    *,
+    response_format: str,
+    advice: str,
 ) -> None:
     requests(httpx.Response(200, content=AUDIO))
     if response_format == "mp3":

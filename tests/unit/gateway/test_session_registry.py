@@ -45,9 +45,11 @@ def principal(tenant: str, credential: str) -> Principal:
 def test_a_key_revocation_ends_that_keys_sessions_only() -> None:
     registry = SessionRegistry()
     mine, same_tenant, jwt = Session(), Session(), Session()
-    with registry.registered(mine, principal("acme", "key:key_1")), \
-            registry.registered(same_tenant, principal("acme", "key:key_2")), \
-            registry.registered(jwt, principal("acme", "jwt")):
+    with (
+        registry.registered(mine, principal("acme", "key:key_1")),
+        registry.registered(same_tenant, principal("acme", "key:key_2")),
+        registry.registered(jwt, principal("acme", "jwt")),
+    ):
         registry.revoked(Revocation("key", "key_1"))
         registry.revoked(Revocation("key", "jwt"))  # a credential kind is not a key id
     assert mine.revoked_with == ["api_key_revoked"]
@@ -57,9 +59,11 @@ def test_a_key_revocation_ends_that_keys_sessions_only() -> None:
 def test_a_tenant_deletion_ends_every_session_of_the_tenant() -> None:
     registry = SessionRegistry()
     keyed, jwt, other = Session(), Session(), Session()
-    with registry.registered(keyed, principal("acme", "key:key_1")), \
-            registry.registered(jwt, principal("acme", "jwt")), \
-            registry.registered(other, principal("globex", "key:key_2")):
+    with (
+        registry.registered(keyed, principal("acme", "key:key_1")),
+        registry.registered(jwt, principal("acme", "jwt")),
+        registry.registered(other, principal("globex", "key:key_2")),
+    ):
         registry.revoked(Revocation("tenant", "acme"))
     assert keyed.revoked_with == jwt.revoked_with == ["tenant_deleted"]
     assert other.revoked_with == []

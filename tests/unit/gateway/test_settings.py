@@ -28,7 +28,7 @@ def test_defaults_serve_espeak_behind_the_openai_names(monkeypatch: pytest.Monke
     settings = load_settings()
     assert settings.server.port == 8000
     assert settings.engines["espeak"].kind == "espeak"
-    assert settings.aliases["tts-1"] == ["chattts", "espeak"]
+    assert settings.aliases["tts-1"].engines == ["chattts", "espeak"]
 
 
 def test_yaml_file_then_environment_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,18 +40,21 @@ def test_yaml_file_then_environment_wins(tmp_path: Path, monkeypatch: pytest.Mon
     assert settings.server.log_level == "warning"
     assert settings.engines["tones"].workers == 3
     assert settings.engines["tones"].options.rtf == 0.5
-    assert settings.aliases["tts-1"] == ["tones", "espeak"]
-    assert settings.aliases["tts-1-hd"] == ["chattts", "espeak"]  # built-ins the file does not name stay
+    assert settings.aliases["tts-1"].engines == ["tones", "espeak"]
+    assert settings.aliases["tts-1-hd"].engines == ["chattts", "espeak"]  # built-ins the file does not name stay
 
 
-@pytest.mark.parametrize("bad", [
-    {"engines": {"x": {"kind": "nope"}}},
-    {"engines": {"x": {"kind": "espeak", "workerz": 2}}},
-    {"engines": {"x": {"kind": "espeak", "workers": 0}}},
-    {"aliases": {"tts-1": ["missing-engine"]}},
-    {"aliases": {"espeak": ["espeak"]}},
-    {"surprise": True},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"engines": {"x": {"kind": "nope"}}},
+        {"engines": {"x": {"kind": "espeak", "workerz": 2}}},
+        {"engines": {"x": {"kind": "espeak", "workers": 0}}},
+        {"aliases": {"tts-1": ["missing-engine"]}},
+        {"aliases": {"espeak": ["espeak"]}},
+        {"surprise": True},
+    ],
+)
 def test_mistakes_are_rejected(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         Settings(**bad)  # type: ignore[arg-type]
@@ -61,12 +64,18 @@ def test_serve_refuses_a_bad_config_file_with_a_message(tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("engines: {x: {kind: nope}}\n")
     script = Path(sys.executable).with_name("tts-gateway")
-    result = subprocess.run([script, "serve", "--config", str(config)], check=False, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [script, "serve", "--config", str(config)], check=False, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2
     assert "invalid configuration" in result.stderr
-    missing = subprocess.run([script, "serve", "--config", str(tmp_path / "none.yaml")], check=False,
-                             capture_output=True, text=True, timeout=60)
+    missing = subprocess.run(
+        [script, "serve", "--config", str(tmp_path / "none.yaml")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert missing.returncode == 2
     assert "not found" in missing.stderr
 
@@ -84,3 +93,78 @@ def test_later_config_files_deep_merge_over_earlier_ones(tmp_path: Path) -> None
     assert settings.auth.admin_token.get_secret_value() == "s3cret-s3cret-s3cret-s3cret-s3cret-0"
     with pytest.raises(ValidationError, match="no tenants"):
         load_settings([public])
+
+
+def test_environment_variables_merge_into_the_built_in_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The README's way to point ChatTTS at weights: only what changes is named, `kind` comes from the built-in.
+    monkeypatch.setenv("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__SOURCE", "dir")
+    monkeypatch.setenv("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__PATH", "/models/chattts")
+    monkeypatch.setenv("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "8")
+    monkeypatch.setenv("TTS_GATEWAY_ENGINES__ESPEAK__WORKERS", "2")
+    monkeypatch.setenv("TTS_GATEWAY_ENGINES__ESPEAK__OPTIONS__CHUNK_MS", "50")
+    settings = load_settings()
+    chattts, espeak = settings.engines["chattts"], settings.engines["espeak"]
+    assert chattts.kind == "chattts" and espeak.kind == "espeak"
+    assert (chattts.options.source, chattts.options.path, chattts.options.max_batch) == ("dir", "/models/chattts", 8)
+    assert (espeak.workers, espeak.options.chunk_ms) == (2, 50)
+
+
+def test_a_file_with_one_alias_keeps_the_built_in_ones(tmp_path: Path) -> None:
+    config = tmp_path / "aliases.yaml"
+    config.write_text("aliases: {x: [chattts, espeak]}\n")
+    aliases = load_settings(config).aliases
+    assert aliases["x"].engines == ["chattts", "espeak"]
+    assert {
+        "tts-1",
+        "tts-1-hd",
+        "gpt-4o-mini-tts",
+        "gpt-4o-mini-tts-2025-12-15",
+        "gpt-4o-mini-tts-2025-03-20",
+        "tts-1-1106",
+        "tts-1-hd-1106",
+    } <= set(aliases)
+
+
+@pytest.mark.parametrize("how", ["yaml", "env"])
+def test_null_removes_a_built_in_engine_and_its_aliases_follow(
+    how: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = tmp_path / "remove.yaml"
+    config.write_text("engines: {chattts: null}\n" if how == "yaml" else "{}\n")
+    if how == "env":
+        monkeypatch.setenv("TTS_GATEWAY_ENGINES__CHATTTS", "null")
+    settings = load_settings(config)
+    assert set(settings.engines) == {"espeak"}
+    assert settings.aliases["tts-1"].engines == ["espeak"]
+
+
+def test_an_alias_of_ones_own_must_still_name_engines_that_exist(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("engines: {chattts: null}\naliases: {tts-1: [chattts]}\n")
+    with pytest.raises(ValidationError, match="unknown \\['chattts'\\]"):
+        load_settings(config)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCHH", "8", "max_batchh"),
+        ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "lots", "max_batch"),
+        ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "0", "max_batch"),
+        ("TTS_GATEWAY_ENGINES__ESPEAK__OPTIONS__CHUNK_MS", "5", "chunk_ms"),
+        ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__SOURCE", "ftp", "source"),
+    ],
+)
+def test_a_bad_engine_option_stops_the_start_naming_it(
+    variable: str,
+    value: str,
+    named: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Validated when the settings load, before any worker exists: never a silently unavailable engine.
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError) as refused:
+        load_settings()
+    assert any(named in str(error["loc"]) for error in refused.value.errors()), refused.value

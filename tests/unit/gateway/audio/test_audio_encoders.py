@@ -243,7 +243,9 @@ DRAIN_MAX_PAD_S = 0.35
 @pytest.mark.parametrize("input_rate", [24000, 22050], ids=str)
 @pytest.mark.parametrize("fmt", list(AudioFormat), ids=str)
 def test_drain_emits_everything_fed_so_far_and_the_stream_goes_on(
-    fmt: AudioFormat, input_rate: int, tempo: float,
+    fmt: AudioFormat,
+    input_rate: int,
+    tempo: float,
 ) -> None:
     """What a realtime session relies on: after ``drain`` a segment is audible in full, and the next continues."""
     segment = chunks(tone(input_rate, 0.53), input_rate, 0.05)

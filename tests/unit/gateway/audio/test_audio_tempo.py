@@ -62,11 +62,12 @@ def test_same_rate_and_tempo_passes_samples_through_unchanged_whatever_the_chunk
 
 @pytest.mark.parametrize(
     ("rates", "tempo", "kind"),
-    [((24000, 24000), 1.0, UnchangedS16), ((16000, 24000), 1.0, TempoResampler),
-     ((24000, 24000), 1.5, TempoResampler)],
+    [((24000, 24000), 1.0, UnchangedS16), ((16000, 24000), 1.0, TempoResampler), ((24000, 24000), 1.5, TempoResampler)],
 )
 def test_the_s16_stage_skips_the_filters_only_when_nothing_changes(
-    rates: tuple[int, int], tempo: float, kind: type[object],
+    rates: tuple[int, int],
+    tempo: float,
+    kind: type[object],
 ) -> None:
     assert type(s16_stage(*rates, tempo)) is kind
 

@@ -1,0 +1,174 @@
+"""Fairness across tenants: a light tenant's time to first byte while another floods the same engine.
+
+    .venv/bin/python -m bench.fairness                 # 3 scenarios x 30 s, about 2 minutes in all
+    .venv/bin/python -m bench.fairness --seconds 3     # a smoke run
+
+One real gateway (``tts-gateway serve``) with two identical engines of paced synthetic workers (``rtf`` 1: a job
+takes as long as its audio, like a model running at real time; ``request_delay_ms`` before the first audio, like a
+model's time to first audio), one with ``scheduling: fair``, one with ``scheduling: fifo``. Two tenants:
+
+- **heavy** floods at its concurrency limit: ``--heavy-concurrency`` closed-loop clients, each sending the next long
+  request (``--heavy-audio-s`` of audio) as soon as the last one ends;
+- **light** sends one short request (``--light-audio-s``) a second, open loop, and times its first response byte.
+
+Scenarios, one after the other: ``idle`` (light alone), ``fair`` (light with the flood, fair engine) and ``fifo``
+(light with the flood, FIFO engine). Every text is new, so neither the cache nor single-flight answers. Prints a
+Markdown table (light tenant's TTFB percentiles, its ratio to idle, 503s, heavy requests served) and writes every
+figure to ``bench/results/fairness.json``. Issue #14's target: the light tenant's TTFB under the flood within 1.5x of
+idle.
+
+What to expect: a job, once on a worker, runs to its end (no preemption). When the flood holds every worker slot, the
+fair scheduler gives the light request the first slot that frees, so its wait is what is left of the running heavy
+jobs (about ``--heavy-audio-s / (workers + 1)`` on average); FIFO adds every heavy request queued before it. Only
+a free slot brings the light tenant to idle times: ``--reserved-slots 1`` keeps one for tenants running nothing (at
+the price of the flood's throughput: compare "heavy served"), as do batching workers with room above the flood.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from auth.keys import generate_api_key, hash_api_key
+from bench.servers import GatewayProcess
+
+__all__ = ["main", "measure"]
+
+RESULTS = Path(__file__).resolve().parent / "results" / "fairness.json"
+SECONDS_PER_CHAR = 0.02
+TARGET_RATIO = 1.5
+SCENARIOS = (("idle", "fair", False), ("fair", "fair", True), ("fifo", "fifo", True))
+"""(name, engine, flooded)."""
+
+
+def config(args: argparse.Namespace, keys: dict[str, str]) -> dict[str, Any]:
+    options = {"rtf": 1.0, "seconds_per_char": SECONDS_PER_CHAR, "request_delay_ms": args.request_delay_ms}
+    engine = {"kind": "synthetic", "workers": args.workers, "queue_size": 64, "options": options}
+    return {
+        "auth": {
+            "tenants": [
+                {
+                    "name": "heavy",
+                    "api_key_sha256": [hash_api_key(keys["heavy"])],
+                    "limits": {"concurrent_streams": args.heavy_concurrency},
+                },
+                {"name": "light", "api_key_sha256": [hash_api_key(keys["light"])]},
+            ]
+        },
+        "engines": {
+            "fair": {**engine, "scheduling": "fair", "reserved_slots": args.reserved_slots},
+            "fifo": {**engine, "scheduling": "fifo"},
+        },  # the old behaviour, the baseline
+        "server": {"log_level": "warning"},
+    }
+
+
+def unique_text(audio_s: float) -> str:
+    chars = max(1, round(audio_s / SECONDS_PER_CHAR))
+    return (uuid.uuid4().hex * (chars // 32 + 1))[:chars]
+
+
+async def request(http: httpx.AsyncClient, key: str, engine: str, audio_s: float) -> float | None:
+    """Seconds to the first response byte; None when refused (503 and the like)."""
+    body = {"model": engine, "input": unique_text(audio_s), "voice": "alloy", "response_format": "pcm"}
+    started = time.perf_counter()
+    async with http.stream("POST", "/v1/audio/speech", json=body, headers={"authorization": f"Bearer {key}"}) as reply:
+        if reply.status_code != 200:
+            await reply.aread()
+            return None
+        first: float | None = None
+        async for _ in reply.aiter_raw():
+            first = first or time.perf_counter() - started
+        return first
+
+
+async def flood(http: httpx.AsyncClient, key: str, engine: str, audio_s: float, stop: asyncio.Event) -> int:
+    served = 0
+    while not stop.is_set():
+        served += await request(http, key, engine, audio_s) is not None
+    return served
+
+
+async def scenario(
+    args: argparse.Namespace, base_url: str, keys: dict[str, str], engine: str, flooded: bool
+) -> dict[str, Any]:
+    limits = httpx.Limits(max_connections=args.heavy_concurrency + args.seconds + 8)
+    async with httpx.AsyncClient(base_url=base_url, timeout=120, limits=limits) as http:
+        stop = asyncio.Event()
+        floods = [
+            asyncio.create_task(flood(http, keys["heavy"], engine, args.heavy_audio_s, stop))
+            for _ in range(args.heavy_concurrency if flooded else 0)
+        ]
+        await asyncio.sleep(args.heavy_audio_s if flooded else 0)  # let the flood fill the workers and the queue
+        light = []
+        for _ in range(args.seconds):
+            light.append(asyncio.create_task(request(http, keys["light"], engine, args.light_audio_s)))
+            await asyncio.sleep(1.0)
+        ttfbs = await asyncio.gather(*light)
+        stop.set()
+        served = sum(await asyncio.gather(*floods))
+    times = sorted(t for t in ttfbs if t is not None)
+    return {"light_ttfb_s": times, "light_refused": sum(t is None for t in ttfbs), "heavy_served": served}
+
+
+def percentile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))] if values else float("nan")
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    keys = {"heavy": generate_api_key(), "light": generate_api_key()}
+    with tempfile.TemporaryDirectory() as tmp, GatewayProcess(config(args, keys), Path(tmp)) as server:
+        results = {
+            name: asyncio.run(scenario(args, server.base_url, keys, engine, flooded))
+            for name, engine, flooded in SCENARIOS
+        }
+    idle_p50 = percentile(results["idle"]["light_ttfb_s"], 0.5)
+    for row in results.values():
+        row["p50_s"], row["p95_s"] = percentile(row["light_ttfb_s"], 0.5), percentile(row["light_ttfb_s"], 0.95)
+        row["ratio_p50_to_idle"] = row["p50_s"] / idle_p50
+    return {"settings": vars(args), "python": platform.python_version(), "results": results}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "| scenario | light requests | TTFB p50 ms | TTFB p95 ms | p50 / idle p50 | light refused | heavy served |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, row in report["results"].items():
+        lines.append(
+            f"| {name} | {len(row['light_ttfb_s']) + row['light_refused']} | {row['p50_s'] * 1000:.0f} | "
+            f"{row['p95_s'] * 1000:.0f} | {row['ratio_p50_to_idle']:.2f} | {row['light_refused']} | "
+            f"{row['heavy_served']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=30, help="light requests (one a second) per scenario")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes of each engine")
+    parser.add_argument("--heavy-concurrency", type=int, default=4, help="the heavy tenant's concurrent streams")
+    parser.add_argument("--heavy-audio-s", type=float, default=4.0, help="audio seconds of each heavy request")
+    parser.add_argument("--light-audio-s", type=float, default=1.0, help="audio seconds of each light request")
+    parser.add_argument("--request-delay-ms", type=float, default=100.0, help="the engine's time to first audio")
+    parser.add_argument("--reserved-slots", type=int, default=0, help="reserved_slots of the fair engine")
+    args = parser.parse_args()
+    report = measure(args)
+    print(markdown(report))
+    ratio = report["results"]["fair"]["ratio_p50_to_idle"]
+    print(f"\nfair p50 / idle p50 = {ratio:.2f} (target <= {TARGET_RATIO})")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,570 @@
+"""Hardening (issue #14), against real gateway processes: connection-level limits in front of everything, the admin
+API's guard, and error paths and logs.
+
+Four gateways, each with what its tests need: ``guarded`` (short header and body timeouts, debug logging, one tenant),
+``crowded`` (started under a 256 open-file limit), ``capped`` (four connections at most) and ``administered`` (an admin
+token and a Redis of its own, stopped for the outage test). Raw sockets speak HTTP/1.1 where clients would not
+misbehave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import psutil
+import pytest
+import yaml
+from websockets.asyncio.client import connect
+
+from auth.keys import generate_api_key, hash_api_key
+from tests.gateway_process import CONSOLE_SCRIPT, GatewayProcess, exact_engines, free_port
+from tests.redis_server import RedisServer
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+KEY = generate_api_key()
+ADMIN_TOKEN = "hardening-admin-" + uuid.uuid4().hex  # 48 characters
+HEADER_TIMEOUT_S = 2.0
+BODY_TIMEOUT_S = 2.0
+KEEP_ALIVE_TIMEOUT_S = 1
+MiB = 1 << 20
+NESTED_1000 = "[" * 1000 + "]" * 1000
+
+
+def guarded_config() -> dict[str, Any]:
+    return {
+        "server": {
+            "header_timeout_s": HEADER_TIMEOUT_S,
+            "body_timeout_s": BODY_TIMEOUT_S,
+            "keep_alive_timeout_s": KEEP_ALIVE_TIMEOUT_S,
+            "log_level": "debug",
+        },
+        "auth": {"tenants": [{"name": "acme", "api_key_sha256": [hash_api_key(KEY)]}]},
+        "engines": {
+            "tones": {"kind": "synthetic", "workers": 1, "options": {"seconds_per_char": 0.02}},
+            # Real time, small chunks: a stream is still running when its worker is killed.
+            "steady": {"kind": "synthetic", "workers": 1, "options": {"rtf": 1.0, "chunk_ms": 20}},
+        },
+        "aliases": {},
+    }
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    with GatewayProcess(guarded_config(), tmp_path_factory.mktemp("guarded")) as process:
+        yield process
+
+
+def bearer(key: str = KEY) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def speech(model: str, text: str) -> dict[str, Any]:
+    return {"model": model, "input": text, "voice": "alloy", "response_format": "pcm"}
+
+
+# ---------------------------------------------------------------------------------------------------- raw HTTP
+def read_until_closed(sock: socket.socket, timeout_s: float) -> bytes:
+    """Everything the server sends until it closes the connection; fails if it is still open after ``timeout_s``."""
+    sock.settimeout(timeout_s)
+    received = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            received += chunk
+    return received
+
+
+def exchange(port: int, data: bytes, timeout_s: float = 10.0) -> tuple[float, bytes]:
+    """Send ``data`` on a new connection; the seconds until the server closed it, and what it answered."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        started = time.monotonic()
+        sock.sendall(data)
+        received = read_until_closed(sock, timeout_s)
+        return time.monotonic() - started, received
+
+
+def parse_response(raw: bytes) -> tuple[int, dict[str, str], Any]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, json.loads(body) if body else None
+
+
+def assert_openai_error(raw: bytes, status: int, code: str) -> dict[str, str]:
+    got_status, headers, body = parse_response(raw)
+    assert got_status == status, raw
+    assert headers["content-type"].startswith("application/json")
+    assert set(body["error"]) == {"message", "type", "param", "code"} and body["error"]["code"] == code
+    return headers
+
+
+def head(method: str, path: str, *extra: str, content_length: int | None = None) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: gateway", *extra]
+    if content_length is not None:
+        lines += ["Content-Type: application/json", f"Content-Length: {content_length}"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def log_lines(gateway: GatewayProcess) -> list[str]:
+    return [line for line in gateway.log().splitlines() if line.strip()]
+
+
+def wait_for_log(gateway: GatewayProcess, predicate: Any, timeout_s: float = 10.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in log_lines(gateway):
+            with contextlib.suppress(ValueError):
+                if predicate(entry := json.loads(line)):
+                    return dict(entry)
+        time.sleep(0.05)
+    pytest.fail(f"no such log line after {timeout_s} s:\n{gateway.log()[-3000:]}")
+
+
+# ------------------------------------------------------------------------------------- 1. request heads and bodies
+def send_endless_header(port: int, limit_bytes: int) -> int:
+    """Send one header value without end; the bytes the kernel took before the server cut the connection off."""
+    sent = 0
+    chunk = b"a" * 65536
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(10)
+        try:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\nX-Endless: ")
+            while sent < limit_bytes:
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except OSError:  # reset or broken pipe: the server closed the connection
+            return sent
+    pytest.fail(f"the server took {sent} bytes of one header")
+
+
+def test_ten_endless_headers_are_cut_off_and_server_memory_stays_within_16_mib(guarded: GatewayProcess) -> None:
+    """Ten clients each try to send a 64 MiB header. Must hold: every one is cut off before it has sent it all (the
+    server reads at most ``max_header_bytes`` and one socket read past it, then closes), and the server's resident
+    memory, sampled throughout, never grows by more than 16 MiB (before the limits: +118 MB for ten 10 MB headers)."""
+    assert guarded.process is not None
+    server = psutil.Process(guarded.process.pid)
+    baseline = server.memory_info().rss
+    with ThreadPoolExecutor(10) as pool:
+        clients = [pool.submit(send_endless_header, guarded.port, 64 * MiB) for _ in range(10)]
+        peak = baseline
+        while not all(client.done() for client in clients):
+            peak = max(peak, server.memory_info().rss)
+            time.sleep(0.01)
+        sent = [client.result() for client in clients]
+    assert all(amount < 64 * MiB for amount in sent)
+    assert peak - baseline < 16 * MiB, f"RSS grew by {(peak - baseline) / MiB:.1f} MiB"
+    assert httpx.get(f"{guarded.base_url}/healthz", timeout=5).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "request_head",
+    [
+        head("GET", "/healthz", "X-Big: " + "a" * 40_000),
+        head("GET", "/healthz", *(f"X-Header-{n}: {n}" for n in range(120))),
+    ],
+    ids=["one-40-kb-header", "120-headers"],
+)
+def test_oversized_heads_get_431_with_openai_body(guarded: GatewayProcess, request_head: bytes) -> None:
+    _, answer = exchange(guarded.port, request_head)
+    assert_openai_error(answer, 431, "request_headers_too_large")
+
+
+def test_pipelined_requests_are_all_answered_in_order(guarded: GatewayProcess) -> None:
+    """The guard follows uvicorn's request life (pipelining included): limits reset with every request."""
+    requests = b"".join(
+        head("GET", "/healthz", f"X-Request-Id: pipelined-{n}", *(f"X-Filler-{i}: {'a' * 200}" for i in range(60)))
+        for n in range(3)
+    )  # three heads of 12+ kB each: together over max_header_bytes
+    _, answer = exchange(guarded.port, requests + head("GET", "/healthz", "Connection: close"))
+    assert answer.count(b"HTTP/1.1 200 OK") == 4
+    assert [f"pipelined-{n}".encode() in answer for n in range(3)] == [True] * 3
+    assert answer.index(b"pipelined-0") < answer.index(b"pipelined-1") < answer.index(b"pipelined-2")
+
+
+def test_a_malformed_request_gets_400_with_openai_body(guarded: GatewayProcess) -> None:
+    """Before: uvicorn's plain-text "Invalid HTTP request received."."""
+    _, answer = exchange(guarded.port, b"NOT HTTP AT ALL\r\n\r\n")
+    assert_openai_error(answer, 400, "invalid_http_request")
+
+
+def test_a_head_that_never_completes_gets_408_after_the_header_timeout(guarded: GatewayProcess) -> None:
+    elapsed, answer = exchange(guarded.port, b"GET /healthz HTTP/1.1\r\nHost: gateway\r\nX-Slow: ")
+    assert_openai_error(answer, 408, "request_timeout")
+    assert HEADER_TIMEOUT_S * 0.9 <= elapsed < HEADER_TIMEOUT_S + 5
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout(guarded: GatewayProcess) -> None:
+    elapsed, answer = exchange(guarded.port, b"")
+    assert answer == b""
+    assert HEADER_TIMEOUT_S * 0.9 <= elapsed < HEADER_TIMEOUT_S + 5
+
+
+def test_an_idle_kept_alive_connection_is_closed_after_the_keep_alive_timeout(guarded: GatewayProcess) -> None:
+    with socket.create_connection(("127.0.0.1", guarded.port)) as sock:
+        sock.sendall(head("GET", "/healthz"))
+        received = read_until_closed(sock, timeout_s=KEEP_ALIVE_TIMEOUT_S + 5)  # answered, then closed when idle
+    status, headers, body = parse_response(received)
+    assert status == 200 and body == {"status": "ok"} and "close" not in headers.get("connection", "")
+
+
+def test_a_slow_body_gets_408_after_the_body_timeout_without_a_traceback(guarded: GatewayProcess) -> None:
+    body_start = b'{"model": "tones", "input": "slow'
+    elapsed, answer = exchange(
+        guarded.port, head("POST", "/v1/audio/speech", f"Authorization: Bearer {KEY}", content_length=1000) + body_start
+    )
+    assert_openai_error(answer, 408, "request_timeout")
+    assert BODY_TIMEOUT_S * 0.9 <= elapsed < BODY_TIMEOUT_S + 5
+    wait_for_log(guarded, lambda entry: entry.get("path") == "/v1/audio/speech" and entry.get("status") == 499)
+    assert "Traceback" not in guarded.log()
+
+
+def test_a_client_gone_mid_upload_is_logged_as_499_without_a_traceback(guarded: GatewayProcess) -> None:
+    """Before: a 500 with a traceback at error level, for a client that simply went away."""
+    marker = uuid.uuid4().hex
+    with socket.create_connection(("127.0.0.1", guarded.port)) as sock:
+        sock.sendall(
+            head(
+                "POST",
+                "/v1/audio/speech",
+                f"Authorization: Bearer {KEY}",
+                f"X-Request-Id: {marker}",
+                content_length=60_000,
+            )
+            + b'{"model": "tones", "input": "'
+            + b"a" * 1000
+        )
+        time.sleep(0.2)  # let the handler start reading the body: the disconnect must come mid-upload
+    entry = wait_for_log(guarded, lambda line: line.get("request_id") == marker)
+    assert entry["status"] == 499
+    entries = [json.loads(line) for line in log_lines(guarded)]
+    assert not [line for line in entries if line["level"] == "error"]
+    assert "Traceback" not in guarded.log()
+
+
+def test_json_nested_1000_deep_gets_400_with_openai_body(guarded: GatewayProcess) -> None:
+    """Before: msgspec's RecursionError, a 500 with a traceback, without authentication."""
+    body = '{"model": "tones", "voice": "alloy", "input": ' + NESTED_1000 + "}"
+    response = httpx.post(
+        f"{guarded.base_url}/v1/audio/speech", content=body, headers={"content-type": "application/json"}, timeout=10
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "json_too_deep"
+    assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+    # within the limit, the usual validation answers
+    shallow = httpx.post(
+        f"{guarded.base_url}/v1/audio/speech",
+        json={**speech("tones", "x"), "input": [[["x"]]]},
+        headers=bearer(),
+        timeout=10,
+    )
+    assert shallow.status_code == 400 and shallow.json()["error"]["param"] == "input"
+
+
+async def test_json_nested_1000_deep_on_the_realtime_socket_gets_an_error_event(guarded: GatewayProcess) -> None:
+    """Before: the socket closed with 4500 and no event."""
+    url = guarded.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    async with connect(url, additional_headers=bearer()) as sock:
+        assert json.loads(await sock.recv())["type"] == "session.created"
+        await sock.send(NESTED_1000)
+        error = json.loads(await asyncio.wait_for(sock.recv(), 10))
+        assert error["type"] == "error" and error["error"]["code"] == "json_too_deep"
+        await sock.send(json.dumps({"type": "session.update", "session": {"model": "tones"}}))
+        reply = json.loads(await asyncio.wait_for(sock.recv(), 10))
+        assert reply["type"] == "session.updated", reply  # the session goes on
+
+
+# ------------------------------------------------------------------------------------------------------- 2. logs
+async def test_debug_logs_carry_neither_frame_text_nor_a_first_message_token(guarded: GatewayProcess) -> None:
+    """At ``log_level: debug`` websockets logs every frame on uvicorn's logger; before, with its text."""
+    phrase = f"secret phrase {uuid.uuid4().hex}"
+    url = guarded.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    async with connect(url) as sock:
+        await sock.send(json.dumps({"type": "session.update", "token": KEY, "session": {"model": "tones"}}))
+        assert json.loads(await asyncio.wait_for(sock.recv(), 10))["type"] == "session.created"
+        await sock.send(json.dumps({"type": "input.append", "text": phrase + "."}))
+        await sock.send(json.dumps({"type": "input.flush"}))
+        async with asyncio.timeout(20):
+            while json.loads(await sock.recv())["type"] != "audio.done":
+                pass
+    frames = wait_for_log(
+        guarded, lambda entry: entry["logger"] == "uvicorn.error" and entry["message"].startswith("< TEXT")
+    )
+    assert "bytes]" in frames["message"]
+    log = guarded.log()
+    assert KEY not in log and phrase not in log and hash_api_key(KEY) not in log
+
+
+async def test_every_line_is_one_json_object_when_a_worker_dies_mid_stream(guarded: GatewayProcess) -> None:
+    """Before: uvicorn's multi-line plain-text traceback. Checks every line the gateway (and its workers, which share
+    its output) wrote since it started, debug level included."""
+    pid = guarded.wait_engine("steady", ready_workers=1)["pids"][0]
+    async with (
+        httpx.AsyncClient(base_url=guarded.base_url, timeout=30) as http,
+        http.stream(
+            "POST",
+            "/v1/audio/speech",
+            json=speech("steady", "x" * 100),
+            headers=bearer(),
+        ) as reply,
+    ):
+        assert reply.status_code == 200
+        chunks = reply.aiter_raw()
+        await anext(chunks)
+        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(httpx.HTTPError):
+            async for _ in chunks:
+                pass
+    await asyncio.to_thread(guarded.wait_engine, "steady", 15.0, ready_workers=1)
+    # A job that fails inside its worker: the worker logs the engine's traceback (one JSON line, as the server does).
+    async with httpx.AsyncClient(base_url=guarded.base_url, timeout=30) as http:
+        failed = await http.post(
+            "/v1/audio/speech", json=speech("steady", "x" * 40 + " #fail-after=1"), headers=bearer()
+        )
+    assert failed.status_code in {200, 503}  # after its first chunk, or before it on every try
+    lines = log_lines(guarded)
+    assert any("injected failure" in line and "Traceback" in line for line in lines), "no worker traceback logged"
+    assert len(lines) > 20
+    for line in lines:
+        entry = json.loads(line)  # fails the test on any line that is not one JSON object
+        assert isinstance(entry, dict) and {"time", "level", "logger", "message"} <= set(entry)
+
+
+# ------------------------------------------------------------------------------------ 3. idle sockets and the cap
+class LimitedGatewayProcess(GatewayProcess):
+    """A gateway started with a soft open-file limit (``ulimit -n``) lowered to ``open_files``."""
+
+    def __init__(self, config: dict[str, Any], workdir: Path, open_files: int) -> None:
+        super().__init__(config, workdir)
+        self.open_files = open_files
+
+    def start(self, timeout_s: float = 60.0) -> GatewayProcess:
+        # A small Python launcher lowers the limit and execs the server: preexec_fn is unsafe with threads around.
+        launcher = (
+            "import os, resource, sys; hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard)); "
+            "os.execv(sys.argv[2], sys.argv[2:])"
+        )
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    launcher,
+                    str(self.open_files),
+                    str(CONSOLE_SCRIPT),
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--config",
+                    str(self.config_path),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+            )
+        self._wait_settled(timeout_s)
+        return self
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    config = {
+        "server": {"header_timeout_s": 3.0},
+        "engines": {"tones": {"kind": "synthetic", "workers": 1}},
+        "aliases": {},
+    }
+    with LimitedGatewayProcess(config, tmp_path_factory.mktemp("crowded"), open_files=256) as process:
+        yield process
+
+
+def test_300_idle_sockets_under_256_open_files_do_not_stop_healthz(crowded: GatewayProcess) -> None:
+    """Before: the open files ran out, and /healthz and speech requests failed while the sockets stayed open for ever.
+
+    Must hold: with 300 sockets connected and silent, /healthz answers within a second and a speech request is
+    served; the server stays under its open-file limit; every idle socket is closed by the header timeout.
+    """
+    assert crowded.process is not None
+    idle = [socket.create_connection(("127.0.0.1", crowded.port)) for _ in range(300)]
+    try:
+        started = time.monotonic()
+        health = httpx.get(f"{crowded.base_url}/healthz", timeout=1.0)
+        assert health.status_code == 200 and time.monotonic() - started < 1.0
+        spoken = httpx.post(f"{crowded.base_url}/v1/audio/speech", json=speech("tones", "still served"), timeout=10)
+        assert spoken.status_code == 200 and spoken.content
+        assert psutil.Process(crowded.process.pid).num_fds() < 256
+        for sock in idle:  # each one closed (by eviction at the cap, or by the 3 s header timeout)
+            assert read_until_closed(sock, timeout_s=3.0 + 5) == b""
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    config = {
+        "server": {"max_connections": 4, "body_timeout_s": 30.0},
+        "engines": {"tones": {"kind": "synthetic", "workers": 1}},
+        "aliases": {},
+    }
+    with GatewayProcess(config, tmp_path_factory.mktemp("capped")) as process:
+        yield process
+
+
+def test_over_the_connection_cap_a_new_connection_gets_a_fast_503(capped: GatewayProcess) -> None:
+    """Four connections each hold a request in progress (the server has asked for its body: ``100 Continue``); a
+    fifth gets 503 with OpenAI's body and ``Retry-After`` at once, not a hang; one freed, requests are served again."""
+    busy = []
+    for _ in range(4):
+        sock = socket.create_connection(("127.0.0.1", capped.port))
+        sock.settimeout(10)
+        sock.sendall(head("POST", "/v1/audio/speech", "Expect: 100-continue", content_length=100))
+        assert sock.recv(1024).startswith(b"HTTP/1.1 100 Continue")  # the application is reading its body
+        busy.append(sock)
+    try:
+        elapsed, answer = exchange(capped.port, head("GET", "/healthz"), timeout_s=5)
+        headers = assert_openai_error(answer, 503, "too_many_connections")
+        assert headers["retry-after"] == "1" and elapsed < 1.0
+        busy.pop().close()
+        deadline = time.monotonic() + 5
+        while (status := httpx.get(f"{capped.base_url}/healthz", timeout=5).status_code) != 200:
+            assert time.monotonic() < deadline, status  # the freed connection is forgotten within moments
+    finally:
+        for sock in busy:
+            sock.close()
+
+
+# ---------------------------------------------------------------------------------------------------- 4. admin
+def refused_start(config: dict[str, Any], workdir: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
+    path = workdir / "gateway.yaml"
+    path.write_text(yaml.safe_dump(exact_engines(config)))
+    done = subprocess.run(
+        [str(CONSOLE_SCRIPT), "serve", "--port", str(free_port()), "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("config_token", "env_token"),
+    [
+        ("", None),
+        ("short-but-not-32-characters", None),
+        (None, ""),
+    ],
+    ids=["empty", "short", "empty-env"],
+)
+def test_an_empty_or_short_admin_token_refuses_to_start(
+    tmp_path: Path,
+    config_token: str | None,
+    env_token: str | None,
+) -> None:
+    """Before: an empty token started, and /admin answered without any Authorization header."""
+    auth: dict[str, Any] = {"required": True}
+    if config_token is not None:
+        auth["admin_token"] = config_token
+    env = {"TTS_GATEWAY_AUTH__ADMIN_TOKEN": env_token} if env_token is not None else None
+    config = {"auth": auth, "engines": {"tones": {"kind": "synthetic"}}, "aliases": {}}
+    status, output = refused_start(config, tmp_path, env)
+    assert status != 0
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and "auth.admin_token" in lines[0] and "32 characters" in lines[0], output
+    if config_token:
+        assert config_token not in output
+
+
+@pytest.fixture(scope="module")
+def admin_redis() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture(scope="module")
+def administered(admin_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    config = {
+        "redis_url": admin_redis.url,
+        "auth": {
+            "required": True,
+            "admin_token": ADMIN_TOKEN,
+            "tenants": [{"name": "acme", "api_key_sha256": [hash_api_key(KEY)]}],
+        },
+        "engines": {"tones": {"kind": "synthetic", "workers": 1}},
+        "aliases": {},
+    }
+    with GatewayProcess(config, tmp_path_factory.mktemp("administered")) as process:
+        yield process
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [ADMIN_TOKEN, f"Basic {ADMIN_TOKEN}", f"Token {ADMIN_TOKEN}", ""],
+    ids=["bare-token", "basic", "other-scheme", "missing"],
+)
+def test_the_admin_token_is_accepted_only_as_bearer(administered: GatewayProcess, authorization: str) -> None:
+    """Before: ``Authorization: <token>`` without "Bearer" was accepted."""
+    headers = {"authorization": authorization} if authorization else {}
+    refused = httpx.get(f"{administered.base_url}/admin/tenants", headers=headers, timeout=5)
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+    accepted = httpx.get(f"{administered.base_url}/admin/tenants", headers=bearer(ADMIN_TOKEN), timeout=5)
+    assert accepted.status_code == 200
+
+
+def test_usage_during_a_redis_outage_gets_503_with_retry_after(
+    administered: GatewayProcess,
+    admin_redis: RedisServer,
+) -> None:
+    """Before: a 500 (the usage store's error was not in the error table)."""
+    assert httpx.get(f"{administered.base_url}/v1/usage", headers=bearer(), timeout=5).status_code == 200
+    admin_redis.stop()
+    try:
+        during = httpx.get(f"{administered.base_url}/v1/usage", headers=bearer(), timeout=10)
+    finally:
+        admin_redis.start()
+    assert during.status_code == 503, during.text
+    assert int(during.headers["retry-after"]) >= 1
+    assert during.json()["error"]["code"] == "backend_unavailable"
+
+
+def test_failed_admin_attempts_are_throttled_per_address_and_logged_without_the_token(
+    administered: GatewayProcess,
+) -> None:
+    """From 127.0.0.2: wrong tokens get 401 until the throttle answers 429 with ``Retry-After``, then even the right
+    token does. 127.0.0.1 is not affected. Each failure is one warning line, which never holds the token presented."""
+    wrong = "wrong-" + uuid.uuid4().hex
+    with httpx.Client(
+        base_url=administered.base_url, timeout=5, transport=httpx.HTTPTransport(local_address="127.0.0.2")
+    ) as attacker:
+        statuses = [attacker.get("/admin/tenants", headers=bearer(wrong)).status_code for _ in range(12)]
+        throttled = attacker.get("/admin/tenants", headers=bearer(ADMIN_TOKEN))
+    assert statuses[0] == 401 and 429 in statuses
+    assert statuses.index(429) <= 10 and set(statuses[statuses.index(429) :]) == {429}
+    assert throttled.status_code == 429 and 1 <= int(throttled.headers["retry-after"]) <= 60
+    assert throttled.json()["error"]["code"] == "rate_limit_exceeded"
+    unaffected = httpx.get(f"{administered.base_url}/admin/tenants", headers=bearer(ADMIN_TOKEN), timeout=5)
+    assert unaffected.status_code == 200
+    warnings = [
+        entry
+        for entry in map(json.loads, log_lines(administered))
+        if entry["logger"] == "tts_gateway.admin" and entry.get("client") == "127.0.0.2"
+    ]
+    assert warnings and all(entry["level"] == "warning" for entry in warnings)
+    assert wrong not in administered.log() and ADMIN_TOKEN not in administered.log()

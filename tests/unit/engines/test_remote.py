@@ -1,0 +1,378 @@
+"""The ``openai`` engine kind against real sockets: a tiny HTTP/1.1 upstream on loopback that answers as each test
+scripts it (odd chunk sizes, errors, silence), and the options' validation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from pydantic import ValidationError
+
+from engines.base import InvalidSynthesisRequestError, SynthesisRequest
+from engines.pool import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from engines.remote.backend import RemoteEngine
+from engines.remote.endpoints import EndpointAddress, Resolver
+from engines.remote.options import OpenAIRemoteOptions
+from engines.settings import RemoteEngineSettings, engine_settings
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+TOKEN = "upstream-secret-0123456789abcdef0123"
+SPEECH = SynthesisRequest(text="hello", voice="alloy", instructions="calm")
+
+
+@dataclass
+class Upstream:
+    """A loopback HTTP server; ``answer`` writes the response to each request (``None``: a 200 with ``chunks``)."""
+
+    chunks: list[bytes] = field(default_factory=list)
+    status: int = 200
+    body: bytes = b""
+    hang: bool = False
+    has_readyz: bool = True
+    """False: ``/readyz`` answers 404 and ``/v1/models`` 200, as OpenAI's own API does."""
+    probes: list[str] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    server: asyncio.Server | None = None
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode().split("\r\n")
+                method, path, _ = lines[0].split(" ")
+                headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if method == "GET":
+                    self.probes.append(path)
+                    found = path == "/readyz" if self.has_readyz else path == "/v1/models"
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                        if found
+                        else b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
+                    )
+                    await writer.drain()
+                    continue
+                self.requests.append(
+                    {"method": method, "path": path, "headers": headers, "json": json.loads(body) if body else None}
+                )
+                await self._answer(writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def _answer(self, writer: asyncio.StreamWriter) -> None:
+        if self.hang:
+            await self.release.wait()
+            return
+        if self.status != 200:
+            writer.write(
+                f"HTTP/1.1 {self.status} X\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(self.body)}\r\n\r\n".encode()
+                + self.body
+            )
+            await writer.drain()
+            return
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        for chunk in self.chunks:
+            writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.01)  # separate reads, so the odd sizes reach the client as they are
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+
+@pytest.fixture
+async def upstreams() -> AsyncIterator[Callable[..., Awaitable[Upstream]]]:
+    started: list[Upstream] = []
+
+    async def start(host: str = "127.0.0.1", port: int = 0, **fields: Any) -> Upstream:
+        upstream = Upstream(**fields)
+        upstream.server = await asyncio.start_server(upstream.handle, host, port)
+        started.append(upstream)
+        return upstream
+
+    yield start
+    for upstream in started:
+        upstream.release.set()
+        assert upstream.server is not None
+        upstream.server.close()
+
+
+@pytest.fixture
+async def engines() -> AsyncIterator[Callable[..., Awaitable[RemoteEngine]]]:
+    started: list[RemoteEngine] = []
+
+    async def start(
+        endpoints: list[str], *, settle: bool = True, resolver: Resolver | None = None, **options: Any
+    ) -> RemoteEngine:
+        settings = engine_settings(
+            kind="openai",
+            queue_size=0,
+            options={"endpoints": endpoints, "api_key": TOKEN, "probe_interval_s": 0.05, **options},
+        )
+        assert isinstance(settings, RemoteEngineSettings)
+        engine = RemoteEngine("remote", settings, resolver=resolver)
+        await engine.start()
+        started.append(engine)
+        if settle:
+            await wait_for(lambda: engine.status().state != "starting")
+        return engine
+
+    yield start
+    for engine in started:
+        await engine.stop()
+
+
+async def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def read_all(engine: RemoteEngine, request: SynthesisRequest = SPEECH) -> list[bytes]:
+    async with engine.open_stream(request) as stream:
+        return [chunk async for chunk in stream]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# streaming
+
+
+async def test_odd_chunks_come_out_as_whole_samples_and_the_request_is_openai_shaped(
+    upstreams: Any,
+    engines: Any,
+) -> None:
+    pcm = bytes(range(200)) * 5  # 1000 bytes = 500 samples
+    upstream = await upstreams(chunks=[pcm[:3], pcm[3:4], pcm[4:511], pcm[511:]])
+    engine = await engines([upstream.url], voices={"alloy": "upstream-alloy"}, model="tts-1-hd")
+
+    chunks = await read_all(engine)
+
+    assert all(len(chunk) % 2 == 0 for chunk in chunks)
+    assert b"".join(chunks) == pcm
+    sent = upstream.requests[-1]
+    assert sent["path"] == "/v1/audio/speech"
+    assert sent["json"] == {
+        "model": "tts-1-hd",
+        "input": "hello",
+        "voice": "upstream-alloy",
+        "response_format": "pcm",
+        "speed": 1.0,
+        "instructions": "calm",
+    }
+    assert sent["headers"]["authorization"] == f"Bearer {TOKEN}"
+    assert sent["headers"]["host"] == upstream.url.split("/")[2]
+    assert engine.status().endpoints is not None
+    assert engine.status().endpoints[0].in_flight == 0
+
+
+async def test_a_trailing_odd_byte_is_dropped_not_glued_to_nothing(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(chunks=[b"\x01\x02\x03"])
+    engine = await engines([upstream.url])
+    assert b"".join(await read_all(engine)) == b"\x01\x02"
+
+
+async def test_an_upstream_input_error_is_the_clients_400_with_its_message(upstreams: Any, engines: Any) -> None:
+    body = json.dumps({"error": {"message": "Input is too long.", "param": "input"}}).encode()
+    upstream = await upstreams(status=400, body=body)
+    engine = await engines([upstream.url], breaker={"failures": 1})
+
+    with pytest.raises(InvalidSynthesisRequestError, match="Input is too long") as caught:
+        await read_all(engine)
+
+    assert caught.value.param == "input"
+    assert engine.status().endpoints[0].breaker == "closed"
+
+
+async def test_server_errors_open_the_breaker_which_then_fails_fast(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(status=503, body=b'{"error": {"message": "engine down"}}')
+    engine = await engines([upstream.url], breaker={"failures": 2, "open_s": 60})
+
+    for _ in range(2):
+        with pytest.raises(SynthesisFailedError, match="HTTP 503: engine down"):
+            await read_all(engine)
+    assert engine.status().endpoints[0].breaker == "open"
+    with pytest.raises(EngineNotReadyError, match="circuit breaker open"):
+        await read_all(engine)
+
+    assert len(upstream.requests) == 2, "an open breaker must not send the request upstream"
+    assert engine.status().state == "unavailable"
+
+
+async def test_an_upstream_silent_before_the_first_byte_fails_within_the_timeout(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(hang=True)
+    engine = await engines([upstream.url], first_byte_timeout_s=0.3)
+
+    started = time.monotonic()
+    with pytest.raises(SynthesisFailedError, match=r"no answer within 0\.3 s"):
+        await read_all(engine)
+
+    assert time.monotonic() - started < 5.0
+    assert "no answer" in (engine.status().endpoints[0].last_error or "")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# balancing and health
+
+
+async def test_requests_go_to_the_endpoint_with_fewest_in_flight(upstreams: Any, engines: Any) -> None:
+    first, second = await upstreams(hang=True), await upstreams(hang=True)
+    engine = await engines([first.url, second.url])
+    opened = [engine.open_stream(SynthesisRequest(text=f"t{i}", voice="alloy")) for i in range(4)]
+    entered = [asyncio.create_task(cm.__aenter__()) for cm in opened]
+    await wait_for(lambda: len(first.requests) + len(second.requests) == 4)
+
+    assert (len(first.requests), len(second.requests)) == (2, 2)
+    assert [e.in_flight for e in engine.status().endpoints or ()] == [2, 2]
+    for task in entered:
+        task.cancel()
+    await asyncio.gather(*entered, return_exceptions=True)
+
+
+async def test_a_name_with_several_addresses_is_several_endpoints_resolved_again(
+    upstreams: Any,
+    engines: Any,
+) -> None:
+    # Two servers on one port at two loopback addresses: what a headless Service's name resolves to.
+    first = await upstreams(chunks=[b"\1\0"])
+    port = int(first.url.split(":")[2].split("/")[0])
+    second = await upstreams(host="127.0.0.2", port=port, chunks=[b"\2\0"])
+    addresses = ["127.0.0.1", "127.0.0.2"]
+
+    async def headless_service(url: str) -> list[str] | str:
+        assert url == f"http://engine.svc:{port}/v1"
+        return list(addresses)
+
+    engine = await engines([f"http://engine.svc:{port}/v1"], resolver=headless_service, resolve_interval_s=0.05)
+    await wait_for(lambda: engine.status().ready_workers == 2)
+
+    served = {b"".join(await read_all(engine)) for _ in range(4)}
+    assert served == {b"\1\0", b"\2\0"}
+    assert len(first.requests) == len(second.requests) == 2
+    assert {r["headers"]["host"] for r in first.requests + second.requests} == {f"engine.svc:{port}"}
+
+    addresses.remove("127.0.0.1")  # a pod went away
+    await wait_for(lambda: [e.address for e in engine.status().endpoints or ()] == ["127.0.0.2"])
+    assert {b"".join(await read_all(engine)) for _ in range(2)} == {b"\2\0"}
+
+
+async def test_full_endpoints_without_a_queue_are_overloaded(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(hang=True)
+    engine = await engines([upstream.url], max_in_flight=1)
+    holder = asyncio.create_task(read_all(engine))
+    await wait_for(lambda: len(upstream.requests) == 1)
+
+    with pytest.raises(EngineOverloadedError):
+        await read_all(engine)
+
+    holder.cancel()
+    await asyncio.gather(holder, return_exceptions=True)
+    await wait_for(lambda: engine.status().active_jobs == 0)
+
+
+async def test_unreachable_endpoints_leave_the_engine_unavailable_with_the_reason(
+    upstreams: Any,
+    engines: Any,
+) -> None:
+    upstream = await upstreams()
+    url = upstream.url
+    assert upstream.server is not None
+    upstream.server.close()
+    await upstream.server.wait_closed()
+
+    engine = await engines([url, "http://no-such-host.invalid/v1"])
+
+    status = engine.status()
+    assert status.state == "unavailable"
+    assert status.reason is not None
+    assert url in status.reason
+    assert "cannot resolve no-such-host.invalid" in status.reason
+    with pytest.raises(EngineNotReadyError):
+        await read_all(engine)
+
+
+async def test_custom_speakers_are_refused_before_anything_is_sent(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(chunks=[b"\0\0"])
+    engine = await engines([upstream.url])
+    with pytest.raises(InvalidSynthesisRequestError, match="Custom voices"):
+        await read_all(engine, SynthesisRequest(text="hi", voice="v", speaker="spk"))
+    assert upstream.requests == []
+
+
+async def test_a_server_without_readyz_is_probed_at_its_models(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(has_readyz=False)
+    engine = await engines([upstream.url])
+    await wait_for(lambda: engine.status().state == "ready")
+    assert upstream.probes[:2] == ["/readyz", "/v1/models"]
+    assert set(upstream.probes[2:]) <= {"/v1/models"}
+
+
+def test_probe_path_is_the_server_readyz_under_v1_else_models() -> None:
+    from engines.breaker import BreakerSettings
+
+    assert EndpointAddress("http://e:8000/v1", "10.0.0.1", BreakerSettings()).probe_path() == "/readyz"
+    assert EndpointAddress("http://e/api/v1", "10.0.0.1", BreakerSettings()).probe_path() == "/api/readyz"
+    assert EndpointAddress("http://e/openai", "10.0.0.1", BreakerSettings()).probe_path() == "/openai/models"
+    url, headers, extensions = EndpointAddress("https://e.svc:8443/v1", "10.0.0.7", BreakerSettings()).target("/x")
+    assert (str(url), headers, extensions) == (
+        "https://10.0.0.7:8443/x",
+        {"Host": "e.svc:8443"},
+        {"sni_hostname": "e.svc"},
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# options
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "message"),
+    [
+        ("engine:8000/v1", "must be an http:// or https:// URL"),
+        ("ftp://engine/v1", "must be an http:// or https:// URL"),
+        ("http://user:pw@engine/v1", "must not carry credentials"),
+        ("http://engine/v1?x=1", "without query"),
+        ("http://[::1/v1", "is not a valid URL"),
+    ],
+)
+def test_a_malformed_endpoint_is_refused_naming_it(endpoint: str, message: str) -> None:
+    with pytest.raises(ValidationError, match=message) as caught:
+        OpenAIRemoteOptions(endpoints=[endpoint])
+    assert "pw" not in str(caught.value).split("input_value")[0]
+
+
+def test_no_endpoints_is_an_error() -> None:
+    with pytest.raises(ValidationError, match="at least 1"):
+        OpenAIRemoteOptions(endpoints=[])
+
+
+def test_credentials_come_from_one_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValidationError, match="not both"):
+        OpenAIRemoteOptions(endpoints=["http://e/v1"], api_key=TOKEN, api_key_env="KEY")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="'R1_UNSET_KEY', which is not set"):
+        OpenAIRemoteOptions(endpoints=["http://e/v1"], api_key_env="R1_UNSET_KEY")
+    monkeypatch.setenv("R1_SET_KEY", "from-env")
+    assert OpenAIRemoteOptions(endpoints=["http://e/v1"], api_key_env="R1_SET_KEY").credential() == "from-env"
+    assert TOKEN not in repr(OpenAIRemoteOptions(endpoints=["http://e/v1"], api_key=TOKEN))  # type: ignore[arg-type]
+
+
+def test_worker_knobs_are_refused_for_a_remote_engine() -> None:
+    with pytest.raises(ValidationError, match="workers do"):
+        engine_settings(kind="openai", workers=2, options={"endpoints": ["http://e/v1"]})
+    settings = engine_settings(kind="openai", queue_size=3, options={"endpoints": ["http://e/v1/"]})
+    assert isinstance(settings, RemoteEngineSettings)
+    assert settings.options.endpoints == ["http://e/v1"]

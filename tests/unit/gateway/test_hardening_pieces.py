@@ -1,0 +1,149 @@
+"""The pure pieces of the hardening (issue #14): JSON depth, log redaction, the admin token's validation and throttle,
+the connection cap's fit to the open-file limit, and the one-line configuration error."""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+from typing import Any
+
+import pytest
+from litestar import Litestar, post
+from litestar.params import JSONBody
+from litestar.testing import TestClient
+from pydantic import ValidationError
+from websockets.frames import Frame, Opcode
+
+from auth.settings import AuthSettings
+from gateway.cli.server import _one_line
+from gateway.http.connection_limits import ConnectionLimits
+from gateway.http.errors import EXCEPTION_HANDLERS, OpenAIError
+from gateway.http.json_depth import json_depth_exceeds, json_depth_middleware
+from gateway.http.security import ADMIN_FAILURES_PER_MINUTE, AdminThrottle
+from gateway.observability.logs import JsonLogFormatter, WebSocketFrameRedactor
+from gateway.realtime.protocol import ProtocolError, parse_client_event
+from gateway.settings import ServerSettings, Settings
+
+
+# ------------------------------------------------------------------------------------------------------ JSON depth
+@pytest.mark.parametrize(
+    ("document", "depth"),
+    [
+        ("{}", 1),
+        ("[[]]", 2),
+        ('{"a": [{"b": [1]}]}', 4),
+        ('"[[[[[["', 0),
+        ('{"a": "]]]]{{{{"}', 1),
+        ('["\\"[[[[", [[1]]]', 3),
+        ("[" * 40 + "]" * 40, 40),
+        ("[" * 40, 40),
+        ("", 0),
+        ("[1, [2], [3], [4], [5]]", 2),
+    ],
+)
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_json_depth_counts_nesting_outside_strings(document: str, depth: int, as_bytes: bool) -> None:
+    data: str | bytes = document.encode() if as_bytes else document
+    assert not json_depth_exceeds(data, depth)
+    if depth:
+        assert json_depth_exceeds(data, depth - 1)
+
+
+@post("/echo", status_code=200)
+async def _echo(data: JSONBody[dict[str, Any]]) -> dict[str, Any]:
+    return data
+
+
+def _app(max_depth: int) -> Litestar:
+    return Litestar([_echo], middleware=[json_depth_middleware(max_depth)], exception_handlers=EXCEPTION_HANDLERS)
+
+
+def test_a_body_over_the_depth_gets_400_with_openai_body_before_it_is_parsed() -> None:
+    with TestClient(_app(4)) as client:
+        deep = client.post(
+            "/echo", content='{"a": ' + "[" * 5000 + "]" * 5000 + "}", headers={"content-type": "application/json"}
+        )
+        assert deep.status_code == 400
+        assert deep.json() == {
+            "error": {
+                "message": "The JSON body is nested deeper than 4 levels.",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "json_too_deep",
+            }
+        }
+        shallow = client.post("/echo", json={"a": [[["[[[[[[[[[[["]]]})
+        assert shallow.status_code == 200 and shallow.json() == {"a": [[["[[[[[[[[[[["]]]}
+
+
+def test_a_realtime_message_over_the_depth_is_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError) as raised:
+        parse_client_event("[" * 1000 + "]" * 1000)
+    assert raised.value.error.code == "json_too_deep" and raised.value.error.status_code == 400
+    assert parse_client_event(json.dumps({"type": "input.append", "text": "[[[[" * 100})).type == "input.append"
+
+
+# ------------------------------------------------------------------------------------------------------------ logs
+def _redacted(msg: str, *args: Any) -> str:
+    record = logging.LogRecord("uvicorn.error", logging.DEBUG, __file__, 1, msg, args, None)
+    WebSocketFrameRedactor().filter(record)
+    return json.loads(JsonLogFormatter().format(record))["message"]  # type: ignore[no-any-return]
+
+
+def test_websocket_frames_are_logged_without_their_text() -> None:
+    frame = Frame(Opcode.TEXT, b'{"type": "session.update", "token": "sk-secret", "text": "private words"}')
+    line = _redacted("< %s", frame)
+    assert line == f"< TEXT [{len(frame.data)} bytes]"
+    assert _redacted("> %s", Frame(Opcode.BINARY, b"\x00" * 10)) == "> BINARY [10 bytes]"
+
+
+@pytest.mark.parametrize("name", ["Authorization", "cookie", "Sec-WebSocket-Protocol"])
+def test_handshake_credentials_are_logged_without_their_value(name: str) -> None:
+    assert _redacted("< %s: %s", name, "Bearer sk-secret") == f"< {name}: [redacted]"
+
+
+def test_other_lines_pass_unchanged() -> None:
+    assert _redacted("< %s: %s", "user-agent", "curl/8") == "< user-agent: curl/8"
+    assert _redacted("= connection is %s", "OPEN") == "= connection is OPEN"
+
+
+# ----------------------------------------------------------------------------------------------------------- admin
+@pytest.mark.parametrize("token", ["", "short-zq", "a" * 31])
+def test_an_empty_or_short_admin_token_is_refused_in_one_line_without_its_value(token: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        Settings.model_validate({"auth": {"admin_token": token}})
+    message = _one_line(raised.value)
+    assert message.startswith("auth.admin_token: must be at least 32 characters")
+    assert "\n" not in message
+    if token:
+        assert token not in message
+
+
+def test_a_32_character_admin_token_is_accepted() -> None:
+    assert AuthSettings.model_validate({"admin_token": "a" * 32}).admin_token is not None
+
+
+def test_the_throttle_answers_429_after_the_failures_of_one_address_only(caplog: pytest.LogCaptureFixture) -> None:
+    throttle = AdminThrottle()
+    with caplog.at_level(logging.WARNING, "tts_gateway.admin"):
+        for _ in range(ADMIN_FAILURES_PER_MINUTE):
+            throttle.check("10.0.0.1")
+            throttle.failed("10.0.0.1", "wrong_token", "/admin/tenants")
+    with pytest.raises(OpenAIError) as raised:
+        throttle.check("10.0.0.1")
+    assert raised.value.status_code == 429
+    assert 1 <= int(raised.value.headers["Retry-After"]) <= 60
+    throttle.check("10.0.0.2")  # another address is not affected
+    assert len(caplog.records) == ADMIN_FAILURES_PER_MINUTE
+    assert all(record.levelno == logging.WARNING for record in caplog.records)
+    assert "throttled" in caplog.records[-1].getMessage()
+
+
+# ------------------------------------------------------------------------------------------------ connection cap
+def test_the_connection_cap_fits_the_open_file_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = ServerSettings(max_connections=1000)
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (256, 4096))
+    assert ConnectionLimits.from_settings(server).max_connections == 192
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (65536, 65536))
+    assert ConnectionLimits.from_settings(server).max_connections == 1000
