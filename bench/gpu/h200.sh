@@ -16,7 +16,7 @@ set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
 PY=${PY:-python3}; DEV=${DEV:-cuda}; PRESET=${PRESET:-full}; ASSETS=${ASSETS:-/tmp/chattts-full}
-TA=${TA:-64}; TB=${TB:-256}; LEVELS=${LEVELS:-1,4,8,16}; REPA=${REPA:-3}
+TA=${TA:-64}; TB=${TB:-256}; LEVELS=${LEVELS:-1,2,4,8,16,32}; REPA=${REPA:-3}
 if [ -z "${SKIP_PIP:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || { echo "pip install failed"; exit 3; }
   export PYTHONPATH=/tmp/site:$PWD
