@@ -1,4 +1,4 @@
-"""Every example in README.md and docs/configuration.md, run exactly as written.
+"""Every example in README.md and docs/ (configuration, realtime, deployment), run exactly as written.
 
 Each fenced block is preceded by a marker that says how it runs (a block without one fails the test, so no
 example escapes):
@@ -8,7 +8,7 @@ example escapes):
 - ``<!-- example: shell [creates FILE ...] -->``: bash, run to completion in that folder with the virtualenv first on
   ``PATH``, against the gateway the README's readers start with ``make serve`` (``tts-gateway serve`` on port 8000) and
   a Redis on port 6379; each created file must be decodable audio (its suffix names the format);
-- ``<!-- example: python -->``: the virtualenv's Python, run in that folder;
+- ``<!-- example: python [creates FILE ...] -->``: the virtualenv's Python, run in that folder (files as above);
 - ``<!-- example: serve PORT -->``: bash whose last command serves; it must come up on ``PORT`` with every engine
   ready, and is stopped then;
 - ``<!-- example: skip (reason) -->``: not run, with the reason (the two commands of the README are the ones CI runs).
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = ("README.md", "docs/configuration.md")
 _BLOCK = re.compile(
     r"<!-- example: (?P<kind>\w+) ?(?P<args>[^>]*?) ?-->\n```(?P<lang>\w*)\n(?P<body>.*?)^```", re.MULTILINE | re.DOTALL
 )
@@ -149,7 +148,18 @@ def test_the_configuration_examples_run(tmp_path: Path, served: list[subprocess.
         run_example(example, tmp_path, served)
 
 
-def test_the_readme_examples_run(tmp_path: Path, served: list[subprocess.Popen[bytes]]) -> None:
+def test_the_deployment_examples_run(tmp_path: Path, served: list[subprocess.Popen[bytes]]) -> None:
+    # Docker and Kubernetes blocks are marked skip with their reason; the two-tier set-up by hand runs.
+    for example in examples("docs/deployment.md"):
+        run_example(example, tmp_path, served)
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/realtime.md"])
+def test_the_examples_against_a_served_gateway_run(
+    document: str,
+    tmp_path: Path,
+    served: list[subprocess.Popen[bytes]],
+) -> None:
     # What a reader has after the README's first command: `make serve`, i.e. `tts-gateway serve` on port 8000,
     # and for the tenants example a Redis at its default address.
     redis = RedisServer(port=6379)
@@ -158,7 +168,7 @@ def test_the_readme_examples_run(tmp_path: Path, served: list[subprocess.Popen[b
         gateway = serve("tts-gateway serve", tmp_path, tmp_path / "make-serve.log")
         served.append(gateway)
         wait_ready(8000, gateway)
-        for example in examples("README.md"):
+        for example in examples(document):
             run_example(example, tmp_path, served)
     finally:
         redis.remove()

@@ -331,10 +331,8 @@ async def test_every_line_is_one_json_object_when_a_worker_dies_mid_stream(guard
     await asyncio.to_thread(guarded.wait_engine, "steady", 15.0, ready_workers=1)
     # A job that fails inside its worker: the worker logs the engine's traceback (one JSON line, as the server does).
     async with httpx.AsyncClient(base_url=guarded.base_url, timeout=30) as http:
-        failed = await http.post(
-            "/v1/audio/speech", json=speech("steady", "x" * 40 + " #fail-after=1"), headers=bearer()
-        )
-    assert failed.status_code in {200, 503}  # after its first chunk, or before it on every try
+        with contextlib.suppress(httpx.RemoteProtocolError):  # it fails after its first chunk: a truncated body
+            await http.post("/v1/audio/speech", json=speech("steady", "x" * 40 + " #fail-after=1"), headers=bearer())
     lines = log_lines(guarded)
     assert any("injected failure" in line and "Traceback" in line for line in lines), "no worker traceback logged"
     assert len(lines) > 20
