@@ -277,6 +277,12 @@ class EnginePool:
         self.name = name
         self.settings = settings
         self._worker_logging = worker_logging
+        self._recent_tenants: dict[str, float] = {}
+        self._pending: Counter[str] = Counter()
+        """Slots handed to a tenant whose job has not started yet (its task has not resumed)."""
+        self._waiting_tenants: dict[asyncio.Future[_Worker], str] = {}
+        self._granted_to: dict[asyncio.Future[_Worker], str] = {}
+        """When each tenant last asked this engine (dropped once older than ``reservation_window_s``)."""
         self._context = multiprocessing.get_context("spawn")
         self._workers: list[_Worker] = []
         self._waiters: TenantScheduler[asyncio.Future[_Worker]] = TenantScheduler(
@@ -374,9 +380,11 @@ class EnginePool:
         claim = _Claim(tenant, share or DEFAULT_SHARE, float(max(1, len(request.text))))
         worker = await self._acquire(claim)
         while worker.state != "ready":  # it died between being handed to us and now
+            self._unpend(claim.tenant)
             worker = await self._acquire(claim)
         job = _Job(next(self._job_ids), self._max_buffered_bytes(worker), claim.tenant)
         worker.reserved -= 1
+        self._unpend(claim.tenant)  # the slot handed to the tenant is its job now
         if not worker.jobs:
             worker.last_progress = time.monotonic()
         worker.jobs[job.id] = job
@@ -394,6 +402,8 @@ class EnginePool:
         return int(self.settings.max_buffered_audio_s * rate * 2)
 
     async def _acquire(self, claim: _Claim) -> _Worker:
+        if self.settings.reserved_slots and self.settings.scheduling == "fair":
+            self._recent_tenants[claim.tenant] = time.monotonic()
         status = self.status()
         if status.state == "starting" and self._info is None:
             # Loading for the first time: say so at once (a 503 with Retry-After, or the alias's next engine). A pool
@@ -405,12 +415,14 @@ class EnginePool:
         if worker is not None and not self._waiters and self._may_take_free_slot(claim.tenant):
             self._waiters.charge(claim.tenant, claim.share, claim.cost)
             worker.reserved += 1
+            self._pending[claim.tenant] += 1
             return worker
         waiter: asyncio.Future[_Worker] = asyncio.get_running_loop().create_future()
         try:
             self._waiters.push(waiter, claim.tenant, claim.share, claim.cost)
         except QueueFullError:  # the whole queue, or this tenant's part of it (the other tenants may still queue)
             raise EngineOverloadedError(self.name, self._retry_after_s()) from None
+        self._waiting_tenants[waiter] = claim.tenant
         self._hand_out_slots()  # a reserved slot may be free for this tenant, though others wait for the rest
         return await self._wait_in_queue(waiter)
 
@@ -419,6 +431,7 @@ class EnginePool:
         try:
             worker = await asyncio.wait_for(asyncio.shield(waiter), self.settings.queue_timeout_s)
             taken = True
+            self._granted_to.pop(waiter, None)  # its slot is counted in _pending until the job starts
             return worker
         except TimeoutError:
             raise EngineOverloadedError(self.name, self._retry_after_s()) from None
@@ -428,9 +441,11 @@ class EnginePool:
 
     def _abandon(self, waiter: asyncio.Future[_Worker]) -> None:
         self._waiters.remove(waiter)
+        tenant = self._waiting_tenants.pop(waiter, None)
         if not waiter.done():
             waiter.cancel()
         elif not waiter.cancelled() and waiter.exception() is None:
+            self._unpend(self._granted_to.pop(waiter, tenant or ""))
             self._release(waiter.result())  # we were handed a slot at the moment we gave up: pass it on
 
     def _free_worker(self) -> _Worker | None:
@@ -442,24 +457,48 @@ class EnginePool:
         self._hand_out_slots()
 
     def _may_take_free_slot(self, tenant: str) -> bool:
-        """Whether ``tenant`` may have a free slot: the last ``reserved_slots`` are kept for tenants that run nothing
-        here, so that a tenant arriving while another holds the engine need not wait for a job to end."""
-        return self._free_slots() > self.settings.reserved_slots or self._runs_nothing_here(tenant)
+        """Whether ``tenant`` may have a free slot: while another tenant that runs nothing here has asked for this
+        engine within ``reservation_window_s``, the last ``reserved_slots`` are kept for such tenants, so that one
+        arriving while another floods the engine need not wait for a job to end. A tenant alone uses every slot."""
+        if self._runs_nothing_here(tenant):
+            return True
+        return self._free_slots() > self._held_back(tenant)
+
+    def _held_back(self, tenant: str) -> int:
+        if self.settings.scheduling != "fair" or not self.settings.reserved_slots:
+            return 0
+        since = time.monotonic() - self.settings.reservation_window_s
+        for other, seen in list(self._recent_tenants.items()):
+            if seen < since:
+                del self._recent_tenants[other]  # gone quiet: no slot is kept for it any more
+            elif other != tenant and self._runs_nothing_here(other):
+                return self.settings.reserved_slots
+        return 0
 
     def _free_slots(self) -> int:
         return sum(w.capacity - w.load for w in self._workers if w.state == "ready")
 
+    def _unpend(self, tenant: str) -> None:
+        self._pending[tenant] -= 1
+        if self._pending[tenant] <= 0:
+            del self._pending[tenant]
+
     def _runs_nothing_here(self, tenant: str) -> bool:
-        return all(job.tenant != tenant for worker in self._workers for job in worker.jobs.values())
+        return not self._pending[tenant] and all(
+            job.tenant != tenant for worker in self._workers for job in worker.jobs.values()
+        )
 
     def _hand_out_slots(self) -> None:
         # One slot per turn, so a batching worker's batch fills in the scheduler's order too.
         while (worker := self._free_worker()) is not None:
-            reserved_only = self._free_slots() <= self.settings.reserved_slots
-            if (waiter := self._waiters.pop(self._runs_nothing_here if reserved_only else None)) is None:
+            if (waiter := self._waiters.pop(self._may_take_free_slot)) is None:
                 return
+            tenant = self._waiting_tenants.pop(waiter, "")
             if not waiter.done():
                 worker.reserved += 1
+                # Counted as the tenant's until its job starts: the next slot of this loop must not see it idle.
+                self._pending[tenant] += 1
+                self._granted_to[waiter] = tenant
                 waiter.set_result(worker)
 
     def _retry_after_s(self) -> int:
@@ -468,6 +507,7 @@ class EnginePool:
     def _fail_waiters(self) -> None:
         reason = self._unavailable_reason or "the pool stopped"
         for waiter in self._waiters.clear():
+            self._waiting_tenants.pop(waiter, None)
             if not waiter.done():
                 waiter.set_exception(EngineNotReadyError(self.name, reason))
 

@@ -45,9 +45,13 @@ class PoolSettings(BaseModel):
     """Who of the waiting requests gets the next free worker: ``fair`` (per-tenant queues, weighted fairly, priority
     classes first) or ``fifo`` (arrival order, one tenant can hold every worker: the baseline of bench/fairness.py)."""
     reserved_slots: int = Field(default=0, ge=0)
-    """Worker slots kept for tenants with nothing running on this engine: a tenant already running a request here
-    does not get one of the last ``reserved_slots`` free slots, so a newcomer starts at once instead of waiting for a
-    job to end. The price: a tenant alone never uses more than the other slots. 0: every slot goes to whoever's turn."""
+    """Worker slots kept for tenants with nothing running on this engine, while such a tenant has asked for it within
+    ``reservation_window_s``: a tenant already running a request here does not get one of the last ``reserved_slots``
+    free slots then, so a tenant arriving while another floods the engine starts at once instead of waiting for a
+    running job to end (jobs are not preempted). A tenant alone uses every slot. Only with ``scheduling: fair``; 0: none.
+    """
+    reservation_window_s: float = Field(default=10.0, gt=0)
+    """How recently another tenant must have asked for the engine for slots to be kept for it."""
     start_timeout_s: float = Field(default=120.0, gt=0)
     """How long a worker may take to load and warm up before it counts as failed."""
     stall_timeout_s: float = Field(default=30.0, gt=0)

@@ -261,10 +261,26 @@ async def test_a_reserved_slot_waits_for_a_tenant_running_nothing(pool_with_a_re
             async for _ in pcm:
                 pass
 
+    await speak("a", 2)  # a has asked for this engine lately (within reservation_window_s)
     b_first = asyncio.create_task(speak("b", 100))
     await wait_for(lambda: pool.status().active_jobs == 1)
     b_second = asyncio.create_task(speak("b", 10))
     await wait_for(lambda: pool.status().queued_by_tenant == {"b": 1})  # a worker is free, but it is the reserved one
     await speak("a", 10)  # a runs nothing: the reserved slot is a's at once
     await asyncio.gather(b_first, b_second)
-    assert started == ["b", "a", "b"]
+    assert started == ["a", "b", "a", "b"]
+
+
+async def test_a_tenant_alone_uses_every_slot_whatever_is_reserved(pool_with_a_reserved_slot: EnginePool) -> None:
+    # Nobody else has asked for the engine lately: nothing is kept back, so a lone tenant loses no capacity.
+    pool = pool_with_a_reserved_slot
+
+    async def speak(chars: int) -> None:
+        async with pool.open_stream(SynthesisRequest(text="x" * chars, voice="alloy"), tenant="solo") as pcm:
+            async for _ in pcm:
+                pass
+
+    both = [asyncio.create_task(speak(60)) for _ in range(2)]
+    await wait_for(lambda: pool.status().active_jobs == 2)
+    assert pool.status().queued == 0
+    await asyncio.gather(*both)
