@@ -48,7 +48,7 @@ class PoolSettings(BaseModel):
     """Worker slots kept for tenants with nothing running on this engine, while such a tenant has asked for it within
     ``reservation_window_s``: a tenant already running a request here does not get one of the last ``reserved_slots``
     free slots then, so a tenant arriving while another floods the engine starts at once instead of waiting for a
-    running job to end (jobs are not preempted). A tenant alone uses every slot. Only with ``scheduling: fair``; 0: none.
+    running job to end (no job is preempted). A tenant alone uses every slot. Only with ``scheduling: fair``; 0: none
     """
     reservation_window_s: float = Field(default=10.0, gt=0)
     """How recently another tenant must have asked for the engine for slots to be kept for it."""
