@@ -13,8 +13,12 @@ if TYPE_CHECKING:
 __all__ = ["STORAGE_ERRORS", "OutageLatch"]
 
 #: Everything a Redis call (through redis-py, ``limits`` or aiocache) may raise when Redis is out of reach;
-#: ``TimeoutError`` (aiocache's and asyncio's) is an ``OSError``.
-STORAGE_ERRORS: tuple[type[Exception], ...] = (RedisError, StorageError, OSError)
+#: ``TimeoutError`` (aiocache's and asyncio's) is an ``OSError``. ``RuntimeError`` too: when Redis goes away while
+#: redis-py is connecting, its health-check ping writes to a transport that uvloop has closed, and uvloop says so with
+#: a ``RuntimeError`` ("unable to perform operation on <TCPTransport closed=True>") that redis-py lets through — a
+#: 500 under a Redis outage otherwise (seen in tests/e2e/test_faults.py). Every ``except STORAGE_ERRORS`` wraps a
+#: storage call only, so nothing else is caught by it.
+STORAGE_ERRORS: tuple[type[Exception], ...] = (RedisError, StorageError, OSError, RuntimeError)
 
 
 class OutageLatch:
