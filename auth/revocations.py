@@ -66,10 +66,15 @@ class Revocation:
     @classmethod
     def from_json(cls, raw: bytes | str) -> Revocation:
         """Raises ``ValueError`` (or ``KeyError``/``TypeError``) for a message this code did not write."""
+        return cls.with_origin(raw)[0]
+
+    @classmethod
+    def with_origin(cls, raw: bytes | str) -> tuple[Revocation, str]:
+        """The revocation in a message and the replica that announced it (one parse of the message)."""
         data = json.loads(raw)
         if data["kind"] not in ("key", "tenant") or not isinstance(data["subject"], str):
             raise ValueError("not a revocation")
-        return cls(data["kind"], data["subject"])
+        return cls(data["kind"], data["subject"]), str(data.get("origin", ""))
 
 
 class RevocationBus(Protocol):
@@ -175,12 +180,11 @@ class RedisRevocationBus(LocalRevocationBus):
 
     def _deliver_raw(self, raw: bytes | str) -> None:
         try:
-            revocation = Revocation.from_json(raw)
-            mine = json.loads(raw).get("origin") == self._origin
+            revocation, origin = Revocation.with_origin(raw)
         except (ValueError, KeyError, TypeError, AttributeError):
             logger.warning("ignored a malformed message on the revocation channel")
             return
-        if not mine:  # this replica's listeners heard it when it was announced
+        if origin != self._origin:  # this replica's listeners heard it when it was announced
             self.deliver(revocation)
 
 

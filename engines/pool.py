@@ -402,7 +402,7 @@ class EnginePool:
         return int(self.settings.max_buffered_audio_s * rate * 2)
 
     async def _acquire(self, claim: _Claim) -> _Worker:
-        if self.settings.reserved_slots and self.settings.scheduling == "fair":
+        if self._reserves_slots():
             self._recent_tenants[claim.tenant] = time.monotonic()
         status = self.status()
         if status.state == "starting" and self._info is None:
@@ -460,12 +460,14 @@ class EnginePool:
         """Whether ``tenant`` may have a free slot: while another tenant that runs nothing here has asked for this
         engine within ``reservation_window_s``, the last ``reserved_slots`` are kept for such tenants, so that one
         arriving while another floods the engine need not wait for a job to end. A tenant alone uses every slot."""
-        if self._runs_nothing_here(tenant):
-            return True
-        return self._free_slots() > self._held_back(tenant)
+        held_back = self._held_back(tenant)  # 0 at once when nothing is reserved: the usual case costs nothing
+        return not held_back or self._free_slots() > held_back or self._runs_nothing_here(tenant)
+
+    def _reserves_slots(self) -> bool:
+        return bool(self.settings.reserved_slots) and self.settings.scheduling == "fair"
 
     def _held_back(self, tenant: str) -> int:
-        if self.settings.scheduling != "fair" or not self.settings.reserved_slots:
+        if not self._reserves_slots():
             return 0
         since = time.monotonic() - self.settings.reservation_window_s
         for other, seen in list(self._recent_tenants.items()):
@@ -491,7 +493,8 @@ class EnginePool:
     def _hand_out_slots(self) -> None:
         # One slot per turn, so a batching worker's batch fills in the scheduler's order too.
         while (worker := self._free_worker()) is not None:
-            if (waiter := self._waiters.pop(self._may_take_free_slot)) is None:
+            eligible = self._may_take_free_slot if self._reserves_slots() else None
+            if (waiter := self._waiters.pop(eligible)) is None:
                 return
             tenant = self._waiting_tenants.pop(waiter, "")
             if not waiter.done():
