@@ -17,11 +17,14 @@ Markdown table (light tenant's TTFB percentiles, its ratio to idle, 503s, heavy 
 figure to ``bench/results/fairness.json``. Issue #14's target: the light tenant's TTFB under the flood within 1.5x of
 idle.
 
-What to expect: a job, once on a worker, runs to its end (no preemption). When the flood holds every worker slot, the
-fair scheduler gives the light request the first slot that frees, so its wait is what is left of the running heavy
-jobs (about ``--heavy-audio-s / (workers + 1)`` on average); FIFO adds every heavy request queued before it. Only
-a free slot brings the light tenant to idle times: ``--reserved-slots 1`` keeps one for tenants running nothing (at
-the price of the flood's throughput: compare "heavy served"), as do batching workers with room above the flood.
+What to expect: a job, once on a worker, runs to its end (no preemption). The fair engine keeps its default
+``reserved_slots: 1``: every tenant holding or waiting for a slot, or expected back (within twice its usual time
+between requests), has a fair share of the slots (here one of two each), and while the light tenant runs less than
+its share and is not waiting, the flood does not get the slot it lacks, so the next light request finds it free. The
+light tenant's load must fit its share for that: ``--light-audio-s 0.5`` (the default; a job of 0.6 s a second)
+does; ``--light-audio-s 1`` (1.1 s of work a second, more than one worker) does not, and its requests then also wait
+for each other and for the flood's jobs in fair order. ``--reserved-slots 0`` shows the fair queue alone (a light
+request waits for a running heavy job to end); FIFO adds every heavy request queued before it.
 """
 
 from __future__ import annotations
@@ -158,9 +161,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="worker processes of each engine")
     parser.add_argument("--heavy-concurrency", type=int, default=4, help="the heavy tenant's concurrent streams")
     parser.add_argument("--heavy-audio-s", type=float, default=4.0, help="audio seconds of each heavy request")
-    parser.add_argument("--light-audio-s", type=float, default=1.0, help="audio seconds of each light request")
+    parser.add_argument("--light-audio-s", type=float, default=0.5, help="audio seconds of each light request")
     parser.add_argument("--request-delay-ms", type=float, default=100.0, help="the engine's time to first audio")
-    parser.add_argument("--reserved-slots", type=int, default=0, help="reserved_slots of the fair engine")
+    parser.add_argument("--reserved-slots", type=int, default=1, help="reserved_slots of the fair engine")
     args = parser.parse_args()
     report = measure(args)
     print(markdown(report))

@@ -45,7 +45,7 @@ _FRAME_SIZE = struct.Struct("!i")
 _LONG_FRAME_SIZE = struct.Struct("!Q")
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
     from multiprocessing.process import BaseProcess
 
     from engines.base import EngineInfo, SynthesisRequest
@@ -209,6 +209,26 @@ class SynthesisStream:
         return first if len(pieces) == 1 else b"".join(pieces)
 
 
+@dataclass(slots=True)
+class _Presence:
+    """A tenant that asked for this engine lately, for the slots kept for it (``reserved_slots``)."""
+
+    seen: float
+    """When it last asked (monotonic)."""
+    weight: float
+    gap: float | None = None
+    """Its usual time between requests (smoothed); ``None`` until it has asked twice."""
+
+    def asked(self, now: float, weight: float) -> None:
+        gap = now - self.seen
+        self.gap = gap if self.gap is None else (self.gap + gap) / 2
+        self.seen, self.weight = now, weight
+
+    def expected_until(self, window_s: float) -> float:
+        """Until when it is expected back: twice its usual gap after its last request, at most ``window_s``."""
+        return self.seen + (min(window_s, 2 * self.gap) if self.gap is not None else 0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class _Claim:
     """Whose request waits, with which share, and what it costs the engine (input characters)."""
@@ -277,12 +297,12 @@ class EnginePool:
         self.name = name
         self.settings = settings
         self._worker_logging = worker_logging
-        self._recent_tenants: dict[str, float] = {}
+        self._recent_tenants: dict[str, _Presence] = {}
+        """Each tenant that asked this engine within ``reservation_window_s`` (or holds or waits for a slot)."""
         self._pending: Counter[str] = Counter()
         """Slots handed to a tenant whose job has not started yet (its task has not resumed)."""
         self._waiting_tenants: dict[asyncio.Future[_Worker], str] = {}
         self._granted_to: dict[asyncio.Future[_Worker], str] = {}
-        """When each tenant last asked this engine (dropped once older than ``reservation_window_s``)."""
         self._context = multiprocessing.get_context("spawn")
         self._workers: list[_Worker] = []
         self._waiters: TenantScheduler[asyncio.Future[_Worker]] = TenantScheduler(
@@ -403,7 +423,7 @@ class EnginePool:
 
     async def _acquire(self, claim: _Claim) -> _Worker:
         if self._reserves_slots():
-            self._recent_tenants[claim.tenant] = time.monotonic()
+            self._note_asking(claim)
         status = self.status()
         if status.state == "starting" and self._info is None:
             # Loading for the first time: say so at once (a 503 with Retry-After, or the alias's next engine). A pool
@@ -456,26 +476,74 @@ class EnginePool:
         worker.reserved -= 1
         self._hand_out_slots()
 
-    def _may_take_free_slot(self, tenant: str) -> bool:
-        """Whether ``tenant`` may have a free slot: while another tenant that runs nothing here has asked for this
-        engine within ``reservation_window_s``, the last ``reserved_slots`` are kept for such tenants, so that one
-        arriving while another floods the engine need not wait for a job to end. A tenant alone uses every slot."""
-        held_back = self._held_back(tenant)  # 0 at once when nothing is reserved: the usual case costs nothing
-        return not held_back or self._free_slots() > held_back or self._runs_nothing_here(tenant)
-
     def _reserves_slots(self) -> bool:
         return bool(self.settings.reserved_slots) and self.settings.scheduling == "fair"
 
-    def _held_back(self, tenant: str) -> int:
+    def _may_take_free_slot(self, tenant: str) -> bool:
+        rule = self._slot_rule()
+        return rule is None or rule(tenant)
+
+    def _slot_rule(self) -> Callable[[str], bool] | None:
+        """Who may take a free slot now; ``None``: anyone (nothing is reserved, the usual case, costs nothing).
+
+        Every tenant holding or waiting for a slot, or expected back soon (within twice its usual time between
+        requests, at most ``reservation_window_s``), has a fair share of the slots (by weight, at least one). A tenant
+        below its share may always take a free slot; one at or above it may take one only while more are free than
+        the tenants not here lack of their shares (at most ``reserved_slots``, and never every slot); tenants that
+        are waiting get free slots in the scheduler's order. So a tenant that comes back while another floods the
+        engine finds a slot free instead of waiting for a running job to end (no job is preempted), and a tenant
+        alone, tenants that all use their shares, or one that asked once and left, cost the others nothing.
+        """
         if not self._reserves_slots():
-            return 0
-        since = time.monotonic() - self.settings.reservation_window_s
-        for other, seen in list(self._recent_tenants.items()):
-            if seen < since:
-                del self._recent_tenants[other]  # gone quiet: no slot is kept for it any more
-            elif other != tenant and self._runs_nothing_here(other):
-                return self.settings.reserved_slots
-        return 0
+            return None
+        total = self._total_slots()
+        if total < 2 or len(self._recent_tenants) < 2:
+            return None
+        holding = self._holding()
+        shares = self._shares(holding)
+        if len(shares) < 2:
+            return None
+        weights = sum(shares.values())
+        fair = {tenant: max(1, int(total * weight / weights)) for tenant, weight in shares.items()}
+        # Slots are kept only for tenants not waiting now: those waiting compete for the free slot in fair order.
+        absent = [tenant for tenant in shares if not self._waiters.queued(tenant)]
+        lacking = sum(max(0, fair[tenant] - holding[tenant]) for tenant in absent)
+        kept = min(self.settings.reserved_slots, total - 1, lacking)  # one at its share or above lacks nothing itself
+        free = self._free_slots()
+
+        def eligible(tenant: str) -> bool:
+            return holding[tenant] < fair.get(tenant, 1) or free > kept
+
+        return eligible
+
+    def _note_asking(self, claim: _Claim) -> None:
+        now = time.monotonic()
+        if (presence := self._recent_tenants.get(claim.tenant)) is not None:
+            presence.asked(now, claim.share.weight)
+        else:
+            self._recent_tenants[claim.tenant] = _Presence(now, claim.share.weight)
+
+    def _shares(self, holding: Counter[str]) -> dict[str, float]:
+        """The weight of each tenant with a share now: those holding or waiting for a slot, and those not here that
+        are expected back (within twice their usual time between requests, at most ``reservation_window_s``)."""
+        now, window = time.monotonic(), self.settings.reservation_window_s
+        shares = {}
+        for tenant, presence in list(self._recent_tenants.items()):
+            here = holding[tenant] > 0 or self._waiters.queued(tenant) > 0
+            if here or now <= presence.expected_until(window):
+                shares[tenant] = presence.weight
+            elif now - presence.seen > window:
+                del self._recent_tenants[tenant]  # gone quiet: its history goes too
+        return shares
+
+    def _holding(self) -> Counter[str]:
+        """Slots each tenant holds: its running jobs and the slots handed to it that have not started yet."""
+        holding = Counter(job.tenant for worker in self._workers for job in worker.jobs.values())
+        holding.update(self._pending)
+        return holding
+
+    def _total_slots(self) -> int:
+        return sum(w.capacity for w in self._workers if w.state == "ready")
 
     def _free_slots(self) -> int:
         return sum(w.capacity - w.load for w in self._workers if w.state == "ready")
@@ -485,16 +553,10 @@ class EnginePool:
         if self._pending[tenant] <= 0:
             del self._pending[tenant]
 
-    def _runs_nothing_here(self, tenant: str) -> bool:
-        return not self._pending[tenant] and all(
-            job.tenant != tenant for worker in self._workers for job in worker.jobs.values()
-        )
-
     def _hand_out_slots(self) -> None:
         # One slot per turn, so a batching worker's batch fills in the scheduler's order too.
         while (worker := self._free_worker()) is not None:
-            eligible = self._may_take_free_slot if self._reserves_slots() else None
-            if (waiter := self._waiters.pop(eligible)) is None:
+            if (waiter := self._waiters.pop(self._slot_rule())) is None:
                 return
             tenant = self._waiting_tenants.pop(waiter, "")
             if not waiter.done():
@@ -625,6 +687,8 @@ class EnginePool:
             now = time.monotonic()
             for worker in list(self._workers):
                 self._check(worker, now)
+            if self._waiters and self._reserves_slots():
+                self._hand_out_slots()  # a slot kept for a tenant whose share has lapsed goes to those waiting
 
     def _check(self, worker: _Worker, now: float) -> None:
         settings = self.settings

@@ -44,14 +44,16 @@ class PoolSettings(BaseModel):
     scheduling: Scheduling = "fair"
     """Who of the waiting requests gets the next free worker: ``fair`` (per-tenant queues, weighted fairly, priority
     classes first) or ``fifo`` (arrival order, one tenant can hold every worker: the baseline of bench/fairness.py)."""
-    reserved_slots: int = Field(default=0, ge=0)
-    """Worker slots kept for tenants with nothing running on this engine, while such a tenant has asked for it within
-    ``reservation_window_s``: a tenant already running a request here does not get one of the last ``reserved_slots``
-    free slots then, so a tenant arriving while another floods the engine starts at once instead of waiting for a
-    running job to end (no job is preempted). A tenant alone uses every slot. Only with ``scheduling: fair``; 0: none
-    """
+    reserved_slots: int = Field(default=1, ge=0)
+    """At most this many free worker slots are kept for tenants below their fair share of the engine. Every tenant
+    holding or waiting for a slot, or expected back (within twice its usual time between requests, at most
+    ``reservation_window_s``), has a share of the slots (workers x batch size, by weight, at least one); a tenant at
+    or above its share gets a free slot only while more are free than the tenants not waiting lack, so a tenant that
+    comes back while another floods the engine starts at once instead of waiting for a running job to end (no job is
+    preempted). A tenant alone, tenants that all use their shares, or one that asked once lose nothing; the last slot
+    is never kept. Only with ``scheduling: fair``; 0: the pool hands every free slot to the next waiter."""
     reservation_window_s: float = Field(default=10.0, gt=0)
-    """How recently another tenant must have asked for the engine for slots to be kept for it."""
+    """The longest a share is kept for a tenant not here (a tenant asking every 2 s is expected back for 4 s)."""
     start_timeout_s: float = Field(default=120.0, gt=0)
     """How long a worker may take to load and warm up before it counts as failed."""
     stall_timeout_s: float = Field(default=30.0, gt=0)

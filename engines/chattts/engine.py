@@ -75,6 +75,7 @@ class ChatTTSEngine:
             import torch
 
             from engines.chattts.loader import load_chat, locate_weights
+            from engines.chattts.small_batch import use_small_batch_linear
             from engines.chattts.voices import SpeakerBank
         except ImportError as exc:  # e.g. torchaudio built for CUDA next to a CPU torch: scripts/fix_torchaudio.py
             raise EngineUnavailableError(f"ChatTTS cannot be imported here: {exc}") from exc
@@ -85,6 +86,8 @@ class ChatTTSEngine:
         cache_dir = Path(options.cache_dir).expanduser()
         location = locate_weights(options.source, options.path, cache_dir, options.download, options.hub_timeout_s)
         self._chat = load_chat(location, device, half)
+        if device.type == "cpu":  # a few rows per decode step: measured, the faster product for each row count
+            use_small_batch_linear(self._chat.gpt.gpt)
         self._voices = SpeakerBank(self._chat.speaker)
         self._generated = location.generated
         # Random weights ignore [speed_N]: the gateway then time-stretches every speed.
@@ -188,36 +191,48 @@ class ChatTTSEngine:
 
     def _deliver(self, events: list[StepEvent], live: dict[int, _Plan]) -> Generator[BatchItem, None, None]:
         """Feed each request's decoder with its new tokens; yield the audio that is due and the ends."""
-        from engines.chattts.streaming import to_int16
-
+        due: dict[int, bool] = {}  # the requests with audio due, and whether their segment ended
         for index, hidden in events:
             plan = live.get(index)
             if plan is None:
                 continue  # already ended (cancelled): the token loop drops its row at its next step
             if plan.cancel.is_set():
                 del live[index]  # report it now: the others of the batch go on
+                due.pop(index, None)
                 yield index, None
                 continue
             assert plan.decoder is not None
-            if hidden is not None:
-                chunk = plan.decoder.push(hidden)
-            else:
-                chunk = plan.decoder.finish()
+            if hidden is None:
+                due[index] = True  # its last decode covers a chunk that fell due at this same step too
+            elif plan.decoder.add(hidden):
+                due[index] = False
+        yield from self._decode_due([(live[index], ended) for index, ended in due.items()], live)
+
+    def _decode_due(self, due: list[tuple[_Plan, bool]], live: dict[int, _Plan]) -> Generator[BatchItem, None, None]:
+        """Decode the due chunks together (one call per window length) and yield them, with the requests' ends."""
+        from engines.chattts.streaming import decode_windows, to_int16
+
+        decoders = [plan.decoder for plan, _ in due if plan.decoder is not None]
+        windows = [decoder.window() for decoder in decoders]
+        spoken = [position for position, window in enumerate(windows) if len(window)]  # a segment may end tokenless
+        decoded = decode_windows(self._chat, [windows[position] for position in spoken])
+        audio = dict(zip(spoken, decoded, strict=True))
+        for position, ((plan, ended), decoder) in enumerate(zip(due, decoders, strict=True)):
+            chunk = decoder.emit(audio[position], ended) if position in audio else None
+            if ended:
                 plan.spoken, plan.running = plan.spoken + 1, False
             if chunk is not None and chunk.size:
-                yield index, to_int16(chunk)
+                yield plan.index, to_int16(chunk)
             if plan.done:
-                del live[index]  # its last segment ended: no need to wait for the rest of the batch
-                yield index, None
+                del live[plan.index]  # its last segment ended: no need to wait for the rest of the batch
+                yield plan.index, None
 
     def _stream_decoder(self) -> StreamDecoder:
-        from engines.chattts.streaming import StreamDecoder, decode_hiddens
+        from engines.chattts.streaming import StreamDecoder
 
         options = self.options
-        return StreamDecoder(
-            lambda hiddens: decode_hiddens(self._chat, hiddens), options.stream_first_tokens,
-            options.stream_chunk_tokens, options.stream_left_context,
-        )  # fmt: skip
+        first, chunk, left = options.stream_first_tokens, options.stream_chunk_tokens, options.stream_left_context
+        return StreamDecoder(None, first, chunk, left)
 
     def _plan(self, index: int, request: SynthesisRequest, cancel: CancelToken) -> _Plan:
         assert self._voices is not None

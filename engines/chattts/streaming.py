@@ -5,6 +5,11 @@ the length). Here each chunk decodes only the tokens not yet final plus ``left_c
 ``holdback`` tokens of a chunk are provisional (their right context is not generated yet) and are decoded again with
 the next chunk, and the two versions of the ``crossfade`` samples where chunks meet are blended, so that chunks join
 without clicks. The first chunk leaves after ``first_tokens`` tokens.
+
+A batch's rows decode together: the engine adds each row's token (:meth:`StreamDecoder.add`), takes the windows of
+the rows whose chunk is due (:meth:`StreamDecoder.window`), decodes them in one call per window length
+(:func:`decode_windows`: no padding, so each row's audio is what it would be alone) and hands each its audio back
+(:meth:`StreamDecoder.emit`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-__all__ = ["SAMPLES_PER_TOKEN", "StreamDecoder", "decode_hiddens", "to_int16"]
+__all__ = ["SAMPLES_PER_TOKEN", "StreamDecoder", "decode_hiddens", "decode_windows", "to_int16"]
 
 SAMPLES_PER_TOKEN = 512
 """Each audio token becomes two mel frames of 256 samples at 24 kHz."""
@@ -33,6 +38,21 @@ def decode_hiddens(chat: Any, hiddens: torch.Tensor) -> npt.NDArray[np.float32]:
     return audio
 
 
+@torch.inference_mode()
+def decode_windows(chat: Any, windows: list[torch.Tensor]) -> list[npt.NDArray[np.float32]]:
+    """Decode several ``(tokens, hidden)`` windows, those of one length in one batched call; in ``windows``' order."""
+    by_length: dict[int, list[int]] = {}
+    for position, window in enumerate(windows):
+        by_length.setdefault(len(window), []).append(position)
+    audio: list[npt.NDArray[np.float32]] = [np.zeros(0, dtype=np.float32)] * len(windows)
+    for positions in by_length.values():
+        hiddens = torch.stack([windows[p] for p in positions]).to(chat.device, dtype=torch.float32)
+        decoded = chat.vocos.decode(chat.decoder(hiddens.transpose(1, 2))).float().cpu().numpy()
+        for row, position in enumerate(positions):
+            audio[position] = decoded[row]
+    return audio
+
+
 def to_int16(audio: npt.NDArray[np.float32]) -> npt.NDArray[np.int16]:
     return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
 
@@ -42,13 +62,15 @@ class StreamDecoder:
 
     def __init__(  # noqa: PLR0917
         self,
-        decode: Callable[[torch.Tensor], npt.NDArray[np.float32]],
+        decode: Callable[[torch.Tensor], npt.NDArray[np.float32]] | None = None,
         first_tokens: int = 24,
         chunk_tokens: int = 24,
         left_context: int = 40,
         holdback: int = 4,
         crossfade: int = 1024,
     ) -> None:
+        """``decode``: what :meth:`push` and :meth:`finish` decode with (``None``: only the :meth:`add`,
+        :meth:`window`, :meth:`emit` steps are used, the decoding done by the caller)."""
         if crossfade > holdback * SAMPLES_PER_TOKEN:
             raise ValueError("the crossfade must fit in the held-back tokens")
         self._decode = decode
@@ -58,31 +80,32 @@ class StreamDecoder:
         self._emitted = 0  # absolute sample up to which audio has left (without the pending tail)
         self._tail = np.zeros(0, dtype=np.float32)  # provisional audio from ``_emitted`` on, to crossfade
         self._decoded_tokens = 0
+        self._window_start = 0  # the first token of the last window handed out
 
     @property
     def tokens(self) -> int:
         return len(self._hiddens)
 
-    def push(self, hidden: torch.Tensor) -> npt.NDArray[np.float32] | None:
-        """Add one token; returns a chunk when one is due."""
+    def add(self, hidden: torch.Tensor) -> bool:
+        """Add one token; ``True`` when a chunk is due (decode :meth:`window`, then :meth:`emit` its audio)."""
         self._hiddens.append(hidden)
         due = self._first if self._decoded_tokens == 0 else self._decoded_tokens + self._chunk
-        if self.tokens < due:
-            return None
-        return self._emit(final=False)
+        return self.tokens >= due
 
-    def finish(self) -> npt.NDArray[np.float32]:
-        """The rest of the audio, once the sequence has ended."""
+    def window(self) -> torch.Tensor:
+        """The hidden states ``(tokens, hidden)`` the next chunk decodes: the tokens not yet final and their left
+        context. Empty when no token came at all."""
+        self._window_start = max(0, self._emitted // SAMPLES_PER_TOKEN - self._left)
         if not self._hiddens:
-            return np.zeros(0, dtype=np.float32)
-        return self._emit(final=True)
+            return torch.zeros(0)
+        return torch.stack(self._hiddens[self._window_start :])
 
-    def _emit(self, final: bool) -> npt.NDArray[np.float32]:
+    def emit(self, audio: npt.NDArray[np.float32], final: bool = False) -> npt.NDArray[np.float32]:
+        """The chunk that leaves now, from ``audio``, the decoded :meth:`window`; ``final`` once the sequence ended
+        (then the rest of the audio leaves)."""
         tokens = self.tokens
         self._decoded_tokens = tokens
-        start_token = max(0, self._emitted // SAMPLES_PER_TOKEN - self._left)
-        audio = self._decode(torch.stack(self._hiddens[start_token:]))
-        offset = start_token * SAMPLES_PER_TOKEN  # absolute sample of audio[0]
+        offset = self._window_start * SAMPLES_PER_TOKEN  # absolute sample of audio[0]
         end = offset + len(audio) if final else (tokens - self._holdback) * SAMPLES_PER_TOKEN
         segment = audio[self._emitted - offset : end - offset].copy()
         fade = min(len(self._tail), len(segment))
@@ -98,3 +121,18 @@ class StreamDecoder:
         chunk = segment[: len(segment) - keep]
         self._emitted += len(chunk)
         return chunk
+
+    def push(self, hidden: torch.Tensor) -> npt.NDArray[np.float32] | None:
+        """Add one token; returns a chunk when one is due (decoded with ``decode``)."""
+        return self._decode_and_emit(final=False) if self.add(hidden) else None
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        """The rest of the audio, once the sequence has ended (decoded with ``decode``)."""
+        if not self._hiddens:
+            return np.zeros(0, dtype=np.float32)
+        return self._decode_and_emit(final=True)
+
+    def _decode_and_emit(self, final: bool) -> npt.NDArray[np.float32]:
+        if self._decode is None:
+            raise RuntimeError("this decoder has no decode function: use add, window and emit")
+        return self.emit(self._decode(self.window()), final)

@@ -62,7 +62,12 @@ CONFIG: dict[str, Any] = {
     },
     # No reserved slot: these tests show the fair queue alone (a tenant may hold every worker, as the flood does);
     # the reservation has its own tests in tests/unit/engines/test_scheduler.py and its benchmark.
-    "engines": {"shared": paced_engine(reserved_slots=0), "fifo": paced_engine(scheduling="fifo")},
+    # "reserving" keeps the default reservation: a tenant below its fair share finds a slot free.
+    "engines": {
+        "shared": paced_engine(reserved_slots=0),
+        "fifo": paced_engine(scheduling="fifo"),
+        "reserving": paced_engine(reservation_window_s=6),
+    },
 }
 
 
@@ -134,6 +139,20 @@ async def test_the_fifo_baseline_makes_the_light_tenant_wait_behind_the_flood(ht
     # The same traffic on an engine with `scheduling: fifo`: what the fair scheduler fixes.
     _, a_finished, b_finished = await a_behind_a_saturating_b(http, "fifo")
     assert a_finished > b_finished[2]
+
+
+async def test_by_default_a_light_tenant_starts_at_once_beside_a_flood(http: httpx.AsyncClient) -> None:
+    for pause in (1.0, 0.0):  # a asks every 2 s or so: it is expected back within about 4 s, and has a share
+        await speak(http, "a", "reserving", SHORT_CHARS)
+        await asyncio.sleep(pause)
+    b_streams = [asyncio.create_task(speak(http, "b", "reserving", LONG_CHARS)) for _ in range(4)]
+    # b holds its share (one of two workers); the other is kept for a, who is not waiting yet.
+    await wait_until(http, lambda engines: engines["reserving"]["active_jobs"] == 1)
+    await wait_until(http, lambda engines: engines["reserving"]["queued"] == 3)
+    asked = time.monotonic()
+    a_finished = await speak(http, "a", "reserving", SHORT_CHARS)
+    assert a_finished - asked < SHORT_S + 1.5  # not behind one of b's 4 s jobs (slack for a busy machine)
+    await asyncio.gather(*b_streams)
 
 
 async def test_queued_requests_show_per_tenant_while_they_wait(http: httpx.AsyncClient) -> None:

@@ -232,6 +232,20 @@ def test_chunk_boundaries_have_no_discontinuity(engine: ChatTTSEngine, hiddens: 
         assert abs(float(after[0]) - float(before[-1])) <= typical_step
 
 
+def test_windows_decoded_together_equal_each_decoded_alone(engine: ChatTTSEngine, hiddens: list[Any]) -> None:
+    import torch
+
+    from engines.chattts.streaming import decode_hiddens, decode_windows
+
+    # Two of one length (one batched call) and one of another, in a mixed order: each comes back in its place.
+    windows = [torch.stack(hiddens[0:30]), torch.stack(hiddens[5:25]), torch.stack(hiddens[40:70])]
+    together = decode_windows(engine._chat, windows)
+    for window, audio in zip(windows, together, strict=True):
+        alone = decode_hiddens(engine._chat, window)
+        assert audio.shape == alone.shape
+        np.testing.assert_allclose(audio, alone, atol=1e-4 * float(np.abs(alone).max()))
+
+
 def test_decoding_cost_is_linear(engine: ChatTTSEngine, hiddens: list[Any]) -> None:
     decoded: list[int] = []
     stream(engine, hiddens, decoded)

@@ -261,14 +261,85 @@ async def test_a_reserved_slot_waits_for_a_tenant_running_nothing(pool_with_a_re
             async for _ in pcm:
                 pass
 
-    await speak("a", 2)  # a has asked for this engine lately (within reservation_window_s)
+    await speak("a", 2)
+    await asyncio.sleep(1.0)
+    await speak("a", 2)  # a asks about once a second: it is expected back within two seconds
+    started.clear()
     b_first = asyncio.create_task(speak("b", 100))
     await wait_for(lambda: pool.status().active_jobs == 1)
     b_second = asyncio.create_task(speak("b", 10))
     await wait_for(lambda: pool.status().queued_by_tenant == {"b": 1})  # a worker is free, but it is the reserved one
     await speak("a", 10)  # a runs nothing: the reserved slot is a's at once
     await asyncio.gather(b_first, b_second)
-    assert started == ["a", "b", "a", "b"]
+    assert started == ["b", "a", "b"]
+
+
+async def test_a_reserved_slot_goes_to_a_tenant_below_its_fair_share_though_it_runs_something() -> None:
+    # Four slots, two tenants lately: a share of two each. a runs one job and lacks one; b, at its share, does not
+    # get the last free slot, which waits for a's next request.
+    pool, started = await real_time_pool(workers=4, reserved_slots=1), []
+
+    async def speak(tenant: str, chars: int) -> None:
+        async with pool.open_stream(SynthesisRequest(text="x" * chars, voice="alloy"), tenant=tenant) as pcm:
+            started.append(tenant)
+            async for _ in pcm:
+                pass
+
+    try:
+        await wait_for(lambda: pool.status().ready_workers == 4)
+        a_running = asyncio.create_task(speak("a", 150))
+        await wait_for(lambda: pool.status().active_jobs == 1)
+        b_running = [asyncio.create_task(speak("b", 150)) for _ in range(2)]
+        await wait_for(lambda: pool.status().active_jobs == 3)
+        b_third = asyncio.create_task(speak("b", 10))
+        await wait_for(lambda: pool.status().queued_by_tenant == {"b": 1})  # one slot free: the one a lacks
+        await speak("a", 10)
+        await asyncio.gather(a_running, *b_running, b_third)
+        assert started == ["a", "b", "b", "a", "b"]
+    finally:
+        await pool.stop()
+
+
+async def test_a_kept_slot_goes_to_those_waiting_once_the_absent_tenants_share_lapses() -> None:
+    # a asked twice and went away: the slot kept for it is handed out once it is no longer expected back (twice its
+    # time between requests, at most reservation_window_s), though no job ends or request arrives then.
+    pool = await real_time_pool(workers=2, reserved_slots=1, reservation_window_s=0.5)
+
+    async def speak(tenant: str, chars: int) -> None:
+        async with pool.open_stream(SynthesisRequest(text="x" * chars, voice="alloy"), tenant=tenant) as pcm:
+            async for _ in pcm:
+                pass
+
+    try:
+        await wait_for(lambda: pool.status().ready_workers == 2)
+        await speak("a", 2)
+        await asyncio.sleep(0.4)
+        await speak("a", 2)
+        b_long = asyncio.create_task(speak("b", 600))
+        await wait_for(lambda: pool.status().active_jobs == 1)
+        b_short = asyncio.create_task(speak("b", 10))
+        await wait_for(lambda: pool.status().queued_by_tenant == {"b": 1})
+        await wait_for(lambda: pool.status().active_jobs == 2)  # before b's 6 s job ends
+        await b_short
+        assert not b_long.done()
+        b_long.cancel()
+    finally:
+        await pool.stop()
+
+
+async def test_nothing_is_kept_for_a_tenant_that_asked_once(pool_with_a_reserved_slot: EnginePool) -> None:
+    # One request says nothing of when the next comes: b, arriving right after, uses both workers.
+    pool = pool_with_a_reserved_slot
+
+    async def speak(tenant: str, chars: int) -> None:
+        async with pool.open_stream(SynthesisRequest(text="x" * chars, voice="alloy"), tenant=tenant) as pcm:
+            async for _ in pcm:
+                pass
+
+    await speak("a", 2)
+    both = [asyncio.create_task(speak("b", 60)) for _ in range(2)]
+    await wait_for(lambda: pool.status().active_jobs == 2)
+    await asyncio.gather(*both)
 
 
 async def test_a_tenant_alone_uses_every_slot_whatever_is_reserved(pool_with_a_reserved_slot: EnginePool) -> None:
