@@ -5,9 +5,10 @@ a lookup cannot reach: sessions that authenticated before the revocation and are
 answers lookups while the store is unreachable (:class:`~auth.resilient.OutageTolerantStore`).
 
 Two buses share one interface: :class:`LocalRevocationBus` (one process: no Redis) and :class:`RedisRevocationBus`
-(Redis pub/sub on the process's one client, so every replica hears every revocation). Delivery is at most once:
-a replica that is not subscribed at that moment (Redis unreachable) misses the event, but then no revocation can
-be made either, since the store lives in the same Redis.
+(Redis pub/sub on the process's one client, so every replica hears every revocation). Pub/sub delivers at most
+once: a replica whose subscription is down at that moment misses the event. So when a subscription comes back after
+being lost, the bus tells its :meth:`~RevocationBus.after_gap` listeners, which look up in the store what they hold
+(the open sessions' keys and tenants): what was revoked meanwhile is found there.
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ class RevocationBus(Protocol):
     def listen(self, listener: Callable[[Revocation], None]) -> None:
         """Call ``listener`` (synchronously, on the event loop) for every revocation from now on."""
 
+    def after_gap(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (on the event loop) each time announcements are heard again after a time in which some
+        may have gone unheard (a lost subscription): what was revoked meanwhile must be looked up in the store."""
+
     async def announce(self, revocation: Revocation) -> None:
         """Tell every replica; this replica's listeners have been called when it returns."""
 
@@ -98,9 +103,21 @@ class LocalRevocationBus:
 
     def __init__(self) -> None:
         self._listeners: list[Callable[[Revocation], None]] = []
+        self._gap_listeners: list[Callable[[], None]] = []
 
     def listen(self, listener: Callable[[Revocation], None]) -> None:
         self._listeners.append(listener)
+
+    def after_gap(self, listener: Callable[[], None]) -> None:
+        self._gap_listeners.append(listener)  # one process hears every announcement: only a Redis bus has gaps
+
+    def heard_again(self) -> None:
+        """Call every gap listener; one that fails is logged and does not stop the others."""
+        for listener in self._gap_listeners:
+            try:
+                listener()
+            except Exception:
+                logger.exception("a revocation gap listener failed")
 
     async def announce(self, revocation: Revocation) -> None:
         self.deliver(revocation)
@@ -133,6 +150,7 @@ class RedisRevocationBus(LocalRevocationBus):
         self._channel = channel
         self._origin = secrets.token_hex(8)
         self._subscribed = asyncio.Event()
+        self._confirmed_before = False
         self._task: asyncio.Task[None] | None = None
         self._outage = OutageLatch(
             logger,
@@ -168,15 +186,25 @@ class RedisRevocationBus(LocalRevocationBus):
             await asyncio.sleep(_RESUBSCRIBE_S)
 
     async def _receive(self) -> None:
-        async with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+        async with self._redis.pubsub() as pubsub:  # subscribe confirmations are wanted: see _confirmed
             await pubsub.subscribe(self._channel)
             self._subscribed.set()
             self._outage.worked()
             while True:
                 # A bounded wait rather than listen(): the client's socket timeout applies to every read.
-                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                if message is not None and message.get("type") == "message":
+                message = await pubsub.get_message(timeout=1.0)
+                kind = message.get("type") if message is not None else None
+                if kind == "message":
                     self._deliver_raw(message["data"])
+                elif kind == "subscribe":
+                    self._confirmed()
+
+    def _confirmed(self) -> None:
+        # Each (re)subscription is confirmed, including the client's own silent reconnection after a lost connection:
+        # every confirmation after the first ends a time in which announcements may have gone unheard.
+        if self._confirmed_before:
+            self.heard_again()
+        self._confirmed_before = True
 
     def _deliver_raw(self, raw: bytes | str) -> None:
         try:

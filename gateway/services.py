@@ -103,6 +103,7 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
     store = _auth_store(settings, redis, revocations)
     sessions = SessionRegistry()
     revocations.listen(sessions.revoked)
+    revocations.after_gap(lambda: sessions.recheck_soon(store))  # announcements missed meanwhile: ask the store
     await revocations.start()
     auth = settings.auth
     if auth.tenants:

@@ -30,7 +30,7 @@ __all__ = ["MAX_ROWS", "SmallBatchLinear", "faster_transposed_rows", "use_small_
 logger = logging.getLogger("tts_gateway.engine")
 
 MAX_ROWS = 8
-"""The largest row count considered: beyond a batch of 8 ``sgemm``'s own blocking wins everywhere measured."""
+"""The largest row count considered (on the machine of BENCHMARKS.md ``F.linear`` already won at 8 rows)."""
 _MARGIN = 0.85
 """``weight @ rows.T`` is used only where it took at most this share of ``F.linear``'s time."""
 
@@ -73,7 +73,7 @@ def faster_transposed_rows(weights: list[torch.Tensor]) -> frozenset[int]:
     memory as they do then (one weight timed again and again would stay in the CPU's cache and mislead)."""
     faster = set()
     for rows in range(2, MAX_ROWS + 1):
-        inputs = {weight.shape[1]: torch.randn(rows, weight.shape[1], dtype=weight.dtype) for weight in weights}
+        inputs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights}
         linear = _best_of(lambda: [F.linear(inputs[w.shape[1]], w) for w in weights])  # noqa: B023 - called here
         transposed = _best_of(lambda: [(w @ inputs[w.shape[1]].T).T for w in weights])  # noqa: B023
         if transposed <= _MARGIN * linear:

@@ -12,6 +12,8 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from auth import AuthBackendError
+from auth.revocations import Revocation
 from gateway.http.errors import OpenAIError
 
 if TYPE_CHECKING:
@@ -19,8 +21,7 @@ if TYPE_CHECKING:
 
     from litestar import Litestar
 
-    from auth import Principal
-    from auth.revocations import Revocation
+    from auth import AuthStore, Principal
 
 __all__ = ["LiveSession", "SessionRegistry", "drain_realtime_sessions"]
 
@@ -44,12 +45,13 @@ class LiveSession(Protocol):
 
 
 class _Entry:
-    __slots__ = ("key_id", "session", "tenant")
+    __slots__ = ("generation", "key_id", "session", "tenant")
 
-    def __init__(self, session: LiveSession, tenant: str, key_id: str | None) -> None:
+    def __init__(self, session: LiveSession, principal: Principal) -> None:
         self.session = session
-        self.tenant = tenant
-        self.key_id = key_id
+        self.tenant = principal.tenant.name
+        self.generation = principal.tenant.generation
+        self.key_id = _key_id(principal)
 
 
 def _key_id(principal: Principal) -> str | None:
@@ -62,6 +64,7 @@ class SessionRegistry:
 
     def __init__(self) -> None:
         self._entries: set[_Entry] = set()
+        self._rechecks: set[asyncio.Task[None]] = set()
         self._all_gone = asyncio.Event()
         self._all_gone.set()
         self.draining = False
@@ -72,7 +75,7 @@ class SessionRegistry:
     @contextlib.contextmanager
     def registered(self, session: LiveSession, principal: Principal) -> Iterator[None]:
         """Keep ``session`` in the registry while the block runs."""
-        entry = _Entry(session, principal.tenant.name, _key_id(principal))
+        entry = _Entry(session, principal)
         self._entries.add(entry)
         self._all_gone.clear()
         if self.draining:  # it slipped in as the server began to shut down
@@ -93,6 +96,25 @@ class SessionRegistry:
         if ended:
             logger.info("ended %d realtime session(s): %s %s revoked", len(ended), revocation.kind, revocation.subject)
 
+    def recheck_soon(self, store: AuthStore) -> None:
+        """:meth:`recheck` in the background (a listener of the revocation bus's gaps, called on the event loop)."""
+        task = asyncio.get_running_loop().create_task(self.recheck(store), name="realtime-recheck")
+        self._rechecks.add(task)
+        task.add_done_callback(self._rechecks.discard)
+
+    async def recheck(self, store: AuthStore) -> None:
+        """End the sessions whose key ``store`` no longer holds valid, or whose tenant it no longer holds (deleted, or
+        deleted and created again): after a gap in the revocation announcements, what was revoked meanwhile."""
+        for entry in list(self._entries):
+            try:
+                revocation = await _gone_from(store, entry)
+            except AuthBackendError as exc:  # the store is unreachable too: the next gap looks again
+                logger.warning("could not re-check the realtime sessions' keys: %s", exc)
+                return
+            if revocation is not None and entry in self._entries:  # this session only: a tenant of the same name
+                entry.session.revoke(_revoked_error(revocation))  # created since is another tenant
+                logger.info("ended a realtime session: %s %s revoked unheard", revocation.kind, revocation.subject)
+
     async def drain(self, grace_s: float) -> None:
         """Drain every session: each finishes the segment it is speaking within ``grace_s``, then closes."""
         self.draining = True
@@ -111,6 +133,19 @@ class SessionRegistry:
         except TimeoutError:
             return False
         return True
+
+
+async def _gone_from(store: AuthStore, entry: _Entry) -> Revocation | None:
+    """What revoked ``entry``'s credentials, by the store; ``None`` while they hold. Only API-key sessions are looked
+    up: a JWT's tenant and an open session have no key whose revocation could have been missed."""
+    if entry.key_id is None:
+        return None
+    tenant = await store.get_tenant(entry.tenant)
+    if tenant is None or (entry.generation and tenant.generation != entry.generation):
+        return Revocation("tenant", entry.tenant)
+    if not any(record.id == entry.key_id and not record.revoked for record in await store.list_keys(entry.tenant)):
+        return Revocation("key", entry.key_id)
+    return None
 
 
 def _revoked_error(revocation: Revocation) -> OpenAIError:

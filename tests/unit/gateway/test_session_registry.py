@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from auth import Principal, Tenant
-from auth.revocations import Revocation
+import redis.asyncio
+
+from auth import MemoryAuthStore, Principal, Tenant
+from auth.revocations import RedisRevocationBus, Revocation
 from auth.settings import TenantLimits
 from gateway.realtime.registry import SessionRegistry
+from storage import connect_redis
 
 if TYPE_CHECKING:
     from gateway.http.errors import OpenAIError
@@ -93,3 +97,65 @@ async def test_a_session_that_opens_during_the_drain_is_drained_too() -> None:
     late = Session(finishes_drain=False)
     with registry.registered(late, principal("acme", "jwt")):
         assert late.drains == 1
+
+
+async def test_after_a_gap_the_store_ends_the_sessions_whose_key_or_tenant_went_meanwhile() -> None:
+    # Revoked in the store while this replica heard no announcement: the re-check finds them there.
+    store = MemoryAuthStore()
+    for name in ("acme", "beta", "gamma"):
+        await store.put_tenant(Tenant(name, TenantLimits(), None))
+    _, revoked = await store.create_key("acme")
+    _, valid = await store.create_key("acme")
+    _, of_recreated = await store.create_key("beta")
+    _, of_deleted = await store.create_key("gamma")
+    acme, beta, gamma = [await store.get_tenant(name) for name in ("acme", "beta", "gamma")]
+    assert acme is not None and beta is not None and gamma is not None
+    sessions = {name: Session() for name in ("revoked", "valid", "recreated", "deleted", "jwt", "new beta")}
+    registry = SessionRegistry()
+    with (
+        registry.registered(sessions["revoked"], Principal(acme, f"key:{revoked.id}")),
+        registry.registered(sessions["valid"], Principal(acme, f"key:{valid.id}")),
+        registry.registered(sessions["recreated"], Principal(beta, f"key:{of_recreated.id}")),
+        registry.registered(sessions["deleted"], Principal(gamma, f"key:{of_deleted.id}")),
+        registry.registered(sessions["jwt"], Principal(acme, "jwt")),
+    ):
+        await store.revoke_key(revoked.id)
+        await store.delete_tenant("beta")
+        await store.put_tenant(Tenant("beta", TenantLimits(), None))  # a new tenant of the old name
+        new_beta = await store.get_tenant("beta")
+        _, new_key = await store.create_key("beta")
+        assert new_beta is not None
+        await store.delete_tenant("gamma")
+        with registry.registered(sessions["new beta"], Principal(new_beta, f"key:{new_key.id}")):
+            await registry.recheck(store)
+    assert sessions["revoked"].revoked_with == ["api_key_revoked"]
+    assert sessions["recreated"].revoked_with == sessions["deleted"].revoked_with == ["tenant_deleted"]
+    assert sessions["valid"].revoked_with == sessions["jwt"].revoked_with == sessions["new beta"].revoked_with == []
+
+
+async def test_a_lost_revocation_subscription_rechecks_the_open_sessions_when_it_is_back(redis_url: str) -> None:
+    # A real redis-server: this replica's subscription is killed, a key is revoked in the store meanwhile (no
+    # announcement reaches it), and once subscribed again the replica looks the session's key up.
+    client, admin = connect_redis(redis_url), redis.asyncio.Redis.from_url(redis_url)
+    bus = RedisRevocationBus(client, channel=f"test:revocations:{uuid.uuid4().hex}")
+    store, registry, session = MemoryAuthStore(), SessionRegistry(), Session()
+    bus.after_gap(lambda: registry.recheck_soon(store))
+    await store.put_tenant(Tenant("acme", TenantLimits(), None))
+    _, record = await store.create_key("acme")
+    acme = await store.get_tenant("acme")
+    assert acme is not None
+    await bus.start()
+    try:
+        with registry.registered(session, Principal(acme, f"key:{record.id}")):
+            await asyncio.sleep(0.2)
+            assert session.revoked_with == []  # the first subscription is no gap
+            await store.revoke_key(record.id)
+            await admin.client_kill_filter(_type="pubsub")  # the replica's subscription connection is dropped
+            async with asyncio.timeout(5):
+                while not session.revoked_with:
+                    await asyncio.sleep(0.05)
+        assert session.revoked_with == ["api_key_revoked"]
+    finally:
+        await bus.close()
+        await client.aclose()
+        await admin.aclose()
