@@ -232,7 +232,7 @@ class ChatTTSEngine:
 
         options = self.options
         first, chunk, left = options.stream_first_tokens, options.stream_chunk_tokens, options.stream_left_context
-        return StreamDecoder(None, first, chunk, left)
+        return StreamDecoder(first, chunk, left)
 
     def _plan(self, index: int, request: SynthesisRequest, cancel: CancelToken) -> _Plan:
         assert self._voices is not None

@@ -20,8 +20,6 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import numpy.typing as npt
 
 __all__ = ["SAMPLES_PER_TOKEN", "StreamDecoder", "decode_hiddens", "decode_windows", "to_int16"]
@@ -58,22 +56,19 @@ def to_int16(audio: npt.NDArray[np.float32]) -> npt.NDArray[np.int16]:
 
 
 class StreamDecoder:
-    """Turns one sequence's hidden states, pushed one token at a time, into float audio chunks."""
+    """Turns one sequence's hidden states, added one token at a time, into float audio chunks (the caller decodes
+    each due :meth:`window`, usually several sequences' at once with :func:`decode_windows`)."""
 
-    def __init__(  # noqa: PLR0917
+    def __init__(
         self,
-        decode: Callable[[torch.Tensor], npt.NDArray[np.float32]] | None = None,
         first_tokens: int = 24,
         chunk_tokens: int = 24,
         left_context: int = 40,
         holdback: int = 4,
         crossfade: int = 1024,
     ) -> None:
-        """``decode``: what :meth:`push` and :meth:`finish` decode with (``None``: only the :meth:`add`,
-        :meth:`window`, :meth:`emit` steps are used, the decoding done by the caller)."""
         if crossfade > holdback * SAMPLES_PER_TOKEN:
             raise ValueError("the crossfade must fit in the held-back tokens")
-        self._decode = decode
         self._first, self._chunk, self._left, self._holdback = first_tokens, chunk_tokens, left_context, holdback
         self._fade_in = np.linspace(0.0, 1.0, crossfade, dtype=np.float32)
         self._hiddens: list[torch.Tensor] = []
@@ -121,18 +116,3 @@ class StreamDecoder:
         chunk = segment[: len(segment) - keep]
         self._emitted += len(chunk)
         return chunk
-
-    def push(self, hidden: torch.Tensor) -> npt.NDArray[np.float32] | None:
-        """Add one token; returns a chunk when one is due (decoded with ``decode``)."""
-        return self._decode_and_emit(final=False) if self.add(hidden) else None
-
-    def finish(self) -> npt.NDArray[np.float32]:
-        """The rest of the audio, once the sequence has ended (decoded with ``decode``)."""
-        if not self._hiddens:
-            return np.zeros(0, dtype=np.float32)
-        return self._decode_and_emit(final=True)
-
-    def _decode_and_emit(self, final: bool) -> npt.NDArray[np.float32]:
-        if self._decode is None:
-            raise RuntimeError("this decoder has no decode function: use add, window and emit")
-        return self.emit(self._decode(self.window()), final)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from litestar import Litestar
 
-    from auth import AuthStore, Principal
+    from auth import ApiKeyRecord, AuthStore, Principal, Tenant
 
 __all__ = ["LiveSession", "SessionRegistry", "drain_realtime_sessions"]
 
@@ -105,12 +105,16 @@ class SessionRegistry:
     async def recheck(self, store: AuthStore) -> None:
         """End the sessions whose key ``store`` no longer holds valid, or whose tenant it no longer holds (deleted, or
         deleted and created again): after a gap in the revocation announcements, what was revoked meanwhile."""
-        for entry in list(self._entries):
-            try:
-                revocation = await _gone_from(store, entry)
-            except AuthBackendError as exc:  # the store is unreachable too: the next gap looks again
-                logger.warning("could not re-check the realtime sessions' keys: %s", exc)
-                return
+        looked_up: dict[str, tuple[Tenant | None, list[ApiKeyRecord]]] = {}  # per tenant, not per session
+        for entry in [entry for entry in self._entries if entry.key_id is not None]:  # JWT, open: no key to miss
+            name = entry.tenant
+            if name not in looked_up:
+                try:
+                    looked_up[name] = (await store.get_tenant(name), await store.list_keys(name))
+                except AuthBackendError as exc:  # the store is unreachable too: the next gap looks again
+                    logger.warning("could not re-check the realtime sessions' keys: %s", exc)
+                    return
+            revocation = _gone(entry, *looked_up[name])
             if revocation is not None and entry in self._entries:  # this session only: a tenant of the same name
                 entry.session.revoke(_revoked_error(revocation))  # created since is another tenant
                 logger.info("ended a realtime session: %s %s revoked unheard", revocation.kind, revocation.subject)
@@ -135,16 +139,13 @@ class SessionRegistry:
         return True
 
 
-async def _gone_from(store: AuthStore, entry: _Entry) -> Revocation | None:
-    """What revoked ``entry``'s credentials, by the store; ``None`` while they hold. Only API-key sessions are looked
-    up: a JWT's tenant and an open session have no key whose revocation could have been missed."""
-    if entry.key_id is None:
-        return None
-    tenant = await store.get_tenant(entry.tenant)
+def _gone(entry: _Entry, tenant: Tenant | None, keys: list[ApiKeyRecord]) -> Revocation | None:
+    """What revoked an API-key session's credentials, by its tenant and keys as the store has them; ``None`` while
+    they hold."""
     if tenant is None or (entry.generation and tenant.generation != entry.generation):
         return Revocation("tenant", entry.tenant)
-    if not any(record.id == entry.key_id and not record.revoked for record in await store.list_keys(entry.tenant)):
-        return Revocation("key", entry.key_id)
+    if not any(record.id == entry.key_id and not record.revoked for record in keys):
+        return Revocation("key", entry.key_id or "")
     return None
 
 

@@ -199,17 +199,19 @@ def hiddens(engine: ChatTTSEngine) -> list[Any]:
 def stream(engine: ChatTTSEngine, hiddens: list[Any], decoded: list[int] | None = None) -> list[np.ndarray]:
     from engines.chattts.streaming import StreamDecoder, decode_hiddens
 
-    def decode(h: Any) -> np.ndarray:
-        if decoded is not None:
-            decoded.append(len(h))
-        return decode_hiddens(engine._chat, h)
+    decoder = StreamDecoder()
 
-    decoder = StreamDecoder(decode)
+    def emit(final: bool) -> np.ndarray:
+        window = decoder.window()
+        if decoded is not None:
+            decoded.append(len(window))
+        return decoder.emit(decode_hiddens(engine._chat, window), final)
+
     chunks = []
     for count, hidden in enumerate(hiddens, start=1):
-        if (chunk := decoder.push(hidden)) is not None:
-            chunks.append((count, chunk))
-    chunks.append((len(hiddens), decoder.finish()))
+        if decoder.add(hidden):
+            chunks.append((count, emit(final=False)))
+    chunks.append((len(hiddens), emit(final=True)))
     assert chunks[0][0] <= 24, "the first audio leaves after at most 24 tokens"
     return [chunk for _, chunk in chunks]
 
