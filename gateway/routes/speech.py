@@ -14,6 +14,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_415_UNSUPPORTED_MEDIA_TYPE
 
 from gateway.audio.formats import CONTENT_TYPES
 from gateway.http.dependencies import Caller
+from gateway.http.disconnect import unless_client_leaves
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.http.ratelimit_headers import rate_limit_headers
 from gateway.http.tracking import RequestRecord, request_record
@@ -81,7 +82,9 @@ class SpeechController(Controller):
         # the two in a task group, a few tasks per request for nothing.
         speech: SpeechService = request.app.state.speech
         record = request_record(request.scope) or RequestRecord("-", "POST", self.path)
-        reply = await speech.speak(principal, data, record)
+        # Until the first audio exists nothing else would notice the client hang up, and its queue place, engine job
+        # and stream lease would stay taken; once the response streams, Litestar's response listens itself.
+        reply = await unless_client_leaves(request.receive, speech.speak(principal, data, record))
         headers = _reply_headers(reply)
         if data.stream_format == "sse":
             return ServerSentEvent(reply.sse_events(), headers=headers)

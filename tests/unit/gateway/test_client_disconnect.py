@@ -1,0 +1,100 @@
+"""``unless_client_leaves``: the work is cancelled when the client disconnects, and only then (the running speech
+route: ``tests/e2e/test_client_gone.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import pytest
+
+from gateway.http.disconnect import unless_client_leaves
+from gateway.http.errors import CLIENT_CLOSED_REQUEST, OpenAIError
+
+if TYPE_CHECKING:
+    from litestar.types import ReceiveMessage
+
+LONGER_THAN_THE_GRACE_S = 0.2
+
+
+class ClientChannel:
+    """An ASGI ``receive`` after the body: it returns what is put in, and notes when a call is cancelled."""
+
+    def __init__(self) -> None:
+        self.messages: asyncio.Queue[ReceiveMessage] = asyncio.Queue()
+        self.calls = 0
+        self.cancelled_calls = 0
+
+    async def receive(self) -> ReceiveMessage:
+        self.calls += 1
+        try:
+            return await self.messages.get()
+        except asyncio.CancelledError:
+            self.cancelled_calls += 1
+            raise
+
+    def disconnect(self) -> None:
+        self.messages.put_nowait({"type": "http.disconnect"})
+
+
+async def answer_after(seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    return "audio"
+
+
+async def test_the_result_comes_back_and_the_pending_receive_is_cancelled() -> None:
+    channel = ClientChannel()
+    assert await unless_client_leaves(channel.receive, answer_after(LONGER_THAN_THE_GRACE_S)) == "audio"
+    await asyncio.sleep(0)  # the watcher's cancellation reaches its receive
+    assert (channel.calls, channel.cancelled_calls) == (1, 1)
+    assert channel.messages.empty()
+
+
+async def test_work_done_within_the_grace_never_watches() -> None:
+    channel = ClientChannel()
+    assert await unless_client_leaves(channel.receive, answer_after(0)) == "audio"
+    await asyncio.sleep(LONGER_THAN_THE_GRACE_S)
+    assert channel.calls == 0
+
+
+async def test_a_disconnect_cancels_the_work_after_its_cleanup_and_raises_499() -> None:
+    channel = ClientChannel()
+    channel.messages.put_nowait({"type": "http.request", "body": b"", "more_body": False})  # not a disconnect
+    cleaned_up = asyncio.Event()
+
+    async def wait_for_ever() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0.01)  # a cleanup that awaits: it must run to its end
+            cleaned_up.set()
+
+    loop = asyncio.get_running_loop()
+    loop.call_later(LONGER_THAN_THE_GRACE_S, channel.disconnect)
+    with pytest.raises(OpenAIError) as raised:
+        await unless_client_leaves(channel.receive, wait_for_ever())
+    assert raised.value.status_code == CLIENT_CLOSED_REQUEST
+    assert raised.value.code == "client_closed_request"
+    assert cleaned_up.is_set()
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0  # the cancellation is taken back: the task goes on normally
+
+
+async def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
+    channel = ClientChannel()
+    serving = asyncio.create_task(unless_client_leaves(channel.receive, answer_after(10)))
+    await asyncio.sleep(LONGER_THAN_THE_GRACE_S)
+    serving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await serving
+    await asyncio.sleep(0)
+    assert channel.cancelled_calls == 1
+
+
+async def test_the_works_own_timeout_is_not_mistaken_for_a_disconnect() -> None:
+    async def time_out() -> None:
+        async with asyncio.timeout(LONGER_THAN_THE_GRACE_S):
+            await asyncio.sleep(10)
+
+    with pytest.raises(TimeoutError):
+        await unless_client_leaves(ClientChannel().receive, time_out())
