@@ -10,7 +10,8 @@ weights, and three files at its root that the loader (``engines.chattts.loader``
 - ``sha256_map.json`` — the hashes of the nine weight files, in ChatTTS's key format, checked on every load.
 
 Presets: ``tiny`` (hidden size 32, one layer: builds and loads in well under a second) for tests, and ``full``
-(ChatTTS's real dimensions, the same FLOPs per token as the real model) for benchmarks.
+(ChatTTS's real dimensions, the same FLOPs per token as the real model, and a tokenizer that reads English in about
+as many tokens as the real one: ``engines.chattts.vocabulary``) for benchmarks.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import dataclasses
 import hashlib
 import json
 from typing import TYPE_CHECKING, Any
+
+from engines.chattts.vocabulary import english_pieces
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -160,7 +163,8 @@ def _base_vocabulary(preset: str) -> list[str]:
     letters = "abcdefghijklmnopqrstuvwxyz0123456789"
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *letters, *"，。、？！,.?!'-", *(f"##{c}" for c in letters)]  # noqa: RUF001
     tokens += ["the", "hello", "world", "你", "好", "世", "界"]
-    if preset == "full":  # the real base size, so that the tag ids match the real tokenizer's
+    if preset == "full":  # English read at the real tokenizer's rate, and its base size, so that tag ids match
+        tokens = list(dict.fromkeys([*tokens, *english_pieces()]))
         tokens += [f"[unused{i}]" for i in range(_REAL_BASE_VOCAB - len(tokens))]
     return tokens
 

@@ -231,8 +231,12 @@ class ChatTTSEngine:
         from engines.chattts.streaming import StreamDecoder
 
         options = self.options
-        first, chunk, left = options.stream_first_tokens, options.stream_chunk_tokens, options.stream_left_context
-        return StreamDecoder(first, chunk, left)
+        return StreamDecoder(
+            first_tokens=options.stream_first_tokens,
+            chunk_tokens=options.stream_chunk_tokens,
+            left_context=options.stream_left_context,
+            max_chunk_tokens=options.stream_max_chunk_tokens,
+        )
 
     def _plan(self, index: int, request: SynthesisRequest, cancel: CancelToken) -> _Plan:
         assert self._voices is not None

@@ -67,7 +67,10 @@ class ChatTTSOptions(BaseModel):
     stream_first_tokens: int = Field(default=24, ge=8)
     """Tokens generated before the first audio chunk leaves."""
     stream_chunk_tokens: int = Field(default=24, ge=8)
-    """Tokens per later chunk."""
+    """Tokens of the smallest later chunk (later chunks double up to ``stream_max_chunk_tokens`` while the listener
+    has audio enough, or while generation is slower than real time)."""
+    stream_max_chunk_tokens: int = Field(default=96, ge=8)
+    """Tokens of the largest chunk (equal to ``stream_chunk_tokens``: every later chunk has that size)."""
     stream_left_context: int = Field(default=40, ge=0)
     """Tokens of already-spoken context decoded again with each chunk (the decoder's receptive field)."""
 
@@ -75,4 +78,6 @@ class ChatTTSOptions(BaseModel):
     def _min_within_max(self) -> ChatTTSOptions:
         if self.min_new_token > self.max_new_token:
             raise ValueError("min_new_token must not exceed max_new_token")
+        if self.stream_max_chunk_tokens < self.stream_chunk_tokens:
+            raise ValueError("stream_max_chunk_tokens must not be below stream_chunk_tokens")
         return self

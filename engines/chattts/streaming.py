@@ -6,6 +6,13 @@ the length). Here each chunk decodes only the tokens not yet final plus ``left_c
 the next chunk, and the two versions of the ``crossfade`` samples where chunks meet are blended, so that chunks join
 without clicks. The first chunk leaves after ``first_tokens`` tokens.
 
+Each chunk re-decodes ``left_context`` tokens, so small chunks cost decoding (24-token chunks decode each token about
+2.5 times). Later chunks therefore grow, doubling from ``chunk_tokens`` up to ``max_chunk_tokens``, unless the
+listener would run out of audio first: while generation keeps up with real time, a chunk of at least ``chunk_tokens``
+leaves as soon as waiting one more token would leave the listener's audio (what has left, played from the first
+chunk on) shorter than that token's time, the last decode's time and :data:`MARGIN_S`. When generation is slower than
+real time the listener waits whatever the chunk size, and bigger chunks end the audio sooner.
+
 A batch's rows decode together: the engine adds each row's token (:meth:`StreamDecoder.add`), takes the windows of
 the rows whose chunk is due (:meth:`StreamDecoder.window`), decodes them in one call per window length
 (:func:`decode_windows`: no padding, so each row's audio is what it would be alone) and hands each its audio back
@@ -14,18 +21,27 @@ the rows whose chunk is due (:meth:`StreamDecoder.window`), decodes them in one 
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from engines.chattts.engine import SAMPLE_RATE
+
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy.typing as npt
 
-__all__ = ["SAMPLES_PER_TOKEN", "StreamDecoder", "decode_hiddens", "decode_windows", "to_int16"]
+__all__ = ["MARGIN_S", "SAMPLES_PER_TOKEN", "StreamDecoder", "decode_hiddens", "decode_windows", "to_int16"]
 
 SAMPLES_PER_TOKEN = 512
 """Each audio token becomes two mel frames of 256 samples at 24 kHz."""
+TOKEN_S = SAMPLES_PER_TOKEN / SAMPLE_RATE
+"""Audio seconds per token."""
+MARGIN_S = 0.2
+"""Audio a growing chunk leaves the listener for what comes after the decode: encoding, the network, the client."""
 
 
 @torch.inference_mode()
@@ -59,23 +75,31 @@ class StreamDecoder:
     """Turns one sequence's hidden states, added one token at a time, into float audio chunks (the caller decodes
     each due :meth:`window`, usually several sequences' at once with :func:`decode_windows`)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - the streaming options, each with its default
         self,
         first_tokens: int = 24,
         chunk_tokens: int = 24,
         left_context: int = 40,
         holdback: int = 4,
         crossfade: int = 1024,
+        max_chunk_tokens: int = 96,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if crossfade > holdback * SAMPLES_PER_TOKEN:
             raise ValueError("the crossfade must fit in the held-back tokens")
         self._first, self._chunk, self._left, self._holdback = first_tokens, chunk_tokens, left_context, holdback
+        self._max_chunk, self._clock = max(chunk_tokens, max_chunk_tokens), clock
         self._fade_in = np.linspace(0.0, 1.0, crossfade, dtype=np.float32)
         self._hiddens: list[torch.Tensor] = []
         self._emitted = 0  # absolute sample up to which audio has left (without the pending tail)
         self._tail = np.zeros(0, dtype=np.float32)  # provisional audio from ``_emitted`` on, to crossfade
         self._decoded_tokens = 0
         self._window_start = 0  # the first token of the last window handed out
+        self._next_chunk = chunk_tokens  # doubles with every chunk, up to ``max_chunk_tokens``
+        self._played_until = 0.0  # clock time at which the listener's audio runs out
+        self._emitted_at = 0.0  # clock time of the last chunk
+        self._windowed_at = 0.0  # clock time of the last window: its decode ends at the next emit
+        self._decode_s = 0.0  # how long the last decode took
 
     @property
     def tokens(self) -> int:
@@ -84,13 +108,26 @@ class StreamDecoder:
     def add(self, hidden: torch.Tensor) -> bool:
         """Add one token; ``True`` when a chunk is due (decode :meth:`window`, then :meth:`emit` its audio)."""
         self._hiddens.append(hidden)
-        due = self._first if self._decoded_tokens == 0 else self._decoded_tokens + self._chunk
-        return self.tokens >= due
+        if self._decoded_tokens == 0:
+            return self.tokens >= self._first
+        pending = self.tokens - self._decoded_tokens
+        if pending < self._chunk:
+            return False
+        return pending >= self._next_chunk or self._listener_runs_short(pending)
+
+    def _listener_runs_short(self, pending: int) -> bool:
+        """Whether a chunk must leave now, smaller than it could grow, so that the listener's audio lasts."""
+        now = self._clock()
+        step_s = (now - self._emitted_at) / pending  # per token since the last chunk, its decode included
+        if step_s >= TOKEN_S:
+            return False  # slower than real time: the listener waits anyway, and bigger chunks finish sooner
+        return self._played_until - now < step_s + self._decode_s + MARGIN_S
 
     def window(self) -> torch.Tensor:
         """The hidden states ``(tokens, hidden)`` the next chunk decodes: the tokens not yet final and their left
         context. Empty when no token came at all."""
         self._window_start = max(0, self._emitted // SAMPLES_PER_TOKEN - self._left)
+        self._windowed_at = self._clock()
         if not self._hiddens:
             return torch.zeros(0)
         return torch.stack(self._hiddens[self._window_start :])
@@ -115,4 +152,13 @@ class StreamDecoder:
         self._tail = segment[len(segment) - keep :]
         chunk = segment[: len(segment) - keep]
         self._emitted += len(chunk)
+        self._pace(len(chunk))
         return chunk
+
+    def _pace(self, samples: int) -> None:
+        """Account for a chunk that leaves now: the listener's audio, the decode's time, the next chunk's size."""
+        now = self._clock()
+        self._decode_s = now - self._windowed_at
+        self._played_until = max(self._played_until, now) + samples / SAMPLE_RATE
+        self._emitted_at = now
+        self._next_chunk = min(self._max_chunk, 2 * self._next_chunk)

@@ -122,6 +122,31 @@ def test_generated_hash_map_covers_every_weight_file() -> None:
     assert len(hashes) == 9
 
 
+#: Token counts of ChatTTS's real tokenizer (BERT's Chinese vocabulary), measured once for these sentences.
+_REAL_TOKEN_COUNTS = {
+    "Request number twelve is speaking now.": 11,
+    "Hello world, this is a test of the speech gateway.": 16,
+    "The quick brown fox jumps over the lazy dog.": 12,
+    "Please call me back tomorrow morning; I will be in the office after nine.": 19,
+    "Good evening, and welcome to the news at six. Our top story tonight concerns the weather.": 26,
+}
+
+
+def test_the_full_preset_reads_english_at_the_real_tokenizers_rate(tmp_path: Path) -> None:
+    # The prompt a benchmark prefills costs compute per token: single letters would triple it.
+    from transformers import AutoTokenizer
+
+    from engines.chattts.assets import CHATTTS_TAGS, _write_tokenizer
+
+    _write_tokenizer(tmp_path, "full")
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path))
+    counts = {text: len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in _REAL_TOKEN_COUNTS}
+    assert sum(counts.values()) <= 1.2 * sum(_REAL_TOKEN_COUNTS.values()), counts
+    for text, count in counts.items():
+        assert 0.8 * _REAL_TOKEN_COUNTS[text] <= count <= 1.4 * _REAL_TOKEN_COUNTS[text], text
+    assert tokenizer.convert_tokens_to_ids(list(CHATTTS_TAGS[:4])) == [21128, 21129, 21130, 21131]  # the real ids
+
+
 # ----------------------------------------------------------------- text
 def test_long_input_splits_at_sentences_within_the_limit() -> None:
     text = "First one. Second one? " + "word " * 100 + "end."

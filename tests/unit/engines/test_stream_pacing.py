@@ -1,0 +1,87 @@
+"""How big the ChatTTS engine's streamed chunks are: they grow while the listener has audio enough, or while generation
+is slower than real time, and stay small while a bigger one would leave the listener without audio.
+
+Driven by a clock the test advances (a token every ``step_s``, a decode taking ``decode_s``); the audio is silence of
+the window's length, as only its length matters to the pacing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engines.chattts.streaming import SAMPLES_PER_TOKEN, StreamDecoder
+
+SAMPLE_RATE = 24000
+
+
+@dataclass
+class Clock:
+    now: float = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Chunk:
+    at: float
+    tokens: int
+    """Tokens generated when it left."""
+    seconds: float
+
+
+def stream(step_s: float, decode_s: float, tokens: int = 400, **options: int) -> list[Chunk]:
+    clock = Clock()
+    decoder = StreamDecoder(clock=clock, **options)
+    chunks = []
+    for _ in range(tokens):
+        clock.now += step_s
+        if decoder.add(torch.zeros(8)):
+            window = decoder.window()
+            clock.now += decode_s
+            audio = decoder.emit(np.zeros(len(window) * SAMPLES_PER_TOKEN, dtype=np.float32))
+            chunks.append(Chunk(clock.now, decoder.tokens, len(audio) / SAMPLE_RATE))
+    return chunks
+
+
+def sizes(chunks: list[Chunk]) -> list[int]:
+    return [later.tokens - earlier.tokens for earlier, later in zip([Chunk(0, 0, 0), *chunks], chunks, strict=False)]
+
+
+def underruns(chunks: list[Chunk]) -> list[float]:
+    """How long the listener waited before each later chunk (playing from the first chunk on)."""
+    waits, audio_until = [], chunks[0].at + chunks[0].seconds
+    for chunk in chunks[1:]:
+        waits.append(max(0.0, chunk.at - audio_until))
+        audio_until = max(audio_until, chunk.at) + chunk.seconds
+    return waits
+
+
+def test_slower_than_real_time_chunks_double_up_to_the_largest() -> None:
+    # 80 ms per token against 21.3 ms of audio: the listener waits anyway, and fewer re-decoded tokens end it sooner.
+    assert sizes(stream(0.080, 0.050))[:5] == [24, 48, 96, 96, 96]
+
+
+def test_much_faster_than_real_time_chunks_grow_and_the_listener_never_waits() -> None:
+    chunks = stream(0.005, 0.010)
+    assert 96 in sizes(chunks)[:3]
+    assert max(underruns(chunks)) == 0.0
+
+
+def test_the_first_chunk_does_not_wait_for_growth() -> None:
+    assert stream(0.080, 0.050)[0].tokens == 24
+
+
+def test_a_chunk_leaves_early_when_the_listener_would_run_out() -> None:
+    # 18 ms per token: just faster than real time, so the listener can be kept playing, but not while a chunk grows.
+    chunks, fixed = stream(0.018, 0.030), stream(0.018, 0.030, max_chunk_tokens=24)
+    assert sizes(chunks)[:3] == [24, 24, 24]
+    assert sum(underruns(chunks)) <= sum(underruns(fixed)), "growing never leaves the listener waiting longer"
+    assert max(sizes(chunks)) > 24, "once the listener is far enough ahead, chunks grow"
+
+
+def test_fixed_size_chunks_when_the_largest_is_the_smallest() -> None:
+    assert set(sizes(stream(0.080, 0.050, chunk_tokens=24, max_chunk_tokens=24))) == {24}
