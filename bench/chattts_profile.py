@@ -48,10 +48,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4, help="requests spoken together")
     parser.add_argument("--tokens", type=int, default=64, help="audio tokens per request")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--max-chunk-tokens", type=int, default=96,
+                        help="stream_max_chunk_tokens (24: fixed-size chunks, as before they grew)")  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     options = {"source": "dir", "path": args.assets, "device": "cpu", "threads": args.threads,
-               "max_new_token": args.tokens, "min_new_token": args.tokens, "max_batch": max(8, args.batch)}  # fmt: skip
+               "max_new_token": args.tokens, "min_new_token": args.tokens, "max_batch": max(8, args.batch),
+               "stream_max_chunk_tokens": args.max_chunk_tokens}  # fmt: skip
     engine = ChatTTSEngine(options)
     engine.load()
     spent: defaultdict[str, float] = defaultdict(float)

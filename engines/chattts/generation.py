@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch.nn.utils import parametrize
 
+from engines.chattts import kv_cache
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
@@ -65,15 +67,6 @@ StepEvent = tuple[int, "torch.Tensor | None"]
 def _cache_keyword(backbone: Any) -> str:
     # transformers 5.x names the argument ``cache`` (``past_key_values`` is deprecated), 4.x ``past_key_values``.
     return "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"
-
-
-def _new_cache(backbone: Any) -> Any:
-    from transformers import DynamicCache
-
-    try:
-        return DynamicCache(config=backbone.config)
-    except TypeError:  # transformers 4.x
-        return DynamicCache()
 
 
 def _cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -121,7 +114,7 @@ class _Rows:
         num_vq = int(chat.config.gpt.num_vq)
         self.history = torch.zeros(len(requests), REPETITION_WINDOW, num_vq, dtype=torch.long, device=chat.device)
         """The last tokens of each row, right-aligned; only the last ``min(steps, REPETITION_WINDOW)`` are real."""
-        self.cache = _new_cache(chat.gpt.gpt)
+        self.cache = kv_cache.growing_cache(chat.gpt.gpt)
 
     @staticmethod
     def _prompt_embeds(chat: Any, ids: torch.Tensor, requests: Sequence[CodeRequest]) -> torch.Tensor:
