@@ -6,7 +6,7 @@ ChatTTS's tokenizer is BERT's Chinese vocabulary (21,128 tokens) plus its contro
 ("request number tw ##el ##ve is sp ##ea ##king now ."). A vocabulary of single letters, as the ``tiny`` preset has,
 reads three times as many tokens from the same sentence, and the prompt a benchmark prefills would cost three times
 the compute it costs with the real model. These pieces cannot be the real vocabulary (that comes with the weights);
-they are built to match its rate: measured on fifteen English sentences, 454 tokens against the real tokenizer's 421
+they are built to match its rate: measured on fifteen English sentences, 453 tokens against the real tokenizer's 421
 (+8 %, no sentence more than +27 %).
 
 Chinese needs nothing here: BERT's Chinese vocabulary reads one token per character, as ``[UNK]`` does.
