@@ -75,7 +75,7 @@ class ChatTTSOptions(BaseModel):
     """Tokens of already-spoken context decoded again with each chunk (the decoder's receptive field)."""
 
     @model_validator(mode="after")
-    def _min_within_max(self) -> ChatTTSOptions:
+    def _lower_bounds_within_upper(self) -> ChatTTSOptions:
         if self.min_new_token > self.max_new_token:
             raise ValueError("min_new_token must not exceed max_new_token")
         if self.stream_max_chunk_tokens < self.stream_chunk_tokens:

@@ -110,7 +110,14 @@ def test_dir_source_without_path_says_so() -> None:
 
 
 @pytest.mark.parametrize(
-    "options", [{"colour": "blue"}, {"source": "ftp"}, {"max_batch": 0}, {"min_new_token": 9, "max_new_token": 8}]
+    "options",
+    [
+        {"colour": "blue"},
+        {"source": "ftp"},
+        {"max_batch": 0},
+        {"min_new_token": 9, "max_new_token": 8},
+        {"stream_chunk_tokens": 48, "stream_max_chunk_tokens": 24},
+    ],
 )
 def test_bad_options_are_rejected(options: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="ChatTTSOptions"):
