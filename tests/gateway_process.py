@@ -64,7 +64,11 @@ class GatewayProcess:
                 stderr=subprocess.STDOUT,
                 env=self.env,
             )
-        self._wait_settled(timeout_s)
+        try:
+            self._wait_settled(timeout_s)
+        except BaseException:
+            self.stop()  # a gateway that never settled must not outlive the test (``__exit__`` will not run)
+            raise
         return self
 
     def _wait_settled(self, timeout_s: float) -> None:
