@@ -161,7 +161,9 @@ def test_overload_spills_to_the_next_engine_only_where_the_alias_allows_it(
     http: httpx.Client,
 ) -> None:
     with http.stream("POST", "/v1/audio/speech", json=speech("busy", "x" * 80)) as blocker:
-        next(blocker.iter_raw())  # the one worker of `busy` is speaking now, and it has no wait queue
+        # Held, not a temporary: a dropped iterator is finalized at once, and closing it closes the connection.
+        audio = blocker.iter_raw()
+        next(audio)  # the one worker of `busy` is speaking now, and it has no wait queue
         refused = http.post("/v1/audio/speech", json=speech("strict", "refused while busy"))
         assert refused.status_code == 503
         assert refused.json()["error"]["code"] == "engine_overloaded"

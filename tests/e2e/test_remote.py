@@ -290,7 +290,8 @@ async def test_a_client_that_goes_away_frees_the_upstream_request(
         http.stream("POST", "/v1/audio/speech", json=body) as response,
     ):
         assert response.status_code == 200
-        await anext(response.aiter_raw())
+        audio = response.aiter_raw()  # held: a dropped iterator is finalized, which closes the connection
+        await anext(audio)
         busy = [node.engine("paced")["active_jobs"] for node in nodes]
         assert sum(busy) == 1
     # The response is closed: the front closes its upstream stream, and the node cancels its job.
