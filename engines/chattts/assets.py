@@ -9,7 +9,7 @@ weights, and three files at its root that the loader (``engines.chattts.loader``
 - ``chattts_config.json`` — the model dimensions (``asdict`` of ``ChatTTS.config.Config``);
 - ``sha256_map.json`` — the hashes of the nine weight files, in ChatTTS's key format, checked on every load.
 
-Presets: ``tiny`` (hidden size 32, one layer: builds and loads in well under a second) for tests, and ``full``
+Presets: ``tiny`` (hidden size 32, two layers: builds and loads in well under a second) for tests, and ``full``
 (ChatTTS's real dimensions, the same FLOPs per token as the real model, and a tokenizer that reads English in about
 as many tokens as the real one: ``engines.chattts.vocabulary``) for benchmarks.
 """
@@ -143,7 +143,7 @@ def _model_config(preset: str) -> Any:
     config.gpt.hidden_size = config.embed.hidden_size = hidden
     config.gpt.intermediate_size = 2 * hidden
     config.gpt.num_attention_heads = 2
-    config.gpt.num_hidden_layers = 1
+    config.gpt.num_hidden_layers = 2  # two: with one, no later state depends on what attention sees
     # The decoder sees the GPT hidden state reshaped from (B, H, T) to (B, H/2, 2T).
     config.decoder = Decoder(idim=hidden // 2, odim=hidden // 2, hidden=16, n_layer=1, bn_dim=8)
     dvae_dim = 16  # the VQ levels stay (5, 5, 5, 5): 625 codes, and token 625 is EOS

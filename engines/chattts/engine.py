@@ -140,7 +140,7 @@ class ChatTTSEngine:
             raise EngineUnavailableError("the ChatTTS engine is not loaded")
         from engines.chattts.generation import CodeBatch
 
-        codes = CodeBatch(self._chat, self._sampling())
+        codes = CodeBatch(self._chat, self._sampling(), self.options.prefill_chunk_tokens)
         live: dict[int, _Plan] = {}
         indices = itertools.count()
         yield from self._admit(zip(requests, cancels, strict=True), indices, live)
@@ -179,12 +179,13 @@ class ChatTTSEngine:
             yield plan.index, None
 
     def _advance(self, codes: CodeBatch, live: dict[int, _Plan]) -> list[StepEvent]:
-        """Start the segments that may start now (one prefill), or else take one step of the running ones."""
+        """Hand the segments that may start now to the token loop, then take one step (a forward pass that also
+        prefills the waiting prompts)."""
         may_join = self.options.continuous_batching or not codes.size
         if may_join and (starting := [plan for plan in live.values() if not plan.running]):
             for plan in starting:
                 plan.running, plan.decoder = True, self._stream_decoder()
-            return codes.join([self._code_request(plan) for plan in starting])
+            codes.join([self._code_request(plan) for plan in starting])
         if not codes.size:  # every live request runs a segment, so the token loop cannot be empty
             raise RuntimeError("the token loop lost a running sequence")
         return codes.step()

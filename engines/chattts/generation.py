@@ -5,18 +5,21 @@ Written here instead of calling ``GPT.generate`` because the gateway needs what 
 per token and per sequence (``Chat.interrupt`` stops every call on the instance), each sequence's own length (the
 batch output of ``infer`` loses it), a generator per sequence (so that a seeded request samples the same tokens
 whatever else shares its batch), finished or cancelled sequences leaving the batch at once, and new sequences
-joining a batch that is already generating (continuous batching). It runs ChatTTS's own modules (Llama backbone,
-``Embed`` heads, ChatTTS's logits processors) step by step.
+joining a batch that is already generating (continuous batching). It runs ChatTTS's own modules (the Llama
+backbone's layers, ``Embed`` heads, ChatTTS's logits processors) step by step.
 
-Every row of the batch keeps its own positions; rows are aligned on the right of one KV cache, whose columns left of
-a row's first token are padding hidden by the attention mask. A group of new sequences is prefilled on its own
-(left padding, as ChatTTS's tokenizer pads) and its cache rows are then merged into the running cache, the narrower
-side padded on the left.
+Every row of the running batch keeps its own positions; rows are aligned on the right of one KV cache, whose columns
+left of a row's first token are padding hidden by the attention mask. A new sequence's prompt is prefilled in the
+same forward passes as the running rows' decode steps (chunked prefill): each pass packs the running rows' one new
+token each and up to ``prefill_chunk_tokens`` prompt tokens of the waiting sequences into one product with every
+weight matrix, then attends per sequence group over its own cache with its own positions and mask. A decode step
+of a few rows is bound by reading the weights from memory, so the prompt tokens riding along cost little, where a
+prefill on its own stopped every running sequence for its duration. A sequence whose prompt is complete samples
+its first token and its cache rows are merged into the running cache, the narrower side padded on the left.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +35,9 @@ if TYPE_CHECKING:
     from engines.base import CancelToken
 
 __all__ = ["CodeBatch", "CodeRequest", "Sampling", "StepEvent", "generate_codes"]
+
+_LARGE_PREFILL_TOKENS = 1 << 30
+"""A prefill budget no prompt reaches: every waiting prompt whole in the next pass."""
 
 REPETITION_WINDOW = 16
 """Tokens of each sequence's history that ChatTTS's repetition penalty looks at (``gen_logits``'s past window)."""
@@ -64,11 +70,6 @@ class CodeRequest:
 StepEvent = tuple[int, "torch.Tensor | None"]
 
 
-def _cache_keyword(backbone: Any) -> str:
-    # transformers 5.x names the argument ``cache`` (``past_key_values`` is deprecated), 4.x ``past_key_values``.
-    return "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"
-
-
 def _cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Every layer's ``(keys, values)``, each ``(batch, heads, columns, head_dim)``."""
     if hasattr(cache, "layers"):  # transformers >= 4.56
@@ -83,6 +84,11 @@ def _set_cache_tensors(cache: Any, tensors: list[tuple[torch.Tensor, torch.Tenso
     else:
         cache.key_cache[:] = [keys for keys, _ in tensors]
         cache.value_cache[:] = [values for _, values in tensors]
+
+
+def _by_row(states: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
+    """``(1, heads, rows * columns, head_dim)`` packed states as ``(rows, heads, columns, head_dim)``."""
+    return states.view(states.size(1), rows, columns, -1).transpose(0, 1)
 
 
 def _pad_left(tensor: torch.Tensor, columns: int, dim: int) -> torch.Tensor:
@@ -149,15 +155,36 @@ class _Rows:
             tensors = _cache_tensors(self.cache)
             _set_cache_tensors(self.cache, [(k[:, :, unused:], v[:, :, unused:]) for k, v in tensors])
 
+    @property
+    def cached_columns(self) -> int:
+        """Columns of the KV cache (the mask's columns before ``inputs``)."""
+        return self.mask.size(1) - self.inputs.size(1)
+
+    def consume(self, columns: int) -> None:
+        """The first ``columns`` of ``inputs`` went through a forward pass: the cache holds them now."""
+        self.inputs, self.positions = self.inputs[:, columns:], self.positions[:, columns:]
+
     def advance(self, chat: Any, tokens: torch.Tensor) -> None:
-        """Make the sampled ``tokens`` (one per row, each ``num_vq`` codes) the next inputs."""
+        """Make the sampled ``tokens`` (one per row, each ``num_vq`` codes) the next inputs (all inputs consumed)."""
         num_vq = int(chat.config.gpt.num_vq)
         self.history = torch.cat([self.history[:, 1:], tokens.unsqueeze(1)], dim=1)
         self.steps = [steps + 1 for steps in self.steps]
         self.inputs = torch.stack([chat.embed.emb_code[q](tokens[:, q]) for q in range(num_vq)], 2).sum(2).unsqueeze(1)
+        self.positions = self.mask.sum(1, keepdim=True)  # each row's real tokens so far: the new one's position
         ones = torch.ones(len(self), 1, dtype=self.mask.dtype, device=self.mask.device)
         self.mask = torch.cat([self.mask, ones], dim=1)
-        self.positions = self.positions[:, -1:] + 1
+
+    def attention_mask(self, columns: int) -> torch.Tensor:
+        """Which keys each of the next ``columns`` inputs attends to: ``(rows, 1, columns, keys)``, True to attend.
+
+        The keys are the cache's columns then those inputs: a row's own real tokens up to the query's column."""
+        cached = self.cached_columns
+        keys = self.mask[:, : cached + columns].bool()[:, None, None, :]
+        if columns == 1:
+            return keys
+        key_columns = torch.arange(cached + columns, device=keys.device)
+        query_columns = cached + torch.arange(columns, device=keys.device)
+        return keys & (key_columns[None, :] <= query_columns[:, None])
 
     def absorb(self, other: _Rows) -> None:
         """Append ``other``'s rows (both sides waiting for a one-token step), aligning both caches on the right."""
@@ -179,74 +206,126 @@ class _Rows:
 
 
 class CodeBatch:
-    """A running batch of sequences: new ones join between steps (:meth:`join`), ended ones leave by themselves.
+    """A running batch of sequences: new ones join (:meth:`join`) and are prefilled along with the running ones'
+    steps; ended ones leave by themselves.
 
     Each sequence ends at its EOS token, at its ``max_new_token``, or within one step of its ``cancel`` being set; it
     then leaves the batch (its rows of the KV cache are dropped) and the others go on unchanged.
+
+    ``prefill_chunk_tokens`` bounds the prompt tokens a pass prefills beside running sequences (``None``: every
+    waiting prompt whole in the next pass). With nothing running, the first waiting prompt is prefilled whole at once
+    however long it is: there is no decode step then whose weight reads it could share.
     """
 
-    def __init__(self, chat: Any, sampling: Sampling) -> None:
+    def __init__(self, chat: Any, sampling: Sampling, prefill_chunk_tokens: int | None = None) -> None:
         from ChatTTS.model import gen_logits
 
         self._chat = chat
         self._backbone = chat.gpt.gpt
-        self._keyword = _cache_keyword(self._backbone)
         self._num_vq = int(chat.config.gpt.num_vq)
         self._eos = int(chat.config.gpt.num_audio_tokens) - 1
         self._temperature = sampling.temperature
         warpers, processors = gen_logits(self._eos, sampling.top_p, sampling.top_k, sampling.repetition_penalty)
         self._warpers: list[Any] = warpers
         self._processors: list[Any] = processors
+        self._prefill_budget = prefill_chunk_tokens or _LARGE_PREFILL_TOKENS
         self._rows: _Rows | None = None
+        self._waiting: list[_Rows] = []
+        """Sequences whose prompts are not yet wholly prefilled, one ``_Rows`` each, first come first."""
 
     @property
     def size(self) -> int:
-        """The sequences still running."""
-        return len(self._rows) if self._rows is not None else 0
+        """The sequences still running or waiting for their prefill."""
+        return (len(self._rows) if self._rows is not None else 0) + len(self._waiting)
 
-    @torch.inference_mode()
-    def join(self, requests: Sequence[CodeRequest]) -> list[StepEvent]:
-        """Prefill new sequences as their own batch, sample their first tokens, and merge them into the running batch.
-
-        Returns the new sequences' events; the running ones do not move.
-        """
-        if not requests:
-            return []
-        rows = _Rows(self._chat, requests)
-        events = self._forward(rows)
-        if not len(rows):
-            return events
-        if self._rows is None:
-            self._rows = rows
-        else:
-            self._rows.absorb(rows)
-        return events
+    def join(self, requests: Sequence[CodeRequest]) -> None:
+        """Add new sequences: the next steps prefill their prompts and then sample their tokens with the others'."""
+        self._waiting += [_Rows(self._chat, [request]) for request in requests]
 
     @torch.inference_mode()
     def step(self) -> list[StepEvent]:
-        """One token for every running sequence."""
-        if self._rows is None:
-            return []
-        events = self._forward(self._rows)
-        if not len(self._rows):
-            self._rows = None  # an empty cache cannot be merged into: the next joiners start a fresh one
+        """One forward pass: a token for every running sequence, and the next part of the waiting prompts (a
+        sequence whose prompt completes gets its first token)."""
+        events = self._drop_cancelled_waiting()
+        parts = self._parts()
+        if not parts:
+            return events
+        hiddens = self._forward(parts)
+        for rows, columns in parts:
+            rows.consume(columns)
+        running, completed = self._rows, []
+        for (rows, _), hidden in zip(parts, hiddens, strict=True):
+            if rows is not running and rows.inputs.size(1):
+                continue  # its prompt goes on in the next pass
+            events += self._sample_and_advance(rows, hidden)
+            if rows is not running:
+                self._waiting.remove(rows)
+                completed.append(rows)
+        self._rows = running if running is not None and len(running) else None
+        for rows in completed:
+            if not len(rows):
+                continue  # it ended at its first token
+            if self._rows is None:
+                self._rows = rows
+            else:
+                self._rows.absorb(rows)
         return events
 
-    def _forward(self, rows: _Rows) -> list[StepEvent]:
-        chat, backbone = self._chat, self._backbone
-        outputs = backbone(
-            inputs_embeds=rows.inputs.to(chat.device_gpt, dtype=backbone.dtype), attention_mask=rows.mask,
-            position_ids=rows.positions, use_cache=True, **{self._keyword: rows.cache},
-        )  # fmt: skip
-        hidden = outputs.last_hidden_state[:, -1].to(chat.device, dtype=torch.float32)
+    def _drop_cancelled_waiting(self) -> list[StepEvent]:
+        cancelled = [rows for rows in self._waiting if rows.requests[0].cancel.is_set()]
+        for rows in cancelled:
+            self._waiting.remove(rows)
+        return [(rows.requests[0].key, None) for rows in cancelled]
+
+    def _parts(self) -> list[tuple[_Rows, int]]:
+        """What the next pass computes: ``(rows, input columns)``, the running rows' one column first, then waiting
+        prompts (the first one whole when nothing runs) until the prefill budget is spent."""
+        parts: list[tuple[_Rows, int]] = []
+        budget = self._prefill_budget
+        if self._rows is not None:
+            parts.append((self._rows, 1))
+        for rows in self._waiting:
+            left = rows.inputs.size(1)
+            columns = left if not parts else min(left, budget)
+            if columns <= 0:
+                break
+            parts.append((rows, columns))
+            budget -= columns
+            if columns < left:
+                break  # the rest of this prompt comes first in the next pass
+        return parts
+
+    def _sample_and_advance(self, rows: _Rows, hidden: torch.Tensor) -> list[StepEvent]:
+        """Sample each row's token from its last hidden state; drop the rows that ended; make the tokens the inputs."""
+        hidden = hidden.to(self._chat.device, dtype=torch.float32)
         tokens = self._sample(hidden, rows)
         events, kept = self._events(rows, hidden, tokens)
         if len(kept) < len(rows):
             rows.keep(kept)
             tokens = tokens[torch.tensor(kept, dtype=torch.long, device=tokens.device)]
         if len(rows):
-            rows.advance(chat, tokens)
+            rows.advance(self._chat, tokens)
         return events
+
+    def _forward(self, parts: list[tuple[_Rows, int]]) -> list[torch.Tensor]:
+        """The backbone over the next input columns of each part, packed into one batch of tokens for the weight
+        products; returns each part's last hidden state per row ``(rows, hidden)``."""
+        backbone = self._backbone
+        sizes = [len(rows) * columns for rows, columns in parts]
+        hidden = torch.cat([rows.inputs[:, :columns].flatten(0, 1) for rows, columns in parts])
+        hidden = hidden.to(self._chat.device_gpt, dtype=backbone.dtype)
+        positions = torch.cat([rows.positions[:, :columns].flatten() for rows, columns in parts]).unsqueeze(0)
+        packed = _Packed(
+            parts, sizes, [rows.attention_mask(columns).to(hidden.device) for rows, columns in parts],
+            backbone.rotary_emb(hidden.unsqueeze(0), positions.to(hidden.device)),
+        )  # fmt: skip
+        for index, layer in enumerate(backbone.layers):
+            hidden = _decoder_layer(layer, index, hidden, packed)
+        hidden = backbone.norm(hidden)
+        return [
+            part.view(len(rows), columns, -1)[:, -1]
+            for (rows, columns), part in zip(parts, hidden.split(sizes), strict=True)
+        ]
 
     def _sample(self, hidden: torch.Tensor, rows: _Rows) -> torch.Tensor:
         num_vq = self._num_vq
@@ -306,10 +385,61 @@ class CodeBatch:
         return events, kept
 
 
+@dataclass(frozen=True, slots=True)
+class _Packed:
+    """One forward pass's tokens, packed: which rows and how many input columns of each part, in order."""
+
+    parts: list[tuple[_Rows, int]]
+    sizes: list[int]
+    """Tokens of each part (its rows times its columns)."""
+    masks: list[torch.Tensor]
+    """Each part's attention mask (:meth:`_Rows.attention_mask`)."""
+    rotary: tuple[torch.Tensor, torch.Tensor]
+    """The rotary embedding's ``(cos, sin)`` at every packed token's own position."""
+
+
+def _decoder_layer(layer: Any, index: int, hidden: torch.Tensor, packed: _Packed) -> torch.Tensor:
+    """One decoder layer as transformers' ``LlamaDecoderLayer`` computes it, over packed tokens ``(tokens, hidden)``:
+    the projections and the MLP for all of them at once, attention per part over that part's own cache."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    attention = layer.self_attn
+    normed = layer.input_layernorm(hidden)
+    shape = (1, hidden.size(0), -1, attention.head_dim)
+    queries = attention.q_proj(normed).view(shape).transpose(1, 2)  # (1, heads, tokens, head_dim)
+    keys = attention.k_proj(normed).view(shape).transpose(1, 2)
+    values = attention.v_proj(normed).view(shape).transpose(1, 2)
+    queries, keys = apply_rotary_pos_emb(queries, keys, *packed.rotary)
+    outputs = [
+        _attend(attention, index, part, mask, states)
+        for part, mask, *states in zip(
+            packed.parts, packed.masks, queries.split(packed.sizes, 2), keys.split(packed.sizes, 2),
+            values.split(packed.sizes, 2), strict=True,
+        )
+    ]  # fmt: skip
+    hidden = hidden + attention.o_proj(torch.cat(outputs))
+    mlp_output: torch.Tensor = layer.mlp(layer.post_attention_layernorm(hidden))
+    return hidden + mlp_output
+
+
+def _attend(
+    attention: Any, index: int, part: tuple[_Rows, int], mask: torch.Tensor, states: list[torch.Tensor]
+) -> torch.Tensor:
+    """One part's attention in layer ``index``: its new keys and values go into its cache, its queries attend over
+    that cache; returns ``(rows * columns, heads * head_dim)``."""
+    rows, columns = part
+    queries, keys, values = (_by_row(packed, len(rows), columns) for packed in states)
+    keys, values = rows.cache.update(keys, values, index)
+    attended = F.scaled_dot_product_attention(
+        queries, keys, values, attn_mask=mask, scale=attention.scaling, enable_gqa=keys.size(1) != queries.size(1)
+    )
+    return attended.transpose(1, 2).reshape(len(rows) * columns, -1)
+
+
 def generate_codes(chat: Any, requests: Sequence[CodeRequest], sampling: Sampling) -> Iterator[list[StepEvent]]:
     """Run the sequences as one batch, no one joining; yield, per step, each running sequence's new hidden state or
     its end (see :class:`CodeBatch`)."""
     batch = CodeBatch(chat, sampling)
-    yield batch.join(requests)
+    batch.join(requests)
     while batch.size:
         yield batch.step()

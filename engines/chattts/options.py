@@ -57,6 +57,10 @@ class ChatTTSOptions(BaseModel):
     continuous_batching: bool = True
     """Requests (and the next sentence segments of running ones) join a batch that is generating, at its next step,
     up to ``max_batch``; off: they wait until every sequence of the running batch has ended."""
+    prefill_chunk_tokens: int | None = Field(default=None, ge=1)
+    """Most prompt tokens of joining sequences one decode step prefills beside the running ones (a longer prompt is
+    prefilled over several steps, each holding the running sequences less long); default: every waiting prompt
+    whole, in the next step."""
     seed: int | None = None
     """Sampling seed for requests that carry none (default: random per request)."""
     normalize: bool = True

@@ -214,23 +214,95 @@ def hiddens_by_key(batches: Any) -> dict[int, list[Any]]:
     return found
 
 
-def test_joined_sequences_compute_what_they_would_alone(engine: ChatTTSEngine) -> None:
-    # Hidden states are far more sensitive than audio on random weights: this checks the cache merge itself.
+@pytest.mark.parametrize("prefill_chunk_tokens", [None, 16, 3])
+def test_joined_sequences_compute_what_they_would_alone(
+    engine: ChatTTSEngine, prefill_chunk_tokens: int | None
+) -> None:
+    # Hidden states are far more sensitive than audio on random weights: this checks the packed passes, the chunked
+    # prefill (3 tokens a step: each prompt over several steps, two prompts in one step) and the cache merge.
     import torch
 
-    from engines.chattts.generation import CodeBatch, Sampling, generate_codes
+    from engines.chattts.generation import CodeBatch, Sampling
 
     requests = [
         code_request(engine, 0, "a long first sequence of many words", "alloy", 40),
         code_request(engine, 1, "short", "nova", 30),  # joins with a shorter prompt: its side is padded
         code_request(engine, 2, "a much much longer prompt than the others have, by far", "onyx", 12),
     ]
-    batch = CodeBatch(engine._chat, Sampling())
-    steps = [batch.join(requests[:1])] + [batch.step() for _ in range(5)] + [batch.join(requests[1:])]
+    batch = CodeBatch(engine._chat, Sampling(), prefill_chunk_tokens)
+    batch.join(requests[:1])
+    steps = [batch.step() for _ in range(6)]
+    batch.join(requests[1:])
     while batch.size:
         steps.append(batch.step())
     together = hiddens_by_key(steps)
     for request in requests:
-        expected = hiddens_by_key(generate_codes(engine._chat, [request], Sampling()))[request.key]
+        expected = transformers_hiddens(engine, request)
         assert len(together[request.key]) == len(expected) == request.max_new_token
         torch.testing.assert_close(torch.stack(together[request.key]), torch.stack(expected), rtol=1e-5, atol=1e-5)
+
+
+def transformers_hiddens(engine: ChatTTSEngine, request: Any) -> list[Any]:
+    """The request's hidden states as transformers' own Llama forward computes them, alone, a token at a time after
+    its prompt, sampling as the token loop does (the reference the packed passes must match)."""
+    import inspect
+
+    import torch
+    from transformers import DynamicCache
+
+    from engines.chattts.generation import CodeBatch, Sampling, _Rows
+
+    chat = engine._chat
+    backbone = chat.gpt.gpt
+    keyword = "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"
+    sampler, rows = CodeBatch(chat, Sampling()), _Rows(chat, [request])  # the prompt's embeddings, the seeded sampler
+    cache = DynamicCache(config=backbone.config)
+    inputs, position = rows.inputs, 0
+    found = []
+    with torch.inference_mode():
+        for _ in range(request.max_new_token):
+            positions = torch.arange(position, position + inputs.size(1)).unsqueeze(0)
+            outputs = backbone(inputs_embeds=inputs, position_ids=positions, use_cache=True, **{keyword: cache})
+            position += inputs.size(1)
+            hidden = outputs.last_hidden_state[:, -1].float()
+            found.append(hidden[0])
+            tokens = sampler._sample(hidden, rows)
+            rows.history = torch.cat([rows.history[:, 1:], tokens.unsqueeze(1)], dim=1)  # for the repetition penalty
+            rows.steps = [rows.steps[0] + 1]
+            codes = [chat.embed.emb_code[q](tokens[:, q]) for q in range(tokens.size(1))]
+            inputs = torch.stack(codes, 2).sum(2).unsqueeze(1)
+    return found
+
+
+def test_running_sequences_keep_stepping_while_a_joiner_prefills(engine: ChatTTSEngine) -> None:
+    from engines.chattts.generation import CodeBatch, Sampling
+
+    running = code_request(engine, 0, "a long first sequence of many words", "alloy", 40)
+    joiner = code_request(engine, 1, "a much much longer prompt than the others have, by far", "onyx", 12)
+    batch = CodeBatch(engine._chat, Sampling(), prefill_chunk_tokens=4)
+    batch.join([running])
+    batch.step()  # nothing else runs: the first prompt is prefilled whole and samples its first token
+    batch.join([joiner])
+    prefilling = -(-len(joiner.token_ids) // 4)  # passes to prefill the joiner's prompt, 4 tokens each
+    steps = [batch.step() for _ in range(prefilling)]
+    assert all(any(key == 0 and hidden is not None for key, hidden in events) for events in steps)
+    assert [key for key, _ in steps[-1]] == [0, 1], "the joiner's first token comes with its prompt's last chunk"
+    assert not any(key == 1 for events in steps[:-1] for key, _ in events)
+    assert batch.size == 2
+
+
+def test_a_joiner_cancelled_while_prefilling_ends_without_a_token(engine: ChatTTSEngine) -> None:
+    from engines.chattts.generation import CodeBatch, Sampling
+
+    running = code_request(engine, 0, "a long first sequence of many words", "alloy", 40)
+    joiner = code_request(engine, 1, "a much much longer prompt than the others have, by far", "onyx", 12)
+    batch = CodeBatch(engine._chat, Sampling(), prefill_chunk_tokens=2)
+    batch.join([running])
+    batch.step()
+    batch.join([joiner])
+    batch.step()  # part of its prompt is in its cache now
+    joiner.cancel.set()
+    events = batch.step()
+    assert (1, None) in events
+    assert [key for key, hidden in events if hidden is not None] == [0]
+    assert batch.size == 1

@@ -80,10 +80,11 @@ def run_with_a_joiner(engine: ChatTTSEngine) -> list[tuple[int, Any]]:
     first = [CodeRequest(key, prompt[: len(prompt) - key], voices["alloy"], key, 60 - 20 * key, 1, CancelFlag())
              for key in range(2)]  # fmt: skip
     codes = CodeBatch(engine._chat, Sampling())
-    events = list(codes.join(first))
+    codes.join(first)
+    events: list[tuple[int, Any]] = []
     for step in range(80):
         if step == 5:
-            events += codes.join([CodeRequest(9, prompt, voices["echo"], 9, 50, 1, CancelFlag())])
+            codes.join([CodeRequest(9, prompt, voices["echo"], 9, 50, 1, CancelFlag())])
         events += codes.step()
     return events
 
