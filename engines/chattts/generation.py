@@ -229,6 +229,10 @@ class CodeBatch:
         self._warpers: list[Any] = warpers
         self._processors: list[Any] = processors
         self._prefill_budget = prefill_chunk_tokens or _LARGE_PREFILL_TOKENS
+        with torch.inference_mode(), parametrize.cached():
+            # The audio heads' weights are weight-normed on every access: computed once here, and the heads of the
+            # ``num_vq`` codes stacked so that a step computes their logits in one product.
+            self._heads = torch.cat([head.weight for head in chat.embed.head_code]).to(chat.device, torch.float32)
         self._rows: _Rows | None = None
         self._waiting: list[_Rows] = []
         """Sequences whose prompts are not yet wholly prefilled, one ``_Rows`` each, first come first."""
@@ -329,8 +333,7 @@ class CodeBatch:
 
     def _sample(self, hidden: torch.Tensor, rows: _Rows) -> torch.Tensor:
         num_vq = self._num_vq
-        with parametrize.cached():
-            logits = torch.stack([self._chat.embed.head_code[q](hidden) for q in range(num_vq)], 1)  # (B, vq, V)
+        logits = F.linear(hidden, self._heads).view(len(hidden), num_vq, -1)  # (B, vq, V)
         logits = self._penalise_repetition(logits.reshape(-1, logits.size(-1)).float() / self._temperature, rows)
         for warper in self._warpers:
             logits = warper(None, logits)

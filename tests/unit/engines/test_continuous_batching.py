@@ -306,3 +306,17 @@ def test_a_joiner_cancelled_while_prefilling_ends_without_a_token(engine: ChatTT
     assert (1, None) in events
     assert [key for key, hidden in events if hidden is not None] == [0]
     assert batch.size == 1
+
+
+def test_the_stacked_audio_heads_give_chattts_own_logits(engine: ChatTTSEngine) -> None:
+    import torch
+
+    from engines.chattts.generation import CodeBatch, Sampling
+
+    chat = engine._chat
+    hidden = torch.randn(3, chat.config.gpt.hidden_size)
+    heads = CodeBatch(chat, Sampling())._heads
+    with torch.inference_mode():
+        theirs = torch.stack([head(hidden) for head in chat.embed.head_code], 1)
+        ours = torch.nn.functional.linear(hidden, heads).view(3, len(chat.embed.head_code), -1)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
