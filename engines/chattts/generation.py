@@ -10,12 +10,13 @@ backbone's layers, ``Embed`` heads, ChatTTS's logits processors) step by step.
 
 Every row of the running batch keeps its own positions; rows are aligned on the right of one KV cache, whose columns
 left of a row's first token are padding hidden by the attention mask. A new sequence's prompt is prefilled in the
-same forward passes as the running rows' decode steps (chunked prefill): each pass packs the running rows' one new
-token each and up to ``prefill_chunk_tokens`` prompt tokens of the waiting sequences into one product with every
-weight matrix, then attends per sequence group over its own cache with its own positions and mask. A decode step
-of a few rows is bound by reading the weights from memory, so the prompt tokens riding along cost little, where a
-prefill on its own stopped every running sequence for its duration. A sequence whose prompt is complete samples
-its first token and its cache rows are merged into the running cache, the narrower side padded on the left.
+same forward pass as the running rows' next decode step: the pass packs the running rows' one new token each and
+the waiting prompts' tokens (whole by default; at most ``prefill_chunk_tokens`` per pass when set) into one product
+with every weight matrix, then attends per sequence over its own cache with its own positions and mask. The
+weights are read once for both, where a prefill on its own stopped every running sequence for its duration (about
+two thirds of a step saved per join on the CPU of BENCHMARKS.md: ``bench/chattts_join.py``). A sequence whose
+prompt is complete samples its first token and its cache rows are merged into the running cache, the narrower side
+padded on the left.
 """
 
 from __future__ import annotations
