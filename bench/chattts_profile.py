@@ -11,6 +11,11 @@ preparation). What the parts leave of the total is the engine loop's own bookkee
 
 ``--stagger N`` starts the requests N steps apart instead of together (each joins a running batch), as requests
 arriving one by one do.
+
+Then the bound: the requests are spoken once more with torch's FLOP counter on (not timed), giving each part's
+arithmetic; with the CPU's own peak (the best of a large matrix product, timed here) it prints how fast prefill and
+decode already run, and the largest share of the time the steps could have if both ran at that peak and the stream
+decoded no token twice (its left context re-decodes some): how close to the step-only ceiling a server can come.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from engines.base import CancelFlag, SynthesisRequest
 from engines.chattts import generation, streaming
@@ -31,36 +37,73 @@ __all__ = ["main"]
 PROMPT = "Request number {} is speaking now, and it keeps speaking for a while longer than that."
 
 
-def timed(owner: Any, name: str, label: str, spent: dict[str, float], calls: Counter[str]) -> None:
-    """Replace ``owner.name`` with a wrapper adding its wall time to ``spent[label]``."""
+LABELS = ("prefill", "step", "step+prefill", "decode", "plan")
+
+
+class Tally:
+    """Per label: wall seconds and calls, or (while ``counting``) floating-point operations instead."""
+
+    def __init__(self) -> None:
+        self.spent: defaultdict[str, float] = defaultdict(float)
+        self.calls: Counter[str] = Counter()
+        self.flops: Counter[str] = Counter()
+        self.decoded_tokens = 0
+        """Token rows the streaming decode went through (left context included)."""
+        self.counting = False
+
+    def clear(self) -> None:
+        self.spent.clear()
+        self.calls.clear()
+        self.decoded_tokens = 0
+
+    def run(self, label: str, call: Any) -> Any:
+        if self.counting:
+            with FlopCounterMode(display=False) as counter:
+                result = call()
+            self.flops[label] += counter.get_total_flops()
+            return result
+        started = time.perf_counter()
+        try:
+            return call()
+        finally:
+            self.spent[label] += time.perf_counter() - started
+            self.calls[label] += 1
+
+
+def timed(owner: Any, name: str, label: str, tally: Tally) -> None:
+    """Replace ``owner.name`` with a wrapper adding its wall time (or FLOPs) to ``label``."""
     original = getattr(owner, name)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            spent[label] += time.perf_counter() - started
-            calls[label] += 1
+        if label == "decode":
+            tally.decoded_tokens += sum(len(window) for window in args[1])
+        return tally.run(label, lambda: original(*args, **kwargs))
 
     setattr(owner, name, wrapper)
 
 
-def timed_steps(spent: dict[str, float], calls: Counter[str]) -> None:
+def timed_steps(tally: Tally) -> None:
     """Time ``CodeBatch.step`` by what the pass computes (see the module docstring)."""
     original = generation.CodeBatch.step
 
     def wrapper(self: Any) -> Any:
         running, waiting = self._rows is not None, bool(self._waiting)
         label = "step+prefill" if running and waiting else "step" if running else "prefill"
-        started = time.perf_counter()
-        try:
-            return original(self)
-        finally:
-            spent[label] += time.perf_counter() - started
-            calls[label] += 1
+        return tally.run(label, lambda: original(self))
 
     generation.CodeBatch.step = wrapper  # type: ignore[method-assign]
+
+
+@torch.inference_mode()
+def matmul_peak() -> float:
+    """FLOP per second of the best of several large float32 matrix products: what this CPU's BLAS reaches."""
+    left, right = torch.randn(2048, 1024), torch.randn(1024, 2048)
+    best = float("inf")
+    for _ in range(8):
+        started = time.perf_counter()
+        torch.mm(left, right)
+        best = min(best, time.perf_counter() - started)
+    return 2 * 2048 * 1024 * 2048 / best
 
 
 class Staggered:
@@ -94,11 +137,10 @@ def main() -> None:
                "prefill_chunk_tokens": args.prefill_chunk_tokens}  # fmt: skip
     engine = ChatTTSEngine(options)
     engine.load()
-    spent: defaultdict[str, float] = defaultdict(float)
-    calls: Counter[str] = Counter()
-    timed_steps(spent, calls)
-    timed(streaming, "decode_windows", "decode", spent, calls)
-    timed(ChatTTSEngine, "_plan", "plan", spent, calls)
+    tally = Tally()
+    timed_steps(tally)
+    timed(streaming, "decode_windows", "decode", tally)
+    timed(ChatTTSEngine, "_plan", "plan", tally)
 
     def speak() -> float:
         requests = [SynthesisRequest(PROMPT.format(i), "alloy", seed=i) for i in range(args.batch)]
@@ -110,13 +152,29 @@ def main() -> None:
         return time.perf_counter() - started
 
     speak()
-    spent.clear()
-    calls.clear()
+    tally.clear()
     total = speak()
+    decoded_tokens = tally.decoded_tokens
+    tally.counting = True
+    speak()
     print(f"batch {args.batch}, {args.tokens} tokens, {args.threads} threads: {total * 1000:.0f} ms in all")
-    for label in ("prefill", "step", "step+prefill", "decode", "plan"):
-        share = 100 * spent[label] / total
-        print(f"  {label:12} {spent[label] * 1000:7.0f} ms  {calls[label]:4d} calls  {share:5.1f} %")
+    for label in LABELS:
+        spent, share = tally.spent[label], 100 * tally.spent[label] / total
+        rate = f"{tally.flops[label] / spent / 1e9:6.1f} GFLOP/s" if spent else ""
+        print(f"  {label:12} {spent * 1000:7.0f} ms  {tally.calls[label]:4d} calls  {share:5.1f} %  {rate}")
+    print_bound(tally, args.batch * args.tokens / decoded_tokens)
+
+
+def print_bound(tally: Tally, needed_share: float) -> None:
+    """The steps' largest share of the time (see the module docstring); ``needed_share``: the part of the decoded
+    token rows that were not left context decoded again."""
+    peak = matmul_peak()
+    steps = tally.spent["step"] + tally.spent["step+prefill"]
+    prefill = tally.flops["prefill"] / peak
+    decode = tally.flops["decode"] * needed_share / peak
+    print(f"  matrix product peak {peak / 1e9:.1f} GFLOP/s; prefill {prefill * 1000:.0f} ms and decode of each token "
+          f"once ({needed_share:.0%} of those decoded) {decode * 1000:.0f} ms at that peak; "
+          f"the steps' share could at best be {steps / (steps + prefill + decode):.1%}")  # fmt: skip
 
 
 if __name__ == "__main__":
