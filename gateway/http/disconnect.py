@@ -10,12 +10,15 @@ After the body, the next ``receive`` returns only when the client disconnects: u
 send guard (``gateway/http/backpressure.py``) passes it through until the response starts, and the connection limits
 (``gateway/http/connection_limits.py``) report a refused request as a disconnect. A ``receive`` cancelled before it
 returns consumes nothing (uvicorn's waits on an event it clears only after the wait), so the streaming response that
-follows still hears the disconnect, which uvicorn reports on every later call.
+follows still hears the disconnect, which uvicorn reports on every later call. A ``receive`` that raises instead
+(another ASGI server's way of saying the connection is gone) counts as a disconnect too: nothing more can be heard
+from that client, and what its request holds is freed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, TypeVar
 
 from gateway.http.errors import CLIENT_CLOSED_REQUEST, OpenAIError
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["unless_client_leaves"]
 
 _T = TypeVar("_T")
+
+logger = logging.getLogger("tts_gateway.connections")
 
 #: Work that ends sooner goes unwatched: a cache hit, answered within a millisecond, then costs a timer rather than a
 #: watching task and its cancellation (about 5 µs of CPU less, 1 % of a hit), and a client gone is noticed at most
@@ -87,6 +92,9 @@ class _DisconnectWatch:
         self._watcher = asyncio.ensure_future(self._watch())
 
     async def _watch(self) -> None:
-        while (await self._receive())["type"] != "http.disconnect":
-            pass  # as Litestar's streaming response does: only a disconnect ends the wait
+        try:
+            while (await self._receive())["type"] != "http.disconnect":
+                pass  # as Litestar's streaming response does: only a disconnect ends the wait
+        except Exception as exc:  # whatever it is, this client can no longer be heard
+            logger.debug("receive failed before the response (%s): taken as a disconnect", type(exc).__name__)
         self._leaving.reschedule(asyncio.get_running_loop().time())

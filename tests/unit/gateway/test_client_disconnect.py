@@ -80,6 +80,20 @@ async def test_a_disconnect_cancels_the_work_after_its_cleanup_and_raises_499() 
     assert task is not None and task.cancelling() == 0  # the cancellation is taken back: the task goes on normally
 
 
+async def test_a_receive_that_fails_counts_as_a_disconnect(caplog: pytest.LogCaptureFixture) -> None:
+    """Another ASGI server may raise from ``receive`` once the connection is gone: the work is freed, the failure
+    is not left unretrieved in the watcher's task (asyncio would log it as an error when the task is collected)."""
+
+    async def receive() -> ReceiveMessage:
+        raise OSError("connection reset")
+
+    with caplog.at_level("DEBUG", "tts_gateway.connections"), pytest.raises(OpenAIError) as raised:
+        await unless_client_leaves(receive, answer_after(10))
+    assert raised.value.code == "client_closed_request"
+    assert "OSError" in caplog.text
+    assert "connection reset" not in caplog.text  # the type only: a message may carry what a log must not
+
+
 async def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
     channel = ClientChannel()
     serving = asyncio.create_task(unless_client_leaves(channel.receive, answer_after(10)))
