@@ -84,16 +84,18 @@ class Setup:
     """Half of one request's duration; measured in the first mode when not given."""
     budget_s: float = BUDGET_S
     """Levels not started within this many seconds of the start are skipped."""
+    dtype: str = "auto"
+    """The engine's ``dtype`` option (the GPT backbone's number type), for the ceiling and the served runs alike."""
 
 
 # ----------------------------------------------------------------- the ceiling (in a fresh process)
-def step_times(assets: str, device: str, threads: list[int]) -> list[dict[str, Any]]:
+def step_times(assets: str, device: str, dtype: str, threads: list[int]) -> list[dict[str, Any]]:
     """Ms per decode step of the token loop per thread count and batch size (runs in a spawned process)."""
     import torch
 
     from engines.chattts.engine import ChatTTSEngine
 
-    engine = ChatTTSEngine({"source": "dir", "path": assets, "device": device})
+    engine = ChatTTSEngine({"source": "dir", "path": assets, "device": device, "dtype": dtype})
     engine.load()
     rows = []
     for count in threads:
@@ -127,7 +129,8 @@ def _time_steps(engine: Any, batch: int) -> float:
 def measure_ceiling(setup: Setup) -> list[dict[str, Any]]:
     # A spawned process: the benchmark process stays free of torch and its memory, as the gateway's server is.
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as executor:
-        return executor.submit(step_times, str(setup.assets), setup.device, setup.ceiling_threads).result()
+        ceiling = executor.submit(step_times, str(setup.assets), setup.device, setup.dtype, setup.ceiling_threads)
+        return ceiling.result()
 
 
 # ----------------------------------------------------------------- served load
@@ -185,7 +188,7 @@ async def start_pool(setup: Setup, continuous: bool) -> EnginePool:
     options = {
         "source": "dir", "path": str(setup.assets), "max_new_token": setup.tokens, "min_new_token": setup.tokens,
         "max_batch": max(setup.levels), "batch_window_ms": 10, "device": setup.device, "threads": setup.threads,
-        "continuous_batching": continuous,
+        "continuous_batching": continuous, "dtype": setup.dtype,
     }  # fmt: skip
     settings = engine_settings(kind="chattts", options=options, queue_size=64, queue_timeout_s=600,
                                start_timeout_s=600, stall_timeout_s=600, health_interval_s=60)  # fmt: skip
@@ -248,8 +251,9 @@ def worker_facts(pool: EnginePool, batches_before: dict[int, int]) -> dict[str, 
 
 def run(setup: Setup, keep: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """The whole benchmark; ``keep`` gets the report after every step (for ``--json``)."""
-    report: dict[str, Any] = {"tokens": setup.tokens, "device": setup.device, "repeat": setup.repeat,
-                              "levels": setup.levels, "threads": setup.threads, "stagger": setup.stagger,
+    report: dict[str, Any] = {"tokens": setup.tokens, "device": setup.device, "dtype": setup.dtype,
+                              "repeat": setup.repeat, "levels": setup.levels, "threads": setup.threads,
+                              "stagger": setup.stagger,
                               "ceiling": [], "rows": []}  # fmt: skip
     started = time.monotonic()
     deadline = started + setup.budget_s
@@ -280,6 +284,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     setup = Setup(
         chattts_assets(args.chattts_assets), args.batching_tokens, levels(args.batching_concurrency),
         args.batching_repeat, args.batching_stagger, args.batching_threads, ceiling_threads,
+        dtype=args.batching_dtype,
     )  # fmt: skip
     return run(setup, lambda _: None)
 
@@ -382,6 +387,8 @@ def main() -> None:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                         help="the engine's device option (auto: CUDA when torch sees one)")  # fmt: skip
     parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="skip the levels not started by then")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"],
+                        help="the engine's dtype option")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write the report here (JSON)")
     parser.add_argument("--plot", type=Path, default=None, help="also draw the plot here (PNG)")
     args = parser.parse_args()
@@ -392,7 +399,7 @@ def main() -> None:
     ceiling_threads = levels(args.ceiling_threads)
     setup = Setup(args.assets, args.tokens, levels(args.concurrency), args.repeat, args.stagger, args.threads,
                   sorted({*ceiling_threads, args.threads}), args.device, args.stagger_interval_s,
-                  args.budget_s)  # fmt: skip
+                  args.budget_s, args.dtype)  # fmt: skip
 
     def keep(report: dict[str, Any]) -> None:
         if args.json is not None:

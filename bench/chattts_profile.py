@@ -125,6 +125,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4, help="requests spoken together")
     parser.add_argument("--tokens", type=int, default=64, help="audio tokens per request")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"],
+                        help="the engine's dtype option")  # fmt: skip
     parser.add_argument("--stagger", type=int, default=0, help="steps between requests (0: all together)")
     parser.add_argument("--prefill-chunk-tokens", type=int, help="prefill_chunk_tokens (default: prompts whole)")
     parser.add_argument("--max-chunk-tokens", type=int, default=96,
@@ -134,7 +136,7 @@ def main() -> None:
     options = {"source": "dir", "path": args.assets, "device": "cpu", "threads": args.threads,
                "max_new_token": args.tokens, "min_new_token": args.tokens, "max_batch": max(8, args.batch),
                "stream_max_chunk_tokens": args.max_chunk_tokens,
-               "prefill_chunk_tokens": args.prefill_chunk_tokens}  # fmt: skip
+               "prefill_chunk_tokens": args.prefill_chunk_tokens, "dtype": args.dtype}  # fmt: skip
     engine = ChatTTSEngine(options)
     engine.load()
     tally = Tally()

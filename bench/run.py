@@ -590,6 +590,12 @@ def add_ttfb_soak_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--batching-tokens", type=int, default=64, help="audio tokens per request (~21 ms each)")
     g.add_argument("--batching-concurrency", default="1,2,4,8", help="levels; the gain is read at 4 (or the highest)")
     g.add_argument("--batching-repeat", type=int, default=3, help="closed loop: requests per client")
+    g.add_argument(
+        "--batching-dtype",
+        default="auto",
+        choices=["auto", "float32", "float16", "bfloat16"],
+        help="the ChatTTS engine's dtype option (the GPT backbone's number type)",
+    )
     g.add_argument("--batching-stagger", type=int, default=3, help="staggered arrivals: requests per level x level")
     g.add_argument("--batching-threads", type=int, default=2, help="torch threads of the worker")
     g.add_argument("--batching-ceiling-threads", default="1,2", help="torch thread counts of the in-process ceiling")

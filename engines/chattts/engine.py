@@ -82,10 +82,10 @@ class ChatTTSEngine:
         if options.threads:
             torch.set_num_threads(options.threads)
         device = self._device(torch)
-        half = options.half if options.half is not None else device.type == "cuda"
+        dtype = self._dtype(torch, device)
         cache_dir = Path(options.cache_dir).expanduser()
         location = locate_weights(options.source, options.path, cache_dir, options.download, options.hub_timeout_s)
-        self._chat = load_chat(location, device, half)
+        self._chat = load_chat(location, device, dtype)
         if device.type == "cpu":  # a few rows per decode step: measured, the faster product for each row count
             use_small_batch_linear(self._chat.gpt.gpt)
         self._voices = SpeakerBank(self._chat.speaker)
@@ -94,7 +94,7 @@ class ChatTTSEngine:
         speed_range = (1.0, 1.0) if location.generated else NATIVE_SPEED_RANGE
         voices = tuple(VoiceInfo(name, "ChatTTS speaker sampled from the voice name") for name in OPENAI_VOICES)
         details = {"weights": location.description, "path": str(location.path), "device": str(device),
-                   "dtype": "float16" if half else "float32",
+                   "dtype": str(dtype).removeprefix("torch."),
                    "text_normalizer": active_normalizer() if options.normalize else OFF}  # fmt: skip
         return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, options.max_batch, details)
 
@@ -106,6 +106,20 @@ class ChatTTSEngine:
             wanted = "cuda" if torch_module.cuda.is_available() else "cpu"
         device: torch.device = torch_module.device(wanted)
         return device
+
+    def _dtype(self, torch_module: Any, device: torch.device) -> torch.dtype:
+        wanted = self.options.dtype
+        if wanted == "auto":
+            wanted = "float16" if device.type == "cuda" else "float32"
+        if device.type == "cpu" and wanted == "float16":
+            logger.warning(
+                "dtype float16 on CPU: torch has no fast path for it there (use float32, or bfloat16 "
+                "where the CPU supports it)"
+            )
+        if device.type == "cpu" and wanted == "bfloat16" and not torch_module.ops.mkldnn._is_mkldnn_bf16_supported():
+            logger.warning("dtype bfloat16 on a CPU without bfloat16 support in torch: expect it slower than float32")
+        dtype: torch.dtype = getattr(torch_module, wanted)
+        return dtype
 
     @property
     def batch_window_ms(self) -> float:

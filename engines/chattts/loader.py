@@ -127,8 +127,9 @@ def _unreachable(endpoint: str, timeout_s: float) -> str | None:
         return f"{host}:{port}: {exc}"
 
 
-def load_chat(location: WeightsLocation, device: torch.device, half: bool) -> Any:
-    """Load ``ChatTTS.Chat`` from a verified directory, bypassing ChatTTS's own download and hash logic."""
+def load_chat(location: WeightsLocation, device: torch.device, dtype: torch.dtype) -> Any:
+    """Load ``ChatTTS.Chat`` from a verified directory, bypassing ChatTTS's own download and hash logic, with the GPT
+    backbone in ``dtype`` (everything else stays float32)."""
     import ChatTTS
     from ChatTTS.config import Config
 
@@ -140,6 +141,6 @@ def load_chat(location: WeightsLocation, device: torch.device, half: bool) -> An
     paths = {name: str(location.path / relative) for name, relative in asdict(chat.config.path).items()}
     if not chat._load(device=device, compile=False, **paths):
         raise EngineUnavailableError(f"ChatTTS could not load the weights in {location.path}")
-    if half:
-        chat.gpt.gpt.half()  # ChatTTS casts the GPT inputs to the model's dtype and its outputs back to float32
+    # The token loop casts the backbone's inputs to its dtype and its outputs back to float32.
+    chat.gpt.gpt.to(dtype)
     return chat

@@ -14,6 +14,7 @@ __all__ = ["ChatTTSOptions"]
 
 Source = Literal["hub", "dir"]
 Device = Literal["auto", "cpu", "cuda"]
+Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 
 
 class ChatTTSOptions(BaseModel):
@@ -34,8 +35,10 @@ class ChatTTSOptions(BaseModel):
     """How long the reachability probe of the hub may take before the engine reports itself unavailable."""
     device: Device = "auto"
     """``auto``: CUDA when available, else CPU."""
-    half: bool | None = None
-    """Run the GPT backbone in float16; default: on CUDA only."""
+    dtype: Dtype = "auto"
+    """The GPT backbone's number type. ``auto``: float16 on CUDA, float32 on CPU. ``bfloat16`` reads half the bytes
+    per decode step and, on a CPU with bfloat16 arithmetic (AVX512-BF16, AMX), prefills prompts more than twice as
+    fast (BENCHMARKS.md); on other CPUs it is emulated and slower, as float16 is on any CPU."""
     threads: int | None = Field(default=None, ge=1, le=256)
     """torch CPU threads per worker (default: torch's choice)."""
     temperature: float = Field(default=0.3, gt=0)

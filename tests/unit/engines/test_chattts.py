@@ -117,11 +117,50 @@ def test_dir_source_without_path_says_so() -> None:
         {"max_batch": 0},
         {"min_new_token": 9, "max_new_token": 8},
         {"stream_chunk_tokens": 48, "stream_max_chunk_tokens": 24},
+        {"dtype": "float64"},
+        {"half": True},  # replaced by ``dtype``
     ],
 )
 def test_bad_options_are_rejected(options: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="ChatTTSOptions"):
         ChatTTSOptions.model_validate(options)
+
+
+def test_the_backbone_runs_in_float32_on_cpu_by_default(engine: ChatTTSEngine) -> None:
+    import torch
+
+    assert engine._chat.gpt.gpt.dtype == torch.float32
+    info = ChatTTSEngine(chattts_engine_options()).load()
+    assert info.details["dtype"] == "float32"
+
+
+def test_a_bfloat16_backbone_computes_what_float32_does_within_its_precision(engine: ChatTTSEngine) -> None:
+    """``dtype: bfloat16``: the backbone's weights are bfloat16, the token loop runs with them, and the first hidden
+    state of a prompt (no sampling before it) is float32's to bfloat16's precision; the audio is whole."""
+    import torch
+
+    from engines.chattts.generation import CodeBatch, CodeRequest, Sampling
+
+    narrow = ChatTTSEngine(chattts_engine_options(dtype="bfloat16"))
+    assert narrow.load().details["dtype"] == "bfloat16"
+    assert {p.dtype for p in narrow._chat.gpt.gpt.parameters()} == {torch.bfloat16}
+
+    def first_hidden(loaded: ChatTTSEngine) -> torch.Tensor:
+        assert loaded._voices is not None
+        prompt = [*loaded._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"]), *loaded._text_ids("one two three"),
+                  *loaded._tag_ids(["[Ptts]"])]  # fmt: skip
+        batch = CodeBatch(loaded._chat, Sampling())
+        batch.join([CodeRequest(0, prompt, loaded._voices.named["alloy"], 1, 4, 4, CancelFlag())])
+        (key, hidden), *_ = batch.step()
+        assert key == 0 and hidden is not None and hidden.dtype == torch.float32
+        return hidden
+
+    wide, narrowed = first_hidden(engine), first_hidden(narrow)
+    assert not torch.equal(wide, narrowed)  # it did compute in bfloat16
+    torch.testing.assert_close(narrowed, wide, rtol=0.02, atol=0.02 * float(wide.abs().max()))
+    audio = speak(narrow, "Short.")
+    assert len(audio) == SAMPLES_PER_SEGMENT
+    assert np.abs(audio.astype(np.int32)).max() > 0
 
 
 def test_generated_hash_map_covers_every_weight_file() -> None:
