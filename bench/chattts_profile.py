@@ -21,6 +21,7 @@ decoded no token twice (its left context re-decodes some): how close to the step
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections import Counter, defaultdict
 from typing import Any
@@ -38,6 +39,15 @@ PROMPT = "Request number {} is speaking now, and it keeps speaking for a while l
 
 
 LABELS = ("prefill", "step", "step+prefill", "decode", "plan")
+
+
+def blocked_product_flops(rows_shape: tuple[int, ...], weight_shape: tuple[int, ...], *_: Any, **__: Any) -> int:
+    """The arithmetic of oneDNN's product on a blocked weight (``engines/chattts/small_batch.py``), which torch's
+    FLOP counter does not know: two operations per row, input and output feature."""
+    return 2 * math.prod(rows_shape) * weight_shape[0]
+
+
+BLOCKED_PRODUCT_FLOPS = {torch.ops.mkldnn._linear_pointwise: blocked_product_flops}
 
 
 class Tally:
@@ -58,7 +68,7 @@ class Tally:
 
     def run(self, label: str, call: Any) -> Any:
         if self.counting:
-            with FlopCounterMode(display=False) as counter:
+            with FlopCounterMode(display=False, custom_mapping=BLOCKED_PRODUCT_FLOPS) as counter:
                 result = call()
             self.flops[label] += counter.get_total_flops()
             return result

@@ -9,17 +9,25 @@ is fast only with the columns laid out one after the other in memory: rows that 
 ``weight @ rows.T`` (transposed, through an elementwise op such as the MLP's activation) are made contiguous first,
 which halved the MLP's down projection. One row is computed as two (the row twice), where that is faster.
 
+A third way skips MKL: oneDNN's product on a copy of the weight laid out once, at load, in oneDNN's blocked format
+(``torch.ops.mkldnn._reorder_linear_weight``, what torch's compiler does for frozen CPU models). Measured on the
+model 17 EPYC of BENCHMARKS.md (``bench/chattts_products.py``), all the full model's weights took 33 ms for 4 rows
+and 39 ms for 8 on blocked copies, against 41 and 81 ms the best MKL way, and 137 against 174 ms for 64 rows; MKL
+kept 1 and 2 rows. The blocked copy is a second copy of the weights (0.76 GB for the full model, per worker), made
+only where some row count takes it.
+
 Which is faster depends on the CPU and the BLAS build, so it is measured, not assumed: at load, on CPU, each row
-count from 1 to :data:`MAX_ROWS` is timed both ways through all the backbone's weights, as a step goes through them,
-and the backbone's linear layers then use ``weight @ rows.T`` for the row counts where it clearly won, decided per
-weight shape (the attention's square matrices and the MLP's wide and tall ones do not all favour the same way). The
-result is the same product (to float rounding); prefill (many rows) and GPUs are untouched.
+count from 1 to :data:`MAX_ROWS`, and a prefill of :data:`PREFILL_ROWS`, is timed each way through all the
+backbone's weights of one shape, as a pass goes through them, and the layers of that shape then take, for each row
+count, the fastest way where it clearly beat ``F.linear`` (the attention's square matrices and the MLP's wide and
+tall ones do not all favour the same way). The result is the same product (to float rounding); GPUs are untouched.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,32 +35,67 @@ import torch.nn.functional as F  # noqa: N812 - torch's own name for it
 from torch import nn
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
-__all__ = ["MAX_ROWS", "SmallBatchLinear", "faster_transposed_rows", "transposed_product", "use_small_batch_linear"]
+__all__ = [
+    "MAX_ROWS",
+    "PREFILL_ROWS",
+    "Products",
+    "SmallBatchLinear",
+    "best_of_alternating",
+    "blocked_product",
+    "blocked_weight",
+    "measure_products",
+    "transposed_product",
+    "use_small_batch_linear",
+]
 
 logger = logging.getLogger("tts_gateway.engine")
 
 MAX_ROWS = 8
-"""The largest row count considered (on the machine of BENCHMARKS.md ``F.linear`` already won at 8 rows)."""
+"""The largest row count of a decode step considered (on the machine of BENCHMARKS.md ``F.linear`` already won at 8
+rows over ``weight @ rows.T``)."""
+PREFILL_ROWS = 64
+"""The rows of the prefill timed too: a few prompts' tokens."""
 _MARGIN = 0.85
+"""Another way is used only where it took at most this share of the time of the way it replaces."""
 _ROUNDS = 4
-"""``weight @ rows.T`` is used only where it took at most this share of ``F.linear``'s time."""
 
 
 class SmallBatchLinear(nn.Linear):
-    """An ``nn.Linear`` that computes ``weight @ rows.T`` for the row counts in ``transposed_rows``."""
+    """An ``nn.Linear`` whose product takes, for each row count, the way measured fastest: oneDNN on ``blocked`` (its
+    weight in oneDNN's blocked layout) for ``blocked_rows`` (:data:`PREFILL_ROWS` in it: every count above
+    :data:`MAX_ROWS` too), ``weight @ rows.T`` for ``transposed_rows``, ``F.linear`` for the rest."""
 
     transposed_rows: frozenset[int] = frozenset()
+    blocked_rows: frozenset[int] = frozenset()
+    blocked: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
-        if rows not in self.transposed_rows:
+        flat = x.reshape(rows, self.in_features)
+        if self.blocked is not None and (rows if rows <= MAX_ROWS else PREFILL_ROWS) in self.blocked_rows:
+            out = blocked_product(self.blocked, flat, self.bias)
+        elif rows in self.transposed_rows:
+            out = transposed_product(self.weight, flat)
+            if self.bias is not None:
+                out = out + self.bias
+        else:
             return super().forward(x)
-        out = transposed_product(self.weight, x.reshape(rows, self.in_features))
-        if self.bias is not None:
-            out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
+
+
+def blocked_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` laid out for oneDNN's product (:func:`blocked_product`), tuned for decode steps' few rows (it serves
+    any row count)."""
+    blocked: torch.Tensor = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), MAX_ROWS // 2)
+    return blocked
+
+
+def blocked_product(blocked: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``rows @ weight.T + bias`` with ``blocked`` from :func:`blocked_weight`; ``rows`` is ``(rows, in)``."""
+    out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), blocked, bias, "none", [], "")
+    return out
 
 
 def transposed_product(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -62,55 +105,76 @@ def transposed_product(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor
     return (weight @ rows.contiguous().T).T
 
 
-def use_small_batch_linear(backbone: nn.Module) -> frozenset[int]:
-    """Measure, then switch ``backbone``'s linear layers to :class:`SmallBatchLinear`, each weight shape with the row
-    counts measured for it; returns the row counts that use ``weight @ rows.T`` for some shape (empty: nothing
-    changes)."""
+@dataclass(frozen=True, slots=True)
+class Products:
+    """How the layers of one weight shape compute (see :class:`SmallBatchLinear`); ``blocked``: the blocked copies,
+    one per weight, where some row count takes them."""
+
+    transposed_rows: frozenset[int] = frozenset()
+    blocked_rows: frozenset[int] = frozenset()
+    blocked: list[torch.Tensor] | None = None
+
+
+def use_small_batch_linear(backbone: nn.Module) -> dict[str, list[int]]:
+    """Measure, then switch ``backbone``'s linear layers, each weight shape the way measured fastest for each row
+    count; returns, per way (``blocked``, ``transposed``), the row counts some shape takes it for (empty: nothing
+    changed)."""
     by_shape: dict[tuple[int, ...], list[nn.Linear]] = {}
     for module in backbone.modules():
         if type(module) is nn.Linear:
             by_shape.setdefault(tuple(module.weight.shape), []).append(module)
-    switched: set[int] = set()
+    switched: dict[str, set[int]] = {}
     for shape, linears in by_shape.items():
-        rows = faster_transposed_rows([module.weight.detach() for module in linears])
-        if not rows:
+        products = measure_products([module.weight.detach() for module in linears])
+        if not products.transposed_rows and not products.blocked_rows:
             continue
-        for module in linears:
+        blocked = products.blocked if products.blocked_rows else None
+        for index, module in enumerate(linears):
             module.__class__ = SmallBatchLinear  # the same parameters, another forward
-            object.__setattr__(module, "transposed_rows", rows)  # a plain attribute, not a submodule or parameter
-        logger.info("decode steps of %s row(s) use weight @ rows.T for %s weights: faster on this CPU",
-                    sorted(rows), "x".join(map(str, shape)))  # fmt: skip
-        switched |= rows
-    return frozenset(switched)
+            # Plain attributes: no parameter, buffer or state-dict entry.
+            object.__setattr__(module, "transposed_rows", products.transposed_rows)
+            object.__setattr__(module, "blocked_rows", products.blocked_rows)
+            object.__setattr__(module, "blocked", None if blocked is None else blocked[index])
+        logger.info("products with %s weights: weight @ rows.T for %s row(s), oneDNN's blocked layout for %s: faster "
+                    "on this CPU", "x".join(map(str, shape)), sorted(products.transposed_rows),
+                    sorted(products.blocked_rows))  # fmt: skip
+        switched.setdefault("transposed", set()).update(products.transposed_rows)
+        switched.setdefault("blocked", set()).update(products.blocked_rows)
+    return {way: sorted(rows) for way, rows in switched.items() if rows}
 
 
 @torch.inference_mode()
-def faster_transposed_rows(weights: list[torch.Tensor]) -> frozenset[int]:
-    """The row counts (1 to :data:`MAX_ROWS`) for which ``weight @ rows.T`` beat ``F.linear`` by the margin.
+def measure_products(weights: list[torch.Tensor]) -> Products:
+    """Time each way of computing products with ``weights`` (all of one shape) for each row count, and choose.
 
-    Each is timed as a decode step meets it: one product with every weight in turn, so that the weights stream from
-    memory as they do then (one weight timed again and again would stay in the CPU's cache and mislead)."""
-    faster = set()
-    for rows in range(1, MAX_ROWS + 1):
+    Each row count is timed as a pass meets it: one product with every weight in turn, so that the weights stream
+    from memory as they do then (one weight timed again and again would stay in the CPU's cache and mislead)."""
+    blocked = [blocked_weight(w) for w in weights] if torch.backends.mkldnn.is_available() else None  # type: ignore[no-untyped-call]
+    transposed_rows: set[int] = set()
+    blocked_rows: set[int] = set()
+    for rows in [*range(1, MAX_ROWS + 1), PREFILL_ROWS]:
         inputs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights}
-        linear, transposed = _best_of_alternating(
-            lambda: [F.linear(inputs[w.shape[1]], w) for w in weights],  # noqa: B023 - called here
-            lambda: [transposed_product(w, inputs[w.shape[1]]) for w in weights],  # noqa: B023
-        )
-        if transposed <= _MARGIN * linear:
-            faster.add(rows)
-    return frozenset(faster)
+        ways = {"linear": lambda: [F.linear(inputs[w.shape[1]], w) for w in weights]}  # noqa: B023 - called here
+        if rows <= MAX_ROWS:
+            ways["transposed"] = lambda: [transposed_product(w, inputs[w.shape[1]]) for w in weights]  # noqa: B023
+        if blocked is not None:
+            ways["blocked"] = lambda: [blocked_product(b, inputs[b.shape[1]]) for b in blocked]  # noqa: B023
+        seconds = best_of_alternating(ways)
+        fastest = min(seconds, key=seconds.__getitem__)
+        if fastest != "linear" and seconds[fastest] <= _MARGIN * seconds["linear"]:
+            (blocked_rows if fastest == "blocked" else transposed_rows).add(rows)
+    return Products(frozenset(transposed_rows), frozenset(blocked_rows), blocked if blocked_rows else None)
 
 
-def _best_of_alternating(first: Callable[[], object], second: Callable[[], object]) -> tuple[float, float]:
-    """Seconds per call of each, the best of :data:`_ROUNDS` taken in turns after one of each to warm up: the
-    machine's drift (it is shared) then falls on both alike, and the best is the least disturbed."""
-    first()
-    second()
-    best = [float("inf"), float("inf")]
+def best_of_alternating(ways: Mapping[str, Callable[[], object]]) -> dict[str, float]:
+    """Seconds per call of each way, the best of :data:`_ROUNDS` taken in turns after one of each to warm up: the
+    machine's drift (it is shared) then falls on all alike, and the best is the least disturbed."""
+    for way in ways.values():
+        way()
+    best = dict.fromkeys(ways, float("inf"))
     for _ in range(_ROUNDS):
-        for index, step in enumerate((first, second)):
+        for name, way in ways.items():
             started = time.perf_counter()
-            step()
-            best[index] = min(best[index], time.perf_counter() - started)
-    return best[0], best[1]
+            way()
+            best[name] = min(best[name], time.perf_counter() - started)
+    return best
