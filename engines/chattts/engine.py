@@ -87,7 +87,7 @@ class ChatTTSEngine:
         location = locate_weights(options.source, options.path, cache_dir, options.download, options.hub_timeout_s)
         self._chat = load_chat(location, device, dtype)
         if device.type == "cpu":  # a few rows per decode step: measured, the faster product for each row count
-            use_small_batch_linear(self._chat.gpt.gpt)
+            use_small_batch_linear(self._chat.gpt.gpt, blocked=options.blocked_weights)
         self._voices = SpeakerBank(self._chat.speaker)
         self._generated = location.generated
         # Random weights ignore [speed_N]: the gateway then time-stretches every speed.

@@ -41,6 +41,10 @@ class ChatTTSOptions(BaseModel):
     fast (BENCHMARKS.md); on other CPUs it is emulated and slower, as float16 is on any CPU."""
     threads: int | None = Field(default=None, ge=1, le=256)
     """torch CPU threads per worker (default: torch's choice)."""
+    blocked_weights: bool = True
+    """On CPU, let the backbone's products use oneDNN on a second copy of its weights laid out for it, where measured
+    faster at load (``engines/chattts/small_batch.py``); ``false`` saves that copy's memory (0.76 GB per worker for
+    the full model in float32)."""
     temperature: float = Field(default=0.3, gt=0)
     top_P: float = Field(default=0.7, gt=0, le=1)  # noqa: N815 - ChatTTS's name
     top_K: int = Field(default=20, ge=1)  # noqa: N815 - ChatTTS's name

@@ -115,26 +115,26 @@ class Products:
     blocked: list[torch.Tensor] | None = None
 
 
-def use_small_batch_linear(backbone: nn.Module) -> dict[str, list[int]]:
+def use_small_batch_linear(backbone: nn.Module, *, blocked: bool = True) -> dict[str, list[int]]:
     """Measure, then switch ``backbone``'s linear layers, each weight shape the way measured fastest for each row
-    count; returns, per way (``blocked``, ``transposed``), the row counts some shape takes it for (empty: nothing
-    changed)."""
+    count (``blocked``: oneDNN's blocked copies among the ways); returns, per way (``blocked``, ``transposed``), the
+    row counts some shape takes it for (empty: nothing changed)."""
     by_shape: dict[tuple[int, ...], list[nn.Linear]] = {}
     for module in backbone.modules():
         if type(module) is nn.Linear:
             by_shape.setdefault(tuple(module.weight.shape), []).append(module)
     switched: dict[str, set[int]] = {}
     for shape, linears in by_shape.items():
-        products = measure_products([module.weight.detach() for module in linears])
+        products = measure_products([module.weight.detach() for module in linears], blocked=blocked)
         if not products.transposed_rows and not products.blocked_rows:
             continue
-        blocked = products.blocked if products.blocked_rows else None
+        copies = products.blocked if products.blocked_rows else None
         for index, module in enumerate(linears):
             module.__class__ = SmallBatchLinear  # the same parameters, another forward
             # Plain attributes: no parameter, buffer or state-dict entry.
             object.__setattr__(module, "transposed_rows", products.transposed_rows)
             object.__setattr__(module, "blocked_rows", products.blocked_rows)
-            object.__setattr__(module, "blocked", None if blocked is None else blocked[index])
+            object.__setattr__(module, "blocked", None if copies is None else copies[index])
         logger.info("products with %s weights: weight @ rows.T for %s row(s), oneDNN's blocked layout for %s: faster "
                     "on this CPU", "x".join(map(str, shape)), sorted(products.transposed_rows),
                     sorted(products.blocked_rows))  # fmt: skip
@@ -144,12 +144,13 @@ def use_small_batch_linear(backbone: nn.Module) -> dict[str, list[int]]:
 
 
 @torch.inference_mode()
-def measure_products(weights: list[torch.Tensor]) -> Products:
+def measure_products(weights: list[torch.Tensor], *, blocked: bool = True) -> Products:
     """Time each way of computing products with ``weights`` (all of one shape) for each row count, and choose.
 
     Each row count is timed as a pass meets it: one product with every weight in turn, so that the weights stream
     from memory as they do then (one weight timed again and again would stay in the CPU's cache and mislead)."""
-    blocked = [blocked_weight(w) for w in weights] if torch.backends.mkldnn.is_available() else None  # type: ignore[no-untyped-call]
+    with_blocked = blocked and torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+    copies = [blocked_weight(w) for w in weights] if with_blocked else None
     transposed_rows: set[int] = set()
     blocked_rows: set[int] = set()
     for rows in [*range(1, MAX_ROWS + 1), PREFILL_ROWS]:
@@ -157,13 +158,13 @@ def measure_products(weights: list[torch.Tensor]) -> Products:
         ways = {"linear": lambda: [F.linear(inputs[w.shape[1]], w) for w in weights]}  # noqa: B023 - called here
         if rows <= MAX_ROWS:
             ways["transposed"] = lambda: [transposed_product(w, inputs[w.shape[1]]) for w in weights]  # noqa: B023
-        if blocked is not None:
-            ways["blocked"] = lambda: [blocked_product(b, inputs[b.shape[1]]) for b in blocked]  # noqa: B023
+        if copies is not None:
+            ways["blocked"] = lambda: [blocked_product(b, inputs[b.shape[1]]) for b in copies]  # noqa: B023
         seconds = best_of_alternating(ways)
         fastest = min(seconds, key=seconds.__getitem__)
         if fastest != "linear" and seconds[fastest] <= _MARGIN * seconds["linear"]:
             (blocked_rows if fastest == "blocked" else transposed_rows).add(rows)
-    return Products(frozenset(transposed_rows), frozenset(blocked_rows), blocked if blocked_rows else None)
+    return Products(frozenset(transposed_rows), frozenset(blocked_rows), copies if blocked_rows else None)
 
 
 def best_of_alternating(ways: Mapping[str, Callable[[], object]]) -> dict[str, float]:

@@ -85,6 +85,22 @@ def test_the_measured_choice_is_one_way_per_row_count() -> None:
         assert products.blocked is None  # no second copy of weights that no row count uses
 
 
+def test_without_blocked_weights_no_copy_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    products = measure_products([torch.randn(256, 128)], blocked=False)
+    assert products.blocked is None and not products.blocked_rows
+    asked: list[bool] = []
+
+    def measured(weights: list[torch.Tensor], *, blocked: bool = True) -> Products:
+        asked.append(blocked)
+        return measure_products(weights, blocked=blocked)
+
+    monkeypatch.setattr(small_batch, "measure_products", measured)
+    engine = ChatTTSEngine(chattts_engine_options(blocked_weights=False))
+    engine.load()
+    assert asked and not any(asked)  # the option reaches every weight shape's measurement
+    assert not [m for m in engine._chat.gpt.gpt.modules() if getattr(m, "blocked", None) is not None]
+
+
 def test_switching_a_model_keeps_its_outputs_and_leaves_other_modules_alone() -> None:
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(128, 512), nn.GELU(), nn.Linear(512, 128), nn.LayerNorm(128))
@@ -119,13 +135,13 @@ def test_a_backbone_on_blocked_weights_generates_what_it_does_on_plain_ones(monk
             found += [hidden for key, hidden in batch.step() if hidden is not None]
         return found
 
-    monkeypatch.setattr(small_batch, "measure_products", lambda weights: Products())
+    monkeypatch.setattr(small_batch, "measure_products", lambda weights, **_: Products())
     plain = ChatTTSEngine(chattts_engine_options())
     plain.load()
     every_count = ALL_ROWS | {PREFILL_ROWS}
     monkeypatch.setattr(
         small_batch, "measure_products",
-        lambda weights: Products(blocked_rows=every_count, blocked=[blocked_weight(w) for w in weights]),
+        lambda weights, **_: Products(blocked_rows=every_count, blocked=[blocked_weight(w) for w in weights]),
     )  # fmt: skip
     on_blocked = ChatTTSEngine(chattts_engine_options())
     on_blocked.load()
