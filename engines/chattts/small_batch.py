@@ -55,7 +55,7 @@ logger = logging.getLogger("tts_gateway.engine")
 MAX_ROWS = 8
 """The largest row count of a decode step considered (on the machine of BENCHMARKS.md ``F.linear`` already won at 8
 rows over ``weight @ rows.T``)."""
-PREFILL_ROWS = 64
+PREFILL_ROWS = 32
 """The rows of the prefill timed too: a few prompts' tokens."""
 _MARGIN = 0.85
 """Another way is used only where it took at most this share of the time of the way it replaces."""
