@@ -149,8 +149,7 @@ def measure_products(weights: list[torch.Tensor], *, blocked: bool = True) -> Pr
 
     Each row count is timed as a pass meets it: one product with every weight in turn, so that the weights stream
     from memory as they do then (one weight timed again and again would stay in the CPU's cache and mislead)."""
-    with_blocked = blocked and torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
-    copies = [blocked_weight(w) for w in weights] if with_blocked else None
+    copies = _blocked_copies(weights) if blocked else None
     transposed_rows: set[int] = set()
     blocked_rows: set[int] = set()
     for rows in [*range(1, MAX_ROWS + 1), PREFILL_ROWS]:
@@ -165,6 +164,18 @@ def measure_products(weights: list[torch.Tensor], *, blocked: bool = True) -> Pr
         if fastest != "linear" and seconds[fastest] <= _MARGIN * seconds["linear"]:
             (blocked_rows if fastest == "blocked" else transposed_rows).add(rows)
     return Products(frozenset(transposed_rows), frozenset(blocked_rows), copies if blocked_rows else None)
+
+
+def _blocked_copies(weights: list[torch.Tensor]) -> list[torch.Tensor] | None:
+    """Each weight laid out for oneDNN, or ``None`` where this torch or CPU has no such product for their dtype
+    (oneDNN lays out float16 only on CPUs with float16 arithmetic)."""
+    if not torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]
+        return None
+    try:
+        return [blocked_weight(w) for w in weights]
+    except RuntimeError as exc:
+        logger.info("no oneDNN layout for %s weights here (%s): MKL's products only", weights[0].dtype, exc)
+        return None
 
 
 def best_of_alternating(ways: Mapping[str, Callable[[], object]]) -> dict[str, float]:

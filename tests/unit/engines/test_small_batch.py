@@ -85,6 +85,13 @@ def test_the_measured_choice_is_one_way_per_row_count() -> None:
         assert products.blocked is None  # no second copy of weights that no row count uses
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_weights_of_any_dtype_are_measured(dtype: torch.dtype) -> None:
+    # oneDNN lays out float16 only on CPUs with float16 arithmetic: elsewhere the measurement goes on without it.
+    products = measure_products([torch.randn(96, 64, dtype=dtype)])
+    assert products.blocked is None or [b.dtype for b in products.blocked] == [dtype]
+
+
 def test_without_blocked_weights_no_copy_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
     products = measure_products([torch.randn(256, 128)], blocked=False)
     assert products.blocked is None and not products.blocked_rows
