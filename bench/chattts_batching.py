@@ -42,12 +42,13 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import psutil
 
 from engines.base import OPENAI_VOICES, SynthesisRequest
 from engines.chattts.assets import generate_assets
+from engines.chattts.options import Dtype
 from engines.pool import EnginePool
 from engines.settings import engine_settings
 
@@ -387,7 +388,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                         help="the engine's device option (auto: CUDA when torch sees one)")  # fmt: skip
     parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="skip the levels not started by then")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"],
+    parser.add_argument("--dtype", default="auto", choices=get_args(Dtype),
                         help="the engine's dtype option")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write the report here (JSON)")
     parser.add_argument("--plot", type=Path, default=None, help="also draw the plot here (PNG)")

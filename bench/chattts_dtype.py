@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bench.chattts_join import PROMPTS, prompt_ids, request, running_batch
+from bench.chattts_join import PROMPTS, prompt_ids, request, running_batch, steps_s
 from engines.chattts.engine import ChatTTSEngine
 from engines.chattts.generation import CodeBatch, Sampling
 
@@ -31,11 +31,7 @@ DTYPES = ("float32", "bfloat16")
 
 
 def steps_ms(engine: ChatTTSEngine, prompt: list[int], rows: int, steps: int) -> float:
-    codes = running_batch(engine, prompt, rows)
-    started = time.perf_counter()
-    for _ in range(steps):
-        codes.step()
-    return (time.perf_counter() - started) / steps * 1000
+    return steps_s(running_batch(engine, prompt, rows), steps) / steps * 1000
 
 
 def prefill_ms(engine: ChatTTSEngine, prompt: list[int], rows: int) -> float:

@@ -46,6 +46,14 @@ def running_batch(engine: ChatTTSEngine, prompt: list[int], rows: int) -> CodeBa
     return codes
 
 
+def steps_s(codes: CodeBatch, steps: int) -> float:
+    """Seconds that ``steps`` decode steps of ``codes`` take."""
+    started = time.perf_counter()
+    for _ in range(steps):
+        codes.step()
+    return time.perf_counter() - started
+
+
 def request(engine: ChatTTSEngine, prompt: list[int], key: int) -> CodeRequest:
     voice = engine._voices.named[OPENAI_VOICES[key % len(OPENAI_VOICES)]]  # type: ignore[union-attr]
     return CodeRequest(key, prompt, voice, key, 4096, 4096, CancelFlag())

@@ -22,16 +22,12 @@ import argparse
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
 
 import torch
 
-from bench.chattts_join import PROMPTS, prompt_ids, running_batch
+from bench.chattts_join import PROMPTS, prompt_ids, running_batch, steps_s
 from engines.chattts import streaming
 from engines.chattts.engine import ChatTTSEngine
-
-if TYPE_CHECKING:
-    from engines.chattts.generation import CodeBatch
 
 __all__ = ["main"]
 
@@ -56,13 +52,6 @@ class DecodeLoop(threading.Thread):
         while not self.stopping.is_set():
             streaming.decode_windows(self.engine._chat, self.windows)
             self.decodes += 1
-
-
-def steps_s(codes: CodeBatch, steps: int) -> float:
-    started = time.perf_counter()
-    for _ in range(steps):
-        codes.step()
-    return time.perf_counter() - started
 
 
 def decode_s(engine: ChatTTSEngine, windows: list[torch.Tensor], rounds: int = 3) -> float:

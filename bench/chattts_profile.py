@@ -24,7 +24,7 @@ import argparse
 import math
 import time
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -32,6 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from engines.base import CancelFlag, SynthesisRequest
 from engines.chattts import generation, streaming
 from engines.chattts.engine import ChatTTSEngine
+from engines.chattts.options import Dtype
 
 __all__ = ["main"]
 
@@ -135,7 +136,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4, help="requests spoken together")
     parser.add_argument("--tokens", type=int, default=64, help="audio tokens per request")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"],
+    parser.add_argument("--dtype", default="auto", choices=get_args(Dtype),
                         help="the engine's dtype option")  # fmt: skip
     parser.add_argument("--stagger", type=int, default=0, help="steps between requests (0: all together)")
     parser.add_argument("--prefill-chunk-tokens", type=int, help="prefill_chunk_tokens (default: prompts whole)")

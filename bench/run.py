@@ -29,7 +29,7 @@ import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -42,6 +42,7 @@ from bench import soak as soak_bench
 from bench import ttfb as ttfb_bench
 from bench.loadgen import LoadResult, run_load
 from bench.servers import ROOT, ServerProcess, bare_litestar, flask_gunicorn, gateway
+from engines.chattts.options import Dtype
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -593,7 +594,7 @@ def add_ttfb_soak_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--batching-dtype",
         default="auto",
-        choices=["auto", "float32", "float16", "bfloat16"],
+        choices=get_args(Dtype),
         help="the ChatTTS engine's dtype option (the GPT backbone's number type)",
     )
     g.add_argument("--batching-stagger", type=int, default=3, help="staggered arrivals: requests per level x level")
