@@ -10,8 +10,9 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from engines.base import EngineInfo, SynthesisRequest
-    from engines.pool import PoolStatus
+    from engines.breaker import BreakerSettings
     from engines.scheduler import TenantShare
+    from engines.status import PoolStatus
 
 __all__ = ["EngineBackend", "PcmStream"]
 
@@ -20,7 +21,7 @@ class PcmStream(Protocol):
     """One synthesis as it arrives: iterate for mono int16 little-endian PCM bytes at :attr:`sample_rate`.
 
     Iteration raises :class:`~engines.base.InvalidSynthesisRequestError` when the engine rejected the request, and
-    :class:`~engines.pool.SynthesisFailedError` when it failed.
+    :class:`~engines.errors.SynthesisFailedError` when it failed.
     """
 
     sample_rate: int
@@ -37,6 +38,12 @@ class EngineBackend(Protocol):
     @property
     def info(self) -> EngineInfo | None:
         """What the engine last reported about itself; ``None`` until it has loaded."""
+        ...
+
+    @property
+    def breaker_settings(self) -> BreakerSettings | None:
+        """The settings of the engine-wide circuit breaker the gateway keeps for it (``gateway/speech/routing.py``);
+        ``None`` for an engine that breaks per upstream endpoint itself (a remote engine)."""
         ...
 
     async def start(self) -> None:

@@ -19,11 +19,12 @@ import struct
 import time
 from collections import Counter
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Literal
 
 from engines.base import InvalidSynthesisRequestError
+from engines.errors import ConsumerTooSlowError, EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.messages import (
     BatchStarted,
     CancelJob,
@@ -37,6 +38,7 @@ from engines.messages import (
     WorkerReady,
 )
 from engines.scheduler import DEFAULT_SHARE, QueueFullError, TenantScheduler, TenantShare
+from engines.status import PoolStatus
 from engines.worker import run_worker
 
 # The worker side speaks multiprocessing's Connection framing; the server reads and writes the same frames with
@@ -49,90 +51,18 @@ if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
     from engines.base import EngineInfo, SynthesisRequest
-    from engines.settings import AnyEngineSettings
+    from engines.breaker import BreakerSettings
+    from engines.settings import LocalEngineSettings
+    from engines.status import PoolState
 
-__all__ = [
-    "ConsumerTooSlowError",
-    "EndpointStatus",
-    "EngineNotReadyError",
-    "EngineOverloadedError",
-    "EnginePool",
-    "PoolStatus",
-    "SynthesisFailedError",
-    "SynthesisStream",
-]
+__all__ = ["EnginePool", "SynthesisStream"]
 
 logger = logging.getLogger("tts_gateway.pool")
 
-PoolState = Literal["starting", "ready", "unavailable", "stopped"]
 # A worker that cannot load (no weights yet) is retried, for weights may appear on a mounted volume, but rarely:
 # each try imports the engine again.
 _MAX_RESTART_BACKOFF_S = 300.0
 _MAX_JOINED_BYTES = 96_000  # 2 s of 24 kHz PCM: the largest piece a stream hands on at once
-
-
-class EngineNotReadyError(RuntimeError):
-    """No worker of this engine can take requests (still loading, or unavailable)."""
-
-    def __init__(self, engine: str, reason: str) -> None:
-        super().__init__(f"engine {engine!r} is not ready: {reason}")
-        self.engine = engine
-
-
-class EngineOverloadedError(RuntimeError):
-    """Every worker is busy and the wait queue is full (or the wait timed out)."""
-
-    def __init__(self, engine: str, retry_after_s: int) -> None:
-        super().__init__(f"engine {engine!r} is overloaded, retry after {retry_after_s} s")
-        self.engine = engine
-        self.retry_after_s = retry_after_s
-
-
-class SynthesisFailedError(RuntimeError):
-    """The engine or its worker failed while synthesizing."""
-
-
-class ConsumerTooSlowError(SynthesisFailedError):
-    """The job was dropped: its consumer left more than ``max_buffered_audio_s`` of audio unread."""
-
-
-@dataclass(frozen=True, slots=True)
-class EndpointStatus:
-    """One upstream address of a remote engine, for ``/readyz`` and metrics (no credentials in any field)."""
-
-    url: str
-    """The configured base URL."""
-    address: str | None
-    """The IP address it resolved to (``None`` when it does not resolve)."""
-    state: Literal["healthy", "unhealthy"]
-    in_flight: int
-    breaker: Literal["closed", "open", "half_open"]
-    last_error: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class PoolStatus:
-    """A snapshot of one engine's pool, for ``/readyz`` and metrics."""
-
-    engine: str
-    kind: str
-    state: PoolState
-    reason: str | None
-    workers: int
-    ready_workers: int
-    busy_workers: int
-    active_jobs: int
-    queued: int
-    restarts: int
-    pids: tuple[int, ...]
-    """Process ids of the live workers (for operators, and for tests that kill one)."""
-    batch_sizes: dict[int, int]
-    """How many batches of each size batching workers have run."""
-    info: EngineInfo | None
-    queued_by_tenant: dict[str, int] = field(default_factory=dict)
-    """Requests waiting for a worker now, by tenant name (tenants with none left out)."""
-    endpoints: tuple[EndpointStatus, ...] | None = None
-    """The upstream endpoint addresses of a remote engine (``engines.remote``); ``None`` for worker pools."""
 
 
 class _Job:
@@ -290,7 +220,7 @@ class EnginePool:
     def __init__(
         self,
         name: str,
-        settings: AnyEngineSettings,
+        settings: LocalEngineSettings,
         *,
         worker_logging: dict[str, Any] | None = None,
     ) -> None:
@@ -352,6 +282,10 @@ class EnginePool:
             self._close(worker)
 
     # ----------------------------------------------------------------- status
+    @property
+    def breaker_settings(self) -> BreakerSettings:
+        return self.settings.breaker
+
     @property
     def info(self) -> EngineInfo | None:
         """What the engine last reported about itself; None until a worker has loaded it."""

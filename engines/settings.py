@@ -1,4 +1,5 @@
-"""Engine settings: the pool knobs every engine has, and one options model per kind, selected by ``kind``.
+"""Engine settings: the queue knobs every engine has, the pool knobs of local engines, and one options model per
+kind, selected by ``kind``.
 
 The gateway's settings (``gateway/settings.py``) compose these; the engines never read anything else. Options are
 typed pydantic models, so values from environment variables (strings) are coerced and a typo or an out-of-range
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from engines.breaker import BreakerSettings
 from engines.chattts.options import ChatTTSOptions
@@ -23,20 +24,21 @@ __all__ = [
     "ChatTTSEngineSettings",
     "EngineSettings",
     "EspeakEngineSettings",
+    "LocalEngineSettings",
     "PoolSettings",
+    "QueueSettings",
     "RemoteEngineSettings",
     "SyntheticEngineSettings",
     "engine_settings",
 ]
 
 
-class PoolSettings(BaseModel):
-    """How one engine's pool behaves: worker processes, its wait queue and its watchdogs."""
+class QueueSettings(BaseModel):
+    """How one engine's requests wait for a free slot (a worker's batch place, or a remote endpoint's in-flight
+    place), and who gets the next one (``engines.scheduling``): the knobs every engine kind has."""
 
     model_config = ConfigDict(extra="forbid")
 
-    workers: int = Field(default=1, ge=1, le=64)
-    """Worker processes, each holding one engine instance."""
     queue_size: int = Field(default=16, ge=0)
     """Requests allowed to wait for a free worker; beyond it the gateway answers 503 with Retry-After."""
     queue_timeout_s: float = Field(default=30.0, gt=0)
@@ -54,6 +56,13 @@ class PoolSettings(BaseModel):
     is never kept. Only with ``scheduling: fair``; 0: the pool hands every free slot to the next waiter."""
     reservation_window_s: float = Field(default=10.0, gt=0)
     """The longest a share is kept for a tenant not here (a tenant asking every 2 s is expected back for 4 s)."""
+
+
+class PoolSettings(QueueSettings):
+    """An engine run by worker processes of this gateway: the queue knobs, the workers and their watchdogs."""
+
+    workers: int = Field(default=1, ge=1, le=64)
+    """Worker processes, each holding one engine instance."""
     start_timeout_s: float = Field(default=120.0, gt=0)
     """How long a worker may take to load and warm up before it counts as failed."""
     stall_timeout_s: float = Field(default=30.0, gt=0)
@@ -87,23 +96,13 @@ class SyntheticEngineSettings(PoolSettings):
     options: SyntheticOptions = Field(default_factory=SyntheticOptions)
 
 
-class RemoteEngineSettings(PoolSettings):
-    """Upstream servers that speak OpenAI's speech API (``engines.remote``). Of the pool knobs only ``queue_size``
-    and ``queue_timeout_s`` apply (waiting for an endpoint with a free slot); the others are refused rather than
-    silently ignored, and each endpoint has its own breaker (``options.breaker``)."""
+class RemoteEngineSettings(QueueSettings):
+    """Upstream servers that speak OpenAI's speech API (``engines.remote``): the queue knobs (a slot is a place among
+    an endpoint's ``options.max_in_flight``) and the options; no worker processes, and a breaker per endpoint address
+    (``options.breaker``)."""
 
     kind: Literal["openai"]
     options: OpenAIRemoteOptions
-
-    @model_validator(mode="after")
-    def _only_queue_knobs(self) -> RemoteEngineSettings:
-        worker_only = sorted(self.model_fields_set - {"kind", "options", "queue_size", "queue_timeout_s"})
-        if worker_only:
-            raise ValueError(
-                f"{', '.join(worker_only)} do(es) not apply to kind openai (no worker processes; "
-                "the per-endpoint breaker is options.breaker)"
-            )
-        return self
 
 
 EngineSettings: TypeAlias = Annotated[
@@ -111,6 +110,9 @@ EngineSettings: TypeAlias = Annotated[
     Field(discriminator="kind"),
 ]
 """One engine's settings; ``kind`` picks the model, and so the options it accepts."""
+
+LocalEngineSettings: TypeAlias = ChatTTSEngineSettings | EspeakEngineSettings | SyntheticEngineSettings
+"""The settings of an engine run by this gateway's worker processes (``engines.pool``)."""
 
 AnyEngineSettings: TypeAlias = (
     ChatTTSEngineSettings | EspeakEngineSettings | SyntheticEngineSettings | RemoteEngineSettings

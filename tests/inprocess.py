@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engines.base import CancelFlag, EngineUnavailableError, InvalidSynthesisRequestError
-from engines.pool import EngineNotReadyError, EngineOverloadedError, PoolStatus, SynthesisFailedError
+from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.registry import create_engine
+from engines.settings import RemoteEngineSettings
+from engines.status import PoolStatus
 from gateway.app import create_app
 from gateway.settings import Settings
 
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from litestar import Litestar
 
     from engines.base import Engine, EngineInfo, SynthesisRequest
+    from engines.breaker import BreakerSettings
     from engines.scheduler import TenantShare
     from engines.settings import AnyEngineSettings
 
@@ -75,6 +78,10 @@ class ThreadBackend:
     @property
     def info(self) -> EngineInfo | None:
         return self._info
+
+    @property
+    def breaker_settings(self) -> BreakerSettings | None:
+        return None if isinstance(self.settings, RemoteEngineSettings) else self.settings.breaker
 
     async def start(self) -> None:
         engine = create_engine(self.settings.kind, self.settings.options)

@@ -20,18 +20,19 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from engines.base import OPENAI_VOICES, EngineInfo, InvalidSynthesisRequestError, VoiceInfo
-from engines.pool import EngineNotReadyError, EngineOverloadedError, PoolStatus
+from engines.errors import EngineNotReadyError, EngineOverloadedError
 from engines.remote.endpoints import EndpointAddress, EndpointSet
 from engines.remote.stream import Attempt, RemotePcmStream, describe_error
+from engines.status import PoolStatus
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from engines.base import SynthesisRequest
-    from engines.pool import PoolState
     from engines.remote.endpoints import Resolver
     from engines.scheduler import TenantShare
     from engines.settings import RemoteEngineSettings
+    from engines.status import PoolState
 
 __all__ = ["RemoteEngine"]
 
@@ -60,8 +61,6 @@ class RemoteEngine:
                 addresses with it.
         """
         self.name = name
-        # Private on purpose: the gateway gives backends whose ``settings`` carry a ``breaker`` an engine-wide
-        # breaker (gateway/speech/routing.py); a remote engine breaks per endpoint address instead.
         self._settings = settings
         self._options = options = settings.options
         self._endpoints = EndpointSet(options.endpoints, options.breaker, resolver)
@@ -99,6 +98,11 @@ class RemoteEngine:
             await self._client.aclose()
 
     # ----------------------------------------------------------------- status
+    @property
+    def breaker_settings(self) -> None:
+        """None: a remote engine breaks per endpoint address (``options.breaker``), not engine-wide."""
+        return None
+
     @property
     def info(self) -> EngineInfo:
         return self._info

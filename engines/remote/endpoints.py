@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import httpx
 
 from engines.breaker import CircuitBreaker
-from engines.pool import EndpointStatus
+from engines.status import EndpointStatus
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from engines.pool import SynthesisFailedError
+from engines.errors import SynthesisFailedError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

@@ -28,7 +28,7 @@ from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenant
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
 from auth.usage import UsageUnavailableError
 from engines.base import InvalidSynthesisRequestError
-from engines.pool import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from gateway.http.ratelimit_headers import rate_limit_headers
 from gateway.schemas import ErrorResponse
 

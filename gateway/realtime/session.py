@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from litestar.exceptions import WebSocketDisconnect
 
-from engines.pool import ConsumerTooSlowError
+from engines.errors import ConsumerTooSlowError
 from gateway.audio import open_encoder
 from gateway.http.errors import OpenAIError, as_openai_error
 from gateway.realtime.protocol import (

@@ -21,7 +21,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from engines.pool import ConsumerTooSlowError, EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from engines.errors import ConsumerTooSlowError, EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator

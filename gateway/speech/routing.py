@@ -1,6 +1,6 @@
 """Model names to engine pools: engines by their own name, aliases to the engines of their list, best first.
 
-Each local engine (a pool whose settings carry ``breaker``) has a circuit breaker here; the failover layer
+Each engine that declares ``breaker_settings`` (the local ones) has a circuit breaker here; the failover layer
 (``gateway/speech/failover.py``) asks it before each try and tells it how the try went.
 """
 
@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from litestar.status_codes import HTTP_404_NOT_FOUND
 
 from engines.breaker import BREAKER_STATE_CODES, CircuitBreaker
-from engines.settings import PoolSettings, RemoteEngineSettings
 from gateway.http.errors import OpenAIError
 from gateway.settings import AliasSettings, FailoverSettings
 
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from engines.backend import EngineBackend
-    from engines.breaker import BreakerSettings, BreakerState
+    from engines.breaker import BreakerState
 
 __all__ = ["ModelRouter", "Route"]
 
@@ -48,7 +47,7 @@ class ModelRouter:
         self.breakers = {
             name: CircuitBreaker(settings)
             for name, pool in self.pools.items()
-            if (settings := _breaker_settings(pool)) is not None
+            if (settings := pool.breaker_settings) is not None
         }
 
     def model_names(self) -> list[str]:
@@ -97,12 +96,3 @@ class ModelRouter:
 
 def _as_alias(alias: AliasSettings | Sequence[str]) -> AliasSettings:
     return alias if isinstance(alias, AliasSettings) else AliasSettings(engines=list(alias))
-
-
-def _breaker_settings(pool: EngineBackend) -> BreakerSettings | None:
-    """A local engine's breaker settings; ``None`` for a remote engine, which keeps a breaker per endpoint."""
-    # The protocol does not carry settings; local pools (and the in-process test double) keep theirs as `settings`.
-    settings = getattr(pool, "settings", None)
-    if not isinstance(settings, PoolSettings) or isinstance(settings, RemoteEngineSettings):
-        return None
-    return settings.breaker

@@ -10,7 +10,8 @@ import psutil
 import pytest
 
 from engines.base import InvalidSynthesisRequestError, SynthesisRequest
-from engines.pool import EngineNotReadyError, EngineOverloadedError, EnginePool, SynthesisFailedError
+from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from engines.pool import EnginePool
 from engines.settings import engine_settings
 
 if TYPE_CHECKING:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from engines.base import EngineInfo
+from engines.errors import SynthesisFailedError
 from engines.messages import JobEnded
-from engines.pool import _MAX_JOINED_BYTES, SynthesisFailedError, SynthesisStream, _Job
+from engines.pool import _MAX_JOINED_BYTES, SynthesisStream, _Job
 
 INFO = EngineInfo(name="tones", sample_rate=24000, voices=())
 

@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from engines.base import InvalidSynthesisRequestError, SynthesisRequest
-from engines.pool import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.remote.backend import RemoteEngine
 from engines.remote.endpoints import EndpointAddress, Resolver
 from engines.remote.options import OpenAIRemoteOptions
@@ -370,9 +370,12 @@ def test_credentials_come_from_one_source(monkeypatch: pytest.MonkeyPatch) -> No
     assert TOKEN not in repr(OpenAIRemoteOptions(endpoints=["http://e/v1"], api_key=TOKEN))  # type: ignore[arg-type]
 
 
-def test_worker_knobs_are_refused_for_a_remote_engine() -> None:
-    with pytest.raises(ValidationError, match="workers do"):
-        engine_settings(kind="openai", workers=2, options={"endpoints": ["http://e/v1"]})
-    settings = engine_settings(kind="openai", queue_size=3, options={"endpoints": ["http://e/v1/"]})
+def test_a_remote_engine_has_the_queue_knobs_and_no_worker_knobs() -> None:
+    for worker_knob in ({"workers": 2}, {"breaker": {"failures": 3}}, {"stall_timeout_s": 5}):
+        with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+            engine_settings(kind="openai", options={"endpoints": ["http://e/v1"]}, **worker_knob)
+    settings = engine_settings(
+        kind="openai", queue_size=3, scheduling="fifo", reserved_slots=0, options={"endpoints": ["http://e/v1/"]}
+    )
     assert isinstance(settings, RemoteEngineSettings)
     assert settings.options.endpoints == ["http://e/v1"]

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from engines.base import SynthesisRequest
-from engines.pool import EngineOverloadedError, EnginePool
+from engines.errors import EngineOverloadedError
+from engines.pool import EnginePool
 from engines.scheduler import QueueFullError, TenantQueueFullError, TenantScheduler, TenantShare
 from engines.settings import engine_settings
 

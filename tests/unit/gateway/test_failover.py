@@ -20,7 +20,8 @@ from pydantic import ValidationError
 from auth import ANONYMOUS, Principal
 from engines.base import InvalidSynthesisRequestError
 from engines.breaker import CircuitBreaker
-from engines.pool import EngineNotReadyError, EngineOverloadedError, EnginePool, SynthesisFailedError
+from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from engines.pool import EnginePool
 from engines.settings import engine_settings
 from gateway.schemas import SpeechRequest
 from gateway.settings import AliasSettings, FailoverSettings, Settings
