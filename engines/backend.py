@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     from engines.base import EngineInfo, SynthesisRequest
     from engines.breaker import BreakerSettings
-    from engines.scheduler import TenantShare
+    from engines.scheduling import TenantShare
     from engines.status import PoolStatus
 
 __all__ = ["EngineBackend", "PcmStream"]
@@ -68,7 +68,7 @@ class EngineBackend(Protocol):
         """Run ``request`` for ``tenant``; leaving the block before the end cancels it.
 
         While the engine is busy it waits with the tenant's ``share`` of it (weight, priority class, cap on waiting
-        requests; see ``engines.scheduler``), or the default share when ``None``.
+        requests; see ``engines.scheduling``), or the default share when ``None``.
 
         Raises (on enter):
             EngineNotReadyError: nothing can take requests (loading, unavailable).

@@ -72,6 +72,11 @@ class CircuitBreaker:
             return 0.0
         return max(0.0, self._opened_at + self._settings.open_s - self._clock())
 
+    def would_allow(self) -> bool:
+        """Whether :meth:`allow` would say yes now, without counting a trial."""
+        state = self.state
+        return state == "closed" or (state == "half_open" and self._trials_in_flight < self._settings.half_open_probes)
+
     def allow(self) -> bool:
         """Whether a request may go now. While half-open, a True counts as a trial until its outcome is recorded."""
         state = self.state

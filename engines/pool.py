@@ -1,9 +1,9 @@
 """A pool of engine worker processes, driven from the server's event loop.
 
-Each worker is a process holding one engine (``engines.worker``). The pool hands jobs to workers with free slots,
-keeps bounded per-tenant queues of waiting requests, served fairly across tenants (``engines.scheduler``; beyond
-the bounds: :class:`EngineOverloadedError`), streams PCM back as the worker produces it, cancels jobs whose
-consumer went away, and replaces workers that die, hang or stop answering.
+Each worker is a process holding one engine (``engines.worker``). The pool's scheduler (``engines.scheduling``) hands
+the workers' slots to requests, from bounded per-tenant queues served fairly across tenants (beyond the bounds:
+:class:`EngineOverloadedError`); the pool streams PCM back as the worker produces it, cancels jobs whose consumer
+went away, and replaces workers that die, hang or stop answering.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ import struct
 import time
 from collections import Counter
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Literal
 
 from engines.base import InvalidSynthesisRequestError
-from engines.errors import ConsumerTooSlowError, EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from engines.errors import ConsumerTooSlowError, EngineNotReadyError, SynthesisFailedError
 from engines.messages import (
     BatchStarted,
     CancelJob,
@@ -37,7 +36,7 @@ from engines.messages import (
     WorkerLoadFailed,
     WorkerReady,
 )
-from engines.scheduler import DEFAULT_SHARE, QueueFullError, TenantScheduler, TenantShare
+from engines.scheduling import SlotScheduler, expected_speech_s
 from engines.status import PoolStatus
 from engines.worker import run_worker
 
@@ -47,11 +46,12 @@ _FRAME_SIZE = struct.Struct("!i")
 _LONG_FRAME_SIZE = struct.Struct("!Q")
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator
     from multiprocessing.process import BaseProcess
 
     from engines.base import EngineInfo, SynthesisRequest
     from engines.breaker import BreakerSettings
+    from engines.scheduling import Grant, TenantShare
     from engines.settings import LocalEngineSettings
     from engines.status import PoolState
 
@@ -68,9 +68,10 @@ _MAX_JOINED_BYTES = 96_000  # 2 s of 24 kHz PCM: the largest piece a stream hand
 class _Job:
     """Server-side state of one job: the PCM the worker sent and not yet consumed, and how it ended."""
 
-    def __init__(self, job_id: int, max_buffered_bytes: int, tenant: str = "") -> None:
+    def __init__(self, job_id: int, max_buffered_bytes: int, grant: Grant[_Worker] | None = None) -> None:
         self.id = job_id
-        self.tenant = tenant
+        self.grant = grant
+        self.produced_bytes = 0
         self.events: asyncio.Queue[bytes | JobEnded] = asyncio.Queue()
         self.buffered_bytes = 0
         self.max_buffered_bytes = max_buffered_bytes
@@ -79,6 +80,7 @@ class _Job:
 
     def on_chunk(self, pcm: bytes) -> bool:
         """Queue a chunk; False when the consumer has fallen too far behind (it then gets an error)."""
+        self.produced_bytes += len(pcm)
         if self.cancelled_at is not None:
             return True
         self.buffered_bytes += len(pcm)
@@ -89,9 +91,12 @@ class _Job:
         self.events.put_nowait(pcm)
         return True
 
-    def on_end(self, ended: JobEnded) -> None:
+    def on_end(self, ended: JobEnded, sample_rate: int) -> None:
+        """The job ended (done, failed or cancelled): its slot is free, and its tenant is charged what it made."""
         self.ended = True
         self.events.put_nowait(ended)
+        if self.grant is not None:
+            self.grant.finish(self.produced_bytes / (2 * sample_rate))
 
 
 class SynthesisStream:
@@ -139,35 +144,6 @@ class SynthesisStream:
         return first if len(pieces) == 1 else b"".join(pieces)
 
 
-@dataclass(slots=True)
-class _Presence:
-    """A tenant that asked for this engine lately, for the slots kept for it (``reserved_slots``)."""
-
-    seen: float
-    """When it last asked (monotonic)."""
-    weight: float
-    gap: float | None = None
-    """Its usual time between requests (smoothed); ``None`` until it has asked twice."""
-
-    def asked(self, now: float, weight: float) -> None:
-        gap = now - self.seen
-        self.gap = gap if self.gap is None else (self.gap + gap) / 2
-        self.seen, self.weight = now, weight
-
-    def expected_until(self, window_s: float) -> float:
-        """Until when it is expected back: twice its usual gap after its last request, at most ``window_s``."""
-        return self.seen + (min(window_s, 2 * self.gap) if self.gap is not None else 0.0)
-
-
-@dataclass(frozen=True, slots=True)
-class _Claim:
-    """Whose request waits, with which share, and what it costs the engine (input characters)."""
-
-    tenant: str
-    share: TenantShare
-    cost: float
-
-
 class _Worker:
     """The server's handle on one worker process."""
 
@@ -195,6 +171,10 @@ class _Worker:
     def capacity(self) -> int:
         return self.info.max_batch if self.info is not None else 0
 
+    @property
+    def sample_rate(self) -> int:
+        return self.info.sample_rate if self.info is not None else 24000
+
     def has_free_slot(self) -> bool:
         return self.state == "ready" and self.load < self.capacity
 
@@ -214,6 +194,29 @@ class _Worker:
             self.process.kill()
 
 
+class _WorkerSlots:
+    """The pool's workers as the scheduler's slot source: a slot is a place in a ready worker's batch."""
+
+    def __init__(self, workers: list[_Worker]) -> None:
+        self._workers = workers
+
+    def free_slot(self) -> _Worker | None:
+        candidates = [w for w in self._workers if w.has_free_slot()]
+        return min(candidates, key=lambda w: w.load) if candidates else None
+
+    def take(self, holder: _Worker) -> None:
+        holder.reserved += 1
+
+    def give_back(self, holder: _Worker) -> None:
+        holder.reserved -= 1
+
+    def total_slots(self) -> int:
+        return sum(w.capacity for w in self._workers if w.state == "ready")
+
+    def free_slots(self) -> int:
+        return sum(w.capacity - w.load for w in self._workers if w.state == "ready")
+
+
 class EnginePool:
     """Worker processes for one engine, with a bounded wait queue, cancellation and self-healing."""
 
@@ -227,17 +230,9 @@ class EnginePool:
         self.name = name
         self.settings = settings
         self._worker_logging = worker_logging
-        self._recent_tenants: dict[str, _Presence] = {}
-        """Each tenant that asked this engine within ``reservation_window_s`` (or holds or waits for a slot)."""
-        self._pending: Counter[str] = Counter()
-        """Slots handed to a tenant whose job has not started yet (its task has not resumed)."""
-        self._waiting_tenants: dict[asyncio.Future[_Worker], str] = {}
-        self._granted_to: dict[asyncio.Future[_Worker], str] = {}
         self._context = multiprocessing.get_context("spawn")
         self._workers: list[_Worker] = []
-        self._waiters: TenantScheduler[asyncio.Future[_Worker]] = TenantScheduler(
-            settings.queue_size, settings.scheduling
-        )
+        self._slots: SlotScheduler[_Worker] = SlotScheduler(name, settings, _WorkerSlots(self._workers))
         self._job_ids = itertools.count(1)
         self._ping_nonces = itertools.count(1)
         self._restarts = 0
@@ -302,12 +297,12 @@ class EnginePool:
             ready_workers=len(ready),
             busy_workers=sum(1 for w in ready if w.jobs),
             active_jobs=sum(len(w.jobs) for w in self._workers),
-            queued=len(self._waiters),
+            queued=len(self._slots),
             restarts=self._restarts,
             pids=tuple(w.process.pid for w in self._workers if w.process.pid is not None),
             batch_sizes=dict(self._batch_sizes),
             info=self._info,
-            queued_by_tenant=self._waiters.queued_by_tenant(),
+            queued_by_tenant=self._slots.queued_by_tenant(),
         )
 
     def _state(self, ready: list[_Worker]) -> PoolState:
@@ -329,16 +324,18 @@ class EnginePool:
         """Run ``request`` for ``tenant`` on a worker; leaving the block before the end cancels the job in the worker.
 
         While every worker is busy the request waits in ``tenant``'s queue, taken out in turn with other tenants'
-        by ``share`` (weight, priority class, cap on its waiting requests; :data:`DEFAULT_SHARE` when ``None``).
+        by ``share`` (weight, priority class, cap on its waiting requests; the default share when ``None``) and by
+        its cost, the seconds of speech its text should make (corrected by what it made once it ends).
         """
-        claim = _Claim(tenant, share or DEFAULT_SHARE, float(max(1, len(request.text))))
-        worker = await self._acquire(claim)
-        while worker.state != "ready":  # it died between being handed to us and now
-            self._unpend(claim.tenant)
-            worker = await self._acquire(claim)
-        job = _Job(next(self._job_ids), self._max_buffered_bytes(worker), claim.tenant)
-        worker.reserved -= 1
-        self._unpend(claim.tenant)  # the slot handed to the tenant is its job now
+        cost = expected_speech_s(request.text)
+        grant = await self._acquire(tenant, share, cost)
+        while grant.holder.state != "ready":  # it died between being handed to us and now
+            grant.abandon()
+            grant = await self._acquire(tenant, share, cost)
+        worker = grant.holder
+        job = _Job(next(self._job_ids), self._max_buffered_bytes(worker), grant)
+        worker.reserved -= 1  # the slot handed to the tenant is its job now
+        grant.start()
         if not worker.jobs:
             worker.last_progress = time.monotonic()
         worker.jobs[job.id] = job
@@ -355,9 +352,7 @@ class EnginePool:
         rate = worker.info.sample_rate if worker.info is not None else 24000
         return int(self.settings.max_buffered_audio_s * rate * 2)
 
-    async def _acquire(self, claim: _Claim) -> _Worker:
-        if self._reserves_slots():
-            self._note_asking(claim)
+    async def _acquire(self, tenant: str, share: TenantShare | None, cost: float) -> Grant[_Worker]:
         status = self.status()
         if status.state == "starting" and self._info is None:
             # Loading for the first time: say so at once (a 503 with Retry-After, or the alias's next engine). A pool
@@ -365,150 +360,10 @@ class EnginePool:
             raise EngineNotReadyError(self.name, "still loading: no worker is ready yet")
         if status.state not in {"ready", "starting"}:
             raise EngineNotReadyError(self.name, status.reason or status.state)
-        worker = self._free_worker()
-        if worker is not None and not self._waiters and self._may_take_free_slot(claim.tenant):
-            self._waiters.charge(claim.tenant, claim.share, claim.cost)
-            worker.reserved += 1
-            self._pending[claim.tenant] += 1
-            return worker
-        waiter: asyncio.Future[_Worker] = asyncio.get_running_loop().create_future()
-        try:
-            self._waiters.push(waiter, claim.tenant, claim.share, claim.cost)
-        except QueueFullError:  # the whole queue, or this tenant's part of it (the other tenants may still queue)
-            raise EngineOverloadedError(self.name, self._retry_after_s()) from None
-        self._waiting_tenants[waiter] = claim.tenant
-        self._hand_out_slots()  # a reserved slot may be free for this tenant, though others wait for the rest
-        return await self._wait_in_queue(waiter)
-
-    async def _wait_in_queue(self, waiter: asyncio.Future[_Worker]) -> _Worker:
-        taken = False
-        try:
-            worker = await asyncio.wait_for(asyncio.shield(waiter), self.settings.queue_timeout_s)
-            taken = True
-            self._granted_to.pop(waiter, None)  # its slot is counted in _pending until the job starts
-            return worker
-        except TimeoutError:
-            raise EngineOverloadedError(self.name, self._retry_after_s()) from None
-        finally:
-            if not taken:
-                self._abandon(waiter)
-
-    def _abandon(self, waiter: asyncio.Future[_Worker]) -> None:
-        self._waiters.remove(waiter)
-        tenant = self._waiting_tenants.pop(waiter, None)
-        if not waiter.done():
-            waiter.cancel()
-        elif not waiter.cancelled() and waiter.exception() is None:
-            self._unpend(self._granted_to.pop(waiter, tenant or ""))
-            self._release(waiter.result())  # we were handed a slot at the moment we gave up: pass it on
-
-    def _free_worker(self) -> _Worker | None:
-        candidates = [w for w in self._workers if w.has_free_slot()]
-        return min(candidates, key=lambda w: w.load) if candidates else None
-
-    def _release(self, worker: _Worker) -> None:
-        worker.reserved -= 1
-        self._hand_out_slots()
-
-    def _reserves_slots(self) -> bool:
-        return bool(self.settings.reserved_slots) and self.settings.scheduling == "fair"
-
-    def _may_take_free_slot(self, tenant: str) -> bool:
-        rule = self._slot_rule()
-        return rule is None or rule(tenant)
-
-    def _slot_rule(self) -> Callable[[str], bool] | None:
-        """Who may take a free slot now; ``None``: anyone (nothing is reserved, the usual case, costs nothing).
-
-        Every tenant holding or waiting for a slot, or expected back soon (within twice its usual time between
-        requests, at most ``reservation_window_s``), has a fair share of the slots (by weight, at least one). A tenant
-        below its share may always take a free slot; one at or above it may take one only while more are free than
-        the tenants not here lack of their shares (at most ``reserved_slots``, and never every slot); tenants that
-        are waiting get free slots in the scheduler's order. So a tenant that comes back while another floods the
-        engine finds a slot free instead of waiting for a running job to end (no job is preempted), and a tenant
-        alone, tenants that all use their shares, or one that asked once and left, cost the others nothing.
-        """
-        if not self._reserves_slots():
-            return None
-        total = self._total_slots()
-        if total < 2 or len(self._recent_tenants) < 2:
-            return None
-        holding = self._holding()
-        shares = self._shares(holding)
-        if len(shares) < 2:
-            return None
-        weights = sum(shares.values())
-        fair = {tenant: max(1, int(total * weight / weights)) for tenant, weight in shares.items()}
-        # Slots are kept only for tenants not waiting now: those waiting compete for the free slot in fair order.
-        absent = [tenant for tenant in shares if not self._waiters.queued(tenant)]
-        lacking = sum(max(0, fair[tenant] - holding[tenant]) for tenant in absent)
-        kept = min(self.settings.reserved_slots, total - 1, lacking)  # one at its share or above lacks nothing itself
-        free = self._free_slots()
-
-        def eligible(tenant: str) -> bool:
-            return holding[tenant] < fair.get(tenant, 1) or free > kept
-
-        return eligible
-
-    def _note_asking(self, claim: _Claim) -> None:
-        now = time.monotonic()
-        if (presence := self._recent_tenants.get(claim.tenant)) is not None:
-            presence.asked(now, claim.share.weight)
-        else:
-            self._recent_tenants[claim.tenant] = _Presence(now, claim.share.weight)
-
-    def _shares(self, holding: Counter[str]) -> dict[str, float]:
-        """The weight of each tenant with a share now: those holding or waiting for a slot, and those not here that
-        are expected back (within twice their usual time between requests, at most ``reservation_window_s``)."""
-        now, window = time.monotonic(), self.settings.reservation_window_s
-        shares = {}
-        for tenant, presence in list(self._recent_tenants.items()):
-            here = holding[tenant] > 0 or self._waiters.queued(tenant) > 0
-            if here or now <= presence.expected_until(window):
-                shares[tenant] = presence.weight
-            elif now - presence.seen > window:
-                del self._recent_tenants[tenant]  # gone quiet: its history goes too
-        return shares
-
-    def _holding(self) -> Counter[str]:
-        """Slots each tenant holds: its running jobs and the slots handed to it that have not started yet."""
-        holding = Counter(job.tenant for worker in self._workers for job in worker.jobs.values())
-        holding.update(self._pending)
-        return holding
-
-    def _total_slots(self) -> int:
-        return sum(w.capacity for w in self._workers if w.state == "ready")
-
-    def _free_slots(self) -> int:
-        return sum(w.capacity - w.load for w in self._workers if w.state == "ready")
-
-    def _unpend(self, tenant: str) -> None:
-        self._pending[tenant] -= 1
-        if self._pending[tenant] <= 0:
-            del self._pending[tenant]
-
-    def _hand_out_slots(self) -> None:
-        # One slot per turn, so a batching worker's batch fills in the scheduler's order too.
-        while (worker := self._free_worker()) is not None:
-            if (waiter := self._waiters.pop(self._slot_rule())) is None:
-                return
-            tenant = self._waiting_tenants.pop(waiter, "")
-            if not waiter.done():
-                worker.reserved += 1
-                # Counted as the tenant's until its job starts: the next slot of this loop must not see it idle.
-                self._pending[tenant] += 1
-                self._granted_to[waiter] = tenant
-                waiter.set_result(worker)
-
-    def _retry_after_s(self) -> int:
-        return 1
+        return await self._slots.acquire(tenant, share, cost)
 
     def _fail_waiters(self) -> None:
-        reason = self._unavailable_reason or "the pool stopped"
-        for waiter in self._waiters.clear():
-            self._waiting_tenants.pop(waiter, None)
-            if not waiter.done():
-                waiter.set_exception(EngineNotReadyError(self.name, reason))
+        self._slots.fail_waiters(self._unavailable_reason or "the pool stopped")
 
     # ----------------------------------------------------------------- worker processes
     async def _spawn(self) -> None:
@@ -560,8 +415,8 @@ class EnginePool:
     def _on_job_ended(self, worker: _Worker, ended: JobEnded) -> None:
         job = worker.jobs.pop(ended.job_id, None)
         if job is not None:
-            job.on_end(ended)
-        self._hand_out_slots()
+            job.on_end(ended, worker.sample_rate)
+        self._slots.hand_out()
 
     def _on_worker_ready(self, worker: _Worker, info: EngineInfo) -> None:
         worker.state = "ready"
@@ -570,14 +425,14 @@ class EnginePool:
         self._unavailable_reason = None
         self._failed_starts = 0
         logger.info("engine %s worker pid %s ready", self.name, worker.process.pid)
-        self._hand_out_slots()
+        self._slots.hand_out()
 
     def _on_exit(self, worker: _Worker) -> None:
         was_ready = worker.state == "ready"
         self._close(worker)
         reason = worker.kill_reason or f"exit code {worker.process.exitcode}"
         for job in worker.jobs.values():
-            job.on_end(JobEnded(job.id, error=f"the engine worker died ({reason})"))
+            job.on_end(JobEnded(job.id, error=f"the engine worker died ({reason})"), worker.sample_rate)
         worker.jobs.clear()
         if self._stopped:
             return
@@ -621,8 +476,7 @@ class EnginePool:
             now = time.monotonic()
             for worker in list(self._workers):
                 self._check(worker, now)
-            if self._waiters and self._reserves_slots():
-                self._hand_out_slots()  # a slot kept for a tenant whose share has lapsed goes to those waiting
+            self._slots.tick()  # a slot kept for a tenant whose share has lapsed goes to those waiting
 
     def _check(self, worker: _Worker, now: float) -> None:
         settings = self.settings

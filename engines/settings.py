@@ -16,7 +16,7 @@ from engines.breaker import BreakerSettings
 from engines.chattts.options import ChatTTSOptions
 from engines.espeak.options import EspeakOptions
 from engines.remote.options import OpenAIRemoteOptions
-from engines.scheduler import Scheduling
+from engines.scheduling import Scheduling
 from engines.synthetic import SyntheticOptions
 
 __all__ = [

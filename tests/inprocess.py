@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from engines.base import Engine, EngineInfo, SynthesisRequest
     from engines.breaker import BreakerSettings
-    from engines.scheduler import TenantShare
+    from engines.scheduling import TenantShare
     from engines.settings import AnyEngineSettings
 
 __all__ = ["ThreadBackend", "in_process_app"]

@@ -13,7 +13,6 @@ import contextlib
 import itertools
 import logging
 import time
-from collections import deque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,7 @@ from engines.base import OPENAI_VOICES, EngineInfo, InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError
 from engines.remote.endpoints import EndpointAddress, EndpointSet
 from engines.remote.stream import Attempt, RemotePcmStream, describe_error
+from engines.scheduling import SlotScheduler, expected_speech_s
 from engines.status import PoolStatus
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from engines.base import SynthesisRequest
     from engines.remote.endpoints import Resolver
-    from engines.scheduler import TenantShare
+    from engines.scheduling import Grant, TenantShare
     from engines.settings import RemoteEngineSettings
     from engines.status import PoolState
 
@@ -45,6 +45,43 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 _CLIENT_ERRORS = frozenset({400, 413, 422})
 _MAX_ERROR_BODY = 4096
 _OVERLOAD_RETRY_AFTER_S = 1
+
+
+class _EndpointSlots:
+    """A remote engine's endpoints as the scheduler's slot source: each usable address has ``max_in_flight`` slots."""
+
+    def __init__(self, endpoints: EndpointSet, max_in_flight: int) -> None:
+        self._endpoints = endpoints
+        self._max_in_flight = max_in_flight
+        self._turn = itertools.count()
+
+    def free_slot(self) -> EndpointAddress | None:
+        usable = self._usable()
+        # Ties go round-robin, so that idle endpoints share the load instead of the first one taking it all.
+        turn = next(self._turn)
+        order = sorted(range(len(usable)), key=lambda i: (usable[i].in_flight, (i - turn) % len(usable)))
+        for index in order:
+            endpoint = usable[index]
+            if endpoint.in_flight < self._max_in_flight and endpoint.breaker.would_allow():
+                return endpoint
+        return None
+
+    def take(self, holder: EndpointAddress) -> None:
+        holder.in_flight += 1
+        holder.breaker.allow()  # a half-open breaker counts the trial now (would_allow said it may)
+
+    def give_back(self, holder: EndpointAddress) -> None:
+        holder.in_flight -= 1
+        holder.breaker.release()
+
+    def total_slots(self) -> int:
+        return self._max_in_flight * len(self._usable())
+
+    def free_slots(self) -> int:
+        return sum(max(0, self._max_in_flight - endpoint.in_flight) for endpoint in self._usable())
+
+    def _usable(self) -> list[EndpointAddress]:
+        return [endpoint for endpoint in self._endpoints.all() if endpoint.usable]
 
 
 class RemoteEngine:
@@ -70,8 +107,7 @@ class RemoteEngine:
         self._watcher: asyncio.Task[None] | None = None
         self._probed = False
         self._stopped = False
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self._turn = itertools.count()
+        self._slots = SlotScheduler(name, settings, _EndpointSlots(self._endpoints, options.max_in_flight))
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -91,9 +127,7 @@ class RemoteEngine:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_exception(EngineNotReadyError(self.name, "the engine is stopping"))
+        self._slots.fail_waiters("the engine is stopping")
         if self._client is not None:
             await self._client.aclose()
 
@@ -120,7 +154,8 @@ class RemoteEngine:
             ready_workers=len(usable),
             busy_workers=sum(1 for endpoint in endpoints if endpoint.in_flight),
             active_jobs=sum(endpoint.in_flight for endpoint in endpoints),
-            queued=len(self._waiters),
+            queued=len(self._slots),
+            queued_by_tenant=self._slots.queued_by_tenant(),
             restarts=0,
             pids=(),
             batch_sizes={},
@@ -156,8 +191,8 @@ class RemoteEngine:
     ) -> AsyncIterator[RemotePcmStream]:
         """Send ``request`` to the least loaded usable endpoint; leaving the block closes the upstream response.
 
-        Requests wait for a free endpoint slot first come, first served: ``tenant`` and ``share`` are accepted for
-        the interface and not used.
+        Each endpoint has ``max_in_flight`` slots; while every one is taken the request waits in ``tenant``'s queue,
+        served in turn with other tenants' by ``share`` and by cost (``engines.scheduling``), as in a worker pool.
 
         Raises (on enter): EngineNotReadyError, EngineOverloadedError, InvalidSynthesisRequestError (the upstream
         refused the input) and SynthesisFailedError (the endpoint failed before any audio).
@@ -166,7 +201,9 @@ class RemoteEngine:
             raise InvalidSynthesisRequestError(
                 f"Custom voices are not available for model '{self.name}' (a remote engine).", param="voice"
             )
-        endpoint = await self._acquire()
+        grant = await self._acquire(tenant, share, expected_speech_s(request.text))
+        grant.start()
+        endpoint, stream = grant.holder, None
         attempt = Attempt(endpoint)
         try:
             deadline = time.monotonic() + self._options.first_byte_timeout_s
@@ -184,7 +221,7 @@ class RemoteEngine:
         finally:
             attempt.settle()
             endpoint.in_flight -= 1
-            self._wake_one()
+            grant.finish(stream.produced_bytes / (2 * self._info.sample_rate) if stream is not None else None)
 
     async def _send(
         self,
@@ -246,59 +283,27 @@ class RemoteEngine:
         return {} if self._credential is None else {"Authorization": f"Bearer {self._credential}"}
 
     # ----------------------------------------------------------------- balancing
-    async def _acquire(self) -> EndpointAddress:
-        """The usable endpoint with the fewest in flight (its in-flight count taken), waiting in the queue when
-        every one is full."""
-        deadline = time.monotonic() + self._settings.queue_timeout_s
-        while True:
-            endpoint = self._choose()
-            if endpoint is not None:
-                endpoint.in_flight += 1
-                return endpoint
-            await self._wait_for_slot(deadline)
-
-    def _choose(self) -> EndpointAddress | None:
-        """The endpoint to use now; ``None`` when every usable one is full.
+    async def _acquire(self, tenant: str, share: TenantShare | None, cost: float) -> Grant[EndpointAddress]:
+        """A slot on the usable endpoint with the fewest in flight, at once or after waiting in the tenant's queue.
 
         Raises:
             EngineNotReadyError: no endpoint is healthy with a breaker that lets requests through.
+            EngineOverloadedError: the queue is full, or the wait timed out.
         """
         endpoints = self._endpoints.all()
-        usable = [endpoint for endpoint in endpoints if endpoint.usable]
-        if not usable:
+        if not any(endpoint.usable for endpoint in endpoints):
             if self._stopped or not self._probed:
                 raise EngineNotReadyError(self.name, "stopped" if self._stopped else "probing its endpoints")
             raise EngineNotReadyError(self.name, self._unavailable_reason(endpoints))
-        # Ties go round-robin, so that idle endpoints share the load instead of the first one taking it all.
-        turn = next(self._turn)
-        order = sorted(range(len(usable)), key=lambda i: (usable[i].in_flight, (i - turn) % len(usable)))
-        for index in order:
-            endpoint = usable[index]
-            if endpoint.in_flight < self._options.max_in_flight and endpoint.breaker.allow():
-                return endpoint
-        return None
+        return await self._slots.acquire(tenant, share, cost)
 
-    async def _wait_for_slot(self, deadline: float) -> None:
-        remaining = deadline - time.monotonic()
-        if len(self._waiters) >= self._settings.queue_size or remaining <= 0:
-            raise EngineOverloadedError(self.name, _OVERLOAD_RETRY_AFTER_S)
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            async with asyncio.timeout(remaining):
-                await waiter
-        except TimeoutError:
-            raise EngineOverloadedError(self.name, _OVERLOAD_RETRY_AFTER_S) from None
-        finally:
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
-
-    def _wake_one(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+    def _after_probes(self) -> None:
+        """A recovered endpoint may take what waits; with none usable any more, nothing will."""
+        endpoints = self._endpoints.all()
+        if any(endpoint.usable for endpoint in endpoints):
+            self._slots.hand_out()
+        else:
+            self._slots.fail_waiters(self._unavailable_reason(endpoints))
 
     # ----------------------------------------------------------------- health
     async def _watch(self) -> None:
@@ -311,8 +316,7 @@ class RemoteEngine:
                 next_resolve = time.monotonic() + options.resolve_interval_s
             await asyncio.gather(*(self._probe(endpoint) for endpoint in self._endpoints.routable()))
             self._probed = True
-            for _ in range(len(self._waiters)):  # a recovered endpoint may take what waits
-                self._wake_one()
+            self._after_probes()
             await asyncio.sleep(options.probe_interval_s)
 
     async def _probe(self, endpoint: EndpointAddress) -> None:

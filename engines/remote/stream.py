@@ -84,6 +84,8 @@ class RemotePcmStream:
         self._idle_timeout_s = idle_timeout_s
         self._started = False
         self._odd_byte = b""
+        self.produced_bytes = 0
+        """PCM bytes handed on so far (what the scheduler charges the tenant once the request ends)."""
 
     def __aiter__(self) -> RemotePcmStream:
         return self
@@ -99,6 +101,7 @@ class RemotePcmStream:
             whole = len(data) - len(data) % _SAMPLE_BYTES
             self._odd_byte = data[whole:]
             if whole:
+                self.produced_bytes += whole
                 return data[:whole]
 
     async def aclose(self) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from engines.scheduler import TenantShare
+from engines.scheduling import TenantShare
 from gateway.audio import open_encoder
 from gateway.speech.cache import cache_key
 from gateway.speech.delivery import AudioClock, encode_stream, speech_usage

@@ -17,7 +17,7 @@ def job_with(*pieces: bytes, ended: JobEnded | None = None) -> _Job:
     for piece in pieces:
         assert job.on_chunk(piece)
     if ended is not None:
-        job.on_end(ended)
+        job.on_end(ended, 24000)
     return job
 
 
@@ -53,5 +53,5 @@ async def test_a_piece_that_arrives_alone_is_handed_on_at_once() -> None:
     job = job_with(b"\x05\x00" * 10)
     stream = SynthesisStream(job, INFO)
     assert await anext(stream) == b"\x05\x00" * 10  # nothing else queued: no waiting for more
-    job.on_end(JobEnded(1))
+    job.on_end(JobEnded(1), 24000)
     assert await read_all(stream) == []

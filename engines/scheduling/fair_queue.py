@@ -1,12 +1,12 @@
-"""Who waits for an engine worker next: per-tenant queues, dispatched fairly across tenants.
+"""Who waits for an engine slot next: per-tenant queues, dispatched fairly across tenants.
 
-Pure bookkeeping, no asyncio: the pool (``engines.pool``) puts its waiters in, takes the next one out whenever a
-worker slot frees, and removes a waiter that gives up.
+Pure bookkeeping, no asyncio: the slot scheduler (``engines.scheduling.slots``) puts its waiters in, takes the next
+one out whenever a slot frees, and removes a waiter that gives up.
 
 Fairness is weighted fair queueing in the start-time form (SFQ): every request gets a virtual start tag
 ``max(clock, the tenant's previous finish tag)`` and a finish tag ``start + cost / weight``; the waiter with the
-smallest finish tag goes next, and the clock moves to the start tag of each request that gets a worker. Requests
-that get a worker without waiting are charged the same way, so a tenant holding every worker is behind a tenant
+smallest finish tag goes next, and the clock moves to the start tag of each request that gets a slot. Requests
+that get a slot without waiting are charged the same way, so a tenant holding every worker is behind a tenant
 holding none; a tenant idle for a while starts at the clock, neither in debt nor with saved-up credit. Priority
 classes are strict: a class is served only while every higher class has nobody waiting; fairness holds within a
 class, each class with its own clock.
@@ -143,6 +143,25 @@ class TenantScheduler(Generic[T]):
         priority, lane = self._lane(tenant, share)
         start, lane.last_finish = self._tags(priority, lane, share, cost)
         self._advance(priority, start)
+
+    def correct(self, tenant: str, share: TenantShare = DEFAULT_SHARE, delta: float = 0.0) -> None:
+        """``tenant``'s work turned out ``delta`` more (or, negative, less) than its cost said: its waiting requests
+        and later ones move by ``delta / weight``.
+
+        A tenant with nothing left in the queue and its last finish behind the clock keeps no credit (it would start
+        at the clock anyway), but does keep a debt.
+        """
+        priority: Priority = share.priority if self.scheduling == "fair" else "normal"
+        shift = delta / share.weight
+        lane = self._lanes.get((priority, tenant))
+        if lane is None:
+            if shift > 0:
+                self._lanes[(priority, tenant)] = _Lane(last_finish=self._clocks[priority] + shift)
+            return
+        for entry in lane.waiting:
+            entry.start += shift
+            entry.finish += shift
+        lane.last_finish += shift
 
     def pop(self, eligible: Callable[[str], bool] | None = None) -> T | None:
         """The waiter whose turn it is, removed from the queue; ``None`` when nobody (``eligible``) waits.

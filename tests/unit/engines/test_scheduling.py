@@ -12,7 +12,7 @@ import pytest
 from engines.base import SynthesisRequest
 from engines.errors import EngineOverloadedError
 from engines.pool import EnginePool
-from engines.scheduler import QueueFullError, TenantQueueFullError, TenantScheduler, TenantShare
+from engines.scheduling import QueueFullError, TenantQueueFullError, TenantScheduler, TenantShare
 from engines.settings import engine_settings
 
 if TYPE_CHECKING:
@@ -356,3 +356,24 @@ async def test_a_tenant_alone_uses_every_slot_whatever_is_reserved(pool_with_a_r
     await wait_for(lambda: pool.status().active_jobs == 2)
     assert pool.status().queued == 0
     await asyncio.gather(*both)
+
+
+async def test_the_pool_charges_each_tenant_the_speech_its_requests_made(one_worker_pool: EnginePool) -> None:
+    # "x" * 100 and "x" * 10 promise the same (one word: a quarter of a second) but make 1 s and 0.1 s. Once a's first
+    # request has made its second, a's later requests wait behind all of b's; charged by the promise, they alternate.
+    pool, started = one_worker_pool, []
+
+    async def speak(tenant: str, chars: int) -> None:
+        async with pool.open_stream(SynthesisRequest(text="x" * chars, voice="alloy"), tenant=tenant) as pcm:
+            started.append(tenant)
+            async for _ in pcm:
+                pass
+
+    blocker = asyncio.create_task(speak("c", 50))
+    await wait_for(lambda: pool.status().active_jobs == 1)
+    queued = []
+    for count, (tenant, chars) in enumerate([("a", 100), ("b", 10), ("a", 10), ("b", 10), ("a", 10), ("b", 10)], 1):
+        queued.append(asyncio.create_task(speak(tenant, chars)))
+        await wait_for(lambda count=count: pool.status().queued == count)  # type: ignore[misc]
+    await asyncio.gather(blocker, *queued)
+    assert started == ["c", "a", "b", "b", "b", "a", "a"]
