@@ -128,8 +128,10 @@ def _services(
         pools = {name: pool_factory(name, engine) for name, engine in settings.engines.items()}
         for pool in pools.values():
             await pool.start()
-        router = ModelRouter(pools, settings.aliases, settings.failover)
         metrics = SpeechMetrics()
+        router = ModelRouter(
+            pools, settings.aliases, settings.failover, readiness=settings.readiness, fallbacks=metrics.fallbacks
+        )
         services = await open_services(settings, router, metrics)
         collector = PoolCollector(router, lambda: services.limiter.outage_count)
         REGISTRY.register(collector)

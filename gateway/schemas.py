@@ -133,6 +133,12 @@ class EngineReadiness(BaseModel):
 
 class Readiness(BaseModel):
     ready: bool
+    reason: str
+    """Why the gateway is ready or not: which models cannot be answered and what their engines are doing, or Redis."""
+    required: dict[str, list[str]]
+    """What must be answerable for the gateway to be ready: each alias (or engine, by its own name) with the engines
+    of which one must be ready (``readiness.engines`` when set; else every alias, by its first engine or, with
+    ``fallback``, any of its engines; with no alias, every engine)."""
     engines: dict[str, EngineReadiness]
     redis: str
     """``ok``, ``unreachable`` or ``not configured``."""

@@ -29,6 +29,7 @@ __all__ = [
     "AliasSettings",
     "CacheSettings",
     "FailoverSettings",
+    "ReadinessSettings",
     "RealtimeSettings",
     "ServerSettings",
     "Settings",
@@ -120,15 +121,36 @@ class FailoverSettings(BaseModel):
 
 
 class AliasSettings(BaseModel):
-    """One alias: the engines behind a model name, in order of preference, and whether overload may spill."""
+    """One alias: the engines behind a model name, in order of preference, and whether the next ones may answer."""
 
     model_config = ConfigDict(extra="forbid")
 
     engines: list[str]
-    """Engine names: a request goes to the first that can serve it, and fails over down the list."""
+    """Engine names: a request goes to the first; with ``fallback``, to the first that can serve it, failing over
+    down the list."""
+    fallback: bool = True
+    """Whether the engines after the first may answer: when the first is not ready (starting, unavailable, stopped,
+    breaker open) or fails before its first audio. Off: the alias speaks with its first engine only (its retries stay
+    on it) and answers 503 with ``Retry-After`` while that engine is not ready; ``/readyz`` then waits for it."""
     spill_on_overload: bool = False
     """When the engine is overloaded (every worker busy, queue full), try the next engine instead of a 503. Off by
-    default: spilling from ChatTTS to espeak changes the voice."""
+    default: spilling from ChatTTS to espeak changes the voice. Needs ``fallback``."""
+
+    @model_validator(mode="after")
+    def _spill_needs_fallback(self) -> AliasSettings:
+        if self.spill_on_overload and not self.fallback:
+            raise ValueError("spill_on_overload needs fallback: without it an alias never leaves its first engine")
+        return self
+
+
+class ReadinessSettings(BaseModel):
+    """What ``/readyz`` (a pod's readiness) waits for, besides Redis when the limits fail closed without it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engines: list[str] | None = Field(default=None, min_length=1)
+    """Engines that must all be ready. ``None``: every alias must be answerable (its first engine ready, or any of
+    its engines for an alias with ``fallback``); with no alias, every engine."""
 
 
 class VoicesSettings(BaseModel):
@@ -196,8 +218,10 @@ class Settings(BaseSettings):
     """Engines by the model name clients use for them directly (built in: ``chattts``, ``espeak``)."""
     aliases: Annotated[dict[str, AliasSettings], BeforeValidator(_aliases_as_mappings)] = Field(default_factory=dict)
     """Model names that route to engines: a list of engines (the first ready one serves the request, the next ones
-    take over when it fails before the first audio), or ``{engines: [...], spill_on_overload: bool}``."""
+    take over when it fails before the first audio), or ``{engines: [...], fallback: bool, spill_on_overload: bool}``
+    (``fallback: false``: the first engine only)."""
     failover: FailoverSettings = Field(default_factory=FailoverSettings)
+    readiness: ReadinessSettings = Field(default_factory=ReadinessSettings)
     redis_url: str | None = None
     """``redis://[:password@]host:port/db``: limits, cache, keys, voices and usage shared by every replica."""
     auth: AuthSettings = Field(default_factory=AuthSettings)
@@ -240,6 +264,13 @@ class Settings(BaseSettings):
                 "server.profile engine takes only auth.service_token: tenants, admin_token and jwt "
                 "belong to the front gateway"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _readiness_names_known_engines(self) -> Settings:
+        unknown = sorted(set(self.readiness.engines or ()) - set(self.engines))
+        if unknown:
+            raise ValueError(f"readiness.engines must list configured engines, got unknown {unknown}")
         return self
 
     @model_validator(mode="after")

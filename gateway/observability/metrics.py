@@ -71,6 +71,12 @@ class SpeechMetrics:
             "Tries repeated after one failed before the first audio, by the engine that failed and why.",
             ["engine", "reason"],
         )
+        self.fallbacks = _Counter(
+            "tts_alias_fallbacks",
+            "Requests and realtime segments to an alias answered by another engine than its first, by alias and the "
+            "engine that answered.",
+            ["alias", "engine"],
+        )
         self.rejections = _Counter(
             "tts_rate_limit_rejections", "Requests refused by a tenant limit.", ["tenant", "reason"]
         )

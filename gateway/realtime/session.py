@@ -380,6 +380,7 @@ class RealtimeSession:
         fits = None if self._encoder is None else same_audio_stream(plan)
         async with self._speech.failover_stream(plan, self._principal.tenant, text=segment.text, fits=fits) as pcm:
             self._plan = plan = pcm.plan  # the next segments go to the engine that spoke: one voice, one stream
+            self._speech.planner.router.record_answer(plan.request.model, plan.pool.name)
             encoder = self._encoder_for(pcm.sample_rate, plan)
             async for data in encode_stream(pcm, pcm.sample_rate, plan.tempo, encoder, segment.clock):
                 await self._send(audio_delta(segment.id, next(self._seq), data))

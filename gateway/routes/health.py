@@ -1,9 +1,14 @@
-"""Probes: ``/healthz`` (the process answers) and ``/readyz`` (at least one engine can take requests, and Redis
-answers when the limits fail closed without it)."""
+"""Probes: ``/healthz`` (the process answers) and ``/readyz`` (what the gateway must serve can be answered, and Redis
+answers when the limits fail closed without it).
+
+What must be answerable comes from :meth:`~gateway.speech.routing.ModelRouter.requirements`: by default every alias,
+by its first engine or, for an alias with ``fallback``, by any of its engines. A breaker is not counted: an open one
+closes only through the trial requests that a pod out of its Service would never get.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litestar import Controller, Response, get
 from litestar.openapi import ResponseSpec
@@ -12,7 +17,12 @@ from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 from gateway.http.dependencies import Router, StorageDep
 from gateway.schemas import EngineReadiness, Readiness
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 __all__ = ["HealthController"]
+
+_READY = "every model in `required` has a ready engine"
 
 
 class HealthController(Controller):
@@ -25,10 +35,10 @@ class HealthController(Controller):
     @get(
         "/readyz",
         operation_id="readyz",
-        summary="Readiness: 200 when at least one engine is ready.",
+        summary="Readiness: 200 when every model the gateway must serve has a ready engine.",
         responses={
             503: ResponseSpec(
-                data_container=Readiness, description="Not ready: see the detail.", generate_examples=False
+                data_container=Readiness, description="Not ready: see the reason.", generate_examples=False
             )
         },
     )
@@ -36,17 +46,42 @@ class HealthController(Controller):
         engines = {name: _readiness(pool.status()) for name, pool in router.pools.items()}
         for name, engine in engines.items():
             engine.breaker = router.breaker_state(name)
+        required = router.requirements()
+        problems = _unanswerable(required, engines)
         redis = await storage.state()
-        ready = any(engine.state == "ready" for engine in engines.values()) and (
-            redis != "unreachable" or not storage.required
+        if redis == "unreachable" and storage.required:
+            problems.append("Redis is unreachable and the limits fail closed without it (limits.fail_mode: closed)")
+        body = Readiness(
+            ready=not problems,
+            reason="; ".join(problems) or _READY,
+            required={model: list(candidates) for model, candidates in required.items()},
+            engines=engines,
+            redis=redis,
         )
-        return Response(
-            Readiness(ready=ready, engines=engines, redis=redis),
-            status_code=HTTP_200_OK if ready else HTTP_503_SERVICE_UNAVAILABLE,
-        )
+        return Response(body, status_code=HTTP_503_SERVICE_UNAVAILABLE if problems else HTTP_200_OK)
 
 
 def _readiness(status: Any) -> EngineReadiness:
     readiness = EngineReadiness.model_validate(status, from_attributes=True)
     readiness.details = dict(status.info.details) if status.info is not None else {}
     return readiness
+
+
+def _unanswerable(required: Mapping[str, tuple[str, ...]], engines: Mapping[str, EngineReadiness]) -> list[str]:
+    """What cannot be answered, one line per set of engines (seven OpenAI names waiting for ChatTTS are one line)."""
+    waiting: dict[tuple[str, ...], list[str]] = {}
+    for model, candidates in required.items():
+        if not any(engines[name].state == "ready" for name in candidates):
+            waiting.setdefault(candidates, []).append(model)
+    return [_problem(models, candidates, engines) for candidates, models in waiting.items()]
+
+
+def _problem(models: list[str], candidates: tuple[str, ...], engines: Mapping[str, EngineReadiness]) -> str:
+    states = ", ".join(_state(name, engines[name]) for name in candidates)
+    if models == list(candidates):  # an engine required by its own name
+        return states
+    return f"{', '.join(models)} cannot be answered: {states}"
+
+
+def _state(name: str, engine: EngineReadiness) -> str:
+    return f"{name} is {engine.state}" + (f" ({engine.reason})" if engine.reason else "")

@@ -3,10 +3,11 @@
 A try that fails before its first PCM chunk (the worker died, the engine failed, a remote endpoint refused, timed out
 or answered 5xx, the engine is not ready or its breaker is open) is repeated on the same engine, which hands it to
 another worker or endpoint, up to ``failover.same_engine_attempts`` tries; then on the next engine of the alias,
-re-planned for that engine (its voices and native speeds differ). Overload moves on to the next engine only where the
-alias allows it (``spill_on_overload``); a request the engine rejects as invalid is never retried, and neither is
-anything once the first chunk has arrived: the client would hear audio twice. Every try starts within
-``failover.deadline_s`` of the first.
+re-planned for that engine (its voices and native speeds differ). An alias without ``fallback`` routes to its first
+engine only, so its retries stay there and it never answers with another engine's voice. Overload moves on to the
+next engine only where the alias allows it (``spill_on_overload``); a request the engine rejects as invalid is never
+retried, and neither is anything once the first chunk has arrived: the client would hear audio twice. Every try
+starts within ``failover.deadline_s`` of the first.
 
 Each local engine's circuit breaker (:class:`~gateway.speech.routing.ModelRouter` keeps them) is asked before every
 try and told how it went: a failed job counts against the engine (before or after the first chunk), a first chunk

@@ -190,6 +190,7 @@ class SpeechService:
         record.engine, record.cache = reply.engine, "hit" if reply.cache_hit else "miss"
         record.ttfb_ms = round((time.perf_counter() - record.started) * 1000, 2)
         self.metrics.ttfb.labels(reply.engine).observe(record.ttfb_ms / 1000)
+        self.planner.router.record_answer(request.model, reply.engine)  # cache hits and joined flights count too
         return reply
 
     def _cache_key(self, plan: SpeechPlan, tenant: Tenant) -> str:

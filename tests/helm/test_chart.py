@@ -27,7 +27,7 @@ from yamllint.config import YamlLintConfig
 
 from engines.chattts.options import ChatTTSOptions
 from engines.settings import RemoteEngineSettings
-from gateway.settings import load_settings
+from gateway.settings import OPENAI_MODEL_NAMES, load_settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -446,8 +446,28 @@ def test_config_map_holds_the_gateway_config(render: Any) -> None:
     config = render().config
     assert config["auth"] == {"required": True}
     assert config["engines"]["chattts"]["kind"] == "chattts" and config["engines"]["espeak"]["kind"] == "espeak"
-    assert config["aliases"] == {alias: ["chattts", "espeak"] for alias in ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")}
+    # ChatTTS only by default: espeak is listed, and answers only with aliasFallback (test_alias_fallback_value).
+    chattts_only = {"engines": ["chattts", "espeak"], "fallback": False}
+    assert config["aliases"] == dict.fromkeys(OPENAI_MODEL_NAMES, chattts_only)
     assert "redis_url" not in config
+
+
+def test_alias_fallback_value(render: Any) -> None:
+    on = render({"aliasFallback": True}).config["aliases"]
+    assert {alias["fallback"] for alias in on.values()} == {True}
+    everything = render(VALUE_SETS["everything"]).config
+    assert everything["aliases"]["tts-1"]["fallback"] is True
+    assert everything["aliases"]["tones-first"] == {"engines": ["tones", "espeak"], "fallback": False}  # its own wins
+    assert everything["readiness"] == {"engines": ["chattts", "tones"]}
+
+
+def test_every_built_in_alias_the_values_leave_out_is_null(render: Any) -> None:
+    """The chart's list of the gateway's built-in aliases is the gateway's: none slips back in with its own default
+    (``fallback: true``), and one removed from the values stays removed (Helm drops keys set to null)."""
+    removed = render({"config": {"aliases": dict.fromkeys(OPENAI_MODEL_NAMES)}}).config["aliases"]
+    assert removed == dict.fromkeys(OPENAI_MODEL_NAMES)
+    one = render({"config": {"aliases": {"tts-1-1106": None}}}).config["aliases"]
+    assert one["tts-1-1106"] is None and one["tts-1"]["engines"] == ["chattts", "espeak"]
 
 
 def test_gateway_config_files_are_mounted_where_the_env_var_points(render: Any) -> None:
@@ -609,7 +629,13 @@ def test_settings_loader_accepts_the_rendered_config(
         if engine.kind == "chattts":
             # Typed options: the loader has validated the ones the chart adds against what the engine knows.
             assert isinstance(engine.options, ChatTTSOptions)
+    fallbacks = {name: alias.fallback for name, alias in settings.aliases.items()}
+    if name != "everything":
+        assert fallbacks == dict.fromkeys(OPENAI_MODEL_NAMES, False)  # ChatTTS only
+        assert settings.readiness.engines is None  # every alias must be answerable: ChatTTS must be ready
     if name == "everything":
+        assert fallbacks == {**dict.fromkeys(OPENAI_MODEL_NAMES, True), "tones-first": False}
+        assert settings.readiness.engines == ["chattts", "tones"]
         assert settings.redis_url == "redis://gateway:pw@redis-master.redis.svc:6380/2"
         assert [t.name for t in settings.auth.tenants] == ["acme"]
         assert settings.auth.jwt is not None and settings.auth.jwt.audience == "tts"
@@ -740,7 +766,8 @@ def test_engine_nodes_run_the_moved_engines_with_the_engine_profile(render: Any)
         "options": {"source": "dir", "path": "/models/chattts", "device": "cuda", "max_batch": 8},
     }
     assert config["engines"]["espeak"] is None  # no built-in engine slips back in through the gateway's defaults
-    assert set(config) == {"server", "engines"}  # no tenants, limits, cache or credentials on the engine nodes
+    assert config["readiness"] == {"engines": ["chattts"]}  # a pod is ready when the engines it hosts are
+    assert set(config) == {"server", "engines", "readiness"}  # no tenants, limits, cache or credentials
 
 
 def test_service_token_is_shared_through_a_secret_only(render: Any) -> None:
@@ -895,6 +922,7 @@ def test_settings_loader_accepts_both_tiers_configs(
     clean_environment.setenv("TTS_GATEWAY_AUTH__SERVICE_TOKEN", token)
     engine = load_settings([tmp_path / "engine.yaml"])
     assert set(engine.engines) == {"chattts"}
+    assert engine.readiness.engines == ["chattts"]
     assert engine.server.profile == "engine"
     assert engine.auth.service_token is not None and engine.auth.service_token.get_secret_value() == token
 

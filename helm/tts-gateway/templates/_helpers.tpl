@@ -164,6 +164,43 @@ keys set to null in values, so a `config.engines.chattts=null` never reaches the
 {{- end }}
 
 {{/*
+The gateway's built-in aliases, OpenAI's model names (gateway/settings.py OPENAI_MODEL_NAMES; tests/helm checks the
+two agree). As for engines, a rendered config names each one it does not serve as null.
+*/}}
+{{- define "tts-gateway.builtInAliases" -}}
+{{- list "tts-1" "tts-1-hd" "tts-1-1106" "tts-1-hd-1106" "gpt-4o-mini-tts" "gpt-4o-mini-tts-2025-03-20" "gpt-4o-mini-tts-2025-12-15" | toJson }}
+{{- end }}
+
+{{/*
+The gateway's aliases (as JSON): each of config.aliases in the mapping form, with `fallback` set to aliasFallback
+where it sets none itself (the gateway's own default is true, which the chart must not inherit unseen), and every
+built-in alias missing from config.aliases set to null.
+*/}}
+{{- define "tts-gateway.aliases" -}}
+{{- $aliases := dict }}
+{{- range $name, $alias := (.Values.config.aliases | default dict) }}
+{{- if $alias }}
+{{- $mapping := dict }}
+{{- if kindIs "slice" $alias }}
+{{- $mapping = dict "engines" $alias }}
+{{- else }}
+{{- $mapping = deepCopy $alias }}
+{{- end }}
+{{- if not (hasKey $mapping "fallback") }}
+{{- $_ := set $mapping "fallback" $.Values.aliasFallback }}
+{{- end }}
+{{- $_ := set $aliases $name $mapping }}
+{{- end }}
+{{- end }}
+{{- range (include "tts-gateway.builtInAliases" . | fromJsonArray) }}
+{{- if not (hasKey $aliases .) }}
+{{- $_ := set $aliases . nil }}
+{{- end }}
+{{- end }}
+{{- toJson $aliases }}
+{{- end }}
+
+{{/*
 Names of the engines that run on the engine tier (as JSON): every engine of kind chattts in config.engines, the
 ones that need weights and a GPU. Empty when engineTier is off.
 */}}
@@ -201,6 +238,7 @@ calls it on the engine tier, so aliases and model names stay as they are.
 {{- end }}
 {{- end }}
 {{- include "tts-gateway.nullMissingBuiltIns" $engines }}
+{{- $_ := set $config "aliases" (include "tts-gateway.aliases" . | fromJson) }}
 {{- toYaml $config }}
 {{- end }}
 
@@ -321,6 +359,7 @@ environment variable TTS_ENGINE_SERVICE_TOKEN (set from the Secret, never writte
 {{/*
 The engine nodes' configuration (their config.yaml): the gateway's server settings with `profile: engine`, and the
 engines that moved off the gateway (with their weights options); every other engine, built-ins included, is null.
+An engine pod is ready when every moved engine is (readiness.engines): the front gateways call each by its name.
 No tenants, limits, cache or Redis: the front gateways do those. The service token comes from the environment.
 */}}
 {{- define "tts-gateway.engineTier.config" -}}
@@ -340,7 +379,7 @@ No tenants, limits, cache or Redis: the front gateways do those. The service tok
 {{- end }}
 {{- end }}
 {{- include "tts-gateway.nullMissingBuiltIns" $engines }}
-{{- toYaml (dict "server" $server "engines" $engines) }}
+{{- toYaml (dict "server" $server "engines" $engines "readiness" (dict "engines" $moved)) }}
 {{- end }}
 
 {{/*
