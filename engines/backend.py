@@ -64,11 +64,14 @@ class EngineBackend(Protocol):
         *,
         tenant: str = "",
         share: TenantShare | None = None,
+        continuing: bool = False,
     ) -> AbstractAsyncContextManager[PcmStream]:
         """Run ``request`` for ``tenant``; leaving the block before the end cancels it.
 
         While the engine is busy it waits with the tenant's ``share`` of it (weight, priority class, cap on waiting
-        requests; see ``engines.scheduling``), or the default share when ``None``.
+        requests; see ``engines.scheduling``), or the default share when ``None``. ``continuing``: the request is a
+        later segment of a stream whose audio is already under way; it waits its turn like any other, but neither the
+        queue's bounds nor its timeout refuse it (a stream must not break off because the engine is busy).
 
         Raises (on enter):
             EngineNotReadyError: nothing can take requests (loading, unavailable).

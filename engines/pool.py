@@ -320,18 +320,20 @@ class EnginePool:
         *,
         tenant: str = "",
         share: TenantShare | None = None,
+        continuing: bool = False,
     ) -> AsyncIterator[SynthesisStream]:
         """Run ``request`` for ``tenant`` on a worker; leaving the block before the end cancels the job in the worker.
 
         While every worker is busy the request waits in ``tenant``'s queue, taken out in turn with other tenants'
         by ``share`` (weight, priority class, cap on its waiting requests; the default share when ``None``) and by
-        its cost, the seconds of speech its text should make (corrected by what it made once it ends).
+        its cost, the seconds of speech its text should make (corrected by what it made once it ends);
+        ``continuing``: see :meth:`~engines.backend.EngineBackend.open_stream`.
         """
         cost = expected_speech_s(request.text)
-        grant = await self._acquire(tenant, share, cost)
+        grant = await self._acquire(tenant, share, cost, continuing)
         while grant.holder.state != "ready":  # it died between being handed to us and now
             grant.abandon()
-            grant = await self._acquire(tenant, share, cost)
+            grant = await self._acquire(tenant, share, cost, continuing)
         worker = grant.holder
         job = _Job(next(self._job_ids), self._max_buffered_bytes(worker), grant)
         worker.reserved -= 1  # the slot handed to the tenant is its job now
@@ -352,7 +354,7 @@ class EnginePool:
         rate = worker.info.sample_rate if worker.info is not None else 24000
         return int(self.settings.max_buffered_audio_s * rate * 2)
 
-    async def _acquire(self, tenant: str, share: TenantShare | None, cost: float) -> Grant[_Worker]:
+    async def _acquire(self, tenant: str, share: TenantShare | None, cost: float, continuing: bool) -> Grant[_Worker]:
         status = self.status()
         if status.state == "starting" and self._info is None:
             # Loading for the first time: say so at once (a 503 with Retry-After, or the alias's next engine). A pool
@@ -360,7 +362,7 @@ class EnginePool:
             raise EngineNotReadyError(self.name, "still loading: no worker is ready yet")
         if status.state not in {"ready", "starting"}:
             raise EngineNotReadyError(self.name, status.reason or status.state)
-        return await self._slots.acquire(tenant, share, cost)
+        return await self._slots.acquire(tenant, share, cost, continuing=continuing)
 
     def _fail_waiters(self) -> None:
         self._slots.fail_waiters(self._unavailable_reason or "the pool stopped")

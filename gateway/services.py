@@ -125,6 +125,7 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
         SingleFlight(),
         usage,
         metrics,
+        max_segment_chars=settings.speech.max_segment_chars,
     )
     jwt = JWTVerifier(auth.jwt) if auth.jwt is not None else None
     storage = StorageProbe(redis, required=limits.fail_mode == "closed")

@@ -33,6 +33,7 @@ __all__ = [
     "RealtimeSettings",
     "ServerSettings",
     "Settings",
+    "SpeechSettings",
     "VoicesSettings",
     "load_settings",
 ]
@@ -89,6 +90,18 @@ class CacheSettings(BaseModel):
     """Entries kept by the in-memory cache (least recently used go first)."""
     shared_across_tenants: bool = False
     """Let tenants hit each other's entries. Off by default: a hit would tell one tenant what another asked for."""
+
+
+class SpeechSettings(BaseModel):
+    """``POST /v1/audio/speech``: how a long input is scheduled (``gateway/speech/segments.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_segment_chars: int = Field(default=300, ge=20, le=4096)
+    """A longer input is spoken in segments of at most this many characters (whole sentences where they fit, else
+    cut at a clause or word), one engine job each, one after the other: between two segments the engine's slot goes
+    back to its scheduler, so a long input holds it for one segment at a time while other requests wait. The audio
+    still streams as one. 4096 (the longest input) turns segmenting off."""
 
 
 class RealtimeSettings(BaseModel):
@@ -227,6 +240,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
+    speech: SpeechSettings = Field(default_factory=SpeechSettings)
     realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
     voices: VoicesSettings = Field(default_factory=VoicesSettings)
 

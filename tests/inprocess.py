@@ -120,10 +120,11 @@ class ThreadBackend:
         *,
         tenant: str = "",
         share: TenantShare | None = None,
+        continuing: bool = False,
     ) -> AsyncIterator[_ThreadStream]:
         if self._engine is None or self._info is None:
             raise EngineNotReadyError(self.name, self._reason or "not loaded")
-        if self._active >= self.capacity:
+        if self._active >= self.capacity and not continuing:  # a stream under way may go over: it must not break off
             raise EngineOverloadedError(self.name, 1)
         stream, cancel = _ThreadStream(self._info), CancelFlag()
         loop = asyncio.get_running_loop()

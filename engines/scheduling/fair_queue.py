@@ -119,16 +119,19 @@ class TenantScheduler(Generic[T]):
         """Waiters now, by tenant (tenants with none left out)."""
         return {tenant: count for tenant, count in self._by_tenant.items() if count}
 
-    def push(self, item: T, tenant: str, share: TenantShare = DEFAULT_SHARE, cost: float = 1.0) -> None:
-        """Queue ``item`` for ``tenant``; ``cost`` is the work it asks for (any unit, the same for every tenant).
+    def push(
+        self, item: T, tenant: str, share: TenantShare = DEFAULT_SHARE, cost: float = 1.0, *, bounded: bool = True
+    ) -> None:
+        """Queue ``item`` for ``tenant``; ``cost`` is the work it asks for (any unit, the same for every tenant);
+        ``bounded``: the caps apply (False: the continuation of work already under way, which must not be refused).
 
         Raises:
             TenantQueueFullError: ``tenant`` has ``share.max_queued`` waiters already.
             QueueFullError: the queue holds ``capacity`` waiters already.
         """
-        if share.max_queued is not None and self._by_tenant[tenant] >= share.max_queued:
+        if bounded and share.max_queued is not None and self._by_tenant[tenant] >= share.max_queued:
             raise TenantQueueFullError(tenant)
-        if len(self._entries) >= self.capacity:
+        if bounded and len(self._entries) >= self.capacity:
             raise QueueFullError(tenant)
         priority, lane = self._lane(tenant, share)
         start, finish = self._tags(priority, lane, share, cost)

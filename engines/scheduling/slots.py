@@ -153,9 +153,15 @@ class SlotScheduler(Generic[S]):
         return self._holding[tenant]
 
     # ----------------------------------------------------------------- requests
-    async def acquire(self, tenant: str, share: TenantShare | None, cost: float) -> Grant[S]:
+    async def acquire(
+        self, tenant: str, share: TenantShare | None, cost: float, *, continuing: bool = False
+    ) -> Grant[S]:
         """A slot for ``tenant``'s request that costs ``cost`` (expected seconds of speech): at once when one is free
         and nobody with a better claim waits, else after waiting in the tenant's queue.
+
+        ``continuing``: a later segment of a stream already under way waits its turn like any request, but the
+        queue's bounds and timeout do not apply to it: a stream must not break off because the engine is busy (the
+        requests it competes with are refused at the door instead, and its client may still hang up).
 
         Raises:
             EngineOverloadedError: the queue (or the tenant's part of it) is full, or the wait timed out.
@@ -170,12 +176,12 @@ class SlotScheduler(Generic[S]):
             return self._grant(holder, tenant, share, cost)
         waiter: asyncio.Future[Grant[S]] = asyncio.get_running_loop().create_future()
         try:
-            self._queue.push(waiter, tenant, share, cost)
+            self._queue.push(waiter, tenant, share, cost, bounded=not continuing)
         except QueueFullError:  # the whole queue, or this tenant's part of it (the other tenants may still queue)
             raise EngineOverloadedError(self.engine, _OVERLOAD_RETRY_AFTER_S) from None
         self._claims[waiter] = (tenant, share, cost)
         self.hand_out()  # a reserved slot may be free for this tenant, though others wait for the rest
-        return await self._wait(waiter)
+        return await self._wait(waiter, None if continuing else self.settings.queue_timeout_s)
 
     def hand_out(self) -> None:
         """Give free slots to waiters, in turn; the backend calls it whenever a slot may have freed (a job ended, a
@@ -224,10 +230,10 @@ class SlotScheduler(Generic[S]):
         if self._holding[tenant] <= 0:
             del self._holding[tenant]
 
-    async def _wait(self, waiter: asyncio.Future[Grant[S]]) -> Grant[S]:
+    async def _wait(self, waiter: asyncio.Future[Grant[S]], timeout_s: float | None) -> Grant[S]:
         taken = False
         try:
-            grant = await asyncio.wait_for(asyncio.shield(waiter), self.settings.queue_timeout_s)
+            grant = await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
             taken = True
             return grant
         except TimeoutError:

@@ -25,9 +25,11 @@ import anyio
 
 from engines.scheduling import TenantShare
 from gateway.audio import open_encoder
+from gateway.settings import SpeechSettings
 from gateway.speech.cache import cache_key
 from gateway.speech.delivery import AudioClock, encode_stream, speech_usage
 from gateway.speech.failover import Failover
+from gateway.speech.segments import SegmentedStream, split_text
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -138,6 +140,8 @@ class SpeechService:
         flights: SingleFlight,
         usage: UsageLedger,
         metrics: SpeechMetrics,
+        *,
+        max_segment_chars: int = SpeechSettings().max_segment_chars,
     ) -> None:
         self.planner = planner
         self.admission = admission
@@ -147,6 +151,8 @@ class SpeechService:
         self._usage = usage
         self._outcomes: dict[str, _Outcome] = {}
         self.failover = Failover(planner.router, metrics.retries)
+        self.max_segment_chars = max_segment_chars
+        """A longer text is spoken in segments, a job each (``speech.max_segment_chars``)."""
 
     async def speak(self, principal: Principal, request: SpeechRequest, record: RequestRecord) -> SpeechReply:
         """Start serving ``request``; returns once the first audio bytes exist.
@@ -258,14 +264,43 @@ class SpeechService:
         pool: EngineBackend,
         synthesis: SynthesisRequest,
         tenant: Tenant,
+        *,
+        continuing: bool = False,
     ) -> AsyncIterator[PcmStream]:
-        """``pool.open_stream`` for ``tenant``, waiting for a busy engine with the tenant's share of it; how long it
-        waited for a worker (also when it then got a 503) goes in the metrics."""
+        """``pool.open_stream`` for ``tenant``, waiting for a busy engine with the tenant's share of it; a text longer
+        than :attr:`max_segment_chars` as one stream of segments, a job each (``gateway/speech/segments.py``).
+        ``continuing``: the whole request continues a stream under way."""
+        texts = split_text(synthesis.text, self.max_segment_chars)
+        if len(texts) == 1:  # the common case: one job, nothing in between
+            async with self._job_stream(pool, synthesis, tenant, continuing=continuing) as pcm:
+                yield pcm
+            return
+
+        whole_continues = continuing
+
+        def open_job(segment: SynthesisRequest, *, continuing: bool = False) -> AbstractAsyncContextManager[PcmStream]:
+            return self._job_stream(pool, segment, tenant, continuing=continuing or whole_continues)
+
+        segments = SegmentedStream.of(synthesis, texts, open_job)
+        async with segments:
+            yield segments
+
+    @asynccontextmanager
+    async def _job_stream(
+        self,
+        pool: EngineBackend,
+        synthesis: SynthesisRequest,
+        tenant: Tenant,
+        *,
+        continuing: bool = False,
+    ) -> AsyncIterator[PcmStream]:
+        """One engine job (``continuing``: a later segment of a stream under way); how long it waited for a worker
+        (also when it then got a 503) goes in the metrics."""
         async with AsyncExitStack() as stack:
             started = time.perf_counter()
             try:
                 pcm = await stack.enter_async_context(
-                    pool.open_stream(synthesis, tenant=tenant.name, share=tenant_share(tenant))
+                    pool.open_stream(synthesis, tenant=tenant.name, share=tenant_share(tenant), continuing=continuing)
                 )
             finally:
                 self.metrics.queue_wait.labels(pool.name, tenant.name).observe(time.perf_counter() - started)

@@ -190,7 +190,9 @@ async def real_time_pool(**settings: object) -> EnginePool:
     # Workers speaking at real time: 100 characters hold one for a second.
     pool = EnginePool(
         "fair",
-        engine_settings(kind="synthetic", queue_size=8, **settings, options={"rtf": 1.0, "seconds_per_char": 0.01}),
+        engine_settings(
+            kind="synthetic", **({"queue_size": 8} | settings), options={"rtf": 1.0, "seconds_per_char": 0.01}
+        ),
     )
     await pool.start()
     return pool
@@ -377,3 +379,28 @@ async def test_the_pool_charges_each_tenant_the_speech_its_requests_made(one_wor
         await wait_for(lambda count=count: pool.status().queued == count)  # type: ignore[misc]
     await asyncio.gather(blocker, *queued)
     assert started == ["c", "a", "b", "b", "b", "a", "a"]
+
+
+async def test_a_full_queue_refuses_new_requests_but_not_the_continuation_of_a_stream() -> None:
+    pool = await real_time_pool(workers=1, queue_size=1)
+
+    async def speak(tenant: str, chars: int, *, continuing: bool = False) -> str:
+        request = SynthesisRequest(text="x" * chars, voice="alloy")
+        async with pool.open_stream(request, tenant=tenant, continuing=continuing) as pcm:
+            async for _ in pcm:
+                pass
+        return tenant
+
+    try:
+        await wait_for(lambda: pool.status().ready_workers == 1)
+        running = asyncio.create_task(speak("a", 50))
+        await wait_for(lambda: pool.status().active_jobs == 1)
+        queued = asyncio.create_task(speak("b", 10))
+        await wait_for(lambda: pool.status().queued == 1)  # the queue is full
+        with pytest.raises(EngineOverloadedError):
+            await speak("c", 10)
+        continuation = asyncio.create_task(speak("c", 10, continuing=True))
+        await wait_for(lambda: pool.status().queued == 2)  # over the queue's size: it waits its turn all the same
+        assert await asyncio.gather(running, queued, continuation) == ["a", "b", "c"]
+    finally:
+        await pool.stop()

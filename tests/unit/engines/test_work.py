@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 ENGLISH = "The quick brown fox jumps over the lazy dog, and then it runs back home. "
-CJK = "今天天气很好，我们一起去公园散步吧。"
+CJK = "今天天气很好\uff0c我们一起去公园散步吧。"  # a CJK text has CJK punctuation
 DIGITS = "4 8 15 16 23 42, 7 0 3 9. "
 
 
@@ -113,7 +113,7 @@ async def test_without_the_correction_an_underestimated_script_takes_more_than_i
     # The check that the sharing test can fail: estimates alone give CJK twice English's work, characters far more.
     estimated_only = await served_work({"english": ENGLISH, "cjk": CJK}, correct=False)
     assert estimated_only["cjk"] > 1.6 * estimated_only["english"]
-    by_characters = await served_work({"english": ENGLISH, "cjk": CJK}, correct=False, cost=lambda text: len(text))
+    by_characters = await served_work({"english": ENGLISH, "cjk": CJK}, correct=False, cost=len)
     assert by_characters["cjk"] > 3 * by_characters["english"]
 
 
@@ -171,3 +171,19 @@ async def test_a_full_queue_and_a_long_wait_are_overload() -> None:
     with pytest.raises(EngineOverloadedError):  # timed out
         await waiting
     assert len(slots_scheduler) == 0
+
+
+async def test_the_continuation_of_a_stream_is_neither_refused_nor_timed_out_but_waits_its_turn() -> None:
+    slots_scheduler, slots = scheduler(queue_size=1, queue_timeout_s=0.05)
+    (await slots_scheduler.acquire("a", None, 1.0)).start()
+    others = asyncio.create_task(slots_scheduler.acquire("b", None, 1.0))  # the queue is full now
+    await asyncio.sleep(0)
+    continuation = asyncio.create_task(slots_scheduler.acquire("a", TenantShare(max_queued=1), 1.0, continuing=True))
+    await asyncio.sleep(0.2)  # past the queue timeout: b's request gave up, the continuation did not
+    with pytest.raises(EngineOverloadedError):
+        await others
+    assert not continuation.done()
+    assert slots_scheduler.queued_by_tenant() == {"a": 1}
+    slots.taken -= 1
+    slots_scheduler.hand_out()
+    assert (await asyncio.wait_for(continuation, 1)).tenant == "a"

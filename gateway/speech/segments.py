@@ -1,0 +1,164 @@
+"""Long inputs as segments, one engine job each: where text may be cut, and the PCM of the segments as one stream.
+
+One set of cutting rules serves the HTTP speech path (:func:`split_text`, whole inputs) and the realtime sessions
+(``gateway/realtime/segmenter.py``, text arriving in fragments): a segment ends at a sentence end, else at a clause
+break, else at a word break, else at the limit (one long word, or CJK text without punctuation).
+
+A request whose input is longer than ``speech.max_segment_chars`` is spoken as a :class:`SegmentedStream`: the job
+of a segment is asked for only once the job before it has ended and given its slot back, so the engine's scheduler
+can hand that slot to another tenant's waiting request first; no request holds a slot for longer than one segment.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import AsyncExitStack
+from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+    from contextlib import AbstractAsyncContextManager
+    from types import TracebackType
+
+    from engines.backend import PcmStream
+    from engines.base import EngineInfo, SynthesisRequest
+
+__all__ = ["OpenJob", "SegmentedStream", "long_cut", "sentence_ends", "speakable", "split_text"]
+
+# A sentence ends at . ! ? or … (with any closing quotes or brackets) followed by whitespace: only then is it
+# known not to be "3.5" or "example.com". CJK full stops end a sentence without a space after them.
+_CLOSERS = r"[\"'\u201d\u2019)\]\u300d\u300f]*"  # closing quotes and brackets, Western and CJK
+_SENTENCE_END = re.compile(rf"(?:[.!?\u2026]+{_CLOSERS}\s+)|(?:[\u3002\uff01\uff1f]+{_CLOSERS}\s*)|\n+")
+_ABBREVIATIONS = frozenset(
+    {"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "e.g", "i.e", "no", "fig", "approx"},
+)
+# Commas, semicolons, colons and dashes; the CJK ones (fullwidth, and the enumeration comma) need no space after.
+_CLAUSE_BREAK = re.compile(r"[,;:\u2014\u2013]\s+|[\uff0c\u3001\uff1b\uff1a]\s*")
+
+
+class OpenJob(Protocol):
+    """How a segment's engine job is opened (the speech service's, with the tenant's share of the engine);
+    ``continuing``: a later segment of a stream already under way (``EngineBackend.open_stream``)."""
+
+    def __call__(
+        self, request: SynthesisRequest, /, *, continuing: bool = False
+    ) -> AbstractAsyncContextManager[PcmStream]: ...
+
+
+def sentence_ends(text: str, max_chars: int) -> Iterator[int]:
+    """Where the sentences of ``text`` that end within its first ``max_chars`` characters end, in order: after
+    their closing quotes and the whitespace that follows them. A full stop after an abbreviation ("Dr.") or an
+    initial ends no sentence."""
+    window = text[:max_chars]
+    for match in _SENTENCE_END.finditer(window):
+        if not _ends_abbreviation(window[: match.start() + 1]):
+            yield match.end()
+
+
+def long_cut(text: str, max_chars: int) -> int:
+    """Where to cut ``text``, longer than ``max_chars`` and without a sentence end within them: after its last clause
+    break within the limit, else after its last space, else at the limit."""
+    window = text[:max_chars]
+    clauses = [match.end() for match in _CLAUSE_BREAK.finditer(window)]
+    if clauses:
+        return clauses[-1]
+    space = window.rfind(" ")
+    return space + 1 if space > 0 else max_chars
+
+
+def split_text(text: str, max_chars: int) -> list[str]:
+    """``text`` as the segments it is spoken in: each at most ``max_chars`` long, holding as many whole sentences as
+    fit, trimmed; between two segments the input had only whitespace, so nothing is lost but the pause at a cut.
+
+    A piece with nothing to say (punctuation only) is no job of its own: it joins the segment before it, or the one
+    after it when it comes first. A text that fits is ``[text]`` as it is, without looking further.
+    """
+    if len(text) <= max_chars:
+        return [text]
+    spans: list[tuple[int, int]] = []
+    start = 0
+    while len(text) - start > max_chars:
+        rest = text[start:]
+        cut = max(sentence_ends(rest, max_chars), default=0) or long_cut(rest, max_chars)
+        spans.append((start, start + cut))
+        start += cut
+    spans.append((start, len(text)))
+    return [segment for begin, end in _join_unspeakable(text, spans) if (segment := text[begin:end].strip())]
+
+
+def speakable(segment: str) -> bool:
+    """Whether ``segment`` has anything to say: a letter or a digit."""
+    return any(ch.isalnum() for ch in segment)
+
+
+def _join_unspeakable(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    joined: list[tuple[int, int]] = []
+    for begin, end in spans:
+        if joined and (not speakable(text[begin:end]) or not speakable(text[slice(*joined[-1])])):
+            joined[-1] = (joined[-1][0], end)
+        else:
+            joined.append((begin, end))
+    return joined
+
+
+def _ends_abbreviation(text: str) -> bool:
+    """Whether ``text`` (ending at a full stop) ends with an abbreviation or an initial rather than a sentence."""
+    if not text.endswith("."):
+        return False
+    word = text[:-1].rsplit(None, 1)[-1].lower() if text[:-1].strip() else ""
+    return word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())
+
+
+class SegmentedStream:
+    """The PCM of several segments of one request as one :class:`~engines.backend.PcmStream`: a job each, spoken
+    one after the other, each job opened only once the one before it has ended.
+
+    Enter it to open the first segment's job (the engine's errors on entering a stream are raised then: not ready,
+    overloaded); leaving it cancels the job in progress, and no later segment is opened. A later segment that
+    cannot start or fails raises from the iteration, as a job failing after its first audio does.
+    """
+
+    sample_rate: int
+    info: EngineInfo
+    _first: PcmStream
+
+    def __init__(self, segments: list[SynthesisRequest], open_job: OpenJob) -> None:
+        self._segments = segments
+        self._open_job = open_job
+        self._job = AsyncExitStack()
+        """Holds the job in progress: closed when it ends, before the next is asked for."""
+        self._closed = False
+
+    @classmethod
+    def of(cls, request: SynthesisRequest, texts: list[str], open_job: OpenJob) -> SegmentedStream:
+        """``request`` spoken as the segments ``texts`` (same voice, speaker, speed, seed and instructions)."""
+        return cls([replace(request, text=text) for text in texts], open_job)
+
+    async def __aenter__(self) -> SegmentedStream:
+        first = await self._job.enter_async_context(self._open_job(self._segments[0]))
+        self.sample_rate, self.info = first.sample_rate, first.info
+        self._first = first
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._closed = True  # an iteration resumed after this must not open another job
+        await self._job.aclose()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        pcm = self._first
+        for segment in self._segments[1:]:
+            async for chunk in pcm:
+                yield chunk
+            # Its job has ended: the slot goes back to the engine's scheduler before this request queues again.
+            await self._job.aclose()
+            if self._closed:
+                return
+            pcm = await self._job.enter_async_context(self._open_job(segment, continuing=True))
+        async for chunk in pcm:
+            yield chunk
