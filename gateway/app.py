@@ -11,7 +11,7 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 from litestar import Litestar
-from litestar.datastructures import State
+from litestar.datastructures import ResponseHeader, State
 from litestar.di import Provide
 from litestar.logging import LoggingConfig
 from litestar.openapi import OpenAPIConfig
@@ -23,6 +23,7 @@ from prometheus_client import REGISTRY
 from auth import AuthStore  # noqa: TC001
 from auth.usage import UsageLedger  # noqa: TC001
 from engines.factory import create_backend
+from engines.remote.context import engine_node_headers
 from gateway.http.backpressure import send_timeout_middleware
 from gateway.http.errors import EXCEPTION_HANDLERS
 from gateway.http.json_depth import json_depth_middleware
@@ -36,7 +37,7 @@ from gateway.routes.catalog import ModelsController, VoicesController
 from gateway.routes.docs import docs_assets_router, docs_render_plugin
 from gateway.routes.health import HealthController
 from gateway.routes.playground import playground_handlers
-from gateway.routes.speech import SpeechController
+from gateway.routes.speech import EngineNodeSpeechController, SpeechController
 from gateway.routes.usage import UsageController
 from gateway.services import Services, StorageProbe, open_services
 from gateway.settings import Settings, load_settings
@@ -82,9 +83,10 @@ def create_app(
             interface.
     """
     settings = settings or load_settings()
+    engine_node = settings.server.profile == "engine"
     return Litestar(
         route_handlers=[
-            SpeechController,
+            EngineNodeSpeechController if engine_node else SpeechController,
             ModelsController,
             VoicesController,
             UsageController,
@@ -107,6 +109,9 @@ def create_app(
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.server.max_body_bytes,
         plugins=[PydanticPlugin()],
+        # An engine node says so on every answer: its front gateways read it from the /readyz probe and only then
+        # send it tenant contexts and custom voices' speakers (``engines/remote/context.py``).
+        response_headers=[ResponseHeader(name=k, value=v) for k, v in engine_node_headers().items() if engine_node],
         openapi_config=_openapi_config(),
         logging_config=_logging_config(settings),
         state=State({"settings": settings}),

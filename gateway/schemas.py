@@ -6,12 +6,14 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from engines.remote.context import CONTINUING_FIELD, MAX_SPEAKER_CHARS, SPEAKER_FIELD
 from gateway.audio.formats import AudioFormat
 
 __all__ = [
     "MAX_INPUT_CHARS",
     "CustomVoice",
     "EndpointReadiness",
+    "EngineNodeSpeechRequest",
     "EngineReadiness",
     "ErrorDetail",
     "ErrorResponse",
@@ -61,6 +63,19 @@ class SpeechRequest(BaseModel):
     @property
     def voice_id(self) -> str:
         return self.voice if isinstance(self.voice, str) else self.voice.id
+
+
+class EngineNodeSpeechRequest(SpeechRequest):
+    """``POST /v1/audio/speech`` on an engine node: OpenAI's request and the front gateway's extension of it
+    (``engines/remote/context.py``). Only an engine node takes it; a front gateway refuses the extra field (400)."""
+
+    speaker: Annotated[str, StringConstraints(min_length=1, max_length=MAX_SPEAKER_CHARS)] | None = Field(
+        default=None, validation_alias=SPEAKER_FIELD
+    )
+    """The speaker of the tenant's custom voice, resolved by the front: used for this request, never stored."""
+    continuing: bool = Field(default=False, validation_alias=CONTINUING_FIELD)
+    """A later segment of a long input whose audio is already streaming from the front: it waits its turn, but the
+    queue's bounds and timeout do not refuse it (a stream must not break off because the node is busy)."""
 
 
 class ErrorDetail(BaseModel):

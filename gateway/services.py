@@ -18,9 +18,10 @@ from auth.errors import InvalidCredentialsError
 from auth.limits import TenantRateLimiter
 from auth.resilient import OutageTolerantStore
 from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocationBus, RevocationBus
-from auth.settings import TenantLimits
+from auth.settings import TenantLimits, TenantScheduling
 from auth.tenants import Tenant
 from auth.usage import MemoryUsageLedger, RedisUsageLedger, UsageLedger
+from engines.remote.context import read_context
 from gateway.realtime.registry import SessionRegistry
 from gateway.speech.admission import Admission
 from gateway.speech.cache import AudioCache
@@ -31,8 +32,11 @@ from gateway.speech.voices import MemoryVoiceStore, RedisVoiceStore, VoiceStore
 from storage import STORAGE_ERRORS, connect_redis
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from redis.asyncio import Redis
 
+    from engines.remote.context import TenantContext
     from gateway.observability.metrics import SpeechMetrics
     from gateway.settings import CacheSettings, Settings
     from gateway.speech.routing import ModelRouter
@@ -136,7 +140,8 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
 
 
 SERVICE_PRINCIPAL = Principal(Tenant(name="service", limits=TenantLimits(), models=None), "service")
-"""Who every request to an engine node is: the front gateway, one principal without limits."""
+"""Who a request to an engine node is when its front gateway names no tenant (a front of an older version): one
+principal without limits, with the default share."""
 
 
 class ServiceTokenAuthenticator(Authenticator):
@@ -151,6 +156,28 @@ class ServiceTokenAuthenticator(Authenticator):
         if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), self._token):
             raise InvalidCredentialsError("Invalid service token: this is an engine node, called by a gateway.")
         return SERVICE_PRINCIPAL
+
+    async def authenticate_front(self, authorization: str | None, headers: Mapping[str, str]) -> Principal:
+        """The service token's check, then the tenant the front gateway serves with this request: the tenant of its
+        context headers with that tenant's share (``engines/remote/context.py``), or :data:`SERVICE_PRINCIPAL`
+        when it sends none. The context is read here only, once the token has admitted the caller: nobody else can
+        speak for a tenant, and a front gateway never reads it (its authenticator is another).
+
+        Raises:
+            InvalidCredentialsError: not the service token (401).
+            InvalidTenantContextError: a malformed context header (400).
+        """
+        service = await self.authenticate(authorization)
+        context = read_context(headers)
+        return service if context is None else _front_tenant(context)
+
+
+def _front_tenant(context: TenantContext) -> Principal:
+    share = context.share
+    scheduling = TenantScheduling(weight=share.weight, priority=share.priority, max_queued=share.max_queued)
+    # No limits here: the front enforced the tenant's own; the node schedules it by its share and counts it by name.
+    tenant = Tenant(name=context.tenant, limits=SERVICE_PRINCIPAL.tenant.limits, models=None, scheduling=scheduling)
+    return Principal(tenant, SERVICE_PRINCIPAL.credential)
 
 
 def _cache_settings(settings: Settings) -> CacheSettings:

@@ -39,6 +39,11 @@ __all__ = [
 ]
 
 
+ENGINE_NODE_MIN_BODY_BYTES = 128 * 1024
+"""The least ``server.max_body_bytes`` of an engine node: 4,096 characters of input and of instructions (16 KiB each
+at most in UTF-8) and a speaker of 16,384 characters (48 KiB), with room to spare."""
+
+
 class ServerSettings(BaseModel):
     """HTTP server knobs."""
 
@@ -47,7 +52,8 @@ class ServerSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
-    """Largest request body accepted; larger ones get 413."""
+    """Largest request body accepted; larger ones get 413. An engine node takes at least 128 KiB (what a front sends
+    at most: the longest input and instructions and a custom voice's speaker)."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     shutdown_grace_s: int = Field(default=30, ge=0)
     """On SIGTERM: stop accepting, let in-flight streams finish for up to this long, then stop the engines."""
@@ -278,6 +284,9 @@ class Settings(BaseSettings):
                 "server.profile engine takes only auth.service_token: tenants, admin_token and jwt "
                 "belong to the front gateway"
             )
+        # A node must take the largest body a front sends: the longest input and instructions and a custom voice's
+        # speaker (engines/remote/context.py), which a front gateway's own callers could not send it.
+        self.server.max_body_bytes = max(self.server.max_body_bytes, ENGINE_NODE_MIN_BODY_BYTES)
         return self
 
     @model_validator(mode="after")

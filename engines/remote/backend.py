@@ -20,6 +20,7 @@ import httpx
 
 from engines.base import OPENAI_VOICES, EngineInfo, InvalidSynthesisRequestError, VoiceInfo
 from engines.errors import EngineNotReadyError, EngineOverloadedError
+from engines.remote.context import CONTINUING_FIELD, SPEAKER_FIELD, context_headers, is_engine_node, tenant_context
 from engines.remote.endpoints import EndpointAddress, EndpointSet
 from engines.remote.stream import Attempt, RemotePcmStream, describe_error
 from engines.scheduling import SlotScheduler, expected_speech_s
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from engines.base import SynthesisRequest
+    from engines.remote.context import TenantContext
     from engines.remote.endpoints import Resolver
     from engines.scheduling import Grant, TenantShare
     from engines.settings import RemoteEngineSettings
@@ -45,6 +47,7 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 _CLIENT_ERRORS = frozenset({400, 413, 422})
 _MAX_ERROR_BODY = 4096
 _OVERLOAD_RETRY_AFTER_S = 1
+_OVERLOADED_CODE = "engine_overloaded"  # the error code of a tts-gateway's 503 for a full queue
 
 
 class _EndpointSlots:
@@ -188,26 +191,28 @@ class RemoteEngine:
         *,
         tenant: str = "",
         share: TenantShare | None = None,
+        continuing: bool = False,
     ) -> AsyncIterator[RemotePcmStream]:
         """Send ``request`` to the least loaded usable endpoint; leaving the block closes the upstream response.
 
         Each endpoint has ``max_in_flight`` slots; while every one is taken the request waits in ``tenant``'s queue,
         served in turn with other tenants' by ``share`` and by cost (``engines.scheduling``), as in a worker pool.
+        ``tenant`` and ``share`` also go with the request to an engine node, whose pool schedules by them
+        (``engines/remote/context.py``).
 
         Raises (on enter): EngineNotReadyError, EngineOverloadedError, InvalidSynthesisRequestError (the upstream
         refused the input) and SynthesisFailedError (the endpoint failed before any audio).
         """
-        if request.speaker is not None:
-            raise InvalidSynthesisRequestError(
-                f"Custom voices are not available for model '{self.name}' (a remote engine).", param="voice"
-            )
-        grant = await self._acquire(tenant, share, expected_speech_s(request.text))
+        if request.speaker is not None and any(e.usable and not e.engine_node for e in self._endpoints.all()):
+            raise self._no_custom_voices()
+        grant = await self._acquire(tenant, share, expected_speech_s(request.text), continuing)
         grant.start()
         endpoint, stream = grant.holder, None
         attempt = Attempt(endpoint)
         try:
             deadline = time.monotonic() + self._options.first_byte_timeout_s
-            response = await self._send(endpoint, request, attempt, deadline)
+            context = tenant_context(tenant, share)
+            response = await self._send(endpoint, request, attempt, deadline, context=context, continuing=continuing)
             stream = RemotePcmStream(
                 response, self._info, attempt, first_byte_deadline=deadline, idle_timeout_s=self._options.idle_timeout_s
             )
@@ -229,13 +234,21 @@ class RemoteEngine:
         request: SynthesisRequest,
         attempt: Attempt,
         deadline: float,
+        *,
+        context: TenantContext | None,
+        continuing: bool,
     ) -> httpx.Response:
+        """Send the request, with the tenant ``context`` and the custom speaker when ``endpoint`` is an engine node
+        (``engines/remote/context.py``): another server never learns tenants' names or speakers."""
         assert self._client is not None
+        if request.speaker is not None and not endpoint.engine_node:
+            raise self._no_custom_voices()  # the endpoints may have changed since the check in open_stream
         url, headers, extensions = endpoint.target(endpoint.api_path("/audio/speech"))
         headers |= self._auth_headers() | {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
-        upstream = self._client.build_request(
-            "POST", url, json=self._body(request), headers=headers, extensions=extensions
-        )
+        if endpoint.engine_node and context is not None:
+            headers |= context_headers(context)
+        body = self._body(request, continuing=continuing and endpoint.engine_node)
+        upstream = self._client.build_request("POST", url, json=body, headers=headers, extensions=extensions)
         try:
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                 response = await self._client.send(upstream, stream=True)
@@ -263,11 +276,12 @@ class RemoteEngine:
         if status in _CLIENT_ERRORS:
             attempt.succeeded()  # the endpoint works: it judged the input
             raise InvalidSynthesisRequestError(message or f"The upstream refused the request ({status}).", param)
-        if status == httpx.codes.TOO_MANY_REQUESTS:
+        if status == httpx.codes.TOO_MANY_REQUESTS or _node_overloaded(status, body):
             raise EngineOverloadedError(self.name, _retry_after_s(response))
         raise attempt.failed(f"HTTP {status}" + (f": {message}" if message else ""))
 
-    def _body(self, request: SynthesisRequest) -> dict[str, Any]:
+    def _body(self, request: SynthesisRequest, *, continuing: bool) -> dict[str, Any]:
+        """The upstream request; ``continuing`` (only for an engine node): a later segment of a stream under way."""
         body: dict[str, Any] = {
             "model": self._options.model,
             "input": request.text,
@@ -277,13 +291,27 @@ class RemoteEngine:
         }
         if request.instructions is not None:
             body["instructions"] = request.instructions
+        if request.speaker is not None:  # only ever sent to an engine node (_send checks)
+            body[SPEAKER_FIELD] = request.speaker
+        if continuing:
+            body[CONTINUING_FIELD] = True
         return body
+
+    def _no_custom_voices(self) -> InvalidSynthesisRequestError:
+        return InvalidSynthesisRequestError(
+            f"Custom voices are not available for model '{self.name}': its upstream is not a tts-gateway engine "
+            "node (no X-TTS-Engine-Node header in its /readyz answer), and only an engine node is sent a custom "
+            "voice's speaker.",
+            param="voice",
+        )
 
     def _auth_headers(self) -> dict[str, str]:
         return {} if self._credential is None else {"Authorization": f"Bearer {self._credential}"}
 
     # ----------------------------------------------------------------- balancing
-    async def _acquire(self, tenant: str, share: TenantShare | None, cost: float) -> Grant[EndpointAddress]:
+    async def _acquire(
+        self, tenant: str, share: TenantShare | None, cost: float, continuing: bool
+    ) -> Grant[EndpointAddress]:
         """A slot on the usable endpoint with the fewest in flight, at once or after waiting in the tenant's queue.
 
         Raises:
@@ -295,7 +323,7 @@ class RemoteEngine:
             if self._stopped or not self._probed:
                 raise EngineNotReadyError(self.name, "stopped" if self._stopped else "probing its endpoints")
             raise EngineNotReadyError(self.name, self._unavailable_reason(endpoints))
-        return await self._slots.acquire(tenant, share, cost)
+        return await self._slots.acquire(tenant, share, cost, continuing=continuing)
 
     def _after_probes(self) -> None:
         """A recovered endpoint may take what waits; with none usable any more, nothing will."""
@@ -333,13 +361,30 @@ class RemoteEngine:
         except httpx.HTTPError as exc:
             endpoint.mark_unhealthy(f"probe failed: {describe_error(exc)}")
             return
-        if response.status_code == httpx.codes.NOT_FOUND and not endpoint.probe_models:
+        if is_engine_node(response.headers) and (state := _node_engine_state(response, self._options.model)):
+            # An engine node's /readyz says how each of its engines is: this engine is served by the one it names, so
+            # a node whose other engines are down (its /readyz then answers 503) still serves this one.
+            if state == "ready":
+                endpoint.mark_healthy(engine_node=True)
+            else:
+                endpoint.mark_unhealthy(f"the node's engine {self._options.model!r} is {state}")
+        elif response.status_code == httpx.codes.NOT_FOUND and not endpoint.probe_models:
             endpoint.probe_models = True  # not a tts-gateway (OpenAI itself has no /readyz): ask for its models
             await self._probe(endpoint)
         elif response.status_code == httpx.codes.OK:
-            endpoint.mark_healthy()
+            endpoint.mark_healthy(engine_node=is_engine_node(response.headers))
         else:
             endpoint.mark_unhealthy(f"probe {url.path} answered HTTP {response.status_code}")
+
+
+def _node_engine_state(response: httpx.Response, model: str) -> str | None:
+    """The state an engine node's ``/readyz`` body gives its engine ``model``; ``None`` when it names none (the model
+    is an alias there, or the body is not a readiness report): the answer's status then decides."""
+    try:
+        state = response.json()["engines"][model]["state"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return state if isinstance(state, str) else None
 
 
 def _engine_info(name: str, settings: RemoteEngineSettings) -> EngineInfo:
@@ -361,6 +406,19 @@ async def _read_bounded(response: httpx.Response) -> bytes:
         if len(body) >= _MAX_ERROR_BODY:
             break
     return body[:_MAX_ERROR_BODY]
+
+
+def _node_overloaded(status: int, body: bytes) -> bool:
+    """An engine node's 503 when its queue, or the tenant's share of it (``max_queued``), is full: the endpoint
+    works, so this is an overload to pass on, not a failure for its breaker (one tenant over its cap would otherwise
+    open the breaker for every tenant)."""
+    if status != httpx.codes.SERVICE_UNAVAILABLE:
+        return False
+    try:
+        error = httpx.Response(200, content=body).json().get("error") or {}
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(error, dict) and error.get("code") == _OVERLOADED_CODE
 
 
 def _error_message(body: bytes) -> tuple[str, str | None]:

@@ -46,6 +46,9 @@ class EndpointAddress:
         self.last_error: str | None = _NOT_PROBED if address is not None else None
         self.probe_models = False
         """Probe ``/models`` even though the base URL ends with ``/v1`` (the server has no ``/readyz``)."""
+        self.engine_node = False
+        """Its last healthy probe said it is a tts-gateway engine node (``engines/remote/context.py``): it gets the
+        tenant context and custom voices' speakers."""
         self._base = httpx.URL(url)
 
     @property
@@ -73,10 +76,12 @@ class EndpointAddress:
             return base.removesuffix("/v1") + "/readyz"
         return base + "/models"
 
-    def mark_healthy(self) -> None:
+    def mark_healthy(self, *, engine_node: bool = False) -> None:
+        """A probe answered 200; ``engine_node``: with the engine node's marker header."""
         if not self.healthy:
-            logger.info("endpoint %s (%s) is healthy", self.url, self.address)
+            logger.info("endpoint %s (%s) is healthy%s", self.url, self.address, " (an engine node)" * engine_node)
         self.healthy = True
+        self.engine_node = engine_node
         if self.last_error == _NOT_PROBED:
             self.last_error = None  # other errors stay: the last one is worth seeing after a recovery too
 

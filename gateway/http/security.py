@@ -17,6 +17,7 @@ from litestar.status_codes import HTTP_401_UNAUTHORIZED, HTTP_404_NOT_FOUND, HTT
 from auth import Principal  # noqa: TC001 - Litestar reads the hints of dependencies at runtime
 from gateway.http.errors import OpenAIError
 from gateway.http.tracking import request_record
+from gateway.services import ServiceTokenAuthenticator
 
 if TYPE_CHECKING:
     from litestar.connection import ASGIConnection
@@ -31,10 +32,15 @@ _NOT_ON_ENGINE_NODES = frozenset({"createVoice", "retrieveVoice", "deleteVoice"}
 
 
 async def provide_principal(request: Request[Any, Any, Any]) -> Principal:  # Litestar reads these hints at runtime
-    """Authenticate the request (API key or JWT; anyone when the gateway runs open)."""
-    principal: Principal = await request.app.state.services.authenticator.authenticate(
-        request.headers.get("authorization")
-    )
+    """Authenticate the request (API key or JWT; anyone when the gateway runs open; on an engine node the service
+    token, and then the front gateway's tenant context)."""
+    authenticator = request.app.state.services.authenticator
+    authorization = request.headers.get("authorization")
+    principal: Principal
+    if isinstance(authenticator, ServiceTokenAuthenticator):  # an engine node: its caller speaks for a tenant
+        principal = await authenticator.authenticate_front(authorization, request.headers)
+    else:  # a front gateway: a tenant's context headers are never read, so they can claim nothing
+        principal = await authenticator.authenticate(authorization)
     if (record := request_record(request.scope)) is not None:
         record.tenant = principal.tenant.name
     if request.app.state.settings.server.profile == "engine" and (

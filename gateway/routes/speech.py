@@ -8,22 +8,23 @@ from typing import TYPE_CHECKING, Any
 from litestar import Controller, Request, Response, post
 from litestar.background_tasks import BackgroundTask
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
-from litestar.params import JSONBody
+from litestar.params import JSONBody  # noqa: TC002 - Litestar reads the hints of handlers at runtime
 from litestar.response import ServerSentEvent, Stream
 from litestar.status_codes import HTTP_200_OK, HTTP_415_UNSUPPORTED_MEDIA_TYPE
 
 from gateway.audio.formats import CONTENT_TYPES
-from gateway.http.dependencies import Caller
+from gateway.http.dependencies import Caller  # noqa: TC001 - read at runtime, as JSONBody
 from gateway.http.disconnect import unless_client_leaves
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.http.ratelimit_headers import rate_limit_headers
 from gateway.http.tracking import RequestRecord, request_record
-from gateway.schemas import SpeechRequest
+from gateway.schemas import EngineNodeSpeechRequest, SpeechRequest  # noqa: TC001 - read at runtime, as JSONBody
 
 if TYPE_CHECKING:
+    from auth import Principal
     from gateway.speech.service import SpeechReply, SpeechService
 
-__all__ = ["SpeechController"]
+__all__ = ["EngineNodeSpeechController", "SpeechController"]
 
 
 async def require_json(request: Request[Any, Any, Any]) -> None:
@@ -60,11 +61,9 @@ class SpeechOperation(Operation):
             )
 
 
-class SpeechController(Controller):
-    path = "/v1/audio/speech"
-    tags = ["Audio"]  # noqa: RUF012 - Litestar's declared type
-
-    @post(
+def _speech_route() -> post:
+    """The route's declaration, the same on a front gateway and an engine node."""
+    return post(
         status_code=HTTP_200_OK,
         operation_id="createSpeech",
         before_request=require_json,
@@ -72,26 +71,54 @@ class SpeechController(Controller):
         operation_class=SpeechOperation,
         responses=error_responses(400, 401, 403, 404, 413, 415, 429, 503),
     )
+
+
+class SpeechController(Controller):
+    path = "/v1/audio/speech"
+    tags = ["Audio"]  # noqa: RUF012 - Litestar's declared type
+
+    @_speech_route()
     async def create_speech(
         self,
         request: Request[Any, Any, Any],
         data: JSONBody[SpeechRequest],
         principal: Caller,
     ) -> Response[Any]:
-        # The service straight from the state: as a second dependency beside ``principal`` Litestar would resolve
-        # the two in a task group, a few tasks per request for nothing.
-        speech: SpeechService = request.app.state.speech
-        record = request_record(request.scope) or RequestRecord("-", "POST", self.path)
-        # Until the first audio exists nothing else would notice the client hang up, and its queue place, engine job
-        # and stream lease would stay taken; once the response streams, Litestar's response listens itself.
-        reply = await unless_client_leaves(request.receive, speech.speak(principal, data, record))
-        headers = _reply_headers(reply)
-        if data.stream_format == "sse":
-            return ServerSentEvent(reply.sse_events(), headers=headers)
-        media_type = CONTENT_TYPES[data.response_format]
-        if reply.whole is not None:  # complete already: one body, without a streaming response's task group
-            return Response(reply.whole, media_type=media_type, headers=headers, background=BackgroundTask(reply.close))
-        return Stream(reply.audio(), media_type=media_type, headers=headers)
+        return await _speak(request, data, principal)
+
+
+class EngineNodeSpeechController(Controller):
+    """The route on an engine node (``server.profile: engine``): the same, and the front gateway's extension of the
+    body (``x_tts_speaker``, ``engines/remote/context.py``)."""
+
+    path = SpeechController.path
+    tags = SpeechController.tags
+
+    @_speech_route()
+    async def create_speech(
+        self,
+        request: Request[Any, Any, Any],
+        data: JSONBody[EngineNodeSpeechRequest],
+        principal: Caller,
+    ) -> Response[Any]:
+        return await _speak(request, data, principal)
+
+
+async def _speak(request: Request[Any, Any, Any], data: SpeechRequest, principal: Principal) -> Response[Any]:
+    # The service straight from the state: as a second dependency beside ``principal`` Litestar would resolve
+    # the two in a task group, a few tasks per request for nothing.
+    speech: SpeechService = request.app.state.speech
+    record = request_record(request.scope) or RequestRecord("-", "POST", SpeechController.path)
+    # Until the first audio exists nothing else would notice the client hang up, and its queue place, engine job
+    # and stream lease would stay taken; once the response streams, Litestar's response listens itself.
+    reply = await unless_client_leaves(request.receive, speech.speak(principal, data, record))
+    headers = _reply_headers(reply)
+    if data.stream_format == "sse":
+        return ServerSentEvent(reply.sse_events(), headers=headers)
+    media_type = CONTENT_TYPES[data.response_format]
+    if reply.whole is not None:  # complete already: one body, without a streaming response's task group
+        return Response(reply.whole, media_type=media_type, headers=headers, background=BackgroundTask(reply.close))
+    return Stream(reply.audio(), media_type=media_type, headers=headers)
 
 
 def _reply_headers(reply: SpeechReply) -> dict[str, str]:

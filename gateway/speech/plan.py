@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -9,6 +10,7 @@ from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_403_FORBIDDEN, HTTP
 
 from engines.base import SynthesisRequest
 from gateway.http.errors import OpenAIError
+from gateway.schemas import EngineNodeSpeechRequest
 
 if TYPE_CHECKING:
     from auth import Principal, Tenant
@@ -93,6 +95,9 @@ class Planner:
         engine: str,
         info: EngineInfo | None,
     ) -> Voice:
+        if isinstance(request, EngineNodeSpeechRequest) and request.speaker is not None:
+            # An engine node: the front gateway resolved its tenant's custom voice. Used, never stored.
+            return Voice(request.voice_id, request.speaker, hashlib.sha256(request.speaker.encode()).hexdigest())
         if isinstance(request.voice, str):
             if info is not None and info.offers_voice(request.voice):
                 return Voice(request.voice, None, request.voice)  # built-in: no store round trip

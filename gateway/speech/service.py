@@ -25,6 +25,7 @@ import anyio
 
 from engines.scheduling import TenantShare
 from gateway.audio import open_encoder
+from gateway.schemas import EngineNodeSpeechRequest
 from gateway.settings import SpeechSettings
 from gateway.speech.cache import cache_key
 from gateway.speech.delivery import AudioClock, encode_stream, speech_usage
@@ -254,8 +255,12 @@ class SpeechService:
     ) -> AbstractAsyncContextManager[SpokenStream]:
         """The stream of the first engine of ``plan``'s model that produces audio for it, tried through
         :meth:`engine_stream` (``gateway/speech/failover.py``)."""
+        continuing = _continues_a_stream(plan.request)
         return self.failover.open_stream(
-            plan, lambda pool, synthesis: self.engine_stream(pool, synthesis, tenant), text=text, fits=fits
+            plan,
+            lambda pool, synthesis: self.engine_stream(pool, synthesis, tenant, continuing=continuing),
+            text=text,
+            fits=fits,
         )
 
     @asynccontextmanager
@@ -269,7 +274,7 @@ class SpeechService:
     ) -> AsyncIterator[PcmStream]:
         """``pool.open_stream`` for ``tenant``, waiting for a busy engine with the tenant's share of it; a text longer
         than :attr:`max_segment_chars` as one stream of segments, a job each (``gateway/speech/segments.py``).
-        ``continuing``: the whole request continues a stream under way."""
+        ``continuing``: the whole request continues a stream under way (an engine node's later segment)."""
         texts = split_text(synthesis.text, self.max_segment_chars)
         if len(texts) == 1:  # the common case: one job, nothing in between
             async with self._job_stream(pool, synthesis, tenant, continuing=continuing) as pcm:
@@ -328,6 +333,11 @@ class SpeechService:
         self.metrics.tenant_requests.labels(tenant).inc()
         self.metrics.tenant_characters.labels(tenant).inc(characters)
         self.metrics.tenant_audio.labels(tenant).inc(audio_seconds)
+
+
+def _continues_a_stream(request: SpeechRequest) -> bool:
+    """Whether the request is a front gateway's later segment of a stream under way (an engine node's request)."""
+    return isinstance(request, EngineNodeSpeechRequest) and request.continuing
 
 
 def tenant_share(tenant: Tenant) -> TenantShare:

@@ -111,13 +111,12 @@ def client(front: GatewayProcess) -> Iterator[openai.OpenAI]:
 
 
 def served_by_nodes(nodes: list[GatewayProcess]) -> list[float]:
-    """Speech requests each engine node has served (its usage counter of the one ``service`` principal)."""
+    """Speech requests each engine node has served (its usage counters, one per tenant the fronts named)."""
     counts = []
     for node in nodes:
         metrics = httpx.get(f"{node.base_url}/metrics", timeout=5).text
-        served = 'tts_tenant_requests_total{tenant="service"}'
-        lines = [line for line in metrics.splitlines() if line.startswith(served)]
-        counts.append(float(lines[0].split()[1]) if lines else 0.0)
+        lines = [line for line in metrics.splitlines() if line.startswith("tts_tenant_requests_total{")]
+        counts.append(sum(float(line.split()[1]) for line in lines))
     return counts
 
 

@@ -15,8 +15,18 @@ from pydantic import ValidationError
 from engines.base import InvalidSynthesisRequestError, SynthesisRequest
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.remote.backend import RemoteEngine
+from engines.remote.context import (
+    InvalidTenantContextError,
+    TenantContext,
+    context_headers,
+    engine_node_headers,
+    is_engine_node,
+    read_context,
+    tenant_context,
+)
 from engines.remote.endpoints import EndpointAddress, Resolver
 from engines.remote.options import OpenAIRemoteOptions
+from engines.scheduling import DEFAULT_SHARE, TenantShare
 from engines.settings import RemoteEngineSettings, engine_settings
 
 if TYPE_CHECKING:
@@ -36,6 +46,8 @@ class Upstream:
     hang: bool = False
     has_readyz: bool = True
     """False: ``/readyz`` answers 404 and ``/v1/models`` 200, as OpenAI's own API does."""
+    engine_node: bool = False
+    """True: ``/readyz`` answers with the engine node's marker header, as a tts-gateway engine node does."""
     probes: list[str] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     server: asyncio.Server | None = None
@@ -58,8 +70,9 @@ class Upstream:
                 if method == "GET":
                     self.probes.append(path)
                     found = path == "/readyz" if self.has_readyz else path == "/v1/models"
+                    marker = b"x-tts-engine-node: 1\r\n" if self.engine_node else b""
                     writer.write(
-                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                        b"HTTP/1.1 200 OK\r\n" + marker + b"content-length: 2\r\n\r\nok"
                         if found
                         else b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
                     )
@@ -213,6 +226,20 @@ async def test_server_errors_open_the_breaker_which_then_fails_fast(upstreams: A
     assert engine.status().state == "unavailable"
 
 
+async def test_a_full_queue_on_an_engine_node_is_an_overload_not_a_failure(upstreams: Any, engines: Any) -> None:
+    # What a node answers when the tenant's share of its queue (max_queued) or the queue is full.
+    body = b'{"error": {"message": "engine \'paced\' is overloaded", "code": "engine_overloaded"}}'
+    upstream = await upstreams(status=503, body=body)
+    engine = await engines([upstream.url], breaker={"failures": 1})
+
+    for _ in range(2):
+        with pytest.raises(EngineOverloadedError):
+            await read_all(engine)
+
+    assert engine.status().endpoints[0].breaker == "closed"
+    assert len(upstream.requests) == 2
+
+
 async def test_an_upstream_silent_before_the_first_byte_fails_within_the_timeout(upstreams: Any, engines: Any) -> None:
     upstream = await upstreams(hang=True)
     engine = await engines([upstream.url], first_byte_timeout_s=0.3)
@@ -305,12 +332,59 @@ async def test_unreachable_endpoints_leave_the_engine_unavailable_with_the_reaso
         await read_all(engine)
 
 
-async def test_custom_speakers_are_refused_before_anything_is_sent(upstreams: Any, engines: Any) -> None:
-    upstream = await upstreams(chunks=[b"\0\0"])
+async def test_an_engine_node_is_sent_the_tenant_context_and_the_speaker(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(chunks=[b"\0\0"], engine_node=True)
     engine = await engines([upstream.url])
-    with pytest.raises(InvalidSynthesisRequestError, match="Custom voices"):
+    share = TenantShare(weight=2.5, priority="high", max_queued=3)
+    speaker = "\u4e00\u4e8c" * 3000  # base16384 text: non-ASCII, far beyond a header's room
+
+    async with engine.open_stream(SynthesisRequest("hi", "voice_1", speaker=speaker), tenant="acme", share=share) as s:
+        assert [chunk async for chunk in s] == [b"\0\0"]
+
+    sent = upstream.requests[-1]
+    assert sent["json"]["x_tts_speaker"] == speaker
+    assert sent["json"]["voice"] == "voice_1"
+    assert read_context(sent["headers"]) == TenantContext("acme", share)
+    assert "acme" not in json.dumps(sent["json"])  # the tenant travels in headers only
+
+
+@pytest.mark.parametrize("engine_node", [True, False], ids=["engine-node", "other-server"])
+async def test_only_an_engine_node_is_told_that_a_request_continues_a_stream(
+    upstreams: Any, engines: Any, engine_node: bool
+) -> None:
+    upstream = await upstreams(chunks=[b"\0\0"], engine_node=engine_node)
+    engine = await engines([upstream.url])
+    await wait_for(lambda: engine.status().state == "ready")
+    for continuing in (False, True):
+        async with engine.open_stream(SPEECH, tenant="acme", continuing=continuing) as stream:
+            assert [chunk async for chunk in stream] == [b"\0\0"]
+    first, later = (request["json"] for request in upstream.requests)
+    assert "x_tts_continuing" not in first
+    assert later.get("x_tts_continuing") is (True if engine_node else None)
+
+
+async def test_a_request_for_no_tenant_goes_to_a_node_without_a_context(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(chunks=[b"\0\0"], engine_node=True)
+    engine = await engines([upstream.url])
+    await read_all(engine)
+    assert read_context(upstream.requests[-1]["headers"]) is None
+
+
+@pytest.mark.parametrize("has_readyz", [True, False], ids=["readyz-without-marker", "openai-like"])
+async def test_another_server_never_learns_tenants_or_speakers(upstreams: Any, engines: Any, has_readyz: bool) -> None:
+    upstream = await upstreams(chunks=[b"\0\0"], has_readyz=has_readyz)
+    engine = await engines([upstream.url])
+    await wait_for(lambda: engine.status().state == "ready")
+
+    async with engine.open_stream(SPEECH, tenant="acme", share=TenantShare(priority="high")) as stream:
+        assert [chunk async for chunk in stream] == [b"\0\0"]
+    with pytest.raises(InvalidSynthesisRequestError, match="not a tts-gateway engine node") as caught:
         await read_all(engine, SynthesisRequest(text="hi", voice="v", speaker="spk"))
-    assert upstream.requests == []
+
+    assert caught.value.param == "voice"
+    assert len(upstream.requests) == 1, "the custom voice must be refused before anything is sent"
+    assert not [h for h in upstream.requests[0]["headers"] if h.startswith("x-tts-")]
+    assert "x_tts_speaker" not in upstream.requests[0]["json"]
 
 
 async def test_a_server_without_readyz_is_probed_at_its_models(upstreams: Any, engines: Any) -> None:
@@ -333,6 +407,62 @@ def test_probe_path_is_the_server_readyz_under_v1_else_models() -> None:
         {"Host": "e.svc:8443"},
         {"sni_hostname": "e.svc"},
     )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the tenant context on the wire
+
+
+@pytest.mark.parametrize(
+    "share",
+    [DEFAULT_SHARE, TenantShare(weight=0.1, priority="low"), TenantShare(weight=1e6, priority="high", max_queued=1)],
+)
+def test_a_tenant_context_reads_back_as_sent(share: TenantShare) -> None:
+    context = TenantContext("acme.eu-1_b", share)
+    headers = context_headers(context)
+    assert all(value.isascii() for value in headers.values())
+    assert read_context(headers) == context
+
+
+def test_a_context_without_its_share_headers_gets_the_default_share() -> None:
+    assert read_context({"x-tts-tenant": "acme"}) == TenantContext("acme", DEFAULT_SHARE)
+
+
+def test_no_context_headers_is_no_context() -> None:
+    assert read_context({"authorization": "Bearer x", "x-tts-other": "1"}) is None
+
+
+@pytest.mark.parametrize(
+    ("headers", "param"),
+    [
+        ({"x-tts-tenant": "Acme"}, "x-tts-tenant"),
+        ({"x-tts-tenant": ""}, "x-tts-tenant"),
+        ({"x-tts-tenant": "a" * 64}, "x-tts-tenant"),
+        ({"x-tts-tenant": "acme", "x-tts-tenant-weight": "0"}, "x-tts-tenant-weight"),
+        ({"x-tts-tenant": "acme", "x-tts-tenant-weight": "-2"}, "x-tts-tenant-weight"),
+        ({"x-tts-tenant": "acme", "x-tts-tenant-weight": "nan"}, "x-tts-tenant-weight"),
+        ({"x-tts-tenant": "acme", "x-tts-tenant-weight": "inf"}, "x-tts-tenant-weight"),
+        ({"x-tts-tenant": "acme", "x-tts-tenant-weight": "heavy"}, "x-tts-tenant-weight"),
+        ({"x-tts-tenant": "acme", "x-tts-tenant-priority": "urgent"}, "x-tts-tenant-priority"),
+        ({"x-tts-tenant": "acme", "x-tts-tenant-max-queued": "0"}, "x-tts-tenant-max-queued"),
+        ({"x-tts-tenant": "acme", "x-tts-tenant-max-queued": "+4"}, "x-tts-tenant-max-queued"),
+        ({"x-tts-tenant": "acme", "x-tts-tenant-max-queued": "9" * 10}, "x-tts-tenant-max-queued"),
+        ({"x-tts-tenant-priority": "high"}, "x-tts-tenant-priority"),
+    ],
+)
+def test_a_malformed_context_is_refused_naming_its_header(headers: dict[str, str], param: str) -> None:
+    with pytest.raises(InvalidTenantContextError) as caught:
+        read_context(headers)
+    assert caught.value.param == param
+    assert param.lower() in str(caught.value).lower()
+
+
+def test_only_the_engine_nodes_marker_says_engine_node() -> None:
+    assert is_engine_node(engine_node_headers())
+    assert not is_engine_node({})
+    assert not is_engine_node({"x-tts-engine-node": "2"})  # a later version of the extension is not this one
+    assert tenant_context("", TenantShare(priority="high")) is None
+    assert tenant_context("acme", None) == TenantContext("acme", DEFAULT_SHARE)
 
 
 # ----------------------------------------------------------------------------------------------------------------
