@@ -123,13 +123,13 @@ async def first_byte_after(http: httpx.AsyncClient, who: str, body: dict[str, An
 
 # ------------------------------------------------------------------------------------------------------------ tests
 async def test_a_light_tenant_waits_one_segment_not_a_long_input(http: httpx.AsyncClient) -> None:
-    long_input = long_text(20)  # 899 characters: 9 s of speech, ten segments of 0.89 s
+    long_input = long_text(91)  # 4,094 characters (the API's most is 4,096): 41 s of speech, segments of 0.89 s
     segment_s = max(map(len, split_text(long_input, MAX_SEGMENT_CHARS))) * PACED_SECONDS_PER_CHAR
-    floods = [asyncio.create_task(stream_all(http, "b", speech("paced", long_text(20)))) for _ in range(3)]
+    floods = [asyncio.create_task(stream_all(http, "b", speech("paced", long_text(91)))) for _ in range(3)]
     try:
         await wait_until(http, "paced", lambda state: state["active_jobs"] == 1 and state["queued"] == 2)
         bound = segment_s + MARGIN_S
-        try:  # given up on well before a long input's 9 s: with one job per request, a waits that long
+        try:  # given up on well before a long input's 41 s: with one job per request, a waits that long
             waited = await asyncio.wait_for(first_byte_after(http, "a", speech("paced", "A short question.")), 5)
         except TimeoutError:
             pytest.fail("a had no first byte within 5 s: it waited behind the whole of one of b's long inputs")

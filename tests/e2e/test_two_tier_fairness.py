@@ -173,8 +173,8 @@ async def test_long_inputs_through_two_tiers_hold_the_node_for_one_segment_at_a_
     clients: tuple[httpx.AsyncClient, httpx.AsyncClient, httpx.AsyncClient],
 ) -> None:
     node, front1, front2 = clients
-    # Three inputs of 20 sentences (899 characters, 9 s of speech each): one job each would hold the worker for 9 s.
-    flood = [asyncio.create_task(first_byte_s(front1, "b", long_text(20), "solo")) for _ in range(3)]
+    # Three inputs of 4,094 characters (41 s of speech each): one job each would hold the worker that long.
+    flood = [asyncio.create_task(first_byte_s(front1, "b", long_text(91), "solo")) for _ in range(3)]
     await wait_until(node, lambda engine: engine["active_jobs"] == 1 and engine["queued"] == 2, "solo")
     light = await first_byte_s(front2, "a", unique_text(SHORT_CHARS), "solo")
     assert light < SEGMENT_S + 1.0  # the segment in progress, then a's turn
