@@ -12,7 +12,12 @@ files and the server stops answering ``/healthz``. :class:`GuardedHttpToolsProto
   head: 408, and the application sees the client go away;
 - at most ``max_connections`` open connections: at the cap the oldest connection that holds no request in progress
   (idle, or still sending its head) is closed to make room, as nginx reuses its idle keep-alive connections; when
-  every connection is busy, the new one gets a 503 with ``Retry-After`` as soon as it sends its request.
+  every connection is busy, the new one gets a 503 with ``Retry-After`` as soon as it sends its request;
+- a head pipelined behind a request in progress gets its deadline once that request's response is complete (uvicorn
+  stops reading meanwhile), so a head trickled behind a response cannot keep the connection for ever;
+- what RFC 9112 refuses and nginx answers 400 (505 for a version other than HTTP/1.0 and 1.1): an HTTP/1.1 request
+  without ``Host``, one with two ``Host`` headers, an HTTP/0.9-style request line, ``Transfer-Encoding`` on
+  HTTP/1.0 (a framing an HTTP/1.0 peer does not have: a smuggling vector between proxies).
 
 Every refusal carries OpenAI's error body and closes the connection.
 """
@@ -149,6 +154,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0  # bytes received while a head is incomplete: bounds what an endless header buffers
         self._parsed_head_bytes = 0
         self._header_lines = 0
+        self._hosts = 0
+        self._transfer_encoding = False
         self._over_capacity = False
 
     # Connection life
@@ -195,7 +202,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 self._unsupported_upgrade_warning()
         except httptools.HttpParserError as exc:
             refusal = exc.__context__ if isinstance(exc.__context__, _Refusal) else None
-            self._refuse(refusal or _Refusal(400, "Invalid HTTP request received.", "invalid_http_request"))
+            self._refuse(refusal or _parser_refusal(exc))
         else:
             if self._receiving_head and self._head_bytes > self.limits.max_header_bytes:
                 self._refuse(_Refusal(431, "The request headers are too large.", "request_headers_too_large"))
@@ -204,6 +211,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._receiving_head = True
         self._header_lines = 0
+        self._hosts = 0
+        self._transfer_encoding = False
         self._parsed_head_bytes = 0
         if self._deadline is None and not self._request_in_progress():
             # A kept-alive connection's next request: its head is due from its first byte. (A request pipelined
@@ -221,6 +230,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 431, f"A request may carry at most {self.limits.max_headers} headers.", "request_headers_too_large"
             )
         self._count_head(len(name) + len(value) + 4)  # with ": " and CRLF, as on the wire
+        lowered = name.lower()
+        self._hosts += lowered == b"host"
+        self._transfer_encoding |= lowered == b"transfer-encoding"
         super().on_header(name, value)
 
     def _count_head(self, size: int) -> None:
@@ -230,6 +242,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             raise _Refusal(431, "The request headers are too large.", "request_headers_too_large")
 
     def on_headers_complete(self) -> None:
+        self._check_conformance()
         self._receiving_head = False
         self._head_bytes = 0
         self.reclaimable.discard(self)
@@ -246,8 +259,25 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)
         super().on_response_complete()
-        if not pipelined and not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self._receiving_head and self._head_bytes and self._deadline is None:
+            # The next request's head began while this one was in progress: it is due from now.
+            self._arm(self.limits.header_timeout_s, self._head_timed_out)
+        if not pipelined:
             self.reclaimable.add(self)  # idle until its next request: uvicorn's keep-alive timeout runs
+
+    def _check_conformance(self) -> None:
+        """Refuse, as nginx does, the request heads RFC 9112 rejects (see the module docstring)."""
+        version = self.parser.get_http_version()
+        if version == "0.9":
+            raise _Refusal(400, "HTTP/0.9 requests are not supported.", "invalid_http_request")
+        if version not in {"1.0", "1.1"}:
+            raise _Refusal(505, f"HTTP/{version} is not supported: speak HTTP/1.1.", "http_version_not_supported")
+        if self._hosts > 1 or (version == "1.1" and not self._hosts):
+            raise _Refusal(400, "An HTTP/1.1 request needs exactly one Host header.", "invalid_http_request")
+        if version == "1.0" and self._transfer_encoding:
+            raise _Refusal(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request.", "invalid_http_request")
 
     def send_400_response(self, msg: str) -> None:
         self._refuse(_Refusal(400, msg, "invalid_http_request"))
@@ -317,6 +347,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             head.append(b"retry-after: %d\r\n" % refusal.retry_after_s)
         self.transport.write(b"".join([*head, b"\r\n", body]))
         self.transport.close()
+
+
+def _parser_refusal(exc: httptools.HttpParserError) -> _Refusal:
+    if "Invalid HTTP version" in str(exc):  # HTTP/1.2, HTTP/3.0: well-formed, but not a version spoken here
+        return _Refusal(505, "This HTTP version is not supported: speak HTTP/1.1.", "http_version_not_supported")
+    return _Refusal(400, "Invalid HTTP request received.", "invalid_http_request")
 
 
 def guarded_http_protocol(limits: ConnectionLimits) -> type[GuardedHttpToolsProtocol]:

@@ -201,6 +201,62 @@ def test_a_malformed_request_gets_400_with_openai_body(guarded: GatewayProcess) 
     assert_openai_error(answer, 400, "invalid_http_request")
 
 
+@pytest.mark.parametrize(
+    ("request_head", "status", "code"),
+    [
+        (b"GET /healthz HTTP/1.1\r\n\r\n", 400, "invalid_http_request"),  # HTTP/1.1 without Host
+        (b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "invalid_http_request"),
+        (b"GET /healthz HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", 400, "invalid_http_request"),
+        (b"GET /healthz HTTP/2.0\r\nHost: gateway\r\n\r\n", 505, "http_version_not_supported"),
+        (b"GET /healthz HTTP/1.2\r\nHost: gateway\r\n\r\n", 505, "http_version_not_supported"),
+        (b"GET /healthz\r\n\r\n", 400, "invalid_http_request"),  # an HTTP/0.9-style request line
+        (
+            b"POST /healthz HTTP/1.0\r\nHost: gateway\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            400,
+            "invalid_http_request",
+        ),
+    ],
+    ids=["no-host", "two-hosts", "two-hosts-http-1.0", "http-2.0", "http-1.2", "http-0.9", "chunked-http-1.0"],
+)
+def test_heads_rfc_9112_refuses_get_what_nginx_answers(
+    guarded: GatewayProcess, request_head: bytes, status: int, code: str
+) -> None:
+    """Before: every one of these was served (a 200 for /healthz)."""
+    _, answer = exchange(guarded.port, request_head)
+    assert_openai_error(answer, status, code)
+
+
+def test_http_1_0_without_host_is_still_served(guarded: GatewayProcess) -> None:
+    _, answer = exchange(guarded.port, b"GET /healthz HTTP/1.0\r\n\r\n")
+    assert parse_response(answer)[0] == 200
+
+
+def test_a_head_trickled_behind_a_response_in_progress_is_cut_off_at_its_deadline(guarded: GatewayProcess) -> None:
+    """Before: a second head sent a byte every half second behind a request still being answered had no deadline."""
+    body = json.dumps(speech("steady", "x" * 40)).encode()  # 2 s of audio at real time: in progress for 2 s
+    first = head("POST", "/v1/audio/speech", *[f"{k}: {v}" for k, v in bearer().items()], content_length=len(body))
+    trickled = b"GET /healthz HTTP/1.1\r\nHost: gateway\r\nX-Trickle: " + b"a" * 200
+    with socket.create_connection(("127.0.0.1", guarded.port)) as sock:
+        started = time.monotonic()
+        sock.sendall(first + body + trickled[:1])
+        sock.settimeout(0.5)
+        received = b""
+        for byte in trickled[1:]:  # a byte every half second, for longer than the response and its deadline
+            with contextlib.suppress(TimeoutError):
+                if not (chunk := sock.recv(65536)):
+                    break
+                received += chunk
+            try:
+                sock.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        received += read_until_closed(sock, timeout_s=5)
+        elapsed = time.monotonic() - started
+    assert received.startswith(b"HTTP/1.1 200 OK")
+    assert b"HTTP/1.1 408 " in received  # after the audio, the trickled head's deadline
+    assert elapsed < 2.0 + HEADER_TIMEOUT_S + 3  # the response, then the header timeout (slack for a busy machine)
+
+
 def test_a_head_that_never_completes_gets_408_after_the_header_timeout(guarded: GatewayProcess) -> None:
     elapsed, answer = exchange(guarded.port, b"GET /healthz HTTP/1.1\r\nHost: gateway\r\nX-Slow: ")
     assert_openai_error(answer, 408, "request_timeout")
