@@ -82,6 +82,10 @@ class ServerSettings(BaseModel):
     503 with ``Retry-After``. Lowered at start to fit the open-file limit (``ulimit -n``)."""
     max_json_depth: int = Field(default=32, ge=2, le=512)
     """Deepest nesting of arrays and objects in a JSON request body; deeper bodies get 400."""
+    trusted_proxies: list[str] = Field(default_factory=list)
+    """Addresses or networks (``10.0.0.0/8``) of the reverse proxies in front of the gateway: only for a connection
+    from one of them are ``X-Forwarded-For`` and ``X-Forwarded-Proto`` believed, and the client's address (the admin
+    throttle's, the logs') taken from them. Empty: forwarding headers are ignored, so nobody can forge an address."""
 
 
 class CacheSettings(BaseModel):

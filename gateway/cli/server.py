@@ -100,6 +100,9 @@ def _serve(args: argparse.Namespace) -> int:
         loop="uvloop",
         http=guarded_http_protocol(ConnectionLimits.from_settings(server)),
         timeout_keep_alive=server.keep_alive_timeout_s,
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: a local caller could forge any client address.
+        proxy_headers=bool(server.trusted_proxies),
+        forwarded_allow_ips=server.trusted_proxies or None,
         ws="websockets-sansio",
         ws_max_size=server.max_body_bytes,
         log_config=None,

@@ -622,3 +622,40 @@ def test_failed_admin_attempts_are_throttled_per_address_and_logged_without_the_
     ]
     assert warnings and all(entry["level"] == "warning" for entry in warnings)
     assert wrong not in administered.log() and ADMIN_TOKEN not in administered.log()
+
+
+# ------------------------------------------------------------------------------------------- forwarded addresses
+def proxied_config(trusted_proxies: list[str]) -> dict[str, Any]:
+    return {
+        "server": {"trusted_proxies": trusted_proxies},
+        "auth": {"required": True, "admin_token": ADMIN_TOKEN},
+        "engines": {"tones": {"kind": "synthetic", "workers": 1}},
+        "aliases": {},
+    }
+
+
+def admin_attempts(gateway: GatewayProcess, forwarded_for: list[str], token: str) -> list[int]:
+    with httpx.Client(base_url=gateway.base_url, timeout=5) as client:  # from 127.0.0.1, as a local proxy would be
+        return [
+            client.get("/admin/tenants", headers=bearer(token) | {"x-forwarded-for": address}).status_code
+            for address in forwarded_for
+        ]
+
+
+def test_a_forged_forwarded_address_does_not_dodge_the_admin_throttle(tmp_path: Path) -> None:
+    """Before: uvicorn believed X-Forwarded-For from 127.0.0.1, so 30 wrong tokens, each from a new forged address,
+    got 30 x 401 and never 429."""
+    with GatewayProcess(proxied_config([]), tmp_path) as gateway:
+        statuses = admin_attempts(gateway, [f"198.51.100.{n}" for n in range(1, 31)], "wrong-" + uuid.uuid4().hex)
+    assert statuses[0] == 401 and 429 in statuses
+    assert statuses.index(429) <= 10
+
+
+def test_behind_a_trusted_proxy_a_strangers_attempts_do_not_lock_the_admin_out(tmp_path: Path) -> None:
+    with GatewayProcess(proxied_config(["127.0.0.1"]), tmp_path) as gateway:
+        stranger = admin_attempts(gateway, ["198.51.100.7"] * 12, "wrong-" + uuid.uuid4().hex)
+        admin = admin_attempts(gateway, ["198.51.100.8"], ADMIN_TOKEN)
+        log = [json.loads(line) for line in log_lines(gateway)]
+    assert stranger[0] == 401 and stranger[-1] == 429  # throttled by its own forwarded address
+    assert admin == [200]  # the proxy's other callers are not
+    assert any(entry.get("client") == "198.51.100.7" for entry in log if entry["logger"] == "tts_gateway.admin")
