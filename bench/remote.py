@@ -176,11 +176,13 @@ async def throughput_cell(server: GatewayProcess, *, concurrency: int, requests:
             "total_ms": percentiles([s.total_s * 1000 for s in ok])}  # fmt: skip
 
 
-def node_jobs(servers: dict[str, GatewayProcess]) -> dict[str, int]:
-    """Requests each engine node's synthetic engine has finished (from its metrics): the fronts' balance."""
+def node_jobs(servers: dict[str, GatewayProcess], token: str) -> dict[str, int]:
+    """Requests each engine node's synthetic engine has finished (from its metrics, behind the service token): the
+    fronts' balance."""
     counts = {}
     for name in ("node-a", "node-b"):
-        text = httpx.get(servers[name].base_url + "/metrics", timeout=10).text
+        headers = {"authorization": f"Bearer {token}"}
+        text = httpx.get(servers[name].base_url + "/metrics", headers=headers, timeout=10).text
         counts[name] = int(sum(float(line.split()[-1]) for line in text.splitlines()
                                if line.startswith("tts_synthesis_seconds_count")))  # fmt: skip
     return counts
@@ -199,10 +201,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             )
             cells = {}
             for name in ("front-1", "front-2"):
-                before = node_jobs(servers)
+                before = node_jobs(servers, token)
                 cells[name] = asyncio.run(throughput_cell(servers[name], concurrency=concurrency,
                                                           requests=args.remote_throughput_requests))  # fmt: skip
-                after = node_jobs(servers)
+                after = node_jobs(servers, token)
                 cells[name]["node_jobs"] = {node: after[node] - before[node] for node in after}
                 print(f"    {name}: {cells[name]['rps']} req/s, {cells[name]['node_jobs']}", flush=True)
         finally:

@@ -28,6 +28,7 @@ from gateway.http.backpressure import send_timeout_middleware
 from gateway.http.errors import EXCEPTION_HANDLERS
 from gateway.http.json_depth import json_depth_middleware
 from gateway.http.security import provide_principal
+from gateway.http.service_token import service_token_middleware
 from gateway.http.tracking import request_tracking_middleware
 from gateway.observability.metrics import PoolCollector, SpeechMetrics
 from gateway.realtime import realtime_speech
@@ -46,6 +47,8 @@ from gateway.speech.voices import VoiceStore  # noqa: TC001
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
+
+    from litestar.types import ASGIApp
 
     from engines.backend import EngineBackend
     from engines.settings import AnyEngineSettings
@@ -105,6 +108,7 @@ def create_app(
             request_tracking_middleware(_PROMETHEUS),
             send_timeout_middleware(settings.server.send_timeout_s),
             json_depth_middleware(settings.server.max_json_depth),
+            *_engine_node_door(settings),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.server.max_body_bytes,
@@ -122,6 +126,14 @@ def openapi_document() -> str:
     """The OpenAPI document of the app, as checked in under ``openapi/`` (stable key order, one trailing newline)."""
     schema = create_app(Settings()).openapi_schema.to_schema()
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def _engine_node_door(settings: Settings) -> list[Callable[[ASGIApp], ASGIApp]]:
+    """On an engine node, the service token before every route but the probes (``gateway/http/service_token.py``)."""
+    token = settings.auth.service_token
+    if settings.server.profile != "engine" or token is None:
+        return []
+    return [service_token_middleware(token.get_secret_value())]
 
 
 def _services(

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from litestar import Controller, Response, get
+from litestar import Controller, Request, Response, get
 from litestar.openapi import ResponseSpec
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 
 from gateway.http.dependencies import Router, StorageDep
+from gateway.http.service_token import presents_service_token
 from gateway.schemas import EngineReadiness, Readiness
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class HealthController(Controller):
             )
         },
     )
-    async def readyz(self, router: Router, storage: StorageDep) -> Response[Readiness]:
+    async def readyz(self, request: Request[Any, Any, Any], router: Router, storage: StorageDep) -> Response[Readiness]:
         engines = {name: _readiness(pool.status()) for name, pool in router.pools.items()}
         for name, engine in engines.items():
             engine.breaker = router.breaker_state(name)
@@ -58,7 +59,28 @@ class HealthController(Controller):
             engines=engines,
             redis=redis,
         )
+        if not _may_see_internals(request):
+            body = _without_internals(body)
         return Response(body, status_code=HTTP_503_SERVICE_UNAVAILABLE if problems else HTTP_200_OK)
+
+
+def _may_see_internals(request: Request[Any, Any, Any]) -> bool:
+    """An engine node shows its workers' pids and its engines' details to its front gateways only (the service token):
+    an orchestrator's probe needs the status code alone."""
+    settings = request.app.state.settings
+    token = settings.auth.service_token
+    if settings.server.profile != "engine" or token is None:
+        return True
+    return presents_service_token(request.headers, token.get_secret_value())
+
+
+def _without_internals(body: Readiness) -> Readiness:
+    engines = {
+        name: engine.model_copy(update={"reason": None, "pids": [], "details": {}, "endpoints": None})
+        for name, engine in body.engines.items()
+    }
+    reason = _READY if body.ready else "not ready (the detail is for callers with the service token)"
+    return body.model_copy(update={"engines": engines, "reason": reason})
 
 
 def _readiness(status: Any) -> EngineReadiness:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 SECONDS_PER_CHAR = 0.02
 SERVICE_TOKEN = "svc-" + "0123456789abcdef" * 3
+SERVICE = {"authorization": f"Bearer {SERVICE_TOKEN}"}  # what a front sends its engine nodes
 KEY = generate_api_key()
 CAPPED_KEY = generate_api_key()  # one request per minute
 FORMATS = ["mp3", "opus", "aac", "flac", "wav", "pcm"]
@@ -114,7 +115,7 @@ def served_by_nodes(nodes: list[GatewayProcess]) -> list[float]:
     """Speech requests each engine node has served (its usage counters, one per tenant the fronts named)."""
     counts = []
     for node in nodes:
-        metrics = httpx.get(f"{node.base_url}/metrics", timeout=5).text
+        metrics = httpx.get(f"{node.base_url}/metrics", headers=SERVICE, timeout=5).text
         lines = [line for line in metrics.splitlines() if line.startswith("tts_tenant_requests_total{")]
         counts.append(sum(float(line.split()[1]) for line in lines))
     return counts

@@ -13,12 +13,15 @@ node segment by segment, so ``a`` waits for one segment at most, not for a whole
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from auth.keys import generate_api_key, hash_api_key
 from tests.gateway_process import GatewayProcess
@@ -36,6 +39,7 @@ MAX_SEGMENT_CHARS = 100
 SOLO_SECONDS_PER_CHAR = 0.01  # a segment of two sentences (89 characters) takes 0.89 s at real time
 SEGMENT_S = MAX_SEGMENT_CHARS * SOLO_SECONDS_PER_CHAR
 KEYS = {name: generate_api_key() for name in ("a", "b")}
+SERVICE = {"authorization": f"Bearer {SERVICE_TOKEN}"}  # what a front sends an engine node
 
 
 def unique_text(chars: int) -> str:
@@ -144,7 +148,7 @@ async def clients(
 ) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient, httpx.AsyncClient]]:
     node, (front1, front2) = tiers
     async with (
-        httpx.AsyncClient(base_url=node.base_url, timeout=60) as node_http,
+        httpx.AsyncClient(base_url=node.base_url, timeout=60, headers=SERVICE) as node_http,
         httpx.AsyncClient(base_url=front1.base_url, timeout=60) as http1,
         httpx.AsyncClient(base_url=front2.base_url, timeout=60) as http2,
     ):
@@ -210,3 +214,44 @@ def test_a_front_judges_a_node_by_the_engine_it_asks_for(tiers: tuple[GatewayPro
     assert front.engine("paced")["state"] == "ready"
     broken = front.wait_engine("broken", state="unavailable")
     assert "the node's engine 'broken' is unavailable" in broken["reason"]
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/docs", "/docs/openapi.json", "/v1/models", "/v1/audio/voices"])
+def test_an_engine_node_answers_nothing_but_its_probes_without_the_service_token(
+    tiers: tuple[GatewayProcess, list[GatewayProcess]], path: str
+) -> None:
+    """Before: /metrics, /docs and the OpenAPI document answered anyone."""
+    node = tiers[0]
+    refused = httpx.get(f"{node.base_url}{path}", timeout=5)
+    assert refused.status_code == 401, refused.text
+    assert refused.json()["error"]["code"] == "invalid_api_key"
+    with_token = httpx.get(f"{node.base_url}{path}", headers={"authorization": f"Bearer {SERVICE_TOKEN}"}, timeout=5)
+    assert with_token.status_code != 401
+
+
+def test_an_engine_nodes_probes_reveal_no_internals_without_the_token(
+    tiers: tuple[GatewayProcess, list[GatewayProcess]],
+) -> None:
+    node = tiers[0]
+    assert httpx.get(f"{node.base_url}/healthz", timeout=5).status_code == 200
+    anonymous = httpx.get(f"{node.base_url}/readyz", timeout=5).json()
+    assert all(engine["pids"] == [] and engine["reason"] is None for engine in anonymous["engines"].values())
+    assert "no weights here" not in json.dumps(anonymous)  # the broken engine's reason stays inside
+    front = httpx.get(f"{node.base_url}/readyz", headers={"authorization": f"Bearer {SERVICE_TOKEN}"}, timeout=5)
+    assert front.json()["engines"]["paced"]["pids"]
+    assert front.json()["engines"]["broken"]["reason"] == "no weights here"
+
+
+@pytest.mark.parametrize("query", ["", f"?token={SERVICE_TOKEN}"], ids=["no-credentials", "token-in-the-url"])
+async def test_an_engine_node_refuses_a_websocket_without_the_token_in_its_header(
+    tiers: tuple[GatewayProcess, list[GatewayProcess]], query: str
+) -> None:
+    """Before: the upgrade was accepted and held for auth_timeout_s, and ?token= carried the tier's credential."""
+    node = tiers[0]
+    url = f"ws://127.0.0.1:{node.port}/v1/audio/speech/stream{query}"
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(url, open_timeout=5):
+            pass
+    assert refused.value.response.status_code == 403
+    async with connect(url.partition("?")[0], additional_headers={"authorization": f"Bearer {SERVICE_TOKEN}"}) as ws:
+        assert ws.protocol.state.name == "OPEN"

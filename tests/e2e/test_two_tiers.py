@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from tests.redis_server import RedisServer
 
 SERVICE_TOKEN = "svc-" + "fedcba9876543210" * 3
+SERVICE = {"authorization": f"Bearer {SERVICE_TOKEN}"}  # an engine node's metrics need it (a front ignores it)
 PACED_CHARS, PACED_SECONDS_PER_CHAR = 8, 0.05  # every paced job: 0.4 s of audio, spoken at real time
 TENANTS: dict[str, dict[str, Any]] = {
     "acme": {},
@@ -189,7 +190,7 @@ def speak(gateway: GatewayProcess, voice: str | dict[str, str], text: str, **ext
 
 def metric(gateway: GatewayProcess, name: str, **labels: str) -> float:
     """The value of one sample of ``name`` with exactly these labels (0 when absent)."""
-    text = httpx.get(f"{gateway.base_url}/metrics", timeout=5).text
+    text = httpx.get(f"{gateway.base_url}/metrics", headers=SERVICE, timeout=5).text
     wanted = ",".join(f'{key}="{value}"' for key, value in labels.items())
     for line in text.splitlines():
         if line.startswith(f"{name}{{{wanted}}} "):
@@ -198,7 +199,8 @@ def metric(gateway: GatewayProcess, name: str, **labels: str) -> float:
 
 
 def tenants_in_metrics(gateway: GatewayProcess) -> set[str]:
-    return set(re.findall(r'tenant="([^"]*)"', httpx.get(f"{gateway.base_url}/metrics", timeout=5).text))
+    metrics = httpx.get(f"{gateway.base_url}/metrics", headers=SERVICE, timeout=5).text
+    return set(re.findall(r'tenant="([^"]*)"', metrics))
 
 
 def paced_text(chars: int = PACED_CHARS) -> str:

@@ -150,7 +150,8 @@ def test_an_engine_pod_is_ready_only_with_the_engines_it_hosts(chart: helm.Chart
     )
     env = {**NO_WEIGHTS, "TTS_GATEWAY_AUTH__SERVICE_TOKEN": SERVICE_TOKEN}
     with GatewayProcess(node_config, tmp_path, env=env) as node:
-        response = httpx.get(f"{node.base_url}/readyz", timeout=5)
+        headers = {"authorization": f"Bearer {SERVICE_TOKEN}"}  # the detail is for the front gateways
+        response = httpx.get(f"{node.base_url}/readyz", headers=headers, timeout=5)
         assert response.status_code == 503
         body = response.json()
         assert body["required"] == {"chattts": ["chattts"]}

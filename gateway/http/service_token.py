@@ -1,0 +1,61 @@
+"""An engine node's door: every request needs the service token, except the probes, before any route runs.
+
+An engine node (``server.profile: engine``) is called by its front gateways only. Its speech route already checked
+the token, but ``/metrics``, ``/docs``, the OpenAPI document and the WebSocket upgrade answered anyone, and the probes
+showed worker pids. This middleware refuses every request without ``Authorization: Bearer <service token>`` from its
+head, before a body is read or a WebSocket accepted (a 401 with OpenAI's body; a WebSocket is refused before the
+handshake completes); the token is never taken from a URL. ``/healthz`` and ``/readyz`` stay open for the
+orchestrator's probes, and ``/readyz`` then tells only what a probe needs (:func:`presents_service_token`).
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import TYPE_CHECKING
+
+from litestar.datastructures import Headers
+from litestar.enums import ScopeType
+from litestar.status_codes import HTTP_401_UNAUTHORIZED
+
+from gateway.http.errors import OpenAIError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from litestar.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["PROBE_PATHS", "presents_service_token", "service_token_middleware"]
+
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+"""What an orchestrator asks without credentials: open on engine nodes too."""
+
+
+def presents_service_token(headers: Mapping[str, str], token: str) -> bool:
+    """Whether ``headers`` carry ``Authorization: Bearer <token>`` (compared in constant time)."""
+    scheme, _, presented = headers.get("authorization", "").strip().partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
+def service_token_middleware(token: str) -> Callable[[ASGIApp], ASGIApp]:
+    """The middleware of an engine node whose service token is ``token``."""
+
+    def middleware(app: ASGIApp) -> ASGIApp:
+        async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+            if _open_to_all(scope) or presents_service_token(Headers.from_scope(scope), token):
+                await app(scope, receive, send)
+            elif scope["type"] == ScopeType.WEBSOCKET:
+                await send({"type": "websocket.close", "code": 1008, "reason": "service token required"})
+            else:
+                raise OpenAIError(
+                    HTTP_401_UNAUTHORIZED,
+                    "Invalid service token: this is an engine node, called by a gateway.",
+                    code="invalid_api_key",
+                )
+
+        return guarded
+
+    return middleware
+
+
+def _open_to_all(scope: Scope) -> bool:
+    return scope["type"] not in {ScopeType.HTTP, ScopeType.WEBSOCKET} or scope["path"] in PROBE_PATHS
