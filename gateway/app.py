@@ -234,7 +234,10 @@ def _logging_config(settings: Settings) -> LoggingConfig:
     own = {"level": level, "handlers": ["json"], "propagate": False}
     return LoggingConfig(
         formatters={"json": {"()": "gateway.observability.logs.JsonLogFormatter"}},
-        filters={"websocket_frames": {"()": "gateway.observability.logs.WebSocketFrameRedactor"}},
+        filters={
+            "websocket_frames": {"()": "gateway.observability.logs.WebSocketFrameRedactor"},
+            "logged_truncations": {"()": "gateway.observability.logs.LoggedTruncationFilter"},
+        },
         handlers={"json": {"class": "logging.StreamHandler", "formatter": "json"}},
         loggers={
             "tts_gateway": own,
@@ -242,7 +245,7 @@ def _logging_config(settings: Settings) -> LoggingConfig:
             "uvicorn": own,
             "uvicorn.access": own,
             # websockets logs frames, their text included, on uvicorn's error logger at debug level
-            "uvicorn.error": {"level": level, "filters": ["websocket_frames"], "propagate": True},
+            "uvicorn.error": {"level": level, "filters": ["websocket_frames", "logged_truncations"], "propagate": True},
         },
         root={"level": "INFO" if level == "DEBUG" else level, "handlers": ["json"]},
         log_exceptions="debug",

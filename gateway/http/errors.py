@@ -38,7 +38,14 @@ if TYPE_CHECKING:
     from litestar import Request
     from litestar.types import ExceptionHandlersMap
 
-__all__ = ["EXCEPTION_HANDLERS", "OpenAIError", "as_openai_error", "error_body", "error_responses"]
+__all__ = [
+    "EXCEPTION_HANDLERS",
+    "OpenAIError",
+    "ResponseTruncatedError",
+    "as_openai_error",
+    "error_body",
+    "error_responses",
+]
 
 logger = logging.getLogger("tts_gateway.errors")
 
@@ -46,6 +53,12 @@ INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
 #: nginx's status for a request its client abandoned: never sent (nobody is listening), but logged and counted.
 CLIENT_CLOSED_REQUEST = 499
+
+
+class ResponseTruncatedError(Exception):
+    """A response whose first bytes went out ends short (its engine failed or was cut off): it has been logged and
+    counted where it happened, and the HTTP layer ends the response without its last chunk, so that the client sees
+    it incomplete, with no traceback (``gateway/http/tracking.py``)."""
 
 
 class OpenAIError(Exception):

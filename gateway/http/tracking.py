@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from litestar.enums import ScopeType
 
+from gateway.http.errors import ResponseTruncatedError
 from gateway.observability.http_metrics import HttpMetrics
+from gateway.observability.logs import UNFINISHED_RESPONSE_LOGGED
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -26,7 +28,12 @@ if TYPE_CHECKING:
 
     from gateway.observability.http_metrics import Span
 
-__all__ = ["REQUEST_ID_HEADER", "RequestRecord", "request_record", "request_tracking_middleware"]
+__all__ = [
+    "REQUEST_ID_HEADER",
+    "RequestRecord",
+    "request_record",
+    "request_tracking_middleware",
+]
 
 REQUEST_ID_HEADER = "x-request-id"
 _REQUEST_ID_HEADER = REQUEST_ID_HEADER.encode()
@@ -54,6 +61,8 @@ class RequestRecord:
     audio_seconds: float | None = None
     ttfb_ms: float | None = None
     cache: str | None = None
+    truncated: bool | None = None
+    """True when the response began and ended short (its engine failed after the first audio)."""
 
     def as_log(self) -> dict[str, Any]:
         # Attribute by attribute: ``dataclasses.asdict`` deep-copies every value, a cost paid on every request.
@@ -107,11 +116,30 @@ async def _tracked(app: ASGIApp, scope: HTTPScope, receive: Receive, send: Send,
     tracked = _TrackedSend(send, record, span)
     try:
         await app(scope, receive, tracked.send)
+    except Exception as exc:
+        if not record.status or not _is_truncation(exc):
+            raise  # nothing went out (an error response can still be sent), or not a truncation: a bug to see
+        # Logged where it happened; returning with the response incomplete makes uvicorn close the connection
+        # without the last chunk, so the client sees the body cut, and no traceback is written.
+        record.truncated = True
+        UNFINISHED_RESPONSE_LOGGED.set(True)
     finally:
         record.duration_ms = round((time.perf_counter() - record.started) * 1000, 2)
         if span is not None:
             span.end(record.status or 200)
         _log_access(record)
+
+
+def _is_truncation(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is, or was caused by, a :class:`ResponseTruncatedError`: Litestar re-raises an error caught
+    after the response started as its own exception, from the streaming response's exception group."""
+    while exc is not None:
+        if isinstance(exc, ResponseTruncatedError):
+            return True
+        if isinstance(exc, BaseExceptionGroup):
+            return any(_is_truncation(inner) for inner in exc.exceptions)
+        exc = exc.__cause__
+    return False
 
 
 async def _measured(app: ASGIApp, scope: Scope, receive: Receive, send: Send, span: Span) -> None:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 from typing import Any
 
-__all__ = ["JsonLogFormatter", "WebSocketFrameRedactor"]
+__all__ = ["UNFINISHED_RESPONSE_LOGGED", "JsonLogFormatter", "LoggedTruncationFilter", "WebSocketFrameRedactor"]
+
+UNFINISHED_RESPONSE_LOGGED: contextvars.ContextVar[bool] = contextvars.ContextVar("unfinished_logged", default=False)
+"""Set (``gateway/http/tracking.py``) in the task of a request the gateway ended short and logged: uvicorn's own line
+about the unfinished response, written in the same task afterwards, then says nothing new."""
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -60,6 +65,16 @@ class WebSocketFrameRedactor(logging.Filter):
         elif record.msg in self._HEADER_LINES and str(args[0]).lower() in self._SECRET_HEADERS:
             record.args = (args[0], "[redacted]")
         return True
+
+
+class LoggedTruncationFilter(logging.Filter):
+    """Drops uvicorn's "ASGI callable returned without completing response." for a response the gateway ended short
+    on purpose and has logged already, with its cause (``gateway/http/tracking.py``); for any other it stays."""
+
+    _UNFINISHED = "ASGI callable returned without completing response."
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == self._UNFINISHED and UNFINISHED_RESPONSE_LOGGED.get())
 
 
 _ENCODER = json.JSONEncoder(default=str)  # what ``json.dumps(entry, default=str)`` writes, without a new encoder

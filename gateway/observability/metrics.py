@@ -77,6 +77,11 @@ class SpeechMetrics:
             "engine that answered.",
             ["alias", "engine"],
         )
+        self.truncations = _Counter(
+            "tts_responses_truncated",
+            "Speech responses that began and ended short (the engine failed or its stream was cut), by engine.",
+            ["engine"],
+        )
         self.rejections = _Counter(
             "tts_rate_limit_rejections", "Requests refused by a tenant limit.", ["tenant", "reason"]
         )

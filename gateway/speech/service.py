@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
+import logging
 import struct
 import time
 import weakref
@@ -23,8 +25,11 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from engines.base import InvalidSynthesisRequestError
+from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.scheduling import TenantShare
 from gateway.audio import open_encoder
+from gateway.http.errors import ResponseTruncatedError
 from gateway.schemas import EngineNodeSpeechRequest
 from gateway.settings import SpeechSettings
 from gateway.speech.cache import cache_key
@@ -52,6 +57,11 @@ if TYPE_CHECKING:
 
 __all__ = ["SpeechReply", "SpeechService", "tenant_share"]
 
+logger = logging.getLogger("tts_gateway.speech")
+
+# What can end a stream after its first bytes: the engine failed, its stream was cut, or a later segment could not
+# start. Anything else (a bug) keeps its traceback.
+_ENGINE_ERRORS = (SynthesisFailedError, EngineNotReadyError, EngineOverloadedError, InvalidSynthesisRequestError)
 _CACHE_HEADER = struct.Struct("<d")  # cached value: audio seconds, then the encoded audio
 _HIT_CHUNK_BYTES = 32 * 1024
 
@@ -92,6 +102,8 @@ class SpeechReply:
     followed by :meth:`close`, instead of through :meth:`audio`."""
     limits: LimitState | None = None
     """The tenant's standing after this request was admitted."""
+    on_cut: Callable[[Exception], None] | None = field(default=None, repr=False)
+    """Told when the audio ends short after its first bytes (logged and counted there)."""
 
     def __post_init__(self) -> None:
         self._abandoned = weakref.finalize(self, _close_abandoned, self._finish, asyncio.get_running_loop())
@@ -103,6 +115,10 @@ class SpeechReply:
                 yield self._first
             async for data in self._rest:
                 yield data
+        except _ENGINE_ERRORS as exc:  # after the first bytes: the response can only end short
+            if self.on_cut is not None:
+                self.on_cut(exc)
+            raise ResponseTruncatedError(str(exc)) from exc
         finally:
             await self.close()
 
@@ -194,6 +210,7 @@ class SpeechService:
             reply = await self._miss(key, plan, finish, tenant)
         # Usage counts requests that were served (a stream cut short included), not ones that failed to start.
         finish.push_async_callback(self._account_reply, request, reply.outcome, record, reply.cache_hit)
+        reply.on_cut = functools.partial(self._cut, reply, record)
         record.engine, record.cache = reply.engine, "hit" if reply.cache_hit else "miss"
         record.ttfb_ms = round((time.perf_counter() - record.started) * 1000, 2)
         self.metrics.ttfb.labels(reply.engine).observe(record.ttfb_ms / 1000)
@@ -310,6 +327,23 @@ class SpeechService:
             finally:
                 self.metrics.queue_wait.labels(pool.name, tenant.name).observe(time.perf_counter() - started)
             yield pcm
+
+    def _cut(self, reply: SpeechReply, record: RequestRecord, cause: Exception) -> None:
+        """One line and a count for a response that ended short, with its cause (not a traceback: it is the engine's
+        failure, which the engine's own logs describe)."""
+        self.metrics.truncations.labels(reply.outcome.engine).inc()
+        logger.warning(
+            "response truncated",
+            extra={
+                "record": {
+                    "request_id": record.request_id,
+                    "engine": reply.outcome.engine,
+                    "tenant": record.tenant,
+                    "audio_seconds": round(reply.outcome.clock.seconds, 3),
+                    "cause": str(cause),
+                }
+            },
+        )
 
     async def _store(self, outcome: _Outcome, audio: bytes) -> None:
         await self.cache.set(outcome.cache_key, _CACHE_HEADER.pack(outcome.clock.seconds) + audio)

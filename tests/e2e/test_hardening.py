@@ -397,6 +397,27 @@ async def test_every_line_is_one_json_object_when_a_worker_dies_mid_stream(guard
         assert isinstance(entry, dict) and {"time", "level", "logger", "message"} <= set(entry)
 
 
+async def test_a_stream_cut_after_its_first_byte_is_one_line_a_count_and_a_truncated_access_line(
+    guarded: GatewayProcess,
+) -> None:
+    """Before: uvicorn's "Exception in ASGI application" with a traceback, and an access line like any other 200."""
+    request_id = "cut-" + uuid.uuid4().hex
+    headers = bearer() | {"x-request-id": request_id}
+    async with httpx.AsyncClient(base_url=guarded.base_url, timeout=30) as http:
+        with pytest.raises(httpx.RemoteProtocolError):  # the body ends without chunked encoding's last chunk
+            await http.post("/v1/audio/speech", json=speech("steady", "x" * 40 + " #fail-after=2"), headers=headers)
+        metrics = (await http.get("/metrics")).text
+    entries = [json.loads(line) for line in log_lines(guarded)]
+    mine = [entry for entry in entries if entry.get("request_id") == request_id]
+    (cut,) = [entry for entry in mine if entry["message"] == "response truncated"]
+    assert cut["level"] == "warning" and cut["engine"] == "steady" and "injected failure" in cut["cause"]
+    (access,) = [entry for entry in mine if entry["logger"] == "tts_gateway.access"]
+    assert access["status"] == 200 and access["truncated"] is True
+    server = [entry for entry in entries if entry["logger"] != "tts_gateway.worker"]  # a worker logs its engine's error
+    assert not [entry for entry in server if "ASGI" in entry["message"] or "Traceback" in entry.get("exception", "")]
+    assert 'tts_responses_truncated_total{engine="steady"}' in metrics
+
+
 # ------------------------------------------------------------------------------------ 3. idle sockets and the cap
 class LimitedGatewayProcess(GatewayProcess):
     """A gateway started with a soft open-file limit (``ulimit -n``) lowered to ``open_files``."""
