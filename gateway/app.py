@@ -25,6 +25,7 @@ from auth.usage import UsageLedger  # noqa: TC001
 from engines.factory import create_backend
 from engines.remote.context import engine_node_headers
 from gateway.http.backpressure import send_timeout_middleware
+from gateway.http.early_auth import credentials_before_body_middleware
 from gateway.http.errors import EXCEPTION_HANDLERS
 from gateway.http.json_depth import json_depth_middleware
 from gateway.http.security import provide_principal
@@ -109,6 +110,7 @@ def create_app(
             send_timeout_middleware(settings.server.send_timeout_s),
             json_depth_middleware(settings.server.max_json_depth),
             *_engine_node_door(settings),
+            credentials_before_body_middleware,
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.server.max_body_bytes,

@@ -124,8 +124,12 @@ class RealtimeSettings(BaseModel):
     """A sentence longer than this is cut at a clause or word boundary, so that speech can start sooner."""
     max_pending_chars: int = Field(default=4096, ge=1, le=65536)
     """Text appended but not yet spoken, per session; an append beyond it is refused with an error event."""
-    auth_timeout_s: float = Field(default=10.0, gt=0)
+    auth_timeout_s: float = Field(default=5.0, gt=0)
     """How long a socket without credentials may take to send its first message (which must carry them)."""
+    max_unauthenticated: int = Field(default=32, ge=0)
+    """Sockets that may wait at once for their first message's credentials (browsers cannot send a header); one more
+    is refused at once (close code 1013, try again later), so sockets that never authenticate cannot hold the
+    connections callers with credentials need. Credentials in the ``Authorization`` header never wait."""
     idle_timeout_s: float = Field(default=300.0, gt=0)
     """A session with no client event and nothing to speak for this long is closed, freeing its stream lease."""
 

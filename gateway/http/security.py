@@ -23,7 +23,17 @@ if TYPE_CHECKING:
     from litestar.connection import ASGIConnection
     from litestar.handlers.base import BaseRouteHandler
 
-__all__ = ["ADMIN_FAILURES_PER_MINUTE", "AdminThrottle", "provide_principal", "require_admin"]
+__all__ = [
+    "ADMIN_FAILURES_PER_MINUTE",
+    "PRINCIPAL_KEY",
+    "AdminThrottle",
+    "authenticate_request",
+    "provide_principal",
+    "require_admin",
+]
+
+PRINCIPAL_KEY = "tts_principal"
+"""Where a request's principal is kept in its scope's state once authenticated."""
 
 logger = logging.getLogger("tts_gateway.admin")
 
@@ -32,8 +42,15 @@ _NOT_ON_ENGINE_NODES = frozenset({"createVoice", "retrieveVoice", "deleteVoice"}
 
 
 async def provide_principal(request: Request[Any, Any, Any]) -> Principal:  # Litestar reads these hints at runtime
-    """Authenticate the request (API key or JWT; anyone when the gateway runs open; on an engine node the service
-    token, and then the front gateway's tenant context)."""
+    """Who is calling: authenticated from the request's head before its body was read
+    (``gateway/http/early_auth.py``), or now."""
+    principal: Principal | None = request.scope.get("state", {}).get(PRINCIPAL_KEY)
+    return principal if principal is not None else await authenticate_request(request)
+
+
+async def authenticate_request(request: Request[Any, Any, Any]) -> Principal:
+    """Authenticate the request from its headers (API key or JWT; anyone when the gateway runs open; on an engine
+    node the service token, and then the front gateway's tenant context)."""
     authenticator = request.app.state.services.authenticator
     authorization = request.headers.get("authorization")
     principal: Principal

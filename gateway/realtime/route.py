@@ -14,7 +14,7 @@ from litestar.exceptions import WebSocketDisconnect
 
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
-from gateway.http.errors import OpenAIError, as_openai_error
+from gateway.http.errors import SERVER_ERROR, OpenAIError, as_openai_error
 from gateway.realtime.protocol import ProtocolError, SessionUpdate, error_event, parse_client_event
 from gateway.realtime.session import (
     RealtimeSession,
@@ -25,6 +25,8 @@ from gateway.realtime.session import (
 )
 
 if TYPE_CHECKING:
+    from litestar.datastructures import State
+
     from auth import Principal
     from gateway.realtime.registry import SessionRegistry
     from gateway.settings import RealtimeSettings
@@ -132,13 +134,40 @@ async def _authenticate(
             raise _SessionRefusedError(as_openai_error(exc), _POLICY_VIOLATION) from None
     except AuthBackendError as exc:
         raise _SessionRefusedError(as_openai_error(exc), _TRY_AGAIN_LATER) from None
-    first = await _first_message(socket, settings.auth_timeout_s)
+    first = await _first_message_within_cap(socket, settings)
     try:
         return await authenticator.authenticate(f"Bearer {first.token}"), first.model_copy(update={"token": None})
     except _AUTH_ERRORS as exc:
         raise _SessionRefusedError(as_openai_error(exc), _POLICY_VIOLATION) from None
     except AuthBackendError as exc:
         raise _SessionRefusedError(as_openai_error(exc), _TRY_AGAIN_LATER) from None
+
+
+async def _first_message_within_cap(socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> SessionUpdate:
+    """The first message, if fewer than ``max_unauthenticated`` sockets wait for theirs (else refused at once)."""
+    waiting = _unauthenticated(socket.app.state)
+    if waiting[0] >= settings.max_unauthenticated:
+        busy = OpenAIError(
+            503,
+            "Too many connections are waiting to authenticate: send the credentials in the Authorization header, "
+            "or retry soon.",
+            type=SERVER_ERROR,
+            code="too_many_connections",
+        )
+        raise _SessionRefusedError(busy, _TRY_AGAIN_LATER)
+    waiting[0] += 1
+    try:
+        return await _first_message(socket, settings.auth_timeout_s)
+    finally:
+        waiting[0] -= 1
+
+
+def _unauthenticated(state: State) -> list[int]:
+    """The app's count of sockets waiting for their first message's credentials (one cell, shared by sessions)."""
+    if "realtime_unauthenticated" not in state:
+        state["realtime_unauthenticated"] = [0]
+    waiting: list[int] = state["realtime_unauthenticated"]
+    return waiting
 
 
 async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float) -> SessionUpdate:

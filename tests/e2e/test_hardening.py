@@ -680,3 +680,48 @@ def test_behind_a_trusted_proxy_a_strangers_attempts_do_not_lock_the_admin_out(t
     assert stranger[0] == 401 and stranger[-1] == 429  # throttled by its own forwarded address
     assert admin == [200]  # the proxy's other callers are not
     assert any(entry.get("client") == "198.51.100.7" for entry in log if entry["logger"] == "tts_gateway.admin")
+
+
+# --------------------------------------------------------------------------------- credentials before bodies
+@pytest.fixture(scope="module")
+def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    config = {
+        "server": {"max_connections": 8, "body_timeout_s": 30.0},
+        "auth": {"tenants": [{"name": "acme", "api_key_sha256": [hash_api_key(KEY)]}]},
+        "engines": {"tones": {"kind": "synthetic", "workers": 1, "options": {"seconds_per_char": 0.01}}},
+        "aliases": {},
+    }
+    with GatewayProcess(config, tmp_path_factory.mktemp("locked")) as process:
+        yield process
+
+
+def test_a_bad_credential_is_a_401_from_the_head_and_frees_the_connection(locked: GatewayProcess) -> None:
+    """Before: the body was read first, so this socket held its connection for body_timeout_s and then got 408."""
+    elapsed, answer = exchange(
+        locked.port,
+        head("POST", "/v1/audio/speech", "Authorization: Bearer sk-wrong", content_length=65000) + b"{",
+        timeout_s=5,
+    )
+    headers = assert_openai_error(answer, 401, "invalid_api_key")
+    assert headers["connection"] == "close"
+    assert elapsed < 2.0
+
+
+def test_sockets_without_credentials_cannot_take_a_tenants_connections(locked: GatewayProcess) -> None:
+    """The slot-exhaustion attack: heads of speech requests with no credential and one byte of a 65,000-byte body,
+    from more sockets than the connection cap; a tenant's fresh requests are still served."""
+    attackers = []
+    try:
+        for _ in range(3 * 8):
+            sock = socket.create_connection(("127.0.0.1", locked.port))
+            sock.sendall(head("POST", "/v1/audio/speech", content_length=65000) + b"{")
+            attackers.append(sock)
+        served = 0
+        with httpx.Client(base_url=locked.base_url, headers=bearer(), timeout=10) as client:
+            for n in range(20):
+                reply = client.post("/v1/audio/speech", json=speech("tones", f"fresh request {n}"))
+                served += reply.status_code == 200
+        assert served >= 19  # the issue's bar: at least 95 % of them
+    finally:
+        for sock in attackers:
+            sock.close()

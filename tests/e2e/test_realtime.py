@@ -42,7 +42,7 @@ PARAGRAPH = (
 def realtime_config() -> dict[str, Any]:
     return {
         "server": {"send_timeout_s": 2.0},
-        "realtime": {"auth_timeout_s": 1.0, "idle_timeout_s": IDLE_TIMEOUT_S},
+        "realtime": {"auth_timeout_s": 1.0, "idle_timeout_s": IDLE_TIMEOUT_S, "max_unauthenticated": 2},
         "auth": {
             "tenants": [
                 {"name": "acme", "api_key_sha256": [hash_api_key(KEY)]},
@@ -382,6 +382,24 @@ async def test_bad_or_missing_credentials_close_the_socket(gateway: GatewayProce
     assert "sk-tts-wrong" not in json.dumps(error)
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 1008
+
+
+async def test_sockets_waiting_for_credentials_are_capped_apart(gateway: GatewayProcess) -> None:
+    """Before: every upgrade without credentials was accepted and held for auth_timeout_s, so sockets that never
+    authenticate could take every connection."""
+    async with connect(ws_url(gateway)) as first, connect(ws_url(gateway)) as second:
+        await asyncio.sleep(0.2)  # both are waiting for their first message (max_unauthenticated: 2)
+        async with connect(ws_url(gateway)) as third:
+            error = json.loads(await asyncio.wait_for(third.recv(), 0.5))  # at once, not after auth_timeout_s
+            with pytest.raises(ConnectionClosed) as closed:
+                await third.recv()
+        assert error["error"]["code"] == "too_many_connections"
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+        async with connect(ws_url(gateway), additional_headers={"Authorization": f"Bearer {KEY}"}) as with_header:
+            await Session(with_header).next("session.created")  # credentials in the header never wait
+        for waiting in (first, second):
+            await waiting.send(json.dumps({"type": "session.update", "token": KEY, "session": {"model": "tones"}}))
+            await Session(waiting).next("session.created")
 
 
 def stalled_client(gateway: GatewayProcess, messages: list[dict[str, Any]]) -> socket.socket:

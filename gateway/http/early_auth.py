@@ -1,0 +1,59 @@
+"""Credentials before bodies: a request to a route that needs a caller is authenticated from its head.
+
+Litestar reads a request's body before it resolves the handler's dependencies, so a POST with a bad key and a body
+that never came held its connection until ``server.body_timeout_s`` and then got a 408, never a 401: forty such
+sockets from one address took a 50-connection gateway's every slot, without a credential. This middleware runs once
+the route is known and before the body is read: it authenticates a request whose handler takes ``principal`` from
+its ``Authorization`` header and keeps the principal for the handler (``provide_principal``); a missing or bad
+credential is a 401 at once, with ``Connection: close`` when a body was announced, so the connection is freed
+instead of waiting for a body nobody will read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from litestar import Request
+from litestar.enums import ScopeType
+
+from auth.errors import InvalidCredentialsError, UnknownTenantError
+from gateway.http.errors import as_openai_error
+from gateway.http.security import PRINCIPAL_KEY, authenticate_request
+
+if TYPE_CHECKING:
+    from litestar.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["credentials_before_body_middleware"]
+
+_REFUSED = (InvalidCredentialsError, UnknownTenantError)
+
+
+def credentials_before_body_middleware(app: ASGIApp) -> ASGIApp:
+    """Litestar middleware: authenticate from the head every request whose handler takes ``principal``."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == ScopeType.HTTP and _takes_principal(scope.get("route_handler")):
+            request: Request[Any, Any, Any] = Request(scope, receive)
+            try:
+                principal = await authenticate_request(request)
+            except _REFUSED as exc:
+                error = as_openai_error(exc)
+                if _announces_body(scope):
+                    error.headers["connection"] = "close"  # the body is not read: the connection cannot go on
+                raise error from None
+            scope.setdefault("state", {})[PRINCIPAL_KEY] = principal
+        await app(scope, receive, send)
+
+    return middleware
+
+
+def _takes_principal(handler: Any) -> bool:
+    """Whether the route's handler takes the caller (every ``/v1`` handler does; its signature is parsed once)."""
+    return handler is not None and "principal" in handler.parsed_fn_signature.parameters
+
+
+def _announces_body(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if (name == b"content-length" and value.strip() != b"0") or name == b"transfer-encoding":
+            return True
+    return False
