@@ -76,6 +76,11 @@ class ServerSettings(BaseModel):
     """Time a request has to deliver its whole body once its head is in; then 408 and the connection is closed."""
     keep_alive_timeout_s: int = Field(default=5, ge=1)
     """An idle keep-alive connection (between requests) is closed after this long."""
+    max_connections_per_address: int = Field(default=256, ge=1)
+    """Open HTTP connections one client address may hold (a WebSocket stops counting once upgraded: see
+    ``realtime.max_unauthenticated``); one more gets 429 with ``Retry-After`` as soon as it sends its request, so one
+    address cannot take the connections everyone else needs. Connections from ``trusted_proxies`` are not capped per
+    address (they carry many clients)."""
     max_connections: int = Field(default=1000, ge=1)
     """Open connections (HTTP and WebSocket) the server holds. At the cap the oldest connection without a request in
     progress (idle, or still sending its head) is closed to make room; when every one is busy, the new connection gets

@@ -10,6 +10,8 @@ files and the server stops answering ``/healthz``. :class:`GuardedHttpToolsProto
 - a head not complete ``header_timeout_s`` after the connect (or after its first byte, on a kept-alive
   connection): 408 (closed silently when nothing was sent at all); a body not complete ``body_timeout_s`` after its
   head: 408, and the application sees the client go away;
+- at most ``max_connections_per_address`` open connections from one client address (but from ``trusted_proxies``):
+  one more gets a 429 with ``Retry-After`` as soon as it sends its request;
 - at most ``max_connections`` open connections: at the cap the oldest connection that holds no request in progress
   (idle, or still sending its head) is closed to make room, as nginx reuses its idle keep-alive connections; when
   every connection is busy, the new one gets a 503 with ``Retry-After`` as soon as it sends its request;
@@ -24,10 +26,12 @@ Every refusal carries OpenAI's error body and closes the connection.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import math
 import resource
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -63,6 +67,8 @@ class ConnectionLimits:
     header_timeout_s: float
     body_timeout_s: float
     max_connections: int
+    max_connections_per_address: int = 1 << 30
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
 
     @classmethod
     def from_settings(cls, server: ServerSettings) -> ConnectionLimits:
@@ -73,7 +79,20 @@ class ConnectionLimits:
             header_timeout_s=server.header_timeout_s,
             body_timeout_s=server.body_timeout_s,
             max_connections=_fit_open_file_limit(server.max_connections),
+            max_connections_per_address=server.max_connections_per_address,
+            trusted_proxies=tuple(ipaddress.ip_network(proxy, strict=False) for proxy in server.trusted_proxies),
         )
+
+    def caps_address(self, address: str | None) -> bool:
+        """Whether connections from ``address`` count against ``max_connections_per_address`` (not a trusted
+        proxy's, which carry many clients; not a Unix socket's, which has no address)."""
+        if address is None:
+            return False
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return not any(ip in network for network in self.trusted_proxies)
 
 
 def _fit_open_file_limit(max_connections: int) -> int:
@@ -146,6 +165,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     limits: ClassVar[ConnectionLimits]
     reclaimable: ClassVar[_ReclaimableConnections]
+    per_address: ClassVar[Counter[str]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -157,11 +177,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._hosts = 0
         self._transfer_encoding = False
         self._over_capacity = False
+        self._address: str | None = None
+        """The client address this connection counts against (``None``: not counted per address)."""
+        self._over_address_cap = False
 
     # Connection life
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if self.limits.caps_address(address := _peer_address(transport)):
+            assert address is not None
+            if self.per_address[address] >= self.limits.max_connections_per_address:
+                self._over_address_cap = True
+                self._arm(_OVER_CAPACITY_GRACE_S, self.transport.close)
+                return
+            self._address = address
+            self.per_address[address] += 1
         if len(self.connections) > self.limits.max_connections and not self.reclaimable.reclaim_oldest():
             self._over_capacity = True
             self._arm(_OVER_CAPACITY_GRACE_S, self.transport.close)
@@ -172,7 +203,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self.reclaimable.discard(self)
+        self._uncount_address()
         super().connection_lost(exc)
+
+    def _uncount_address(self) -> None:
+        if self._address is not None:
+            self.per_address[self._address] -= 1
+            if self.per_address[self._address] <= 0:
+                del self.per_address[self._address]
+            self._address = None
 
     def reclaim(self) -> None:
         """Close this connection (it has no request in progress) to make room for a new one."""
@@ -182,11 +221,23 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def handle_websocket_upgrade(self) -> None:
         self._disarm()  # the WebSocket protocol takes the connection over, with its own timeouts
         self.reclaimable.discard(self)
+        self._uncount_address()  # this protocol's connection_lost is never called once the WebSocket has it
         super().handle_websocket_upgrade()
 
     # Parsing
 
     def data_received(self, data: bytes) -> None:
+        if self._over_address_cap:
+            self._refuse(
+                _Refusal(
+                    429,
+                    "Too many open connections from your address; close some or retry soon.",
+                    "too_many_connections",
+                    kind="requests",  # as OpenAI names the exhausted budget of a 429
+                    retry_after_s=1,
+                )
+            )
+            return
         if self._over_capacity:
             self._refuse_over_capacity()
             return
@@ -349,6 +400,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
+def _peer_address(transport: asyncio.Transport) -> str | None:
+    peer = transport.get_extra_info("peername")
+    return peer[0] if isinstance(peer, tuple) and peer else None
+
+
 def _parser_refusal(exc: httptools.HttpParserError) -> _Refusal:
     if "Invalid HTTP version" in str(exc):  # HTTP/1.2, HTTP/3.0: well-formed, but not a version spoken here
         return _Refusal(505, "This HTTP version is not supported: speak HTTP/1.1.", "http_version_not_supported")
@@ -361,5 +417,5 @@ def guarded_http_protocol(limits: ConnectionLimits) -> type[GuardedHttpToolsProt
     return type(
         "GuardedHttpToolsProtocol",
         (GuardedHttpToolsProtocol,),
-        {"limits": limits, "reclaimable": _ReclaimableConnections()},
+        {"limits": limits, "reclaimable": _ReclaimableConnections(), "per_address": Counter()},
     )

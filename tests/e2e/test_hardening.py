@@ -726,3 +726,39 @@ def test_sockets_without_credentials_cannot_take_a_tenants_connections(locked: G
     finally:
         for sock in attackers:
             sock.close()
+
+
+# ------------------------------------------------------------------------------------------ per-address caps
+@pytest.fixture(scope="module")
+def per_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    config = {"server": {"max_connections_per_address": 3}, "engines": {"tones": {"kind": "synthetic"}}, "aliases": {}}
+    with GatewayProcess(config, tmp_path_factory.mktemp("per-address")) as process:
+        yield process
+
+
+def test_one_address_holds_at_most_its_connections_and_others_are_served(per_address: GatewayProcess) -> None:
+    held: list[socket.socket] = []
+    try:
+        for _ in range(3):  # idle connections from 127.0.0.2: its whole allowance
+            sock = socket.socket()
+            sock.bind(("127.0.0.2", 0))
+            sock.connect(("127.0.0.1", per_address.port))
+            held.append(sock)
+        time.sleep(0.2)
+        extra = socket.socket()
+        extra.bind(("127.0.0.2", 0))
+        extra.connect(("127.0.0.1", per_address.port))
+        with extra:
+            extra.sendall(head("GET", "/healthz"))
+            answer = read_until_closed(extra, timeout_s=5)
+        headers = assert_openai_error(answer, 429, "too_many_connections")
+        assert headers["retry-after"] == "1"
+        other = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.3"), timeout=5)
+        with other:
+            assert other.get(f"{per_address.base_url}/healthz").status_code == 200
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.2)
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=5) as again:
+        assert again.get(f"{per_address.base_url}/healthz").status_code == 200  # closed ones no longer count
