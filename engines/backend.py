@@ -78,3 +78,24 @@ class EngineBackend(Protocol):
             EngineOverloadedError: every worker is busy and the wait queue is full, or the wait timed out.
         """
         ...
+
+    async def speaker_from_sample(self, pcm: bytes, sample_rate: int, transcript: str) -> str:
+        """The engine's speaker string for the voice of a recording (``engines.base.CloningEngine``), to be sent
+        later as ``SynthesisRequest.speaker``. Nothing is kept: the caller stores the result.
+
+        It does not wait for a synthesis slot: encoding a sample is one short encoder pass, which the engine runs
+        between the steps of the syntheses under way.
+
+        Args:
+            pcm: The recording as mono int16 little-endian bytes (the gateway sends 24000 Hz).
+            sample_rate: Its sample rate.
+            transcript: What is said in it, exactly.
+
+        Raises:
+            InvalidSynthesisRequestError: the engine cannot make voices from samples (``EngineInfo.clones_voices``),
+                or cannot use this sample or transcript (a 400 naming ``param``).
+            EngineNotReadyError: nothing can take the sample (loading, unavailable).
+            EngineOverloadedError: too many samples are waiting already.
+            SynthesisFailedError: the engine failed, died or did not answer in time.
+        """
+        ...

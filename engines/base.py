@@ -18,11 +18,13 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = [
+    "MAX_SPEAKER_CHARS",
     "OPENAI_VOICES",
     "BatchItem",
     "BatchingEngine",
     "CancelFlag",
     "CancelToken",
+    "CloningEngine",
     "Engine",
     "EngineInfo",
     "EngineUnavailableError",
@@ -30,7 +32,12 @@ __all__ = [
     "JobSource",
     "SynthesisRequest",
     "VoiceInfo",
+    "cannot_clone_error",
 ]
+
+MAX_SPEAKER_CHARS = 16384
+"""The longest speaker string a custom voice may have: what the API accepts and what the hop to an engine node carries
+(``engines/remote/context.py``). An engine that makes speakers from samples keeps them within it."""
 
 #: The built-in voice names of OpenAI's speech API; every engine maps each of them to a distinct voice.
 OPENAI_VOICES: tuple[str, ...] = (
@@ -89,6 +96,9 @@ class EngineInfo:
     """How many requests one worker may run at once (dynamic batching)."""
     details: dict[str, str] = field(default_factory=dict)
     """Free-form facts for ``/readyz`` (weights identity, device, ...)."""
+    clones_voices: bool = False
+    """The engine makes speakers from recordings (:class:`CloningEngine`); the gateway refuses a sample for an engine
+    that does not before decoding it."""
 
     def offers_voice(self, voice_id: str) -> bool:
         """Whether ``voice_id`` is one of :attr:`voices` (a scan: engines offer a handful, and this runs per
@@ -155,6 +165,37 @@ class Engine(Protocol):
         ...
 
 
+@runtime_checkable
+class CloningEngine(Engine, Protocol):
+    """An engine that turns a recording of a voice into one of its speakers (``EngineInfo.clones_voices``)."""
+
+    def speaker_from_sample(self, pcm: npt.NDArray[np.int16], sample_rate: int, transcript: str) -> str:
+        """The speaker string (:attr:`SynthesisRequest.speaker`) that speaks with the voice of ``pcm``.
+
+        Runs in the worker's main thread between synthesis steps: it must be short (one encoder pass).
+
+        Args:
+            pcm: The recording, mono int16 (the gateway sends 24000 Hz).
+            sample_rate: Its sample rate.
+            transcript: What is said in it, exactly.
+
+        Returns:
+            At most :data:`MAX_SPEAKER_CHARS` characters.
+
+        Raises:
+            InvalidSynthesisRequestError: a sample or transcript the engine cannot use (``param`` ``audio_sample``
+                or ``transcript``).
+        """
+        ...
+
+
+def cannot_clone_error(engine: str) -> InvalidSynthesisRequestError:
+    """What every backend answers when a sample is sent to an engine that cannot make voices from one."""
+    return InvalidSynthesisRequestError(
+        f"Model '{engine}' cannot make a voice from an audio sample.", param="audio_sample"
+    )
+
+
 #: What :meth:`BatchingEngine.synthesize_batch` yields: ``(index, item)`` where ``index`` is the request's position in
 #: the batch and ``item`` a PCM chunk, ``None`` once that request has ended (finished or cancelled), or the
 #: :class:`InvalidSynthesisRequestError` that rejected it (which also ends it).
@@ -162,7 +203,8 @@ BatchItem: TypeAlias = "tuple[int, npt.NDArray[np.int16] | InvalidSynthesisReque
 
 #: What a batching worker hands :meth:`BatchingEngine.synthesize_batch` so that requests can join a running batch:
 #: called with how many the engine can take in now, it returns at most that many newly arrived ``(request, cancel)``
-#: pairs, at once (it never waits), and hands each one over only once.
+#: pairs, at once (it never waits), and hands each one over only once. The engine calls it between every two steps of
+#: its batch, with 0 when it can take none: the worker answers what else waited for it then (samples to encode).
 JobSource: TypeAlias = "Callable[[int], Sequence[tuple[SynthesisRequest, CancelToken]]]"
 
 

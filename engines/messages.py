@@ -2,7 +2,7 @@
 
 Every job carries an id so one worker can run several jobs at once (dynamic batching). A worker answers every
 :class:`StartJob` with exactly one :class:`JobEnded` — also after a :class:`CancelJob` — so the server knows when
-the worker's slot is really free.
+the worker's slot is really free, and every :class:`EncodeSample` with exactly one :class:`SampleEncoded`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchStarted",
     "CancelJob",
+    "EncodeSample",
     "JobChunk",
     "JobEnded",
     "Ping",
     "Pong",
+    "SampleEncoded",
     "StartJob",
     "StopWorker",
     "WorkerLoadFailed",
@@ -37,6 +39,18 @@ class StartJob:
 @dataclass(frozen=True, slots=True)
 class CancelJob:
     job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class EncodeSample:
+    """Make a speaker from a recording (``CloningEngine.speaker_from_sample``); answered by one
+    :class:`SampleEncoded`. The worker runs it between synthesis steps, outside the jobs' slots."""
+
+    request_id: int
+    pcm: bytes
+    """Mono signed 16-bit little-endian PCM."""
+    sample_rate: int
+    transcript: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +84,17 @@ class JobChunk:
     job_id: int
     pcm: bytes
     """Mono signed 16-bit little-endian PCM at the engine's sample rate."""
+
+
+@dataclass(frozen=True, slots=True)
+class SampleEncoded:
+    request_id: int
+    speaker: str | None = None
+    """The speaker string, or None when it failed."""
+    error: str | None = None
+    invalid: bool = False
+    """The engine refused the sample or transcript (a 400 naming ``invalid_param``), not a failure."""
+    invalid_param: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 Each worker is a process holding one engine (``engines.worker``). The pool's scheduler (``engines.scheduling``) hands
 the workers' slots to requests, from bounded per-tenant queues served fairly across tenants (beyond the bounds:
 :class:`EngineOverloadedError`); the pool streams PCM back as the worker produces it, cancels jobs whose consumer
-went away, and replaces workers that die, hang or stop answering.
+went away, and replaces workers that die, hang or stop answering. Voice samples (:meth:`EnginePool.speaker_from_sample`)
+go to a ready worker outside the scheduler's slots: the worker encodes them between the steps of what it runs.
 """
 
 from __future__ import annotations
@@ -22,20 +23,23 @@ from contextlib import asynccontextmanager
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Literal
 
-from engines.base import InvalidSynthesisRequestError
-from engines.errors import ConsumerTooSlowError, EngineNotReadyError, SynthesisFailedError
+from engines.base import InvalidSynthesisRequestError, cannot_clone_error
+from engines.errors import ConsumerTooSlowError, EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.messages import (
     BatchStarted,
     CancelJob,
+    EncodeSample,
     JobChunk,
     JobEnded,
     Ping,
     Pong,
+    SampleEncoded,
     StartJob,
     StopWorker,
     WorkerLoadFailed,
     WorkerReady,
 )
+from engines.samples import check_sample
 from engines.scheduling import SlotScheduler, expected_speech_s
 from engines.status import PoolStatus
 from engines.worker import run_worker
@@ -63,6 +67,8 @@ logger = logging.getLogger("tts_gateway.pool")
 # each try imports the engine again.
 _MAX_RESTART_BACKOFF_S = 300.0
 _MAX_JOINED_BYTES = 96_000  # 2 s of 24 kHz PCM: the largest piece a stream hands on at once
+# Samples waiting for one worker before the next gets a 503: each costs the worker's running jobs one encoder pass.
+_MAX_SAMPLES_PER_WORKER = 4
 
 
 class _Job:
@@ -155,6 +161,8 @@ class _Worker:
         self.state: Literal["starting", "ready", "dead"] = "starting"
         self.info: EngineInfo | None = None
         self.jobs: dict[int, _Job] = {}
+        self.samples: dict[int, asyncio.Future[SampleEncoded]] = {}
+        """Samples sent to encode, by request id, each waiting for its answer."""
         self.reserved = 0
         self.started_at = time.monotonic()
         self.ping_sent_at: float | None = None
@@ -350,6 +358,51 @@ class EnginePool:
                 job.cancelled_at = time.monotonic()
                 worker.send(CancelJob(job.id))
 
+    async def speaker_from_sample(self, pcm: bytes, sample_rate: int, transcript: str) -> str:
+        """Encode a voice sample on the ready worker with the fewest samples waiting; see
+        :meth:`~engines.backend.EngineBackend.speaker_from_sample`.
+
+        Outside the scheduler's slots: one encoder pass between the steps of the jobs under way costs them little,
+        and a voice should not wait behind a queue of speech. Waiting longer than ``stall_timeout_s`` for the answer
+        means the worker's main thread is stuck: the worker is replaced, as for a stalled job.
+        """
+        worker = self._sample_worker()
+        check_sample(pcm, sample_rate, transcript)
+        request_id = next(self._job_ids)
+        answer: asyncio.Future[SampleEncoded] = asyncio.get_running_loop().create_future()
+        worker.samples[request_id] = answer
+        try:
+            worker.send(EncodeSample(request_id, pcm, sample_rate, transcript))
+            async with asyncio.timeout(self.settings.stall_timeout_s):
+                encoded = await answer
+        except TimeoutError:
+            worker.kill(f"no answer to a voice sample for {self.settings.stall_timeout_s:g} s")
+            raise SynthesisFailedError(f"engine {self.name!r} did not encode the sample in time") from None
+        finally:
+            worker.samples.pop(request_id, None)
+        if encoded.invalid:
+            raise InvalidSynthesisRequestError(encoded.error or "invalid sample", encoded.invalid_param)
+        if encoded.speaker is None:
+            raise SynthesisFailedError(encoded.error or "the engine made no speaker")
+        return encoded.speaker
+
+    def _sample_worker(self) -> _Worker:
+        """The ready worker to encode a sample on.
+
+        Raises:
+            EngineNotReadyError, EngineOverloadedError, InvalidSynthesisRequestError (the engine cannot clone).
+        """
+        ready = [w for w in self._workers if w.state == "ready"]
+        if not ready or self._stopped:
+            status = self.status()
+            raise EngineNotReadyError(self.name, status.reason or status.state)
+        if self._info is None or not self._info.clones_voices:
+            raise cannot_clone_error(self.name)
+        worker = min(ready, key=lambda w: (len(w.samples), w.load))
+        if len(worker.samples) >= _MAX_SAMPLES_PER_WORKER:
+            raise EngineOverloadedError(self.name, 1)
+        return worker
+
     def _max_buffered_bytes(self, worker: _Worker) -> int:
         rate = worker.info.sample_rate if worker.info is not None else 24000
         return int(self.settings.max_buffered_audio_s * rate * 2)
@@ -402,6 +455,10 @@ class EnginePool:
                 worker.send(CancelJob(job.id))
         elif isinstance(message, JobEnded):
             self._on_job_ended(worker, message)
+        elif isinstance(message, SampleEncoded):
+            answer = worker.samples.get(message.request_id)
+            if answer is not None and not answer.done():
+                answer.set_result(message)
         elif isinstance(message, BatchStarted):
             self._batch_sizes[message.size] += 1
         elif isinstance(message, Pong):
@@ -436,6 +493,9 @@ class EnginePool:
         for job in worker.jobs.values():
             job.on_end(JobEnded(job.id, error=f"the engine worker died ({reason})"), worker.sample_rate)
         worker.jobs.clear()
+        for answer in worker.samples.values():
+            if not answer.done():
+                answer.set_result(SampleEncoded(-1, error=f"the engine worker died ({reason})"))
         if self._stopped:
             return
         log = logger.warning if was_ready or worker.kill_reason else logger.debug  # load failures: logged above

@@ -9,6 +9,10 @@ exercise every failure path:
 - ``#fail-after=N`` — raise after N chunks;
 - ``#hang-after=N`` — stop making progress after N chunks, ignoring cancellation (a stuck generation);
 - ``#crash-after=N`` — kill the worker process after N chunks.
+
+It makes voices from samples too (:meth:`SyntheticEngine.speaker_from_sample`): the speaker is ``sample:`` and a hash
+of the recording and its transcript, so the same sample gives the same voice and a test hears which one spoke. The
+directives work in a sample's transcript as well (``#fail``, ``#hang-after=0``, ``#crash-after=0``).
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ class SyntheticOptions(BaseModel):
     """When set, loading fails with this reason (an engine without weights)."""
     fail_after_chunks: int = -1
     """Raise after this many chunks in every request (-1: never)."""
+    clones_voices: bool = True
+    """Make voices from samples (off: the engine refuses them, as one that cannot clone)."""
 
 
 def voice_frequency(voice: str, speaker: str | None = None) -> float:
@@ -83,7 +89,23 @@ class SyntheticEngine:
             raise EngineUnavailableError(self.options.unavailable)
         speed_range = (0.25, 4.0) if self.options.native_speed else (1.0, 1.0)
         voices = tuple(VoiceInfo(v, f"{voice_frequency(v):.0f} Hz tone") for v in OPENAI_VOICES)
-        return EngineInfo("synthetic", self.options.sample_rate, voices, speed_range=speed_range)
+        return EngineInfo(
+            "synthetic", self.options.sample_rate, voices, speed_range=speed_range,
+            clones_voices=self.options.clones_voices,
+        )  # fmt: skip
+
+    def speaker_from_sample(self, pcm: npt.NDArray[np.int16], sample_rate: int, transcript: str) -> str:
+        """``sample:`` and 32 hex digits of the SHA-256 of the PCM, its rate and its transcript."""
+        faults = dict(_parse_directives(transcript))
+        if "fail" in faults:
+            raise RuntimeError("injected failure while encoding a sample")
+        if "hang-after" in faults:
+            time.sleep(3600)  # a stuck encoder: only the pool's timeout ends it
+        if "crash-after" in faults:
+            os._exit(70)
+        digest = hashlib.sha256(f"{sample_rate}:{transcript}:".encode())
+        digest.update(np.asarray(pcm, dtype="<i2").tobytes())
+        return "sample:" + digest.hexdigest()[:32]
 
     def synthesize(
         self, request: SynthesisRequest, cancel: CancelToken

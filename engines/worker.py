@@ -2,7 +2,9 @@
 
 The main thread runs the engine (ChatTTS's per-token Python loop must not share the GIL with a busy thread); a
 reader thread, asleep on the pipe almost all the time, takes control messages so that cancellation and health
-pings are answered while a synthesis is running.
+pings are answered while a synthesis is running. Samples to encode (``EncodeSample``) reach the main thread with the
+jobs; it answers them between the steps of whatever it runs (each chunk of a job, each step of a batch), so that a
+voice is made in about one step's time even while the worker is busy.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import queue
 import signal
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,16 +30,19 @@ from engines.base import (
 from engines.messages import (
     BatchStarted,
     CancelJob,
+    EncodeSample,
     JobChunk,
     JobEnded,
     Ping,
     Pong,
+    SampleEncoded,
     StartJob,
     StopWorker,
     WorkerLoadFailed,
     WorkerReady,
 )
 from engines.registry import create_engine
+from engines.samples import speaker_from_sample
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -50,6 +56,56 @@ __all__ = ["run_worker"]
 logger = logging.getLogger("tts_gateway.worker")
 
 WARM_UP_TEXT = "Hello."
+
+
+class _Inbox:
+    """What the reader thread hands the main thread: jobs, samples to encode, and ``None`` to stop.
+
+    Only the main thread takes from it. Samples are answered whenever it looks, jobs wait their turn: the jobs met
+    while looking for samples are set aside, in their order.
+    """
+
+    def __init__(self, engine: Engine, info: EngineInfo, outbox: _Outbox) -> None:
+        self._queue: queue.Queue[StartJob | EncodeSample | None] = queue.Queue()
+        self._jobs: deque[StartJob | None] = deque()
+        self._engine = engine
+        self._info = info
+        self._outbox = outbox
+
+    def put(self, message: StartJob | EncodeSample | None) -> None:
+        """Called by the reader thread."""
+        self._queue.put(message)
+
+    def get(self, timeout: float | None = None) -> StartJob | None:
+        """The next job (``None``: stop), waiting up to ``timeout`` (``queue.Empty`` after it); answers the samples
+        that arrive meanwhile."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._jobs:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._sort(self._queue.get(timeout=left))
+        return self._jobs.popleft()
+
+    def get_nowait(self) -> StartJob | None:
+        """The next job without waiting (``queue.Empty`` when there is none); answers the samples waiting."""
+        self.serve_samples()
+        if not self._jobs:
+            raise queue.Empty
+        return self._jobs.popleft()
+
+    def serve_samples(self) -> None:
+        """Answer every sample that has arrived; the jobs among them are set aside for :meth:`get`."""
+        while True:
+            try:
+                message = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            self._sort(message)
+
+    def _sort(self, message: StartJob | EncodeSample | None) -> None:
+        if isinstance(message, EncodeSample):
+            self._outbox.send(_encode_sample(self._engine, self._info, message))
+        else:
+            self._jobs.append(message)
 
 
 class _Outbox:
@@ -99,7 +155,7 @@ def _warm_up(engine: Engine, info: EngineInfo) -> None:
 
 
 def _serve(engine: Engine, info: EngineInfo, conn: Connection, outbox: _Outbox) -> None:
-    jobs: queue.Queue[StartJob | None] = queue.Queue()
+    jobs = _Inbox(engine, info, outbox)
     cancels: dict[int, CancelFlag] = {}
     reader = threading.Thread(target=_read_control, args=(conn, outbox, jobs, cancels), daemon=True)
     reader.start()
@@ -107,14 +163,14 @@ def _serve(engine: Engine, info: EngineInfo, conn: Connection, outbox: _Outbox) 
         _serve_batches(engine, info.max_batch, jobs, cancels, outbox)
         return
     while (job := jobs.get()) is not None:
-        outbox.send(_run_job(engine, job, cancels[job.job_id], outbox))
+        outbox.send(_run_job(engine, job, cancels[job.job_id], outbox, jobs))
         cancels.pop(job.job_id, None)
 
 
 def _serve_batches(
     engine: BatchingEngine,
     max_batch: int,
-    jobs: queue.Queue[StartJob | None],
+    jobs: _Inbox,
     cancels: dict[int, CancelFlag],
     outbox: _Outbox,
 ) -> None:
@@ -131,7 +187,7 @@ def _serve_batches(
             stopping = stopping or running.stopping
 
 
-def _collect_batch(jobs: queue.Queue[StartJob | None], max_batch: int, window_s: float) -> tuple[list[StartJob], bool]:
+def _collect_batch(jobs: _Inbox, max_batch: int, window_s: float) -> tuple[list[StartJob], bool]:
     """The jobs that queued up while the worker was busy, plus those arriving within the window; and whether to stop.
 
     The window starts with the first job, so a lone request on an idle worker waits at most ``window_s``.
@@ -156,7 +212,7 @@ class _RunningBatch:
     """The jobs of the batch the engine is running, by their index in it: those it started with, then those it took
     in while running (its :data:`engines.base.JobSource`)."""
 
-    def __init__(self, first: list[StartJob], jobs: queue.Queue[StartJob | None], cancels: dict[int, CancelFlag]):
+    def __init__(self, first: list[StartJob], jobs: _Inbox, cancels: dict[int, CancelFlag]):
         self.jobs = list(first)
         self.stopping = False
         """The server asked the worker to stop: take no more jobs, end after this batch."""
@@ -167,7 +223,9 @@ class _RunningBatch:
         return self._cancels[self.jobs[index].job_id]
 
     def take(self, limit: int) -> list[tuple[SynthesisRequest, CancelToken]]:
-        """Up to ``limit`` jobs that arrived since, without waiting; they join the batch."""
+        """Up to ``limit`` jobs that arrived since, without waiting; they join the batch. The engine calls this between
+        every two steps (``limit`` 0 when full): the samples that arrived are answered here."""
+        self._queue.serve_samples()
         taken: list[tuple[SynthesisRequest, CancelToken]] = []
         while len(taken) < limit and not self.stopping:
             try:
@@ -211,9 +269,7 @@ def _run_batch(engine: BatchingEngine, running: _RunningBatch, outbox: _Outbox) 
     return [JobEnded(job.job_id) for index, job in enumerate(running.jobs) if index not in ended]
 
 
-def _read_control(
-    conn: Connection, outbox: _Outbox, jobs: queue.Queue[StartJob | None], cancels: dict[int, CancelFlag]
-) -> None:
+def _read_control(conn: Connection, outbox: _Outbox, jobs: _Inbox, cancels: dict[int, CancelFlag]) -> None:
     while True:
         try:
             message = conn.recv()
@@ -221,6 +277,8 @@ def _read_control(
             message = StopWorker()  # the server is gone: stop whatever runs and exit
         if isinstance(message, StartJob):
             cancels[message.job_id] = CancelFlag()
+            jobs.put(message)
+        elif isinstance(message, EncodeSample):
             jobs.put(message)
         elif isinstance(message, CancelJob):
             if (cancel := cancels.get(message.job_id)) is not None:
@@ -234,7 +292,7 @@ def _read_control(
             return
 
 
-def _run_job(engine: Engine, job: StartJob, cancel: CancelFlag, outbox: _Outbox) -> JobEnded:
+def _run_job(engine: Engine, job: StartJob, cancel: CancelFlag, outbox: _Outbox, inbox: _Inbox) -> JobEnded:
     chunks = engine.synthesize(job.request, cancel)
     try:
         for chunk in chunks:
@@ -242,6 +300,7 @@ def _run_job(engine: Engine, job: StartJob, cancel: CancelFlag, outbox: _Outbox)
                 break
             if chunk.size:
                 outbox.send(JobChunk(job.job_id, np.asarray(chunk, dtype="<i2").tobytes()))
+            inbox.serve_samples()
     except InvalidSynthesisRequestError as exc:
         return JobEnded(job.job_id, error=str(exc), invalid=True, invalid_param=exc.param)
     except Exception as exc:
@@ -250,3 +309,14 @@ def _run_job(engine: Engine, job: StartJob, cancel: CancelFlag, outbox: _Outbox)
     finally:
         chunks.close()  # stops the engine's work at once when we leave early
     return JobEnded(job.job_id)
+
+
+def _encode_sample(engine: Engine, info: EngineInfo, message: EncodeSample) -> SampleEncoded:
+    try:
+        speaker = speaker_from_sample(engine, info, message.pcm, message.sample_rate, message.transcript)
+    except InvalidSynthesisRequestError as exc:
+        return SampleEncoded(message.request_id, error=str(exc), invalid=True, invalid_param=exc.param)
+    except Exception as exc:
+        logger.exception("encoding sample %d failed", message.request_id)
+        return SampleEncoded(message.request_id, error=f"{type(exc).__name__}: {exc}")
+    return SampleEncoded(message.request_id, speaker=speaker)

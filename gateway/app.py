@@ -37,6 +37,7 @@ from gateway.realtime.redaction import QueryTokenRedactor
 from gateway.routes.admin import AdminController
 from gateway.routes.catalog import ModelsController, VoicesController
 from gateway.routes.docs import docs_assets_router, docs_render_plugin
+from gateway.routes.engine_node import EngineNodeController
 from gateway.routes.health import HealthController
 from gateway.routes.playground import playground_handlers
 from gateway.routes.speech import EngineNodeSpeechController, SpeechController
@@ -91,6 +92,7 @@ def create_app(
     return Litestar(
         route_handlers=[
             EngineNodeSpeechController if engine_node else SpeechController,
+            *([EngineNodeController] if engine_node else []),  # voice samples from the front: nodes only
             ModelsController,
             VoicesController,
             UsageController,

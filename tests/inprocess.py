@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from engines.base import CancelFlag, EngineUnavailableError, InvalidSynthesisRequestError
+from engines.base import CancelFlag, EngineUnavailableError, InvalidSynthesisRequestError, cannot_clone_error
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.registry import create_engine
+from engines.samples import speaker_from_sample
 from engines.settings import RemoteEngineSettings
 from engines.status import PoolStatus
 from gateway.app import create_app
@@ -138,6 +139,19 @@ class ThreadBackend:
             await asyncio.to_thread(thread.join)
             self._active -= 1
             self.served += 1
+
+    async def speaker_from_sample(self, pcm: bytes, sample_rate: int, transcript: str) -> str:
+        """The engine's own method in a thread (no slot taken, as in a worker pool)."""
+        if self._engine is None or self._info is None:
+            raise EngineNotReadyError(self.name, self._reason or "not loaded")
+        if not self._info.clones_voices:  # the same answer as a pool's, naming this engine
+            raise cannot_clone_error(self.name)
+        try:
+            return await asyncio.to_thread(speaker_from_sample, self._engine, self._info, pcm, sample_rate, transcript)
+        except InvalidSynthesisRequestError:
+            raise
+        except Exception as exc:  # as a worker reports a failed encoding
+            raise SynthesisFailedError(f"{type(exc).__name__}: {exc}") from exc
 
 
 def _run(

@@ -1,5 +1,6 @@
 # ruff: noqa: PLC0415 - torch, transformers and ChatTTS are imported lazily: the server process never loads them
-"""The ChatTTS engine: verified weights, stable voices, sentence segments, incremental streaming, dynamic batching."""
+"""The ChatTTS engine: verified weights, stable voices, sentence segments, incremental streaming, dynamic batching,
+and voices from samples (ChatTTS's speaker prompts)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from engines.base import OPENAI_VOICES, EngineInfo, EngineUnavailableError, InvalidSynthesisRequestError, VoiceInfo
+from engines.base import (
+    MAX_SPEAKER_CHARS,
+    OPENAI_VOICES,
+    EngineInfo,
+    EngineUnavailableError,
+    InvalidSynthesisRequestError,
+    VoiceInfo,
+)
 from engines.chattts.normalize import OFF, active_normalizer, normalize_text
 from engines.chattts.options import ChatTTSOptions
 from engines.chattts.text import control_tags, prepare_text, speed_tag, split_segments
@@ -38,6 +46,8 @@ SAMPLE_RATE = 24000
 NATIVE_SPEED_RANGE = (0.5, 2.0)
 _SEED_MODULUS = 2**63
 _EMPTY_AUDIO_S = 0.1
+_MIN_SAMPLE_S = 1.0  # shorter holds too few codes (47 a second) to carry a voice
+_MAX_TRANSCRIPT_CHARS = 2000  # about a minute of speech: more than the longest sample says
 
 
 @dataclass
@@ -46,7 +56,10 @@ class _Plan:
 
     index: int
     segments: list[list[int]]
-    speaker: torch.Tensor
+    speaker: torch.Tensor | None
+    """The speaker embedding (``None`` for a voice from a sample)."""
+    codes: torch.Tensor | None
+    """A voice sample's audio codes, the end of every segment's prompt."""
     seed: int
     cancel: CancelToken
     spoken: int = 0
@@ -88,7 +101,11 @@ class ChatTTSEngine:
         self._chat = load_chat(location, device, dtype)
         if device.type == "cpu":  # a few rows per decode step: measured, the faster product for each row count
             use_small_batch_linear(self._chat.gpt.gpt, blocked=options.blocked_weights)
-        self._voices = SpeakerBank(self._chat.speaker)
+        gpt = self._chat.config.gpt
+        self._voices = SpeakerBank(
+            self._chat.speaker, num_vq=gpt.num_vq, num_audio_tokens=gpt.num_audio_tokens,
+            max_sample_s=options.max_sample_s,
+        )  # fmt: skip
         self._generated = location.generated
         # Random weights ignore [speed_N]: the gateway then time-stretches every speed.
         speed_range = (1.0, 1.0) if location.generated else NATIVE_SPEED_RANGE
@@ -96,7 +113,9 @@ class ChatTTSEngine:
         details = {"weights": location.description, "path": str(location.path), "device": str(device),
                    "dtype": str(dtype).removeprefix("torch."),
                    "text_normalizer": active_normalizer() if options.normalize else OFF}  # fmt: skip
-        return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, options.max_batch, details)
+        # Weights without the DVAE's encoder (ChatTTS's own decode-only builds) cannot encode a sample.
+        clones = hasattr(self._chat.dvae, "encoder")
+        return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, options.max_batch, details, clones_voices=clones)
 
     def _device(self, torch_module: Any) -> torch.device:
         wanted = self.options.device
@@ -159,8 +178,8 @@ class ChatTTSEngine:
         indices = itertools.count()
         yield from self._admit(zip(requests, cancels, strict=True), indices, live)
         while live:
-            if arrivals is not None and (room := self._room(live)):
-                yield from self._admit(arrivals(room), indices, live)
+            if arrivals is not None:  # every step, even when full: the worker answers samples to encode then
+                yield from self._admit(arrivals(self._room(live)), indices, live)
             yield from self._end_idle(live)
             yield from self._deliver(self._advance(codes, live), live)
 
@@ -254,24 +273,87 @@ class ChatTTSEngine:
         )
 
     def _plan(self, index: int, request: SynthesisRequest, cancel: CancelToken) -> _Plan:
-        assert self._voices is not None
-        speaker = self._voices.resolve(request.voice, request.speaker)
+        prefix, speaker, codes = self._voice_prompt(request)
         seed = request.seed if request.seed is not None else self.options.seed
         if seed is None:
             seed = random.getrandbits(62)
-        prefix = self._tag_ids(["[Stts]", "[spk_emb]", speed_tag(request.speed)])
         suffix = self._tag_ids(["[Ptts]"])
         segments: list[list[int]] = []
-        spoken = prepare_text(request.text)
-        if self.options.normalize:  # digits, money, dates and symbols as words: the tokenizer reads only words
-            spoken = normalize_text(spoken)
-        for number, text in enumerate(split_segments(spoken, self.options.max_segment_chars)):
+        for number, text in enumerate(split_segments(self._spoken(request.text), self.options.max_segment_chars)):
             if cancel.is_set():
                 break
             ids = self._text_ids(self._refine(text, request.instructions, seed + number))
             if ids:
                 segments.append(prefix + ids + suffix)
-        return _Plan(index, segments, speaker, seed % _SEED_MODULUS, cancel)
+        return _Plan(index, segments, speaker, codes, seed % _SEED_MODULUS, cancel)
+
+    def _voice_prompt(self, request: SynthesisRequest) -> tuple[list[int], torch.Tensor | None, torch.Tensor | None]:
+        """What each segment's prompt starts with, the speaker embedding, and the sample's codes it ends with.
+
+        A voice from a sample is prompted as ChatTTS's ``_infer_code`` prompts ``spk_smp`` with ``txt_smp``:
+        ``[Stts][empty_spk]`` + transcript + ``[speed_N]`` + text + ``[Ptts]`` + the sample's codes
+        (``Speaker.decorate_code_prompts``, ``Tokenizer.encode``). The transcript is read as the text is (cleaned,
+        and normalized when ``normalize`` is on; characters the tokenizer cannot read dropped where ChatTTS would
+        write ``[UNK]``), so that its tokens say what the recording says.
+        """
+        from engines.chattts.voices import SampleVoice
+
+        assert self._voices is not None
+        voice = self._voices.resolve(request.voice, request.speaker)
+        speed = speed_tag(request.speed)
+        if isinstance(voice, SampleVoice):
+            transcript = self._text_ids(self._spoken(voice.transcript))
+            return self._tag_ids(["[Stts]", "[empty_spk]"]) + transcript + self._tag_ids([speed]), None, voice.codes
+        return self._tag_ids(["[Stts]", "[spk_emb]", speed]), voice, None
+
+    def _spoken(self, text: str) -> str:
+        spoken = prepare_text(text)
+        if self.options.normalize:  # digits, money, dates and symbols as words: the tokenizer reads only words
+            spoken = normalize_text(spoken)
+        return spoken
+
+    # ----------------------------------------------------------------- voices from samples
+    def speaker_from_sample(self, pcm: npt.NDArray[np.int16], sample_rate: int, transcript: str) -> str:
+        """``smp:`` + ChatTTS's speaker prompt of the sample (``Chat.sample_audio_speaker``: its DVAE codes) + ``|`` +
+        the transcript (``engines/chattts/voices.py``). One DVAE encoder pass: a few tens of milliseconds."""
+        import torch
+
+        if self._chat is None or self._voices is None:
+            raise EngineUnavailableError("the ChatTTS engine is not loaded")
+        self._check_sample(pcm.size / sample_rate, transcript)
+        wav = torch.from_numpy(pcm.astype(np.float32) / 32768.0)
+        if sample_rate != SAMPLE_RATE:  # the DVAE's mel features are computed at 24 kHz
+            import torchaudio.functional  # type: ignore[import-untyped]
+
+            wav = torchaudio.functional.resample(wav, sample_rate, SAMPLE_RATE)
+        with torch.inference_mode():
+            codes = self._chat.dvae.sample_audio(wav.to(self._chat.device))
+        speaker = self._voices.sample_speaker(codes, transcript)
+        if len(speaker) > MAX_SPEAKER_CHARS:  # noisy audio compresses worst: about 120 characters a second
+            raise InvalidSynthesisRequestError(
+                f"This sample's ChatTTS speaker prompt and transcript take {len(speaker)} characters, more than "
+                f"{MAX_SPEAKER_CHARS}: send a shorter sample.",
+                param="audio_sample",
+            )
+        return speaker
+
+    def _check_sample(self, seconds: float, transcript: str) -> None:
+        longest = self.options.max_sample_s
+        if not _MIN_SAMPLE_S <= seconds <= longest:
+            raise InvalidSynthesisRequestError(
+                f"A ChatTTS voice sample must last {_MIN_SAMPLE_S:g} to {longest:g} s (its audio codes start every "
+                f"prompt of the voice and its speaker string must stay within {MAX_SPEAKER_CHARS} characters); this "
+                f"one lasts {seconds:.1f} s.",
+                param="audio_sample",
+            )
+        if len(transcript) > _MAX_TRANSCRIPT_CHARS:
+            raise InvalidSynthesisRequestError(
+                f"The transcript is longer than {_MAX_TRANSCRIPT_CHARS} characters.", param="transcript"
+            )
+        if not self._text_ids(self._spoken(transcript)):
+            raise InvalidSynthesisRequestError(
+                "The transcript has no words ChatTTS can read: give the exact words of the sample.", param="transcript"
+            )
 
     def _code_request(self, plan: _Plan) -> CodeRequest:
         from engines.chattts.generation import CodeRequest
@@ -280,7 +362,7 @@ class ChatTTSEngine:
         seed = (plan.seed * 1_000_003 + plan.spoken) % _SEED_MODULUS  # each segment its own, repeatable stream
         return CodeRequest(
             plan.index, plan.segments[plan.spoken], plan.speaker, seed, options.max_new_token,
-            options.min_new_token, plan.cancel,
+            options.min_new_token, plan.cancel, plan.codes,
         )  # fmt: skip
 
     def _sampling(self) -> Sampling:

@@ -58,13 +58,22 @@ class CodeRequest:
 
     key: int
     token_ids: Sequence[int]
-    """The prompt, ``[Stts][spk_emb][speed_N]text[Ptts]``, as token ids."""
+    """The prompt's text, ``[Stts][spk_emb][speed_N]text[Ptts]`` (or, for a voice from a sample,
+    ``[Stts][empty_spk]transcript[speed_N]text[Ptts]``), as token ids."""
     speaker: torch.Tensor | None
     """The speaker embedding written at the ``[spk_emb]`` position."""
     seed: int
     max_new_token: int
     min_new_token: int
     cancel: CancelToken
+    prompt_codes: torch.Tensor | None = None
+    """A voice sample's audio codes ``(frames, num_vq)``, after the text: the prompt ends with the sample's audio, and
+    generation goes on from it, as ChatTTS's ``spk_smp`` does (``Tokenizer.encode(prompt=...)``)."""
+
+    @property
+    def length(self) -> int:
+        """The prompt's positions: its text tokens, then its sample's frames."""
+        return len(self.token_ids) + (len(self.prompt_codes) if self.prompt_codes is not None else 0)
 
 
 #: ``(key, hidden)`` for a new audio token's hidden state, ``(key, None)`` when the sequence ended.
@@ -110,12 +119,13 @@ class _Rows:
         self.steps = [0] * len(requests)
         """Tokens sampled so far, per row."""
         device = chat.device_gpt
-        width = max(len(r.token_ids) for r in requests)
+        width = max(r.length for r in requests)
         ids = torch.zeros(len(requests), width, dtype=torch.long)
         self.mask = torch.zeros(len(requests), width, dtype=torch.long, device=device)
         for row, request in enumerate(requests):  # left padding, as ChatTTS's tokenizer does
-            ids[row, width - len(request.token_ids) :] = torch.tensor(list(request.token_ids), dtype=torch.long)
-            self.mask[row, width - len(request.token_ids) :] = 1
+            start = width - request.length
+            ids[row, start : start + len(request.token_ids)] = torch.tensor(list(request.token_ids), dtype=torch.long)
+            self.mask[row, start:] = 1
         self.positions = (self.mask.cumsum(-1) - 1).clamp(min=0)
         self.inputs = self._prompt_embeds(chat, ids.to(chat.device), requests)
         num_vq = int(chat.config.gpt.num_vq)
@@ -125,12 +135,18 @@ class _Rows:
 
     @staticmethod
     def _prompt_embeds(chat: Any, ids: torch.Tensor, requests: Sequence[CodeRequest]) -> torch.Tensor:
+        """Text embeddings, the speaker embedding at ``[spk_emb]``, and a sample's codes embedded as audio tokens
+        are (the sum over the ``num_vq`` code embeddings, as ChatTTS's ``Embed`` does for non-text positions)."""
         embeds: torch.Tensor = chat.embed.emb_text(ids)
         spk_id = chat.tokenizer.spk_emb_ids
         for row, request in enumerate(requests):
             if request.speaker is not None:
                 vector = F.normalize(request.speaker.float(), p=2.0, dim=0, eps=1e-12).to(embeds)
                 embeds[row, ids[row] == spk_id] = vector
+            if request.prompt_codes is not None:
+                codes = request.prompt_codes.to(ids.device)
+                audio = torch.stack([chat.embed.emb_code[q](codes[:, q]) for q in range(codes.size(1))], 2).sum(2)
+                embeds[row, embeds.size(1) - len(codes) :] = audio.to(embeds.dtype)
         return embeds
 
     def __len__(self) -> int:

@@ -85,6 +85,11 @@ class ChatTTSOptions(BaseModel):
     """Tokens of the largest chunk (equal to ``stream_chunk_tokens``: every later chunk has that size)."""
     stream_left_context: int = Field(default=40, ge=0)
     """Tokens of already-spoken context decoded again with each chunk (the decoder's receptive field)."""
+    max_sample_s: float = Field(default=30.0, ge=1.0, le=60.0)
+    """Longest voice sample a voice is made from (``POST /v1/audio/voices``). Its audio codes are the end of every
+    prompt spoken with that voice (about 47 positions a second, prefilled with each sentence), and its speaker string
+    must stay within 16384 characters: 60 s is about 4,000 characters at full size, 30 s leaves most of the model's
+    4,096 positions to the text and the new audio."""
 
     @model_validator(mode="after")
     def _lower_bounds_within_upper(self) -> ChatTTSOptions:

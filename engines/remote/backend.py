@@ -3,13 +3,17 @@
 Another tts-gateway running as an engine node, vLLM-Omni, Kokoro-FastAPI or OpenAI itself. The upstream is asked for
 streamed ``pcm`` at speed 1.0, so the gateway's own encoders, time-stretch, SSE, cache and realtime sessions work on
 top of it unchanged. Each request goes to the usable endpoint address with the fewest requests in flight; a
-background task resolves host names and probes every address; each address has a circuit breaker.
+background task resolves host names and probes every address; each address has a circuit breaker. A voice sample
+goes to an engine node's own route (``SAMPLE_ROUTE``, ``engines/remote/context.py``), whose engine makes the speaker;
+the node keeps nothing, the front stores the result.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import dataclasses
 import itertools
 import logging
 import time
@@ -20,9 +24,17 @@ import httpx
 
 from engines.base import OPENAI_VOICES, EngineInfo, InvalidSynthesisRequestError, VoiceInfo
 from engines.errors import EngineNotReadyError, EngineOverloadedError
-from engines.remote.context import CONTINUING_FIELD, SPEAKER_FIELD, context_headers, is_engine_node, tenant_context
+from engines.remote.context import (
+    CONTINUING_FIELD,
+    SAMPLE_ROUTE,
+    SPEAKER_FIELD,
+    context_headers,
+    is_engine_node,
+    tenant_context,
+)
 from engines.remote.endpoints import EndpointAddress, EndpointSet
 from engines.remote.stream import Attempt, RemotePcmStream, describe_error
+from engines.samples import check_sample
 from engines.scheduling import SlotScheduler, expected_speech_s
 from engines.status import PoolStatus
 
@@ -106,6 +118,7 @@ class RemoteEngine:
         self._endpoints = EndpointSet(options.endpoints, options.breaker, resolver)
         self._credential = options.credential()
         self._info = _engine_info(name, settings)
+        self._cloning_info = dataclasses.replace(self._info, clones_voices=True)
         self._client: httpx.AsyncClient | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._probed = False
@@ -142,7 +155,10 @@ class RemoteEngine:
 
     @property
     def info(self) -> EngineInfo:
-        return self._info
+        """What the engine offers; it makes voices from samples while every usable endpoint is an engine node (whose
+        own engine may still refuse: its 400 is passed on)."""
+        usable = [endpoint for endpoint in self._endpoints.all() if endpoint.usable]
+        return self._cloning_info if usable and all(e.engine_node for e in usable) else self._info
 
     def status(self) -> PoolStatus:
         endpoints = self._endpoints.all()
@@ -297,6 +313,73 @@ class RemoteEngine:
             body[CONTINUING_FIELD] = True
         return body
 
+    # ----------------------------------------------------------------- voice samples
+    async def speaker_from_sample(self, pcm: bytes, sample_rate: int, transcript: str) -> str:
+        """Ask an engine node to make the speaker of a sample (``POST SAMPLE_ROUTE``); see
+        :meth:`~engines.backend.EngineBackend.speaker_from_sample`. Outside the scheduler's slots, as in a pool; the
+        answer counts in the endpoint's breaker, and must come within ``first_byte_timeout_s``."""
+        endpoint = self._sample_endpoint()
+        check_sample(pcm, sample_rate, transcript)
+        endpoint.breaker.allow()  # a half-open breaker counts the trial now (_sample_endpoint asked would_allow)
+        attempt = Attempt(endpoint)
+        try:
+            response = await self._post_sample(endpoint, attempt, pcm, sample_rate, transcript)
+            if response.status_code != httpx.codes.OK:
+                await self._refuse(response, attempt)
+            speaker = _speaker_of(response)
+            if speaker is None:
+                raise attempt.failed("its answer to a voice sample names no speaker")
+            attempt.succeeded()
+            return speaker
+        finally:
+            attempt.settle()
+
+    def _sample_endpoint(self) -> EndpointAddress:
+        """The usable engine node with the fewest requests in flight.
+
+        Raises:
+            EngineNotReadyError: no endpoint can take it now.
+            InvalidSynthesisRequestError: an upstream that is not an engine node: a voice made there could not be
+                spoken on it (it is never sent speakers), and it has no route to make one.
+        """
+        usable = [endpoint for endpoint in self._endpoints.all() if endpoint.usable]
+        if not usable:
+            raise EngineNotReadyError(self.name, "probing its endpoints" if not self._probed else "no usable endpoint")
+        if not all(endpoint.engine_node for endpoint in usable):
+            raise InvalidSynthesisRequestError(
+                f"Model '{self.name}' cannot make a voice from an audio sample: its upstream is not a tts-gateway "
+                "engine node.",
+                param="audio_sample",
+            )
+        allowed = [endpoint for endpoint in usable if endpoint.breaker.would_allow()]
+        if not allowed:
+            raise EngineNotReadyError(self.name, self._unavailable_reason(usable))
+        return min(allowed, key=lambda endpoint: endpoint.in_flight)
+
+    async def _post_sample(
+        self, endpoint: EndpointAddress, attempt: Attempt, pcm: bytes, sample_rate: int, transcript: str
+    ) -> httpx.Response:
+        assert self._client is not None
+        url, headers, extensions = endpoint.target(endpoint.api_path(SAMPLE_ROUTE))
+        body = {
+            "model": self._options.model,
+            "transcript": transcript,
+            "sample_rate": sample_rate,
+            "pcm": base64.b64encode(pcm).decode("ascii"),
+        }
+        timeout = self._options.first_byte_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._client.post(
+                    url, json=body, headers=headers | self._auth_headers(), extensions=extensions
+                )
+        except TimeoutError:
+            raise attempt.failed(f"no answer to a voice sample within {timeout:g} s") from None
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise attempt.failed(describe_error(exc), unreachable=True) from exc
+        except httpx.HTTPError as exc:
+            raise attempt.failed(describe_error(exc)) from exc
+
     def _no_custom_voices(self) -> InvalidSynthesisRequestError:
         return InvalidSynthesisRequestError(
             f"Custom voices are not available for model '{self.name}': its upstream is not a tts-gateway engine "
@@ -397,6 +480,15 @@ def _engine_info(name: str, settings: RemoteEngineSettings) -> EngineInfo:
         speed_range=(1.0, 1.0),
         details={"upstream": "openai", "model": options.model, "endpoints": str(len(options.endpoints))},
     )
+
+
+def _speaker_of(response: httpx.Response) -> str | None:
+    """The ``speaker`` of an engine node's answer to a sample, if it is a usable one."""
+    try:
+        speaker = response.json().get("speaker")
+    except (ValueError, AttributeError):
+        return None
+    return speaker if isinstance(speaker, str) and speaker else None
 
 
 async def _read_bounded(response: httpx.Response) -> bytes:

@@ -11,6 +11,11 @@ text: too large for a header under ``server.max_header_bytes``), and ``x_tts_con
 of a long input whose audio is already streaming (the node then neither refuses it for a full queue nor times it out,
 as the front's own scheduler does not: ``EngineBackend.open_stream``).
 
+An engine node also makes voices from samples for its fronts, on a route of its own (``POST /v1`` +
+:data:`SAMPLE_ROUTE`, ``gateway/routes/engine_node.py``): a JSON body ``{"model", "transcript", "sample_rate", "pcm"}``
+(``pcm``: base64 of mono int16 little-endian samples) answered ``{"speaker": "..."}``. It keeps nothing; the front
+stores the speaker and sends it back in ``x_tts_speaker`` with each request for that voice.
+
 An engine node answers with ``X-TTS-Engine-Node: 1``, the version of this extension it speaks; the front reads it
 from the node's ``/readyz`` probe and sends the context and speakers only to endpoints that gave it, so that another
 OpenAI-compatible server (OpenAI itself) never learns tenant names or speakers.
@@ -26,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engines.base import InvalidSynthesisRequestError
+from engines.base import MAX_SPEAKER_CHARS, InvalidSynthesisRequestError
 from engines.scheduling import DEFAULT_SHARE, PRIORITIES, TenantShare
 
 if TYPE_CHECKING:
@@ -40,6 +45,7 @@ __all__ = [
     "MAX_QUEUED_HEADER",
     "MAX_SPEAKER_CHARS",
     "PRIORITY_HEADER",
+    "SAMPLE_ROUTE",
     "SPEAKER_FIELD",
     "TENANT_HEADER",
     "WEIGHT_HEADER",
@@ -56,11 +62,11 @@ TENANT_HEADER = "x-tts-tenant"
 WEIGHT_HEADER = "x-tts-tenant-weight"
 PRIORITY_HEADER = "x-tts-tenant-priority"
 MAX_QUEUED_HEADER = "x-tts-tenant-max-queued"
+SAMPLE_ROUTE = "/engine/speaker_from_sample"
+"""An engine node's route for voice samples, under its API base (``/v1``)."""
 ENGINE_NODE_HEADER = "x-tts-engine-node"
 SPEAKER_FIELD = "x_tts_speaker"
 CONTINUING_FIELD = "x_tts_continuing"
-MAX_SPEAKER_CHARS = 16384
-"""The longest speaker the body field carries (the most ``voices.max_speaker_chars`` allows)."""
 _VERSION = "1"
 
 # The pattern of tenant names in auth's settings (engines may not import auth): every tenant a front can serve.

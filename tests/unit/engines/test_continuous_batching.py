@@ -3,15 +3,14 @@ batch generates join it at the next step and still get exactly their own audio."
 
 from __future__ import annotations
 
-import queue
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pytest
 
-from engines.base import CancelFlag, SynthesisRequest
+from engines.base import CancelFlag, EngineInfo, SynthesisRequest
 from engines.chattts import ChatTTSEngine
-from engines.messages import BatchStarted, JobChunk, JobEnded, StartJob
+from engines.messages import BatchStarted, EncodeSample, JobChunk, JobEnded, SampleEncoded, StartJob
 from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
 
 if TYPE_CHECKING:
@@ -49,9 +48,13 @@ class Arrivals:
         self.schedule = dict(schedule)
         self.cancels = {after: CancelFlag() for after in schedule}
         self.polls = 0
+        self.limits: list[int] = []
 
     def __call__(self, limit: int) -> Sequence[tuple[SynthesisRequest, CancelToken]]:
         self.polls += 1
+        self.limits.append(limit)
+        if limit == 0:  # nothing may join now; the engine polls anyway (its worker answers samples then)
+            return []
         if (request := self.schedule.pop(self.polls, None)) is None:
             return []
         assert limit >= 1
@@ -143,12 +146,17 @@ def test_without_continuous_batching_no_request_joins() -> None:
     engine.load()
     arrivals = Arrivals({1: LATE})
     audio, _ = run(engine, arrivals)
-    assert arrivals.polls == 0
+    assert arrivals.polls > 0, "polled between steps all the same"
+    assert set(arrivals.limits) == {0}, "but never offered a place"
     assert list(audio) == [0]
     assert_same_audio(audio[0], alone(engine, LONG))
 
 
 # ----------------------------------------------------------------- the worker's batching loop, in process
+INFO = EngineInfo("chattts", 24000, (), max_batch=4, clones_voices=True)
+SAMPLE = (np.sin(np.arange(48000) / 20) * 8000).astype("<i2").tobytes()  # 2 s
+
+
 class RecordingConnection:
     """Stands in for the worker's pipe to the server: records what the worker sends and reacts to it."""
 
@@ -162,31 +170,42 @@ class RecordingConnection:
 
 
 def test_the_worker_lets_a_job_join_its_running_batch(engine: ChatTTSEngine) -> None:
-    from engines.worker import _Outbox, _serve_batches
+    from engines.worker import _Inbox, _Outbox, _serve_batches
 
-    jobs: queue.Queue[StartJob | None] = queue.Queue()
     cancels: dict[int, CancelFlag] = {}
+    samples: list[EncodeSample] = []
 
-    def submit(job: StartJob | None) -> None:
-        if job is not None:
+    def submit(job: StartJob | EncodeSample | None) -> None:
+        if isinstance(job, StartJob):
             cancels[job.job_id] = CancelFlag()  # as the worker's reader thread does, before queueing
+        if isinstance(job, EncodeSample):
+            samples.append(job)
         jobs.put(job)
 
     def react(message: object) -> None:
-        # The late job arrives as soon as the long one streams; the worker stops once both have ended.
+        # The late job, then a sample, arrive as the long one streams; the worker stops once both jobs have ended.
         if isinstance(message, JobChunk) and message.job_id == 1 and 2 not in cancels:
             submit(StartJob(2, LATE))
+        elif isinstance(message, JobChunk) and message.job_id == 2 and not samples:
+            submit(EncodeSample(7, SAMPLE, 24000, "Hello there."))
         if isinstance(message, JobEnded) and {1, 2} <= {m.job_id for m in conn.sent if isinstance(m, JobEnded)}:
             submit(None)
 
     conn = RecordingConnection(react)
+    outbox = _Outbox(conn)  # type: ignore[arg-type]
+    jobs = _Inbox(engine, INFO, outbox)
     submit(StartJob(1, LONG))
-    _serve_batches(engine, 4, jobs, cancels, _Outbox(conn))  # type: ignore[arg-type]
+    _serve_batches(engine, 4, jobs, cancels, outbox)
     sent = conn.sent
     assert [m for m in sent if isinstance(m, BatchStarted)] == [BatchStarted(1)], "one batch: the late job joined it"
     first_late = next(n for n, m in enumerate(sent) if isinstance(m, JobChunk) and m.job_id == 2)
     end_long = next(n for n, m in enumerate(sent) if isinstance(m, JobEnded) and m.job_id == 1)
     assert first_late < end_long
+    answer = next(n for n, m in enumerate(sent) if isinstance(m, SampleEncoded))
+    assert answer < end_long, "the sample is answered between the steps of the running batch"
+    assert cast("SampleEncoded", sent[answer]).speaker == engine.speaker_from_sample(
+        np.frombuffer(SAMPLE, "<i2"), 24000, "Hello there."
+    )
     assert [m for m in sent if isinstance(m, JobEnded)] == [JobEnded(2), JobEnded(1)]
     for job_id, request in ((1, LONG), (2, LATE)):
         pcm = b"".join(m.pcm for m in sent if isinstance(m, JobChunk) and m.job_id == job_id)

@@ -9,14 +9,17 @@ import numpy as np
 import pytest
 
 from engines.base import (
+    MAX_SPEAKER_CHARS,
     OPENAI_VOICES,
     CancelFlag,
+    CloningEngine,
     Engine,
     EngineUnavailableError,
     InvalidSynthesisRequestError,
     SynthesisRequest,
 )
 from engines.registry import ENGINE_KINDS, create_engine
+from engines.samples import speaker_from_sample
 from tests.chattts_assets import chattts_engine_options
 
 if TYPE_CHECKING:
@@ -117,6 +120,22 @@ def test_cancel_stops_promptly_and_engine_stays_usable(loaded: tuple[Engine, Eng
     assert time.monotonic() - started < 1.0
     assert sum(len(c) for c in received) / info.sample_rate < 20  # far less than the whole text
     assert len(speak(engine, "Still here.")) > 0
+
+
+def test_an_engine_that_clones_speaks_with_the_voice_of_a_sample(loaded: tuple[Engine, EngineInfo]) -> None:
+    engine, info = loaded
+    t = np.arange(2 * info.sample_rate) / info.sample_rate
+    pcm = (np.sin(2 * np.pi * 150 * t) * 8000).astype("<i2").tobytes()
+    if not info.clones_voices:
+        with pytest.raises(InvalidSynthesisRequestError, match="cannot make a voice"):
+            speaker_from_sample(engine, info, pcm, info.sample_rate, "This is my voice.")
+        return
+    assert isinstance(engine, CloningEngine)
+    speaker = speaker_from_sample(engine, info, pcm, info.sample_rate, "This is my voice.")
+    assert 0 < len(speaker) <= MAX_SPEAKER_CHARS
+    assert speaker_from_sample(engine, info, pcm, info.sample_rate, "This is my voice.") == speaker
+    request = SynthesisRequest(text="Something new.", voice="voice_x", speaker=speaker, seed=1)
+    assert np.concatenate(list(engine.synthesize(request, CancelFlag()))).size > 0
 
 
 def test_odd_input_does_not_crash(loaded: tuple[Engine, EngineInfo]) -> None:

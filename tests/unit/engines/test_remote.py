@@ -4,6 +4,7 @@ scripts it (odd chunk sizes, errors, silence), and the options' validation."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from dataclasses import dataclass, field
@@ -385,6 +386,98 @@ async def test_another_server_never_learns_tenants_or_speakers(upstreams: Any, e
     assert len(upstream.requests) == 1, "the custom voice must be refused before anything is sent"
     assert not [h for h in upstream.requests[0]["headers"] if h.startswith("x-tts-")]
     assert "x_tts_speaker" not in upstream.requests[0]["json"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# voice samples
+
+SAMPLE = bytes(range(256)) * 8  # 1024 samples of 16-bit PCM
+
+
+async def test_an_engine_node_is_sent_the_sample_and_its_speaker_comes_back(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(chunks=[b'{"speaker": "smp:', "一二".encode(), b'|Hello."}'], engine_node=True)
+    engine = await engines([upstream.url], model="chattts")
+    await wait_for(lambda: engine.status().state == "ready")
+    assert engine.info.clones_voices
+
+    assert await engine.speaker_from_sample(SAMPLE, 24000, "Hello.") == "smp:一二|Hello."
+
+    sent = upstream.requests[-1]
+    assert sent["path"] == "/v1/engine/speaker_from_sample"
+    assert sent["headers"]["authorization"] == f"Bearer {TOKEN}"
+    assert sent["json"] == {
+        "model": "chattts", "transcript": "Hello.", "sample_rate": 24000, "pcm": base64.b64encode(SAMPLE).decode(),
+    }  # fmt: skip
+    assert engine.status().endpoints[0].in_flight == 0
+
+
+async def test_a_nodes_refusal_of_a_sample_is_the_clients_400(upstreams: Any, engines: Any) -> None:
+    body = json.dumps({"error": {"message": "The sample is too long.", "param": "audio_sample"}}).encode()
+    upstream = await upstreams(status=400, body=body, engine_node=True)
+    engine = await engines([upstream.url], breaker={"failures": 1})
+    await wait_for(lambda: engine.status().state == "ready")
+    with pytest.raises(InvalidSynthesisRequestError, match="too long") as refused:
+        await engine.speaker_from_sample(SAMPLE, 24000, "Hello.")
+    assert refused.value.param == "audio_sample"
+    assert engine.status().endpoints[0].breaker == "closed"
+
+
+async def test_a_node_failing_a_sample_counts_in_its_breaker(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(status=500, body=b'{"error": {"message": "boom"}}', engine_node=True)
+    engine = await engines([upstream.url], breaker={"failures": 1, "open_s": 60})
+    await wait_for(lambda: engine.status().state == "ready")
+    with pytest.raises(SynthesisFailedError, match="HTTP 500: boom"):
+        await engine.speaker_from_sample(SAMPLE, 24000, "Hello.")
+    assert engine.status().endpoints[0].breaker == "open"
+    with pytest.raises(EngineNotReadyError):
+        await engine.speaker_from_sample(SAMPLE, 24000, "Hello.")
+    assert len(upstream.requests) == 1
+
+
+async def test_a_node_answering_no_speaker_is_a_failure(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(chunks=[b'{"speaker": ""}'], engine_node=True)
+    engine = await engines([upstream.url])
+    await wait_for(lambda: engine.status().state == "ready")
+    with pytest.raises(SynthesisFailedError, match="names no speaker"):
+        await engine.speaker_from_sample(SAMPLE, 24000, "Hello.")
+
+
+async def test_a_silent_node_fails_a_sample_within_the_timeout(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(hang=True, engine_node=True)
+    engine = await engines([upstream.url], first_byte_timeout_s=0.3)
+    await wait_for(lambda: engine.status().state == "ready")
+    started = time.monotonic()
+    with pytest.raises(SynthesisFailedError, match=r"within 0\.3 s"):
+        await engine.speaker_from_sample(SAMPLE, 24000, "Hello.")
+    assert time.monotonic() - started < 2
+
+
+@pytest.mark.parametrize("has_readyz", [True, False], ids=["readyz-without-marker", "openai-like"])
+async def test_another_server_is_never_sent_a_sample(upstreams: Any, engines: Any, has_readyz: bool) -> None:
+    upstream = await upstreams(chunks=[b'{"speaker": "x"}'], has_readyz=has_readyz)
+    engine = await engines([upstream.url])
+    await wait_for(lambda: engine.status().state == "ready")
+    assert not engine.info.clones_voices
+    with pytest.raises(InvalidSynthesisRequestError, match="not a tts-gateway engine node") as refused:
+        await engine.speaker_from_sample(SAMPLE, 24000, "Hello.")
+    assert refused.value.param == "audio_sample"
+    assert upstream.requests == []
+
+
+async def test_a_sample_before_any_endpoint_answers_is_not_ready(engines: Any) -> None:
+    engine = await engines(["http://127.0.0.1:9/v1"], settle=False)
+    with pytest.raises(EngineNotReadyError):
+        await engine.speaker_from_sample(SAMPLE, 24000, "Hello.")
+
+
+async def test_a_sample_no_engine_can_use_is_refused_before_it_is_sent(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(chunks=[b'{"speaker": "x"}'], engine_node=True)
+    engine = await engines([upstream.url])
+    await wait_for(lambda: engine.status().state == "ready")
+    with pytest.raises(InvalidSynthesisRequestError) as refused:
+        await engine.speaker_from_sample(SAMPLE, 24000, "")
+    assert refused.value.param == "transcript"
+    assert upstream.requests == []
 
 
 async def test_a_server_without_readyz_is_probed_at_its_models(upstreams: Any, engines: Any) -> None:
