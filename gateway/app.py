@@ -36,6 +36,7 @@ from gateway.realtime import realtime_speech
 from gateway.realtime.redaction import QueryTokenRedactor
 from gateway.routes.admin import AdminController
 from gateway.routes.catalog import ModelsController, VoicesController
+from gateway.routes.consents import VoiceConsentsController
 from gateway.routes.docs import docs_assets_router, docs_render_plugin
 from gateway.routes.engine_node import EngineNodeController
 from gateway.routes.health import HealthController
@@ -44,6 +45,7 @@ from gateway.routes.speech import EngineNodeSpeechController, SpeechController
 from gateway.routes.usage import UsageController
 from gateway.services import Services, StorageProbe, open_services
 from gateway.settings import Settings, load_settings
+from gateway.speech.consents import ConsentStore  # noqa: TC001
 from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import VoiceStore  # noqa: TC001
 
@@ -95,6 +97,7 @@ def create_app(
             *([EngineNodeController] if engine_node else []),  # voice samples from the front: nodes only
             ModelsController,
             VoicesController,
+            VoiceConsentsController,
             UsageController,
             AdminController,
             HealthController,
@@ -193,6 +196,10 @@ def _voices(state: State) -> VoiceStore:
     return _services_of(state).voices
 
 
+def _consents(state: State) -> ConsentStore:
+    return _services_of(state).consents
+
+
 def _storage(state: State) -> StorageProbe:
     return _services_of(state).storage
 
@@ -204,6 +211,7 @@ def _dependencies() -> dict[str, Provide]:
         "auth_store": Provide(_auth_store, sync_to_thread=False),
         "usage": Provide(_usage, sync_to_thread=False),
         "voices": Provide(_voices, sync_to_thread=False),
+        "consents": Provide(_consents, sync_to_thread=False),
         "storage": Provide(_storage, sync_to_thread=False),
         "principal": Provide(provide_principal),
     }

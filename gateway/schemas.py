@@ -22,6 +22,11 @@ __all__ = [
     "Readiness",
     "SpeechRequest",
     "SpeechUsage",
+    "VoiceConsentDeleted",
+    "VoiceConsentList",
+    "VoiceConsentObject",
+    "VoiceDeleted",
+    "VoiceObject",
 ]
 
 MAX_INPUT_CHARS = 4096
@@ -97,6 +102,61 @@ class SpeechUsage(BaseModel):
     input_tokens: int
     output_tokens: int
     total_tokens: int
+
+
+class VoiceObject(BaseModel):
+    """OpenAI's ``audio.voice`` (a custom voice), with this gateway's extensions after ``type``."""
+
+    id: str
+    object: Literal["audio.voice"] = "audio.voice"
+    name: str
+    created_at: int
+    type: Literal["audio_sample", "prompt", "speaker", "seed"]
+    """``audio_sample`` (made from a recording, as OpenAI), or this gateway's JSON form: ``speaker`` or ``seed``."""
+    model: str
+    """The engine the voice speaks with (its speaker only makes sense for that engine and its weights)."""
+    speaker_sha256: str
+    """What the voice sounds like, as the audio cache knows it: the same speaker, the same hash."""
+    consent: str | None = None
+    """The consent recording an ``audio_sample`` voice was made with."""
+    custom: Literal[True] = True
+
+
+class VoiceDeleted(BaseModel):
+    """OpenAI's ``audio.voice.deleted``."""
+
+    id: str
+    object: Literal["audio.voice.deleted"] = "audio.voice.deleted"
+    deleted: bool
+
+
+class VoiceConsentObject(BaseModel):
+    """OpenAI's ``audio.voice_consent``: the label and language of a consent recording (the audio is never served)."""
+
+    id: str
+    object: Literal["audio.voice_consent"] = "audio.voice_consent"
+    name: str
+    language: str
+    """The BCP 47 tag of the consent phrase's language (``en-US``)."""
+    created_at: int
+
+
+class VoiceConsentList(BaseModel):
+    """A page of consent recordings, oldest first; the next page is ``after=last_id`` while ``has_more``."""
+
+    object: Literal["list"] = "list"
+    data: list[VoiceConsentObject]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class VoiceConsentDeleted(BaseModel):
+    """OpenAI's answer to deleting a consent recording."""
+
+    id: str
+    object: Literal["audio.voice_consent"] = "audio.voice_consent"
+    deleted: bool
 
 
 class ModelObject(BaseModel):

@@ -1,7 +1,8 @@
 """The composition root's product: every long-lived object of one app, built from the settings in its lifespan.
 
 One Redis client per process (``storage.connect_redis``) is handed to everything that stores: keys, limits, usage,
-custom voices and the audio cache. Without ``redis_url`` each of them keeps its state in this process's memory.
+custom voices, consent recordings and the audio cache. Without ``redis_url`` each of them keeps its state in this
+process's memory.
 Handlers never receive this object: ``gateway/app.py`` provides each service to them by name.
 """
 
@@ -25,6 +26,7 @@ from engines.remote.context import read_context
 from gateway.realtime.registry import SessionRegistry
 from gateway.speech.admission import Admission
 from gateway.speech.cache import AudioCache
+from gateway.speech.consents import ConsentStore, MemoryConsentStore, RedisConsentStore
 from gateway.speech.plan import Planner
 from gateway.speech.service import SpeechService
 from gateway.speech.singleflight import SingleFlight
@@ -85,6 +87,7 @@ class Services:
     limiter: TenantRateLimiter
     usage: UsageLedger
     voices: VoiceStore
+    consents: ConsentStore
     speech: SpeechService
     storage: StorageProbe
     revocations: RevocationBus
@@ -122,6 +125,7 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
     )
     usage: UsageLedger = RedisUsageLedger(redis) if redis is not None else MemoryUsageLedger()
     voices: VoiceStore = RedisVoiceStore(redis) if redis is not None else MemoryVoiceStore()
+    consents: ConsentStore = RedisConsentStore(redis) if redis is not None else MemoryConsentStore()
     speech = SpeechService(
         Planner(router, voices),
         Admission(limiter, usage, metrics),
@@ -136,7 +140,9 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
     authenticator = Authenticator(store, jwt, open_mode=open_mode)
     if engine_node and auth.service_token is not None:
         authenticator = ServiceTokenAuthenticator(store, auth.service_token.get_secret_value())
-    return Services(redis, store, authenticator, limiter, usage, voices, speech, storage, revocations, sessions)
+    return Services(
+        redis, store, authenticator, limiter, usage, voices, consents, speech, storage, revocations, sessions
+    )
 
 
 SERVICE_PRINCIPAL = Principal(Tenant(name="service", limits=TenantLimits(), models=None), "service")

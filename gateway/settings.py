@@ -186,12 +186,17 @@ class ReadinessSettings(BaseModel):
 
 
 class VoicesSettings(BaseModel):
-    """Custom voices (``/v1/audio/voices``): how many a tenant may keep and how large a speaker may be."""
+    """Custom voices (``/v1/audio/voices``) and consent recordings (``/v1/audio/voice_consents``): how many a tenant
+    may keep and how large a speaker may be."""
 
     model_config = ConfigDict(extra="forbid")
 
-    max_per_tenant: int = Field(default=100, ge=0)
-    """Custom voices a tenant may have at once; creating one more is refused (400, ``voice_limit_reached``)."""
+    max_per_tenant: int = Field(default=20, ge=0)
+    """Custom voices a tenant may have at once (20, as OpenAI); creating one more is refused (400,
+    ``voice_limit_reached``)."""
+    max_consents_per_tenant: int = Field(default=20, ge=0)
+    """Consent recordings a tenant may keep at once; uploading one more is refused (400, ``consent_limit_reached``).
+    Each is kept as at most 30 s of 16 kbit/s Opus (about 60 KB)."""
     max_speaker_chars: int = Field(default=16384, ge=1, le=16384)
     """Longest ``speaker`` accepted (400 beyond it); ChatTTS's full-size speakers are 862 characters. 16384 is
     also the API's own ceiling."""

@@ -10,10 +10,11 @@ from litestar.params import SkipValidationMarker
 from auth import AuthStore, Principal
 from auth.usage import UsageLedger
 from gateway.services import StorageProbe
+from gateway.speech.consents import ConsentStore
 from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import VoiceStore
 
-__all__ = ["AuthStoreDep", "Caller", "Router", "StorageDep", "UsageDep", "VoicesDep"]
+__all__ = ["AuthStoreDep", "Caller", "ConsentsDep", "Router", "StorageDep", "UsageDep", "VoicesDep"]
 
 Caller: TypeAlias = NamedDependency[Principal]
 """The authenticated caller (provided as ``principal``)."""
@@ -26,5 +27,7 @@ UsageDep: TypeAlias = Annotated[UsageLedger, Dependency(kind="named"), SkipValid
 """Usage per tenant (provided as ``usage``)."""
 VoicesDep: TypeAlias = Annotated[VoiceStore, Dependency(kind="named"), SkipValidationMarker()]
 """Custom voices (provided as ``voices``)."""
+ConsentsDep: TypeAlias = Annotated[ConsentStore, Dependency(kind="named"), SkipValidationMarker()]
+"""Consent recordings (provided as ``consents``)."""
 StorageDep: TypeAlias = Annotated[StorageProbe, Dependency(kind="named"), SkipValidationMarker()]
 """Whether the shared Redis answers, for ``/readyz`` (provided as ``storage``)."""

@@ -91,6 +91,13 @@ class _DepthCheckedReceive:
         return message
 
 
+def _is_form(scope: Scope) -> bool:
+    """A multipart upload carries audio, whose bytes may hold any brackets: it is no JSON, and its handler parses no
+    JSON from it."""
+    content_type = next((value for name, value in scope["headers"] if name == b"content-type"), b"")
+    return content_type[:10].lower() == b"multipart/"
+
+
 def json_depth_middleware(max_depth: int) -> Callable[[ASGIApp], ASGIApp]:
     """Litestar middleware: a request body nested deeper than ``max_depth`` gets 400 with OpenAI's error body.
 
@@ -100,7 +107,7 @@ def json_depth_middleware(max_depth: int) -> Callable[[ASGIApp], ASGIApp]:
 
     def wrap(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == ScopeType.HTTP and scope["method"] in _BODY_METHODS:
+            if scope["type"] == ScopeType.HTTP and scope["method"] in _BODY_METHODS and not _is_form(scope):
                 receive = _DepthCheckedReceive(receive, max_depth)
             await app(scope, receive, send)
 

@@ -37,8 +37,20 @@ PRINCIPAL_KEY = "tts_principal"
 
 logger = logging.getLogger("tts_gateway.admin")
 
-# An engine node (``server.profile: engine``) serves speech to a front gateway, which owns tenants and their voices.
-_NOT_ON_ENGINE_NODES = frozenset({"createVoice", "retrieveVoice", "deleteVoice"})
+# An engine node (``server.profile: engine``) serves speech to a front gateway, which owns tenants, their voices and
+# their consent recordings.
+_NOT_ON_ENGINE_NODES = frozenset(
+    {
+        "createVoice",
+        "retrieveVoice",
+        "deleteVoice",
+        "createVoiceConsent",
+        "listVoiceConsents",
+        "retrieveVoiceConsent",
+        "updateVoiceConsent",
+        "deleteVoiceConsent",
+    }
+)
 
 
 async def provide_principal(request: Request[Any, Any, Any]) -> Principal:  # Litestar reads these hints at runtime
@@ -64,7 +76,9 @@ async def authenticate_request(request: Request[Any, Any, Any]) -> Principal:
         getattr(request.scope["route_handler"], "operation_id", None) in _NOT_ON_ENGINE_NODES
     ):
         raise OpenAIError(
-            HTTP_404_NOT_FOUND, "Custom voices are managed by the front gateway, not an engine node.", code="not_found"
+            HTTP_404_NOT_FOUND,
+            "Custom voices and consent recordings are managed by the front gateway, not an engine node.",
+            code="not_found",
         )
     return principal
 

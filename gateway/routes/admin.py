@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from auth import ApiKeyRecord, Tenant, TenantNotFoundError, tenant_from_settings
 from auth.settings import TenantLimits, TenantScheduling, TenantSettings
-from gateway.http.dependencies import AuthStoreDep, UsageDep, VoicesDep
+from gateway.http.dependencies import AuthStoreDep, ConsentsDep, UsageDep, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.http.security import require_admin
 
@@ -77,7 +77,7 @@ class AdminController(Controller):
         operation_id="adminDeleteTenant",
         responses=_ERRORS,
         description="Revokes the tenant's keys, closes its realtime sessions on every replica and deletes its "
-        "voices and usage; its cached audio becomes unreachable. A tenant created again under the "
+        "voices, consent recordings and usage; its cached audio becomes unreachable. A tenant created again under the "
         "same name starts empty.",
     )
     async def delete_tenant(
@@ -85,11 +85,13 @@ class AdminController(Controller):
         name: FromPath[str],
         auth_store: AuthStoreDep,
         voices: VoicesDep,
+        consents: ConsentsDep,
         usage: UsageDep,
     ) -> dict[str, Any]:
         if not await auth_store.delete_tenant(name):
             raise _no_tenant(name)
         await voices.forget_tenant(name)
+        await consents.forget_tenant(name)
         await usage.forget(name)
         return {"name": name, "deleted": True}
 

@@ -1,27 +1,47 @@
-"""``/v1/models`` and ``/v1/audio/voices``: what the gateway can speak with, and each tenant's custom voices."""
+"""``/v1/models`` and ``/v1/audio/voices``: what the gateway can speak with, and each tenant's custom voices.
+
+``POST /v1/audio/voices`` takes two bodies on one route: OpenAI's form (an audio sample and a consent recording,
+``gateway/routes/consents.py``), from which the engine makes the voice's speaker, and this gateway's JSON (an engine
+speaker or a seed). Its handler reads the body itself and branches on the content type (``gateway/routes/_forms.py``).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from litestar import Controller, Request, delete, get, post
-from litestar.params import FromPath, JSONBody, Parameter
-from litestar.status_codes import HTTP_201_CREATED, HTTP_400_BAD_REQUEST, HTTP_404_NOT_FOUND
+from litestar.openapi.spec import Operation, RequestBody
+from litestar.params import FromPath, Parameter
+from litestar.status_codes import (
+    HTTP_201_CREATED,
+    HTTP_400_BAD_REQUEST,
+    HTTP_404_NOT_FOUND,
+    HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+)
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engines.base import OPENAI_VOICES
-from gateway.http.dependencies import Caller, Router, VoicesDep
+from engines.base import MAX_SPEAKER_CHARS, OPENAI_VOICES
+from gateway.audio.samples import SAMPLE_RATE
+from gateway.http.dependencies import Caller, ConsentsDep, Router, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
-from gateway.schemas import ModelList, ModelObject
+from gateway.routes._forms import FORM, JSON, content_type_of, decode_upload, form_body, json_body, open_form
+from gateway.routes.consents import UPLOAD_BODY_BYTES
+from gateway.schemas import ModelList, ModelObject, VoiceDeleted, VoiceObject
 from gateway.speech.voices import SEED_SPEAKER_PREFIX, CustomVoiceRecord, new_voice
 
 if TYPE_CHECKING:
-    from gateway.settings import VoicesSettings
+    from engines.backend import EngineBackend
+    from gateway.settings import Settings, VoicesSettings
     from gateway.speech.service import SpeechService
 
-__all__ = ["CustomVoiceCreate", "ModelsController", "VoicesController"]
+__all__ = ["CustomVoiceCreate", "ModelsController", "VoiceSampleCreate", "VoicesController"]
 
-MAX_SPEAKER_CHARS = 16384
+MAX_TRANSCRIPT_CHARS = 4096
+_SAMPLE = {"audio_sample": "the voice sample, at most 10 MiB, 1 to 30 s"}
+VoiceName = Annotated[str, Field(min_length=1, max_length=64)]
 
 
 class CustomVoiceCreate(BaseModel):
@@ -29,7 +49,7 @@ class CustomVoiceCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Annotated[str, Field(min_length=1, max_length=64)]
+    name: VoiceName
     model: str = "chattts"
     """The engine the voice belongs to."""
     speaker: Annotated[str, Field(min_length=1, max_length=MAX_SPEAKER_CHARS)] | None = None
@@ -44,9 +64,44 @@ class CustomVoiceCreate(BaseModel):
         return self
 
 
+class VoiceSampleCreate(BaseModel):
+    """The text fields of OpenAI's form for ``POST /v1/audio/voices`` (beside the ``audio_sample`` file), and this
+    gateway's ``transcript`` and ``model``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: VoiceName
+    consent: Annotated[str, Field(min_length=1, max_length=256)]
+    """The consent recording of the voice's speaker (``cons_...``, ``POST /v1/audio/voice_consents``)."""
+    type: Literal["audio_sample"] = "audio_sample"
+    """How the voice is made; ``prompt`` (voice design from a text prompt) is refused."""
+    transcript: Annotated[str, Field(max_length=MAX_TRANSCRIPT_CHARS)] | None = None
+    """What is said in the sample, exactly (an extension: ChatTTS conditions on the sample and its transcript, and
+    refuses a sample without one)."""
+    model: Annotated[str, Field(min_length=1, max_length=256)] = "chattts"
+    """The engine (or an alias of it) that makes the voice and speaks with it (an extension)."""
+
+
+@dataclass
+class VoiceCreateOperation(Operation):
+    """Declares both bodies the handler reads itself: OpenAI's form and the gateway's JSON."""
+
+    def __post_init__(self) -> None:
+        content = {FORM: form_body(VoiceSampleCreate, _SAMPLE), JSON: json_body(CustomVoiceCreate)}
+        self.request_body = RequestBody(required=True, content=content)
+
+
 def _model_not_found(model: str) -> OpenAIError:
     return OpenAIError(
         HTTP_404_NOT_FOUND, f"The model `{model}` does not exist.", param="model", code="model_not_found"
+    )
+
+
+def _voice_limit_reached(limit: int) -> OpenAIError:
+    return OpenAIError(
+        HTTP_400_BAD_REQUEST,
+        f"Your tenant has {limit} custom voices, the most it may have; delete one first.",
+        code="voice_limit_reached",
     )
 
 
@@ -114,40 +169,45 @@ class VoicesController(Controller):
         summary="One of your custom voices.",
         responses=error_responses(401, 404, 503),
     )
-    async def retrieve_voice(self, voice_id: FromPath[str], voices: VoicesDep, principal: Caller) -> dict[str, Any]:
+    async def retrieve_voice(self, voice_id: FromPath[str], voices: VoicesDep, principal: Caller) -> VoiceObject:
         voice = await voices.get(principal.tenant.name, voice_id)
         if voice is None:
             raise _voice_not_found(voice_id)
-        return voice.public() | {"custom": True}
+        return _shown(voice)
 
     @post(
         status_code=HTTP_201_CREATED,
         operation_id="createVoice",
-        summary="Create a custom voice for your tenant.",
-        description="Counts as one request against your tenant's `requests_per_minute`.",
-        responses=error_responses(400, 401, 404, 429, 503),
+        summary="Create a custom voice for your tenant: from an audio sample and a consent (OpenAI's form), or from "
+        "an engine speaker or a seed (JSON).",
+        description="The form (`multipart/form-data`) takes OpenAI's `name`, `audio_sample`, `consent` and `type` "
+        "(`audio_sample`; `prompt` is refused), and this gateway's `transcript` (what is said in the sample, "
+        "exactly: ChatTTS needs it) and `model` (default `chattts`). The engine makes the voice's speaker from the "
+        "sample; the sample itself is not kept. Counts as one request against your tenant's `requests_per_minute`.",
+        operation_class=VoiceCreateOperation,
+        request_max_body_size=UPLOAD_BODY_BYTES,
+        responses=error_responses(400, 401, 404, 413, 415, 429, 503),
     )
     async def create_voice(
         self,
         request: Request[Any, Any, Any],
-        data: JSONBody[CustomVoiceCreate],
         router: Router,
         voices: VoicesDep,
+        consents: ConsentsDep,
         principal: Caller,
-    ) -> dict[str, Any]:
+    ) -> VoiceObject:
         limits: VoicesSettings = request.app.state.settings.voices
-        _check_speaker_size(data, limits.max_speaker_chars)
         speech: SpeechService = request.app.state.speech
-        # A voice is stored on every replica's behalf: it is a request like any other (429 over the tenant's limit).
+        # A voice is stored on every replica's behalf: it is a request like any other (429 over the tenant's limit),
+        # counted before the body is read so that a tenant over its limit costs no upload or decoding.
         await speech.admission.admit(principal.tenant, 0)
-        voice = await _new_custom_voice(data, router, voices, principal)
+        if content_type_of(request) == FORM:
+            voice = await _voice_from_sample(request, router, voices, consents, principal)
+        else:
+            voice = await _voice_from_json(request, router, voices, principal)
         if not await voices.add(voice, max_per_tenant=limits.max_per_tenant):
-            raise OpenAIError(
-                HTTP_400_BAD_REQUEST,
-                f"Your tenant has {limits.max_per_tenant} custom voices, the most it may have; delete one first.",
-                code="voice_limit_reached",
-            )
-        return voice.public() | {"custom": True}
+            raise _voice_limit_reached(limits.max_per_tenant)
+        return _shown(voice)
 
     @delete(
         "/{voice_id:str}",
@@ -156,34 +216,147 @@ class VoicesController(Controller):
         summary="Delete one of your voices.",
         responses=error_responses(401, 404, 503),
     )
-    async def delete_voice(self, voice_id: FromPath[str], voices: VoicesDep, principal: Caller) -> dict[str, Any]:
+    async def delete_voice(self, voice_id: FromPath[str], voices: VoicesDep, principal: Caller) -> VoiceDeleted:
         if not await voices.delete(principal.tenant.name, voice_id):
             raise _voice_not_found(voice_id)
-        return {"id": voice_id, "object": "voice.deleted", "deleted": True}
+        return VoiceDeleted(id=voice_id, deleted=True)
 
 
-async def _new_custom_voice(
-    data: JSONBody[CustomVoiceCreate],
-    router: Router,
-    voices: VoicesDep,
-    principal: Caller,
+def _shown(voice: CustomVoiceRecord) -> VoiceObject:
+    return VoiceObject.model_validate(voice.public())
+
+
+async def _voice_from_json(
+    request: Request[Any, Any, Any], router: Router, voices: VoicesDep, principal: Caller
 ) -> CustomVoiceRecord:
-    tenant = principal.tenant.name
-    if data.model not in router.pools or not principal.tenant.allows_model(data.model):
-        raise _model_not_found(data.model)
-    if data.name in OPENAI_VOICES or await voices.find_by_name(tenant, data.name) is not None:
+    """Today's JSON form: an engine speaker or a seed."""
+    if content_type_of(request) != JSON:
+        content_type = request.headers.get("content-type", "")
         raise OpenAIError(
-            HTTP_400_BAD_REQUEST, f"A voice named '{data.name}' already exists.", param="name", code="voice_exists"
+            HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            f"Unsupported content type {content_type or '(none)'!r}: send application/json or multipart/form-data.",
+            code="unsupported_media_type",
         )
+    settings: Settings = request.app.state.settings
+    body = await _json_body(request, settings.server.max_body_bytes)
+    _refuse_prompt_voices(body)
+    data = CustomVoiceCreate.model_validate(body)
+    _check_speaker_size(data.speaker, settings.voices.max_speaker_chars)
+    engine = _engine_of(router, principal, data.model, by_alias=False)
+    await _check_name_free(voices, principal.tenant.name, data.name)
     speaker = data.speaker if data.speaker is not None else f"{SEED_SPEAKER_PREFIX}{data.seed}"
-    return new_voice(tenant, data.name, data.model, speaker)
+    return new_voice(principal.tenant.name, data.name, engine.name, speaker)
 
 
-def _check_speaker_size(data: CustomVoiceCreate, max_chars: int) -> None:
-    if data.speaker is not None and len(data.speaker) > max_chars:
+async def _json_body(request: Request[Any, Any, Any], max_bytes: int) -> Any:
+    """The decoded JSON body, held to ``server.max_body_bytes`` (the route itself takes uploads of 10 MiB)."""
+    if (request.content_length or 0) > max_bytes or len(body := await request.body()) > max_bytes:
+        raise OpenAIError(
+            HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"A JSON body may be at most {max_bytes} bytes.", code="body_too_large"
+        )
+    try:
+        return json.loads(body)
+    except ValueError:  # UnicodeDecodeError included
+        raise OpenAIError(HTTP_400_BAD_REQUEST, "The body is not valid JSON.", code="invalid_json") from None
+
+
+async def _voice_from_sample(
+    request: Request[Any, Any, Any], router: Router, voices: VoicesDep, consents: ConsentsDep, principal: Caller
+) -> CustomVoiceRecord:
+    """OpenAI's form: the engine makes the speaker from the sample, with the tenant's consent."""
+    async with open_form(request, _SAMPLE) as (texts, files):
+        _refuse_prompt_voices(texts)
+        form = VoiceSampleCreate.model_validate(texts)
+        settings: Settings = request.app.state.settings
+        backend = await _sample_engine(
+            form, router, principal, voices=voices, consents=consents, max_voices=settings.voices.max_per_tenant
+        )
+        sample = await decode_upload(files.required("audio_sample"), "audio_sample")
+    # The engine bounds the samples it takes (ChatTTS: a speaker prompt within MAX_SPEAKER_CHARS); a tighter
+    # ``voices.max_speaker_chars`` is the gateway's own.
+    speaker = await backend.speaker_from_sample(sample.pcm, SAMPLE_RATE, form.transcript or "")
+    if len(speaker) > (limit := settings.voices.max_speaker_chars):
         raise OpenAIError(
             HTTP_400_BAD_REQUEST,
-            f"Invalid value for 'speaker': at most {max_chars} characters (got {len(data.speaker)}).",
+            f"The speaker made from this sample has {len(speaker)} characters, more than the {limit} allowed; "
+            "send a shorter sample.",
+            param="audio_sample",
+            code="audio_too_long",
+        )
+    return new_voice(principal.tenant.name, form.name, backend.name, speaker, type="audio_sample", consent=form.consent)
+
+
+async def _sample_engine(
+    form: VoiceSampleCreate,
+    router: Router,
+    principal: Caller,
+    *,
+    voices: VoicesDep,
+    consents: ConsentsDep,
+    max_voices: int,
+) -> EngineBackend:
+    """The engine that will make the voice, once what is refused before decoding is refused: an unknown model, one
+    that cannot clone, a tenant at its cap, a name taken, a consent the tenant does not have."""
+    tenant = principal.tenant.name
+    backend = _engine_of(router, principal, form.model, by_alias=True)
+    if backend.info is not None and not backend.info.clones_voices:
+        raise OpenAIError(
+            HTTP_400_BAD_REQUEST,
+            f"Model '{form.model}' cannot make a voice from an audio sample; use a model that can (chattts).",
+            param="model",
+            code="voice_cloning_unsupported",
+        )
+    existing = await voices.list(tenant)
+    # An early answer, before the sample costs a decoding and an engine pass; the store's atomic add decides.
+    if len(existing) >= max_voices:
+        raise _voice_limit_reached(max_voices)
+    if form.name in OPENAI_VOICES or any(voice.name == form.name for voice in existing):
+        raise _name_taken(form.name)
+    if await consents.get(tenant, form.consent) is None:
+        raise OpenAIError(
+            HTTP_404_NOT_FOUND,
+            f"Consent recording '{form.consent}' was not found.",
+            param="consent",
+            code="consent_not_found",
+        )
+    return backend
+
+
+def _refuse_prompt_voices(body: object) -> None:
+    if isinstance(body, dict) and body.get("type") == "prompt":
+        raise OpenAIError(
+            HTTP_400_BAD_REQUEST,
+            "Voices designed from a text prompt (type 'prompt') are not supported: no engine of this gateway can "
+            "honour them. Make a voice from an audio sample (type 'audio_sample').",
+            param="type",
+            code="unsupported_value",
+        )
+
+
+def _engine_of(router: Router, principal: Caller, model: str, *, by_alias: bool) -> EngineBackend:
+    """The engine a voice will belong to: an engine by its name, or (``by_alias``) the engine an alias serves with."""
+    known = router.model_names() if by_alias else list(router.pools)
+    if model not in known or not principal.tenant.allows_model(model):
+        raise _model_not_found(model)
+    return router.resolve(model)
+
+
+async def _check_name_free(voices: VoicesDep, tenant: str, name: str) -> None:
+    if name in OPENAI_VOICES or await voices.find_by_name(tenant, name) is not None:
+        raise _name_taken(name)
+
+
+def _name_taken(name: str) -> OpenAIError:
+    return OpenAIError(
+        HTTP_400_BAD_REQUEST, f"A voice named '{name}' already exists.", param="name", code="voice_exists"
+    )
+
+
+def _check_speaker_size(speaker: str | None, max_chars: int) -> None:
+    if speaker is not None and len(speaker) > max_chars:
+        raise OpenAIError(
+            HTTP_400_BAD_REQUEST,
+            f"Invalid value for 'speaker': at most {max_chars} characters (got {len(speaker)}).",
             param="speaker",
             code="string_above_max_length",
         )

@@ -1,4 +1,5 @@
-"""Tenant-scoped custom voices: a name and a speaker (an engine's speaker embedding, or a seed to derive one).
+"""Tenant-scoped custom voices: a name and a speaker (an engine's speaker embedding, a seed to derive one, or what the
+engine made of an audio sample).
 
 A tenant only ever sees its own voices: looking up another tenant's id answers "not found", so ids do not leak.
 """
@@ -10,12 +11,12 @@ import json
 import secrets
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["CustomVoiceRecord", "MemoryVoiceStore", "RedisVoiceStore", "VoiceStore", "new_voice"]
+__all__ = ["CustomVoiceRecord", "MemoryVoiceStore", "RedisVoiceStore", "VoiceStore", "VoiceType", "new_voice"]
 
 # Adds a voice only while the tenant has fewer than ARGV[3], atomically, so that concurrent creations (on any
 # replica) cannot overshoot the limit. KEYS: the tenant's hash. ARGV: voice id, record, limit. Returns 1 or 0.
@@ -26,6 +27,10 @@ return 1
 """
 
 SEED_SPEAKER_PREFIX = "seed:"
+
+VoiceType = Literal["audio_sample", "speaker", "seed"]
+"""How a voice was made: OpenAI's ``audio_sample`` (a recording, with a consent), or this gateway's JSON form with an
+engine's ``speaker`` or a ``seed``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +43,9 @@ class CustomVoiceRecord:
     speaker: str
     """The engine's speaker string: a ChatTTS ``spk_emb``, or ``seed:N`` to derive one from a seed."""
     created_at: float
+    type: VoiceType = "speaker"
+    consent: str | None = None
+    """The consent recording (``cons_...``) an ``audio_sample`` voice was made with."""
 
     @property
     def speaker_sha256(self) -> str:
@@ -45,18 +53,40 @@ class CustomVoiceRecord:
         return hashlib.sha256(self.speaker.encode()).hexdigest()
 
     def public(self) -> dict[str, object]:
-        return {
+        """OpenAI's ``audio.voice``, with this gateway's ``model``, ``speaker_sha256`` and (samples) ``consent``."""
+        shown: dict[str, object] = {
             "id": self.id,
-            "object": "voice",
+            "object": "audio.voice",
             "name": self.name,
+            "type": self.type,
             "model": self.model,
             "created_at": int(self.created_at),
             "speaker_sha256": self.speaker_sha256,
         }
+        if self.consent is not None:
+            shown["consent"] = self.consent
+        return shown
 
 
-def new_voice(tenant: str, name: str, model: str, speaker: str) -> CustomVoiceRecord:
-    return CustomVoiceRecord(f"voice_{secrets.token_hex(12)}", tenant, name, model, speaker, time.time())
+def new_voice(
+    tenant: str,
+    name: str,
+    model: str,
+    speaker: str,
+    *,
+    type: VoiceType | None = None,  # noqa: A002 - OpenAI's field name
+    consent: str | None = None,
+) -> CustomVoiceRecord:
+    kind: VoiceType = type or ("seed" if speaker.startswith(SEED_SPEAKER_PREFIX) else "speaker")
+    voice_id = f"voice_{secrets.token_hex(12)}"
+    return CustomVoiceRecord(voice_id, tenant, name, model, speaker, time.time(), kind, consent)
+
+
+def _from_json(raw: bytes | str) -> CustomVoiceRecord:
+    fields: dict[str, Any] = json.loads(raw)
+    # Records stored before voices had a type: what their speaker says they were made from.
+    fields.setdefault("type", "seed" if fields["speaker"].startswith(SEED_SPEAKER_PREFIX) else "speaker")
+    return CustomVoiceRecord(**fields)
 
 
 class VoiceStore(Protocol):
@@ -125,14 +155,14 @@ class RedisVoiceStore:
 
     async def get(self, tenant: str, voice_id: str) -> CustomVoiceRecord | None:
         raw = await self._client.hget(self._key(tenant), voice_id)
-        return CustomVoiceRecord(**json.loads(raw)) if raw else None
+        return _from_json(raw) if raw else None
 
     async def find_by_name(self, tenant: str, name: str) -> CustomVoiceRecord | None:
         return next((v for v in await self.list(tenant) if v.name == name), None)
 
     async def list(self, tenant: str) -> list[CustomVoiceRecord]:
         raw = await self._client.hvals(self._key(tenant))
-        return sorted((CustomVoiceRecord(**json.loads(item)) for item in raw), key=lambda v: v.created_at)
+        return sorted((_from_json(item) for item in raw), key=lambda v: v.created_at)
 
     async def delete(self, tenant: str, voice_id: str) -> bool:
         removed: int = await self._client.hdel(self._key(tenant), voice_id)

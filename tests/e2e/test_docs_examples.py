@@ -11,6 +11,8 @@ example escapes):
 - ``<!-- example: python [creates FILE ...] -->``: the virtualenv's Python, run in that folder (files as above);
 - ``<!-- example: serve PORT -->``: bash whose last command serves; it must come up on ``PORT`` with every engine
   ready, and is stopped then;
+- ``<!-- example: background PORT -->``: the same, but it keeps serving for the blocks after it (stopped when the
+  document's test ends);
 - ``<!-- example: skip (reason) -->``: not run, with the reason (the two commands of the README are the ones CI runs).
 """
 
@@ -123,7 +125,7 @@ def run_example(example: Example, cwd: Path, served: list[subprocess.Popen[bytes
         for name in example.args.removeprefix("creates").split():
             audio = decode_audio((cwd / name).read_bytes(), _SUFFIX_FORMATS[Path(name).suffix])
             assert audio.duration > 0.3, f"{where}: {name} holds no speech"
-    elif example.kind == "serve":
+    elif example.kind in {"serve", "background"}:
         port = int(example.args)
         process = serve(example.body, cwd, cwd / f"serve-{port}.log")
         served.append(process)
@@ -137,8 +139,9 @@ def run_example(example: Example, cwd: Path, served: list[subprocess.Popen[bytes
             or (name == "chattts" and "chattts" in example.body and e["state"] != "ready")
         }
         assert not not_ready, f"{where}: engines not ready: {not_ready}"
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(30)
+        if example.kind == "serve":
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(30)
     else:
         assert example.kind == "skip" and example.args.startswith("("), f"{where}: unknown marker {example.kind}"
 
@@ -151,6 +154,12 @@ def test_the_configuration_examples_run(tmp_path: Path, served: list[subprocess.
 def test_the_deployment_examples_run(tmp_path: Path, served: list[subprocess.Popen[bytes]]) -> None:
     # Docker and Kubernetes blocks are marked skip with their reason; the two-tier set-up by hand runs.
     for example in examples("docs/deployment.md"):
+        run_example(example, tmp_path, served)
+
+
+def test_the_custom_voice_examples_run(tmp_path: Path, served: list[subprocess.Popen[bytes]]) -> None:
+    # The document serves its own gateway (ChatTTS on the tiny random-weight assets) in the background.
+    for example in examples("docs/voices.md"):
         run_example(example, tmp_path, served)
 
 

@@ -1,0 +1,189 @@
+"""Multipart uploads (OpenAI's consent recordings and voice samples), read by the handler itself, and their OpenAPI
+declaration.
+
+Handlers take the raw request rather than a ``data`` parameter for two reasons: Litestar reads a declared body before
+it resolves dependencies, so a 10 MiB upload would be received before its credentials are checked; and one route
+(``POST /v1/audio/voices``) takes JSON or a form on the same path, which one declared body type cannot say. The
+fields are then validated with the same pydantic models the OpenAPI document is generated from.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
+
+import anyio
+import anyio.to_thread
+from litestar.datastructures import UploadFile
+from litestar.openapi.spec import Encoding, OpenAPIMediaType, OpenAPIType, Schema
+from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_415_UNSUPPORTED_MEDIA_TYPE
+
+from gateway.audio.samples import DecodedRecording, RecordingError, decode_recording
+from gateway.http.errors import OpenAIError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Mapping
+
+    from litestar import Request
+    from pydantic import BaseModel
+
+__all__ = [
+    "FORM",
+    "JSON",
+    "Uploads",
+    "content_type_of",
+    "decode_upload",
+    "form_body",
+    "in_audio_thread",
+    "json_body",
+    "open_form",
+]
+
+FORM = "multipart/form-data"
+JSON = "application/json"
+Arg = TypeVar("Arg")
+Result = TypeVar("Result")
+
+_AUDIO_THREADS = 4
+_AUDIO_LIMITER = anyio.CapacityLimiter(_AUDIO_THREADS)  # one per process, bound to its event loop on first use
+
+_AUDIO_TYPES = "audio/mpeg, audio/wav, audio/x-wav, audio/ogg, audio/aac, audio/flac, audio/webm, audio/mp4"
+_RECORDING_CODES = {
+    "not_audio": "invalid_audio",
+    "too_large": "file_too_large",
+    "too_short": "audio_too_short",
+    "too_long": "audio_too_long",
+}
+_NESTED_ONE = frozenset({"items", "additional_properties", "schema_not"})
+_NESTED_MANY = frozenset({"any_of", "all_of", "one_of"})
+
+
+def content_type_of(request: Request[Any, Any, Any]) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+@asynccontextmanager
+async def open_form(
+    request: Request[Any, Any, Any], files: Mapping[str, str]
+) -> AsyncIterator[tuple[dict[str, str], Uploads]]:
+    """The text fields of a ``multipart/form-data`` body, for the caller's model to validate, and its files, open
+    until the block ends (Litestar spools each to a temporary file beyond 1 MiB: they are never read into memory
+    whole).
+
+    Args:
+        request: The request, whose body has not been read.
+        files: The file fields it may have, each with what it is (for the error when one is missing).
+
+    Raises:
+        OpenAIError: not a form (415), a file where text belongs or text where a file does, undecodable text (400).
+    """
+    if content_type_of(request) != FORM:
+        raise _not_a_form(request)
+    try:
+        form = await request.form()
+    except (UnicodeDecodeError, LookupError):  # a text part in a charset it is not in, or one Python does not know
+        raise OpenAIError(HTTP_400_BAD_REQUEST, "A text field of the form is not valid text.") from None
+    try:
+        texts = {key: value for key, value in form.items() if isinstance(value, str)}
+        uploads = {key: value for key, value in form.items() if isinstance(value, UploadFile)}
+        if stray := next((key for key in uploads if key not in files), None):
+            raise OpenAIError(HTTP_400_BAD_REQUEST, f"'{stray}' must be a text field.", param=stray)
+        if misplaced := next((key for key in texts if key in files), None):
+            raise OpenAIError(HTTP_400_BAD_REQUEST, f"'{misplaced}' must be a file.", param=misplaced)
+        yield texts, Uploads(uploads, files)
+    finally:
+        for upload in form.values():
+            if isinstance(upload, UploadFile):
+                await upload.close()
+
+
+class Uploads:
+    """The files of a form, by field name."""
+
+    def __init__(self, uploads: dict[str, UploadFile], described: Mapping[str, str]) -> None:
+        self._uploads = uploads
+        self._described = described
+
+    def required(self, name: str) -> BinaryIO:
+        """The file of field ``name`` (a seekable file, open while the form is).
+
+        Raises:
+            OpenAIError: 400 when the form has no such file.
+        """
+        if (upload := self._uploads.get(name)) is None:
+            raise OpenAIError(
+                HTTP_400_BAD_REQUEST,
+                f"Missing required parameter: '{name}' ({self._described[name]}).",
+                param=name,
+                code="missing_required_parameter",
+            )
+        return cast("BinaryIO", upload.file)
+
+
+async def in_audio_thread(work: Callable[[Arg], Result], arg: Arg) -> Result:
+    """``work(arg)`` in a worker thread, a few at a time per process: decoding and encoding are CPU-bound (more at
+    once than cores only queues), and each holds up to 30 s of audio in memory (about 10 MB while it decodes), so
+    however many uploads arrive, at most :data:`_AUDIO_THREADS` of them are in memory decoded."""
+    return await anyio.to_thread.run_sync(work, arg, limiter=_AUDIO_LIMITER)
+
+
+async def decode_upload(file: BinaryIO, param: str) -> DecodedRecording:
+    """An uploaded recording as 24 kHz mono PCM (:func:`in_audio_thread`).
+
+    Raises:
+        OpenAIError: 400 naming ``param``: not audio, over 10 MiB, too short or too long.
+    """
+    try:
+        return await in_audio_thread(decode_recording, file)
+    except RecordingError as exc:
+        raise OpenAIError(HTTP_400_BAD_REQUEST, str(exc), param=param, code=_RECORDING_CODES[exc.problem]) from None
+
+
+def _not_a_form(request: Request[Any, Any, Any]) -> OpenAIError:
+    content_type = request.headers.get("content-type", "")
+    return OpenAIError(
+        HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+        f"Unsupported content type {content_type or '(none)'!r}: send multipart/form-data.",
+        code="unsupported_media_type",
+    )
+
+
+def json_body(model: type[BaseModel]) -> OpenAPIMediaType:
+    """The OpenAPI media type of a JSON body validated by ``model``."""
+    return OpenAPIMediaType(schema=_schema(model.model_json_schema()))
+
+
+def form_body(model: type[BaseModel], files: Mapping[str, str]) -> OpenAPIMediaType:
+    """The OpenAPI media type of a form: ``model``'s text fields and the required audio ``files`` (name: what)."""
+    schema = _schema(model.model_json_schema())
+    file_schemas = {
+        name: Schema(type=OpenAPIType.STRING, format=cast("Any", "binary"), description=f"{what} ({_AUDIO_TYPES})")
+        for name, what in files.items()
+    }
+    schema.properties = {**file_schemas, **(schema.properties or {})}
+    schema.required = [*files, *(schema.required or [])]
+    encoding = {name: Encoding(content_type=_AUDIO_TYPES.replace(" ", "")) for name in files}
+    return OpenAPIMediaType(schema=schema, encoding=encoding)
+
+
+def _schema(json_schema: Mapping[str, Any]) -> Schema:
+    """Litestar's OpenAPI schema object for a pydantic JSON schema (flat models: no ``$defs``)."""
+    fields: dict[str, Any] = {}
+    for key, value in json_schema.items():
+        name = _snake(key)
+        if name == "properties":
+            fields[name] = {prop: _schema(sub) for prop, sub in value.items()}
+        elif name in _NESTED_MANY:
+            fields[name] = [_schema(sub) for sub in value]
+        elif name in _NESTED_ONE and isinstance(value, dict):
+            fields[name] = _schema(value)
+        elif name == "type":
+            fields[name] = OpenAPIType(value)
+        else:
+            fields[name] = value
+    return Schema(**fields)
+
+
+def _snake(key: str) -> str:
+    return {"not": "schema_not"}.get(key) or re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()

@@ -1,0 +1,130 @@
+"""Uploaded recordings: every container OpenAI lists decodes to 24 kHz mono; what is not audio, too large, too short
+or too long is refused with the reason; the audit copy is small Ogg/Opus that still holds the recording."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import av
+import lameenc
+import numpy as np
+import pytest
+
+from gateway.audio.samples import (
+    MAX_RECORDING_BYTES,
+    SAMPLE_RATE,
+    RecordingError,
+    decode_recording,
+    encode_for_audit,
+    sniff_container,
+)
+from tests.audio_decode import decode_audio, dominant_frequency
+from tests.recordings import CONTAINERS, recording, tone
+
+# Codec priming that a container does not trim (ADTS and MP4 AAC: up to a frame and a half at 44.1 kHz).
+PRIMING_S = 0.05
+
+
+def pcm_audio(pcm: bytes) -> np.ndarray:
+    return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768
+
+
+@pytest.mark.parametrize("kind", sorted(CONTAINERS))
+def test_every_container_becomes_24_khz_mono_of_the_same_sound(kind: str) -> None:
+    decoded = decode_recording(recording(kind, tone(2.5, 660.0)))  # stereo at 44.1 or 48 kHz
+    assert decoded.duration_s == pytest.approx(2.5, abs=PRIMING_S)
+    samples = pcm_audio(decoded.pcm)
+    spectrum = np.abs(np.fft.rfft(samples * np.hanning(len(samples))))
+    assert np.argmax(spectrum) * SAMPLE_RATE / len(samples) == pytest.approx(660.0, abs=3)
+    assert 0.15 < float(np.sqrt(np.mean(samples**2))) < 0.25  # 0.3 peak sine: neither silence nor doubled channels
+
+
+def test_an_id3_tag_before_the_audio_is_skipped() -> None:
+    tagged = io.BytesIO()
+    with av.open(tagged, mode="w", format="mp3") as out:
+        out.metadata["title"] = "consent"
+        stream = out.add_stream("libmp3lame", rate=24000)
+        stream.layout = "mono"
+        frame = av.AudioFrame.from_ndarray(tone(1.5).reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = 24000
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    data = tagged.getvalue()
+    assert data.startswith(b"ID3")
+    assert sniff_container(data) == "mp3"
+    assert decode_recording(data).duration_s == pytest.approx(1.5, abs=PRIMING_S)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"just some text, no audio at all" * 10,
+        # A playlist ffmpeg's HLS demuxer would follow to another file: never probed, so never opened.
+        b"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\nfile:///etc/passwd\n#EXT-X-ENDLIST\n",
+        b"OggS" + bytes(range(256)) * 20,  # the magic of a container, then garbage
+        b"RIFF\x00\x00\x00\x00WAVEfmt " + b"\x00" * 64,
+    ],
+    ids=["empty", "text", "hls-playlist", "garbage-ogg", "broken-wav"],
+)
+def test_what_is_not_audio_is_refused_as_such(data: bytes) -> None:
+    with pytest.raises(RecordingError) as refused:
+        decode_recording(data)
+    assert refused.value.problem == "not_audio"
+
+
+def test_a_container_without_audio_is_not_audio() -> None:
+    video = io.BytesIO()
+    with av.open(video, mode="w", format="matroska") as out:
+        stream = out.add_stream("ffv1", rate=5)
+        stream.width = stream.height = 16
+        for index in range(3):
+            frame = av.VideoFrame.from_ndarray(np.zeros((16, 16, 3), np.uint8), format="rgb24")
+            frame.pts = index
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    with pytest.raises(RecordingError, match="no audio stream") as refused:
+        decode_recording(video.getvalue())
+    assert refused.value.problem == "not_audio"
+
+
+def test_over_ten_mebibytes_is_refused_before_decoding() -> None:
+    too_big = recording("wav") + b"\x00" * MAX_RECORDING_BYTES
+    with pytest.raises(RecordingError) as refused:
+        decode_recording(too_big)
+    assert refused.value.problem == "too_large"
+
+
+@pytest.mark.parametrize(("seconds", "problem"), [(0.5, "too_short"), (31.0, "too_long")])
+def test_the_duration_is_bounded(seconds: float, problem: str) -> None:
+    with pytest.raises(RecordingError) as refused:
+        decode_recording(recording("flac", tone(seconds)))
+    assert refused.value.problem == problem
+
+
+def test_a_small_file_of_hours_is_refused_after_decoding_the_bound_only() -> None:
+    # MP3 frames stand alone: ten seconds of 8 kbit/s silence, 360 times over, is an hour in 3.5 MiB.
+    encoder = lameenc.Encoder()
+    encoder.set_in_sample_rate(8000)
+    encoder.set_channels(1)
+    encoder.set_bit_rate(8)
+    hour = (bytes(encoder.encode(bytes(2 * 80000))) + bytes(encoder.flush())) * 360
+    assert len(hour) < MAX_RECORDING_BYTES
+    started = time.perf_counter()
+    with pytest.raises(RecordingError) as refused:
+        decode_recording(hour)
+    assert refused.value.problem == "too_long"
+    assert time.perf_counter() - started < 2.0  # an hour decodes in far more; 30 s in milliseconds
+
+
+def test_the_audit_copy_is_small_ogg_opus_of_the_same_recording() -> None:
+    decoded = decode_recording(recording("wav", tone(10.0, 440.0)))
+    audit = encode_for_audit(decoded.pcm)
+    assert audit.startswith(b"OggS")
+    assert len(audit) < 10 * 16000 / 8 * 1.3  # 16 kbit/s, with Ogg's overhead
+    heard = decode_audio(audit, "opus")
+    assert heard.codec == "opus"
+    assert heard.channels == 1
+    assert heard.duration == pytest.approx(10.0, abs=0.1)
+    assert dominant_frequency(heard) == pytest.approx(440.0, abs=3)
