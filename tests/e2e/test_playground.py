@@ -1,13 +1,17 @@
 """The playground page in a real browser: Debian's headless Chromium, driven by Selenium over its ChromeDriver.
 
 A gateway with one tenant (so a wrong key gets OpenAI's 401), a synthetic engine paced at real time (so the test can
-see audio playing while the response is still streaming) and espeak behind ``tts-1``.
+see audio playing while the response is still streaming, and which makes voices from samples) and espeak behind
+``tts-1`` (which does not). Chromium's microphone is a fake capture device that plays a WAV file in a loop.
 """
 
 from __future__ import annotations
 
 import base64
+import math
+import struct
 import time
+import wave
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +56,28 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
         yield process
 
 
+def write_tone(path: Path, seconds: float, frequency: float, rate: int = 24000) -> Path:
+    """A mono s16 WAV of a tone whose loudness wavers three times a second (a little like syllables)."""
+    frames = (
+        0.4 * 32767 * math.sin(2 * math.pi * frequency * i / rate) * (0.6 + 0.4 * math.sin(2 * math.pi * 3 * i / rate))
+        for i in range(round(seconds * rate))
+    )
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(b"".join(struct.pack("<h", round(frame)) for frame in frames))
+    return path
+
+
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+def microphone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What Chromium's fake capture device hears: 3 s of a 220 Hz tone at 48 kHz, looped."""
+    return write_tone(tmp_path_factory.mktemp("microphone") / "microphone.wav", 3.0, 220.0, rate=48000)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory, microphone: Path) -> Iterator[WebDriver]:
     missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.is_file()]
     if missing:
         pytest.fail(
@@ -72,6 +96,10 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
         "--disable-component-update",
         "--disable-sync",
         "--autoplay-policy=no-user-gesture-required",
+        # getUserMedia is granted without a prompt and records the WAV file instead of a microphone.
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={microphone}",
         "--window-size=900,1100",
         f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
     ):
@@ -276,3 +304,166 @@ def test_the_api_docs_render_offline_in_the_browser(browser: WebDriver, gateway:
     assert requested and all(url.startswith(gateway.base_url) for url in requested), requested
     severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert not severe, severe
+
+
+# ---- New voice: consent and sample from the microphone or from files -------------------------------------------
+
+#: How long each take is recorded from the fake microphone.
+CONSENT_SECONDS = 2.0
+SAMPLE_SECONDS = 3.0
+
+
+def dataset(driver: WebDriver, name: str) -> str:
+    value: str = driver.execute_script(f"return document.documentElement.dataset.{name} || ''")
+    return value
+
+
+def api(gateway: GatewayProcess, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    return httpx.request(method, gateway.base_url + path, headers=headers, timeout=15, **kwargs)
+
+
+def record(driver: WebDriver, kind: str, seconds: float) -> None:
+    """Records ``seconds`` of the fake microphone as the consent or the sample, with the page's own buttons."""
+    button = driver.find_element(By.ID, f"record-{kind}")
+    button.click()
+    wait(driver, lambda d: dataset(d, f"{kind}Take") == "recording")
+    assert button.text == "Stop recording"
+    time.sleep(seconds)
+    button.click()
+    wait(driver, lambda d: dataset(d, f"{kind}Take") == "ready")
+    assert button.text == f"Record {kind}"
+    assert driver.find_element(By.ID, f"{kind}-take").text.startswith("Recorded ")
+    assert driver.find_element(By.ID, f"{kind}-preview").is_displayed()
+
+
+def create_voice(driver: WebDriver) -> str:
+    driver.find_element(By.ID, "create-voice").click()
+    wait(driver, lambda d: dataset(d, "newVoice") in {"created", "error"}, timeout_s=30)
+    return dataset(driver, "newVoice")
+
+
+def voice_error(driver: WebDriver) -> str:
+    error = driver.find_element(By.ID, "voice-error")
+    return error.text if error.is_displayed() else ""
+
+
+def chosen_voice(driver: WebDriver) -> tuple[str, str]:
+    option = Select(driver.find_element(By.ID, "voice")).first_selected_option
+    return option.get_attribute("value") or "", option.text
+
+
+def listed_voices(gateway: GatewayProcess, model: str) -> dict[str, str]:
+    response = api(gateway, "GET", "/v1/audio/voices", params={"model": model})
+    assert response.status_code == 200, response.text
+    return {voice["id"]: voice["name"] for voice in response.json()["data"]}
+
+
+def consent_names(gateway: GatewayProcess) -> list[str]:
+    response = api(gateway, "GET", "/v1/audio/voice_consents", params={"limit": 100})
+    assert response.status_code == 200, response.text
+    return [consent["name"] for consent in response.json()["data"]]
+
+
+def speak_pcm(driver: WebDriver, text: str) -> bytes:
+    """Speaks ``text`` with the chosen voice as pcm and returns what the page downloaded."""
+    area = driver.find_element(By.ID, "text")
+    area.clear()
+    area.send_keys(text)
+    choose(driver, "format", "pcm")
+    driver.find_element(By.ID, "speak").click()
+    wait(driver, lambda d: state(d)["state"] in {"done", "error"})
+    assert state(driver)["state"] == "done", state(driver)
+    wait(driver, lambda d: d.find_element(By.ID, "download").is_displayed())
+    return download(driver)
+
+
+def test_a_new_voice_from_the_microphone_is_chosen_and_speaks(page: WebDriver, gateway: GatewayProcess) -> None:
+    paste_key(page, KEY)
+    choose(page, "model", "paced")
+    wait(page, lambda d: d.find_element(By.ID, "voice-model").text == "paced")
+    phrase = page.find_element(By.ID, "consent-phrase").text
+    assert phrase.startswith("I am the owner of this voice.")
+    assert "does not check what is said" in page.find_element(By.ID, "voice-form").text
+    page.find_element(By.ID, "voice-name").send_keys("Fake microphone")
+
+    record(page, "consent", CONSENT_SECONDS)
+    record(page, "sample", SAMPLE_SECONDS)
+    page.find_element(By.ID, "transcript").send_keys("A wavering tone from the fake microphone.")
+    assert create_voice(page) == "created", voice_error(page)
+
+    voice_id, label = chosen_voice(page)
+    assert voice_id.startswith("voice_")
+    assert label == "Fake microphone (custom)"
+    assert page.find_element(By.ID, "voice-status").text == (
+        f"The voice “Fake microphone” ({voice_id}) is ready and chosen in the Voice picker."
+    )
+    assert listed_voices(gateway, "paced")[voice_id] == "Fake microphone"
+    assert "Fake microphone" in consent_names(gateway)
+    assert page.find_element(By.ID, "voice-name").get_attribute("value") == ""  # the form is ready for another
+
+    # The page speaks it as {"id": ...}: what it plays is what the API answers for that voice, not a built-in one.
+    text = "Spoken in the new voice."
+    heard = speak_pcm(page, text)
+    body = {"model": "paced", "input": text, "response_format": "pcm"}
+    assert heard == api(gateway, "POST", "/v1/audio/speech", json=body | {"voice": {"id": voice_id}}).content
+    assert heard != api(gateway, "POST", "/v1/audio/speech", json=body | {"voice": "alloy"}).content
+    severe = [entry for entry in page.get_log("browser") if entry["level"] == "SEVERE"]
+    assert not severe, severe
+
+
+def refusal(gateway: GatewayProcess, consent: Path, sample: Path, **form: str) -> dict[str, Any]:
+    """What the API itself answers (an OpenAI error body) for a voice the page is about to ask for."""
+    made = api(
+        gateway,
+        "POST",
+        "/v1/audio/voice_consents",
+        data={"name": "Reference", "language": "en-US"},
+        files={"recording": consent.read_bytes()},
+    )
+    assert made.status_code == 201, made.text
+    answer = api(
+        gateway,
+        "POST",
+        "/v1/audio/voices",
+        data={"name": "Reference", "consent": made.json()["id"], **form},
+        files={"audio_sample": sample.read_bytes()},
+    )
+    assert answer.status_code == 400, answer.text
+    error: dict[str, Any] = answer.json()["error"]
+    return error
+
+
+def test_a_new_voice_from_files_shows_the_api_errors(page: WebDriver, gateway: GatewayProcess, tmp_path: Path) -> None:
+    """The page says what is missing; then the API's refusals are shown as it words them, with the focus on the
+    field at fault; the consent saved on the first try is used again on the last."""
+    paste_key(page, KEY)
+    choose(page, "model", "tts-1")  # espeak: it cannot make voices from samples
+    page.find_element(By.ID, "create-voice").click()
+    wait(page, lambda d: voice_error(d) == "Give the voice a name.")
+    assert page.switch_to.active_element.get_attribute("id") == "voice-name"
+
+    consent = write_tone(tmp_path / "consent.wav", 2.0, 330.0)
+    sample = write_tone(tmp_path / "sample.wav", 3.0, 440.0)
+    page.find_element(By.ID, "voice-name").send_keys("From files")
+    page.find_element(By.ID, "consent-file").send_keys(str(consent))
+    page.find_element(By.ID, "sample-file").send_keys(str(sample))
+    wait(page, lambda d: dataset(d, "consentTake") == dataset(d, "sampleTake") == "ready")
+    assert page.find_element(By.ID, "sample-take").text.startswith("File sample.wav (")
+
+    for model, focus in (("tts-1", "model"), ("paced", "transcript")):  # no cloning; then no transcript
+        expected = refusal(gateway, consent, sample, model=model)
+        assert expected["param"] == focus
+        choose(page, "model", model)
+        assert create_voice(page) == "error"
+        assert voice_error(page) == f"The voice was not created. Error 400: {expected['message']}"
+        assert page.switch_to.active_element.get_attribute("id") == focus
+
+    page.switch_to.active_element.send_keys("A steady tone from a file.")
+    assert create_voice(page) == "created", voice_error(page)
+    assert not page.find_element(By.ID, "voice-error").is_displayed()
+    voice_id, label = chosen_voice(page)
+    assert label == "From files (custom)"
+    assert listed_voices(gateway, "paced")[voice_id] == "From files"
+    assert consent_names(gateway).count("From files") == 1
+    assert speak_pcm(page, "Files make voices too.")

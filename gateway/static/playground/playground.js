@@ -10,6 +10,10 @@
 // The page exposes its state for tests and tooling on <html>: data-state (idle|loading|streaming|playing|done|
 // error), data-playback (webaudio|mse), data-played (seconds of audio played to the speakers so far), and in the
 // live mode data-live (connecting|open|closed) and data-live-segments (segments spoken).
+// "New voice" records the consent phrase and a voice sample with MediaRecorder (or takes files), then creates the
+// consent (POST /v1/audio/voice_consents) and the voice (POST /v1/audio/voices, multipart) and chooses it in the
+// picker; it exposes data-consent-take and data-sample-take (recording|ready) and data-new-voice (creating|created|
+// error).
 
 const MAX_CHARS = 4096;
 const PCM_RATE = 24000;
@@ -24,10 +28,25 @@ const ui = {
   ttfa: $("ttfa"), total: $("total"), audioInfo: $("audio-info"), engine: $("engine"), player: $("player"),
   live: $("live"),
 };
+const voiceUi = {
+  form: $("voice-form"), name: $("voice-name"), language: $("consent-language"), phrase: $("consent-phrase"),
+  model: $("voice-model"), transcript: $("transcript"), create: $("create-voice"), error: $("voice-error"),
+  status: $("voice-status"),
+  takes: {
+    consent: {
+      label: "consent", record: $("record-consent"), file: $("consent-file"), info: $("consent-take"),
+      preview: $("consent-preview"),
+    },
+    sample: {
+      label: "sample", record: $("record-sample"), file: $("sample-file"), info: $("sample-take"),
+      preview: $("sample-preview"),
+    },
+  },
+};
 const root = document.documentElement.dataset;
 
 class ApiError extends Error {
-  constructor(status, message) { super(message); this.status = status; }
+  constructor(status, message, param = null) { super(message); this.status = status; this.param = param; }
 }
 
 // ---- API -------------------------------------------------------------------------------------------------------
@@ -38,16 +57,27 @@ function authHeaders() {
 }
 
 async function apiError(response) {
-  let message = `${response.status} ${response.statusText}`.trim();
+  let message = `${response.status} ${response.statusText}`.trim(), param = null;
   try {
     const body = await response.json();
-    if (body && body.error && body.error.message) message = body.error.message;
+    if (body && body.error && body.error.message) ({ message, param = null } = body.error);
   } catch { /* not JSON: keep the status line */ }
-  return new ApiError(response.status, message);
+  return new ApiError(response.status, message, param);
 }
 
 async function getJson(path) {
   const response = await fetch(path, { headers: authHeaders() });
+  if (!response.ok) throw await apiError(response);
+  return response.json();
+}
+
+async function postForm(path, fields) {
+  const form = new FormData();
+  for (const [name, value] of Object.entries(fields)) {
+    if (value instanceof Blob) form.append(name, value, value.name || name);
+    else if (value !== undefined && value !== "") form.append(name, value);
+  }
+  const response = await fetch(path, { method: "POST", headers: authHeaders(), body: form });
   if (!response.ok) throw await apiError(response);
   return response.json();
 }
@@ -358,6 +388,212 @@ function stopLive() {
   ui.stop.disabled = true;
 }
 
+// ---- New voice: a consent recording and a sample, from the microphone or from files ---------------------------
+
+// What the speaker reads. The gateway keeps the recording for audit and does not check the words (the page says so).
+const CONSENT_PHRASES = {
+  "en-US": "I am the owner of this voice. I agree that the operator of this speech gateway may make a synthetic " +
+    "voice from my recordings and use it to speak text.",
+  "zh-CN": "我是这个声音的主人。我同意这个语音网关的运营者用我的录音制作合成声音，并用它朗读文字。",
+};
+const MAX_TAKE_S = 25; // the gateway takes 1 to 30 s
+const EXTENSIONS = { mpeg: "mp3", "x-wav": "wav", wave: "wav", "x-m4a": "m4a" };
+
+const takes = { consent: null, sample: null }; // each a File (recorded or chosen) once there is one
+let recording = null; // { kind, recorder, stream, started, timer, limit }
+let consentMade = null; // { id, file, language }: reused while its recording stays, when the voice step failed
+
+function showConsentPhrase() {
+  voiceUi.phrase.textContent = CONSENT_PHRASES[voiceUi.language.value];
+  voiceUi.phrase.lang = voiceUi.language.value;
+}
+
+function showVoiceModel() { voiceUi.model.textContent = ui.model.value || "–"; }
+
+function setTakeState(kind, value) {
+  const key = `${kind}Take`;
+  if (value) root[key] = value; else delete root[key];
+}
+
+function setTake(kind, file, description) {
+  const take = voiceUi.takes[kind];
+  takes[kind] = file;
+  if (take.preview.src) URL.revokeObjectURL(take.preview.src);
+  take.preview.removeAttribute("src");
+  take.preview.hidden = !file;
+  if (file) take.preview.src = URL.createObjectURL(file);
+  take.info.textContent = file ? `${description} (${(file.size / 1024).toFixed(1)} KiB). Play it back below.` :
+    "Nothing recorded yet.";
+  setTakeState(kind, file ? "ready" : null);
+}
+
+function extension(type) {
+  const subtype = (type.split(";")[0].split("/")[1] || "webm").trim();
+  return EXTENSIONS[subtype] || subtype;
+}
+
+async function toggleRecording(kind) {
+  if (recording) { recording.recorder.stop(); return; }
+  clearVoiceError();
+  if (!navigator.mediaDevices || !window.MediaRecorder) {
+    voiceError("Recording needs a microphone and a secure page (https or localhost): choose a file instead.");
+    return;
+  }
+  const button = voiceUi.takes[kind].record;
+  let stream;
+  button.disabled = true; // until the browser has answered: one click, one recording
+  try {
+    // The sample should sound like the person, not like the browser's voice-call processing.
+    stream = await navigator.mediaDevices.getUserMedia({
+      audio: { channelCount: 1, echoCancellation: false, noiseSuppression: false, autoGainControl: false },
+    });
+  } catch (error) {
+    voiceError(`The microphone is not available (${error.message || error.name}): choose a file instead.`);
+    return;
+  } finally {
+    button.disabled = false;
+  }
+  startRecorder(kind, stream);
+}
+
+function startRecorder(kind, stream) {
+  const take = voiceUi.takes[kind];
+  const recorder = new MediaRecorder(stream);
+  const chunks = [];
+  const session = { kind, recorder, stream, started: performance.now() };
+  recording = session;
+  recorder.ondataavailable = (event) => { if (event.data.size) chunks.push(event.data); };
+  recorder.onstop = () => {
+    for (const track of stream.getTracks()) track.stop();
+    clearInterval(session.timer); clearTimeout(session.limit);
+    recording = null; setRecordingControls(null);
+    const took = (performance.now() - session.started) / 1000;
+    const type = recorder.mimeType || (chunks[0] && chunks[0].type) || "audio/webm";
+    take.file.value = "";
+    setTake(kind, new File(chunks, `${kind}.${extension(type)}`, { type }), `Recorded ${took.toFixed(1)} s`);
+    voiceStatus(`The ${take.label} is recorded: ${took.toFixed(1)} s.`);
+    take.record.focus();
+  };
+  recorder.start(250);
+  setTakeState(kind, "recording"); setRecordingControls(kind);
+  session.limit = setTimeout(() => recorder.stop(), MAX_TAKE_S * 1000);
+  session.timer = setInterval(() => {
+    take.info.textContent = `Recording… ${((performance.now() - session.started) / 1000).toFixed(1)} s`;
+  }, 200);
+  voiceStatus(`Recording the ${take.label}. Press Stop recording when done (it stops by itself after ` +
+    `${MAX_TAKE_S} s).`);
+}
+
+/** While one take records, the other controls wait; the recording one's button becomes its Stop button. */
+function setRecordingControls(kind) {
+  for (const [name, take] of Object.entries(voiceUi.takes)) {
+    const active = name === kind;
+    take.record.textContent = active ? "Stop recording" : `Record ${take.label}`;
+    take.record.classList.toggle("recording", active);
+    take.record.disabled = Boolean(kind) && !active;
+    take.file.disabled = Boolean(kind);
+  }
+  voiceUi.create.disabled = Boolean(kind);
+}
+
+function chooseFile(kind) {
+  const file = voiceUi.takes[kind].file.files[0] || null;
+  setTake(kind, file, file ? `File ${file.name}` : "");
+  if (file) voiceStatus(`The ${voiceUi.takes[kind].label} is ${file.name}.`);
+}
+
+// ---- New voice: creating the consent, then the voice ----------------------------------------------------------
+
+function missingInput() {
+  if (!voiceUi.name.value.trim()) return { message: "Give the voice a name.", focus: voiceUi.name };
+  const { consent, sample } = voiceUi.takes;
+  if (!takes.consent) return { message: "Record the consent phrase or choose its file.", focus: consent.record };
+  if (!takes.sample) return { message: "Record a voice sample or choose its file.", focus: sample.record };
+  if (!ui.model.value) return { message: "Choose a model above (paste an API key first if needed).", focus: ui.model };
+  return null;
+}
+
+async function ensureConsent(name, language) {
+  const made = consentMade;
+  if (made && made.file === takes.consent && made.language === language) return made.id;
+  voiceStatus("Saving the consent recording…");
+  const consent = await postForm("/v1/audio/voice_consents", { name, language, recording: takes.consent });
+  consentMade = { id: consent.id, file: takes.consent, language };
+  return consent.id;
+}
+
+async function createVoice() {
+  clearVoiceError();
+  const missing = missingInput();
+  if (missing) { voiceError(missing.message); missing.focus.focus(); return; }
+  const name = voiceUi.name.value.trim(), language = voiceUi.language.value;
+  root.newVoice = "creating"; voiceUi.create.disabled = true; voiceUi.create.setAttribute("aria-busy", "true");
+  let step = "The consent was not saved.";
+  try {
+    const consent = await ensureConsent(name, language);
+    step = "The voice was not created.";
+    voiceStatus("Making the voice from the sample…");
+    const voice = await postForm("/v1/audio/voices", {
+      name, audio_sample: takes.sample, consent, transcript: voiceUi.transcript.value.trim(), model: ui.model.value,
+    });
+    await addToPicker(voice);
+    resetNewVoice();
+    root.newVoice = "created";
+    voiceStatus(`The voice “${voice.name}” (${voice.id}) is ready and chosen in the Voice picker.`);
+  } catch (error) {
+    root.newVoice = "error";
+    if (error.param === "consent") consentMade = null; // gone meanwhile (deleted): the next try saves it again
+    voiceError(`${step} ${error.status ? `Error ${error.status}: ` : ""}${error.message}`, error.param);
+  } finally {
+    voiceUi.create.disabled = false; voiceUi.create.removeAttribute("aria-busy");
+  }
+}
+
+async function addToPicker(voice) {
+  await loadVoices();
+  if (![...ui.voice.options].some((option) => option.value === voice.id)) {
+    const option = new Option(`${voice.name} (custom)`, voice.id);
+    option.dataset.custom = "true";
+    ui.voice.add(option);
+  }
+  ui.voice.value = voice.id;
+  updateCount();
+}
+
+function resetNewVoice() {
+  consentMade = null;
+  voiceUi.name.value = ""; voiceUi.transcript.value = "";
+  for (const [kind, take] of Object.entries(voiceUi.takes)) { take.file.value = ""; setTake(kind, null, ""); }
+}
+
+/** The field an API error names (its `param`), to move the focus to. */
+function fieldFor(param) {
+  const fields = {
+    name: voiceUi.name, language: voiceUi.language, transcript: voiceUi.transcript, model: ui.model,
+    recording: voiceUi.takes.consent.record, consent: voiceUi.takes.consent.record,
+    audio_sample: voiceUi.takes.sample.record,
+  };
+  return fields[param] || null;
+}
+
+function voiceError(message, param = null) {
+  voiceUi.error.textContent = message; voiceUi.error.hidden = false;
+  voiceStatus("");
+  (fieldFor(param) || voiceUi.error).focus();
+}
+function clearVoiceError() { voiceUi.error.hidden = true; voiceUi.error.textContent = ""; }
+function voiceStatus(text) { voiceUi.status.textContent = text; }
+
+function initNewVoice() {
+  showConsentPhrase();
+  voiceUi.language.addEventListener("change", showConsentPhrase);
+  for (const [kind, take] of Object.entries(voiceUi.takes)) {
+    take.record.addEventListener("click", () => toggleRecording(kind));
+    take.file.addEventListener("change", () => chooseFile(kind));
+  }
+  voiceUi.form.addEventListener("submit", (event) => { event.preventDefault(); createVoice(); });
+}
+
 // ---- UI helpers ------------------------------------------------------------------------------------------------
 
 const seconds = (ms) => `${(ms / 1000).toFixed(2)} s`;
@@ -394,6 +630,7 @@ async function loadModels() {
   try {
     const models = await getJson("/v1/models");
     fillSelect(ui.model, models.data.map((m) => ({ value: m.id, label: m.id })), ["tts-1"]);
+    showVoiceModel();
     clearError();
     await loadVoices();
   } catch (error) {
@@ -407,9 +644,10 @@ async function loadVoices() {
   if (!ui.model.value) return;
   try {
     const voices = await getJson(`/v1/audio/voices?model=${encodeURIComponent(ui.model.value)}`);
-    fillSelect(ui.voice, voices.data.map((v) => ({
-      value: v.id, label: v.custom ? `${v.name} (custom)` : v.name, custom: v.custom,
-    })), ["alloy"]);
+    fillSelect(ui.voice, voices.data.map((v) => {
+      const custom = Boolean(v.custom) || v.id.startsWith("voice_");
+      return { value: v.id, label: custom ? `${v.name} (custom)` : v.name, custom };
+    }), ["alloy"]);
   } catch (error) {
     showError(error.message, error.status);
   }
@@ -426,7 +664,7 @@ function init() {
   if (saved) { ui.key.value = saved; ui.remember.checked = true; }
   ui.key.addEventListener("change", () => { rememberKey(); loadModels(); });
   ui.remember.addEventListener("change", rememberKey);
-  ui.model.addEventListener("change", loadVoices);
+  ui.model.addEventListener("change", () => { loadVoices(); showVoiceModel(); });
   ui.voice.addEventListener("change", updateCount);
   ui.text.addEventListener("input", updateCount);
   ui.speed.addEventListener("input", () => { ui.speedValue.textContent = `${Number(ui.speed.value).toFixed(2)}×`; });
@@ -440,6 +678,7 @@ function init() {
   setState("idle");
   updateCount();
   loadModels();
+  initNewVoice();
 }
 
 init();
