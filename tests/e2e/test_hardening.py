@@ -232,28 +232,30 @@ def test_http_1_0_without_host_is_still_served(guarded: GatewayProcess) -> None:
 
 
 def test_a_head_trickled_behind_a_response_in_progress_is_cut_off_at_its_deadline(guarded: GatewayProcess) -> None:
-    """Before: a second head sent a byte every half second behind a request still being answered had no deadline."""
+    """Before: a second head sent a byte every half second behind a request still being answered had no deadline,
+    and the connection stayed open for as long as the bytes came (here 100 s)."""
     body = json.dumps(speech("steady", "x" * 40)).encode()  # 2 s of audio at real time: in progress for 2 s
     first = head("POST", "/v1/audio/speech", *[f"{k}: {v}" for k, v in bearer().items()], content_length=len(body))
     trickled = b"GET /healthz HTTP/1.1\r\nHost: gateway\r\nX-Trickle: " + b"a" * 200
+    received, closed = b"", False
     with socket.create_connection(("127.0.0.1", guarded.port)) as sock:
         started = time.monotonic()
         sock.sendall(first + body + trickled[:1])
         sock.settimeout(0.5)
-        received = b""
         for byte in trickled[1:]:  # a byte every half second, for longer than the response and its deadline
-            with contextlib.suppress(TimeoutError):
-                if not (chunk := sock.recv(65536)):
-                    break
-                received += chunk
             try:
+                with contextlib.suppress(TimeoutError):
+                    if not (chunk := sock.recv(65536)):
+                        closed = True
+                        break
+                    received += chunk
                 sock.sendall(bytes([byte]))
-            except (BrokenPipeError, ConnectionResetError):
+            except (BrokenPipeError, ConnectionResetError):  # closed while a byte was on its way
+                closed = True
                 break
-        received += read_until_closed(sock, timeout_s=5)
         elapsed = time.monotonic() - started
     assert received.startswith(b"HTTP/1.1 200 OK")
-    assert b"HTTP/1.1 408 " in received  # after the audio, the trickled head's deadline
+    assert closed, "the connection was still open when the trickle ended"
     assert elapsed < 2.0 + HEADER_TIMEOUT_S + 3  # the response, then the header timeout (slack for a busy machine)
 
 
