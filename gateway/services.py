@@ -9,7 +9,6 @@ Handlers never receive this object: ``gateway/app.py`` provides each service to 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,6 +22,7 @@ from auth.settings import TenantLimits, TenantScheduling
 from auth.tenants import Tenant
 from auth.usage import MemoryUsageLedger, RedisUsageLedger, UsageLedger
 from engines.remote.context import read_context
+from gateway.http.service_token import is_bearer
 from gateway.realtime.registry import SessionRegistry
 from gateway.speech.admission import Admission
 from gateway.speech.cache import AudioCache
@@ -155,11 +155,10 @@ class ServiceTokenAuthenticator(Authenticator):
 
     def __init__(self, store: AuthStore, service_token: str) -> None:
         super().__init__(store, None, open_mode=False)
-        self._token = service_token.encode()
+        self._token = service_token
 
     async def authenticate(self, authorization: str | None) -> Principal:
-        scheme, _, presented = (authorization or "").strip().partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), self._token):
+        if not is_bearer(authorization, self._token):
             raise InvalidCredentialsError("Invalid service token: this is an engine node, called by a gateway.")
         return SERVICE_PRINCIPAL
 

@@ -24,15 +24,21 @@ if TYPE_CHECKING:
 
     from litestar.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["PROBE_PATHS", "presents_service_token", "service_token_middleware"]
+__all__ = ["PROBE_PATHS", "is_bearer", "presents_service_token", "service_token_middleware"]
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 """What an orchestrator asks without credentials: open on engine nodes too."""
 
 
 def presents_service_token(headers: Mapping[str, str], token: str) -> bool:
-    """Whether ``headers`` carry ``Authorization: Bearer <token>`` (compared in constant time)."""
-    scheme, _, presented = headers.get("authorization", "").strip().partition(" ")
+    """Whether ``headers`` carry ``Authorization: Bearer <token>``."""
+    return is_bearer(headers.get("authorization"), token)
+
+
+def is_bearer(authorization: str | None, token: str) -> bool:
+    """Whether an ``Authorization`` value is ``Bearer <token>`` (compared in constant time): the one check of the
+    service token, for this door and the node's authenticator alike."""
+    scheme, _, presented = (authorization or "").strip().partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode())
 
 
