@@ -8,6 +8,6 @@ policy, and a Redis URL with an ACL user or TLS (``rediss://``) means the same t
 from __future__ import annotations
 
 from storage.outage import STORAGE_ERRORS, OutageLatch
-from storage.redis import connect_redis
+from storage.redis import RedisClient, connect_redis
 
-__all__ = ["STORAGE_ERRORS", "OutageLatch", "connect_redis"]
+__all__ = ["STORAGE_ERRORS", "OutageLatch", "RedisClient", "connect_redis"]

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-__all__ = ["REDIS_TIMEOUT_S", "connect_redis"]
+__all__ = ["REDIS_TIMEOUT_S", "RedisClient", "connect_redis"]
+
+RedisClient: TypeAlias = Redis | RedisCluster
+"""What every store takes: one Redis (plain or behind Sentinel) or a Redis Cluster. Stores never reach into the
+client's connection pool (a cluster client has one per node)."""
 
 REDIS_TIMEOUT_S = 1.0
 
