@@ -7,7 +7,8 @@ policy, and a Redis URL with an ACL user or TLS (``rediss://``) means the same t
 
 from __future__ import annotations
 
+from storage.listing import MAX_PAGE, Page, sortable_id
 from storage.outage import STORAGE_ERRORS, OutageLatch
 from storage.redis import RedisClient, connect_redis
 
-__all__ = ["STORAGE_ERRORS", "OutageLatch", "RedisClient", "connect_redis"]
+__all__ = ["MAX_PAGE", "STORAGE_ERRORS", "OutageLatch", "Page", "RedisClient", "connect_redis", "sortable_id"]
