@@ -7,7 +7,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import fakeredis
 import pytest
@@ -59,6 +59,7 @@ async def _dump_redis(client: aioredis.Redis) -> bytes:
             "string": client.get,
             "hash": client.hgetall,
             "set": client.smembers,
+            "zset": lambda name: client.zrange(name, 0, -1),
         }[kind](key)
         parts.append(key + b"=" + repr(await value).encode())  # type: ignore[misc]
     return b"\n".join(parts)
@@ -114,6 +115,28 @@ async def redis_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend
         await store.close()
 
 
+StoreFactory: TypeAlias = "Callable[..., Awaitable[AuthStore]]"
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store_factory(request: pytest.FixtureRequest) -> AsyncIterator[StoreFactory]:
+    """Stores with options of the test's choosing, in memory and on the real redis-server."""
+    made: list[AuthStore] = []
+
+    async def make(**options: int) -> AuthStore:
+        if request.param == "memory":
+            store: AuthStore = MemoryAuthStore(**options)
+        else:
+            client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
+            store = RedisAuthStore(client, f"test:{{{uuid.uuid4().hex}}}:", owns_client=True, **options)
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        await store.close()
+
+
 @pytest.fixture
 async def store(backend: Backend) -> AuthStore:
     await backend.store.put_tenant(ACME)
@@ -128,7 +151,8 @@ async def test_tenants_round_trip(store: AuthStore) -> None:
     assert await store.get_tenant("acme") == ACME
     assert await store.get_tenant("globex") == GLOBEX
     assert await store.get_tenant("nobody") is None
-    assert [t.name for t in await store.list_tenants()] == ["acme", "globex"]
+    page = await store.page_tenants(after=None, limit=10)
+    assert ([t.name for t in page.data], page.has_more) == (["acme", "globex"], False)
 
 
 async def test_put_tenant_replaces_and_keeps_keys(store: AuthStore) -> None:
@@ -140,18 +164,64 @@ async def test_put_tenant_replaces_and_keeps_keys(store: AuthStore) -> None:
     assert await store.find_key(hash_api_key(key)) == record
 
 
-async def test_delete_tenant_revokes_its_keys_for_good(store: AuthStore) -> None:
+async def test_delete_tenant_takes_its_keys_for_good(store: AuthStore) -> None:
     key, _ = await store.create_key("acme")
+    await store.add_key_hash("acme", hash_api_key("sk-tts-configured"))
     other_key, other = await store.create_key("globex")
     assert await store.delete_tenant("acme") is True
     assert await store.delete_tenant("acme") is False
     assert await store.get_tenant("acme") is None
     assert await store.find_key(hash_api_key(key)) is None
-    # Creating the tenant again must not bring its old keys back.
+    # Creating the tenant again must not bring its old keys back, nor list them.
     await store.put_tenant(ACME)
     assert await store.find_key(hash_api_key(key)) is None
-    assert [r.revoked for r in await store.list_keys("acme")] == [True]
+    assert await store.list_keys("acme") == []
     assert await store.find_key(hash_api_key(other_key)) == other
+
+
+async def test_tenants_come_in_pages_by_name(store: AuthStore) -> None:
+    names = sorted(f"t{i:03d}" for i in range(25))
+    for name in reversed(names):
+        await store.put_tenant(Tenant(name, TenantLimits(), None))
+    seen: list[str] = []
+    after: str | None = None
+    while True:
+        page = await store.page_tenants(after=after, limit=7)
+        assert len(page.data) <= 7
+        seen.extend(t.name for t in page.data)
+        if not page.has_more:
+            break
+        after = page.data[-1].name
+    assert seen == sorted([*names, "acme", "globex"])
+    # A cursor that names a tenant deleted meanwhile still continues where it stood.
+    await store.delete_tenant("t010")
+    assert [t.name for t in (await store.page_tenants(after="t010", limit=2)).data] == ["t011", "t012"]
+    assert (await store.page_tenants(after="zzz", limit=5)).data == []
+
+
+async def test_keys_come_in_pages_oldest_first(store: AuthStore) -> None:
+    created = [(await store.create_key("acme"))[1] for _ in range(5)]
+    first = await store.page_keys("acme", after=None, limit=2)
+    assert ([r.id for r in first.data], first.has_more) == ([r.id for r in created[:2]], True)
+    rest = await store.page_keys("acme", after=first.data[-1].id, limit=10)
+    assert ([r.id for r in rest.data], rest.has_more) == ([r.id for r in created[2:]], False)
+
+
+async def test_a_revoked_key_is_listed_only_for_its_retention(store_factory: StoreFactory) -> None:
+    store = await store_factory(revoked_retention_s=1)
+    await store.put_tenant(ACME)
+    _, issued = await store.create_key("acme")
+    configured = await store.add_key_hash("acme", hash_api_key("sk-tts-configured"))
+    _, kept = await store.create_key("acme")
+    assert await store.revoke_key(issued.id)
+    assert await store.revoke_key(configured.id)
+    assert {r.id: r.revoked for r in await store.list_keys("acme")} == {issued.id: True, configured.id: True,
+                                                                        kept.id: False}  # fmt: skip
+    await asyncio.sleep(1.2)
+    # The issued key's record is gone; the configured one stays revoked, so re-seeding cannot bring it back.
+    assert {r.id: r.revoked for r in await store.list_keys("acme")} == {configured.id: True, kept.id: False}
+    assert await store.revoke_key(issued.id) is False
+    assert (await store.add_key_hash("acme", configured.key_hash)).revoked
 
 
 # --- keys ------------------------------------------------------------------------------------------------------------
@@ -269,7 +339,7 @@ async def test_works_with_decoded_responses() -> None:
     key, record = await store.create_key("acme")
     assert await store.find_key(hash_api_key(key)) == record
     assert await store.list_keys("acme") == [record]
-    assert await store.list_tenants() == [ACME]
+    assert (await store.page_tenants(after=None, limit=5)).data == [ACME]
     await store.close()
 
 
