@@ -1,8 +1,9 @@
 """Revocations as events: a key revoked or a tenant deleted is announced to every replica as it happens.
 
-Lookups already read the store on every request, so new requests see a revocation at once; these events are for what
-a lookup cannot reach: sessions that authenticated before the revocation and are still open, and the memory that
-answers lookups while the store is unreachable (:class:`~auth.resilient.OutageTolerantStore`).
+Every replica remembers the keys and tenants it looked up (:class:`~auth.cached.CachedAuthStore`), so that a known
+caller costs no Redis round trip; these events are what keeps that memory true: a key revoked, a tenant deleted or
+changed, announced by the replica that did it. They also reach what a lookup cannot: realtime sessions that
+authenticated before the revocation and are still open.
 
 Two buses share one interface: :class:`LocalRevocationBus` (one process: no Redis) and :class:`RedisRevocationBus`
 (Redis pub/sub on the process's one client, so every replica hears every revocation). Pub/sub delivers at most
@@ -21,16 +22,15 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from auth.store import ForwardingAuthStore
 from storage import STORAGE_ERRORS, OutageLatch
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from redis.asyncio import Redis
-
-    from auth.keys import ApiKeyRecord
     from auth.store import AuthStore
     from auth.tenants import Tenant
+    from storage import RedisClient
 
 __all__ = [
     "AnnouncingStore",
@@ -48,16 +48,21 @@ _SUBSCRIBE_WAIT_S = 1.0
 """How long start-up waits for the first subscription: long enough for a reachable Redis, short for a dead one."""
 
 
+RevocationKind = Literal["key", "tenant", "tenant-updated"]
+_KINDS: tuple[RevocationKind, ...] = ("key", "tenant", "tenant-updated")
+
+
 @dataclass(frozen=True, slots=True)
 class Revocation:
-    """A key that authenticates nobody any more, or a tenant that no longer exists.
+    """A key that authenticates nobody any more, a tenant that no longer exists, or a tenant whose record changed.
 
     Attributes:
-        kind: ``key`` (``subject`` is the key id) or ``tenant`` (``subject`` is the tenant's name).
+        kind: ``key`` (``subject`` is the key id), ``tenant`` (deleted; ``subject`` is its name) or ``tenant-updated``
+            (created or replaced: its limits, models or scheduling may differ; nothing it holds is revoked).
         subject: A key id or a tenant name; never a secret.
     """
 
-    kind: Literal["key", "tenant"]
+    kind: RevocationKind
     subject: str
 
     def to_json(self, origin: str = "") -> str:
@@ -73,13 +78,16 @@ class Revocation:
     def with_origin(cls, raw: bytes | str) -> tuple[Revocation, str]:
         """The revocation in a message and the replica that announced it (one parse of the message)."""
         data = json.loads(raw)
-        if data["kind"] not in ("key", "tenant") or not isinstance(data["subject"], str):
+        if data["kind"] not in _KINDS or not isinstance(data["subject"], str):
             raise ValueError("not a revocation")
         return cls(data["kind"], data["subject"]), str(data.get("origin", ""))
 
 
 class RevocationBus(Protocol):
     """Announces revocations to every listener of every replica (this one's included)."""
+
+    def listening(self) -> bool:
+        """Whether every announcement is being heard right now (a Redis bus: its subscription is up)."""
 
     def listen(self, listener: Callable[[Revocation], None]) -> None:
         """Call ``listener`` (synchronously, on the event loop) for every revocation from now on."""
@@ -107,6 +115,9 @@ class LocalRevocationBus:
 
     def listen(self, listener: Callable[[Revocation], None]) -> None:
         self._listeners.append(listener)
+
+    def listening(self) -> bool:
+        return True  # one process hears every announcement
 
     def after_gap(self, listener: Callable[[], None]) -> None:
         self._gap_listeners.append(listener)  # one process hears every announcement: only a Redis bus has gaps
@@ -144,12 +155,14 @@ class RedisRevocationBus(LocalRevocationBus):
     up), and skips its own message when it comes back through the channel. Listeners are idempotent all the same.
     """
 
-    def __init__(self, client: Redis, channel: str = "tts:auth:revocations") -> None:
+    def __init__(self, client: RedisClient, channel: str = "tts:auth:revocations") -> None:
         super().__init__()
         self._redis = client
         self._channel = channel
         self._origin = secrets.token_hex(8)
         self._subscribed = asyncio.Event()
+        self._heard = False
+        """Subscribed and confirmed, with no failure since: every announcement reaches this replica."""
         self._confirmed_before = False
         self._task: asyncio.Task[None] | None = None
         self._outage = OutageLatch(
@@ -164,6 +177,9 @@ class RedisRevocationBus(LocalRevocationBus):
             await self._redis.publish(self._channel, revocation.to_json(self._origin))
         except STORAGE_ERRORS as exc:  # the store itself is in the same Redis: the revocation rarely gets this far
             logger.warning("could not announce the revocation of %s %s: %r", revocation.kind, revocation.subject, exc)
+
+    def listening(self) -> bool:
+        return self._heard
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._subscription(), name="revocation-subscriber")
@@ -182,6 +198,7 @@ class RedisRevocationBus(LocalRevocationBus):
             try:
                 await self._receive()
             except STORAGE_ERRORS as exc:
+                self._heard = False
                 self._outage.failed(exc)
             await asyncio.sleep(_RESUBSCRIBE_S)
 
@@ -205,6 +222,7 @@ class RedisRevocationBus(LocalRevocationBus):
         if self._confirmed_before:
             self.heard_again()
         self._confirmed_before = True
+        self._heard = True
 
     def _deliver_raw(self, raw: bytes | str) -> None:
         try:
@@ -216,11 +234,12 @@ class RedisRevocationBus(LocalRevocationBus):
             self.deliver(revocation)
 
 
-class AnnouncingStore:
-    """An :class:`~auth.store.AuthStore` that announces each key revocation and tenant deletion it makes."""
+class AnnouncingStore(ForwardingAuthStore):
+    """An :class:`~auth.store.AuthStore` that announces each key revocation, tenant deletion and tenant change it
+    makes."""
 
     def __init__(self, inner: AuthStore, bus: RevocationBus) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._bus = bus
 
     async def revoke_key(self, key_id: str) -> bool:
@@ -235,26 +254,7 @@ class AnnouncingStore:
             await self._bus.announce(Revocation("tenant", name))
         return deleted
 
-    async def put_tenant(self, tenant: Tenant) -> None:
-        await self._inner.put_tenant(tenant)
-
-    async def get_tenant(self, name: str) -> Tenant | None:
-        return await self._inner.get_tenant(name)
-
-    async def list_tenants(self) -> list[Tenant]:
-        return await self._inner.list_tenants()
-
-    async def create_key(self, tenant: str) -> tuple[str, ApiKeyRecord]:
-        return await self._inner.create_key(tenant)
-
-    async def add_key_hash(self, tenant: str, key_hash: str) -> ApiKeyRecord:
-        return await self._inner.add_key_hash(tenant, key_hash)
-
-    async def find_key(self, key_hash: str) -> ApiKeyRecord | None:
-        return await self._inner.find_key(key_hash)
-
-    async def list_keys(self, tenant: str) -> list[ApiKeyRecord]:
-        return await self._inner.list_keys(tenant)
-
-    async def close(self) -> None:
-        await self._inner.close()
+    async def put_tenant(self, tenant: Tenant) -> Tenant:
+        stored = await self._inner.put_tenant(tenant)
+        await self._bus.announce(Revocation("tenant-updated", tenant.name))
+        return stored

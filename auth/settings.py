@@ -99,6 +99,17 @@ class AuthSettings(BaseModel):
     empty or short one refuses to start."""
     tenants: list[TenantSettings] = Field(default_factory=list)
     jwt: JWTSettings | None = None
+    lookup_cache_s: float = Field(default=60.0, ge=0)
+    """How long a replica answers for an API key or tenant it looked up without asking Redis again: a known caller
+    costs no round trip. Revocations, deletions and tenant changes reach every replica's memory at once through the
+    revocation channel, and a replica that lost that channel asks Redis until it has it back; this bounds what a
+    missed announcement could cost. 0: ask Redis on every request."""
+    revoked_key_retention_s: int = Field(default=30 * 24 * 3600, ge=1)
+    """How long a revoked key stays in its tenant's key listing (for audit); then its record is gone. Keys configured
+    by their hash (``api_key_sha256``) stay listed as revoked for good, so that the configuration cannot bring them
+    back."""
+    retired_usage_retention_s: int = Field(default=90 * 24 * 3600, ge=1)
+    """How long a deleted tenant's usage is kept apart for the operator (``GET /admin/retired-usage/{name}``)."""
     service_token: SecretStr | None = Field(default=None, min_length=32)
     """The credential an engine node (``server.profile: engine``) requires: the front gateway sends it as its remote
     engine's ``api_key``. At least 32 characters; never logged."""
@@ -138,6 +149,7 @@ class LimitsSettings(BaseModel):
     """A stream over the tenant's concurrency limit waits this long for one of its streams to end before a 429: a
     client that aborts a stream and asks again at once is often faster than the server noticing the abort."""
     outage_cache_entries: int = Field(default=10_000, ge=1)
-    """With ``fail_mode: open``: the API keys (and, separately, the tenants) each replica remembers, least recently
-    used first out, to keep serving them while Redis is unreachable. Only keys that were valid are remembered, and
-    what was revoked or deleted is remembered as such."""
+    """The API keys (and, separately, the tenants) each replica remembers, least recently used first out: they answer
+    lookups for ``auth.lookup_cache_s`` without a Redis round trip and, with ``fail_mode: open``, keep those callers
+    served while Redis is unreachable. Only keys that were valid are remembered, and what was revoked or deleted is
+    remembered as such."""

@@ -88,7 +88,10 @@ class SessionRegistry:
                 self._all_gone.set()
 
     def revoked(self, revocation: Revocation) -> None:
-        """End the sessions a key revocation or tenant deletion concerns (a listener of the revocation bus)."""
+        """End the sessions a key revocation or tenant deletion concerns (a listener of the revocation bus); a tenant
+        whose record changed keeps its sessions."""
+        if revocation.kind == "tenant-updated":
+            return
         field = "key_id" if revocation.kind == "key" else "tenant"
         ended = [entry for entry in self._entries if getattr(entry, field) == revocation.subject]
         for entry in ended:

@@ -1,4 +1,5 @@
-"""Revocations that hold: the outage memory keeps what was revoked, stays bounded, and hears every replica's news.
+"""Revocations that hold: a replica's memory of lookups answers without the store only while nothing can have changed,
+keeps what was revoked through an outage, stays bounded, and hears every replica's news.
 
 The shared store is a real :class:`MemoryAuthStore` behind a switch that makes it unreachable (the outage); the
 Redis bus runs on a real redis-server.
@@ -13,9 +14,9 @@ from typing import TYPE_CHECKING
 
 import fakeredis
 import pytest
+from auth.cached import CachedAuthStore
 
 from auth import AuthBackendError, AuthStore, MemoryAuthStore, RedisAuthStore, Tenant, hash_api_key
-from auth.resilient import OutageTolerantStore
 from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocationBus, Revocation
 from auth.settings import TenantLimits
 from storage import connect_redis
@@ -29,21 +30,29 @@ ACME = Tenant("acme", TenantLimits(), None)
 
 
 class SwitchableStore(MemoryAuthStore):
-    """The shared store, which an outage makes unreachable for lookups."""
+    """The shared store, which an outage makes unreachable for lookups; it counts the lookups that reach it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.down = False
+        self.lookups = 0
 
     async def find_key(self, key_hash: str) -> ApiKeyRecord | None:
+        self.lookups += 1
         if self.down:
             raise AuthBackendError("down")
         return await super().find_key(key_hash)
 
     async def get_tenant(self, name: str) -> Tenant | None:
+        self.lookups += 1
         if self.down:
             raise AuthBackendError("down")
         return await super().get_tenant(name)
+
+
+def OutageTolerantStore(shared: AuthStore, **options: int) -> CachedAuthStore:  # noqa: N802 - the role it plays here
+    """A replica's memory that never trusts an answer without asking (``fresh_s=0``): what an outage leaves."""
+    return CachedAuthStore(shared, listening=lambda: True, fresh_s=0, **options)
 
 
 @pytest.fixture
@@ -136,9 +145,86 @@ async def test_announcing_store_tells_this_replica_only_of_what_it_did(shared: S
     _, record = await store.create_key("acme")
     assert not await store.revoke_key("key_unknown")
     assert await store.revoke_key(record.id)
+    await store.put_tenant(ACME)
     assert not await store.delete_tenant("nobody")
     assert await store.delete_tenant("acme")
-    assert heard == [Revocation("key", record.id), Revocation("tenant", "acme")]
+    assert heard == [
+        Revocation("key", record.id),
+        Revocation("tenant-updated", "acme"),
+        Revocation("tenant", "acme"),
+    ]
+
+
+# --- the memory answers without a round trip while nothing can have changed -------------------------------------------
+
+
+class Channel:
+    """Whether the replica hears the revocation channel (a test switches it)."""
+
+    def __init__(self) -> None:
+        self.up = True
+
+    def __call__(self) -> bool:
+        return self.up
+
+
+def remembering(shared: AuthStore, channel: Channel, fresh_s: float = 60.0) -> CachedAuthStore:
+    return CachedAuthStore(shared, listening=channel, fresh_s=fresh_s)
+
+
+async def test_a_known_caller_costs_no_lookup_while_fresh(shared: SwitchableStore) -> None:
+    replica = remembering(shared, Channel())
+    key, record = await shared.create_key("acme")
+    assert await replica.find_key(hash_api_key(key)) == record
+    assert await replica.get_tenant("acme") == ACME
+    asked = shared.lookups
+    for _ in range(5):
+        assert await replica.find_key(hash_api_key(key)) == record
+        assert await replica.get_tenant("acme") == ACME
+    assert shared.lookups == asked
+
+
+async def test_announcements_end_what_the_memory_answers(shared: SwitchableStore) -> None:
+    replica = remembering(shared, Channel())
+    key, record = await shared.create_key("acme")
+    other, _ = await shared.create_key("acme")
+    await replica.find_key(hash_api_key(key))
+    await replica.find_key(hash_api_key(other))
+    await replica.get_tenant("acme")
+    replica.revoked(Revocation("key", record.id))
+    assert await replica.find_key(hash_api_key(key)) is None  # without asking: the announcement is the news
+    assert await replica.find_key(hash_api_key(other)) is not None
+    changed = Tenant("acme", TenantLimits(requests_per_minute=1), None)
+    await shared.put_tenant(changed)
+    replica.revoked(Revocation("tenant-updated", "acme"))
+    assert (await replica.get_tenant("acme")) == changed  # asked again
+    replica.revoked(Revocation("tenant", "acme"))
+    assert await replica.get_tenant("acme") is None
+    assert await replica.find_key(hash_api_key(other)) is None
+
+
+async def test_nothing_is_fresh_without_the_channel_or_after_a_gap_or_too_long(shared: SwitchableStore) -> None:
+    channel = Channel()
+    replica = remembering(shared, channel, fresh_s=0.2)
+    key, record = await shared.create_key("acme")
+    await replica.find_key(hash_api_key(key))
+    await shared.revoke_key(record.id)  # elsewhere, its announcement lost
+
+    channel.up = False  # the subscription is down: what was missed cannot be known
+    assert await replica.find_key(hash_api_key(key)) is None
+    key, record = await shared.create_key("acme")
+    channel.up = True
+    await replica.find_key(hash_api_key(key))
+    await shared.revoke_key(record.id)
+    replica.forget_freshness()  # the subscription came back after a gap
+    assert await replica.find_key(hash_api_key(key)) is None
+
+    key, record = await shared.create_key("acme")
+    await replica.find_key(hash_api_key(key))
+    await shared.revoke_key(record.id)
+    assert await replica.find_key(hash_api_key(key)) == record  # fresh: the memory answers (announcement lost)
+    await asyncio.sleep(0.25)
+    assert await replica.find_key(hash_api_key(key)) is None  # fresh_s bounds what a lost announcement costs
 
 
 @pytest.mark.parametrize("backend", ["memory", "redis"])
