@@ -1,9 +1,17 @@
-"""Per-tenant rate limits: requests and input characters per minute (``limits``) and concurrent streams (leases).
+"""Per-tenant rate limits: requests and input characters per minute (moving windows) and concurrent streams (leases).
 
-Requests and characters use the ``limits`` library's moving window, in memory or in Redis so that every replica
-shares one budget. ``limits`` has no concurrency primitive, so concurrent-stream leases are written here: in Redis a
-sorted set per tenant (member: lease id, score: expiry in ms), acquired by a small Lua script and renewed while the
-stream runs, so that a replica that dies mid-stream stops holding its leases after ``lease_ttl_s``.
+In memory (one replica) the windows are the ``limits`` library's moving windows. In Redis, shared by every replica,
+one Lua script checks both windows and the stream lease of a request and, only if all three admit it, counts it in
+both and takes the lease: one round trip per request instead of one per window and lease (``limits`` hits one item
+per call), and a refused request consumes nothing, whichever limit refused it. The windows there have the same moving
+semantics as ``limits``'s, over a compact list per tenant and window (``<ms>:<amount>`` per admitted request, newest
+first, trimmed to the minute on each admission) rather than one entry per character; Redis's own clock times them, so
+replicas with skewed clocks agree. A tenant's windows and lease share one hash tag (``{<tenant>}``), the one slot
+Redis Cluster needs for one script.
+
+``limits`` has no concurrency primitive, so stream leases are written here: a sorted set per tenant (member: lease
+id, score: expiry in ms), renewed while the stream runs, so that a replica that dies mid-stream stops holding its
+leases after ``lease_ttl_s``.
 """
 
 from __future__ import annotations
@@ -13,12 +21,12 @@ import logging
 import math
 import time
 import uuid
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from limits import RateLimitItemPerMinute
-from limits.aio.storage import MemoryStorage, RedisStorage
+from limits.aio.storage import MemoryStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
 from storage import STORAGE_ERRORS, OutageLatch
@@ -27,9 +35,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Coroutine
     from contextlib import AbstractAsyncContextManager
 
-    import redis.asyncio as aioredis
-
     from auth.settings import TenantLimits
+    from storage import RedisClient
 
 __all__ = [
     "LimitReason",
@@ -43,7 +50,8 @@ logger = logging.getLogger("tts_gateway.limits")
 
 LimitReason = Literal["requests", "characters", "concurrency"]
 
-_MAX_RETRY_AFTER_S = 60
+_WINDOW_S = 60
+_MAX_RETRY_AFTER_S = _WINDOW_S
 _CONCURRENCY_RETRY_AFTER_S = 1  # a stream's end cannot be predicted; ask the client to try again soon
 _LEASE_POLL_S = 0.02  # while waiting for a stream to free: one storage round trip per try
 
@@ -79,32 +87,59 @@ class LimitsUnavailableError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class _Check:
-    reason: Literal["requests", "characters"]
-    item: RateLimitItemPerMinute
-    cost: int
+class _Ask:
+    """What one admission asks of a tenant's limits."""
+
+    limits: TenantLimits
+    characters: int
+    count_request: bool
+    lease_id: str | None
+    """Take a concurrent-stream lease under this id (the tenant has a stream limit), or ``None``."""
 
 
-class _LeaseStore(Protocol):
-    async def acquire(self, tenant: str, lease_id: str, limit: int, ttl_s: float) -> bool: ...
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    state: LimitState
+    refused: LimitReason | None = None
+
+
+class _Admissions(Protocol):
+    """Where windows and leases are kept: checks an :class:`_Ask` whole and counts it only if all of it fits."""
+
+    async def admit(self, tenant: str, ask: _Ask, lease_ttl_s: float) -> _Verdict: ...
+    async def state(self, tenant: str, limits: TenantLimits) -> LimitState: ...
     async def renew(self, tenant: str, lease_id: str, ttl_s: float) -> bool: ...
     async def release(self, tenant: str, lease_id: str) -> None: ...
+    async def close(self) -> None: ...
 
 
-class _MemoryLeases:
-    """Leases of one process: the same semantics as the Redis sorted sets, for tests and single replicas."""
+class _MemoryAdmissions:
+    """One process's windows (``limits``'s moving windows) and leases. Nothing here awaits anything real, so a check
+    and its hits run without another request in between."""
 
     def __init__(self) -> None:
+        self._storage = MemoryStorage()
+        self._windows = MovingWindowRateLimiter(self._storage)
         self._leases: dict[str, dict[str, float]] = {}
 
-    async def acquire(self, tenant: str, lease_id: str, limit: int, ttl_s: float) -> bool:
-        now = time.monotonic()
-        held = {lid: expiry for lid, expiry in self._leases.get(tenant, {}).items() if expiry > now}
-        self._leases[tenant] = held
-        if len(held) >= limit:
-            return False
-        held[lease_id] = now + ttl_s
-        return True
+    async def admit(self, tenant: str, ask: _Ask, lease_ttl_s: float) -> _Verdict:
+        before = await self.state(tenant, ask.limits)
+        refused = _first_refusal(ask, before) or (
+            "concurrency" if ask.lease_id is not None and not self._lease_free(tenant, ask) else None
+        )
+        if refused is not None:
+            return _Verdict(before, refused)
+        for item, cost in _hits(ask):
+            await self._windows.hit(item, tenant, cost=cost)
+        if ask.lease_id is not None:
+            self._leases.setdefault(tenant, {})[ask.lease_id] = time.monotonic() + lease_ttl_s
+        return _Verdict(await self.state(tenant, ask.limits))
+
+    async def state(self, tenant: str, limits: TenantLimits) -> LimitState:
+        requests, characters = limits.requests_per_minute, limits.characters_per_minute
+        req_remaining, req_reset = await self._window(tenant, requests, "requests")
+        chars_remaining, chars_reset = await self._window(tenant, characters, "characters")
+        return LimitState(requests, req_remaining, req_reset, characters, chars_remaining, chars_reset)
 
     async def renew(self, tenant: str, lease_id: str, ttl_s: float) -> bool:
         held = self._leases.get(tenant, {})
@@ -116,49 +151,180 @@ class _MemoryLeases:
     async def release(self, tenant: str, lease_id: str) -> None:
         self._leases.get(tenant, {}).pop(lease_id, None)
 
+    async def close(self) -> None:
+        if self._storage.timer is not None:
+            self._storage.timer.cancel()
 
-# Redis's own clock, so that replicas with skewed clocks agree on expiries.
-_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
-_ACQUIRE_LUA = (
-    _NOW_MS
+    def _lease_free(self, tenant: str, ask: _Ask) -> bool:
+        now = time.monotonic()
+        held = {lid: expiry for lid, expiry in self._leases.get(tenant, {}).items() if expiry > now}
+        self._leases[tenant] = held
+        return len(held) < (ask.limits.concurrent_streams or 0)
+
+    async def _window(self, tenant: str, limit: int | None, namespace: str) -> tuple[int | None, float | None]:
+        if limit is None:
+            return None, None
+        stats = await self._windows.get_window_stats(RateLimitItemPerMinute(limit, namespace=namespace), tenant)
+        # An empty window reports "now + 60 s"; nothing is waiting to reset then.
+        reset = 0.0 if stats.remaining >= limit else max(0.0, stats.reset_time - time.time())
+        return max(0, stats.remaining), reset
+
+
+def _hits(ask: _Ask) -> list[tuple[RateLimitItemPerMinute, int]]:
+    hits = []
+    if ask.count_request and ask.limits.requests_per_minute is not None:
+        hits.append((RateLimitItemPerMinute(ask.limits.requests_per_minute, namespace="requests"), 1))
+    if ask.characters > 0 and ask.limits.characters_per_minute is not None:
+        hits.append((RateLimitItemPerMinute(ask.limits.characters_per_minute, namespace="characters"), ask.characters))
+    return hits
+
+
+def _first_refusal(ask: _Ask, state: LimitState) -> LimitReason | None:
+    # Requests first: the order a client is told about them.
+    if ask.count_request and state.remaining_requests is not None and state.remaining_requests < 1:
+        return "requests"
+    if ask.characters > 0 and state.remaining_tokens is not None and state.remaining_tokens < ask.characters:
+        return "characters"
+    return None
+
+
+# The moving windows and the lease of one tenant, checked together and counted only if all admit. KEYS: requests
+# window, characters window, leases. ARGV: request limit (0: none or not counted), character limit (0: none),
+# characters, lease limit (0: no lease), lease id, lease TTL in ms, window in ms. Returns {refusal (0 admitted,
+# 1 requests, 2 characters, 3 concurrency), requests used, ms until the oldest counted request leaves the window,
+# characters used, ms until the oldest counted characters leave it}, as they stand after the admission (or before a
+# refusal).
+_WINDOWS_LUA = """
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local window = tonumber(ARGV[7])
+local function used(key, trim)
+  local entries = redis.call('LRANGE', key, 0, -1)
+  local sum, oldest, kept = 0, nil, 0
+  for i, entry in ipairs(entries) do
+    local sep = string.find(entry, ':', 1, true)
+    local at = tonumber(string.sub(entry, 1, sep - 1))
+    if at <= now - window then break end
+    sum = sum + tonumber(string.sub(entry, sep + 1))
+    oldest, kept = at, i
+  end
+  if trim and kept < #entries then
+    if kept == 0 then redis.call('DEL', key) else redis.call('LTRIM', key, 0, kept - 1) end
+  end
+  return sum, oldest
+end
+local function reset(oldest) if oldest then return oldest + window - now end return 0 end
+"""
+_ADMIT_LUA = (
+    _WINDOWS_LUA
     + """
-local ttl = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ttl)
-return 1
+local req_limit, chars_limit, chars = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local lease_limit, lease_ttl = tonumber(ARGV[4]), tonumber(ARGV[6])
+local req_used, req_oldest = used(KEYS[1], true)
+local chars_used, chars_oldest = used(KEYS[2], true)
+local refusal = 0
+if req_limit > 0 and req_used + 1 > req_limit then refusal = 1
+elseif chars_limit > 0 and chars > 0 and chars_used + chars > chars_limit then refusal = 2
+elseif lease_limit > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if redis.call('ZCARD', KEYS[3]) >= lease_limit then refusal = 3 end
+end
+if refusal == 0 then
+  if req_limit > 0 then
+    redis.call('LPUSH', KEYS[1], now .. ':1')
+    redis.call('PEXPIRE', KEYS[1], window)
+    req_used, req_oldest = req_used + 1, req_oldest or now
+  end
+  if chars_limit > 0 and chars > 0 then
+    redis.call('LPUSH', KEYS[2], now .. ':' .. chars)
+    redis.call('PEXPIRE', KEYS[2], window)
+    chars_used, chars_oldest = chars_used + chars, chars_oldest or now
+  end
+  if lease_limit > 0 then
+    redis.call('ZADD', KEYS[3], now + lease_ttl, ARGV[5])
+    if redis.call('PTTL', KEYS[3]) < lease_ttl then redis.call('PEXPIRE', KEYS[3], lease_ttl) end
+  end
+end
+return {refusal, req_used, reset(req_oldest), chars_used, reset(chars_oldest)}
+"""
+)
+_STATE_LUA = (
+    _WINDOWS_LUA
+    + """
+local req_used, req_oldest = used(KEYS[1], false)
+local chars_used, chars_oldest = used(KEYS[2], false)
+return {0, req_used, reset(req_oldest), chars_used, reset(chars_oldest)}
 """
 )
 # XX: a renewal that lands after the release must not bring the lease back.
-_RENEW_LUA = (
-    _NOW_MS
-    + """
+_RENEW_LUA = """
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local ttl = tonumber(ARGV[2])
 if redis.call('ZADD', KEYS[1], 'XX', 'CH', now + ttl, ARGV[1]) == 0 then return 0 end
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 return 1
 """
-)
+_REFUSALS: dict[int, LimitReason] = {1: "requests", 2: "characters", 3: "concurrency"}
 
 
-class _RedisLeases:
-    """Leases shared by every replica: ``{prefix}{tenant}`` is a sorted set of lease ids scored by expiry (ms)."""
+class _RedisAdmissions:
+    """Windows and leases shared by every replica (see the module's docstring for the layout)."""
 
-    def __init__(self, client: aioredis.Redis, prefix: str = "tts:leases:") -> None:
+    def __init__(self, client: RedisClient, prefix: str = "tts:") -> None:
         self._client = client
         self._prefix = prefix
-        self._acquire = client.register_script(_ACQUIRE_LUA)
+        self._admit = client.register_script(_ADMIT_LUA)
+        self._state = client.register_script(_STATE_LUA)
         self._renew = client.register_script(_RENEW_LUA)
 
-    async def acquire(self, tenant: str, lease_id: str, limit: int, ttl_s: float) -> bool:
-        return bool(await self._acquire(keys=[self._prefix + tenant], args=[lease_id, limit, _ms(ttl_s)]))
+    async def admit(self, tenant: str, ask: _Ask, lease_ttl_s: float) -> _Verdict:
+        limits = ask.limits
+        args: list[int | str] = [
+            limits.requests_per_minute or 0 if ask.count_request else 0,
+            limits.characters_per_minute or 0,
+            ask.characters,
+            limits.concurrent_streams or 0 if ask.lease_id is not None else 0,
+            ask.lease_id or "",
+            _ms(lease_ttl_s),
+            _WINDOW_S * 1000,
+        ]
+        answer = await self._admit(keys=self._keys(tenant), args=args)
+        return _Verdict(_state_of(limits, answer), _REFUSALS.get(int(answer[0])))
+
+    async def state(self, tenant: str, limits: TenantLimits) -> LimitState:
+        if limits.requests_per_minute is None and limits.characters_per_minute is None:
+            return LimitState()
+        return _state_of(limits, await self._state(keys=self._keys(tenant), args=[0, 0, 0, 0, "", 0, _WINDOW_S * 1000]))
 
     async def renew(self, tenant: str, lease_id: str, ttl_s: float) -> bool:
-        return bool(await self._renew(keys=[self._prefix + tenant], args=[lease_id, _ms(ttl_s)]))
+        return bool(await self._renew(keys=[self._leases(tenant)], args=[lease_id, _ms(ttl_s)]))
 
     async def release(self, tenant: str, lease_id: str) -> None:
-        await self._client.zrem(self._prefix + tenant, lease_id)
+        await self._client.zrem(self._leases(tenant), lease_id)
+
+    async def close(self) -> None:
+        return None  # the client belongs to whoever built it
+
+    def _keys(self, tenant: str) -> list[str]:
+        windows = f"{self._prefix}limits:{{{tenant}}}"
+        return [f"{windows}:requests", f"{windows}:characters", self._leases(tenant)]
+
+    def _leases(self, tenant: str) -> str:
+        return f"{self._prefix}leases:{{{tenant}}}"
+
+
+def _state_of(limits: TenantLimits, answer: list[Any]) -> LimitState:
+    requests, characters = limits.requests_per_minute, limits.characters_per_minute
+    req_used, req_reset, chars_used, chars_reset = (int(value) for value in answer[1:5])
+    return LimitState(
+        requests,
+        None if requests is None else max(0, requests - req_used),
+        None if requests is None else req_reset / 1000,
+        characters,
+        None if characters is None else max(0, characters - chars_used),
+        None if characters is None else chars_reset / 1000,
+    )
 
 
 def _ms(seconds: float) -> int:
@@ -180,7 +346,7 @@ class TenantRateLimiter:
 
     def __init__(
         self,
-        redis: aioredis.Redis | None,
+        redis: RedisClient | None,
         *,
         fail_mode: Literal["open", "closed"] = "open",
         lease_ttl_s: float = 30.0,
@@ -196,17 +362,7 @@ class TenantRateLimiter:
             "rate-limit storage reachable again; limits enforced",
         )
         self._background: set[asyncio.Task[None]] = set()
-        self._leases: _LeaseStore
-        if redis is None:
-            self._storage: MemoryStorage | RedisStorage = MemoryStorage()
-            self._leases = _MemoryLeases()
-        else:
-            # The windows use the shared client's connection pool (``implementation="redispy"``: ``limits``
-            # defaults to coredis); the URI only names the scheme, the pool holds the address and credentials.
-            shared: dict[str, Any] = {"connection_pool": redis.connection_pool}
-            self._storage = RedisStorage("redis://", implementation="redispy", key_prefix="tts:limits", **shared)
-            self._leases = _RedisLeases(redis)
-        self._windows = MovingWindowRateLimiter(self._storage)
+        self._store: _Admissions = _MemoryAdmissions() if redis is None else _RedisAdmissions(redis)
 
     async def admit(
         self,
@@ -215,8 +371,11 @@ class TenantRateLimiter:
         characters: int,
         *,
         count_request: bool = True,
+        hold_stream: AsyncExitStack | None = None,
     ) -> LimitState:
-        """Count one request of ``characters`` input characters against the tenant's per-minute limits.
+        """Count one request of ``characters`` input characters against the tenant's per-minute limits and, with
+        ``hold_stream``, take one of its concurrent streams until that stack closes — all in one step: a request
+        refused by any of them consumes nothing.
 
         ``count_request=False`` counts the characters only: a segment of a realtime session, whose session was
         counted as the request.
@@ -225,29 +384,22 @@ class TenantRateLimiter:
             The state after this request, for the ``x-ratelimit-*`` headers.
 
         Raises:
-            RateLimitExceededError: a limit would be exceeded; nothing was consumed.
+            RateLimitExceededError: a limit would be exceeded (a stream limit only after ``stream_wait_s``).
             LimitsUnavailableError: the storage is unreachable and the limiter fails closed.
         """
-        checks = _checks(limits, characters, count_request=count_request)
-        if not checks:
+        lease = hold_stream is not None and limits.concurrent_streams is not None
+        ask = _Ask(limits, characters, count_request, uuid.uuid4().hex if lease else None)
+        if not lease and not _hits(ask):
             return LimitState()
-        try:
-            before = await self._read(tenant, limits)
-            for check in checks:
-                if _remaining(before, check.reason) < check.cost:
-                    raise _refusal(check, before)
-            # The look above consumed nothing; a hit can still lose a race against another replica, and then the
-            # requests hit made before it stays counted (hits cannot be undone in ``limits``).
-            for check in checks:
-                if not await self._windows.hit(check.item, tenant, cost=check.cost):
-                    raise _refusal(check, await self._read(tenant, limits))
-            after = await self._read(tenant, limits)
-        except STORAGE_ERRORS as exc:
-            self._storage_failed(exc)
-            self.outage_count += 1
+        verdict = await self._admit_within_wait(tenant, ask)
+        if verdict is None:  # storage unreachable, failing open: admitted unchecked, without a lease
+            self.outage_count += 1 if _hits(ask) else 0
             return _unknown_state(limits)
-        self._storage_worked()
-        return after
+        if verdict.refused is not None:
+            raise _refusal(verdict.refused, ask, verdict.state)
+        if hold_stream is not None and ask.lease_id is not None:
+            hold_stream.push_async_callback(self._let_go, tenant, ask.lease_id, self._spawn(self._renew(tenant, ask)))
+        return verdict.state
 
     async def state(self, tenant: str, limits: TenantLimits) -> LimitState:
         """The tenant's current standing, consuming nothing.
@@ -256,15 +408,15 @@ class TenantRateLimiter:
             LimitsUnavailableError: the storage is unreachable and the limiter fails closed.
         """
         try:
-            state = await self._read(tenant, limits)
+            state = await self._store.state(tenant, limits)
         except STORAGE_ERRORS as exc:
             self._storage_failed(exc)
             return _unknown_state(limits)
-        self._storage_worked()
+        self._outage.worked()
         return state
 
     def stream_lease(self, tenant: str, limits: TenantLimits) -> AbstractAsyncContextManager[None]:
-        """Hold one of the tenant's concurrent streams for the duration of an ``async with``.
+        """Hold one of the tenant's concurrent streams for the duration of an ``async with`` (no window counted).
 
         The lease is released when the block ends however it ends (including cancellation) and renewed in the
         background while held.
@@ -281,69 +433,55 @@ class TenantRateLimiter:
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        if isinstance(self._storage, MemoryStorage) and self._storage.timer is not None:
-            self._storage.timer.cancel()
+        await self._store.close()
 
     @asynccontextmanager
     async def _lease(self, tenant: str, limits: TenantLimits) -> AsyncIterator[None]:
-        limit = limits.concurrent_streams
-        if limit is None:
+        async with AsyncExitStack() as held:
+            await self.admit(tenant, limits, 0, count_request=False, hold_stream=held)
             yield
-            return
-        lease_id = uuid.uuid4().hex
-        acquired = await self._acquire_within_wait(tenant, lease_id, limit)
-        if acquired is None:  # storage unreachable, failing open: the stream runs without a lease
-            yield
-            return
-        if not acquired:
-            raise RateLimitExceededError("concurrency", _CONCURRENCY_RETRY_AFTER_S, await self.state(tenant, limits))
-        renewal = self._spawn(self._renew(tenant, lease_id))
-        try:
-            yield
-        finally:
-            renewal.cancel()
-            # Shielded: a cancelled caller (client gone) may be cancelled again at any await here (anyio cancels
-            # level-triggered), and the release must still reach the storage.
-            await asyncio.shield(self._spawn(self._release(tenant, lease_id, renewal)))
 
-    async def _acquire_within_wait(self, tenant: str, lease_id: str, limit: int) -> bool | None:
-        """Try for a lease until ``stream_wait_s`` has passed.
+    async def _admit_within_wait(self, tenant: str, ask: _Ask) -> _Verdict | None:
+        """Ask until the stream limit admits, for up to ``stream_wait_s``; ``None`` when the storage is unreachable.
 
         A client that aborts a stream and asks again at once can be faster than the server noticing the abort; the
         short wait absorbs that instead of refusing a client whose stream has in fact ended.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.stream_wait_s
-        while (acquired := await self._try_acquire(tenant, lease_id, limit)) is False:
+        while True:
+            try:
+                verdict = await self._store.admit(tenant, ask, self.lease_ttl_s)
+            except STORAGE_ERRORS as exc:
+                self._storage_failed(exc)
+                return None
+            self._outage.worked()
             left = deadline - loop.time()
-            if left <= 0:
-                break
+            if verdict.refused != "concurrency" or left <= 0:
+                return verdict
             await asyncio.sleep(min(_LEASE_POLL_S, left))
-        return acquired
 
-    async def _try_acquire(self, tenant: str, lease_id: str, limit: int) -> bool | None:
-        try:
-            acquired = await self._leases.acquire(tenant, lease_id, limit, self.lease_ttl_s)
-        except STORAGE_ERRORS as exc:
-            self._storage_failed(exc)
-            return None
-        self._storage_worked()
-        return acquired
-
-    async def _renew(self, tenant: str, lease_id: str) -> None:
+    async def _renew(self, tenant: str, ask: _Ask) -> None:
+        lease_id = ask.lease_id or ""
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)
             try:
-                if not await self._leases.renew(tenant, lease_id, self.lease_ttl_s):
+                if not await self._store.renew(tenant, lease_id, self.lease_ttl_s):
                     logger.warning("stream lease of tenant %s expired before its renewal", tenant)
                     return
             except STORAGE_ERRORS as exc:
                 logger.debug("stream lease renewal failed: %r", exc)
 
+    async def _let_go(self, tenant: str, lease_id: str, renewal: asyncio.Task[None]) -> None:
+        renewal.cancel()
+        # Shielded: a cancelled caller (client gone) may be cancelled again at any await here (anyio cancels
+        # level-triggered), and the release must still reach the storage.
+        await asyncio.shield(self._spawn(self._release(tenant, lease_id, renewal)))
+
     async def _release(self, tenant: str, lease_id: str, renewal: asyncio.Task[None]) -> None:
         await asyncio.wait([renewal])  # its last renewal must not land after the release
         try:
-            await self._leases.release(tenant, lease_id)
+            await self._store.release(tenant, lease_id)
         except STORAGE_ERRORS as exc:  # it expires by itself after lease_ttl_s
             logger.debug("stream lease release failed: %r", exc)
 
@@ -353,53 +491,21 @@ class TenantRateLimiter:
         task.add_done_callback(self._background.discard)
         return task
 
-    async def _read(self, tenant: str, limits: TenantLimits) -> LimitState:
-        requests, characters = limits.requests_per_minute, limits.characters_per_minute
-        req = self._window(tenant, requests, "requests")
-        chars = self._window(tenant, characters, "characters")
-        (req_remaining, req_reset), (chars_remaining, chars_reset) = await asyncio.gather(req, chars)
-        return LimitState(requests, req_remaining, req_reset, characters, chars_remaining, chars_reset)
-
-    async def _window(self, tenant: str, limit: int | None, namespace: str) -> tuple[int | None, float | None]:
-        if limit is None:
-            return None, None
-        stats = await self._windows.get_window_stats(RateLimitItemPerMinute(limit, namespace=namespace), tenant)
-        # An empty window reports "now + 60 s"; nothing is waiting to reset then.
-        reset = 0.0 if stats.remaining >= limit else max(0.0, stats.reset_time - time.time())
-        return max(0, stats.remaining), reset
-
     def _storage_failed(self, exc: Exception) -> None:
         if self.fail_mode == "closed":
             raise LimitsUnavailableError("rate-limit storage unreachable") from exc
         self._outage.failed(exc)
 
-    def _storage_worked(self) -> None:
-        self._outage.worked()
 
-
-def _checks(limits: TenantLimits, characters: int, *, count_request: bool) -> list[_Check]:
-    checks = []
-    # Requests first: if a later hit loses a race, one request is what stays counted, not a clip's characters.
-    if limits.requests_per_minute is not None and count_request:
-        checks.append(_Check("requests", RateLimitItemPerMinute(limits.requests_per_minute, namespace="requests"), 1))
-    if limits.characters_per_minute is not None and characters > 0:
-        item = RateLimitItemPerMinute(limits.characters_per_minute, namespace="characters")
-        checks.append(_Check("characters", item, characters))
-    return checks
-
-
-def _remaining(state: LimitState, reason: Literal["requests", "characters"]) -> int:
-    remaining = state.remaining_requests if reason == "requests" else state.remaining_tokens
-    return remaining or 0
-
-
-def _refusal(check: _Check, state: LimitState) -> RateLimitExceededError:
-    reset = state.reset_requests_s if check.reason == "requests" else state.reset_tokens_s
-    if check.cost > check.item.amount:  # never fits in a minute; waiting a whole window is the honest answer
-        reset = float(_MAX_RETRY_AFTER_S)
+def _refusal(reason: LimitReason, ask: _Ask, state: LimitState) -> RateLimitExceededError:
+    if reason == "concurrency":
+        return RateLimitExceededError(reason, _CONCURRENCY_RETRY_AFTER_S, state)
+    reset = state.reset_requests_s if reason == "requests" else state.reset_tokens_s
+    if reason == "characters" and ask.characters > (ask.limits.characters_per_minute or 0):
+        reset = float(_MAX_RETRY_AFTER_S)  # never fits in a minute; waiting a whole window is the honest answer
     # The oldest entry leaving the window frees the first unit; for a weighted hit more may be needed later.
     retry_after = min(_MAX_RETRY_AFTER_S, max(1, math.ceil(reset or 0.0)))
-    return RateLimitExceededError(check.reason, retry_after, state)
+    return RateLimitExceededError(reason, retry_after, state)
 
 
 def _unknown_state(limits: TenantLimits) -> LimitState:

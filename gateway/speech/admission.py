@@ -25,31 +25,26 @@ class Admission:
         self._usage = usage
         self._metrics = metrics
 
-    async def admit(self, tenant: Tenant, characters: int, *, count_request: bool = True) -> LimitState:
-        """Count a request (or, with ``count_request=False``, only its characters) against the tenant's limits.
+    async def admit(
+        self,
+        tenant: Tenant,
+        characters: int,
+        *,
+        count_request: bool = True,
+        hold_stream: AsyncExitStack | None = None,
+    ) -> LimitState:
+        """Count a request (or, with ``count_request=False``, only its characters) against the tenant's limits and,
+        with ``hold_stream``, take one of its concurrent streams until that stack closes: one step, one round trip.
 
         Raises:
-            RateLimitExceededError: over a limit (recorded as a rejection).
+            RateLimitExceededError: over a limit (recorded as a rejection); nothing was consumed.
             LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
         """
         try:
-            return await self.limiter.admit(tenant.name, tenant.limits, characters, count_request=count_request)
+            return await self.limiter.admit(
+                tenant.name, tenant.limits, characters, count_request=count_request, hold_stream=hold_stream
+            )
         except RateLimitExceededError as exc:
-            await self._reject(tenant, exc)
+            self._usage.record_rejection(tenant, exc.reason)
+            self._metrics.rejections.labels(tenant.name, exc.reason).inc()
             raise
-
-    async def hold_stream(self, tenant: Tenant, finish: AsyncExitStack) -> None:
-        """Take one of the tenant's concurrent streams until ``finish`` closes.
-
-        Raises:
-            RateLimitExceededError: the tenant's streams are all in use (recorded as a rejection).
-        """
-        try:
-            await finish.enter_async_context(self.limiter.stream_lease(tenant.name, tenant.limits))
-        except RateLimitExceededError as exc:
-            await self._reject(tenant, exc)
-            raise
-
-    async def _reject(self, tenant: Tenant, exc: RateLimitExceededError) -> None:
-        await self._usage.record_rejection(tenant.name, exc.reason)
-        self._metrics.rejections.labels(tenant.name, exc.reason).inc()
