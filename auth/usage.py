@@ -1,38 +1,61 @@
 """Usage accounting per tenant: requests, input characters, audio seconds, cache hits and rejections.
 
-:class:`RedisUsageLedger` keeps one hash per tenant so that usage survives restarts and adds up across replicas.
-While Redis is unreachable the increments wait in memory and are written on the next successful call, so nothing
-recorded is lost once Redis returns.
+Usage belongs to a tenant's generation (:attr:`~auth.tenants.Tenant.generation`), as its cached audio does: a tenant
+deleted and created again under the same name starts empty. A deleted tenant's usage is retired, not lost: it is kept
+apart, with what its streams still in flight add to it, for ``retired_retention_s``, and listed for the operator.
+
+Recording never waits for Redis: increments gather in memory and a background task writes them (one round trip for
+all that gathered meanwhile), off the response path. While Redis is unreachable they wait and are written once it is
+back, so nothing recorded is lost; reading usage writes what is waiting first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from storage import STORAGE_ERRORS, OutageLatch
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
-    import redis.asyncio as aioredis
+    from auth.tenants import Tenant
+    from storage import RedisClient
 
-__all__ = ["MemoryUsageLedger", "RedisUsageLedger", "UsageLedger", "UsageRecord", "UsageUnavailableError"]
+__all__ = [
+    "DEFAULT_RETIRED_RETENTION_S",
+    "MemoryUsageLedger",
+    "RedisUsageLedger",
+    "RetiredUsage",
+    "UsageLedger",
+    "UsageRecord",
+    "UsageUnavailableError",
+]
 
 logger = logging.getLogger("tts_gateway.usage")
 
+DEFAULT_RETIRED_RETENTION_S = 90 * 24 * 3600
+"""How long a deleted tenant's usage stays listed for the operator."""
+
 _REJECTION = "rejections:"  # field prefix: one counter per rejection reason
-_FLOAT_FIELDS = frozenset({"audio_seconds"})
+_RETIRED_AT = "retired_at"  # field of a retired record: when its tenant was deleted
+_FLOAT_FIELDS = frozenset({"audio_seconds", _RETIRED_AT})
+_RETRY_S = 1.0  # between tries to write waiting increments while Redis is unreachable
 
 Counters = dict[str, float]
 """Field name -> value; rejections are ``rejections:<reason>`` fields."""
 
+Owner = tuple[str, str]
+"""Whose usage: a tenant's name and generation."""
+
 
 @dataclass(frozen=True, slots=True)
 class UsageRecord:
-    """What one tenant has used since its usage was first recorded."""
+    """What one tenant (one generation of it) has used since its usage was first recorded."""
 
     requests: int = 0
     input_characters: int = 0
@@ -42,6 +65,17 @@ class UsageRecord:
     """Refused requests by reason (``requests``, ``characters``, ``concurrency``, ...)."""
 
 
+@dataclass(frozen=True, slots=True)
+class RetiredUsage:
+    """The usage of a deleted tenant, kept apart for the operator."""
+
+    tenant: str
+    generation: str
+    retired_at: float
+    """Unix time of the deletion."""
+    usage: UsageRecord
+
+
 class UsageUnavailableError(Exception):
     """The usage store cannot be read now (Redis unreachable); recording still works."""
 
@@ -49,25 +83,37 @@ class UsageUnavailableError(Exception):
 class UsageLedger(Protocol):
     """Where usage is counted; every replica of a deployment should share one."""
 
-    async def record_request(self, tenant: str, *, characters: int, audio_seconds: float, cache_hit: bool) -> None:
-        """Count one served request."""
+    def record_request(self, tenant: Tenant, *, characters: int, audio_seconds: float, cache_hit: bool) -> None:
+        """Count one served request (written in the background)."""
         ...
 
-    async def record_rejection(self, tenant: str, reason: str) -> None:
-        """Count one refused request."""
+    def record_rejection(self, tenant: Tenant, reason: str) -> None:
+        """Count one refused request (written in the background)."""
         ...
 
-    async def get(self, tenant: str) -> UsageRecord:
+    async def get(self, tenant: Tenant) -> UsageRecord:
         """The tenant's usage (all zero for a tenant never seen)."""
         ...
 
-    async def all(self) -> dict[str, UsageRecord]:
-        """Usage of every tenant seen."""
+    async def many(self, tenants: Iterable[Tenant]) -> list[UsageRecord]:
+        """The usage of each of ``tenants``, in their order, read together."""
         ...
 
-    async def forget(self, tenant: str) -> None:
-        """Delete the tenant's usage (the tenant was deleted: one created under its name starts from zero)."""
+    async def retire(self, tenant: Tenant) -> None:
+        """The tenant was deleted: keep its usage apart (what its streams in flight add goes there too)."""
         ...
+
+    async def retired(self, tenant: str) -> list[RetiredUsage]:
+        """The retired usage of every deleted tenant of this name still kept, oldest deletion first."""
+        ...
+
+    async def close(self) -> None:
+        """Write what is waiting (briefly, if Redis answers) and stop."""
+        ...
+
+
+def _owner(tenant: Tenant) -> Owner:
+    return tenant.name, tenant.generation
 
 
 def _request_increments(characters: int, audio_seconds: float, cache_hit: bool) -> Counters:
@@ -97,144 +143,249 @@ def _to_record(counters: Mapping[str, float]) -> UsageRecord:
     )
 
 
+def _to_retired(tenant: str, generation: str, counters: Mapping[str, float]) -> RetiredUsage:
+    return RetiredUsage(tenant, generation, counters.get(_RETIRED_AT, 0.0), _to_record(counters))
+
+
 class MemoryUsageLedger:
-    """Usage of this process only; gone on restart."""
+    """Usage of this process only; gone on restart (methods as on :class:`UsageLedger`)."""
 
-    def __init__(self) -> None:
-        self._tenants: dict[str, Counters] = {}
+    def __init__(self, *, retired_retention_s: float = DEFAULT_RETIRED_RETENTION_S) -> None:
+        self._live: dict[Owner, Counters] = {}
+        self._retired: dict[Owner, tuple[float, Counters]] = {}  # owner -> (expiry, counters)
+        self._retention_s = retired_retention_s
 
-    async def record_request(self, tenant: str, *, characters: int, audio_seconds: float, cache_hit: bool) -> None:
-        """Count one served request."""
-        _merge(self._tenants.setdefault(tenant, {}), _request_increments(characters, audio_seconds, cache_hit))
+    def record_request(self, tenant: Tenant, *, characters: int, audio_seconds: float, cache_hit: bool) -> None:
+        self._add(_owner(tenant), _request_increments(characters, audio_seconds, cache_hit))
 
-    async def record_rejection(self, tenant: str, reason: str) -> None:
-        """Count one refused request."""
-        _merge(self._tenants.setdefault(tenant, {}), {_REJECTION + reason: 1})
+    def record_rejection(self, tenant: Tenant, reason: str) -> None:
+        self._add(_owner(tenant), {_REJECTION + reason: 1})
 
-    async def get(self, tenant: str) -> UsageRecord:
-        """The tenant's usage (all zero for a tenant never seen)."""
-        return _to_record(self._tenants.get(tenant, {}))
+    async def get(self, tenant: Tenant) -> UsageRecord:
+        return _to_record(self._live.get(_owner(tenant), {}))
 
-    async def all(self) -> dict[str, UsageRecord]:
-        """Usage of every tenant seen."""
-        return {tenant: _to_record(counters) for tenant, counters in self._tenants.items()}
+    async def many(self, tenants: Iterable[Tenant]) -> list[UsageRecord]:
+        return [await self.get(tenant) for tenant in tenants]
 
-    async def forget(self, tenant: str) -> None:
-        """Delete the tenant's usage."""
-        self._tenants.pop(tenant, None)
+    async def retire(self, tenant: Tenant) -> None:
+        counters = self._live.pop(_owner(tenant), {})
+        counters[_RETIRED_AT] = time.time()
+        self._retired[_owner(tenant)] = (time.monotonic() + self._retention_s, counters)
+
+    async def retired(self, tenant: str) -> list[RetiredUsage]:
+        self._drop_expired()
+        found = [_to_retired(name, gen, c) for (name, gen), (_, c) in self._retired.items() if name == tenant]
+        return sorted(found, key=lambda retired: retired.retired_at)
+
+    async def close(self) -> None:
+        return None
+
+    def _add(self, owner: Owner, increments: Counters) -> None:
+        self._drop_expired()
+        retired = self._retired.get(owner)
+        _merge(retired[1] if retired is not None else self._live.setdefault(owner, {}), increments)
+
+    def _drop_expired(self) -> None:
+        now = time.monotonic()
+        for owner in [owner for owner, (expiry, _) in self._retired.items() if expiry <= now]:
+            del self._retired[owner]
+
+
+# Adds increments to a tenant generation's usage, or to its retired usage once the tenant was deleted (a stream in
+# flight at the deletion still counts, apart). KEYS: live hash, retired hash. ARGV: field, delta, field, delta, ...
+_ADD_LUA = """
+local target = KEYS[1]
+if redis.call('EXISTS', KEYS[2]) == 1 then target = KEYS[2] end
+for i = 1, #ARGV, 2 do redis.call('HINCRBYFLOAT', target, ARGV[i], ARGV[i + 1]) end
+return 1
+"""
+# Moves a generation's usage apart, with the time of the deletion and a time to live, and indexes it by tenant.
+# KEYS: live, retired, the tenant's index of retired generations. ARGV: now, retention in seconds, generation.
+_RETIRE_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[2]) end
+redis.call('HSET', KEYS[2], 'retired_at', ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[1], ARGV[3])
+redis.call('EXPIRE', KEYS[3], ARGV[2])
+return 1
+"""
+# The retired usage of one tenant's name, oldest deletion first; generations whose usage expired leave the index.
+# KEYS: the index. ARGV: prefix of the retired hashes (with the tenant's tag). Returns {generation, fields, ...}.
+_RETIRED_LUA = """
+local found = {}
+for _, generation in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local fields = redis.call('HGETALL', ARGV[1] .. generation)
+  if #fields == 0 then redis.call('ZREM', KEYS[1], generation)
+  else found[#found + 1] = generation found[#found + 1] = fields end
+end
+return found
+"""
 
 
 class RedisUsageLedger:
-    """Usage in Redis: one hash ``{prefix}{tenant}`` per tenant, incremented with HINCRBY/HINCRBYFLOAT.
+    """Usage in Redis, one hash per tenant generation: ``{prefix}{<tenant>}:<generation>``, and once the tenant is
+    deleted ``{retired_prefix}{<tenant>}:<generation>`` (one hash tag: the scripts touch both in one Cluster slot).
 
     Args:
-        client: a ``redis.asyncio.Redis`` (with or without ``decode_responses``); the caller owns and closes it.
-        prefix: key prefix of the hashes.
+        client: a Redis or Redis Cluster client (with or without ``decode_responses``); the caller owns and closes it.
+        prefix: key prefix of the live hashes.
+        retired_prefix: key prefix of the retired hashes.
+        retired_retention_s: how long retired usage is kept.
     """
 
-    def __init__(self, client: aioredis.Redis, prefix: str = "tts:usage:") -> None:
+    def __init__(
+        self,
+        client: RedisClient,
+        prefix: str = "tts:usage:",
+        *,
+        retired_prefix: str = "tts:usage-retired:",
+        retired_retention_s: int = DEFAULT_RETIRED_RETENTION_S,
+    ) -> None:
         self._client = client
         self._prefix = prefix
-        self._pending: dict[str, Counters] = {}
+        self._retired_prefix = retired_prefix
+        self._retention_s = retired_retention_s
+        self._add = client.register_script(_ADD_LUA)
+        self._retire = client.register_script(_RETIRE_LUA)
+        self._retired = client.register_script(_RETIRED_LUA)
+        self._pending: dict[Owner, Counters] = {}
+        self._writer: asyncio.Task[None] | None = None
+        self._in_flight: asyncio.Task[bool] | None = None
         self._outage = OutageLatch(
             logger,
             "usage store unreachable, keeping usage in memory until it returns",
             "usage store reachable again; buffered usage written",
         )
-        self._writes: set[asyncio.Task[None]] = set()
 
-    async def record_request(self, tenant: str, *, characters: int, audio_seconds: float, cache_hit: bool) -> None:
-        """Count one served request (kept in memory until Redis is reachable again)."""
-        await self._record(tenant, _request_increments(characters, audio_seconds, cache_hit))
+    def record_request(self, tenant: Tenant, *, characters: int, audio_seconds: float, cache_hit: bool) -> None:
+        self._record(_owner(tenant), _request_increments(characters, audio_seconds, cache_hit))
 
-    async def record_rejection(self, tenant: str, reason: str) -> None:
-        """Count one refused request (kept in memory until Redis is reachable again)."""
-        await self._record(tenant, {_REJECTION + reason: 1})
+    def record_rejection(self, tenant: Tenant, reason: str) -> None:
+        self._record(_owner(tenant), {_REJECTION + reason: 1})
 
-    async def get(self, tenant: str) -> UsageRecord:
-        """The tenant's usage, including increments still waiting for Redis.
+    async def get(self, tenant: Tenant) -> UsageRecord:
+        """The tenant's usage, with what is waiting to be written.
 
         Raises:
             UsageUnavailableError: Redis is unreachable.
         """
+        return (await self.many([tenant]))[0]
+
+    async def many(self, tenants: Iterable[Tenant]) -> list[UsageRecord]:
+        """Raises: UsageUnavailableError: Redis is unreachable."""
+        owners = [_owner(tenant) for tenant in tenants]
         await self._flush()
         try:
-            stored = await self._client.hgetall(self._prefix + tenant)
+            async with self._client.pipeline(transaction=False) as pipe:  # one round trip, any number of slots
+                for owner in owners:
+                    pipe.hgetall(self._live_key(owner))
+                rows = await pipe.execute()
         except STORAGE_ERRORS as exc:
             raise UsageUnavailableError("usage store unreachable") from exc
-        counters = _decode(stored)
-        _merge(counters, self._pending.get(tenant, {}))
-        return _to_record(counters)
+        records = []
+        for owner, row in zip(owners, rows, strict=True):
+            counters = _decode(row)
+            _merge(counters, self._pending.get(owner, {}))
+            records.append(_to_record(counters))
+        return records
 
-    async def all(self) -> dict[str, UsageRecord]:
-        """Usage of every tenant seen, including increments still waiting for Redis.
-
-        Raises:
-            UsageUnavailableError: Redis is unreachable.
-        """
+    async def retire(self, tenant: Tenant) -> None:
+        """Raises: UsageUnavailableError: Redis is unreachable (the tenant's usage stays where it was)."""
+        owner = _owner(tenant)
         await self._flush()
+        keys = [self._live_key(owner), self._retired_key(owner), self._index_key(tenant.name)]
         try:
-            keys = [_text(key) async for key in self._client.scan_iter(match=self._prefix + "*")]
-            tenants = [key.removeprefix(self._prefix) for key in keys]
-            stored = {tenant: await self._client.hgetall(self._prefix + tenant) for tenant in tenants}
-        except STORAGE_ERRORS as exc:
-            raise UsageUnavailableError("usage store unreachable") from exc
-        counters = {tenant: _decode(fields) for tenant, fields in stored.items()}
-        for tenant, pending in self._pending.items():
-            _merge(counters.setdefault(tenant, {}), pending)
-        return {tenant: _to_record(fields) for tenant, fields in counters.items()}
-
-    async def forget(self, tenant: str) -> None:
-        """Delete the tenant's usage, increments still waiting for Redis included.
-
-        Raises:
-            UsageUnavailableError: Redis is unreachable.
-        """
-        self._pending.pop(tenant, None)
-        try:
-            await self._client.delete(self._prefix + tenant)
+            await self._retire(keys=keys, args=[repr(time.time()), self._retention_s, tenant.generation])
         except STORAGE_ERRORS as exc:
             raise UsageUnavailableError("usage store unreachable") from exc
 
-    async def _record(self, tenant: str, increments: Counters) -> None:
-        _merge(self._pending.setdefault(tenant, {}), increments)
-        await self._flush()
+    async def retired(self, tenant: str) -> list[RetiredUsage]:
+        """Raises: UsageUnavailableError: Redis is unreachable."""
+        try:
+            flat = await self._retired(keys=[self._index_key(tenant)], args=[self._retired_key((tenant, ""))])
+        except STORAGE_ERRORS as exc:
+            raise UsageUnavailableError("usage store unreachable") from exc
+        found = [
+            _to_retired(tenant, _text(gen), _decode_flat(row)) for gen, row in zip(flat[::2], flat[1::2], strict=True)
+        ]
+        return sorted(found, key=lambda retired: retired.retired_at)
 
-    async def _flush(self) -> None:
-        """Write every pending increment in one transaction, or keep them all for the next call."""
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await self._flush()
+
+    def _record(self, owner: Owner, increments: Counters) -> None:
+        _merge(self._pending.setdefault(owner, {}), increments)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_while_pending(), name="usage-writer")
+
+    async def _write_while_pending(self) -> None:
+        """Write what gathered; while Redis is unreachable, try again every second."""
+        while self._pending:
+            if not await self._flush():
+                await asyncio.sleep(_RETRY_S)
+
+    async def _flush(self) -> bool:
+        """Write every waiting increment (after the write already under way, if any); whether they were written."""
+        if self._in_flight is not None:
+            await asyncio.wait([self._in_flight])  # what it could not write is waiting again when it ends
         if not self._pending:
-            return
+            return True
         # Taken before the first await, so a concurrent call neither writes these twice nor loses its own.
         pending, self._pending = self._pending, {}
-        # A task of its own, shielded: a caller cancelled mid-write (a client gone, and anyio cancels again at every
-        # await) must not abandon a transaction that may already have reached Redis; keeping it would count it twice.
-        write = asyncio.get_running_loop().create_task(self._write_or_keep(pending))
-        self._writes.add(write)
-        write.add_done_callback(self._writes.discard)
-        await asyncio.shield(write)
+        # A task of its own, shielded: a caller cancelled mid-write must not abandon a write that may already have
+        # reached Redis (keeping its increments would then count them twice).
+        self._in_flight = asyncio.get_running_loop().create_task(self._write_or_keep(pending))
+        return await asyncio.shield(self._in_flight)
 
-    async def _write_or_keep(self, pending: Mapping[str, Counters]) -> None:
+    async def _write_or_keep(self, pending: Mapping[Owner, Counters]) -> bool:
         try:
             await self._write(pending)
-        except STORAGE_ERRORS as exc:
-            self._keep(pending)
+        except STORAGE_ERRORS as exc:  # the generations that were not written are waiting again
             self._outage.failed(exc)
-            return
+            return False
         self._outage.worked()
+        return True
 
-    async def _write(self, pending: Mapping[str, Counters]) -> None:
-        async with self._client.pipeline(transaction=True) as pipe:
-            for tenant, counters in pending.items():
-                for name, delta in counters.items():
-                    if name in _FLOAT_FIELDS:
-                        pipe.hincrbyfloat(self._prefix + tenant, name, delta)
-                    elif delta:
-                        pipe.hincrby(self._prefix + tenant, name, int(delta))
-            await pipe.execute()
+    async def _write(self, pending: Mapping[Owner, Counters]) -> None:
+        """One script per tenant generation, all in flight at once (one round trip of latency); the generations whose
+        write failed are kept for the next try, the others are not written twice."""
+        owners = list(pending)
+        results = await asyncio.gather(
+            *(self._write_one(owner, pending[owner]) for owner in owners), return_exceptions=True
+        )
+        failed = {
+            owner: pending[owner]
+            for owner, result in zip(owners, results, strict=True)
+            if isinstance(result, BaseException)
+        }
+        if failed:
+            self._keep(failed)
+            error = next(result for result in results if isinstance(result, BaseException))
+            raise error
 
-    def _keep(self, pending: Mapping[str, Counters]) -> None:
-        for tenant, counters in pending.items():
-            _merge(self._pending.setdefault(tenant, {}), counters)
+    async def _write_one(self, owner: Owner, counters: Counters) -> None:
+        args = [value for name, delta in counters.items() if delta for value in (name, repr(float(delta)))]
+        if args:
+            await self._add(keys=[self._live_key(owner), self._retired_key(owner)], args=args)
+
+    def _keep(self, pending: Mapping[Owner, Counters]) -> None:
+        for owner, counters in pending.items():
+            _merge(self._pending.setdefault(owner, {}), counters)
+
+    def _live_key(self, owner: Owner) -> str:
+        return f"{self._prefix}{{{owner[0]}}}:{owner[1]}"
+
+    def _retired_key(self, owner: Owner) -> str:
+        return f"{self._retired_prefix}{{{owner[0]}}}:{owner[1]}"
+
+    def _index_key(self, tenant: str) -> str:
+        return f"{self._retired_prefix}{{{tenant}}}"
 
 
 def _text(value: bytes | str) -> str:
@@ -243,3 +394,7 @@ def _text(value: bytes | str) -> str:
 
 def _decode(fields: Mapping[bytes | str, bytes | str]) -> Counters:
     return {_text(name): float(_text(value)) for name, value in fields.items()}
+
+
+def _decode_flat(flat: list[bytes | str]) -> Counters:
+    return {_text(name): float(_text(value)) for name, value in zip(flat[::2], flat[1::2], strict=True)}

@@ -405,8 +405,7 @@ class RealtimeSession:
         if segment.audio_seconds > 0:  # served, if only in part; as the HTTP endpoint counts cut-short streams
             self.segments_spoken += 1
             self.audio_seconds += segment.audio_seconds
-            tenant = self._principal.tenant.name
-            await self._speech.account(tenant, len(segment.text), segment.audio_seconds, cache_hit=False)
+            self._speech.account(self._principal.tenant, len(segment.text), segment.audio_seconds, cache_hit=False)
 
     async def _end_stream(self) -> None:
         if self._encoder is not None and (tail := self._encoder.finish()):

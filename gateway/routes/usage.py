@@ -23,5 +23,5 @@ class UsageController(Controller):
         responses=error_responses(401, 503),
     )
     async def get_usage(self, usage: UsageDep, principal: Caller) -> dict[str, Any]:
-        record = await usage.get(principal.tenant.name)
+        record = await usage.get(principal.tenant)
         return {"object": "usage", "tenant": principal.tenant.name, **asdict(record)}

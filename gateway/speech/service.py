@@ -181,27 +181,32 @@ class SpeechService:
         """
         _describe(record, principal.tenant, request)
         plan = await self.planner.plan(principal, request)
+        tenant = principal.tenant
+        key = self._cache_key(plan, tenant)
         finish = AsyncExitStack()
         try:
-            limits = await self.admission.admit(principal.tenant, len(request.input))
-            await self.admission.hold_stream(principal.tenant, finish)
-            reply = await self._start(plan, finish, record, principal.tenant)
+            # Admission (limits and stream lease: one script) and the cache lookup travel together: one round trip
+            # to Redis before the first byte of a cache hit. A refused request's lookup is simply not used.
+            limits, cached = await asyncio.gather(
+                self.admission.admit(tenant, len(request.input), hold_stream=finish), self.cache.get(key)
+            )
+            reply = await self._start(plan, key, cached, finish, record, tenant)
         except BaseException:
             await finish.aclose()
             raise
         reply.limits = limits
         return reply
 
-    async def _start(
+    async def _start(  # noqa: PLR0917 - one request's parts, settled by speak
         self,
         plan: SpeechPlan,
+        key: str,
+        cached: bytes | None,
         finish: AsyncExitStack,
         record: RequestRecord,
         tenant: Tenant,
     ) -> SpeechReply:
         request, pool = plan.request, plan.pool
-        key = self._cache_key(plan, tenant)
-        cached = await self.cache.get(key)
         if cached is not None:
             self.metrics.cache.labels("hit").inc()
             reply = self._hit(request, pool.name, cached, finish)
@@ -209,7 +214,7 @@ class SpeechService:
             self.metrics.cache.labels("miss").inc()
             reply = await self._miss(key, plan, finish, tenant)
         # Usage counts requests that were served (a stream cut short included), not ones that failed to start.
-        finish.push_async_callback(self._account_reply, request, reply.outcome, record, reply.cache_hit)
+        finish.callback(self._account_reply, request, reply.outcome, record, tenant, reply.cache_hit)
         reply.on_cut = functools.partial(self._cut, reply, record)
         record.engine, record.cache = reply.engine, "hit" if reply.cache_hit else "miss"
         record.ttfb_ms = round((time.perf_counter() - record.started) * 1000, 2)
@@ -355,18 +360,19 @@ class SpeechService:
         if audio_seconds > 0:
             self.metrics.rtf.labels(engine).observe(wall_seconds / audio_seconds)
 
-    async def _account_reply(self, request: SpeechRequest, outcome: _Outcome, record: RequestRecord, hit: bool) -> None:
+    def _account_reply(
+        self, request: SpeechRequest, outcome: _Outcome, record: RequestRecord, tenant: Tenant, hit: bool
+    ) -> None:
         record.audio_seconds = round(outcome.clock.seconds, 3)
-        await self.account(record.tenant or "anonymous", len(request.input), outcome.clock.seconds, cache_hit=hit)
+        self.account(tenant, len(request.input), outcome.clock.seconds, cache_hit=hit)
 
-    async def account(self, tenant: str, characters: int, audio_seconds: float, *, cache_hit: bool) -> None:
-        """Record one served request (or realtime segment) in the tenant's usage and the metrics."""
-        await self._usage.record_request(
-            tenant, characters=characters, audio_seconds=audio_seconds, cache_hit=cache_hit
-        )
-        self.metrics.tenant_requests.labels(tenant).inc()
-        self.metrics.tenant_characters.labels(tenant).inc(characters)
-        self.metrics.tenant_audio.labels(tenant).inc(audio_seconds)
+    def account(self, tenant: Tenant, characters: int, audio_seconds: float, *, cache_hit: bool) -> None:
+        """Record one served request (or realtime segment) in the tenant's usage (written in the background, off the
+        response's path) and the metrics."""
+        self._usage.record_request(tenant, characters=characters, audio_seconds=audio_seconds, cache_hit=cache_hit)
+        self.metrics.tenant_requests.labels(tenant.name).inc()
+        self.metrics.tenant_characters.labels(tenant.name).inc(characters)
+        self.metrics.tenant_audio.labels(tenant.name).inc(audio_seconds)
 
 
 def _continues_a_stream(request: SpeechRequest) -> bool:

@@ -12,6 +12,8 @@ import fakeredis
 import pytest
 import redis.asyncio as aioredis
 
+from auth.settings import TenantLimits
+from auth.tenants import Tenant
 from auth.usage import MemoryUsageLedger, RedisUsageLedger, UsageLedger, UsageRecord, UsageUnavailableError
 
 if TYPE_CHECKING:
@@ -20,49 +22,85 @@ if TYPE_CHECKING:
     from tests.redis_server import RedisServer
 
 
+def tenant(name: str, generation: str = "g1") -> Tenant:
+    return Tenant(name, TenantLimits(), None, generation=generation)
+
+
+ACME, ZETA = tenant("acme"), tenant("zeta")
+
+
 @pytest.fixture(params=["memory", "fakeredis", "redis"])
 async def ledger(request: pytest.FixtureRequest) -> AsyncIterator[UsageLedger]:
     if request.param == "memory":
-        yield MemoryUsageLedger()
+        yield MemoryUsageLedger(retired_retention_s=1)
         return
     client: aioredis.Redis
     if request.param == "fakeredis":
         client = fakeredis.FakeAsyncRedis()
     else:
         client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"), decode_responses=True)
-    yield RedisUsageLedger(client)
+    made = RedisUsageLedger(client, retired_retention_s=1)
+    yield made
+    await made.close()
     await client.aclose()
 
 
 async def test_unknown_tenant_has_zero_usage(ledger: UsageLedger) -> None:
-    assert await ledger.get("nobody") == UsageRecord(0, 0, 0.0, 0, {})
-    assert await ledger.all() == {}
+    assert await ledger.get(tenant("nobody")) == UsageRecord(0, 0, 0.0, 0, {})
+    assert await ledger.retired("nobody") == []
 
 
 async def test_requests_and_rejections_add_up(ledger: UsageLedger) -> None:
-    await ledger.record_request("acme", characters=120, audio_seconds=2.5, cache_hit=False)
-    await ledger.record_request("acme", characters=30, audio_seconds=0.75, cache_hit=True)
-    await ledger.record_request("zeta", characters=7, audio_seconds=0.25, cache_hit=False)
-    await ledger.record_rejection("acme", "requests")
-    await ledger.record_rejection("acme", "requests")
-    await ledger.record_rejection("acme", "characters")
+    ledger.record_request(ACME, characters=120, audio_seconds=2.5, cache_hit=False)
+    ledger.record_request(ACME, characters=30, audio_seconds=0.75, cache_hit=True)
+    ledger.record_request(ZETA, characters=7, audio_seconds=0.25, cache_hit=False)
+    ledger.record_rejection(ACME, "requests")
+    ledger.record_rejection(ACME, "requests")
+    ledger.record_rejection(ACME, "characters")
     acme = UsageRecord(
         requests=2, input_characters=150, audio_seconds=3.25, cache_hits=1, rejections={"requests": 2, "characters": 1}
     )
     zeta = UsageRecord(requests=1, input_characters=7, audio_seconds=0.25, cache_hits=0, rejections={})
-    assert await ledger.get("acme") == acme
-    assert await ledger.all() == {"acme": acme, "zeta": zeta}
+    assert await ledger.get(ACME) == acme
+    assert await ledger.many([ZETA, tenant("nobody"), ACME]) == [zeta, UsageRecord(), acme]
 
 
-async def test_redis_usage_survives_a_new_ledger(redis_url: str) -> None:
+async def test_a_tenant_created_again_starts_empty_and_the_old_usage_is_kept_apart(ledger: UsageLedger) -> None:
+    old, new = tenant("acme", "old"), tenant("acme", "new")
+    ledger.record_request(old, characters=10, audio_seconds=5.0, cache_hit=False)
+    await ledger.retire(old)
+    # A stream that was in flight at the deletion ends after it: its usage joins the retired record, not the new one.
+    ledger.record_request(old, characters=3, audio_seconds=1.0, cache_hit=False)
+    ledger.record_request(new, characters=1, audio_seconds=0.5, cache_hit=False)
+    assert await ledger.get(new) == UsageRecord(requests=1, input_characters=1, audio_seconds=0.5)
+    assert await ledger.get(old) == UsageRecord()
+    [retired] = await ledger.retired("acme")
+    assert (retired.tenant, retired.generation) == ("acme", "old")
+    assert retired.usage == UsageRecord(requests=2, input_characters=13, audio_seconds=6.0)
+    assert abs(retired.retired_at - time.time()) < 5
+    assert await ledger.retired("zeta") == []
+
+
+async def test_retired_usage_is_kept_for_its_retention_only(ledger: UsageLedger) -> None:
+    ledger.record_request(ACME, characters=1, audio_seconds=1.0, cache_hit=False)
+    await ledger.retire(ACME)
+    assert len(await ledger.retired("acme")) == 1
+    await asyncio.sleep(1.2)
+    assert await ledger.retired("acme") == []
+
+
+async def test_recording_returns_before_redis_answers(redis_url: str) -> None:
+    """Usage is written off the response's path: recording is a plain call, the write follows in the background."""
     client = aioredis.Redis.from_url(redis_url)
-    await RedisUsageLedger(client).record_request("acme", characters=5, audio_seconds=1.0, cache_hit=False)
-    assert (await RedisUsageLedger(client).get("acme")).input_characters == 5
-    assert await client.hgetall("tts:usage:acme") == {
-        b"requests": b"1",
-        b"input_characters": b"5",
-        b"audio_seconds": b"1",
-    }
+    ledger = RedisUsageLedger(client)
+    ledger.record_request(ACME, characters=5, audio_seconds=1.0, cache_hit=False)
+    key = "tts:usage:{acme}:g1"
+    deadline = time.monotonic() + 2
+    while not await client.hgetall(key) and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert await client.hgetall(key) == {b"requests": b"1", b"input_characters": b"5", b"audio_seconds": b"1"}
+    assert (await RedisUsageLedger(client).get(ACME)).input_characters == 5
+    await ledger.close()
     await client.aclose()
 
 
@@ -72,23 +110,29 @@ async def test_nothing_is_lost_while_redis_is_down(
 ) -> None:
     client = aioredis.Redis.from_url(outage_redis.url, socket_connect_timeout=0.5, socket_timeout=0.5)
     ledger = RedisUsageLedger(client)
-    await ledger.record_request("acme", characters=10, audio_seconds=1.0, cache_hit=False)
+    ledger.record_request(ACME, characters=10, audio_seconds=1.0, cache_hit=False)
+    await ledger.get(ACME)  # written
     outage_redis.stop()
     with caplog.at_level(logging.WARNING, logger="tts_gateway.usage"):
         for _ in range(3):
-            await ledger.record_request("acme", characters=10, audio_seconds=1.0, cache_hit=True)
-        await ledger.record_rejection("acme", "concurrency")
+            ledger.record_request(ACME, characters=10, audio_seconds=1.0, cache_hit=True)
+        ledger.record_rejection(ACME, "concurrency")
         with pytest.raises(UsageUnavailableError):
-            await ledger.get("acme")
+            await ledger.get(ACME)
+        await asyncio.sleep(1.5)  # the background writer tries again meanwhile
     assert len([r for r in caplog.records if "unreachable" in r.getMessage()]) == 1
     # No persistence: the restarted server is empty, so what it holds afterwards came from the buffer.
     outage_redis.start()
-    await ledger.record_request("zeta", characters=1, audio_seconds=0.5, cache_hit=False)
+    ledger.record_request(ZETA, characters=1, audio_seconds=0.5, cache_hit=False)
     fresh = RedisUsageLedger(client)
-    assert await fresh.get("acme") == UsageRecord(
+    deadline = time.monotonic() + 3
+    while (await fresh.get(ACME)).requests < 3 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert await fresh.get(ACME) == UsageRecord(
         requests=3, input_characters=30, audio_seconds=3.0, cache_hits=3, rejections={"concurrency": 1}
     )
-    assert (await fresh.get("zeta")).requests == 1
+    assert (await fresh.get(ZETA)).requests == 1
+    await ledger.close()
     await client.aclose()
 
 
@@ -97,29 +141,33 @@ async def test_pending_usage_is_visible_and_flushed_by_reads() -> None:
     client = fakeredis.FakeAsyncRedis(server=server)
     ledger = RedisUsageLedger(client)
     server.connected = False
-    await ledger.record_request("acme", characters=4, audio_seconds=0.5, cache_hit=False)
+    ledger.record_request(ACME, characters=4, audio_seconds=0.5, cache_hit=False)
+    await asyncio.sleep(0)  # the writer's first try fails
     server.connected = True
-    assert (await ledger.all())["acme"].input_characters == 4
-    assert (await RedisUsageLedger(client).get("acme")).input_characters == 4
+    assert (await ledger.many([ACME]))[0].input_characters == 4
+    assert (await RedisUsageLedger(client).get(ACME)).input_characters == 4
+    await ledger.close()
     await client.aclose()
 
 
-async def test_a_caller_cancelled_mid_write_is_counted_once(redis_url: str) -> None:
-    """A client that goes away cancels its accounting at an await, maybe after the transaction reached Redis (anyio
-    cancels again at every await): each request must still be counted once, neither lost nor written again."""
+async def test_a_reader_cancelled_mid_write_leaves_each_request_counted_once(redis_url: str) -> None:
+    """A reader that goes away cancels at an await, maybe after a write reached Redis (anyio cancels again at every
+    await): each request must still be counted once, neither lost nor written again."""
     client = aioredis.Redis.from_url(redis_url)
     ledger = RedisUsageLedger(client)
-    await ledger.record_request("warm", characters=1, audio_seconds=0.0, cache_hit=False)  # a pooled connection
+    await ledger.get(ACME)  # a pooled connection
     for spins in range(40):  # cancelled at each step of the write in turn: connection, send, reply
-        task = asyncio.create_task(ledger.record_request("acme", characters=1, audio_seconds=0.0, cache_hit=False))
+        ledger.record_request(ACME, characters=1, audio_seconds=0.0, cache_hit=False)
+        task = asyncio.create_task(ledger.get(ACME))
         for _ in range(spins % 8 + 1):
             await asyncio.sleep(0)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
     deadline = time.monotonic() + 2
-    while (await ledger.get("acme")).requests < 40 and time.monotonic() < deadline:
+    while (await ledger.get(ACME)).requests < 40 and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.1)  # late writes, if any, would land now
-    assert (await ledger.get("acme")).requests == 40
+    assert (await ledger.get(ACME)).requests == 40
+    await ledger.close()
     await client.aclose()
