@@ -30,7 +30,8 @@ from gateway.http.errors import OpenAIError, error_responses
 from gateway.routes._forms import FORM, JSON, content_type_of, decode_upload, form_body, json_body, open_form
 from gateway.routes.consents import UPLOAD_BODY_BYTES
 from gateway.schemas import ModelList, ModelObject, VoiceDeleted, VoiceObject
-from gateway.speech.voices import SEED_SPEAKER_PREFIX, CustomVoiceRecord, new_voice
+from gateway.speech.voices import SEED_SPEAKER_PREFIX, CustomVoiceRecord, VoiceNameTakenError, new_voice
+from storage import MAX_PAGE
 
 if TYPE_CHECKING:
     from engines.backend import EngineBackend
@@ -146,22 +147,36 @@ class VoicesController(Controller):
         summary="Built-in voices with the models that have them, and your custom voices.",
         responses=error_responses(400, 401, 404, 503),
     )
-    async def list_voices(
+    async def list_voices(  # noqa: PLR0917 - Litestar's parameters
         self,
         router: Router,
         voices: VoicesDep,
         principal: Caller,
         model: Annotated[str | None, Parameter(description="Only the voices of this model.")] = None,
+        after: Annotated[
+            str | None,
+            Parameter(description="Start after this custom voice id (a page's `last_id`).", max_length=256),
+        ] = None,
+        limit: Annotated[int, Parameter(description="Custom voices per page.", ge=1, le=MAX_PAGE)] = MAX_PAGE,
     ) -> dict[str, Any]:
         models = [n for n in router.model_names() if principal.tenant.allows_model(n)]
         if model is not None:
             if model not in models:
                 raise _model_not_found(model)
             models = [model]
-        builtin = _builtin_voices(router, models)
+        # The built-in voices are few and come whole on the first page; the tenant's own voices come a page at a time.
+        builtin = _builtin_voices(router, models) if after is None else []
         engines = {router.resolve(name).name for name in models}
-        custom = [v.public() | {"custom": True} for v in await voices.list(principal.tenant.name) if v.model in engines]
-        return {"object": "list", "data": builtin + custom}
+        page = await voices.page(principal.tenant.name, after=after, limit=limit)
+        custom = [v.public() | {"custom": True} for v in page.data if v.model in engines]
+        data = builtin + custom
+        return {
+            "object": "list",
+            "data": data,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": page.data[-1].id if page.data else None,
+            "has_more": page.has_more,
+        }
 
     @get(
         "/{voice_id:str}",
@@ -205,7 +220,11 @@ class VoicesController(Controller):
             voice = await _voice_from_sample(request, router, voices, consents, principal)
         else:
             voice = await _voice_from_json(request, router, voices, principal)
-        if not await voices.add(voice, max_per_tenant=limits.max_per_tenant):
+        try:
+            added = await voices.add(voice, max_per_tenant=limits.max_per_tenant)
+        except VoiceNameTakenError:  # taken since the early check, by a request on any replica
+            raise _name_taken(voice.name) from None
+        if not added:
             raise _voice_limit_reached(limits.max_per_tenant)
         return _shown(voice)
 

@@ -8,22 +8,59 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from storage import Page, sortable_id
+
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
+    from storage import RedisClient
 
-__all__ = ["CustomVoiceRecord", "MemoryVoiceStore", "RedisVoiceStore", "VoiceStore", "VoiceType", "new_voice"]
+__all__ = [
+    "CustomVoiceRecord",
+    "MemoryVoiceStore",
+    "RedisVoiceStore",
+    "VoiceNameTakenError",
+    "VoiceStore",
+    "VoiceType",
+    "new_voice",
+]
 
-# Adds a voice only while the tenant has fewer than ARGV[3], atomically, so that concurrent creations (on any
-# replica) cannot overshoot the limit. KEYS: the tenant's hash. ARGV: voice id, record, limit. Returns 1 or 0.
+# A tenant's voices in Redis, under one hash tag ({<tenant>}: one Redis Cluster slot for the scripts): records by
+# id, ids by name (the name index) and the ids in order (for pages; ids sort by creation).
+
+# Adds a voice only while the tenant has fewer than ARGV[3] and none of its name, atomically, so that concurrent
+# creations (on any replica) can overshoot neither. KEYS: records, names, ids. ARGV: id, record, limit, name.
+# Returns 1, 0 (at the limit) or -1 (the name is taken).
 _ADD_VOICE_LUA = """
 if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+if redis.call('HSETNX', KEYS[2], ARGV[4], ARGV[1]) == 0 then return -1 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[3], 0, ARGV[1])
 return 1
+"""
+# The record of the voice of this name, in one round trip. KEYS: records, names. ARGV: name.
+_BY_NAME_LUA = """
+local id = redis.call('HGET', KEYS[2], ARGV[1])
+if not id then return false end
+return redis.call('HGET', KEYS[1], id)
+"""
+# Deletes a voice and its entries in the indexes. KEYS: records, names, ids. ARGV: id. Returns 1, or 0 if unknown.
+_DELETE_VOICE_LUA = """
+local record = redis.call('HGET', KEYS[1], ARGV[1])
+if not record then return 0 end
+local name = cjson.decode(record)['name']
+if redis.call('HGET', KEYS[2], name) == ARGV[1] then redis.call('HDEL', KEYS[2], name) end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return 1
+"""
+# One page of records in id order. KEYS: records, ids. ARGV: lower bound (BYLEX), count.
+_PAGE_LUA = """
+local ids = redis.call('ZRANGE', KEYS[2], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, tonumber(ARGV[2]))
+if #ids == 0 then return {} end
+return redis.call('HMGET', KEYS[1], unpack(ids))
 """
 
 SEED_SPEAKER_PREFIX = "seed:"
@@ -78,7 +115,7 @@ def new_voice(
     consent: str | None = None,
 ) -> CustomVoiceRecord:
     kind: VoiceType = type or ("seed" if speaker.startswith(SEED_SPEAKER_PREFIX) else "speaker")
-    voice_id = f"voice_{secrets.token_hex(12)}"
+    voice_id = sortable_id("voice_")
     return CustomVoiceRecord(voice_id, tenant, name, model, speaker, time.time(), kind, consent)
 
 
@@ -91,7 +128,11 @@ def _from_json(raw: bytes | str) -> CustomVoiceRecord:
 
 class VoiceStore(Protocol):
     async def add(self, voice: CustomVoiceRecord, *, max_per_tenant: int) -> bool:
-        """Store ``voice`` unless its tenant has ``max_per_tenant`` voices already (then ``False``)."""
+        """Store ``voice`` unless its tenant has ``max_per_tenant`` voices already (then ``False``).
+
+        Raises:
+            VoiceNameTakenError: the tenant has a voice of this name (checked atomically with the add).
+        """
         ...
 
     async def forget_tenant(self, tenant: str) -> None:
@@ -99,9 +140,24 @@ class VoiceStore(Protocol):
         ...
 
     async def get(self, tenant: str, voice_id: str) -> CustomVoiceRecord | None: ...
-    async def find_by_name(self, tenant: str, name: str) -> CustomVoiceRecord | None: ...
-    async def list(self, tenant: str) -> list[CustomVoiceRecord]: ...
+
+    async def find_by_name(self, tenant: str, name: str) -> CustomVoiceRecord | None:
+        """The tenant's voice called ``name``: one index lookup, however many voices the tenant has."""
+        ...
+
+    async def list(self, tenant: str) -> list[CustomVoiceRecord]:
+        """Every voice of the tenant, oldest first (bounded by ``voices.max_per_tenant``)."""
+        ...
+
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[CustomVoiceRecord]:
+        """The tenant's voices by id (oldest first), the first ``limit`` after the voice id ``after``."""
+        ...
+
     async def delete(self, tenant: str, voice_id: str) -> bool: ...
+
+
+class VoiceNameTakenError(Exception):
+    """The tenant already has a voice of this name."""
 
 
 class MemoryVoiceStore:
@@ -114,6 +170,8 @@ class MemoryVoiceStore:
         voices = self._voices.setdefault(voice.tenant, {})
         if len(voices) >= max_per_tenant:
             return False
+        if any(existing.name == voice.name for existing in voices.values()):
+            raise VoiceNameTakenError(voice.name)
         voices[voice.id] = voice
         return True
 
@@ -124,46 +182,63 @@ class MemoryVoiceStore:
         return self._voices.get(tenant, {}).get(voice_id)
 
     async def find_by_name(self, tenant: str, name: str) -> CustomVoiceRecord | None:
-        return next((v for v in await self.list(tenant) if v.name == name), None)
+        return next((v for v in self._voices.get(tenant, {}).values() if v.name == name), None)
 
     async def list(self, tenant: str) -> list[CustomVoiceRecord]:
-        return sorted(self._voices.get(tenant, {}).values(), key=lambda v: v.created_at)
+        return sorted(self._voices.get(tenant, {}).values(), key=lambda v: (v.created_at, v.id))
+
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[CustomVoiceRecord]:
+        voices = [voice for voice in await self.list(tenant) if after is None or voice.id > after]
+        return Page.of(voices[: limit + 1], limit)
 
     async def delete(self, tenant: str, voice_id: str) -> bool:
         return self._voices.get(tenant, {}).pop(voice_id, None) is not None
 
 
 class RedisVoiceStore:
-    """Voices shared by every replica: one Redis hash per tenant, voice id -> JSON record."""
+    """Voices shared by every replica (layout above the scripts)."""
 
-    def __init__(self, client: Redis, prefix: str = "tts:voices:") -> None:
+    def __init__(self, client: RedisClient, prefix: str = "tts:") -> None:
         self._client = client
         self._prefix = prefix
         self._add = client.register_script(_ADD_VOICE_LUA)
+        self._by_name = client.register_script(_BY_NAME_LUA)
+        self._delete = client.register_script(_DELETE_VOICE_LUA)
+        self._page = client.register_script(_PAGE_LUA)
 
-    def _key(self, tenant: str) -> str:
-        return f"{self._prefix}{tenant}"
+    def _keys(self, tenant: str) -> tuple[str, str, str]:
+        """The tenant's records, name index and ordered ids."""
+        tag = f"{{{tenant}}}"
+        return f"{self._prefix}voices:{tag}", f"{self._prefix}voice-names:{tag}", f"{self._prefix}voice-ids:{tag}"
 
     async def add(self, voice: CustomVoiceRecord, *, max_per_tenant: int) -> bool:
-        added = await self._add(
-            keys=[self._key(voice.tenant)], args=[voice.id, json.dumps(asdict(voice)), max_per_tenant]
-        )
-        return bool(added)
+        args: list[str | int] = [voice.id, json.dumps(asdict(voice)), max_per_tenant, voice.name]
+        added = int(await self._add(keys=self._keys(voice.tenant), args=args))
+        if added < 0:
+            raise VoiceNameTakenError(voice.name)
+        return added > 0
 
     async def forget_tenant(self, tenant: str) -> None:
-        await self._client.delete(self._key(tenant))
+        await self._client.delete(*self._keys(tenant))
 
     async def get(self, tenant: str, voice_id: str) -> CustomVoiceRecord | None:
-        raw = await self._client.hget(self._key(tenant), voice_id)
+        raw = await self._client.hget(self._keys(tenant)[0], voice_id)
         return _from_json(raw) if raw else None
 
     async def find_by_name(self, tenant: str, name: str) -> CustomVoiceRecord | None:
-        return next((v for v in await self.list(tenant) if v.name == name), None)
+        records, names, _ = self._keys(tenant)
+        raw = await self._by_name(keys=[records, names], args=[name])
+        return _from_json(raw) if raw else None
 
     async def list(self, tenant: str) -> list[CustomVoiceRecord]:
-        raw = await self._client.hvals(self._key(tenant))
-        return sorted((_from_json(item) for item in raw), key=lambda v: v.created_at)
+        raw = await self._client.hvals(self._keys(tenant)[0])
+        return sorted((_from_json(item) for item in raw), key=lambda v: (v.created_at, v.id))
+
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[CustomVoiceRecord]:
+        records, _, ids = self._keys(tenant)
+        lower = "-" if after is None else f"({after}"
+        raw = await self._page(keys=[records, ids], args=[lower, limit + 1])
+        return Page.of([_from_json(item) for item in raw if item], limit)
 
     async def delete(self, tenant: str, voice_id: str) -> bool:
-        removed: int = await self._client.hdel(self._key(tenant), voice_id)
-        return removed > 0
+        return bool(await self._delete(keys=self._keys(tenant), args=[voice_id]))
