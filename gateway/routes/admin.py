@@ -1,13 +1,17 @@
 """``/admin``: tenants, API keys and usage of everyone, behind ``auth.admin_token``. Changes apply without a restart
-(and on every replica when the stores live in Redis)."""
+(and on every replica when the stores live in Redis).
+
+Every listing is a page in OpenAI's list shape (``data``, ``first_id``, ``last_id``, ``has_more``; the next page is
+``?after=<last_id>``), so that neither the response nor the work behind it grows with the number of tenants.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from litestar import Controller, delete, get, post
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath, JSONBody, Parameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_404_NOT_FOUND
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,12 +20,16 @@ from auth.settings import TenantLimits, TenantScheduling, TenantSettings
 from gateway.http.dependencies import AuthStoreDep, ConsentsDep, UsageDep, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.http.security import require_admin
+from storage import MAX_PAGE
+
+if TYPE_CHECKING:
+    from auth.usage import RetiredUsage, UsageRecord
 
 __all__ = ["AdminController", "TenantCreate"]
 
 
 class TenantCreate(BaseModel):
-    """A tenant created at runtime."""
+    """A tenant created at runtime (or replaced: its keys, usage and voices stay)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -32,18 +40,138 @@ class TenantCreate(BaseModel):
     """Weight, priority class and cap on waiting requests when engines are busy."""
 
 
-def _tenant_json(tenant: Tenant) -> dict[str, Any]:
+class TenantObject(BaseModel):
+    """A tenant as the admin API shows it."""
+
+    object: Literal["tenant"] = "tenant"
+    id: str
+    """The tenant's name (its id in pages)."""
+    name: str
+    limits: TenantLimits
+    models: list[str] | None
+    """Models (engines or aliases) it may use; ``null``: every model."""
+    scheduling: TenantScheduling
+
+
+class TenantList(BaseModel):
+    """A page of tenants by name; the next page is ``after=last_id`` while ``has_more``."""
+
+    object: Literal["list"] = "list"
+    data: list[TenantObject]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class TenantDeleted(BaseModel):
+    object: Literal["tenant.deleted"] = "tenant.deleted"
+    id: str
+    name: str
+    deleted: bool
+
+
+class KeyObject(BaseModel):
+    """An API key's record; the key itself is never stored, so never shown again after its creation."""
+
+    object: Literal["api_key"] = "api_key"
+    id: str
+    tenant: str
+    created_at: float
+    revoked: bool
+    hint: str
+    """``sk-tts-...abcd``; empty for a key configured by its hash."""
+
+
+class CreatedKey(KeyObject):
+    key: str
+    """The key: shown this once."""
+
+
+class KeyList(BaseModel):
+    """A page of a tenant's keys, oldest first; revoked keys stay listed for ``auth.revoked_key_retention_s``."""
+
+    object: Literal["list"] = "list"
+    data: list[KeyObject]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class KeyRevoked(BaseModel):
+    object: Literal["api_key.revoked"] = "api_key.revoked"
+    id: str
+    revoked: bool
+
+
+class Usage(BaseModel):
+    """What a tenant has used: requests served, their input characters and audio, cache hits, refusals by reason."""
+
+    requests: int
+    input_characters: int
+    audio_seconds: float
+    cache_hits: int
+    rejections: dict[str, int]
+
+
+class TenantUsage(Usage):
+    object: Literal["tenant.usage"] = "tenant.usage"
+    id: str
+    """The tenant's name."""
+
+
+class TenantUsageList(BaseModel):
+    """A page of tenants' usage by name; the next page is ``after=last_id`` while ``has_more``."""
+
+    object: Literal["list"] = "list"
+    data: list[TenantUsage]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class RetiredTenantUsage(Usage):
+    """The usage of a deleted tenant of this name, with what its streams in flight at the deletion added."""
+
+    object: Literal["tenant.retired_usage"] = "tenant.retired_usage"
+    tenant: str
+    generation: str
+    retired_at: float
+
+
+class RetiredUsageList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[RetiredTenantUsage]
+
+
+After = Annotated[str | None, Parameter(description="Start after this id (a page's `last_id`).", max_length=256)]
+Limit = Annotated[int, Parameter(description="Records per page.", ge=1, le=MAX_PAGE)]
+
+
+def _tenant(tenant: Tenant) -> TenantObject:
     models = sorted(tenant.models) if tenant.models is not None else None
-    return {
-        "name": tenant.name,
-        "limits": tenant.limits.model_dump(),
-        "models": models,
-        "scheduling": tenant.scheduling.model_dump(),
-    }
+    return TenantObject(
+        id=tenant.name, name=tenant.name, limits=tenant.limits, models=models, scheduling=tenant.scheduling
+    )
 
 
-def _key_json(record: ApiKeyRecord) -> dict[str, Any]:
-    return {k: v for k, v in asdict(record).items() if k != "key_hash"}
+def _key(record: ApiKeyRecord) -> KeyObject:
+    return KeyObject(
+        id=record.id, tenant=record.tenant, created_at=record.created_at, revoked=record.revoked, hint=record.hint
+    )
+
+
+def _usage(name: str, record: UsageRecord) -> TenantUsage:
+    return TenantUsage(id=name, **asdict(record))
+
+
+def _retired(retired: RetiredUsage) -> RetiredTenantUsage:
+    return RetiredTenantUsage(
+        tenant=retired.tenant, generation=retired.generation, retired_at=retired.retired_at, **asdict(retired.usage)
+    )
+
+
+def _bounds(ids: list[str]) -> tuple[str | None, str | None]:
+    return (ids[0], ids[-1]) if ids else (None, None)
 
 
 def _no_tenant(name: str) -> OpenAIError:
@@ -59,26 +187,28 @@ class AdminController(Controller):
     guards = [require_admin]  # noqa: RUF012 - Litestar's declared type
 
     @get("/tenants", operation_id="adminListTenants", responses=_ERRORS)
-    async def list_tenants(self, auth_store: AuthStoreDep) -> list[dict[str, Any]]:
-        return [_tenant_json(t) for t in await auth_store.list_tenants()]
+    async def list_tenants(self, auth_store: AuthStoreDep, after: After = None, limit: Limit = 20) -> TenantList:
+        page = await auth_store.page_tenants(after=after, limit=limit)
+        first, last = _bounds([tenant.name for tenant in page.data])
+        return TenantList(data=[_tenant(t) for t in page.data], first_id=first, last_id=last, has_more=page.has_more)
 
     @post("/tenants", status_code=HTTP_201_CREATED, operation_id="adminCreateTenant", responses=_ERRORS)
-    async def create_tenant(self, data: JSONBody[TenantCreate], auth_store: AuthStoreDep) -> dict[str, Any]:
+    async def create_tenant(self, data: JSONBody[TenantCreate], auth_store: AuthStoreDep) -> TenantObject:
         # Validated as a configuration entry would be (name pattern, limits).
         tenant = tenant_from_settings(
             TenantSettings(name=data.name, limits=data.limits, models=data.models, scheduling=data.scheduling)
         )
-        await auth_store.put_tenant(tenant)
-        return _tenant_json(tenant)
+        return _tenant(await auth_store.put_tenant(tenant))
 
     @delete(
         "/tenants/{name:str}",
         status_code=200,
         operation_id="adminDeleteTenant",
         responses=_ERRORS,
-        description="Revokes the tenant's keys, closes its realtime sessions on every replica and deletes its "
-        "voices, consent recordings and usage; its cached audio becomes unreachable. A tenant created again under the "
-        "same name starts empty.",
+        description="Deletes the tenant's keys, closes its realtime sessions on every replica and deletes its "
+        "voices and consent recordings; its usage is retired (kept apart, with what its streams still in flight "
+        "add: `GET /admin/retired-usage/{name}`) and its cached audio becomes unreachable. A tenant created again "
+        "under the same name starts empty.",
     )
     async def delete_tenant(
         self,
@@ -87,34 +217,50 @@ class AdminController(Controller):
         voices: VoicesDep,
         consents: ConsentsDep,
         usage: UsageDep,
-    ) -> dict[str, Any]:
-        if not await auth_store.delete_tenant(name):
+    ) -> TenantDeleted:
+        tenant = await auth_store.get_tenant(name)
+        if tenant is None or not await auth_store.delete_tenant(name):
             raise _no_tenant(name)
         await voices.forget_tenant(name)
         await consents.forget_tenant(name)
-        await usage.forget(name)
-        return {"name": name, "deleted": True}
+        await usage.retire(tenant)
+        return TenantDeleted(id=name, name=name, deleted=True)
 
     @post("/tenants/{name:str}/keys", status_code=HTTP_201_CREATED, operation_id="adminCreateKey", responses=_ERRORS)
-    async def create_key(self, name: FromPath[str], auth_store: AuthStoreDep) -> dict[str, Any]:
+    async def create_key(self, name: FromPath[str], auth_store: AuthStoreDep) -> CreatedKey:
         try:
             key, record = await auth_store.create_key(name)
         except TenantNotFoundError:
             raise _no_tenant(name) from None
-        return {**_key_json(record), "key": key}  # the only time the key is ever shown
+        return CreatedKey(**_key(record).model_dump(exclude={"object"}), key=key)  # the only time it is ever shown
 
     @get("/tenants/{name:str}/keys", operation_id="adminListKeys", responses=_ERRORS)
-    async def list_keys(self, name: FromPath[str], auth_store: AuthStoreDep) -> list[dict[str, Any]]:
-        return [_key_json(r) for r in await auth_store.list_keys(name)]
+    async def list_keys(
+        self, name: FromPath[str], auth_store: AuthStoreDep, after: After = None, limit: Limit = 20
+    ) -> KeyList:
+        page = await auth_store.page_keys(name, after=after, limit=limit)
+        first, last = _bounds([record.id for record in page.data])
+        return KeyList(data=[_key(r) for r in page.data], first_id=first, last_id=last, has_more=page.has_more)
 
     @delete("/keys/{key_id:str}", status_code=200, operation_id="adminRevokeKey", responses=_ERRORS)
-    async def revoke_key(self, key_id: FromPath[str], auth_store: AuthStoreDep) -> dict[str, Any]:
+    async def revoke_key(self, key_id: FromPath[str], auth_store: AuthStoreDep) -> KeyRevoked:
         if not await auth_store.revoke_key(key_id):
             raise OpenAIError(
                 HTTP_404_NOT_FOUND, f"Key '{key_id}' was not found.", param="key_id", code="key_not_found"
             )
-        return {"id": key_id, "revoked": True}
+        return KeyRevoked(id=key_id, revoked=True)
 
     @get("/usage", operation_id="adminUsage", responses=_ERRORS)
-    async def usage(self, usage: UsageDep) -> dict[str, Any]:
-        return {name: asdict(record) for name, record in (await usage.all()).items()}
+    async def usage(
+        self, auth_store: AuthStoreDep, usage: UsageDep, after: After = None, limit: Limit = 20
+    ) -> TenantUsageList:
+        page = await auth_store.page_tenants(after=after, limit=limit)
+        records = await usage.many(page.data)  # one round trip for the page
+        data = [_usage(tenant.name, record) for tenant, record in zip(page.data, records, strict=True)]
+        first, last = _bounds([tenant.name for tenant in page.data])
+        return TenantUsageList(data=data, first_id=first, last_id=last, has_more=page.has_more)
+
+    @get("/retired-usage/{name:str}", operation_id="adminRetiredUsage", responses=_ERRORS)
+    async def retired_usage(self, name: FromPath[str], usage: UsageDep) -> RetiredUsageList:
+        """The usage of deleted tenants of this name, kept for ``auth.retired_usage_retention_s``."""
+        return RetiredUsageList(data=[_retired(retired) for retired in await usage.retired(name)])

@@ -203,7 +203,9 @@ def test_tenant_scheduling_goes_through_the_admin_api_and_old_records_still_load
 ) -> None:
     # A tenant record as gateways wrote them before scheduling settings existed.
     client = redis.Redis.from_url(redis_url)
-    client.hset("tts:auth:tenants", "legacy", json.dumps({"limits": {"requests_per_minute": 100}, "models": None}))
+    # A tenant stored before scheduling settings existed.
+    client.hset("tts:{auth}:tenants", "legacy", json.dumps({"limits": {"requests_per_minute": 100}, "models": None}))
+    client.zadd("tts:{auth}:tenant-names", {"legacy": 0})
     client.connection_pool.disconnect()
     admin = httpx.Client(base_url=admin_gateway.base_url, headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
     with admin:
@@ -211,7 +213,7 @@ def test_tenant_scheduling_goes_through_the_admin_api_and_old_records_still_load
         created = admin.post("/admin/tenants", json={"name": "vip", "scheduling": scheduling})
         assert created.status_code == 201, created.text
         assert created.json()["scheduling"] == scheduling
-        listed = {tenant["name"]: tenant for tenant in admin.get("/admin/tenants").json()}
+        listed = {tenant["name"]: tenant for tenant in admin.get("/admin/tenants").json()["data"]}
         assert listed["vip"]["scheduling"] == scheduling
         assert listed["legacy"]["scheduling"] == {"weight": 1.0, "priority": "normal", "max_queued": None}
         for bad in ({"weight": 0}, {"priority": "urgent"}, {"max_queued": 0}):
