@@ -14,15 +14,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from auth import Authenticator, AuthStore, JWTVerifier, MemoryAuthStore, Principal, RedisAuthStore, seed_tenants
+from auth.cached import CachedAuthStore
 from auth.errors import InvalidCredentialsError
 from auth.limits import TenantRateLimiter
-from auth.resilient import OutageTolerantStore
 from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocationBus, RevocationBus
 from auth.settings import TenantLimits, TenantScheduling
 from auth.tenants import Tenant
 from auth.usage import MemoryUsageLedger, RedisUsageLedger, UsageLedger
 from engines.remote.context import read_context
 from gateway.http.service_token import is_bearer
+from gateway.legacy import move_legacy_layout
 from gateway.realtime.registry import SessionRegistry
 from gateway.speech.admission import Admission
 from gateway.speech.cache import AudioCache
@@ -31,12 +32,10 @@ from gateway.speech.plan import Planner
 from gateway.speech.service import SpeechService
 from gateway.speech.singleflight import SingleFlight
 from gateway.speech.voices import MemoryVoiceStore, RedisVoiceStore, VoiceStore
-from storage import STORAGE_ERRORS, connect_redis
+from storage import STORAGE_ERRORS, RedisClient, connect_redis
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    from redis.asyncio import Redis
 
     from engines.remote.context import TenantContext
     from gateway.observability.metrics import SpeechMetrics
@@ -62,7 +61,7 @@ class StorageProbe:
     A plain class, not a dataclass: Litestar would try to convert a dataclass it injects, reading its annotations.
     """
 
-    def __init__(self, redis: Redis | None, *, required: bool) -> None:
+    def __init__(self, redis: RedisClient | None, *, required: bool) -> None:
         self.redis = redis
         self.required = required
 
@@ -81,7 +80,7 @@ class StorageProbe:
 class Services:
     """Who may call and how much (auth), what they spoke (usage), their voices, and the speech service."""
 
-    redis: Redis | None
+    redis: RedisClient | None
     auth_store: AuthStore
     authenticator: Authenticator
     limiter: TenantRateLimiter
@@ -98,6 +97,7 @@ class Services:
         await self.revocations.close()
         await self.limiter.close()
         await self.speech.cache.close()
+        await self.usage.close()
         await self.auth_store.close()
         if self.redis is not None:
             await self.redis.aclose()
@@ -107,6 +107,8 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
     """Build every service; tenants from the configuration file are written into the store."""
     redis = connect_redis(settings.redis_url) if settings.redis_url is not None else None
     revocations: RevocationBus = RedisRevocationBus(redis) if redis is not None else LocalRevocationBus()
+    if redis is not None:
+        await _move_legacy_layout(redis, settings)
     store = _auth_store(settings, redis, revocations)
     sessions = SessionRegistry()
     revocations.listen(sessions.revoked)
@@ -123,7 +125,12 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
     limiter = TenantRateLimiter(
         redis, fail_mode=limits.fail_mode, lease_ttl_s=limits.lease_ttl_s, stream_wait_s=limits.stream_wait_s
     )
-    usage: UsageLedger = RedisUsageLedger(redis) if redis is not None else MemoryUsageLedger()
+    retention_s = auth.retired_usage_retention_s
+    usage: UsageLedger = (
+        RedisUsageLedger(redis, retired_retention_s=retention_s)
+        if redis is not None
+        else MemoryUsageLedger(retired_retention_s=retention_s)
+    )
     voices: VoiceStore = RedisVoiceStore(redis) if redis is not None else MemoryVoiceStore()
     consents: ConsentStore = RedisConsentStore(redis) if redis is not None else MemoryConsentStore()
     speech = SpeechService(
@@ -192,13 +199,27 @@ def _cache_settings(settings: Settings) -> CacheSettings:
     return settings.cache
 
 
-def _auth_store(settings: Settings, redis: Redis | None, revocations: RevocationBus) -> AuthStore:
-    """The store, announcing every revocation it makes to every replica (``auth/revocations.py``)."""
+async def _move_legacy_layout(redis: RedisClient, settings: Settings) -> None:
+    try:
+        await move_legacy_layout(redis, revoked_retention_s=settings.auth.revoked_key_retention_s)
+    except STORAGE_ERRORS as exc:  # Redis out of reach at start: the next start moves it
+        logger.warning("could not check Redis for the previous version's layout: %r", exc)
+
+
+def _auth_store(settings: Settings, redis: RedisClient | None, revocations: RevocationBus) -> AuthStore:
+    """The store, remembered by this replica and announcing every revocation and change it makes to every replica
+    (``auth/cached.py``, ``auth/revocations.py``)."""
+    retention_s = settings.auth.revoked_key_retention_s
     if redis is None:
-        return AnnouncingStore(MemoryAuthStore(), revocations)
-    # Fail-open limits keep serving known callers through a Redis outage; fail-closed refuses them too.
-    if settings.limits.fail_mode == "open":
-        tolerant = OutageTolerantStore(RedisAuthStore(redis), max_entries=settings.limits.outage_cache_entries)
-        revocations.listen(tolerant.revoked)
-        return AnnouncingStore(tolerant, revocations)
-    return AnnouncingStore(RedisAuthStore(redis), revocations)
+        return AnnouncingStore(MemoryAuthStore(revoked_retention_s=retention_s), revocations)
+    remembered = CachedAuthStore(
+        RedisAuthStore(redis, revoked_retention_s=retention_s),
+        listening=revocations.listening,
+        fresh_s=settings.auth.lookup_cache_s,
+        max_entries=settings.limits.outage_cache_entries,
+        # Fail-open limits keep serving known callers through a Redis outage; fail-closed refuses them too.
+        serve_in_outage=settings.limits.fail_mode == "open",
+    )
+    revocations.listen(remembered.revoked)
+    revocations.after_gap(remembered.forget_freshness)
+    return AnnouncingStore(remembered, revocations)

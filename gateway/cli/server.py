@@ -131,12 +131,14 @@ def _create_key(args: argparse.Namespace) -> int:
 
 
 async def _create_key_in_redis(settings: Settings, tenant: str) -> int:
-    from redis.asyncio import Redis
-
     from auth import RedisAuthStore, TenantNotFoundError, seed_tenants
+    from gateway.legacy import move_legacy_layout
+    from storage import connect_redis
 
-    store = RedisAuthStore(Redis.from_url(settings.redis_url or ""))
+    client = connect_redis(settings.redis_url or "")
+    store = RedisAuthStore(client, owns_client=True, revoked_retention_s=settings.auth.revoked_key_retention_s)
     try:
+        await move_legacy_layout(client, revoked_retention_s=settings.auth.revoked_key_retention_s)
         await seed_tenants(store, settings.auth.tenants)
         key, record = await store.create_key(tenant)
     except TenantNotFoundError:
