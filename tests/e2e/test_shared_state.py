@@ -1,0 +1,236 @@
+"""Shared state that holds: two real gateway replicas on a real redis-server of the test's own.
+
+Tenant churn leaves Redis as it found it, listings come in pages, usage belongs to a tenant's generation (a deleted
+tenant's in-flight usage is kept apart), a tenant's change reaches the other replica's memory at once, and a Redis
+written by the previous version is moved into today's layout at start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+import redis
+
+from tests.gateway_process import GatewayProcess
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.redis_server import RedisServer
+
+ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
+
+
+def config(redis_url: str) -> dict[str, Any]:
+    return {
+        "redis_url": redis_url,
+        "auth": {"admin_token": ADMIN_TOKEN, "tenants": [{"name": "seeded"}], "lookup_cache_s": 60},
+        "engines": {
+            "synthetic": {"kind": "synthetic", "workers": 1, "options": {"seconds_per_char": 0.01}},
+            "slow": {"kind": "synthetic", "workers": 1, "options": {"rtf": 1.0, "seconds_per_char": 0.05}},
+        },
+        "aliases": {"tts-1": ["synthetic"]},
+    }
+
+
+@pytest.fixture
+def replicas(outage_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayProcess]]:
+    processes = [GatewayProcess(config(outage_redis.url), tmp_path_factory.mktemp(f"replica{i}")) for i in range(2)]
+    for process in processes:
+        process.start()
+    yield processes
+    for process in processes:
+        process.stop()
+
+
+class Admin:
+    def __init__(self, replica: GatewayProcess) -> None:
+        self.http = httpx.Client(
+            base_url=replica.base_url, headers={"authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10
+        )
+
+    def tenant(self, name: str | None = None, **limits: int) -> str:
+        name = name or f"t-{uuid.uuid4().hex[:10]}"
+        response = self.http.post("/admin/tenants", json={"name": name, "limits": limits})
+        assert response.status_code == 201, response.text
+        return name
+
+    def key(self, tenant: str) -> dict[str, Any]:
+        response = self.http.post(f"/admin/tenants/{tenant}/keys")
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+    def pages(self, path: str, limit: int) -> list[dict[str, Any]]:
+        """Every record of a listing, following its cursor; each page within ``limit``."""
+        records: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": limit}
+        while True:
+            page = self.http.get(path, params=params).json()
+            assert page["object"] == "list" and len(page["data"]) <= limit
+            if page["data"]:
+                assert (page["first_id"], page["last_id"]) == (page["data"][0]["id"], page["data"][-1]["id"])
+            records.extend(page["data"])
+            if not page["has_more"]:
+                return records
+            params["after"] = page["last_id"]
+
+
+@pytest.fixture
+def admin(replicas: list[GatewayProcess]) -> Iterator[Admin]:
+    client = Admin(replicas[0])
+    yield client
+    client.http.close()
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def speak(replica: GatewayProcess, key: str, text: str = "hello", model: str = "synthetic") -> httpx.Response:
+    body = {"model": model, "input": text, "voice": "alloy", "response_format": "pcm"}
+    return httpx.post(f"{replica.base_url}/v1/audio/speech", json=body, headers=bearer(key), timeout=30)
+
+
+def usage(replica: GatewayProcess, key: str) -> dict[str, Any]:
+    response = httpx.get(f"{replica.base_url}/v1/usage", headers=bearer(key), timeout=10)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def persistent_keys(server: RedisServer) -> set[bytes]:
+    """The keys with no time to live: what would stay for ever."""
+    client = redis.Redis(port=server.port)
+    try:
+        return {key for key in client.scan_iter(count=1000) if client.ttl(key) == -1}
+    finally:
+        client.connection_pool.disconnect()
+
+
+def wait_until(condition: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_tenant_churn_leaves_no_record_for_ever(
+    replicas: list[GatewayProcess], admin: Admin, outage_redis: RedisServer
+) -> None:
+    before = persistent_keys(outage_redis)
+    for round_ in range(12):
+        tenant = admin.tenant()
+        kept, revoked = admin.key(tenant), admin.key(tenant)
+        assert speak(replicas[round_ % 2], kept["key"], f"churn {round_}").status_code == 200
+        voice = {"name": "mine", "model": "synthetic", "seed": round_}
+        created = httpx.post(f"{replicas[0].base_url}/v1/audio/voices", json=voice, headers=bearer(kept["key"]))
+        assert created.status_code == 201, created.text
+        assert admin.http.delete(f"/admin/keys/{revoked['id']}").status_code == 200
+        wait_until(lambda key=kept["key"]: usage(replicas[1], key)["requests"] == 1)  # written in the background
+        assert admin.http.delete(f"/admin/tenants/{tenant}").status_code == 200
+    time.sleep(0.3)  # usage written in the background lands in the retired records, which expire
+    assert persistent_keys(outage_redis) == before
+
+
+def test_listings_come_in_pages(replicas: list[GatewayProcess], admin: Admin) -> None:
+    names = sorted(admin.tenant(f"page-{i:02d}") for i in range(23))
+    listed = [tenant["name"] for tenant in admin.pages("/admin/tenants", limit=7)]
+    assert listed == sorted([*names, "seeded"])
+    key = admin.key(names[0])["key"]
+    for text in ("one", "two"):
+        speak(replicas[1], key, text)
+    used = {row["id"]: row for row in admin.pages("/admin/usage", limit=5)}
+    assert set(used) == set(listed)
+    assert (used[names[0]]["requests"], used[names[1]]["requests"]) == (2, 0)
+    keys = [admin.key(names[1])["id"] for _ in range(5)]
+    assert [k["id"] for k in admin.pages(f"/admin/tenants/{names[1]}/keys", limit=2)] == keys
+    voices = []
+    for i in range(7):
+        body = {"name": f"voice-{i}", "model": "synthetic", "seed": i}
+        voices.append(httpx.post(f"{replicas[i % 2].base_url}/v1/audio/voices", json=body, headers=bearer(key)).json())
+    custom, params = [], {"limit": 3, "model": "synthetic"}
+    while True:
+        page = httpx.get(f"{replicas[0].base_url}/v1/audio/voices", params=params, headers=bearer(key)).json()
+        custom.extend(v["id"] for v in page["data"] if v["custom"])
+        if not page["has_more"]:
+            break
+        params["after"] = page["last_id"]
+    assert custom == [voice["id"] for voice in voices]
+    named = {"model": "synthetic", "input": "by name", "voice": "voice-5", "response_format": "pcm"}
+    response = httpx.post(f"{replicas[1].base_url}/v1/audio/speech", json=named, headers=bearer(key), timeout=30)
+    assert response.status_code == 200, response.text
+
+
+def test_a_tenant_deleted_mid_stream_and_created_again_starts_empty(
+    replicas: list[GatewayProcess], admin: Admin
+) -> None:
+    tenant = admin.tenant()
+    key = admin.key(tenant)["key"]
+    assert speak(replicas[0], key, "before").status_code == 200
+    streamed: list[httpx.Response] = []
+    stream = threading.Thread(target=lambda: streamed.append(speak(replicas[1], key, "x" * 40, model="slow")))
+    stream.start()  # two seconds of audio at real time
+    time.sleep(0.5)
+    assert admin.http.delete(f"/admin/tenants/{tenant}").status_code == 200
+    admin.tenant(tenant)
+    new_key = admin.key(tenant)["key"]
+    assert usage(replicas[0], new_key)["requests"] == 0
+    stream.join(10)
+    assert streamed[0].status_code == 200  # a stream under way is not cut by the deletion
+    assert usage(replicas[1], new_key)["requests"] == 0
+
+    def retired() -> list[dict[str, Any]]:
+        return list(admin.http.get(f"/admin/retired-usage/{tenant}").json()["data"])
+
+    wait_until(lambda: retired() and retired()[0]["requests"] == 2)
+    [record] = retired()
+    assert record["input_characters"] == len("before") + 40
+    assert record["audio_seconds"] == pytest.approx(0.06 + 2.0, abs=0.05)
+
+
+def test_a_tenants_change_reaches_the_other_replicas_memory_at_once(
+    replicas: list[GatewayProcess], admin: Admin
+) -> None:
+    tenant = admin.tenant(requests_per_minute=100)
+    key = admin.key(tenant)["key"]
+    assert speak(replicas[1], key).status_code == 200  # replica 1 now remembers the tenant (lookup_cache_s: 60)
+    assert admin.http.post("/admin/tenants", json={"name": tenant, "limits": {"requests_per_minute": 1}}).is_success
+    wait_until(lambda: speak(replicas[1], key).headers.get("x-ratelimit-limit-requests") == "1", timeout_s=1.0)
+    assert speak(replicas[1], key).status_code == 429
+
+
+def test_the_previous_versions_layout_is_moved_at_start(outage_redis: RedisServer, tmp_path: Path) -> None:
+    client = redis.Redis(port=outage_redis.port)
+    key = "sk-tts-" + "L" * 43
+    key_hash = hashlib.sha256(key.encode()).hexdigest()
+    record = {"limits": {"requests_per_minute": 50}, "models": None, "generation": "0123456789abcdef"}
+    client.hset("tts:auth:tenants", "legacy", json.dumps(record))
+    fields = {"id": "key_0011223344556677", "tenant": "legacy", "key_hash": key_hash, "created_at": "1.0",
+              "revoked": "0", "hint": ""}  # fmt: skip
+    client.hset(f"tts:auth:key:{key_hash}", mapping=fields)
+    client.set("tts:auth:key-id:key_0011223344556677", key_hash)
+    client.sadd("tts:auth:tenant-keys:legacy", key_hash)
+    voice = {"id": "voice_" + "a" * 24, "tenant": "legacy", "name": "old", "model": "synthetic",
+             "speaker": "seed:7", "created_at": 1.0, "type": "seed", "consent": None}  # fmt: skip
+    client.hset("tts:voices:legacy", voice["id"], json.dumps(voice))
+    client.hset("tts:usage:legacy", mapping={"requests": 4, "input_characters": 40, "audio_seconds": 1.5})
+    client.connection_pool.disconnect()
+    with GatewayProcess(config(outage_redis.url), tmp_path) as gateway:
+        assert usage(gateway, key)["requests"] == 4
+        named = {"model": "synthetic", "input": "old voice", "voice": "old", "response_format": "pcm"}
+        spoken = httpx.post(f"{gateway.base_url}/v1/audio/speech", json=named, headers=bearer(key), timeout=30)
+        assert spoken.status_code == 200, spoken.text
+        assert spoken.headers["x-ratelimit-limit-requests"] == "50"
+    client = redis.Redis(port=outage_redis.port)
+    leftovers = [
+        k for k in client.scan_iter() if k.startswith((b"tts:auth:", b"tts:voices:legacy", b"tts:usage:legacy"))
+    ]
+    client.connection_pool.disconnect()
+    assert leftovers == []
