@@ -217,3 +217,10 @@ class Readiness(BaseModel):
     engines: dict[str, EngineReadiness]
     redis: str
     """``ok``, ``unreachable`` or ``not configured``."""
+    refusing_writes: list[str] = Field(default_factory=list)
+    """The stores whose writes Redis refuses now while it answers (e.g. ``cache``: Redis is at ``maxmemory`` under
+    ``noeviction``). It leaves ``ready`` as it is: every replica meets the same Redis, so leaving the load balancer
+    would fix nothing."""
+    warnings: list[str] = Field(default_factory=list)
+    """What an operator should fix about Redis memory without the gateway being unready: an eviction policy that may
+    evict API keys, tenants, voices and usage, and each episode of refused writes with what the store does meanwhile."""

@@ -1,8 +1,8 @@
 """The composition root's product: every long-lived object of one app, built from the settings in its lifespan.
 
 One Redis client per process (``storage.connect_redis``) is handed to everything that stores: keys, limits, usage,
-custom voices, consent recordings and the audio cache. Without ``redis_url`` each of them keeps its state in this
-process's memory.
+custom voices, consent recordings and the audio cache (unless ``cache.redis_url`` gives it a Redis of its own).
+Without ``redis_url`` each of them keeps its state in this process's memory.
 Handlers never receive this object: ``gateway/app.py`` provides each service to them by name.
 """
 
@@ -33,14 +33,16 @@ from gateway.speech.service import SpeechService
 from gateway.speech.singleflight import SingleFlight
 from gateway.speech.voices import MemoryVoiceStore, RedisVoiceStore, VoiceStore
 from storage import STORAGE_ERRORS, RedisClient, connect_redis
+from storage.memory import EvictionPolicyCheck
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from engines.remote.context import TenantContext
     from gateway.observability.metrics import SpeechMetrics
     from gateway.settings import CacheSettings, Settings
     from gateway.speech.routing import ModelRouter
+    from storage.pressure import WriteRefusals
 
 __all__ = ["SERVICE_PRINCIPAL", "ServiceTokenAuthenticator", "Services", "StorageProbe", "open_services"]
 
@@ -56,14 +58,24 @@ _PING_TIMEOUT_S = 0.5
 
 
 class StorageProbe:
-    """Whether the shared Redis answers, and whether the gateway needs it to serve (limits that fail closed).
+    """Whether the shared Redis answers, whether the gateway needs it to serve (limits that fail closed), and what
+    ``/readyz`` should say of its memory: an eviction policy that may cost keys, and stores whose writes it refuses.
 
     A plain class, not a dataclass: Litestar would try to convert a dataclass it injects, reading its annotations.
     """
 
-    def __init__(self, redis: RedisClient | None, *, required: bool) -> None:
+    def __init__(
+        self,
+        redis: RedisClient | None,
+        *,
+        required: bool,
+        policy: EvictionPolicyCheck | None = None,
+        write_refusals: Sequence[WriteRefusals] = (),
+    ) -> None:
         self.redis = redis
         self.required = required
+        self.policy = policy
+        self.write_refusals = write_refusals
 
     async def state(self) -> str:
         """``ok``, ``unreachable`` or ``not configured``."""
@@ -71,9 +83,20 @@ class StorageProbe:
             return "not configured"
         try:
             await asyncio.wait_for(self.redis.ping(), _PING_TIMEOUT_S)
+            if self.policy is not None:  # read once, as soon as Redis answers
+                await asyncio.wait_for(self.policy.check(), _PING_TIMEOUT_S)
         except STORAGE_ERRORS:
             return "unreachable"
         return "ok"
+
+    def warnings(self) -> list[str]:
+        """What an operator should fix about Redis memory, though a replica can serve."""
+        warnings = [self.policy.warning] if self.policy is not None and self.policy.warning else []
+        return warnings + [line for refusals in self.write_refusals if (line := refusals.describe())]
+
+    def refusing_writes(self) -> list[str]:
+        """The stores whose writes Redis refuses now."""
+        return [refusals.store for refusals in self.write_refusals if refusals.refusing]
 
 
 @dataclass
@@ -133,17 +156,26 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
     )
     voices: VoiceStore = RedisVoiceStore(redis) if redis is not None else MemoryVoiceStore()
     consents: ConsentStore = RedisConsentStore(redis) if redis is not None else MemoryConsentStore()
+    cache = AudioCache(_cache_settings(settings), redis)
+    await cache.start()
+    metrics.write_refusals.watch(cache.write_refusals)
     speech = SpeechService(
         Planner(router, voices),
         Admission(limiter, usage, metrics),
-        AudioCache(_cache_settings(settings), redis),
+        cache,
         SingleFlight(),
         usage,
         metrics,
         max_segment_chars=settings.speech.max_segment_chars,
     )
     jwt = JWTVerifier(auth.jwt) if auth.jwt is not None else None
-    storage = StorageProbe(redis, required=limits.fail_mode == "closed")
+    storage = StorageProbe(
+        redis,
+        required=limits.fail_mode == "closed",
+        policy=_eviction_policy_check(settings, redis),
+        write_refusals=[cache.write_refusals],
+    )
+    await storage.state()  # reads the eviction policy now when Redis answers
     authenticator = Authenticator(store, jwt, open_mode=open_mode)
     if engine_node and auth.service_token is not None:
         authenticator = ServiceTokenAuthenticator(store, auth.service_token.get_secret_value())
@@ -197,6 +229,14 @@ def _cache_settings(settings: Settings) -> CacheSettings:
     if settings.server.profile == "engine":
         return settings.cache.model_copy(update={"enabled": False})
     return settings.cache
+
+
+def _eviction_policy_check(settings: Settings, redis: RedisClient | None) -> EvictionPolicyCheck | None:
+    """The check of the shared Redis's ``maxmemory-policy`` (it holds the control plane, and the cache unless
+    ``cache.redis_url`` gives it another)."""
+    if redis is None:
+        return None
+    return EvictionPolicyCheck(redis, logger, cache_shares_it=settings.cache.redis_url is None)
 
 
 async def _move_legacy_layout(redis: RedisClient, settings: Settings) -> None:

@@ -94,13 +94,24 @@ class ServerSettings(BaseModel):
 
 
 class CacheSettings(BaseModel):
-    """The audio cache (Redis when ``redis_url`` is set, else in memory)."""
+    """The audio cache: in Redis when ``cache.redis_url`` or ``redis_url`` is set, else in this process's memory."""
 
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
+    """Store finished audio and answer repeats from it (identical requests in flight share one synthesis anyway)."""
     ttl_s: int = Field(default=24 * 3600, ge=1)
+    """How long an entry lives."""
     max_entry_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    """Larger results are not stored (in Redis, neither are results over a sixteenth of ``max_redis_bytes``)."""
+    redis_url: str | None = None
+    """A Redis of the cache's own (same URL forms as ``redis_url``), so that audio never takes the room of API keys,
+    tenants, voices and usage; it may use any ``maxmemory-policy``, ``allkeys-lru`` included. Unset: the cache shares
+    ``redis_url``'s Redis (within ``max_redis_bytes``)."""
+    max_redis_bytes: int | None = Field(default=None, ge=65536)
+    """The bytes of Redis memory the cache's entries may take, enforced by the gateway (the oldest entries go first,
+    whatever their TTL). Unset: half of the Redis's ``maxmemory`` (three quarters with a ``cache.redis_url`` of its
+    own), read at start, or 256 MiB when the Redis has no ``maxmemory`` or does not tell it."""
     max_memory_entries: int = Field(default=1024, ge=1)
     """Entries kept by the in-memory cache (least recently used go first)."""
     shared_across_tenants: bool = False

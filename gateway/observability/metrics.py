@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from gateway.speech.routing import ModelRouter
+    from storage.pressure import WriteRefusals
 
-__all__ = ["PoolCollector", "SpeechMetrics"]
+__all__ = ["PoolCollector", "SpeechMetrics", "WriteRefusalCollector"]
 
 
 class _KnownChildren(MetricWrapperBase):
@@ -95,10 +96,39 @@ class SpeechMetrics:
             buckets=(0.001, *latency),
         )
         self.realtime_connections = Gauge("tts_realtime_connections", "Open realtime WebSocket connections.")
+        self.write_refusals = WriteRefusalCollector()
+        REGISTRY.register(self.write_refusals)
 
     def unregister(self) -> None:
         for metric in vars(self).values():
             REGISTRY.unregister(metric)
+
+
+class WriteRefusalCollector(Collector):
+    """Writes refused by a Redis that answers (``storage/pressure.py``), by store; read at scrape time."""
+
+    def __init__(self) -> None:
+        self._latches: list[WriteRefusals] = []
+
+    def watch(self, *latches: WriteRefusals) -> None:
+        self._latches.extend(latches)
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        refusals = CounterMetricFamily(
+            "tts_redis_write_refusals",
+            "Writes a Redis refused while it answered (out of memory, read-only replica), by store.",
+            labels=["store"],
+        )
+        refusing = GaugeMetricFamily(
+            "tts_redis_refusing_writes",
+            "1 while a store's Redis refuses its writes (from the first refusal to the next write that works).",
+            labels=["store"],
+        )
+        for latch in self._latches:
+            refusals.add_metric([latch.store], latch.refusals)
+            refusing.add_metric([latch.store], 1 if latch.refusing else 0)
+        yield refusals
+        yield refusing
 
 
 class PoolCollector(Collector):

@@ -1,6 +1,9 @@
 """Probes: ``/healthz`` (the process answers) and ``/readyz`` (what the gateway must serve can be answered, and Redis
 answers when the limits fail closed without it).
 
+A Redis that refuses writes (full, or a replica) shows in ``/readyz`` without making it fail: every replica meets the
+same Redis, so taking one out of its load balancer would fix nothing and only move its traffic to the others.
+
 What must be answerable comes from :meth:`~gateway.speech.routing.ModelRouter.requirements`: by default every alias,
 by its first engine or, for an alias with ``fallback``, by any of its engines. A breaker is not counted: an open one
 closes only through the trial requests that a pod out of its Service would never get.
@@ -58,6 +61,8 @@ class HealthController(Controller):
             required={model: list(candidates) for model, candidates in required.items()},
             engines=engines,
             redis=redis,
+            refusing_writes=storage.refusing_writes(),
+            warnings=storage.warnings(),
         )
         if not _may_see_internals(request):
             body = _without_internals(body)
@@ -80,7 +85,7 @@ def _without_internals(body: Readiness) -> Readiness:
         for name, engine in body.engines.items()
     }
     reason = _READY if body.ready else "not ready (the detail is for callers with the service token)"
-    return body.model_copy(update={"engines": engines, "reason": reason})
+    return body.model_copy(update={"engines": engines, "reason": reason, "warnings": []})
 
 
 def _readiness(status: Any) -> EngineReadiness:

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 import fakeredis
 import pytest
-from auth.cached import CachedAuthStore
 
 from auth import AuthBackendError, AuthStore, MemoryAuthStore, RedisAuthStore, Tenant, hash_api_key
+from auth.cached import CachedAuthStore
 from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocationBus, Revocation
 from auth.settings import TenantLimits
 from storage import connect_redis

@@ -6,19 +6,24 @@ import asyncio
 import gc
 import logging
 import os
+import random
+import re
 import weakref
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from redis.exceptions import OutOfMemoryError
 
 from gateway.settings import CacheSettings
-from gateway.speech.cache import AudioCache, cache_key
+from gateway.speech import cache as cache_module
+from gateway.speech.cache import SHARDS, AudioCache, cache_key
 from gateway.speech.singleflight import SingleFlight
 from storage import connect_redis
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
+    from storage import RedisClient
     from tests.redis_server import RedisServer
 
 BASE: dict[str, Any] = {
@@ -96,8 +101,17 @@ async def test_redis_entry_layout_and_ttl(redis_url: str) -> None:
     client = connect_redis(redis_url)
     cache = AudioCache(CacheSettings(ttl_s=600), client)
     await cache.set(key(), b"\x00audio")
-    assert await client.get(f"tts:audio:{key()}") == b"\x00audio"
-    assert 599_000 < await client.pttl(f"tts:audio:{key()}") <= 600_000
+    [entry] = await entry_keys(client)
+    tag = entry.split(b":")[2].decode()
+    assert re.fullmatch(r"\{s(0\d|1[0-5])\}", tag)  # one of 16 hash tags: a Redis Cluster spreads them
+    assert entry.decode() == f"tts:audio:{tag}:{key()}"
+    assert await client.get(entry) == b"\x00audio"
+    index, count = f"tts:audio:{tag}:index", f"tts:audio:{tag}:bytes"
+    for name in (entry, index, count):  # every key of the cache carries a TTL: volatile-* policies may evict them
+        assert 599_000 < await client.pttl(name) <= 600_000
+    [member] = await client.zrange(index, 0, -1)
+    assert member.startswith(key().encode() + b":")
+    assert int(await client.get(count)) == int(member.rsplit(b":", 1)[1]) >= len(b"\x00audio")
     await cache.close()
     await client.aclose()
 
@@ -114,7 +128,7 @@ async def test_the_cache_authenticates_as_the_urls_acl_user(outage_redis: RedisS
     cache = AudioCache(CacheSettings(), client)
     await cache.set("acl", b"\x01audio")
     assert await cache.get("acl") == b"\x01audio"
-    assert await client.get("tts:audio:acl") == b"\x01audio"
+    assert [await client.get(entry) for entry in await entry_keys(client)] == [b"\x01audio"]
     await cache.close()
     await client.aclose()
 
@@ -152,6 +166,160 @@ async def test_outage_reads_as_a_miss_and_writes_are_dropped(
     assert await cache.get("c") == b"C"
     await cache.close()
     await client.aclose()
+
+
+# ------------------------------------------------------------------ Redis memory: the budget and refused writes
+async def entry_keys(client: RedisClient) -> list[bytes]:
+    """The cache's entries in Redis (not the shards' indexes and byte counts)."""
+    names = [name async for name in client.scan_iter(match="tts:audio:*")]
+    return sorted(name for name in names if not name.endswith((b":index", b":bytes")))
+
+
+async def counted_bytes(client: RedisClient) -> int:
+    """What the shards' byte counts add up to."""
+    counts = [await client.get(f"tts:audio:{{s{shard:02d}}}:bytes") for shard in range(SHARDS)]
+    return sum(int(count) for count in counts if count is not None)
+
+
+async def used_memory(client: RedisClient) -> int:
+    return int((await client.info("memory"))["used_memory"])
+
+
+async def limit_memory(client: RedisClient, maxmemory: int, policy: str = "noeviction") -> None:
+    await client.config_set("maxmemory-policy", policy)
+    await client.config_set("maxmemory", str(maxmemory))
+
+
+async def test_the_budget_keeps_the_newest_entries(redis_url: str) -> None:
+    client = connect_redis(redis_url)
+    cache = AudioCache(CacheSettings(max_redis_bytes=65536), client)  # 4 KiB per shard: two 1 KB entries each
+    written = [key(text=f"clip {n}") for n in range(200)]
+    for name in written:
+        await cache.set(name, os.urandom(1000))
+    assert 32_768 < await counted_bytes(client) <= 65536
+    kept = await entry_keys(client)
+    assert 16 <= len(kept) <= 48
+    assert await client.dbsize() == len(kept) + 2 * SHARDS  # evicted entries are gone, not only forgotten
+    assert await cache.get(written[-1]) is not None
+    assert [await cache.get(name) for name in written[:20]] == [None] * 20
+    index_members = sum([await client.zcard(f"tts:audio:{{s{shard:02d}}}:index") for shard in range(SHARDS)])
+    assert index_members == len(kept)
+    await client.aclose()
+
+
+async def test_the_budget_counts_what_redis_spends(outage_redis: RedisServer) -> None:
+    client = connect_redis(outage_redis.url)
+    cache = AudioCache(CacheSettings(max_redis_bytes=1 << 30), client)
+    await cache.set(key(text="warm up"), b"x")  # loads the script: its memory is not an entry's
+    before, counted_before = await used_memory(client), await counted_bytes(client)
+    sizes = [random.Random(n).randrange(1_000, 60_000) for n in range(300)]
+    for n, size in enumerate(sizes):
+        await cache.set(key(text=f"clip {n}"), os.urandom(size))
+    spent, counted = await used_memory(client) - before, await counted_bytes(client) - counted_before
+    assert spent <= counted <= spent * 1.2, (spent, counted)
+    await client.aclose()
+
+
+@pytest.mark.parametrize(("own_redis", "share"), [(False, 0.5), (True, 0.75)])
+async def test_the_default_budget_is_a_share_of_maxmemory(
+    outage_redis: RedisServer,
+    redis_url: str,
+    own_redis: bool,
+    share: float,
+) -> None:
+    client = connect_redis(outage_redis.url)
+    maxmemory = 4 * 1024 * 1024
+    await limit_memory(client, maxmemory)
+    if own_redis:  # the shared Redis (the session's) stays empty: the cache writes to its own
+        shared = connect_redis(redis_url)
+        cache = AudioCache(CacheSettings(redis_url=outage_redis.url), shared)
+    else:
+        shared = client
+        cache = AudioCache(CacheSettings(), client)
+    await cache.start()
+    for n in range(300):
+        await cache.set(key(text=f"clip {n}"), os.urandom(20_000))
+    usable = maxmemory - int((await client.info("memory"))["used_memory_startup"])  # what Redis leaves to data
+    assert share * usable * 0.8 < await counted_bytes(client) <= share * usable
+    assert await used_memory(client) < maxmemory
+    assert cache.write_refusals.refusals == 0
+    assert await shared.dbsize() == (await client.dbsize() if not own_redis else 0)
+    await cache.close()
+    await client.aclose()
+    if own_redis:
+        await shared.aclose()
+
+
+async def test_a_full_redis_costs_the_cache_not_the_control_plane(
+    outage_redis: RedisServer,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cache_module, "REFUSAL_PAUSE_S", 0.5)
+    client = connect_redis(outage_redis.url)
+    cache = AudioCache(CacheSettings(max_redis_bytes=16 * 1024 * 1024), client)
+    for n in range(50):
+        await cache.set(key(text=f"clip {n}"), os.urandom(20_000))
+    held = await counted_bytes(client)
+    # Something else filled Redis: it is over its maxmemory, under noeviction, and refuses every write.
+    await limit_memory(client, await used_memory(client) - 50_000)
+    with pytest.raises(OutOfMemoryError):
+        await client.set("tts:{auth}:tenant:new", b"record")
+    with caplog.at_level(logging.INFO, logger="tts_gateway.cache"):
+        await cache.set(key(text="one more"), os.urandom(20_000))
+        await client.set("tts:{auth}:tenant:new", b"record")  # the cache gave way: the control plane writes again
+        assert held * 0.4 < await counted_bytes(client) <= held * 0.75  # whole entries: a quarter or more
+        assert await cache.get(key(text="clip 49")) is not None  # the newest entries stay, and hits are served
+        assert cache.write_refusals.refusing
+        for n in range(5):  # paused: not even tried
+            await cache.set(key(text=f"paused {n}"), os.urandom(20_000))
+        assert cache.write_refusals.refusals == 1
+        await asyncio.sleep(0.5)
+        await limit_memory(client, 0)
+        await cache.set(key(text="after the pause"), os.urandom(20_000))
+        assert not cache.write_refusals.refusing
+        assert await cache.get(key(text="after the pause")) is not None
+        for n in range(50):  # for a while, the cache keeps to what it held once it gave way
+            await cache.set(key(text=f"later {n}"), os.urandom(20_000))
+        assert await counted_bytes(client) <= held * 0.75
+    lines = [(record.levelname, record.getMessage()) for record in caplog.records]
+    [warning] = [message for level, message in lines if level == "WARNING"]
+    assert "refuses the cache's writes" in warning and "maxmemory" in warning
+    assert any("accepts the cache's writes again, after 1 refused" in message for _, message in lines)
+    assert not any("unreachable" in message for _, message in lines)
+    await client.aclose()
+
+
+async def test_a_redis_that_refuses_every_write_is_one_warning_and_serves_hits(
+    outage_redis: RedisServer,
+    redis_server: RedisServer,
+    redis_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A replica answers reads and refuses writes (READONLY): a read that works and a write that fails on every
+    # request, where the outage latch logged an "unreachable" and "reachable again" pair per request.
+    monkeypatch.setattr(cache_module, "REFUSAL_PAUSE_S", 0.0)
+    primary = connect_redis(redis_url)
+    await primary.config_set("repl-diskless-sync-delay", 0)  # the replica syncs at once, not after 5 s
+    await AudioCache(CacheSettings(), primary).set(key(), b"cached audio")
+    replica = connect_redis(outage_redis.url)
+    await replica.replicaof("127.0.0.1", redis_server.port)
+    async with asyncio.timeout(10):
+        while (await replica.info("replication")).get("master_link_status") != "up":
+            await asyncio.sleep(0.05)
+    cache = AudioCache(CacheSettings(), replica)
+    with caplog.at_level(logging.INFO, logger="tts_gateway.cache"):
+        for n in range(20):
+            assert await cache.get(key()) == b"cached audio"
+            await cache.set(key(text=f"new {n}"), b"new audio")
+    assert cache.write_refusals.refusals == 20
+    [warning] = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert "read only replica" in warning
+    await replica.replicaof("NO", "ONE")
+    await replica.aclose()
+    await primary.config_set("repl-diskless-sync-delay", 5)
+    await primary.aclose()
 
 
 class Producer:

@@ -1,0 +1,219 @@
+"""Memory pressure on the shared Redis (issue #26): one tenant's many distinct clips cost no other tenant anything.
+
+Two gateway replicas share a real ``redis-server`` started with a small ``maxmemory``, under each eviction policy
+that hurt in issue #26: ``allkeys-lru`` (Redis evicted API keys: 19 of 30 tenants answered 401, silently) and
+``noeviction`` (Redis refused every write: tenant, key and voice creation answered 503, usage was lost, and the log
+got a warning pair per request). One tenant asks for clips worth more than twice Redis's memory; then every tenant's
+key must still authenticate, the admin writes must work, usage must be stored, the cache must still answer hits, and
+the log must hold no warning per request. Under ``noeviction`` something else then fills Redis to its maxmemory: the
+cache gives way, once per replica, and the control plane keeps writing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+import redis
+
+from gateway.speech.cache import REFUSAL_PAUSE_S
+from tests.gateway_process import GatewayProcess
+from tests.redis_server import RedisServer
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
+MAXMEMORY = 16 * 1024 * 1024
+CLIP_CHARS = 200  # 4 s of 24 kHz pcm: 192 kB a clip
+FLOOD = 200  # about 38 MB of distinct clips: more than twice maxmemory
+TENANTS = 30
+
+
+class Admin:
+    def __init__(self, base_url: str) -> None:
+        self.http = httpx.Client(base_url=base_url, headers={"authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10)
+
+    def tenant(self) -> str:
+        name = f"t-{uuid.uuid4().hex[:10]}"
+        response = self.http.post("/admin/tenants", json={"name": name})
+        assert response.status_code == 201, response.text
+        return name
+
+    def key(self, tenant: str) -> str:
+        response = self.http.post(f"/admin/tenants/{tenant}/keys")
+        assert response.status_code == 201, response.text
+        return str(response.json()["key"])
+
+
+class Deployment:
+    """A Redis with ``maxmemory`` and ``policy``, and two gateway replicas sharing it."""
+
+    def __init__(self, policy: str, workdir: Path) -> None:
+        self.policy = policy
+        self.redis_server = RedisServer()
+        self.redis_server.start()
+        self.redis = redis.Redis(port=self.redis_server.port)
+        self.redis.config_set("maxmemory", str(MAXMEMORY))
+        self.redis.config_set("maxmemory-policy", policy)
+        config = {
+            "redis_url": self.redis_server.url,
+            "limits": {"fail_mode": "open"},
+            "auth": {"admin_token": ADMIN_TOKEN},
+            "engines": {"synthetic": {"kind": "synthetic", "workers": 2, "options": {"seconds_per_char": 0.02}}},
+            "aliases": {"tts-1": ["synthetic"]},
+        }
+        for i in range(2):
+            (workdir / f"replica{i}").mkdir()
+        self.replicas = [GatewayProcess(config, workdir / f"replica{i}") for i in range(2)]
+        for replica in self.replicas:
+            replica.start()
+        self.admin = Admin(self.replicas[0].base_url)
+        self.http = httpx.Client(timeout=30)
+
+    def speak(self, n: int, key: str, text: str) -> httpx.Response:
+        body = {"model": "synthetic", "input": text, "voice": "alloy", "response_format": "pcm"}
+        replica = self.replicas[n % 2]
+        return self.http.post(
+            f"{replica.base_url}/v1/audio/speech", json=body, headers={"authorization": f"Bearer {key}"}
+        )
+
+    def authenticates(self, n: int, key: str) -> bool:
+        replica = self.replicas[n % 2]
+        response = self.http.get(f"{replica.base_url}/v1/models", headers={"authorization": f"Bearer {key}"})
+        assert response.status_code in (200, 401), response.text
+        return response.status_code == 200
+
+    def usage(self, n: int, key: str) -> dict[str, Any]:
+        replica = self.replicas[n % 2]
+        response = self.http.get(f"{replica.base_url}/v1/usage", headers={"authorization": f"Bearer {key}"})
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def create_voice(self, key: str) -> int:
+        body = {"name": f"v{uuid.uuid4().hex[:8]}", "model": "synthetic", "seed": 42}
+        response = self.http.post(
+            f"{self.replicas[1].base_url}/v1/audio/voices", json=body, headers={"authorization": f"Bearer {key}"}
+        )
+        return response.status_code
+
+    def warnings(self, replica: GatewayProcess) -> list[str]:
+        """The replica's log lines at warning level or above."""
+        lines = [json.loads(line) for line in replica.log().splitlines() if line.startswith("{")]
+        return [str(line["message"]) for line in lines if line.get("level") in ("warning", "error", "critical")]
+
+    def close(self) -> None:
+        self.http.close()
+        self.admin.http.close()
+        for replica in self.replicas:
+            replica.stop()
+        self.redis.connection_pool.disconnect()
+        self.redis_server.remove()
+
+
+@pytest.fixture(scope="module", params=["allkeys-lru", "noeviction"])
+def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """One deployment per policy for this module's tests (each makes tenants of its own)."""
+    deployment = Deployment(request.param, tmp_path_factory.mktemp(request.param))
+    yield deployment
+    deployment.close()
+
+
+def clip_text(n: int) -> str:
+    return f"clip {n:04d} " + "x" * (CLIP_CHARS - 10)
+
+
+def test_one_tenants_clips_cost_no_other_tenant_anything(deployment: Deployment) -> None:
+    admin = deployment.admin
+    tenants = [admin.tenant() for _ in range(TENANTS)]
+    keys = [admin.key(tenant) for tenant in tenants]
+    heavy = keys[0]
+
+    with ThreadPoolExecutor(4) as pool:
+        statuses = list(pool.map(lambda n: deployment.speak(n, heavy, clip_text(n)).status_code, range(FLOOD)))
+
+    # No API key was lost: every tenant's key still authenticates, on either replica.
+    lost = [n for n, key in enumerate(keys) if not deployment.authenticates(n, key)]
+    assert lost == [], f"{len(lost)} of {TENANTS} tenants lost their API key"
+    stats, memory = deployment.redis.info("stats"), deployment.redis.info("memory")
+    assert stats["evicted_keys"] == 0
+    assert memory["used_memory"] < MAXMEMORY * 3 // 4  # the cache kept to its half: the control plane has room
+    assert statuses == [200] * FLOOD
+    # Control-plane writes work: a tenant, a key, a voice.
+    newcomer = admin.key(admin.tenant())
+    assert deployment.authenticates(1, newcomer)
+    assert deployment.create_voice(newcomer) == 201
+    # Usage was stored: each replica reads what both served from Redis.
+    assert [deployment.usage(n, heavy)["requests"] for n in range(2)] == [FLOOD, FLOOD]
+    # The cache still answers hits: the newest clips are kept.
+    assert deployment.speak(0, heavy, clip_text(FLOOD - 1)).headers["x-cache"] == "hit"
+
+    for replica in deployment.replicas:
+        warnings = deployment.warnings(replica)
+        policy_warnings = [line for line in warnings if "maxmemory-policy allkeys-lru" in line]
+        assert len(policy_warnings) == (1 if deployment.policy == "allkeys-lru" else 0), warnings
+        assert [line for line in warnings if line not in policy_warnings] == []
+        readiness = httpx.get(f"{replica.base_url}/readyz", timeout=5)
+        assert readiness.status_code == 200
+        assert readiness.json()["warnings"] == policy_warnings
+        assert readiness.json()["refusing_writes"] == []
+
+
+# Under allkeys-lru, Redis evicts whatever something else crowds out: the start-up warning says so and names the fix.
+@pytest.mark.parametrize("deployment", ["noeviction"], indirect=True)
+def test_a_redis_filled_by_something_else_costs_the_cache_not_the_control_plane(deployment: Deployment) -> None:
+    admin = deployment.admin
+    keys = [admin.key(admin.tenant()) for _ in range(TENANTS)]
+    heavy = keys[0]
+    for n in range(64):  # the cache holds about its budget
+        assert deployment.speak(n, heavy, clip_text(n)).status_code == 200
+    # Another app fills Redis, without TTLs, until refused: less than 64 kB is left, less than a clip.
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        for n in itertools.count():
+            deployment.redis.set(f"another-app:{n}", b"x" * 65536)
+
+    served = [deployment.speak(n, heavy, clip_text(1000 + n)).status_code for n in range(20)]
+    assert served == [200] * 20
+    assert [deployment.authenticates(n, key) for n, key in enumerate(keys)] == [True] * TENANTS
+    newcomer = admin.key(admin.tenant())
+    assert deployment.create_voice(newcomer) == 201
+    assert [deployment.usage(n, heavy)["requests"] for n in range(2)] == [64 + 20] * 2
+    newest = [deployment.speak(n, heavy, clip_text(n)).headers["x-cache"] for n in range(48, 64)]
+    assert "hit" in newest  # the cache gave up its oldest entries: the newest are still served
+
+    met_refusals = 0
+    for replica in deployment.replicas:
+        warnings = deployment.warnings(replica)
+        refusals = [line for line in warnings if "refuses the cache's writes" in line]
+        assert len(refusals) <= 1, refusals  # one warning per episode, not one per request
+        assert len(warnings) <= 4, warnings  # other stores' too: a few lines, not some per request (about 40 here)
+        met_refusals += len(refusals)
+        readiness = httpx.get(f"{replica.base_url}/readyz", timeout=5)
+        assert readiness.status_code == 200  # every replica meets the same Redis: leaving the balancer fixes nothing
+        metrics = httpx.get(f"{replica.base_url}/metrics", timeout=5).text
+        assert f'tts_redis_write_refusals_total{{store="cache"}} {float(len(refusals))}' in metrics
+        in_episode = bool(refusals) and "accepts the cache's writes again" not in replica.log()
+        assert readiness.json()["refusing_writes"] == (["cache"] if in_episode else [])
+        assert any("refuses the cache's writes" in line for line in readiness.json()["warnings"]) == in_episode
+        assert f'tts_redis_refusing_writes{{store="cache"}} {1.0 if in_episode else 0.0}' in metrics
+    assert met_refusals >= 1
+
+    # After the pause, the cache writes again within what it kept to: each episode ends, and new audio is cached.
+    time.sleep(REFUSAL_PAUSE_S + 0.5)
+    for n in range(4):
+        assert deployment.speak(n, heavy, clip_text(2000 + n)).headers["x-cache"] == "miss"
+    for n in range(4):
+        assert deployment.speak(n + 1, heavy, clip_text(2000 + n)).headers["x-cache"] == "hit"
+    for replica in deployment.replicas:
+        refusals = [line for line in deployment.warnings(replica) if "refuses the cache's writes" in line]
+        assert len(refusals) <= 1, refusals
+        assert replica.log().count("accepts the cache's writes again") == len(refusals)
+        readiness = httpx.get(f"{replica.base_url}/readyz", timeout=5).json()
+        assert (readiness["refusing_writes"], readiness["warnings"]) == ([], [])
