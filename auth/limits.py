@@ -30,6 +30,7 @@ from limits.aio.storage import MemoryStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
 from storage import STORAGE_ERRORS, OutageLatch
+from storage.pressure import WriteRefusals, refuses_writes
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Coroutine
@@ -361,6 +362,11 @@ class TenantRateLimiter:
             "rate-limit storage unreachable, admitting requests unchecked until it returns",
             "rate-limit storage reachable again; limits enforced",
         )
+        self.write_refusals = WriteRefusals(
+            "limits", logger, f"requests are admitted {'unchecked' if fail_mode == 'open' else 'with 503'}"
+        )
+        """Admissions refused by a Redis that answers (out of memory, a read-only replica): an episode, not an
+        outage; requests are admitted (or refused) as ``fail_mode`` says, as in an outage."""
         self._background: set[asyncio.Task[None]] = set()
         self._store: _Admissions = _MemoryAdmissions() if redis is None else _RedisAdmissions(redis)
 
@@ -456,6 +462,7 @@ class TenantRateLimiter:
                 self._storage_failed(exc)
                 return None
             self._outage.worked()
+            self.write_refusals.worked()
             left = deadline - loop.time()
             if verdict.refused != "concurrency" or left <= 0:
                 return verdict
@@ -492,9 +499,12 @@ class TenantRateLimiter:
         return task
 
     def _storage_failed(self, exc: Exception) -> None:
+        if refuses_writes(exc):
+            self.write_refusals.refused(exc)
+        else:
+            self._outage.failed(exc)
         if self.fail_mode == "closed":
             raise LimitsUnavailableError("rate-limit storage unreachable") from exc
-        self._outage.failed(exc)
 
 
 def _refusal(reason: LimitReason, ask: _Ask, state: LimitState) -> RateLimitExceededError:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from storage import STORAGE_ERRORS, OutageLatch
+from storage.pressure import WriteRefusals, refuses_writes
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -256,6 +257,8 @@ class RedisUsageLedger:
             "usage store unreachable, keeping usage in memory until it returns",
             "usage store reachable again; buffered usage written",
         )
+        self.write_refusals = WriteRefusals("usage", logger, "usage waits in memory and is written once Redis takes it")
+        """Writes refused by a Redis that answers (out of memory, a read-only replica): an episode, not an outage."""
 
     def record_request(self, tenant: Tenant, *, characters: int, audio_seconds: float, cache_hit: bool) -> None:
         self._record(_owner(tenant), _request_increments(characters, audio_seconds, cache_hit))
@@ -347,9 +350,13 @@ class RedisUsageLedger:
         try:
             await self._write(pending)
         except STORAGE_ERRORS as exc:  # the generations that were not written are waiting again
-            self._outage.failed(exc)
+            if refuses_writes(exc):
+                self.write_refusals.refused(exc)
+            else:
+                self._outage.failed(exc)
             return False
         self._outage.worked()
+        self.write_refusals.worked()
         return True
 
     async def _write(self, pending: Mapping[Owner, Counters]) -> None:

@@ -158,7 +158,10 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
     consents: ConsentStore = RedisConsentStore(redis) if redis is not None else MemoryConsentStore()
     cache = AudioCache(_cache_settings(settings), redis)
     await cache.start()
-    metrics.write_refusals.watch(cache.write_refusals)
+    refusals = [cache.write_refusals, limiter.write_refusals]
+    if isinstance(usage, RedisUsageLedger):
+        refusals.append(usage.write_refusals)
+    metrics.write_refusals.watch(*refusals)
     speech = SpeechService(
         Planner(router, voices),
         Admission(limiter, usage, metrics),
@@ -173,7 +176,7 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
         redis,
         required=limits.fail_mode == "closed",
         policy=_eviction_policy_check(settings, redis),
-        write_refusals=[cache.write_refusals],
+        write_refusals=refusals,
     )
     await storage.state()  # reads the eviction policy now when Redis answers
     authenticator = Authenticator(store, jwt, open_mode=open_mode)

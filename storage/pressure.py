@@ -85,7 +85,9 @@ class WriteRefusals:
         self._error = str(exc)
         if self._since is None:
             self._since = datetime.now(UTC)
-            self._logger.warning("Redis refuses the %s's writes (%s): %s", self.store, self._error, self._meanwhile)
+            self._logger.warning(
+                "Redis refuses writes to the %s store (%s): %s", self.store, self._error, self._meanwhile
+            )
 
     def worked(self) -> None:
         """A write worked; the episode, if any, ends."""
@@ -93,7 +95,7 @@ class WriteRefusals:
             return
         seconds = (datetime.now(UTC) - self._since).total_seconds()
         self._logger.info(
-            "Redis accepts the %s's writes again, after %d refused in %.0f s",
+            "Redis accepts writes to the %s store again, after %d refused in %.0f s",
             self.store,
             self._episode_refusals,
             seconds,
@@ -106,4 +108,4 @@ class WriteRefusals:
         if self._since is None:
             return None
         since = self._since.isoformat(timespec="seconds")
-        return f"Redis refuses the {self.store}'s writes since {since} ({self._error}): {self._meanwhile}"
+        return f"Redis refuses writes to the {self.store} store since {since} ({self._error}): {self._meanwhile}"

@@ -191,7 +191,7 @@ def test_a_redis_filled_by_something_else_costs_the_cache_not_the_control_plane(
     met_refusals = 0
     for replica in deployment.replicas:
         warnings = deployment.warnings(replica)
-        refusals = [line for line in warnings if "refuses the cache's writes" in line]
+        refusals = [line for line in warnings if "refuses writes to the cache store" in line]
         assert len(refusals) <= 1, refusals  # one warning per episode, not one per request
         assert len(warnings) <= 4, warnings  # other stores' too: a few lines, not some per request (about 40 here)
         met_refusals += len(refusals)
@@ -199,9 +199,9 @@ def test_a_redis_filled_by_something_else_costs_the_cache_not_the_control_plane(
         assert readiness.status_code == 200  # every replica meets the same Redis: leaving the balancer fixes nothing
         metrics = httpx.get(f"{replica.base_url}/metrics", timeout=5).text
         assert f'tts_redis_write_refusals_total{{store="cache"}} {float(len(refusals))}' in metrics
-        in_episode = bool(refusals) and "accepts the cache's writes again" not in replica.log()
+        in_episode = bool(refusals) and "accepts writes to the cache store again" not in replica.log()
         assert readiness.json()["refusing_writes"] == (["cache"] if in_episode else [])
-        assert any("refuses the cache's writes" in line for line in readiness.json()["warnings"]) == in_episode
+        assert any("refuses writes to the cache store" in line for line in readiness.json()["warnings"]) == in_episode
         assert f'tts_redis_refusing_writes{{store="cache"}} {1.0 if in_episode else 0.0}' in metrics
     assert met_refusals >= 1
 
@@ -212,8 +212,8 @@ def test_a_redis_filled_by_something_else_costs_the_cache_not_the_control_plane(
     for n in range(4):
         assert deployment.speak(n + 1, heavy, clip_text(2000 + n)).headers["x-cache"] == "hit"
     for replica in deployment.replicas:
-        refusals = [line for line in deployment.warnings(replica) if "refuses the cache's writes" in line]
+        refusals = [line for line in deployment.warnings(replica) if "refuses writes to the cache store" in line]
         assert len(refusals) <= 1, refusals
-        assert replica.log().count("accepts the cache's writes again") == len(refusals)
+        assert replica.log().count("accepts writes to the cache store again") == len(refusals)
         readiness = httpx.get(f"{replica.base_url}/readyz", timeout=5).json()
         assert (readiness["refusing_writes"], readiness["warnings"]) == ([], [])

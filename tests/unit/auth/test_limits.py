@@ -335,3 +335,26 @@ async def test_fail_closed_refuses_while_storage_is_down(
     assert (await limiter.admit(tenant, limits, 10)).remaining_requests == 4
     async with limiter.stream_lease(tenant, limits):
         pass
+
+
+async def test_a_redis_that_refuses_writes_is_an_episode_not_an_outage(
+    make_limiter: Callable[..., TenantRateLimiter],
+    outage_redis: RedisServer,
+    tenant: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    limiter = make_limiter(outage_redis.url, fail_mode="open")
+    limits = TenantLimits(requests_per_minute=5)
+    client = connect_redis(outage_redis.url)
+    await client.config_set("maxmemory-policy", "noeviction")
+    await client.config_set("maxmemory", 1)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert await limiter.admit(tenant, limits, 10) == LimitState(limit_requests=5)  # admitted unchecked
+        assert limiter.write_refusals.refusing
+        await client.config_set("maxmemory", 0)
+        assert (await limiter.admit(tenant, limits, 10)).remaining_requests == 4
+    assert not limiter.write_refusals.refusing
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "refuses writes to the limits store" in messages[0], messages
+    await client.aclose()

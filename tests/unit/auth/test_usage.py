@@ -171,3 +171,27 @@ async def test_a_reader_cancelled_mid_write_leaves_each_request_counted_once(red
     assert (await ledger.get(ACME)).requests == 40
     await ledger.close()
     await client.aclose()
+
+
+async def test_a_redis_that_refuses_writes_is_one_episode_and_loses_nothing(
+    outage_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = aioredis.Redis.from_url(outage_redis.url)
+    ledger = RedisUsageLedger(client)
+    await client.config_set("maxmemory-policy", "noeviction")
+    await client.config_set("maxmemory", 1)  # everything refused: the server holds more than a byte already
+    with caplog.at_level(logging.INFO, logger="tts_gateway.usage"):
+        for _ in range(3):
+            ledger.record_request(ACME, characters=2, audio_seconds=0.5, cache_hit=False)
+            await asyncio.sleep(0.05)
+        assert ledger.write_refusals.refusing
+        await client.config_set("maxmemory", 0)
+        deadline = time.monotonic() + 3
+        while (await RedisUsageLedger(client).get(ACME)).requests < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    assert (await RedisUsageLedger(client).get(ACME)).requests == 3
+    assert not ledger.write_refusals.refusing
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "refuses writes to the usage store" in warnings[0], warnings
+    await ledger.close()
+    await client.aclose()

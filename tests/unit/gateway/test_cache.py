@@ -284,8 +284,8 @@ async def test_a_full_redis_costs_the_cache_not_the_control_plane(
         assert await counted_bytes(client) <= held * 0.75
     lines = [(record.levelname, record.getMessage()) for record in caplog.records]
     [warning] = [message for level, message in lines if level == "WARNING"]
-    assert "refuses the cache's writes" in warning and "maxmemory" in warning
-    assert any("accepts the cache's writes again, after 1 refused" in message for _, message in lines)
+    assert "refuses writes to the cache store" in warning and "maxmemory" in warning
+    assert any("accepts writes to the cache store again, after 1 refused" in message for _, message in lines)
     assert not any("unreachable" in message for _, message in lines)
     await client.aclose()
 
