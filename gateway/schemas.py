@@ -122,6 +122,46 @@ class VoiceObject(BaseModel):
     custom: Literal[True] = True
 
 
+class BuiltInVoice(BaseModel):
+    """A voice an engine has built in, with the models (engines or aliases) that speak it."""
+
+    object: Literal["voice"] = "voice"
+    id: str
+    name: str
+    description: str
+    models: list[str]
+    custom: Literal[False] = False
+
+
+class VoiceList(BaseModel):
+    """The built-in voices (whole, on the first page) and a page of the tenant's custom voices, oldest first; the next
+    page is ``after=last_id`` while ``has_more``."""
+
+    object: Literal["list"] = "list"
+    data: list[BuiltInVoice | VoiceObject]
+    first_id: str | None
+    last_id: str | None
+    """The last custom voice of the page: the cursor of the next one."""
+    has_more: bool
+
+
+class TenantUsage(BaseModel):
+    """What the calling tenant has used: requests served, their input characters and audio, cache hits, and the
+    requests its limits refused, by reason."""
+
+    object: Literal["usage"] = "usage"
+    tenant: str
+    requests: int
+    input_characters: int
+    audio_seconds: float
+    cache_hits: int
+    rejections: dict[str, int]
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
 class VoiceDeleted(BaseModel):
     """OpenAI's ``audio.voice.deleted``."""
 

@@ -29,7 +29,7 @@ from gateway.http.dependencies import Caller, ConsentsDep, Router, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.routes._forms import FORM, JSON, content_type_of, decode_upload, form_body, json_body, open_form
 from gateway.routes.consents import UPLOAD_BODY_BYTES
-from gateway.schemas import ModelList, ModelObject, VoiceDeleted, VoiceObject
+from gateway.schemas import BuiltInVoice, ModelList, ModelObject, VoiceDeleted, VoiceList, VoiceObject
 from gateway.speech.voices import SEED_SPEAKER_PREFIX, CustomVoiceRecord, VoiceNameTakenError, new_voice
 from storage import MAX_PAGE
 
@@ -158,7 +158,7 @@ class VoicesController(Controller):
             Parameter(description="Start after this custom voice id (a page's `last_id`).", max_length=256),
         ] = None,
         limit: Annotated[int, Parameter(description="Custom voices per page.", ge=1, le=MAX_PAGE)] = MAX_PAGE,
-    ) -> dict[str, Any]:
+    ) -> VoiceList:
         models = [n for n in router.model_names() if principal.tenant.allows_model(n)]
         if model is not None:
             if model not in models:
@@ -168,15 +168,14 @@ class VoicesController(Controller):
         builtin = _builtin_voices(router, models) if after is None else []
         engines = {router.resolve(name).name for name in models}
         page = await voices.page(principal.tenant.name, after=after, limit=limit)
-        custom = [v.public() | {"custom": True} for v in page.data if v.model in engines]
-        data = builtin + custom
-        return {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": page.data[-1].id if page.data else None,
-            "has_more": page.has_more,
-        }
+        custom = [_shown(voice) for voice in page.data if voice.model in engines]
+        data: list[BuiltInVoice | VoiceObject] = [*builtin, *custom]
+        return VoiceList(
+            data=data,
+            first_id=data[0].id if data else None,
+            last_id=page.data[-1].id if page.data else None,
+            has_more=page.has_more,
+        )
 
     @get(
         "/{voice_id:str}",
@@ -381,21 +380,13 @@ def _check_speaker_size(speaker: str | None, max_chars: int) -> None:
         )
 
 
-def _builtin_voices(router: Router, models: list[str]) -> list[dict[str, Any]]:
-    by_voice: dict[str, dict[str, Any]] = {}
+def _builtin_voices(router: Router, models: list[str]) -> list[BuiltInVoice]:
+    by_voice: dict[str, BuiltInVoice] = {}
     for model in models:
         info = router.resolve(model).info
         for voice in info.voices if info is not None else ():
             entry = by_voice.setdefault(
-                voice.id,
-                {
-                    "object": "voice",
-                    "id": voice.id,
-                    "name": voice.id,
-                    "description": voice.description,
-                    "models": [],
-                    "custom": False,
-                },
+                voice.id, BuiltInVoice(id=voice.id, name=voice.id, description=voice.description, models=[])
             )
-            entry["models"].append(model)
+            entry.models.append(model)
     return list(by_voice.values())

@@ -19,7 +19,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 
 from gateway.http.dependencies import Router, StorageDep
 from gateway.http.service_token import presents_service_token
-from gateway.schemas import EngineReadiness, Readiness
+from gateway.schemas import EngineReadiness, Health, Readiness
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -33,8 +33,8 @@ class HealthController(Controller):
     tags = ["Operations"]  # noqa: RUF012 - Litestar's declared type
 
     @get("/healthz", operation_id="healthz", summary="Liveness: the server process answers.")
-    async def healthz(self) -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz(self) -> Health:
+        return Health()
 
     @get(
         "/readyz",

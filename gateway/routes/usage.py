@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
 from litestar import Controller, get
 
 from gateway.http.dependencies import Caller, UsageDep
 from gateway.http.errors import error_responses
+from gateway.schemas import TenantUsage
 
 __all__ = ["UsageController"]
 
@@ -22,6 +22,6 @@ class UsageController(Controller):
         summary="Requests, input characters, audio seconds, cache hits and rejections.",
         responses=error_responses(401, 503),
     )
-    async def get_usage(self, usage: UsageDep, principal: Caller) -> dict[str, Any]:
+    async def get_usage(self, usage: UsageDep, principal: Caller) -> TenantUsage:
         record = await usage.get(principal.tenant)
-        return {"object": "usage", "tenant": principal.tenant.name, **asdict(record)}
+        return TenantUsage(tenant=principal.tenant.name, **asdict(record))

@@ -76,3 +76,22 @@ def test_the_version_has_one_source(document: dict[str, Any]) -> None:
     assert document["info"]["version"] == version
     chart = yaml.safe_load((ROOT / "helm" / "tts-gateway" / "Chart.yaml").read_text())
     assert chart["appVersion"] == version
+
+
+def _untyped(document: dict[str, Any], schema: dict[str, Any]) -> bool:
+    """An object whose fields the document does not say: a bare ``{"type": "object"}``, maybe with any values."""
+    resolved = _resolve(document, schema)
+    return resolved.get("type") == "object" and "properties" not in resolved
+
+
+def test_every_json_success_says_what_its_body_holds(document: dict[str, Any]) -> None:
+    untyped = [
+        f"{method.upper()} {path} {status}"
+        for path, operations in document["paths"].items()
+        for method, operation in operations.items()
+        for status, response in operation.get("responses", {}).items()
+        if status.startswith("2")
+        for media_type, media in response.get("content", {}).items()
+        if "json" in media_type and _untyped(document, media.get("schema", {}))
+    ]
+    assert untyped == [], "give these routes a response model (a pydantic class), not a dict"
