@@ -72,8 +72,20 @@ class ServerSettings(BaseModel):
     header_timeout_s: float = Field(default=10.0, gt=0)
     """Time a connection has to deliver a complete request head, from its first byte (or, on a new connection, from
     the connect); then 408 and the connection is closed. Idle and slow ("slowloris") sockets cannot pile up."""
-    body_timeout_s: float = Field(default=30.0, gt=0)
-    """Time a request has to deliver its whole body once its head is in; then 408 and the connection is closed."""
+    body_min_rate_bytes_per_s: int = Field(default=1024, ge=1)
+    """Least rate a request body must keep arriving at, measured over each ``body_rate_interval_s`` from the end of its
+    head: an interval that brings fewer than this rate times its length (and does not end the body) gets 408 and the
+    connection is closed. A body dripped a byte at a time ("slow POST") is cut after one interval, while a large body
+    on a slow but honest link takes as long as it needs. An interval in which the server itself is not reading (the
+    application has not asked for the body yet: ``Expect: 100-continue``, or its buffer is full) is not counted."""
+    body_rate_interval_s: float = Field(default=10.0, gt=0)
+    """The interval over which ``body_min_rate_bytes_per_s`` is measured; the first one is the body's grace for its
+    first bytes. Shorter cuts a dripping body sooner; longer forgives a link that stalls for a while and catches up."""
+    body_timeout_s: float | None = Field(default=None, gt=0)
+    """Optional bound on the whole body's time, however fast it arrives: then 408 and the connection is closed.
+    ``None`` (the default): no bound but the minimum rate, which holds a body's time to its size over
+    ``body_min_rate_bytes_per_s`` and one interval, so a 10 MiB voice sample on a slow link is not cut at an arbitrary
+    total. (Before the minimum rate this was the only body deadline, 30 s: configurations that set it keep it.)"""
     keep_alive_timeout_s: int = Field(default=5, ge=1)
     """An idle keep-alive connection (between requests) is closed after this long."""
     max_connections_per_address: int = Field(default=256, ge=1)

@@ -8,8 +8,10 @@ files and the server stops answering ``/healthz``. :class:`GuardedHttpToolsProto
 
 - request heads larger than ``max_header_bytes`` or with more than ``max_headers`` lines: 431;
 - a head not complete ``header_timeout_s`` after the connect (or after its first byte, on a kept-alive
-  connection): 408 (closed silently when nothing was sent at all); a body not complete ``body_timeout_s`` after its
-  head: 408, and the application sees the client go away;
+  connection): 408 (closed silently when nothing was sent at all);
+- a body that arrives slower than ``body_min_rate_bytes_per_s`` over an interval of ``body_rate_interval_s`` (the
+  server reading all the while), or, when ``body_timeout_s`` is set, is not complete that long after its head: 408,
+  and the application sees the client go away;
 - at most ``max_connections_per_address`` open connections from one client address (but from ``trusted_proxies``):
   one more gets a 429 with ``Retry-After`` as soon as it sends its request;
 - at most ``max_connections`` open connections: at the cap the oldest connection that holds no request in progress
@@ -44,6 +46,8 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable
 
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
     from gateway.settings import ServerSettings
 
 __all__ = ["ConnectionLimits", "GuardedHttpToolsProtocol", "guarded_http_protocol"]
@@ -65,8 +69,10 @@ class ConnectionLimits:
     max_header_bytes: int
     max_headers: int
     header_timeout_s: float
-    body_timeout_s: float
     max_connections: int
+    body_min_rate_bytes_per_s: int = 1
+    body_rate_interval_s: float = 10.0
+    body_timeout_s: float | None = None
     max_connections_per_address: int = 1 << 30
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
 
@@ -77,11 +83,18 @@ class ConnectionLimits:
             max_header_bytes=server.max_header_bytes,
             max_headers=server.max_headers,
             header_timeout_s=server.header_timeout_s,
-            body_timeout_s=server.body_timeout_s,
             max_connections=_fit_open_file_limit(server.max_connections),
+            body_min_rate_bytes_per_s=server.body_min_rate_bytes_per_s,
+            body_rate_interval_s=server.body_rate_interval_s,
+            body_timeout_s=server.body_timeout_s,
             max_connections_per_address=server.max_connections_per_address,
             trusted_proxies=tuple(ipaddress.ip_network(proxy, strict=False) for proxy in server.trusted_proxies),
         )
+
+    @property
+    def body_min_interval_bytes(self) -> float:
+        """What a body must bring in each interval (unless it ends in it)."""
+        return self.body_min_rate_bytes_per_s * self.body_rate_interval_s
 
     def caps_address(self, address: str | None) -> bool:
         """Whether connections from ``address`` count against ``max_connections_per_address`` (not a trusted
@@ -180,6 +193,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._address: str | None = None
         """The client address this connection counts against (``None``: not counted per address)."""
         self._over_address_cap = False
+        self._body_interval_bytes = 0
+        self._body_interval_excused = False
+        """Whether the server stopped reading the body during the interval (then the client is not to blame)."""
+        self._body_due: float | None = None
 
     # Connection life
 
@@ -300,7 +317,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         super().on_headers_complete()
         if not self.parser.should_upgrade():
-            self._arm(self.limits.body_timeout_s, self._body_timed_out)
+            self._watch_body()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_interval_bytes += len(body)
+        super().on_body(body)
+        self._body_interval_excused |= self.flow.read_paused  # the application's buffer is full: uvicorn stops reading
 
     def on_message_complete(self) -> None:
         self._disarm()
@@ -356,14 +378,57 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._refuse(_Refusal(408, "The request headers did not arrive in time.", "request_timeout"))
 
+    # The body's deadlines: an interval at a time, and the optional total (``body_timeout_s``).
+
+    def _watch_body(self) -> None:
+        timeout_s = self.limits.body_timeout_s
+        self._body_due = None if timeout_s is None else self.loop.time() + timeout_s
+        self._start_body_interval()
+
+    def _start_body_interval(self) -> None:
+        self._body_interval_bytes = 0
+        self._body_interval_excused = self._server_not_reading()
+        interval_s = self.limits.body_rate_interval_s
+        if self._body_due is not None and (left_s := self._body_due - self.loop.time()) <= interval_s:
+            self._arm(max(left_s, 0.0), self._body_timed_out)
+        else:
+            self._arm(interval_s, self._body_interval_ended)
+
+    def _server_not_reading(self) -> bool:
+        """Whether the client cannot send the body now: the application has not asked for it yet (the client waits
+        for ``100 Continue``), or uvicorn stopped reading (the application's buffer is full, or the request waits
+        behind a pipelined one)."""
+        cycle = self.cycle
+        return self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue)
+
+    def _body_interval_ended(self) -> None:
+        self._deadline = None
+        if (cycle := self._awaiting_body()) is None:
+            return
+        excused = self._body_interval_excused or self._server_not_reading()
+        if not excused and self._body_interval_bytes < self.limits.body_min_interval_bytes:
+            rate = self.limits.body_min_rate_bytes_per_s
+            self._refuse_body(cycle, f"The request body arrived slower than {rate} bytes per second.")
+        else:
+            self._start_body_interval()
+
     def _body_timed_out(self) -> None:
         self._deadline = None
+        if (cycle := self._awaiting_body()) is not None:
+            self._refuse_body(cycle, "The request body did not arrive in time.")
+
+    def _awaiting_body(self) -> RequestResponseCycle | None:
         cycle = self.cycle
-        if cycle is None or not cycle.more_body or cycle.disconnected:
+        return None if cycle is None or not cycle.more_body or cycle.disconnected else cycle
+
+    def _refuse_body(self, cycle: RequestResponseCycle, message: str) -> None:
+        if cycle.response_complete:  # answered already; uvicorn drops what still comes, but not at any rate
+            self._disarm()
+            self.transport.close()
             return
         # The application waits for the rest of the body: _refuse tells it the client went away (uvicorn then drops
         # what it still sends), and answers 408 unless its response has begun.
-        self._refuse(_Refusal(408, "The request body did not arrive in time.", "request_timeout"))
+        self._refuse(_Refusal(408, message, "request_timeout"))
 
     def _refuse_over_capacity(self) -> None:
         self.reclaimable.note_refusal(self.loop.time(), len(self.connections) - 1)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -29,6 +31,7 @@ import yaml
 from websockets.asyncio.client import connect
 
 from auth.keys import generate_api_key, hash_api_key
+from tests.audio_decode import decode_audio
 from tests.gateway_process import CONSOLE_SCRIPT, GatewayProcess, exact_engines, free_port
 from tests.redis_server import RedisServer
 
@@ -39,7 +42,9 @@ if TYPE_CHECKING:
 KEY = generate_api_key()
 ADMIN_TOKEN = "hardening-admin-" + uuid.uuid4().hex  # 48 characters
 HEADER_TIMEOUT_S = 2.0
-BODY_TIMEOUT_S = 2.0
+BODY_MIN_RATE = 2000  # bytes per second, over each interval
+BODY_RATE_INTERVAL_S = 1.0
+BODY_TIMEOUT_S = 5.0
 KEEP_ALIVE_TIMEOUT_S = 1
 MiB = 1 << 20
 NESTED_1000 = "[" * 1000 + "]" * 1000
@@ -49,6 +54,8 @@ def guarded_config() -> dict[str, Any]:
     return {
         "server": {
             "header_timeout_s": HEADER_TIMEOUT_S,
+            "body_min_rate_bytes_per_s": BODY_MIN_RATE,
+            "body_rate_interval_s": BODY_RATE_INTERVAL_S,
             "body_timeout_s": BODY_TIMEOUT_S,
             "keep_alive_timeout_s": KEEP_ALIVE_TIMEOUT_S,
             "log_level": "debug",
@@ -279,15 +286,101 @@ def test_an_idle_kept_alive_connection_is_closed_after_the_keep_alive_timeout(gu
     assert status == 200 and body == {"status": "ok"} and "close" not in headers.get("connection", "")
 
 
-def test_a_slow_body_gets_408_after_the_body_timeout_without_a_traceback(guarded: GatewayProcess) -> None:
+def test_a_stalled_body_gets_408_after_one_rate_interval_without_a_traceback(guarded: GatewayProcess) -> None:
     body_start = b'{"model": "tones", "input": "slow'
     elapsed, answer = exchange(
         guarded.port, head("POST", "/v1/audio/speech", f"Authorization: Bearer {KEY}", content_length=1000) + body_start
     )
     assert_openai_error(answer, 408, "request_timeout")
-    assert BODY_TIMEOUT_S * 0.9 <= elapsed < BODY_TIMEOUT_S + 5
+    assert BODY_RATE_INTERVAL_S * 0.9 <= elapsed < BODY_RATE_INTERVAL_S + 3
     wait_for_log(guarded, lambda entry: entry.get("path") == "/v1/audio/speech" and entry.get("status") == 499)
     assert "Traceback" not in guarded.log()
+
+
+def trickle(port: int, request_head: bytes, body: bytes, piece: int, every_s: float) -> tuple[float, bytes, int]:
+    """Send ``request_head``, then ``body`` ``piece`` bytes every ``every_s`` seconds until it is sent or the server
+    answers. Returns the seconds until the server answered (or closed), what it answered, and the body bytes sent."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        started = time.monotonic()
+        sock.sendall(request_head)
+        sent = 0
+        while sent < len(body) and not select.select([sock], [], [], every_s)[0]:
+            try:
+                sock.sendall(body[sent : sent + piece])
+            except OSError:  # closed while a piece was on its way
+                break
+            sent = min(sent + piece, len(body))
+        answered_s = time.monotonic() - started
+        return answered_s, read_until_closed(sock, timeout_s=10), sent
+
+
+def speech_head(body_length: int) -> bytes:
+    return head(
+        "POST", "/v1/audio/speech", f"Authorization: Bearer {KEY}", "Connection: close", content_length=body_length
+    )
+
+
+def test_a_dripped_body_is_cut_after_one_rate_interval(guarded: GatewayProcess) -> None:
+    """A "slow POST": a byte every 0.1 s of a 2,000-byte body, far below the minimum rate. Before: a body had one
+    total time (``body_timeout_s``, 30 s by default), so the drip held its connection for all of it."""
+    body = json.dumps(speech("tones", "drip " * 400)).encode()[:2000]
+    answered_s, answer, sent = trickle(guarded.port, speech_head(len(body)), body, piece=1, every_s=0.1)
+    assert_openai_error(answer, 408, "request_timeout")
+    assert b"slower than 2000 bytes per second" in answer
+    assert BODY_RATE_INTERVAL_S * 0.9 <= answered_s < BODY_RATE_INTERVAL_S + 3 and sent < 100
+
+
+def test_a_large_body_on_a_slow_but_steady_link_is_served(guarded: GatewayProcess) -> None:
+    """48 kB at 16 kB/s: three seconds, longer than any total a body could be given that would also cut the drip
+    above within its second (before: ``body_timeout_s`` was that total, 2 s in this gateway's config, and cut it)."""
+    body = json.dumps(speech("tones", "steady")).encode()[:-1] + b" " * 48_000 + b"}"  # valid JSON, 48 kB
+    answered_s, answer, sent = trickle(guarded.port, speech_head(len(body)), body, piece=1600, every_s=0.1)
+    response_head, _, chunked = answer.partition(b"\r\n\r\n")
+    assert response_head.startswith(b"HTTP/1.1 200 OK"), answer[:500]
+    assert sent == len(body) and answered_s > 2.5
+    audio = decode_audio(dechunk(chunked), "pcm")
+    assert audio.duration == pytest.approx(len("steady") * 0.02, abs=0.01)  # the tones engine: 0.02 s a character
+
+
+def dechunk(data: bytes) -> bytes:
+    """The body of a response in chunked transfer encoding."""
+    body = b""
+    while True:
+        size_line, _, data = data.partition(b"\r\n")
+        if not (size := int(size_line.split(b";")[0], 16)):
+            return body
+        body, data = body + data[:size], data[size + 2 :]
+
+
+def test_a_body_dripped_after_an_early_answer_is_cut_silently_too(guarded: GatewayProcess) -> None:
+    """A body announced over ``max_body_bytes`` gets 413 from its head, and the connection stays open for the body
+    to be read and dropped: that body must keep the minimum rate too. Before: the drip kept the connection (every
+    byte stopped the keep-alive timer) until the body's total time, which then wrote a 408 after the 413."""
+    with socket.create_connection(("127.0.0.1", guarded.port)) as sock:
+        started, answered_s = time.monotonic(), math.inf
+        sock.sendall(head("POST", "/v1/audio/speech", f"Authorization: Bearer {KEY}", content_length=70_000))
+        received = b""
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+            while time.monotonic() - started < BODY_RATE_INTERVAL_S + 5:  # a byte every 0.1 s until it is closed
+                if select.select([sock], [], [], 0.1)[0]:
+                    if not (chunk := sock.recv(65536)):
+                        break
+                    received += chunk
+                    answered_s = min(answered_s, time.monotonic() - started)
+                sock.sendall(b" ")
+        closed_s = time.monotonic() - started
+    assert received.startswith(b"HTTP/1.1 413") and answered_s < 1.0
+    assert received.count(b"HTTP/1.1 ") == 1  # the 413 alone
+    assert BODY_RATE_INTERVAL_S * 0.9 <= closed_s < BODY_RATE_INTERVAL_S + 3
+
+
+def test_body_timeout_s_still_bounds_a_body_however_steady(guarded: GatewayProcess) -> None:
+    """The optional total: 40 kB at 4 kB/s, twice the minimum rate, is cut at ``body_timeout_s`` (5 s)."""
+    body = json.dumps(speech("tones", "long")).encode()[:-1] + b" " * 40_000 + b"}"
+    answered_s, answer, sent = trickle(guarded.port, speech_head(len(body)), body, piece=400, every_s=0.1)
+    assert_openai_error(answer, 408, "request_timeout")
+    assert b"did not arrive in time" in answer
+    assert BODY_TIMEOUT_S * 0.9 <= answered_s < BODY_TIMEOUT_S + 3 and sent < len(body)
 
 
 def test_a_client_gone_mid_upload_is_logged_as_499_without_a_traceback(guarded: GatewayProcess) -> None:

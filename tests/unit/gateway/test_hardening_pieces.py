@@ -147,3 +147,11 @@ def test_the_connection_cap_fits_the_open_file_limit(monkeypatch: pytest.MonkeyP
     assert ConnectionLimits.from_settings(server).max_connections == 192
     monkeypatch.setattr(resource, "getrlimit", lambda _: (65536, 65536))
     assert ConnectionLimits.from_settings(server).max_connections == 1000
+
+
+def test_body_limits_come_from_the_settings_and_the_total_is_optional() -> None:
+    limits = ConnectionLimits.from_settings(ServerSettings())
+    assert (limits.body_min_rate_bytes_per_s, limits.body_rate_interval_s, limits.body_timeout_s) == (1024, 10.0, None)
+    assert limits.body_min_interval_bytes == 10240
+    legacy = ConnectionLimits.from_settings(ServerSettings(body_timeout_s=30))  # a config from before still loads
+    assert legacy.body_timeout_s == 30
