@@ -9,10 +9,11 @@ Every field is documented in ``docs/configuration.md``; keep the two in step.
 from __future__ import annotations
 
 import copy
+import ipaddress
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from auth.settings import AuthSettings, LimitsSettings
@@ -89,10 +90,11 @@ class ServerSettings(BaseModel):
     keep_alive_timeout_s: int = Field(default=5, ge=1)
     """An idle keep-alive connection (between requests) is closed after this long."""
     max_connections_per_address: int = Field(default=256, ge=1)
-    """Open HTTP connections one client address may hold (a WebSocket stops counting once upgraded: see
-    ``realtime.max_unauthenticated``); one more gets 429 with ``Retry-After`` as soon as it sends its request, so one
-    address cannot take the connections everyone else needs. Connections from ``trusted_proxies`` are not capped per
-    address (they carry many clients)."""
+    """Open connections one client address may hold, HTTP and realtime WebSockets alike (an upgraded WebSocket counts
+    until it closes); one more gets 429 with ``Retry-After`` as soon as it sends its request, so one address cannot
+    take the connections everyone else needs. An IPv6 client counts by its /64 network (one host commonly holds a
+    whole /64). A connection from one of ``trusted_proxies`` counts against the client its latest request was
+    forwarded for (``X-Forwarded-For``), not against the proxy."""
     max_connections: int = Field(default=1000, ge=1)
     """Open connections (HTTP and WebSocket) the server holds. At the cap the oldest connection without a request in
     progress (idle, or still sending its head) is closed to make room; when every one is busy, the new connection gets
@@ -101,8 +103,20 @@ class ServerSettings(BaseModel):
     """Deepest nesting of arrays and objects in a JSON request body; deeper bodies get 400."""
     trusted_proxies: list[str] = Field(default_factory=list)
     """Addresses or networks (``10.0.0.0/8``) of the reverse proxies in front of the gateway: only for a connection
-    from one of them are ``X-Forwarded-For`` and ``X-Forwarded-Proto`` believed, and the client's address (the admin
-    throttle's, the logs') taken from them. Empty: forwarding headers are ignored, so nobody can forge an address."""
+    from one of them are ``X-Forwarded-For`` and ``X-Forwarded-Proto`` believed, and the client's address (what every
+    per-address limit counts under, the admin throttle's, the logs') taken from them: the last address in
+    ``X-Forwarded-For`` that is not a trusted proxy's, so a client's own forged entries, which come before its proxy's,
+    are never taken. Empty: forwarding headers are ignored, so nobody can forge an address."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_are_addresses(cls, proxies: list[str]) -> list[str]:
+        for proxy in proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise ValueError(f"{proxy!r} is not an IP address or network") from None
+        return proxies
 
 
 class CacheSettings(BaseModel):

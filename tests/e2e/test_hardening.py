@@ -29,6 +29,7 @@ import psutil
 import pytest
 import yaml
 from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from auth.keys import generate_api_key, hash_api_key
 from tests.audio_decode import decode_audio
@@ -831,20 +832,24 @@ def per_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayPro
         yield process
 
 
+def connected_from(address: str, port: int) -> socket.socket:
+    """A connection to the gateway from ``address`` (any 127.0.0.0/8 address is this machine's)."""
+    sock = socket.socket()
+    sock.bind((address, 0))
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
 def test_one_address_holds_at_most_its_connections_and_others_are_served(per_address: GatewayProcess) -> None:
+    """The fourth connection from 127.0.0.2 is refused, whatever address its X-Forwarded-For claims (no proxy is
+    trusted here: a forged header gains nothing)."""
     held: list[socket.socket] = []
     try:
         for _ in range(3):  # idle connections from 127.0.0.2: its whole allowance
-            sock = socket.socket()
-            sock.bind(("127.0.0.2", 0))
-            sock.connect(("127.0.0.1", per_address.port))
-            held.append(sock)
+            held.append(connected_from("127.0.0.2", per_address.port))
         time.sleep(0.2)
-        extra = socket.socket()
-        extra.bind(("127.0.0.2", 0))
-        extra.connect(("127.0.0.1", per_address.port))
-        with extra:
-            extra.sendall(head("GET", "/healthz"))
+        with connected_from("127.0.0.2", per_address.port) as extra:
+            extra.sendall(head("GET", "/healthz", "X-Forwarded-For: 198.51.100.9"))
             answer = read_until_closed(extra, timeout_s=5)
         headers = assert_openai_error(answer, 429, "too_many_connections")
         assert headers["retry-after"] == "1"
@@ -857,3 +862,114 @@ def test_one_address_holds_at_most_its_connections_and_others_are_served(per_add
     time.sleep(0.2)
     with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=5) as again:
         assert again.get(f"{per_address.base_url}/healthz").status_code == 200  # closed ones no longer count
+
+
+def test_a_connection_over_its_address_s_cap_that_sends_nothing_is_dropped_within_a_second(
+    per_address: GatewayProcess,
+) -> None:
+    held = [connected_from("127.0.0.2", per_address.port) for _ in range(3)]
+    try:
+        time.sleep(0.2)
+        with connected_from("127.0.0.2", per_address.port) as silent:
+            started = time.monotonic()
+            assert read_until_closed(silent, timeout_s=5) == b""
+            assert time.monotonic() - started < 1.0 + 1.0
+    finally:
+        for sock in held:
+            sock.close()
+
+
+async def test_upgraded_websockets_count_against_their_address(per_address: GatewayProcess) -> None:
+    """Three realtime sessions from 127.0.0.2 are its whole allowance: one more connection from it, HTTP or
+    WebSocket, is refused with 429 until a session closes. Before: a WebSocket stopped counting once upgraded, so one
+    address could hold any number of sessions."""
+    url = per_address.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    async with contextlib.AsyncExitStack() as sessions:
+        held = []
+        for _ in range(3):
+            sock = await asyncio.to_thread(connected_from, "127.0.0.2", per_address.port)
+            held.append(await sessions.enter_async_context(connect(url, sock=sock)))
+            assert json.loads(await asyncio.wait_for(held[-1].recv(), 10))["type"] == "session.created"
+        _, answer = await asyncio.to_thread(exchange_from, "127.0.0.2", per_address.port, head("GET", "/healthz"))
+        assert_openai_error(answer, 429, "too_many_connections")
+        extra = await asyncio.to_thread(connected_from, "127.0.0.2", per_address.port)
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(url, sock=extra):
+                pass
+        assert refused.value.response.status_code == 429
+        await held.pop().close()
+        await asyncio.sleep(0.3)  # the server has seen the close
+        _, answer = await asyncio.to_thread(exchange_from, "127.0.0.2", per_address.port, head("GET", "/healthz"))
+        assert parse_response(answer)[0] == 200
+
+
+def exchange_from(address: str, port: int, data: bytes) -> tuple[float, bytes]:
+    """:func:`exchange`, from ``address``: the request is sent with ``Connection: close``."""
+    with connected_from(address, port) as sock:
+        started = time.monotonic()
+        sock.sendall(data.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1))
+        received = read_until_closed(sock, timeout_s=10)
+        return time.monotonic() - started, received
+
+
+# ---------------------------------------------------------------------------- behind a trusted reverse proxy
+@pytest.fixture(scope="module")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """127.0.0.1 plays the trusted proxy: what it forwards for (``X-Forwarded-For``) is the client."""
+    config = {
+        "server": {
+            "trusted_proxies": ["127.0.0.1"],
+            "max_connections_per_address": 2,
+        },
+        "auth": {"tenants": [{"name": "acme", "api_key_sha256": [hash_api_key(KEY)]}]},
+        "engines": {"tones": {"kind": "synthetic", "workers": 1}},
+        "aliases": {},
+    }
+    with GatewayProcess(config, tmp_path_factory.mktemp("proxied")) as process:
+        yield process
+
+
+def read_one_response(sock: socket.socket) -> bytes:
+    """One response with a Content-Length, leaving the connection open."""
+    sock.settimeout(10)
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += sock.recv(65536)
+    response_head, _, body = received.partition(b"\r\n\r\n")
+    length = int(parse_response(response_head + b"\r\n\r\n")[1]["content-length"])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return response_head + b"\r\n\r\n" + body
+
+
+def forwarded_healthz(forwarded_for: str) -> bytes:
+    return head("GET", "/healthz", f"X-Forwarded-For: {forwarded_for}")
+
+
+def test_behind_a_trusted_proxy_connections_count_against_the_forwarded_client(proxied: GatewayProcess) -> None:
+    """Two kept-alive proxy connections carrying 198.51.100.7's requests are its whole allowance: a third request
+    for it is refused, even with an address forged before the one its proxy added, while other clients behind the
+    same proxy are served. Before: a trusted proxy's connections were not counted per address at all."""
+    held = []
+    try:
+        for _ in range(2):
+            sock = socket.create_connection(("127.0.0.1", proxied.port))
+            sock.sendall(forwarded_healthz("198.51.100.7"))
+            assert read_one_response(sock).startswith(b"HTTP/1.1 200 OK")
+            held.append(sock)
+        for forwarded_for in ["198.51.100.7", "198.51.100.8, 198.51.100.7"]:  # the second: .7 forged .8 itself
+            _, answer = exchange(proxied.port, forwarded_healthz(forwarded_for))
+            assert_openai_error(answer, 429, "too_many_connections")
+        _, answer = exchange(
+            proxied.port, head("GET", "/healthz", "X-Forwarded-For: 198.51.100.8", "Connection: close")
+        )
+        assert parse_response(answer)[0] == 200
+        held.pop().close()
+        time.sleep(0.2)
+        _, answer = exchange(
+            proxied.port, head("GET", "/healthz", "X-Forwarded-For: 198.51.100.7", "Connection: close")
+        )
+        assert parse_response(answer)[0] == 200
+    finally:
+        for sock in held:
+            sock.close()

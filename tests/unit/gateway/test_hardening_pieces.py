@@ -17,6 +17,7 @@ from websockets.frames import Frame, Opcode
 
 from auth.settings import AuthSettings
 from gateway.cli.server import _one_line
+from gateway.http.client_address import ProxyTrust, address_key
 from gateway.http.connection_limits import ConnectionLimits
 from gateway.http.errors import EXCEPTION_HANDLERS, OpenAIError
 from gateway.http.json_depth import json_depth_exceeds, json_depth_middleware
@@ -155,3 +156,42 @@ def test_body_limits_come_from_the_settings_and_the_total_is_optional() -> None:
     assert limits.body_min_interval_bytes == 10240
     legacy = ConnectionLimits.from_settings(ServerSettings(body_timeout_s=30))  # a config from before still loads
     assert legacy.body_timeout_s == 30
+
+
+# ----------------------------------------------------------------------------------------------- client addresses
+@pytest.mark.parametrize(
+    ("host", "key"),
+    [
+        ("203.0.113.7", "203.0.113.7"),
+        ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:ffff::1", "2001:db8:1:2::/64"),  # the same host's next address: the same key
+        ("::ffff:203.0.113.7", "203.0.113.7"),
+        ("testclient", "testclient"),
+    ],
+)
+def test_a_client_counts_by_its_ipv4_address_or_its_ipv6_64(host: str, key: str) -> None:
+    assert address_key(host) == key
+
+
+@pytest.mark.parametrize(
+    ("x_forwarded_for", "client"),
+    [
+        ([b"198.51.100.7"], "198.51.100.7"),
+        ([b"198.51.100.8, 198.51.100.7"], "198.51.100.7"),  # the client forged the first entry; its proxy added .7
+        ([b"198.51.100.8", b"198.51.100.7, 10.0.0.5"], "198.51.100.7"),  # two headers, and a trusted inner proxy
+        ([b"198.51.100.7:4711"], "198.51.100.7"),
+        ([b"[2001:db8::1]:4711"], "2001:db8::1"),
+        ([b"10.0.0.4, 10.0.0.5"], None),  # every hop a trusted proxy: no client to count
+        ([], None),
+        ([b""], None),
+    ],
+)
+def test_the_forwarded_client_is_the_last_untrusted_hop(x_forwarded_for: list[bytes], client: str | None) -> None:
+    assert ProxyTrust(["10.0.0.0/8"]).forwarded_client(x_forwarded_for) == client
+
+
+def test_trusted_proxies_must_be_addresses_or_networks() -> None:
+    assert ServerSettings(trusted_proxies=["10.0.0.0/8", "127.0.0.1", "::1"]).trusted_proxies[0] == "10.0.0.0/8"
+    with pytest.raises(ValidationError) as raised:
+        Settings.model_validate({"server": {"trusted_proxies": ["*"]}})
+    assert _one_line(raised.value) == "server.trusted_proxies: '*' is not an IP address or network"
