@@ -95,6 +95,16 @@ class ServerSettings(BaseModel):
     take the connections everyone else needs. An IPv6 client counts by its /64 network (one host commonly holds a
     whole /64). A connection from one of ``trusted_proxies`` counts against the client its latest request was
     forwarded for (``X-Forwarded-For``), not against the proxy."""
+    max_auth_failures_per_address: int = Field(default=20, ge=1)
+    """Credentials (API keys, JWTs) one client address may present and have refused within ``auth_failure_window_s``.
+    Beyond it, a request or realtime socket from that address carrying a credential that has not authenticated on this
+    replica (the last 10,000 that did are remembered) gets 429 with ``Retry-After`` before any store lookup, so a flood
+    of guessed keys costs no Redis round trip; a tenant whose key has authenticated here (from anywhere) goes on being
+    served from the same address (a shared NAT), so a stranger's guesses do not lock it out. Requests without a
+    credential are not counted (a 401 for them costs nothing). The address is taken from ``X-Forwarded-For`` only by
+    ``trusted_proxies``'s rule."""
+    auth_failure_window_s: int = Field(default=60, ge=1)
+    """The moving window over which ``max_auth_failures_per_address`` counts refused credentials."""
     max_connections: int = Field(default=1000, ge=1)
     """Open connections (HTTP and WebSocket) the server holds. At the cap the oldest connection without a request in
     progress (idle, or still sending its head) is closed to make room; when every one is busy, the new connection gets

@@ -14,6 +14,7 @@ from litestar.exceptions import WebSocketDisconnect
 
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
+from gateway.http.credential_throttle import credential_throttle
 from gateway.http.errors import SERVER_ERROR, OpenAIError, as_openai_error
 from gateway.realtime.protocol import ProtocolError, SessionUpdate, error_event, parse_client_event
 from gateway.realtime.session import (
@@ -118,29 +119,36 @@ async def _authenticate(
     speech: SpeechService,
     settings: RealtimeSettings,
 ) -> tuple[Principal, SessionUpdate | None]:
-    """The caller, from the Authorization header, a ``?token=`` or else a token in the first message.
+    """The caller, from the Authorization header, a ``?token=`` or else a token in the first message; each through
+    the address's credential throttle (``gateway/http/credential_throttle.py``).
 
     Returns:
         The principal, and the first message when it was read for its token (to be handled as a session.update).
     """
-    authenticator = socket.app.state.services.authenticator
     header = socket.headers.get("authorization")
     if header is None and (token := socket.query_params.get("token")):
         header = f"Bearer {token}"
     try:
-        return await authenticator.authenticate(header), None
-    except _AUTH_ERRORS as exc:
+        return await _authenticated(socket, header), None  # without a header: anyone, when the gateway runs open
+    except _SessionRefusedError:
         if header is not None:
-            raise _SessionRefusedError(as_openai_error(exc), _POLICY_VIOLATION) from None
-    except AuthBackendError as exc:
-        raise _SessionRefusedError(as_openai_error(exc), _TRY_AGAIN_LATER) from None
-    first = await _first_message_within_cap(socket, settings)
+            raise
+    first = await _first_message_within_cap(socket, settings)  # a browser cannot set a header: it comes in a message
+    return await _authenticated(socket, f"Bearer {first.token}"), first.model_copy(update={"token": None})
+
+
+async def _authenticated(socket: WebSocket[Any, Any, Any], authorization: str | None) -> Principal:
+    state = socket.app.state
+    throttle = credential_throttle(state, state.settings.server)
+    client = socket.client.host if socket.client else None
     try:
-        return await authenticator.authenticate(f"Bearer {first.token}"), first.model_copy(update={"token": None})
+        return await throttle.authenticate(client, authorization, state.services.authenticator.authenticate)
     except _AUTH_ERRORS as exc:
         raise _SessionRefusedError(as_openai_error(exc), _POLICY_VIOLATION) from None
     except AuthBackendError as exc:
         raise _SessionRefusedError(as_openai_error(exc), _TRY_AGAIN_LATER) from None
+    except OpenAIError as throttled:  # the address is throttled for refused credentials: 429
+        raise _SessionRefusedError(throttled, _TRY_AGAIN_LATER) from None
 
 
 async def _first_message_within_cap(socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> SessionUpdate:

@@ -28,8 +28,9 @@ import httpx
 import psutil
 import pytest
 import yaml
+from redis import Redis
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from auth.keys import generate_api_key, hash_api_key
 from tests.audio_decode import decode_audio
@@ -920,6 +921,7 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
         "server": {
             "trusted_proxies": ["127.0.0.1"],
             "max_connections_per_address": 2,
+            "max_auth_failures_per_address": 5,
         },
         "auth": {"tenants": [{"name": "acme", "api_key_sha256": [hash_api_key(KEY)]}]},
         "engines": {"tones": {"kind": "synthetic", "workers": 1}},
@@ -973,3 +975,98 @@ def test_behind_a_trusted_proxy_connections_count_against_the_forwarded_client(p
     finally:
         for sock in held:
             sock.close()
+
+
+def models_statuses(gateway: GatewayProcess, keys: list[str], forwarded_for: str | None = None, **kw: Any) -> list[int]:
+    headers = {"x-forwarded-for": forwarded_for} if forwarded_for else {}
+    with httpx.Client(base_url=gateway.base_url, timeout=10, **kw) as client:
+        return [client.get("/v1/models", headers=headers | bearer(key)).status_code for key in keys]
+
+
+def test_behind_a_trusted_proxy_refused_credentials_throttle_the_forwarded_client_only(proxied: GatewayProcess) -> None:
+    guesses = [generate_api_key() for _ in range(8)]
+    assert models_statuses(proxied, guesses, "198.51.100.17") == [401] * 5 + [429] * 3
+    forged = models_statuses(proxied, guesses[:2], "198.51.100.18, 198.51.100.17")  # .17 forging .18: still .17
+    assert forged == [429, 429]
+    assert models_statuses(proxied, [guesses[0], KEY], "198.51.100.18") == [401, 200]  # another client of the proxy
+
+
+# --------------------------------------------------------------------------------- refused credentials
+FRESH_KEY = generate_api_key()  # valid, but never used before the test below: not proven
+
+
+@pytest.fixture(scope="module")
+def sentry_redis() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture(scope="module")
+def sentried(sentry_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """Keys in Redis, and at most five refused credentials per address and minute."""
+    config = {
+        "redis_url": sentry_redis.url,
+        "server": {"max_auth_failures_per_address": 5},
+        "auth": {"tenants": [{"name": "acme", "api_key_sha256": [hash_api_key(KEY), hash_api_key(FRESH_KEY)]}]},
+        "engines": {"tones": {"kind": "synthetic", "workers": 1}},
+        "aliases": {},
+    }
+    with GatewayProcess(config, tmp_path_factory.mktemp("sentried")) as process:
+        yield process
+
+
+def key_lookups(redis_server: RedisServer) -> int:
+    """HGETALL calls Redis has served: one per API key looked up (``RedisAuthStore.find_key``)."""
+    with Redis.from_url(redis_server.url) as redis:
+        stats: dict[str, Any] = redis.info("commandstats")
+    return int(stats.get("cmdstat_hgetall", {}).get("calls", 0))
+
+
+def throttle_stranger(gateway: GatewayProcess) -> None:
+    """Prove the tenant's key from 127.0.0.1, then present five guesses from 127.0.0.4."""
+    assert models_statuses(gateway, [KEY]) == [200]
+    stranger = httpx.HTTPTransport(local_address="127.0.0.4")
+    assert set(models_statuses(gateway, [generate_api_key() for _ in range(5)], transport=stranger)) <= {401, 429}
+
+
+def test_a_flood_of_guessed_keys_costs_no_lookup_and_locks_out_no_neighbour(
+    sentried: GatewayProcess, sentry_redis: RedisServer
+) -> None:
+    """From 127.0.0.4: five random keys are looked up and refused (401); the next fifty get 429 with
+    ``Retry-After`` without a single Redis lookup; the tenant behind the same address, whose key has authenticated on
+    this replica before, is still served, over HTTP and realtime; another address is not throttled. Before: every
+    guess cost a lookup and got 401, for ever. (A valid key never used on this replica waits, from that address, for
+    the ``Retry-After``: nothing tells it from a guess.)"""
+    stranger = {"transport": httpx.HTTPTransport(local_address="127.0.0.4")}
+    assert models_statuses(sentried, [KEY]) == [200]  # the tenant's key, proven from 127.0.0.1
+    before = key_lookups(sentry_redis)
+    assert models_statuses(sentried, [generate_api_key() for _ in range(5)], **stranger) == [401] * 5
+    assert key_lookups(sentry_redis) - before >= 5  # each was looked up: what the throttle spares below
+    before = key_lookups(sentry_redis)
+    with httpx.Client(base_url=sentried.base_url, timeout=10, **stranger) as client:
+        flood = [client.get("/v1/models", headers=bearer(generate_api_key())) for _ in range(50)]
+    assert key_lookups(sentry_redis) == before
+    assert {reply.status_code for reply in flood} == {429}
+    assert {reply.json()["error"]["code"] for reply in flood} == {"too_many_failed_authentications"}
+    assert all(1 <= int(reply.headers["retry-after"]) <= 60 for reply in flood)
+    assert models_statuses(sentried, [KEY, FRESH_KEY], **stranger) == [200, 429]
+    assert models_statuses(sentried, [generate_api_key(), FRESH_KEY]) == [401, 200]  # from 127.0.0.1
+
+
+async def test_a_throttled_address_s_realtime_sockets_need_a_proven_key(sentried: GatewayProcess) -> None:
+    """Continues the flood above: from 127.0.0.4 a socket with a guessed key is refused with 1013 and a 429 error
+    event, one with the tenant's proven key gets its session."""
+    url = sentried.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    await asyncio.to_thread(throttle_stranger, sentried)  # already throttled, unless this test runs alone
+    sock = await asyncio.to_thread(connected_from, "127.0.0.4", sentried.port)
+    async with connect(url, sock=sock, additional_headers=bearer(generate_api_key())) as refused:
+        error = json.loads(await asyncio.wait_for(refused.recv(), 10))
+        with pytest.raises(ConnectionClosed) as closed:
+            await refused.recv()
+    assert error["error"]["code"] == "too_many_failed_authentications" and error["error"]["type"] == "requests"
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+    sock = await asyncio.to_thread(connected_from, "127.0.0.4", sentried.port)
+    async with connect(url, sock=sock, additional_headers=bearer()) as served:
+        assert json.loads(await asyncio.wait_for(served.recv(), 10))["type"] == "session.created"

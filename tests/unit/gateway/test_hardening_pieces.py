@@ -1,5 +1,6 @@
-"""The pure pieces of the hardening (issue #14): JSON depth, log redaction, the admin token's validation and throttle,
-the connection cap's fit to the open-file limit, and the one-line configuration error."""
+"""The pure pieces of the hardening (issues #14 and #23): JSON depth, log redaction, the admin token's validation and
+throttle, the connection cap's fit to the open-file limit, the one-line configuration error, client addresses and the
+credential throttle."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ from litestar.testing import TestClient
 from pydantic import ValidationError
 from websockets.frames import Frame, Opcode
 
+from auth import Principal
+from auth.errors import InvalidCredentialsError
 from auth.settings import AuthSettings
+from auth.tenants import ANONYMOUS
 from gateway.cli.server import _one_line
 from gateway.http.client_address import ProxyTrust, address_key
 from gateway.http.connection_limits import ConnectionLimits
+from gateway.http.credential_throttle import CredentialThrottle
 from gateway.http.errors import EXCEPTION_HANDLERS, OpenAIError
 from gateway.http.json_depth import json_depth_exceeds, json_depth_middleware
 from gateway.http.security import ADMIN_FAILURES_PER_MINUTE, AdminThrottle
@@ -195,3 +200,67 @@ def test_trusted_proxies_must_be_addresses_or_networks() -> None:
     with pytest.raises(ValidationError) as raised:
         Settings.model_validate({"server": {"trusted_proxies": ["*"]}})
     assert _one_line(raised.value) == "server.trusted_proxies: '*' is not an IP address or network"
+
+
+# ------------------------------------------------------------------------------------------ credential throttle
+class _Store:
+    """An authenticate function over one valid key, counting its lookups (what the throttle must spare)."""
+
+    def __init__(self, *valid: str) -> None:
+        self.valid = {f"Bearer {key}" for key in valid}
+        self.lookups = 0
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        if authorization is None:
+            raise InvalidCredentialsError("no key")
+        self.lookups += 1
+        if authorization not in self.valid:
+            raise InvalidCredentialsError("wrong key")
+        return Principal(ANONYMOUS, "key:k")
+
+
+async def _attempt(throttle: CredentialThrottle, store: _Store, client: str, authorization: str | None) -> int:
+    try:
+        await throttle.authenticate(client, authorization, store.authenticate)
+    except InvalidCredentialsError:
+        return 401
+    except OpenAIError as error:
+        throttled = error
+    else:
+        return 200
+    assert throttled.code == "too_many_failed_authentications" and 1 <= int(throttled.headers["Retry-After"]) <= 60
+    return throttled.status_code
+
+
+async def test_past_the_bound_an_address_s_unproven_credentials_are_refused_without_a_lookup() -> None:
+    store, throttle = _Store("sk-tenant", "sk-fresh"), CredentialThrottle(failures=5, window_s=60)
+    assert await _attempt(throttle, store, "10.0.0.1", "Bearer sk-tenant") == 200  # proven (from any address)
+    assert [await _attempt(throttle, store, "10.0.0.2", f"Bearer sk-guess-{n}") for n in range(5)] == [401] * 5
+    lookups = store.lookups
+    assert [await _attempt(throttle, store, "10.0.0.2", f"Bearer sk-guess-{n}") for n in range(50)] == [429] * 50
+    assert store.lookups == lookups  # the flood cost no lookup
+    assert await _attempt(throttle, store, "10.0.0.2", "Bearer sk-tenant") == 200  # the neighbour behind the NAT
+    assert await _attempt(throttle, store, "10.0.0.2", "Bearer sk-fresh") == 429  # never proven here: it waits
+    assert await _attempt(throttle, store, "10.0.0.3", "Bearer sk-fresh") == 200  # another address is not throttled
+    assert await _attempt(throttle, store, "10.0.0.2", None) == 401  # no credential: nothing to throttle
+
+
+async def test_requests_without_a_credential_are_not_counted() -> None:
+    store, throttle = _Store("sk-tenant"), CredentialThrottle(failures=2, window_s=60)
+    assert [await _attempt(throttle, store, "10.0.0.1", header) for header in [None, "", "  "] * 5] == [401] * 15
+    assert await _attempt(throttle, store, "10.0.0.1", "Bearer sk-tenant") == 200
+
+
+async def test_an_ipv6_client_cannot_dodge_the_throttle_with_fresh_addresses() -> None:
+    store, throttle = _Store(), CredentialThrottle(failures=3, window_s=60)
+    statuses = [await _attempt(throttle, store, f"2001:db8::{n:x}", f"Bearer sk-guess-{n}") for n in range(1, 9)]
+    assert statuses == [401] * 3 + [429] * 5
+
+
+async def test_the_proven_credentials_are_bounded() -> None:
+    store = _Store(*(f"sk-{n}" for n in range(4)))
+    throttle = CredentialThrottle(failures=1, window_s=60, proven_capacity=3)
+    for n in range(4):  # sk-0 is the least recently used: forgotten
+        assert await _attempt(throttle, store, "10.0.0.1", f"Bearer sk-{n}") == 200
+    assert await _attempt(throttle, store, "10.0.0.2", "Bearer sk-guess") == 401
+    assert [await _attempt(throttle, store, "10.0.0.2", f"Bearer sk-{n}") for n in range(4)] == [429, 200, 200, 200]
