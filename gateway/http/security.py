@@ -88,10 +88,11 @@ def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHa
 
     Failed attempts are logged (never the token) and throttled per client address (the scope's client: the peer's,
     or the one a trusted proxy forwarded for, ``server.trusted_proxies``): after :data:`ADMIN_FAILURES_PER_MINUTE`
-    failures, every admin request from that address gets 429 until the oldest leaves the minute, a right token
+    tokens refused, every admin request from that address gets 429 until the oldest leaves the minute, a right token
     included, or guessing would go on at full speed (whatever answers a right token while the wrong ones get 429
     tells a guesser when it has guessed). So a stranger locks out only its own address: the admin is locked out only
-    by a caller that shares its address (then reach the admin API from another, see ``docs/configuration.md``).
+    by a caller that shares its address (then reach the admin API from another, see ``docs/configuration.md``). A
+    request without a token is refused but not counted: it guesses nothing.
     """
     token = connection.app.state.settings.auth.admin_token
     if token is None:
@@ -101,7 +102,10 @@ def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHa
     throttle.check(client)
     scheme, _space, presented = connection.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not presented.strip():
-        throttle.failed(client, "missing" if not scheme else "not_bearer", connection.url.path)
+        if scheme:
+            throttle.failed(client, "not_bearer", connection.url.path)
+        else:
+            throttle.not_presented(client, connection.url.path)
         raise OpenAIError(
             HTTP_401_UNAUTHORIZED, "The admin API needs 'Authorization: Bearer <admin token>'.", code="invalid_api_key"
         )
@@ -147,6 +151,14 @@ class AdminThrottle:
             client,
             f"; throttled for {self._failures.retry_after_s(key)} s" if throttled else "",
             extra={"record": {"client": client, "reason": reason, "path": path, "throttled": throttled}},
+        )
+
+    def not_presented(self, client: str, path: str) -> None:
+        """Log a request without a token as a warning, without counting it (it guesses nothing)."""
+        logger.warning(
+            "admin request without a token from %s",
+            client,
+            extra={"record": {"client": client, "reason": "missing", "path": path, "throttled": False}},
         )
 
 

@@ -743,6 +743,18 @@ def test_failed_admin_attempts_are_throttled_per_address_and_logged_without_the_
     assert wrong not in administered.log() and ADMIN_TOKEN not in administered.log()
 
 
+def test_admin_requests_without_a_token_are_refused_but_never_throttle_the_admin(administered: GatewayProcess) -> None:
+    """Before: a request without any Authorization header counted as a failed attempt, so a monitor or crawler
+    sharing the admin's address (it guesses nothing) locked the admin out after ten requests."""
+    with httpx.Client(
+        base_url=administered.base_url, timeout=5, transport=httpx.HTTPTransport(local_address="127.0.0.6")
+    ) as shared:
+        statuses = [shared.get("/admin/tenants").status_code for _ in range(3 * 10)]
+        admin = shared.get("/admin/tenants", headers=bearer(ADMIN_TOKEN))
+    assert statuses == [401] * 30
+    assert admin.status_code == 200
+
+
 # ------------------------------------------------------------------------------------------- forwarded addresses
 def proxied_config(trusted_proxies: list[str]) -> dict[str, Any]:
     return {

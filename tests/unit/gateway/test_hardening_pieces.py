@@ -264,3 +264,11 @@ async def test_the_proven_credentials_are_bounded() -> None:
         assert await _attempt(throttle, store, "10.0.0.1", f"Bearer sk-{n}") == 200
     assert await _attempt(throttle, store, "10.0.0.2", "Bearer sk-guess") == 401
     assert [await _attempt(throttle, store, "10.0.0.2", f"Bearer sk-{n}") for n in range(4)] == [429, 200, 200, 200]
+
+
+def test_a_request_without_an_admin_token_is_refused_but_not_counted() -> None:
+    throttle = AdminThrottle()
+    for _ in range(3 * ADMIN_FAILURES_PER_MINUTE):
+        throttle.check("10.0.0.1")
+        throttle.not_presented("10.0.0.1", "/admin/tenants")
+    throttle.check("10.0.0.1")
