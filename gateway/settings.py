@@ -171,6 +171,10 @@ class RealtimeSettings(BaseModel):
     """Sockets that may wait at once for their first message's credentials (browsers cannot send a header); one more
     is refused at once (close code 1013, try again later), so sockets that never authenticate cannot hold the
     connections callers with credentials need. Credentials in the ``Authorization`` header never wait."""
+    max_unauthenticated_per_address: int = Field(default=4, ge=0)
+    """Of ``max_unauthenticated``, the sockets one client address may have waiting at once (an IPv6 client counts by
+    its /64); one more from it is refused the same way, so one address cannot take every waiting place and shut the
+    browsers of everyone else out."""
     idle_timeout_s: float = Field(default=300.0, gt=0)
     """A session with no client event and nothing to speak for this long is closed, freeing its stream lease."""
 

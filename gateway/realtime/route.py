@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import Counter
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ from litestar.exceptions import WebSocketDisconnect
 
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
+from gateway.http.client_address import address_key
 from gateway.http.credential_throttle import credential_throttle
 from gateway.http.errors import SERVER_ERROR, OpenAIError, as_openai_error
 from gateway.realtime.protocol import ProtocolError, SessionUpdate, error_event, parse_client_event
@@ -152,9 +154,11 @@ async def _authenticated(socket: WebSocket[Any, Any, Any], authorization: str | 
 
 
 async def _first_message_within_cap(socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> SessionUpdate:
-    """The first message, if fewer than ``max_unauthenticated`` sockets wait for theirs (else refused at once)."""
+    """The first message, if fewer than ``max_unauthenticated`` sockets wait for theirs, and fewer than
+    ``max_unauthenticated_per_address`` from this socket's address (else refused at once)."""
     waiting = _unauthenticated(socket.app.state)
-    if waiting[0] >= settings.max_unauthenticated:
+    address = address_key(socket.client.host if socket.client else "unknown")
+    if waiting.total() >= settings.max_unauthenticated or waiting[address] >= settings.max_unauthenticated_per_address:
         busy = OpenAIError(
             503,
             "Too many connections are waiting to authenticate: send the credentials in the Authorization header, "
@@ -163,18 +167,20 @@ async def _first_message_within_cap(socket: WebSocket[Any, Any, Any], settings: 
             code="too_many_connections",
         )
         raise _SessionRefusedError(busy, _TRY_AGAIN_LATER)
-    waiting[0] += 1
+    waiting[address] += 1
     try:
         return await _first_message(socket, settings.auth_timeout_s)
     finally:
-        waiting[0] -= 1
+        waiting[address] -= 1
+        if waiting[address] <= 0:
+            del waiting[address]
 
 
-def _unauthenticated(state: State) -> list[int]:
-    """The app's count of sockets waiting for their first message's credentials (one cell, shared by sessions)."""
+def _unauthenticated(state: State) -> Counter[str]:
+    """The app's sockets waiting for their first message's credentials, per client address (shared by sessions)."""
     if "realtime_unauthenticated" not in state:
-        state["realtime_unauthenticated"] = [0]
-    waiting: list[int] = state["realtime_unauthenticated"]
+        state["realtime_unauthenticated"] = Counter()
+    waiting: Counter[str] = state["realtime_unauthenticated"]
     return waiting
 
 

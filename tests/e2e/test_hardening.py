@@ -1082,3 +1082,26 @@ async def test_a_throttled_address_s_realtime_sockets_need_a_proven_key(sentried
     sock = await asyncio.to_thread(connected_from, "127.0.0.4", sentried.port)
     async with connect(url, sock=sock, additional_headers=bearer()) as served:
         assert json.loads(await asyncio.wait_for(served.recv(), 10))["type"] == "session.created"
+
+
+async def test_one_address_cannot_take_every_place_of_sockets_awaiting_credentials(sentried: GatewayProcess) -> None:
+    """Four sockets from 127.0.0.7 wait for their first message's credentials: its share of the waiting places. A
+    fifth from it is refused at once (1013); a browser at another address still gets its place. Before: one address
+    could take all of ``realtime.max_unauthenticated`` (32) and shut every browser out."""
+    url = sentried.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    async with contextlib.AsyncExitStack() as held:
+        for _ in range(4):
+            sock = await asyncio.to_thread(connected_from, "127.0.0.7", sentried.port)
+            await held.enter_async_context(connect(url, sock=sock))
+        await asyncio.sleep(0.3)  # all four are waiting for their first message
+        sock = await asyncio.to_thread(connected_from, "127.0.0.7", sentried.port)
+        async with connect(url, sock=sock) as fifth:
+            error = json.loads(await asyncio.wait_for(fifth.recv(), 1))  # at once, not after auth_timeout_s
+            with pytest.raises(ConnectionClosed) as closed:
+                await fifth.recv()
+        assert error["error"]["code"] == "too_many_connections"
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+        sock = await asyncio.to_thread(connected_from, "127.0.0.8", sentried.port)
+        async with connect(url, sock=sock) as browser:
+            await browser.send(json.dumps({"type": "session.update", "token": KEY}))
+            assert json.loads(await asyncio.wait_for(browser.recv(), 10))["type"] == "session.created"
