@@ -1081,11 +1081,11 @@ def throttle_stranger(gateway: GatewayProcess) -> None:
 def test_a_flood_of_guessed_keys_costs_no_lookup_and_locks_out_no_neighbour(
     sentried: GatewayProcess, sentry_redis: RedisServer
 ) -> None:
-    """From 127.0.0.4: five random keys are looked up and refused (401); the next fifty get 429 with
-    ``Retry-After`` without a single Redis lookup; the tenant behind the same address, whose key has authenticated on
-    this replica before, is still served, over HTTP and realtime; another address is not throttled. Before: every
-    guess cost a lookup and got 401, for ever. (A valid key never used on this replica waits, from that address, for
-    the ``Retry-After``: nothing tells it from a guess.)"""
+    """From 127.0.0.4: five random keys are looked up and refused (401); the next fifty, each with a forged
+    ``X-Forwarded-For`` (no proxy is trusted: it gains nothing), get 429 with ``Retry-After`` without a single Redis
+    lookup; the tenant behind the same address, whose key has authenticated on this replica before, is still served;
+    another address is not throttled. Before: every guess cost a lookup and got 401, for ever. (A valid key never
+    used on this replica waits, from that address, for the ``Retry-After``: nothing tells it from a guess.)"""
     stranger = {"transport": httpx.HTTPTransport(local_address="127.0.0.4")}
     assert models_statuses(sentried, [KEY]) == [200]  # the tenant's key, proven from 127.0.0.1
     before = key_lookups(sentry_redis)
@@ -1093,7 +1093,8 @@ def test_a_flood_of_guessed_keys_costs_no_lookup_and_locks_out_no_neighbour(
     assert key_lookups(sentry_redis) - before >= 5  # each was looked up: what the throttle spares below
     before = key_lookups(sentry_redis)
     with httpx.Client(base_url=sentried.base_url, timeout=10, **stranger) as client:
-        flood = [client.get("/v1/models", headers=bearer(generate_api_key())) for _ in range(50)]
+        forged = [{"x-forwarded-for": f"198.51.100.{n}"} for n in range(1, 51)]  # no proxy is trusted: ignored
+        flood = [client.get("/v1/models", headers=bearer(generate_api_key()) | claimed) for claimed in forged]
     assert key_lookups(sentry_redis) == before
     assert {reply.status_code for reply in flood} == {429}
     assert {reply.json()["error"]["code"] for reply in flood} == {"too_many_failed_authentications"}
