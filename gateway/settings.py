@@ -9,10 +9,11 @@ Every field is documented in ``docs/configuration.md``; keep the two in step.
 from __future__ import annotations
 
 import copy
+import ipaddress
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from auth.settings import AuthSettings, LimitsSettings
@@ -72,15 +73,38 @@ class ServerSettings(BaseModel):
     header_timeout_s: float = Field(default=10.0, gt=0)
     """Time a connection has to deliver a complete request head, from its first byte (or, on a new connection, from
     the connect); then 408 and the connection is closed. Idle and slow ("slowloris") sockets cannot pile up."""
-    body_timeout_s: float = Field(default=30.0, gt=0)
-    """Time a request has to deliver its whole body once its head is in; then 408 and the connection is closed."""
+    body_min_rate_bytes_per_s: int = Field(default=1024, ge=1)
+    """Least rate a request body must keep arriving at, measured over each ``body_rate_interval_s`` from the end of its
+    head: an interval that brings fewer than this rate times its length (and does not end the body) gets 408 and the
+    connection is closed. A body dripped a byte at a time ("slow POST") is cut after one interval, while a large body
+    on a slow but honest link takes as long as it needs. An interval in which the server itself is not reading (the
+    application has not asked for the body yet: ``Expect: 100-continue``, or its buffer is full) is not counted."""
+    body_rate_interval_s: float = Field(default=10.0, gt=0)
+    """The interval over which ``body_min_rate_bytes_per_s`` is measured; the first one is the body's grace for its
+    first bytes. Shorter cuts a dripping body sooner; longer forgives a link that stalls for a while and catches up."""
+    body_timeout_s: float | None = Field(default=None, gt=0)
+    """Optional bound on the whole body's time, however fast it arrives: then 408 and the connection is closed.
+    ``None`` (the default): no bound but the minimum rate, which holds a body's time to its size over
+    ``body_min_rate_bytes_per_s`` and one interval, so a 10 MiB voice sample on a slow link is not cut at an arbitrary
+    total. (Before the minimum rate this was the only body deadline, 30 s: configurations that set it keep it.)"""
     keep_alive_timeout_s: int = Field(default=5, ge=1)
     """An idle keep-alive connection (between requests) is closed after this long."""
     max_connections_per_address: int = Field(default=256, ge=1)
-    """Open HTTP connections one client address may hold (a WebSocket stops counting once upgraded: see
-    ``realtime.max_unauthenticated``); one more gets 429 with ``Retry-After`` as soon as it sends its request, so one
-    address cannot take the connections everyone else needs. Connections from ``trusted_proxies`` are not capped per
-    address (they carry many clients)."""
+    """Open connections one client address may hold, HTTP and realtime WebSockets alike (an upgraded WebSocket counts
+    until it closes); one more gets 429 with ``Retry-After`` as soon as it sends its request, so one address cannot
+    take the connections everyone else needs. An IPv6 client counts by its /64 network (one host commonly holds a
+    whole /64). A connection from one of ``trusted_proxies`` counts against the client its latest request was
+    forwarded for (``X-Forwarded-For``), not against the proxy."""
+    max_auth_failures_per_address: int = Field(default=20, ge=1)
+    """Credentials (API keys, JWTs) one client address may present and have refused within ``auth_failure_window_s``.
+    Beyond it, a request or realtime socket from that address carrying a credential that has not authenticated on this
+    replica (the last 10,000 that did are remembered) gets 429 with ``Retry-After`` before any store lookup, so a flood
+    of guessed keys costs no Redis round trip; a tenant whose key has authenticated here (from anywhere) goes on being
+    served from the same address (a shared NAT), so a stranger's guesses do not lock it out. Requests without a
+    credential are not counted (a 401 for them costs nothing). The address is taken from ``X-Forwarded-For`` only by
+    ``trusted_proxies``'s rule."""
+    auth_failure_window_s: int = Field(default=60, ge=1)
+    """The moving window over which ``max_auth_failures_per_address`` counts refused credentials."""
     max_connections: int = Field(default=1000, ge=1)
     """Open connections (HTTP and WebSocket) the server holds. At the cap the oldest connection without a request in
     progress (idle, or still sending its head) is closed to make room; when every one is busy, the new connection gets
@@ -89,8 +113,20 @@ class ServerSettings(BaseModel):
     """Deepest nesting of arrays and objects in a JSON request body; deeper bodies get 400."""
     trusted_proxies: list[str] = Field(default_factory=list)
     """Addresses or networks (``10.0.0.0/8``) of the reverse proxies in front of the gateway: only for a connection
-    from one of them are ``X-Forwarded-For`` and ``X-Forwarded-Proto`` believed, and the client's address (the admin
-    throttle's, the logs') taken from them. Empty: forwarding headers are ignored, so nobody can forge an address."""
+    from one of them are ``X-Forwarded-For`` and ``X-Forwarded-Proto`` believed, and the client's address (what every
+    per-address limit counts under, the admin throttle's, the logs') taken from them: the last address in
+    ``X-Forwarded-For`` that is not a trusted proxy's, so a client's own forged entries, which come before its proxy's,
+    are never taken. Empty: forwarding headers are ignored, so nobody can forge an address."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_are_addresses(cls, proxies: list[str]) -> list[str]:
+        for proxy in proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise ValueError(f"{proxy!r} is not an IP address or network") from None
+        return proxies
 
 
 class CacheSettings(BaseModel):
@@ -146,6 +182,10 @@ class RealtimeSettings(BaseModel):
     """Sockets that may wait at once for their first message's credentials (browsers cannot send a header); one more
     is refused at once (close code 1013, try again later), so sockets that never authenticate cannot hold the
     connections callers with credentials need. Credentials in the ``Authorization`` header never wait."""
+    max_unauthenticated_per_address: int = Field(default=4, ge=0)
+    """Of ``max_unauthenticated``, the sockets one client address may have waiting at once (an IPv6 client counts by
+    its /64); one more from it is refused the same way, so one address cannot take every waiting place and shut the
+    browsers of everyone else out."""
     idle_timeout_s: float = Field(default=300.0, gt=0)
     """A session with no client event and nothing to speak for this long is closed, freeing its stream lease."""
 

@@ -8,10 +8,13 @@ files and the server stops answering ``/healthz``. :class:`GuardedHttpToolsProto
 
 - request heads larger than ``max_header_bytes`` or with more than ``max_headers`` lines: 431;
 - a head not complete ``header_timeout_s`` after the connect (or after its first byte, on a kept-alive
-  connection): 408 (closed silently when nothing was sent at all); a body not complete ``body_timeout_s`` after its
-  head: 408, and the application sees the client go away;
-- at most ``max_connections_per_address`` open connections from one client address (but from ``trusted_proxies``):
-  one more gets a 429 with ``Retry-After`` as soon as it sends its request;
+  connection): 408 (closed silently when nothing was sent at all);
+- a body that arrives slower than ``body_min_rate_bytes_per_s`` over an interval of ``body_rate_interval_s`` (the
+  server reading all the while), or, when ``body_timeout_s`` is set, is not complete that long after its head: 408,
+  and the application sees the client go away;
+- at most ``max_connections_per_address`` open connections, HTTP and upgraded WebSockets alike, from one client
+  address (``gateway/http/client_address.py``: a connection from a trusted proxy counts against the client its latest
+  request was forwarded for): one more gets a 429 with ``Retry-After`` as soon as it sends its request;
 - at most ``max_connections`` open connections: at the cap the oldest connection that holds no request in progress
   (idle, or still sending its head) is closed to make room, as nginx reuses its idle keep-alive connections; when
   every connection is busy, the new one gets a 503 with ``Retry-After`` as soon as it sends its request;
@@ -26,23 +29,26 @@ Every refusal carries OpenAI's error body and closes the connection.
 
 from __future__ import annotations
 
-import ipaddress
+import asyncio
+import functools
 import json
 import logging
 import math
 import resource
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from gateway.http.client_address import ProxyTrust, address_key
 from gateway.http.errors import INVALID_REQUEST, SERVER_ERROR, error_body
 
 if TYPE_CHECKING:
-    import asyncio
     from collections.abc import Callable
+
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
     from gateway.settings import ServerSettings
 
@@ -65,10 +71,12 @@ class ConnectionLimits:
     max_header_bytes: int
     max_headers: int
     header_timeout_s: float
-    body_timeout_s: float
     max_connections: int
+    body_min_rate_bytes_per_s: int = 1
+    body_rate_interval_s: float = 10.0
+    body_timeout_s: float | None = None
     max_connections_per_address: int = 1 << 30
-    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    proxies: ProxyTrust = field(default_factory=lambda: ProxyTrust(()))
 
     @classmethod
     def from_settings(cls, server: ServerSettings) -> ConnectionLimits:
@@ -77,22 +85,18 @@ class ConnectionLimits:
             max_header_bytes=server.max_header_bytes,
             max_headers=server.max_headers,
             header_timeout_s=server.header_timeout_s,
-            body_timeout_s=server.body_timeout_s,
             max_connections=_fit_open_file_limit(server.max_connections),
+            body_min_rate_bytes_per_s=server.body_min_rate_bytes_per_s,
+            body_rate_interval_s=server.body_rate_interval_s,
+            body_timeout_s=server.body_timeout_s,
             max_connections_per_address=server.max_connections_per_address,
-            trusted_proxies=tuple(ipaddress.ip_network(proxy, strict=False) for proxy in server.trusted_proxies),
+            proxies=ProxyTrust(server.trusted_proxies),
         )
 
-    def caps_address(self, address: str | None) -> bool:
-        """Whether connections from ``address`` count against ``max_connections_per_address`` (not a trusted
-        proxy's, which carry many clients; not a Unix socket's, which has no address)."""
-        if address is None:
-            return False
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return False
-        return not any(ip in network for network in self.trusted_proxies)
+    @property
+    def body_min_interval_bytes(self) -> float:
+        """What a body must bring in each interval (unless it ends in it)."""
+        return self.body_min_rate_bytes_per_s * self.body_rate_interval_s
 
 
 def _fit_open_file_limit(max_connections: int) -> int:
@@ -169,6 +173,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.ws_protocol_class is not None:  # an upgraded WebSocket keeps its address's count until it closes
+            self.ws_protocol_class = _releasing_address_on_close(self.ws_protocol_class)
         self._deadline: asyncio.TimerHandle | None = None
         self._receiving_head = True  # from the connect, or a request's first byte, until its headers are complete
         self._head_bytes = 0  # bytes received while a head is incomplete: bounds what an endless header buffers
@@ -178,21 +184,25 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._transfer_encoding = False
         self._over_capacity = False
         self._address: str | None = None
-        """The client address this connection counts against (``None``: not counted per address)."""
+        """The client address key this connection counts against (``None``: not counted per address)."""
         self._over_address_cap = False
+        self._from_proxy = False
+        """Whether the peer is a trusted proxy: the connection counts against the client each request is for."""
+        self._body_interval_bytes = 0
+        self._body_interval_excused = False
+        """Whether the server stopped reading the body during the interval (then the client is not to blame)."""
+        self._body_due: float | None = None
 
     # Connection life
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if self.limits.caps_address(address := _peer_address(transport)):
-            assert address is not None
-            if self.per_address[address] >= self.limits.max_connections_per_address:
-                self._over_address_cap = True
-                self._arm(_OVER_CAPACITY_GRACE_S, self.transport.close)
-                return
-            self._address = address
-            self.per_address[address] += 1
+        peer = _peer_address(transport)  # None: a Unix socket's, which has no address
+        self._from_proxy = peer is not None and self.limits.proxies.trusts(peer)
+        if peer is not None and not self._from_proxy and not self._count_address(address_key(peer)):
+            self._over_address_cap = True
+            self._arm(_OVER_CAPACITY_GRACE_S, self.transport.close)
+            return
         if len(self.connections) > self.limits.max_connections and not self.reclaimable.reclaim_oldest():
             self._over_capacity = True
             self._arm(_OVER_CAPACITY_GRACE_S, self.transport.close)
@@ -206,12 +216,30 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._uncount_address()
         super().connection_lost(exc)
 
+    def _count_address(self, key: str) -> bool:
+        """Count this connection against ``key``; False (and not counted) when that address is at its cap."""
+        if self.per_address[key] >= self.limits.max_connections_per_address:
+            return False
+        self.per_address[key] += 1
+        self._address = key
+        return True
+
     def _uncount_address(self) -> None:
         if self._address is not None:
-            self.per_address[self._address] -= 1
-            if self.per_address[self._address] <= 0:
-                del self.per_address[self._address]
+            _release_address(self.per_address, self._address)
             self._address = None
+
+    def _count_forwarded_client(self) -> None:
+        """On a trusted proxy's connection, count it against the client this request is forwarded for (instead of
+        the one its previous request was for)."""
+        forwarded = (value for name, value in self.headers if name == b"x-forwarded-for")
+        client = self.limits.proxies.forwarded_client(forwarded)
+        key = None if client is None else address_key(client)
+        if key == self._address:
+            return
+        self._uncount_address()
+        if key is not None and not self._count_address(key):
+            raise _too_many_from_address()
 
     def reclaim(self) -> None:
         """Close this connection (it has no request in progress) to make room for a new one."""
@@ -221,22 +249,24 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def handle_websocket_upgrade(self) -> None:
         self._disarm()  # the WebSocket protocol takes the connection over, with its own timeouts
         self.reclaimable.discard(self)
-        self._uncount_address()  # this protocol's connection_lost is never called once the WebSocket has it
         super().handle_websocket_upgrade()
+        # This protocol's connection_lost is never called once the WebSocket has the transport: the WebSocket
+        # protocol releases the address's count when its connection is lost (a connection lost meanwhile is only
+        # reported on the next turn of the loop, to the transport's protocol by then).
+        if self._address is not None:
+            release = functools.partial(_release_address, self.per_address, self._address)
+            self._address = None
+            websocket = self.transport.get_protocol()
+            if isinstance(websocket, _ReleasesAddressOnClose):
+                websocket.release_address = release
+            else:
+                release()
 
     # Parsing
 
     def data_received(self, data: bytes) -> None:
         if self._over_address_cap:
-            self._refuse(
-                _Refusal(
-                    429,
-                    "Too many open connections from your address; close some or retry soon.",
-                    "too_many_connections",
-                    kind="requests",  # as OpenAI names the exhausted budget of a 429
-                    retry_after_s=1,
-                )
-            )
+            self._refuse(_too_many_from_address())
             return
         if self._over_capacity:
             self._refuse_over_capacity()
@@ -294,13 +324,20 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._check_conformance()
+        if self._from_proxy:
+            self._count_forwarded_client()
         self._receiving_head = False
         self._head_bytes = 0
         self.reclaimable.discard(self)
         self._disarm()
         super().on_headers_complete()
         if not self.parser.should_upgrade():
-            self._arm(self.limits.body_timeout_s, self._body_timed_out)
+            self._watch_body()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_interval_bytes += len(body)
+        super().on_body(body)
+        self._body_interval_excused |= self.flow.read_paused  # the application's buffer is full: uvicorn stops reading
 
     def on_message_complete(self) -> None:
         self._disarm()
@@ -356,14 +393,57 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._refuse(_Refusal(408, "The request headers did not arrive in time.", "request_timeout"))
 
+    # The body's deadlines: an interval at a time, and the optional total (``body_timeout_s``).
+
+    def _watch_body(self) -> None:
+        timeout_s = self.limits.body_timeout_s
+        self._body_due = None if timeout_s is None else self.loop.time() + timeout_s
+        self._start_body_interval()
+
+    def _start_body_interval(self) -> None:
+        self._body_interval_bytes = 0
+        self._body_interval_excused = self._server_not_reading()
+        interval_s = self.limits.body_rate_interval_s
+        if self._body_due is not None and (left_s := self._body_due - self.loop.time()) <= interval_s:
+            self._arm(max(left_s, 0.0), self._body_timed_out)
+        else:
+            self._arm(interval_s, self._body_interval_ended)
+
+    def _server_not_reading(self) -> bool:
+        """Whether the client cannot send the body now: the application has not asked for it yet (the client waits
+        for ``100 Continue``), or uvicorn stopped reading (the application's buffer is full, or the request waits
+        behind a pipelined one)."""
+        cycle = self.cycle
+        return self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue)
+
+    def _body_interval_ended(self) -> None:
+        self._deadline = None
+        if (cycle := self._awaiting_body()) is None:
+            return
+        excused = self._body_interval_excused or self._server_not_reading()
+        if not excused and self._body_interval_bytes < self.limits.body_min_interval_bytes:
+            rate = self.limits.body_min_rate_bytes_per_s
+            self._refuse_body(cycle, f"The request body arrived slower than {rate} bytes per second.")
+        else:
+            self._start_body_interval()
+
     def _body_timed_out(self) -> None:
         self._deadline = None
+        if (cycle := self._awaiting_body()) is not None:
+            self._refuse_body(cycle, "The request body did not arrive in time.")
+
+    def _awaiting_body(self) -> RequestResponseCycle | None:
         cycle = self.cycle
-        if cycle is None or not cycle.more_body or cycle.disconnected:
+        return None if cycle is None or not cycle.more_body or cycle.disconnected else cycle
+
+    def _refuse_body(self, cycle: RequestResponseCycle, message: str) -> None:
+        if cycle.response_complete:  # answered already; uvicorn drops what still comes, but not at any rate
+            self._disarm()
+            self.transport.close()
             return
         # The application waits for the rest of the body: _refuse tells it the client went away (uvicorn then drops
         # what it still sends), and answers 408 unless its response has begun.
-        self._refuse(_Refusal(408, "The request body did not arrive in time.", "request_timeout"))
+        self._refuse(_Refusal(408, message, "request_timeout"))
 
     def _refuse_over_capacity(self) -> None:
         self.reclaimable.note_refusal(self.loop.time(), len(self.connections) - 1)
@@ -398,6 +478,47 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             head.append(b"retry-after: %d\r\n" % refusal.retry_after_s)
         self.transport.write(b"".join([*head, b"\r\n", body]))
         self.transport.close()
+
+
+def _too_many_from_address() -> _Refusal:
+    return _Refusal(
+        429,
+        "Too many open connections from your address; close some or retry soon.",
+        "too_many_connections",
+        kind="requests",  # as OpenAI names the exhausted budget of a 429
+        retry_after_s=1,
+    )
+
+
+def _release_address(per_address: Counter[str], key: str) -> None:
+    per_address[key] -= 1
+    if per_address[key] <= 0:
+        del per_address[key]
+
+
+class _ReleasesAddressOnClose(asyncio.Protocol):
+    """Mixed into the WebSocket protocol: once its connection is lost, the address's count it took over goes."""
+
+    release_address: Callable[[], None] | None = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        try:
+            super().connection_lost(exc)
+        finally:
+            if (release := self.release_address) is not None:
+                self.release_address = None
+                release()
+
+
+_RELEASING_CLASSES: dict[type[asyncio.Protocol], type[asyncio.Protocol]] = {}
+
+
+def _releasing_address_on_close(websocket_protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+    """uvicorn's WebSocket protocol class with :class:`_ReleasesAddressOnClose` mixed in (made once)."""
+    if (mixed := _RELEASING_CLASSES.get(websocket_protocol)) is None:
+        mixed = type(websocket_protocol.__name__, (_ReleasesAddressOnClose, websocket_protocol), {})
+        _RELEASING_CLASSES[websocket_protocol] = mixed
+    return mixed
 
 
 def _peer_address(transport: asyncio.Transport) -> str | None:

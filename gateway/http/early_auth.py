@@ -5,8 +5,9 @@ that never came held its connection until ``server.body_timeout_s`` and then got
 sockets from one address took a 50-connection gateway's every slot, without a credential. This middleware runs once
 the route is known and before the body is read: it authenticates a request whose handler takes ``principal`` from
 its ``Authorization`` header and keeps the principal for the handler (``provide_principal``); a missing or bad
-credential is a 401 at once, with ``Connection: close`` when a body was announced, so the connection is freed
-instead of waiting for a body nobody will read.
+credential is a 401 at once (a 429 from an address throttled for refused credentials,
+``gateway/http/credential_throttle.py``), with ``Connection: close`` when a body was announced, so the connection is
+freed instead of waiting for a body nobody will read.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from litestar import Request
 from litestar.enums import ScopeType
 
 from auth.errors import InvalidCredentialsError, UnknownTenantError
-from gateway.http.errors import as_openai_error
+from gateway.http.errors import OpenAIError, as_openai_error
 from gateway.http.security import PRINCIPAL_KEY, authenticate_request
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["credentials_before_body_middleware"]
 
-_REFUSED = (InvalidCredentialsError, UnknownTenantError)
+_REFUSED = (InvalidCredentialsError, UnknownTenantError, OpenAIError)  # an OpenAIError: the throttle's 429
 
 
 def credentials_before_body_middleware(app: ASGIApp) -> ASGIApp:

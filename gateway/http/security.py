@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import hmac
 import logging
-import math
-import time
 from typing import TYPE_CHECKING, Any, cast
 
-from limits import RateLimitItemPerMinute
-from limits.storage import MemoryStorage
-from limits.strategies import MovingWindowRateLimiter
 from litestar import Request  # noqa: TC002 - Litestar reads the hints of dependencies at runtime
 from litestar.status_codes import HTTP_401_UNAUTHORIZED, HTTP_404_NOT_FOUND, HTTP_429_TOO_MANY_REQUESTS
 
 from auth import Principal  # noqa: TC001 - Litestar reads the hints of dependencies at runtime
+from gateway.http.client_address import address_key
+from gateway.http.credential_throttle import FailureWindow, credential_throttle
 from gateway.http.errors import OpenAIError
 from gateway.http.tracking import request_record
 from gateway.services import ServiceTokenAuthenticator
@@ -61,15 +58,18 @@ async def provide_principal(request: Request[Any, Any, Any]) -> Principal:  # Li
 
 
 async def authenticate_request(request: Request[Any, Any, Any]) -> Principal:
-    """Authenticate the request from its headers (API key or JWT; anyone when the gateway runs open; on an engine
-    node the service token, and then the front gateway's tenant context)."""
-    authenticator = request.app.state.services.authenticator
+    """Authenticate the request from its headers (API key or JWT, through the address's credential throttle; anyone
+    when the gateway runs open; on an engine node the service token, and then the front gateway's tenant context)."""
+    state = request.app.state
+    authenticator = state.services.authenticator
     authorization = request.headers.get("authorization")
     principal: Principal
     if isinstance(authenticator, ServiceTokenAuthenticator):  # an engine node: its caller speaks for a tenant
         principal = await authenticator.authenticate_front(authorization, request.headers)
     else:  # a front gateway: a tenant's context headers are never read, so they can claim nothing
-        principal = await authenticator.authenticate(authorization)
+        throttle = credential_throttle(state, state.settings.server)
+        client = request.client.host if request.client else None
+        principal = await throttle.authenticate(client, authorization, authenticator.authenticate)
     if (record := request_record(request.scope)) is not None:
         record.tenant = principal.tenant.name
     if request.app.state.settings.server.profile == "engine" and (
@@ -86,9 +86,13 @@ async def authenticate_request(request: Request[Any, Any, Any]) -> Principal:
 def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """The admin API needs ``Authorization: Bearer <auth.admin_token>``; without a configured token it is off.
 
-    Failed attempts are logged (never the token) and throttled per client address: after
-    :data:`ADMIN_FAILURES_PER_MINUTE` of them every admin request from that address gets 429 until the oldest
-    leaves the minute, a right token included, or guessing would go on at full speed.
+    Failed attempts are logged (never the token) and throttled per client address (the scope's client: the peer's,
+    or the one a trusted proxy forwarded for, ``server.trusted_proxies``): after :data:`ADMIN_FAILURES_PER_MINUTE`
+    tokens refused, every admin request from that address gets 429 until the oldest leaves the minute, a right token
+    included, or guessing would go on at full speed (whatever answers a right token while the wrong ones get 429
+    tells a guesser when it has guessed). So a stranger locks out only its own address: the admin is locked out only
+    by a caller that shares its address (then reach the admin API from another, see ``docs/configuration.md``). A
+    request without a token is refused but not counted: it guesses nothing.
     """
     token = connection.app.state.settings.auth.admin_token
     if token is None:
@@ -98,7 +102,10 @@ def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHa
     throttle.check(client)
     scheme, _space, presented = connection.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not presented.strip():
-        throttle.failed(client, "missing" if not scheme else "not_bearer", connection.url.path)
+        if scheme:
+            throttle.failed(client, "not_bearer", connection.url.path)
+        else:
+            throttle.not_presented(client, connection.url.path)
         raise OpenAIError(
             HTTP_401_UNAUTHORIZED, "The admin API needs 'Authorization: Bearer <admin token>'.", code="invalid_api_key"
         )
@@ -109,23 +116,23 @@ def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHa
 
 #: Failed admin authentications a client address may make in a moving minute before it is throttled.
 ADMIN_FAILURES_PER_MINUTE = 10
-_ADMIN_FAILURES = RateLimitItemPerMinute(ADMIN_FAILURES_PER_MINUTE)
 
 
 class AdminThrottle:
     """Failed admin authentications per client address, in this replica's memory (a moving window from ``limits``).
 
     Per replica: an attacker spread over N replicas gets N times the attempts, still far too few for a 32-character
-    token. Behind a proxy every client shares the proxy's address unless uvicorn trusts its ``X-Forwarded-For``.
+    token. Behind a proxy every client shares the proxy's address unless it is listed in ``server.trusted_proxies``.
+    An IPv6 client counts by its /64 (:func:`~gateway.http.client_address.address_key`).
     """
 
     def __init__(self) -> None:
-        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+        self._failures = FailureWindow(ADMIN_FAILURES_PER_MINUTE, 60)
 
     def check(self, client: str) -> None:
         """Raise 429 with ``Retry-After`` while ``client`` is throttled."""
-        if not self._limiter.test(_ADMIN_FAILURES, "admin", client):
-            retry_after_s = self._retry_after_s(client)
+        if self._failures.exceeded(address_key(client)):
+            retry_after_s = self._failures.retry_after_s(address_key(client))
             raise OpenAIError(
                 HTTP_429_TOO_MANY_REQUESTS,
                 f"Too many failed admin authentications; retry after {retry_after_s} s.",
@@ -136,19 +143,23 @@ class AdminThrottle:
 
     def failed(self, client: str, reason: str, path: str) -> None:
         """Count a failed attempt and log it as a warning (the presented token never)."""
-        self._limiter.hit(_ADMIN_FAILURES, "admin", client)
-        throttled = not self._limiter.test(_ADMIN_FAILURES, "admin", client)
+        key = address_key(client)
+        throttled = self._failures.count(key)
         logger.warning(
             "failed admin authentication (%s) from %s%s",
             reason,
             client,
-            f"; throttled for {self._retry_after_s(client)} s" if throttled else "",
+            f"; throttled for {self._failures.retry_after_s(key)} s" if throttled else "",
             extra={"record": {"client": client, "reason": reason, "path": path, "throttled": throttled}},
         )
 
-    def _retry_after_s(self, client: str) -> int:
-        reset_time = self._limiter.get_window_stats(_ADMIN_FAILURES, "admin", client).reset_time
-        return max(1, math.ceil(reset_time - time.time()))
+    def not_presented(self, client: str, path: str) -> None:
+        """Log a request without a token as a warning, without counting it (it guesses nothing)."""
+        logger.warning(
+            "admin request without a token from %s",
+            client,
+            extra={"record": {"client": client, "reason": "missing", "path": path, "throttled": False}},
+        )
 
 
 def _admin_throttle(connection: ASGIConnection[Any, Any, Any, Any]) -> AdminThrottle:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import Counter
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,8 @@ from litestar.exceptions import WebSocketDisconnect
 
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
+from gateway.http.client_address import address_key
+from gateway.http.credential_throttle import credential_throttle
 from gateway.http.errors import SERVER_ERROR, OpenAIError, as_openai_error
 from gateway.realtime.protocol import ProtocolError, SessionUpdate, error_event, parse_client_event
 from gateway.realtime.session import (
@@ -118,35 +121,44 @@ async def _authenticate(
     speech: SpeechService,
     settings: RealtimeSettings,
 ) -> tuple[Principal, SessionUpdate | None]:
-    """The caller, from the Authorization header, a ``?token=`` or else a token in the first message.
+    """The caller, from the Authorization header, a ``?token=`` or else a token in the first message; each through
+    the address's credential throttle (``gateway/http/credential_throttle.py``).
 
     Returns:
         The principal, and the first message when it was read for its token (to be handled as a session.update).
     """
-    authenticator = socket.app.state.services.authenticator
     header = socket.headers.get("authorization")
     if header is None and (token := socket.query_params.get("token")):
         header = f"Bearer {token}"
     try:
-        return await authenticator.authenticate(header), None
-    except _AUTH_ERRORS as exc:
+        return await _authenticated(socket, header), None  # without a header: anyone, when the gateway runs open
+    except _SessionRefusedError:
         if header is not None:
-            raise _SessionRefusedError(as_openai_error(exc), _POLICY_VIOLATION) from None
-    except AuthBackendError as exc:
-        raise _SessionRefusedError(as_openai_error(exc), _TRY_AGAIN_LATER) from None
-    first = await _first_message_within_cap(socket, settings)
+            raise
+    first = await _first_message_within_cap(socket, settings)  # a browser cannot set a header: it comes in a message
+    return await _authenticated(socket, f"Bearer {first.token}"), first.model_copy(update={"token": None})
+
+
+async def _authenticated(socket: WebSocket[Any, Any, Any], authorization: str | None) -> Principal:
+    state = socket.app.state
+    throttle = credential_throttle(state, state.settings.server)
+    client = socket.client.host if socket.client else None
     try:
-        return await authenticator.authenticate(f"Bearer {first.token}"), first.model_copy(update={"token": None})
+        return await throttle.authenticate(client, authorization, state.services.authenticator.authenticate)
     except _AUTH_ERRORS as exc:
         raise _SessionRefusedError(as_openai_error(exc), _POLICY_VIOLATION) from None
     except AuthBackendError as exc:
         raise _SessionRefusedError(as_openai_error(exc), _TRY_AGAIN_LATER) from None
+    except OpenAIError as throttled:  # the address is throttled for refused credentials: 429
+        raise _SessionRefusedError(throttled, _TRY_AGAIN_LATER) from None
 
 
 async def _first_message_within_cap(socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> SessionUpdate:
-    """The first message, if fewer than ``max_unauthenticated`` sockets wait for theirs (else refused at once)."""
+    """The first message, if fewer than ``max_unauthenticated`` sockets wait for theirs, and fewer than
+    ``max_unauthenticated_per_address`` from this socket's address (else refused at once)."""
     waiting = _unauthenticated(socket.app.state)
-    if waiting[0] >= settings.max_unauthenticated:
+    address = address_key(socket.client.host if socket.client else "unknown")
+    if waiting.total() >= settings.max_unauthenticated or waiting[address] >= settings.max_unauthenticated_per_address:
         busy = OpenAIError(
             503,
             "Too many connections are waiting to authenticate: send the credentials in the Authorization header, "
@@ -155,18 +167,20 @@ async def _first_message_within_cap(socket: WebSocket[Any, Any, Any], settings: 
             code="too_many_connections",
         )
         raise _SessionRefusedError(busy, _TRY_AGAIN_LATER)
-    waiting[0] += 1
+    waiting[address] += 1
     try:
         return await _first_message(socket, settings.auth_timeout_s)
     finally:
-        waiting[0] -= 1
+        waiting[address] -= 1
+        if waiting[address] <= 0:
+            del waiting[address]
 
 
-def _unauthenticated(state: State) -> list[int]:
-    """The app's count of sockets waiting for their first message's credentials (one cell, shared by sessions)."""
+def _unauthenticated(state: State) -> Counter[str]:
+    """The app's sockets waiting for their first message's credentials, per client address (shared by sessions)."""
     if "realtime_unauthenticated" not in state:
-        state["realtime_unauthenticated"] = [0]
-    waiting: list[int] = state["realtime_unauthenticated"]
+        state["realtime_unauthenticated"] = Counter()
+    waiting: Counter[str] = state["realtime_unauthenticated"]
     return waiting
 
 

@@ -1,5 +1,6 @@
-"""The pure pieces of the hardening (issue #14): JSON depth, log redaction, the admin token's validation and throttle,
-the connection cap's fit to the open-file limit, and the one-line configuration error."""
+"""The pure pieces of the hardening (issues #14 and #23): JSON depth, log redaction, the admin token's validation and
+throttle, the connection cap's fit to the open-file limit, the one-line configuration error, client addresses and the
+credential throttle."""
 
 from __future__ import annotations
 
@@ -15,9 +16,14 @@ from litestar.testing import TestClient
 from pydantic import ValidationError
 from websockets.frames import Frame, Opcode
 
+from auth import Principal
+from auth.errors import InvalidCredentialsError
 from auth.settings import AuthSettings
+from auth.tenants import ANONYMOUS
 from gateway.cli.server import _one_line
+from gateway.http.client_address import ProxyTrust, address_key
 from gateway.http.connection_limits import ConnectionLimits
+from gateway.http.credential_throttle import CredentialThrottle
 from gateway.http.errors import EXCEPTION_HANDLERS, OpenAIError
 from gateway.http.json_depth import json_depth_exceeds, json_depth_middleware
 from gateway.http.security import ADMIN_FAILURES_PER_MINUTE, AdminThrottle
@@ -147,3 +153,122 @@ def test_the_connection_cap_fits_the_open_file_limit(monkeypatch: pytest.MonkeyP
     assert ConnectionLimits.from_settings(server).max_connections == 192
     monkeypatch.setattr(resource, "getrlimit", lambda _: (65536, 65536))
     assert ConnectionLimits.from_settings(server).max_connections == 1000
+
+
+def test_body_limits_come_from_the_settings_and_the_total_is_optional() -> None:
+    limits = ConnectionLimits.from_settings(ServerSettings())
+    assert (limits.body_min_rate_bytes_per_s, limits.body_rate_interval_s, limits.body_timeout_s) == (1024, 10.0, None)
+    assert limits.body_min_interval_bytes == 10240
+    legacy = ConnectionLimits.from_settings(ServerSettings(body_timeout_s=30))  # a config from before still loads
+    assert legacy.body_timeout_s == 30
+
+
+# ----------------------------------------------------------------------------------------------- client addresses
+@pytest.mark.parametrize(
+    ("host", "key"),
+    [
+        ("203.0.113.7", "203.0.113.7"),
+        ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:ffff::1", "2001:db8:1:2::/64"),  # the same host's next address: the same key
+        ("::ffff:203.0.113.7", "203.0.113.7"),
+        ("testclient", "testclient"),
+    ],
+)
+def test_a_client_counts_by_its_ipv4_address_or_its_ipv6_64(host: str, key: str) -> None:
+    assert address_key(host) == key
+
+
+@pytest.mark.parametrize(
+    ("x_forwarded_for", "client"),
+    [
+        ([b"198.51.100.7"], "198.51.100.7"),
+        ([b"198.51.100.8, 198.51.100.7"], "198.51.100.7"),  # the client forged the first entry; its proxy added .7
+        ([b"198.51.100.8", b"198.51.100.7, 10.0.0.5"], "198.51.100.7"),  # two headers, and a trusted inner proxy
+        ([b"198.51.100.7:4711"], "198.51.100.7"),
+        ([b"[2001:db8::1]:4711"], "2001:db8::1"),
+        ([b"10.0.0.4, 10.0.0.5"], None),  # every hop a trusted proxy: no client to count
+        ([], None),
+        ([b""], None),
+    ],
+)
+def test_the_forwarded_client_is_the_last_untrusted_hop(x_forwarded_for: list[bytes], client: str | None) -> None:
+    assert ProxyTrust(["10.0.0.0/8"]).forwarded_client(x_forwarded_for) == client
+
+
+def test_trusted_proxies_must_be_addresses_or_networks() -> None:
+    assert ServerSettings(trusted_proxies=["10.0.0.0/8", "127.0.0.1", "::1"]).trusted_proxies[0] == "10.0.0.0/8"
+    with pytest.raises(ValidationError) as raised:
+        Settings.model_validate({"server": {"trusted_proxies": ["*"]}})
+    assert _one_line(raised.value) == "server.trusted_proxies: '*' is not an IP address or network"
+
+
+# ------------------------------------------------------------------------------------------ credential throttle
+class _Store:
+    """An authenticate function over one valid key, counting its lookups (what the throttle must spare)."""
+
+    def __init__(self, *valid: str) -> None:
+        self.valid = {f"Bearer {key}" for key in valid}
+        self.lookups = 0
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        if authorization is None:
+            raise InvalidCredentialsError("no key")
+        self.lookups += 1
+        if authorization not in self.valid:
+            raise InvalidCredentialsError("wrong key")
+        return Principal(ANONYMOUS, "key:k")
+
+
+async def _attempt(throttle: CredentialThrottle, store: _Store, client: str, authorization: str | None) -> int:
+    try:
+        await throttle.authenticate(client, authorization, store.authenticate)
+    except InvalidCredentialsError:
+        return 401
+    except OpenAIError as error:
+        throttled = error
+    else:
+        return 200
+    assert throttled.code == "too_many_failed_authentications" and 1 <= int(throttled.headers["Retry-After"]) <= 60
+    return throttled.status_code
+
+
+async def test_past_the_bound_an_address_s_unproven_credentials_are_refused_without_a_lookup() -> None:
+    store, throttle = _Store("sk-tenant", "sk-fresh"), CredentialThrottle(failures=5, window_s=60)
+    assert await _attempt(throttle, store, "10.0.0.1", "Bearer sk-tenant") == 200  # proven (from any address)
+    assert [await _attempt(throttle, store, "10.0.0.2", f"Bearer sk-guess-{n}") for n in range(5)] == [401] * 5
+    lookups = store.lookups
+    assert [await _attempt(throttle, store, "10.0.0.2", f"Bearer sk-guess-{n}") for n in range(50)] == [429] * 50
+    assert store.lookups == lookups  # the flood cost no lookup
+    assert await _attempt(throttle, store, "10.0.0.2", "Bearer sk-tenant") == 200  # the neighbour behind the NAT
+    assert await _attempt(throttle, store, "10.0.0.2", "Bearer sk-fresh") == 429  # never proven here: it waits
+    assert await _attempt(throttle, store, "10.0.0.3", "Bearer sk-fresh") == 200  # another address is not throttled
+    assert await _attempt(throttle, store, "10.0.0.2", None) == 401  # no credential: nothing to throttle
+
+
+async def test_requests_without_a_credential_are_not_counted() -> None:
+    store, throttle = _Store("sk-tenant"), CredentialThrottle(failures=2, window_s=60)
+    assert [await _attempt(throttle, store, "10.0.0.1", header) for header in [None, "", "  "] * 5] == [401] * 15
+    assert await _attempt(throttle, store, "10.0.0.1", "Bearer sk-tenant") == 200
+
+
+async def test_an_ipv6_client_cannot_dodge_the_throttle_with_fresh_addresses() -> None:
+    store, throttle = _Store(), CredentialThrottle(failures=3, window_s=60)
+    statuses = [await _attempt(throttle, store, f"2001:db8::{n:x}", f"Bearer sk-guess-{n}") for n in range(1, 9)]
+    assert statuses == [401] * 3 + [429] * 5
+
+
+async def test_the_proven_credentials_are_bounded() -> None:
+    store = _Store(*(f"sk-{n}" for n in range(4)))
+    throttle = CredentialThrottle(failures=1, window_s=60, proven_capacity=3)
+    for n in range(4):  # sk-0 is the least recently used: forgotten
+        assert await _attempt(throttle, store, "10.0.0.1", f"Bearer sk-{n}") == 200
+    assert await _attempt(throttle, store, "10.0.0.2", "Bearer sk-guess") == 401
+    assert [await _attempt(throttle, store, "10.0.0.2", f"Bearer sk-{n}") for n in range(4)] == [429, 200, 200, 200]
+
+
+def test_a_request_without_an_admin_token_is_refused_but_not_counted() -> None:
+    throttle = AdminThrottle()
+    for _ in range(3 * ADMIN_FAILURES_PER_MINUTE):
+        throttle.check("10.0.0.1")
+        throttle.not_presented("10.0.0.1", "/admin/tenants")
+    throttle.check("10.0.0.1")

@@ -1,0 +1,159 @@
+"""Refused credentials per client address: past a bound, an address's unproven credentials are not even looked up.
+
+Every API key a caller presents costs a store lookup (a Redis round trip with ``redis_url``), and a key of the right
+shape is looked up whether it exists or not. So a stranger sending random keys as fast as it can costs the store as
+much as a busy tenant, and guesses at full speed. :class:`CredentialThrottle` counts, per client address, the
+credentials refused there (``server.max_auth_failures_per_address`` within ``server.auth_failure_window_s``). Past
+that, a request from the address gets 429 with ``Retry-After`` *before* its credential is looked up, unless that
+credential has authenticated on this replica lately: the tenant behind the same address (a shared NAT, an office) is
+not locked out by its neighbour, and a guessed key cannot be a proven one (keys carry 256 random bits). What is
+remembered of a proven credential is a keyed hash, in a bounded memory (the least recently used go first).
+
+Requests without a credential are not counted: their 401 costs nothing, and a client that forgot its key should hear
+so, not 429. The address is the ASGI scope's client: the peer's, or the one a trusted proxy forwarded for
+(``server.trusted_proxies``, applied by uvicorn), counted under :func:`~gateway.http.client_address.address_key`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import secrets
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from limits import RateLimitItemPerSecond
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
+from litestar.status_codes import HTTP_429_TOO_MANY_REQUESTS
+
+from auth.errors import InvalidCredentialsError, UnknownTenantError
+from gateway.http.client_address import address_key
+from gateway.http.errors import OpenAIError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from litestar.datastructures import State
+
+    from auth import Principal
+    from gateway.settings import ServerSettings
+
+__all__ = ["CredentialThrottle", "FailureWindow", "credential_throttle"]
+
+logger = logging.getLogger("tts_gateway.auth")
+
+#: Credentials remembered as proven: 10,000 tenants' keys in about 1.5 MB.
+PROVEN_CREDENTIALS = 10_000
+_REFUSED = (InvalidCredentialsError, UnknownTenantError)
+
+
+class FailureWindow:
+    """Failures per key in a moving window, in this replica's memory (``limits``' moving window)."""
+
+    def __init__(self, failures: int, window_s: int) -> None:
+        self.failures = failures
+        self._item = RateLimitItemPerSecond(failures, window_s)
+        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+
+    def exceeded(self, key: str) -> bool:
+        """Whether ``key`` has had ``failures`` failures within the window."""
+        return not self._limiter.test(self._item, key)
+
+    def count(self, key: str) -> bool:
+        """Count a failure of ``key``; whether that one reached the bound."""
+        self._limiter.hit(self._item, key)
+        return self.exceeded(key)
+
+    def retry_after_s(self, key: str) -> int:
+        """Whole seconds until the oldest failure of ``key`` leaves the window."""
+        reset_time = self._limiter.get_window_stats(self._item, key).reset_time
+        return max(1, math.ceil(reset_time - time.time()))
+
+
+class CredentialThrottle:
+    """Refused credentials per client address, and the credentials proven lately (see the module docstring)."""
+
+    def __init__(self, failures: int, window_s: int, proven_capacity: int = PROVEN_CREDENTIALS) -> None:
+        self._failures = FailureWindow(failures, window_s)
+        self._proven: OrderedDict[bytes, None] = OrderedDict()
+        self._proven_capacity = proven_capacity
+        self._hash_key = secrets.token_bytes(16)  # what is remembered is worthless outside this process
+
+    @classmethod
+    def from_settings(cls, server: ServerSettings) -> CredentialThrottle:
+        return cls(server.max_auth_failures_per_address, server.auth_failure_window_s)
+
+    async def authenticate(
+        self,
+        client: str | None,
+        authorization: str | None,
+        authenticate: Callable[[str | None], Awaitable[Principal]],
+    ) -> Principal:
+        """``authenticate(authorization)``, unless ``client``'s address is throttled and the credential unproven.
+
+        Raises:
+            OpenAIError: 429 with ``Retry-After``: the address is throttled and the credential was not looked up.
+            InvalidCredentialsError, UnknownTenantError: refused (and counted against the address).
+        """
+        credential = _presented(authorization)
+        if credential is None:
+            return await authenticate(authorization)
+        key = address_key(client or "unknown")
+        proof = self._proof(credential)
+        if proof not in self._proven and self._failures.exceeded(key):
+            raise self._throttled(key)
+        try:
+            principal = await authenticate(authorization)
+        except _REFUSED:
+            if self._failures.count(key):
+                logger.warning(
+                    "%d credentials refused from %s: its unproven credentials get 429 for %d s "
+                    "(server.max_auth_failures_per_address)",
+                    self._failures.failures,
+                    key,
+                    self._failures.retry_after_s(key),
+                    extra={"record": {"client": key, "throttled": True}},
+                )
+            raise
+        self._remember(proof)
+        return principal
+
+    def _proof(self, credential: str) -> bytes:
+        return hashlib.blake2b(credential.encode(), key=self._hash_key, digest_size=16).digest()
+
+    def _remember(self, proof: bytes) -> None:
+        self._proven[proof] = None
+        self._proven.move_to_end(proof)
+        if len(self._proven) > self._proven_capacity:
+            self._proven.popitem(last=False)
+
+    def _throttled(self, key: str) -> OpenAIError:
+        retry_after_s = self._failures.retry_after_s(key)
+        return OpenAIError(
+            HTTP_429_TOO_MANY_REQUESTS,
+            f"Too many refused credentials from your address; retry after {retry_after_s} s.",
+            type="requests",
+            code="too_many_failed_authentications",
+            headers={"Retry-After": str(retry_after_s)},
+        )
+
+
+def _presented(authorization: str | None) -> str | None:
+    """The credential in an ``Authorization`` value (after its scheme), or ``None`` when none was presented."""
+    value = (authorization or "").strip()
+    if not value:
+        return None
+    scheme, _, credential = value.partition(" ")
+    return credential.strip() or scheme
+
+
+def credential_throttle(state: State, server: ServerSettings) -> CredentialThrottle:
+    """The app's throttle, made on first use and kept on its state (one per app, without a service to build)."""
+    throttle: Any = state.get("credential_throttle")
+    if throttle is None:
+        throttle = state["credential_throttle"] = CredentialThrottle.from_settings(server)
+    assert isinstance(throttle, CredentialThrottle)
+    return throttle
