@@ -29,11 +29,12 @@ from limits import RateLimitItemPerMinute
 from limits.aio.storage import MemoryStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
+from lifecycle import BackgroundTasks
 from storage import STORAGE_ERRORS, OutageLatch
 from storage.pressure import WriteRefusals, refuses_writes
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Coroutine
+    from collections.abc import AsyncIterator
     from contextlib import AbstractAsyncContextManager
 
     from auth.settings import TenantLimits
@@ -367,7 +368,7 @@ class TenantRateLimiter:
         )
         """Admissions refused by a Redis that answers (out of memory, a read-only replica): an episode, not an
         outage; requests are admitted (or refused) as ``fail_mode`` says, as in an outage."""
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = BackgroundTasks("the rate limiter")
         self._store: _Admissions = _MemoryAdmissions() if redis is None else _RedisAdmissions(redis)
 
     async def admit(
@@ -404,7 +405,9 @@ class TenantRateLimiter:
         if verdict.refused is not None:
             raise _refusal(verdict.refused, ask, verdict.state)
         if hold_stream is not None and ask.lease_id is not None:
-            hold_stream.push_async_callback(self._let_go, tenant, ask.lease_id, self._spawn(self._renew(tenant, ask)))
+            hold_stream.push_async_callback(
+                self._let_go, tenant, ask.lease_id, self._background.spawn(self._renew(tenant, ask))
+            )
         return verdict.state
 
     async def state(self, tenant: str, limits: TenantLimits) -> LimitState:
@@ -436,9 +439,7 @@ class TenantRateLimiter:
 
     async def close(self) -> None:
         """Stop renewals (the Redis client belongs to whoever built it)."""
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await self._background.close()
         await self._store.close()
 
     @asynccontextmanager
@@ -483,7 +484,7 @@ class TenantRateLimiter:
         renewal.cancel()
         # Shielded: a cancelled caller (client gone) may be cancelled again at any await here (anyio cancels
         # level-triggered), and the release must still reach the storage.
-        await asyncio.shield(self._spawn(self._release(tenant, lease_id, renewal)))
+        await asyncio.shield(self._background.spawn(self._release(tenant, lease_id, renewal)))
 
     async def _release(self, tenant: str, lease_id: str, renewal: asyncio.Task[None]) -> None:
         await asyncio.wait([renewal])  # its last renewal must not land after the release
@@ -491,12 +492,6 @@ class TenantRateLimiter:
             await self._store.release(tenant, lease_id)
         except STORAGE_ERRORS as exc:  # it expires by itself after lease_ttl_s
             logger.debug("stream lease release failed: %r", exc)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
 
     def _storage_failed(self, exc: Exception) -> None:
         if refuses_writes(exc):

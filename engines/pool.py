@@ -43,6 +43,7 @@ from engines.samples import check_sample
 from engines.scheduling import SlotScheduler, expected_speech_s
 from engines.status import PoolStatus
 from engines.worker import run_worker
+from lifecycle import BackgroundTasks
 
 # The worker side speaks multiprocessing's Connection framing; the server reads and writes the same frames with
 # asyncio streams, because Connection.recv() cannot run on the non-blocking socket an event loop needs.
@@ -250,7 +251,7 @@ class EnginePool:
         self._info: EngineInfo | None = None
         self._stopped = False
         self._watchdog: asyncio.Task[None] | None = None
-        self._respawns: set[asyncio.Task[None]] = set()
+        self._respawns = BackgroundTasks(f"engine {name}")
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -271,8 +272,7 @@ class EnginePool:
         self._stopped = True
         if self._watchdog is not None:
             self._watchdog.cancel()
-        for task in list(self._respawns):
-            task.cancel()
+        self._respawns.cancel()
         self._fail_waiters()
         for worker in self._workers:
             worker.send(StopWorker())
@@ -526,9 +526,7 @@ class EnginePool:
             if not self._stopped:
                 await self._spawn()
 
-        task = asyncio.create_task(respawn())
-        self._respawns.add(task)
-        task.add_done_callback(self._respawns.discard)
+        self._respawns.spawn(respawn(), name=f"respawn-{self.name}")
 
     # ----------------------------------------------------------------- watchdog
     async def _watch(self) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from auth import AuthBackendError
 from auth.revocations import Revocation
 from gateway.http.errors import OpenAIError
+from lifecycle import BackgroundTasks
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -64,7 +65,7 @@ class SessionRegistry:
 
     def __init__(self) -> None:
         self._entries: set[_Entry] = set()
-        self._rechecks: set[asyncio.Task[None]] = set()
+        self._rechecks = BackgroundTasks("the realtime sessions")
         self._all_gone = asyncio.Event()
         self._all_gone.set()
         self.draining = False
@@ -101,9 +102,11 @@ class SessionRegistry:
 
     def recheck_soon(self, store: AuthStore) -> None:
         """:meth:`recheck` in the background (a listener of the revocation bus's gaps, called on the event loop)."""
-        task = asyncio.get_running_loop().create_task(self.recheck(store), name="realtime-recheck")
-        self._rechecks.add(task)
-        task.add_done_callback(self._rechecks.discard)
+        self._rechecks.spawn(self.recheck(store), name="realtime-recheck")
+
+    async def close(self) -> None:
+        """Stop the re-checks under way (the app stops)."""
+        await self._rechecks.close()
 
     async def recheck(self, store: AuthStore) -> None:
         """End the sessions whose key ``store`` no longer holds valid, or whose tenant it no longer holds (deleted, or

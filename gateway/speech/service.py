@@ -36,6 +36,7 @@ from gateway.speech.cache import cache_key
 from gateway.speech.delivery import AudioClock, encode_stream, speech_usage
 from gateway.speech.failover import Failover
 from gateway.speech.segments import SegmentedStream, split_text
+from lifecycle import BackgroundTasks
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -104,9 +105,12 @@ class SpeechReply:
     """The tenant's standing after this request was admitted."""
     on_cut: Callable[[Exception], None] | None = field(default=None, repr=False)
     """Told when the audio ends short after its first bytes (logged and counted there)."""
+    tasks: BackgroundTasks = field(kw_only=True, repr=False)
+    """Where the release of a reply never iterated runs (its finalizer cannot await)."""
 
     def __post_init__(self) -> None:
-        self._abandoned = weakref.finalize(self, _close_abandoned, self._finish, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        self._abandoned = weakref.finalize(self, self.tasks.spawn_threadsafe, loop, self._finish.aclose)
 
     async def audio(self) -> AsyncIterator[bytes]:
         """The encoded audio; leaving early (client gone) releases this request's share of the synthesis."""
@@ -170,6 +174,9 @@ class SpeechService:
         self.failover = Failover(planner.router, metrics.retries)
         self.max_segment_chars = max_segment_chars
         """A longer text is spoken in segments, a job each (``speech.max_segment_chars``)."""
+        self.background = BackgroundTasks("the speech service")
+        """The releases of replies abandoned before they were sent (closing an exit stack twice is harmless: after a
+        normal end the finalizer finds nothing left to release)."""
 
     async def speak(self, principal: Principal, request: SpeechRequest, record: RequestRecord) -> SpeechReply:
         """Start serving ``request``; returns once the first audio bytes exist.
@@ -231,7 +238,9 @@ class SpeechService:
         audio = memoryview(cached)[_CACHE_HEADER.size :]
         slices = _slices(audio)  # for server-sent events, which need the audio in pieces; raw audio goes out whole
         finish.push_async_callback(slices.aclose)
-        return SpeechReply(request, engine, True, outcome, b"", slices, finish, whole=bytes(audio))
+        return SpeechReply(
+            request, engine, True, outcome, b"", slices, finish, whole=bytes(audio), tasks=self.background
+        )
 
     async def _miss(self, key: str, plan: SpeechPlan, finish: AsyncExitStack, tenant: Tenant) -> SpeechReply:
         outcome = self._outcomes.setdefault(key, _Outcome(plan.pool.name, key))
@@ -242,7 +251,7 @@ class SpeechService:
         )
         finish.push_async_callback(chunks.aclose)  # our share of a single flight ends with this response
         first = await anext(chunks, b"")
-        return SpeechReply(plan.request, outcome.engine, False, outcome, first, chunks, finish)
+        return SpeechReply(plan.request, outcome.engine, False, outcome, first, chunks, finish, tasks=self.background)
 
     async def _produce(self, key: str, plan: SpeechPlan, outcome: _Outcome, tenant: Tenant) -> AsyncIterator[bytes]:
         started = time.perf_counter()
@@ -418,9 +427,3 @@ def _key(request: SpeechRequest, engine: str, info: EngineInfo | None, voice: Vo
 async def _slices(audio: memoryview) -> AsyncGenerator[bytes, None]:
     for start in range(0, len(audio), _HIT_CHUNK_BYTES):
         yield bytes(audio[start : start + _HIT_CHUNK_BYTES])
-
-
-def _close_abandoned(finish: AsyncExitStack, loop: asyncio.AbstractEventLoop) -> None:
-    # Closing an exit stack twice is harmless: after a normal end this finds nothing left to release.
-    if not loop.is_closed():
-        loop.call_soon_threadsafe(lambda: loop.create_task(finish.aclose()))
