@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
@@ -149,31 +149,40 @@ def _services(
 ) -> Callable[[Litestar], Any]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        pools = {name: pool_factory(name, engine) for name, engine in settings.engines.items()}
-        for pool in pools.values():
-            await pool.start()
-        metrics = SpeechMetrics()
-        router = ModelRouter(
-            pools, settings.aliases, settings.failover, readiness=settings.readiness, fallbacks=metrics.fallbacks
-        )
-        services = await open_services(settings, router, metrics)
-        collector = PoolCollector(router, lambda: services.limiter.outage_count)
-        REGISTRY.register(collector)
-        app.state.update(router=router, services=services, speech=services.speech)
-        logger.info("engines starting: %s; aliases: %s", ", ".join(pools), settings.aliases)
-        redactor = QueryTokenRedactor()
-        logging.getLogger("uvicorn.error").addFilter(redactor)  # uvicorn logs WebSocket paths with their query
-        try:
+        # One exit stack for everything started here: whatever fails at start-up or at shutdown, what was started is
+        # stopped (worker processes included), in the reverse order.
+        async with AsyncExitStack() as stack:
+            pools = await _start_pools(settings, pool_factory, stack)
+            metrics = SpeechMetrics()
+            stack.callback(metrics.unregister)
+            router = ModelRouter(
+                pools, settings.aliases, settings.failover, readiness=settings.readiness, fallbacks=metrics.fallbacks
+            )
+            services = await open_services(settings, router, metrics, stack)
+            collector = PoolCollector(router, lambda: services.limiter.outage_count)
+            REGISTRY.register(collector)
+            stack.callback(REGISTRY.unregister, collector)
+            app.state.update(router=router, services=services, speech=services.speech)
+            logger.info("engines starting: %s; aliases: %s", ", ".join(pools), settings.aliases)
+            redactor = QueryTokenRedactor()
+            uvicorn_errors = logging.getLogger("uvicorn.error")
+            uvicorn_errors.addFilter(redactor)  # uvicorn logs WebSocket paths with their query
+            stack.callback(uvicorn_errors.removeFilter, redactor)
             yield
-        finally:
-            logging.getLogger("uvicorn.error").removeFilter(redactor)
-            REGISTRY.unregister(collector)
-            metrics.unregister()
-            await services.close()
-            for pool in pools.values():
-                await pool.stop()
 
     return lifespan
+
+
+async def _start_pools(
+    settings: Settings, pool_factory: Callable[[str, AnyEngineSettings], EngineBackend], stack: AsyncExitStack
+) -> dict[str, EngineBackend]:
+    """Start every engine's pool, each stopped with ``stack`` (a pool that failed half way stops what it started)."""
+    pools: dict[str, EngineBackend] = {}
+    for name, engine in settings.engines.items():
+        pool = pools[name] = pool_factory(name, engine)
+        stack.push_async_callback(pool.stop)
+        await pool.start()
+    return pools
 
 
 def _services_of(state: State) -> Services:

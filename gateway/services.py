@@ -37,6 +37,7 @@ from storage.memory import EvictionPolicyCheck
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from contextlib import AsyncExitStack
 
     from engines.remote.context import TenantContext
     from gateway.observability.metrics import SpeechMetrics
@@ -116,52 +117,35 @@ class Services:
     sessions: SessionRegistry
     """Open realtime sessions: ended when the revocation bus announces their key or tenant gone."""
 
-    async def close(self) -> None:
-        await self.revocations.close()
-        await self.limiter.close()
-        await self.speech.cache.close()
-        await self.usage.close()
-        await self.auth_store.close()
-        if self.redis is not None:
-            await self.redis.aclose()
 
-
-async def open_services(settings: Settings, router: ModelRouter, metrics: SpeechMetrics) -> Services:
-    """Build every service; tenants from the configuration file are written into the store."""
-    redis = connect_redis(settings.redis_url) if settings.redis_url is not None else None
+async def open_services(
+    settings: Settings, router: ModelRouter, metrics: SpeechMetrics, stack: AsyncExitStack
+) -> Services:
+    """Build every service, each registered on ``stack`` as it starts, so that closing the stack stops what was
+    started whatever failed after it; tenants from the configuration file are written into the store."""
+    redis = await _redis(settings, stack)
     revocations: RevocationBus = RedisRevocationBus(redis) if redis is not None else LocalRevocationBus()
-    if redis is not None:
-        await _move_legacy_layout(redis, settings)
+    stack.push_async_callback(revocations.close)
     store = _auth_store(settings, redis, revocations)
+    stack.push_async_callback(store.close)
     sessions = SessionRegistry()
+    stack.push_async_callback(sessions.close)
     revocations.listen(sessions.revoked)
     revocations.after_gap(lambda: sessions.recheck_soon(store))  # announcements missed meanwhile: ask the store
     await revocations.start()
-    auth = settings.auth
-    if auth.tenants:
-        await seed_tenants(store, auth.tenants)
-    engine_node = settings.server.profile == "engine"
-    open_mode = not engine_node and not auth.tenants and auth.admin_token is None
-    if open_mode:
-        logger.warning(OPEN_MODE_WARNING)
-    limits = settings.limits
-    limiter = TenantRateLimiter(
-        redis, fail_mode=limits.fail_mode, lease_ttl_s=limits.lease_ttl_s, stream_wait_s=limits.stream_wait_s
-    )
-    retention_s = auth.retired_usage_retention_s
-    usage: UsageLedger = (
-        RedisUsageLedger(redis, retired_retention_s=retention_s)
-        if redis is not None
-        else MemoryUsageLedger(retired_retention_s=retention_s)
-    )
+    if settings.auth.tenants:
+        await seed_tenants(store, settings.auth.tenants)
+    limiter = _limiter(settings, redis)
+    stack.push_async_callback(limiter.close)
+    usage = _usage_ledger(settings, redis)
+    stack.push_async_callback(usage.close)
+    cache = AudioCache(_cache_settings(settings), redis)
+    stack.push_async_callback(cache.close)
+    await cache.start()
+    refusals = [cache.write_refusals, limiter.write_refusals, *_refusals_of(usage)]
+    metrics.write_refusals.watch(*refusals)
     voices: VoiceStore = RedisVoiceStore(redis) if redis is not None else MemoryVoiceStore()
     consents: ConsentStore = RedisConsentStore(redis) if redis is not None else MemoryConsentStore()
-    cache = AudioCache(_cache_settings(settings), redis)
-    await cache.start()
-    refusals = [cache.write_refusals, limiter.write_refusals]
-    if isinstance(usage, RedisUsageLedger):
-        refusals.append(usage.write_refusals)
-    metrics.write_refusals.watch(*refusals)
     speech = SpeechService(
         Planner(router, voices),
         Admission(limiter, usage, metrics),
@@ -171,20 +155,59 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
         metrics,
         max_segment_chars=settings.speech.max_segment_chars,
     )
-    jwt = JWTVerifier(auth.jwt) if auth.jwt is not None else None
+    stack.push_async_callback(speech.background.close)
     storage = StorageProbe(
         redis,
-        required=limits.fail_mode == "closed",
+        required=settings.limits.fail_mode == "closed",
         policy=_eviction_policy_check(settings, redis),
         write_refusals=refusals,
     )
     await storage.state()  # reads the eviction policy now when Redis answers
-    authenticator = Authenticator(store, jwt, open_mode=open_mode)
-    if engine_node and auth.service_token is not None:
-        authenticator = ServiceTokenAuthenticator(store, auth.service_token.get_secret_value())
+    authenticator = _authenticator(settings, store)
     return Services(
         redis, store, authenticator, limiter, usage, voices, consents, speech, storage, revocations, sessions
     )
+
+
+async def _redis(settings: Settings, stack: AsyncExitStack) -> RedisClient | None:
+    """The process's Redis client (closed with the stack), in today's layout; ``None`` without ``redis_url``."""
+    if settings.redis_url is None:
+        return None
+    redis = connect_redis(settings.redis_url)
+    stack.push_async_callback(redis.aclose)
+    await _move_legacy_layout(redis, settings)
+    return redis
+
+
+def _limiter(settings: Settings, redis: RedisClient | None) -> TenantRateLimiter:
+    limits = settings.limits
+    return TenantRateLimiter(
+        redis, fail_mode=limits.fail_mode, lease_ttl_s=limits.lease_ttl_s, stream_wait_s=limits.stream_wait_s
+    )
+
+
+def _usage_ledger(settings: Settings, redis: RedisClient | None) -> UsageLedger:
+    retention_s = settings.auth.retired_usage_retention_s
+    if redis is None:
+        return MemoryUsageLedger(retired_retention_s=retention_s)
+    return RedisUsageLedger(redis, retired_retention_s=retention_s)
+
+
+def _refusals_of(usage: UsageLedger) -> list[WriteRefusals]:
+    return [usage.write_refusals] if isinstance(usage, RedisUsageLedger) else []
+
+
+def _authenticator(settings: Settings, store: AuthStore) -> Authenticator:
+    """API keys and JWTs; an engine node's service token; or everyone, loudly, when nothing is configured."""
+    auth = settings.auth
+    engine_node = settings.server.profile == "engine"
+    if engine_node and auth.service_token is not None:
+        return ServiceTokenAuthenticator(store, auth.service_token.get_secret_value())
+    open_mode = not engine_node and not auth.tenants and auth.admin_token is None
+    if open_mode:
+        logger.warning(OPEN_MODE_WARNING)
+    jwt = JWTVerifier(auth.jwt) if auth.jwt is not None else None
+    return Authenticator(store, jwt, open_mode=open_mode)
 
 
 SERVICE_PRINCIPAL = Principal(Tenant(name="service", limits=TenantLimits(), models=None), "service")

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
+    from storage import RedisClient
 
 __all__ = ["ConsentPage", "ConsentRecord", "ConsentStore", "MemoryConsentStore", "RedisConsentStore", "new_consent"]
 
@@ -149,7 +149,7 @@ class RedisConsentStore:
     """Consents shared by every replica: per tenant, one hash of JSON records and one of recordings (raw bytes; the
     client does not decode responses, ``storage/redis.py``)."""
 
-    def __init__(self, client: Redis, prefix: str = "tts:consents:") -> None:
+    def __init__(self, client: RedisClient, prefix: str = "tts:consents:") -> None:
         self._client = client
         self._prefix = prefix
         self._add = client.register_script(_ADD_CONSENT_LUA)
