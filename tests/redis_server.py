@@ -13,8 +13,9 @@ import socket
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -22,63 +23,87 @@ import redis
 from tests.gateway_process import free_port
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
-__all__ = ["RedisServer", "outage_redis_fixture", "redis_server_fixture", "redis_url_fixture"]
+__all__ = ["RedisServer", "disconnected", "outage_redis_fixture", "redis_server_fixture", "redis_url_fixture"]
 
 
 class RedisServer:
-    """One ``redis-server`` process without persistence, on a fixed port across restarts."""
+    """One ``redis-server`` process without persistence, on a fixed port across restarts.
 
-    def __init__(self, port: int | None = None) -> None:
+    Args:
+        port: The port; a free one by default.
+        password: ``requirepass`` (and what :attr:`url` and the helpers here authenticate with).
+        args: More command-line options, e.g. ``["--replicaof", "127.0.0.1", "6379"]``.
+        sentinel_config: Run as a sentinel with this configuration (written once: a sentinel rewrites its file).
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        password: str | None = None,
+        args: Sequence[str] = (),
+        sentinel_config: str | None = None,
+    ) -> None:
         self.port = port or free_port()
-        self._dir = Path(tempfile.mkdtemp(prefix="redis-test-"))
-        self._pidfile = self._dir / "redis.pid"
+        self.password = password
+        self.args = list(args)
+        self._sentinel_config = sentinel_config
+        self.dir = Path(tempfile.mkdtemp(prefix="redis-test-"))
+        self._pidfile = self.dir / "redis.pid"
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        credentials = f":{self.password}@" if self.password else ""
+        return f"redis://{credentials}127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int:
+        return int(self._pidfile.read_text())
+
+    def client(self, **options: Any) -> redis.Redis:
+        """A synchronous client of this server; disconnect its pool when done (:func:`disconnected`)."""
+        return redis.Redis(port=self.port, password=self.password, **{"socket_connect_timeout": 1, **options})
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
         assert binary is not None
-        subprocess.run(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "yes",
-                "--pidfile",
-                str(self._pidfile),
-                "--dir",
-                str(self._dir),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
-        deadline = time.monotonic() + 5
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
-        client.connection_pool.disconnect()  # close() alone leaves the socket open in redis-py 8
+        command = [binary]
+        if self._sentinel_config is not None:
+            config = self.dir / "sentinel.conf"
+            if not config.exists():
+                config.write_text(self._sentinel_config)
+            command += [str(config), "--sentinel"]
+        else:
+            command += ["--save", "", "--appendonly", "no"]
+        command += ["--port", str(self.port), "--bind", "127.0.0.1", "--daemonize", "yes"]
+        command += ["--pidfile", str(self._pidfile), "--dir", str(self.dir), "--logfile", str(self.dir / "redis.log")]
+        if self.password:
+            command += ["--requirepass", self.password]
+        subprocess.run([*command, *self.args], check=True, capture_output=True)
+        try:
+            self._wait_answering()
+        except BaseException:
+            if self._pidfile.exists():  # a daemon that never answered must not outlive the test
+                self.stop()
+            raise
+
+    def _wait_answering(self) -> None:
+        with disconnected(self.client(socket_connect_timeout=0.2)) as client:
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)
 
     def stop(self) -> None:
         """Kill the server (SIGKILL: an outage, not a clean shutdown) and wait until its port is closed."""
-        pid = int(self._pidfile.read_text())
-        os.kill(pid, signal.SIGKILL)
+        os.kill(self.pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
         while _port_open(self.port) and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -87,12 +112,23 @@ class RedisServer:
     def remove(self) -> None:
         if self._pidfile.exists():
             self.stop()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def flush(self) -> None:
-        client = redis.Redis(port=self.port)
-        client.flushall()
-        client.connection_pool.disconnect()  # close() alone leaves the socket open in redis-py 8
+        with disconnected(self.client()) as client:
+            client.flushall()
+
+    def log(self) -> str:
+        return (self.dir / "redis.log").read_text(errors="replace")
+
+
+@contextmanager
+def disconnected(client: redis.Redis) -> Iterator[redis.Redis]:
+    """``client``, with its sockets closed at the end (``close()`` alone leaves them open in redis-py 8)."""
+    try:
+        yield client
+    finally:
+        client.connection_pool.disconnect()
 
 
 def _port_open(port: int) -> bool:
