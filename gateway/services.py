@@ -32,7 +32,7 @@ from gateway.speech.plan import Planner
 from gateway.speech.service import SpeechService
 from gateway.speech.singleflight import SingleFlight
 from gateway.speech.voices import MemoryVoiceStore, RedisVoiceStore, VoiceStore
-from storage import STORAGE_ERRORS, RedisClient, connect_redis
+from storage import STORAGE_ERRORS, RedisClient, connect_redis, redact_redis_url
 from storage.memory import EvictionPolicyCheck
 
 if TYPE_CHECKING:
@@ -129,6 +129,8 @@ class Services:
 async def open_services(settings: Settings, router: ModelRouter, metrics: SpeechMetrics) -> Services:
     """Build every service; tenants from the configuration file are written into the store."""
     redis = connect_redis(settings.redis_url) if settings.redis_url is not None else None
+    if settings.redis_url is not None:
+        logger.info("shared state in Redis at %s", redact_redis_url(settings.redis_url))
     revocations: RevocationBus = RedisRevocationBus(redis) if redis is not None else LocalRevocationBus()
     if redis is not None:
         await _move_legacy_layout(redis, settings)
@@ -155,7 +157,8 @@ async def open_services(settings: Settings, router: ModelRouter, metrics: Speech
         else MemoryUsageLedger(retired_retention_s=retention_s)
     )
     voices: VoiceStore = RedisVoiceStore(redis) if redis is not None else MemoryVoiceStore()
-    consents: ConsentStore = RedisConsentStore(redis) if redis is not None else MemoryConsentStore()
+    # RedisConsentStore is still annotated with a plain Redis (its keys are tagged already): hence the ignore.
+    consents: ConsentStore = RedisConsentStore(redis) if redis is not None else MemoryConsentStore()  # type: ignore[arg-type]
     cache = AudioCache(_cache_settings(settings), redis)
     await cache.start()
     refusals = [cache.write_refusals, limiter.write_refusals]
