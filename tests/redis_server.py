@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import os
 import shutil
 import signal
@@ -14,6 +16,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +28,14 @@ from tests.gateway_process import free_port
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-__all__ = ["RedisServer", "disconnected", "outage_redis_fixture", "redis_server_fixture", "redis_url_fixture"]
+__all__ = [
+    "RedisServer",
+    "TLSFiles",
+    "disconnected",
+    "outage_redis_fixture",
+    "redis_server_fixture",
+    "redis_url_fixture",
+]
 
 
 class RedisServer:
@@ -36,6 +46,7 @@ class RedisServer:
         password: ``requirepass`` (and what :attr:`url` and the helpers here authenticate with).
         args: More command-line options, e.g. ``["--replicaof", "127.0.0.1", "6379"]``.
         sentinel_config: Run as a sentinel with this configuration (written once: a sentinel rewrites its file).
+        tls: Serve TLS only, on ``port``, with these files (and replicate over TLS).
     """
 
     def __init__(
@@ -45,10 +56,12 @@ class RedisServer:
         password: str | None = None,
         args: Sequence[str] = (),
         sentinel_config: str | None = None,
+        tls: TLSFiles | None = None,
     ) -> None:
         self.port = port or free_port()
         self.password = password
         self.args = list(args)
+        self.tls = tls
         self._sentinel_config = sentinel_config
         self.dir = Path(tempfile.mkdtemp(prefix="redis-test-"))
         self._pidfile = self.dir / "redis.pid"
@@ -56,6 +69,8 @@ class RedisServer:
     @property
     def url(self) -> str:
         credentials = f":{self.password}@" if self.password else ""
+        if self.tls is not None:
+            return f"rediss://{credentials}127.0.0.1:{self.port}/0?ssl_ca_certs={self.tls.ca}"
         return f"redis://{credentials}127.0.0.1:{self.port}/0"
 
     @property
@@ -64,7 +79,8 @@ class RedisServer:
 
     def client(self, **options: Any) -> redis.Redis:
         """A synchronous client of this server; disconnect its pool when done (:func:`disconnected`)."""
-        return redis.Redis(port=self.port, password=self.password, **{"socket_connect_timeout": 1, **options})
+        tls = {} if self.tls is None else {"ssl": True, "ssl_ca_certs": str(self.tls.ca)}
+        return redis.Redis(port=self.port, password=self.password, **{"socket_connect_timeout": 1, **tls, **options})
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
@@ -77,7 +93,8 @@ class RedisServer:
             command += [str(config), "--sentinel"]
         else:
             command += ["--save", "", "--appendonly", "no"]
-        command += ["--port", str(self.port), "--bind", "127.0.0.1", "--daemonize", "yes"]
+        command += ["--port", str(self.port)] if self.tls is None else self.tls.server_options(self.port)
+        command += ["--bind", "127.0.0.1", "--daemonize", "yes"]
         command += ["--pidfile", str(self._pidfile), "--dir", str(self.dir), "--logfile", str(self.dir / "redis.log")]
         if self.password:
             command += ["--requirepass", self.password]
@@ -120,6 +137,61 @@ class RedisServer:
 
     def log(self) -> str:
         return (self.dir / "redis.log").read_text(errors="replace")
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """A CA and a certificate it signed for 127.0.0.1 and localhost, with its key: what a TLS server here serves."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def create(cls, directory: Path) -> TLSFiles:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        def name(common_name: str) -> x509.Name:
+            return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+        now = datetime.datetime.now(datetime.UTC)
+        ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+        valid = x509.CertificateBuilder().not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+        ca = (
+            valid.subject_name(name("tts-gateway test CA"))
+            .issuer_name(name("tts-gateway test CA"))
+            .public_key(ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(ca_key, hashes.SHA256())
+        )
+        alt_names = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+        cert = (
+            valid.subject_name(name("localhost"))
+            .issuer_name(ca.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        files = cls(directory / "ca.crt", directory / "server.crt", directory / "server.key")
+        files.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+        files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        unencrypted = serialization.NoEncryption()
+        files.key.write_bytes(
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, unencrypted)
+        )
+        return files
+
+    def server_options(self, port: int) -> list[str]:
+        """TLS only on ``port``, no client certificates asked, replication over TLS too."""
+        return [
+            *("--port", "0", "--tls-port", str(port), "--tls-auth-clients", "no", "--tls-replication", "yes"),
+            *("--tls-cert-file", str(self.cert), "--tls-key-file", str(self.key), "--tls-ca-cert-file", str(self.ca)),
+        ]
 
 
 @contextmanager

@@ -8,6 +8,8 @@ on free loopback ports, with passwords, stopped by pid.
   :meth:`SentinelSetup.wait_promoted`); its sentinels notice a dead master after a second.
 - ``redis_cluster`` (session) and ``redis_cluster_url`` (emptied for the test).
 - ``any_redis_url``: parametrized over one Redis, Sentinel and Cluster, for a contract that must hold on each.
+- ``tls_files``: a CA and a server certificate for ``RedisServer(tls=...)``, ``SentinelSetup(tls=...)`` and
+  ``RedisClusterSetup(tls=...)``: TLS-only servers whose URLs carry ``ssl_ca_certs``.
 
 The URLs are in the gateway's schemes (``storage/redis_url.py``). Redis and the sentinels have different passwords,
 so the sentinels' own (``sentinel_password``) is exercised too.
@@ -25,7 +27,7 @@ import pytest
 import redis
 
 from tests.gateway_process import free_port
-from tests.redis_server import RedisServer, disconnected
+from tests.redis_server import RedisServer, TLSFiles, disconnected
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -42,6 +44,7 @@ __all__ = [
     "redis_cluster_url_fixture",
     "redis_sentinel_fixture",
     "redis_sentinel_url_fixture",
+    "tls_files_fixture",
 ]
 
 REDIS_PASSWORD = "redis-pw-" + secrets.token_hex(4)
@@ -78,15 +81,17 @@ class SentinelSetup:
     Args:
         down_after_ms: How long the master must be silent before a sentinel thinks it down. Short for the failover
             tests; long for the shared set-up, which a busy machine must never fail over by accident.
+        tls: Every server and sentinel speaks TLS only, with these files.
     """
 
-    def __init__(self, *, down_after_ms: int) -> None:
+    def __init__(self, *, down_after_ms: int, tls: TLSFiles | None = None) -> None:
         self._down_after_ms = down_after_ms
+        self._tls = tls
         # No 5 s wait for more replicas before a full synchronization (a diskless one, as persistence is off).
         self.master = RedisServer(
-            password=REDIS_PASSWORD, args=["--masterauth", REDIS_PASSWORD, "--repl-diskless-sync-delay", "0"]
+            password=REDIS_PASSWORD, args=["--masterauth", REDIS_PASSWORD, "--repl-diskless-sync-delay", "0"], tls=tls
         )
-        self.replica = RedisServer(password=REDIS_PASSWORD, args=["--masterauth", REDIS_PASSWORD])
+        self.replica = RedisServer(password=REDIS_PASSWORD, args=["--masterauth", REDIS_PASSWORD], tls=tls)
         self.replica.args += ["--replicaof", "127.0.0.1", str(self.master.port)]
         ids = [secrets.token_hex(20) for _ in range(3)]
         ports = [free_port() for _ in ids]
@@ -97,6 +102,7 @@ class SentinelSetup:
                 sentinel_config=self._sentinel_config(
                     my_id, [(p, i) for p, i in zip(ports, ids, strict=True) if p != port]
                 ),
+                tls=tls,
             )
             for port, my_id in zip(ports, ids, strict=True)
         ]
@@ -118,7 +124,10 @@ class SentinelSetup:
     def url(self) -> str:
         """The gateway's URL for the master: Redis's password in the user part, the sentinels' as an option."""
         sentinels = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
-        return f"redis+sentinel://:{REDIS_PASSWORD}@{sentinels}/{SERVICE}/0?sentinel_password={SENTINEL_PASSWORD}"
+        scheme, tls = ("redis", "") if self._tls is None else ("rediss", f"&ssl_ca_certs={self._tls.ca}")
+        return (
+            f"{scheme}+sentinel://:{REDIS_PASSWORD}@{sentinels}/{SERVICE}/0?sentinel_password={SENTINEL_PASSWORD}{tls}"
+        )
 
     def start(self) -> SentinelSetup:
         for server in (self.master, self.replica, *self.sentinels):
@@ -194,12 +203,15 @@ class SentinelSetup:
 
 
 class RedisClusterSetup:
-    """Three masters without replicas, made a cluster by ``redis-cli --cluster create``."""
+    """Three masters without replicas, made a cluster by ``redis-cli --cluster create``; with ``tls``, every node and
+    the cluster bus speak TLS only."""
 
-    def __init__(self, size: int = 3) -> None:
-        self.nodes = [RedisServer(password=REDIS_PASSWORD) for _ in range(size)]
+    def __init__(self, size: int = 3, tls: TLSFiles | None = None) -> None:
+        self._tls = tls
+        self.nodes = [RedisServer(password=REDIS_PASSWORD, tls=tls) for _ in range(size)]
         for node in self.nodes:
             node.args += ["--cluster-enabled", "yes", "--cluster-config-file", str(node.dir / "nodes.conf")]
+            node.args += [] if tls is None else ["--tls-cluster", "yes"]
             # The bus port defaults to port + 10000, past 65535 for most free ports: a free one of its own.
             node.args += ["--cluster-port", str(free_port()), "--cluster-node-timeout", "5000"]
             node.args += ["--masterauth", REDIS_PASSWORD]
@@ -207,14 +219,27 @@ class RedisClusterSetup:
     @property
     def url(self) -> str:
         nodes = ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+        if self._tls is not None:
+            return f"rediss+cluster://:{REDIS_PASSWORD}@{nodes}?ssl_ca_certs={self._tls.ca}"
         return f"redis+cluster://:{REDIS_PASSWORD}@{nodes}"
 
     def start(self) -> RedisClusterSetup:
         for node in self.nodes:
             node.start()
         addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        tls = [] if self._tls is None else ["--tls", "--cacert", str(self._tls.ca)]
         subprocess.run(
-            ["redis-cli", "-a", REDIS_PASSWORD, "--no-auth-warning", "--cluster", "create", *addresses, *_NO_REPLICAS],
+            [
+                "redis-cli",
+                *tls,
+                "-a",
+                REDIS_PASSWORD,
+                "--no-auth-warning",
+                "--cluster",
+                "create",
+                *addresses,
+                *_NO_REPLICAS,
+            ],
             check=True,
             capture_output=True,
             timeout=30,
@@ -285,6 +310,12 @@ def redis_cluster_url_fixture(redis_cluster: RedisClusterSetup) -> str:
     """The session cluster's URL, every node emptied for this test."""
     redis_cluster.flush()
     return redis_cluster.url
+
+
+@pytest.fixture(scope="session", name="tls_files")
+def tls_files_fixture(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
+    """A CA and a certificate it signed for 127.0.0.1, for TLS-only test servers."""
+    return TLSFiles.create(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture(name="any_redis_url", params=["redis", "sentinel", "cluster"])
