@@ -11,6 +11,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
+from auth.revocations import RedisRevocationBus, Revocation
 from storage import STORAGE_ERRORS, connect_redis
 from storage.redis import REDIS_TIMEOUT_S
 
@@ -82,3 +83,32 @@ async def test_a_demoted_master_answering_readonly_sends_each_write_to_the_new_m
             new_master.connection_pool.disconnect()
     finally:
         await client.aclose()
+
+
+async def test_revocation_subscribers_hear_each_other_again_after_a_failover(failover_sentinel: SentinelSetup) -> None:
+    """The revocation channel (``auth/revocations.py``) on the gateway's client: the subscriber finds the promoted
+    master, says there was a gap (open sessions are then checked against the store), and hears announcements again."""
+    clients = [connect_redis(failover_sentinel.url) for _ in range(2)]
+    here, there = (RedisRevocationBus(client) for client in clients)
+    heard: asyncio.Queue[Revocation] = asyncio.Queue()
+    gaps: list[None] = []
+    there.listen(heard.put_nowait)
+    there.after_gap(lambda: gaps.append(None))
+    try:
+        for bus in (here, there):
+            await bus.start()
+        await here.announce(Revocation("key", "key_before"))
+        async with asyncio.timeout(2):
+            assert await heard.get() == Revocation("key", "key_before")
+        failover_sentinel.kill_master()
+        await asyncio.get_running_loop().run_in_executor(None, failover_sentinel.wait_promoted)
+        async with asyncio.timeout(10):  # at most once: announce until one is heard on the new master
+            while heard.empty():
+                await here.announce(Revocation("key", "key_after"))
+                await asyncio.sleep(0.2)
+        assert await heard.get() == Revocation("key", "key_after")
+        assert gaps, "the subscriber did not report the time it was away"
+    finally:
+        for bus, client in zip((here, there), clients, strict=True):
+            await bus.close()
+            await client.aclose()
