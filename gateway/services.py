@@ -32,7 +32,7 @@ from gateway.speech.plan import Planner
 from gateway.speech.service import SpeechService
 from gateway.speech.singleflight import SingleFlight
 from gateway.speech.voices import MemoryVoiceStore, RedisVoiceStore, VoiceStore
-from storage import STORAGE_ERRORS, RedisClient, connect_redis
+from storage import STORAGE_ERRORS, RedisClient, connect_redis, redact_redis_url
 from storage.memory import EvictionPolicyCheck
 
 if TYPE_CHECKING:
@@ -173,6 +173,7 @@ async def _redis(settings: Settings, stack: AsyncExitStack) -> RedisClient | Non
     """The process's Redis client (closed with the stack), in today's layout; ``None`` without ``redis_url``."""
     if settings.redis_url is None:
         return None
+    logger.info("shared state in Redis at %s", redact_redis_url(settings.redis_url))
     redis = connect_redis(settings.redis_url)
     stack.push_async_callback(redis.aclose)
     await _move_legacy_layout(redis, settings)

@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from auth.settings import AuthSettings, LimitsSettings
 from engines.settings import EngineSettings
+from storage.redis_url import parse_redis_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -129,10 +130,19 @@ class ServerSettings(BaseModel):
         return proxies
 
 
+def _usable_redis_url(url: str | None) -> str | None:
+    """A URL the gateway cannot use fails at start, not at the first request; the message hides its password."""
+    if url is not None:
+        parse_redis_url(url)
+    return url
+
+
 class CacheSettings(BaseModel):
     """The audio cache: in Redis when ``cache.redis_url`` or ``redis_url`` is set, else in this process's memory."""
 
     model_config = ConfigDict(extra="forbid")
+
+    _redis_url_is_usable = field_validator("redis_url")(_usable_redis_url)
 
     enabled: bool = True
     """Store finished audio and answer repeats from it (identical requests in flight share one synthesis anyway)."""
@@ -140,7 +150,7 @@ class CacheSettings(BaseModel):
     """How long an entry lives."""
     max_entry_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     """Larger results are not stored (in Redis, neither are results over a sixteenth of ``max_redis_bytes``)."""
-    redis_url: str | None = None
+    redis_url: str | None = Field(default=None, repr=False)  # its password must not reach a log through a repr
     """A Redis of the cache's own (same URL forms as ``redis_url``), so that audio never takes the room of API keys,
     tenants, voices and usage; it may use any ``maxmemory-policy``, ``allkeys-lru`` included. Unset: the cache shares
     ``redis_url``'s Redis (within ``max_redis_bytes``)."""
@@ -310,14 +320,22 @@ class Settings(BaseSettings):
     (``fallback: false``: the first engine only)."""
     failover: FailoverSettings = Field(default_factory=FailoverSettings)
     readiness: ReadinessSettings = Field(default_factory=ReadinessSettings)
-    redis_url: str | None = None
-    """``redis://[:password@]host:port/db``: limits, cache, keys, voices and usage shared by every replica."""
+    redis_url: str | None = Field(default=None, repr=False)  # its password must not reach a log through a repr
+    """Where limits, cache, keys, voices and usage live, shared by every replica: one Redis
+    ``redis://[[user]:password@]host:port/db`` (``rediss://`` for TLS, ``unix:///path/to/redis.sock``), the master of a
+    Sentinel set-up ``redis+sentinel://[[user]:password@]h1:p1,h2:p2/service[/db]`` or a Redis Cluster
+    ``redis+cluster://[[user]:password@]h1:p1,h2:p2`` (each with a ``rediss+`` TLS variant), with query options
+    ``sentinel_password``, ``sentinel_username``, ``db`` and, over TLS, ``ssl_ca_certs``, ``ssl_certfile``,
+    ``ssl_keyfile``, ``ssl_cert_reqs``, ``ssl_check_hostname`` (``storage/redis_url.py``). Checked at load; the
+    password never appears in logs or errors. Unset: each replica keeps them in its own memory."""
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
     speech: SpeechSettings = Field(default_factory=SpeechSettings)
     realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
     voices: VoicesSettings = Field(default_factory=VoicesSettings)
+
+    _redis_url_is_usable = field_validator("redis_url")(_usable_redis_url)
 
     @model_validator(mode="after")
     def _aliases_name_known_engines(self) -> Settings:

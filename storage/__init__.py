@@ -2,7 +2,8 @@
 
 ``auth`` (keys, limits, usage) and ``gateway`` (cache, voices, probes) all store through the client that the
 composition root (``gateway/app.py``) builds here once, so every part shares one connection pool and one timeout
-policy, and a Redis URL with an ACL user or TLS (``rediss://``) means the same to all of them.
+policy, and a Redis URL (one Redis, a Sentinel-managed master or a Redis Cluster, with an ACL user or TLS:
+``storage/redis_url.py``) means the same to all of them.
 """
 
 from __future__ import annotations
@@ -10,5 +11,16 @@ from __future__ import annotations
 from storage.listing import MAX_PAGE, Page, sortable_id
 from storage.outage import STORAGE_ERRORS, OutageLatch
 from storage.redis import RedisClient, connect_redis
+from storage.redis_url import InvalidRedisURLError, redact_redis_url
 
-__all__ = ["MAX_PAGE", "STORAGE_ERRORS", "OutageLatch", "Page", "RedisClient", "connect_redis", "sortable_id"]
+__all__ = [
+    "MAX_PAGE",
+    "STORAGE_ERRORS",
+    "InvalidRedisURLError",
+    "OutageLatch",
+    "Page",
+    "RedisClient",
+    "connect_redis",
+    "redact_redis_url",
+    "sortable_id",
+]

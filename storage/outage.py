@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from limits.errors import StorageError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 if TYPE_CHECKING:
     import logging
@@ -16,9 +16,13 @@ __all__ = ["STORAGE_ERRORS", "OutageLatch"]
 #: ``TimeoutError`` (aiocache's and asyncio's) is an ``OSError``. ``RuntimeError`` too: when Redis goes away while
 #: redis-py is connecting, its health-check ping writes to a transport that uvloop has closed, and uvloop says so with
 #: a ``RuntimeError`` ("unable to perform operation on <TCPTransport closed=True>") that redis-py lets through — a
-#: 500 under a Redis outage otherwise (seen in tests/e2e/test_faults.py). Every ``except STORAGE_ERRORS`` wraps a
-#: storage call only, so nothing else is caught by it.
-STORAGE_ERRORS: tuple[type[Exception], ...] = (RedisError, StorageError, OSError, RuntimeError)
+#: 500 under a Redis outage otherwise (seen in tests/e2e/test_faults.py). ``RedisClusterException`` is not a
+#: ``RedisError``, yet a Redis Cluster none of whose nodes answers raises it ("Redis Cluster cannot be connected"), and
+#: so does a slot no node serves (``SlotNotCoveredError``); it also covers the client's refusal of a command across
+#: hash slots, which the server's own refusal (CROSSSLOT, a ``ResponseError``) is caught as anyway
+#: (tests/unit/storage/test_topologies.py). Every ``except STORAGE_ERRORS`` wraps a storage call only, so nothing else
+#: is caught by it.
+STORAGE_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException, StorageError, OSError, RuntimeError)
 
 
 class OutageLatch:

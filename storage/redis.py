@@ -1,34 +1,193 @@
-"""The one Redis client of a process, with the timeout policy every user of it shares."""
+"""The one Redis client of a process, for one Redis, a Sentinel-managed master or a Redis Cluster, with the timeout
+policy every user of it shares.
+
+What redis-py does on each topology, and what the stores may rely on, is pinned by tests/unit/storage/: on a Cluster
+every script, transaction and multi-key command must keep to one hash slot.
+"""
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPubSub, RedisCluster
+from redis.asyncio.connection import SSLConnection
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 from redis.backoff import NoBackoff
 
-__all__ = ["REDIS_TIMEOUT_S", "RedisClient", "connect_redis"]
+from storage.redis_url import parse_redis_url
+
+if TYPE_CHECKING:
+    from storage.redis_url import RedisURL
+
+__all__ = ["REDIS_TIMEOUT_S", "ClusterClient", "RedisClient", "SentinelMasterClient", "connect_redis"]
 
 RedisClient: TypeAlias = Redis | RedisCluster
 """What every store takes: one Redis (plain or behind Sentinel) or a Redis Cluster. Stores never reach into the
 client's connection pool (a cluster client has one per node)."""
 
 REDIS_TIMEOUT_S = 1.0
+_HEALTH_CHECK_INTERVAL_S = 10
 
 
-def connect_redis(url: str) -> Redis:
-    """A client for ``redis://[[user]:password@]host:port/db`` or ``rediss://`` (TLS); connects lazily.
+def connect_redis(url: str) -> RedisClient:
+    """A client for any URL of ``storage/redis_url.py``; it connects lazily, on its first command.
 
     Short timeouts and a single retry without backoff: an unreachable Redis must degrade requests quickly (fail
     open or closed, bypass the cache), never hang them, where redis-py's default retries with backoff for seconds.
     Responses are not decoded: the audio cache stores bytes, and every other user decodes what it reads.
+
+    Raises:
+        InvalidRedisURLError: the URL is not one the gateway can use (the settings check it at load already).
     """
-    return Redis.from_url(
-        url,
-        socket_timeout=REDIS_TIMEOUT_S,
-        socket_connect_timeout=REDIS_TIMEOUT_S,
-        health_check_interval=10,
-        retry=Retry(NoBackoff(), 1),
+    target = parse_redis_url(url)
+    if target.topology == "sentinel":
+        return _sentinel_master(target)
+    if target.topology == "cluster":
+        return _cluster(target)
+    return _standalone(target)
+
+
+def _policy() -> dict[str, Any]:
+    """The timeout policy, for one client's connections (a Retry object of its own for each)."""
+    return {
+        "socket_timeout": REDIS_TIMEOUT_S,
+        "socket_connect_timeout": REDIS_TIMEOUT_S,
+        "retry": Retry(NoBackoff(), 1),
+    }
+
+
+def _tls(target: RedisURL) -> dict[str, Any]:
+    return {"ssl": True, **dict(target.tls_options)} if target.tls else {}
+
+
+def _standalone(target: RedisURL) -> Redis:
+    where: dict[str, Any] = (
+        {"unix_socket_path": target.socket_path}
+        if target.socket_path is not None
+        else {"host": target.addresses[0][0], "port": target.addresses[0][1]}
+    )
+    return Redis(
+        **where,
+        db=target.db,
+        username=target.username,
+        password=target.password,
+        **_tls(target),
+        **_policy(),
+        health_check_interval=_HEALTH_CHECK_INTERVAL_S,
+    )
+
+
+class SentinelMasterClient(Redis):
+    """The client of a Sentinel-managed master, which also closes its connections to the sentinels.
+
+    Each of its connections asks the sentinels for the master's address whenever it connects, so after a failover the
+    next connection goes to the new master: a connection to the old one fails (the old master is gone), or answers a
+    write with ``READONLY`` (it came back as a replica, or was demoted by a manual failover), which redis-py turns
+    into a ``ConnectionError`` that drops the connection; the client's one retry then reconnects, through the
+    sentinels, to the new master (:class:`_SentinelAwareConnection`).
+    """
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        pool = self.connection_pool
+        if isinstance(pool, SentinelConnectionPool):
+            await pool.sentinel_manager.aclose()
+
+
+class _SentinelAwareConnection(SentinelManagedConnection):
+    """A connection to the master that asks the sentinels where the master is on every connect, reconnects included.
+
+    redis-py 8.1 asks them only when the pool hands out a connection that is not connected: a connection dropped and
+    reconnected within a command (its retry after a ``READONLY`` or a lost connection, a failed health check) goes
+    back to the address it had, the old master (redis/redis-py#3874, unfixed in 8.1.0). After a manual failover the
+    retry then meets ``READONLY`` again and the write fails (tests/unit/storage/test_sentinel_failover.py).
+    """
+
+    async def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        if not self.is_connected:
+            await self.connect()  # type: ignore[no-untyped-call]  # redis-py's sentinel-aware connect
+
+    async def connect_to(self, address: tuple[str, int]) -> None:
+        self.host, self.port = address
+        await super().connect_check_health(
+            check_health=self.connection_pool.check_connection, retry_socket_connect=False
+        )
+
+
+class _SentinelAwareSSLConnection(_SentinelAwareConnection, SSLConnection):
+    pass
+
+
+def _sentinel_master(target: RedisURL) -> SentinelMasterClient:
+    assert target.service is not None  # the parser requires it for this topology
+    # The sentinels' own connections: the same policy (a sentinel that is down costs one timeout, then the next one
+    # is asked), their own credentials, and TLS when the master speaks it.
+    sentinel_kwargs = {
+        "username": target.sentinel_username,
+        "password": target.sentinel_password,
+        **_tls(target),
+        **_policy(),
+    }
+    sentinels = Sentinel(  # type: ignore[no-untyped-call]  # redis-py leaves Sentinel.__init__ unannotated
+        list(target.addresses),
+        sentinel_kwargs=sentinel_kwargs,
+        db=target.db,
+        username=target.username,
+        password=target.password,
+        **_tls(target),
+        **_policy(),
+        health_check_interval=_HEALTH_CHECK_INTERVAL_S,
+    )
+    connection_class = _SentinelAwareSSLConnection if target.tls else _SentinelAwareConnection
+    client = sentinels.master_for(target.service, redis_class=SentinelMasterClient, connection_class=connection_class)
+    assert isinstance(client, SentinelMasterClient)  # master_for builds it with redis_class
+    return client
+
+
+class ClusterClient(RedisCluster):
+    """A Redis Cluster client that learns the cluster's slots before it routes its first commands.
+
+    redis-py 8.1's asyncio client routes the commands that arrive before it knows the slots to any node: each is
+    redirected (MOVED), and after a few redirections the client rebuilds its view of the cluster, closing connections
+    that concurrent commands are using; they fail ("Connection closed by server", or an ``AttributeError`` from a
+    closed writer). Its ``ClusterPubSub`` looks the channel's slot up without learning the slots first and fails with a
+    bare ``KeyError`` (redis/redis-py#4296, fixed after 8.1.0): the revocation subscriber, the first user of the
+    client, would die at start. Both learn the slots first here (once: later it is a check of a flag); redis-py's
+    maintainers ask asyncio users to ``await initialize()`` before any command, which a lazily connecting client
+    cannot do when it is built (tests/unit/storage/test_topologies.py).
+    """
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        await self.initialize()
+        return await super().execute_command(*args, **kwargs)
+
+    def pubsub(
+        self,
+        node: ClusterNode | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        **kwargs: Any,
+    ) -> ClusterPubSub:
+        return _InitializedClusterPubSub(self, node=node, host=host, port=port, **kwargs)
+
+
+class _InitializedClusterPubSub(ClusterPubSub):
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        await self.cluster.initialize()
+        return await super().execute_command(*args, **kwargs)
+
+
+def _cluster(target: RedisURL) -> ClusterClient:
+    return ClusterClient(
+        startup_nodes=[ClusterNode(host, port) for host, port in target.addresses],
+        # Keep the configured names for later topology refreshes: in Kubernetes the nodes announce pod addresses,
+        # which all change when the pods are replaced, while a Service name keeps leading to the cluster.
+        dynamic_startup_nodes=False,
+        username=target.username,
+        password=target.password,
+        **_tls(target),
+        **_policy(),
+        health_check_interval=_HEALTH_CHECK_INTERVAL_S,
     )

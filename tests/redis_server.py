@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import os
 import shutil
 import signal
@@ -13,8 +15,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -22,63 +26,101 @@ import redis
 from tests.gateway_process import free_port
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
-__all__ = ["RedisServer", "outage_redis_fixture", "redis_server_fixture", "redis_url_fixture"]
+__all__ = [
+    "RedisServer",
+    "TLSFiles",
+    "disconnected",
+    "outage_redis_fixture",
+    "redis_server_fixture",
+    "redis_url_fixture",
+]
 
 
 class RedisServer:
-    """One ``redis-server`` process without persistence, on a fixed port across restarts."""
+    """One ``redis-server`` process without persistence, on a fixed port across restarts.
 
-    def __init__(self, port: int | None = None) -> None:
+    Args:
+        port: The port; a free one by default.
+        password: ``requirepass`` (and what :attr:`url` and the helpers here authenticate with).
+        args: More command-line options, e.g. ``["--replicaof", "127.0.0.1", "6379"]``.
+        sentinel_config: Run as a sentinel with this configuration (written once: a sentinel rewrites its file).
+        tls: Serve TLS only, on ``port``, with these files (and replicate over TLS).
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        password: str | None = None,
+        args: Sequence[str] = (),
+        sentinel_config: str | None = None,
+        tls: TLSFiles | None = None,
+    ) -> None:
         self.port = port or free_port()
-        self._dir = Path(tempfile.mkdtemp(prefix="redis-test-"))
-        self._pidfile = self._dir / "redis.pid"
+        self.password = password
+        self.args = list(args)
+        self.tls = tls
+        self._sentinel_config = sentinel_config
+        self.dir = Path(tempfile.mkdtemp(prefix="redis-test-"))
+        self._pidfile = self.dir / "redis.pid"
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        credentials = f":{self.password}@" if self.password else ""
+        if self.tls is not None:
+            return f"rediss://{credentials}127.0.0.1:{self.port}/0?ssl_ca_certs={self.tls.ca}"
+        return f"redis://{credentials}127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int:
+        return int(self._pidfile.read_text())
+
+    def client(self, **options: Any) -> redis.Redis:
+        """A synchronous client of this server; disconnect its pool when done (:func:`disconnected`)."""
+        tls = {} if self.tls is None else {"ssl": True, "ssl_ca_certs": str(self.tls.ca)}
+        return redis.Redis(port=self.port, password=self.password, **{"socket_connect_timeout": 1, **tls, **options})
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
         assert binary is not None
-        subprocess.run(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "yes",
-                "--pidfile",
-                str(self._pidfile),
-                "--dir",
-                str(self._dir),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
-        deadline = time.monotonic() + 5
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
-        client.connection_pool.disconnect()  # close() alone leaves the socket open in redis-py 8
+        command = [binary]
+        if self._sentinel_config is not None:
+            config = self.dir / "sentinel.conf"
+            if not config.exists():
+                config.write_text(self._sentinel_config)
+            command += [str(config), "--sentinel"]
+        else:
+            command += ["--save", "", "--appendonly", "no"]
+        command += ["--port", str(self.port)] if self.tls is None else self.tls.server_options(self.port)
+        command += ["--bind", "127.0.0.1", "--daemonize", "yes"]
+        command += ["--pidfile", str(self._pidfile), "--dir", str(self.dir), "--logfile", str(self.dir / "redis.log")]
+        if self.password:
+            command += ["--requirepass", self.password]
+        subprocess.run([*command, *self.args], check=True, capture_output=True)
+        try:
+            self._wait_answering()
+        except BaseException:
+            if self._pidfile.exists():  # a daemon that never answered must not outlive the test
+                self.stop()
+            raise
+
+    def _wait_answering(self) -> None:
+        with disconnected(self.client(socket_connect_timeout=0.2)) as client:
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)
 
     def stop(self) -> None:
         """Kill the server (SIGKILL: an outage, not a clean shutdown) and wait until its port is closed."""
-        pid = int(self._pidfile.read_text())
-        os.kill(pid, signal.SIGKILL)
+        os.kill(self.pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
         while _port_open(self.port) and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -87,12 +129,78 @@ class RedisServer:
     def remove(self) -> None:
         if self._pidfile.exists():
             self.stop()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def flush(self) -> None:
-        client = redis.Redis(port=self.port)
-        client.flushall()
-        client.connection_pool.disconnect()  # close() alone leaves the socket open in redis-py 8
+        with disconnected(self.client()) as client:
+            client.flushall()
+
+    def log(self) -> str:
+        return (self.dir / "redis.log").read_text(errors="replace")
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """A CA and a certificate it signed for 127.0.0.1 and localhost, with its key: what a TLS server here serves."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def create(cls, directory: Path) -> TLSFiles:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        def name(common_name: str) -> x509.Name:
+            return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+        now = datetime.datetime.now(datetime.UTC)
+        ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+        valid = x509.CertificateBuilder().not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+        ca = (
+            valid.subject_name(name("tts-gateway test CA"))
+            .issuer_name(name("tts-gateway test CA"))
+            .public_key(ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(ca_key, hashes.SHA256())
+        )
+        alt_names = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+        cert = (
+            valid.subject_name(name("localhost"))
+            .issuer_name(ca.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        files = cls(directory / "ca.crt", directory / "server.crt", directory / "server.key")
+        files.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+        files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        unencrypted = serialization.NoEncryption()
+        files.key.write_bytes(
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, unencrypted)
+        )
+        return files
+
+    def server_options(self, port: int) -> list[str]:
+        """TLS only on ``port``, no client certificates asked, replication over TLS too."""
+        return [
+            *("--port", "0", "--tls-port", str(port), "--tls-auth-clients", "no", "--tls-replication", "yes"),
+            *("--tls-cert-file", str(self.cert), "--tls-key-file", str(self.key), "--tls-ca-cert-file", str(self.ca)),
+        ]
+
+
+@contextmanager
+def disconnected(client: redis.Redis) -> Iterator[redis.Redis]:
+    """``client``, with its sockets closed at the end (``close()`` alone leaves them open in redis-py 8)."""
+    try:
+        yield client
+    finally:
+        client.connection_pool.disconnect()
 
 
 def _port_open(port: int) -> bool:

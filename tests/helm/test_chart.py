@@ -28,6 +28,7 @@ from yamllint.config import YamlLintConfig
 from engines.chattts.options import ChatTTSOptions
 from engines.settings import RemoteEngineSettings
 from gateway.settings import OPENAI_MODEL_NAMES, load_settings
+from storage.redis_url import parse_redis_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -49,6 +50,10 @@ TENANT = {
     "limits": {"requests_per_minute": 60, "concurrent_streams": 2},
     "api_key_sha256": [hashlib.sha256(b"sk-tts-test").hexdigest()],
 }
+
+
+SENTINEL_HOSTS = [f"redis-node-{n}.redis-headless.redis.svc:26379" for n in range(2)] + ["redis-node-2.redis-headless"]
+CLUSTER_NODES = [f"redis-cluster-{n}.redis-cluster-headless.redis.svc:6379" for n in range(3)]
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -174,6 +179,21 @@ VALUE_SETS = {
         "redis": {"host": "redis", "existingSecret": "redis", "existingSecretPasswordKey": "pw"},
     },
     "single": {"replicaCount": 1, "serviceAccount": {"create": False}, "redis": {"host": "redis"}},
+    # Bitnami's redis chart with sentinel.enabled: the sentinels share Redis's password; TLS with a private CA.
+    "sentinel": {
+        "redis": {
+            "mode": "sentinel",
+            "sentinel": {"hosts": SENTINEL_HOSTS, "masterSet": "mymaster"},
+            "existingSecret": "redis",
+            "tls": True,
+            "tlsCASecret": "redis-ca",
+        },
+        "networkPolicy": {"enabled": True},
+    },
+    "cluster": {
+        "redis": {"mode": "cluster", "cluster": {"nodes": CLUSTER_NODES}, "password": "cluster-pw"},
+        "networkPolicy": {"enabled": True},
+    },
 }
 # The two-tier renders: checked like VALUE_SETS by the lint, schema and Kubernetes tests, and by their own tests below
 # (the single-tier tests above expect one tier's pod, weights volume included).
@@ -189,7 +209,7 @@ TWO_TIER_SETS = {
 # --- lint, Kubernetes schemas, values schema -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["default", "everything", "engine-tier-everything"])
+@pytest.mark.parametrize("name", ["default", "everything", "engine-tier-everything", "sentinel", "cluster"])
 def test_strict_lint_passes(name: str) -> None:
     values = {**VALUE_SETS, **TWO_TIER_SETS}[name]
     report = helm.lint(CHART, values, strict=True, namespace="speech", kube_version=f"v{KUBE_VERSION}")
@@ -664,6 +684,156 @@ def test_image_matches_the_chart(render: Any) -> None:
     assert 'ENTRYPOINT ["tts-gateway"]' in dockerfile
     assert f"CMD {rendered.container['args']}".replace("'", '"') in dockerfile
     assert "python scripts/fix_torchaudio.py" in dockerfile
+
+
+# --- Redis Sentinel and Cluster ---------------------------------------------------------------------------------
+
+
+def _redis_settings(rendered: Rendered, tmp_path: Path, environment: pytest.MonkeyPatch, **passwords: str) -> Any:
+    """The gateway's settings from the render, with the URL as the kubelet expands it from the env vars."""
+    config_file, secret_file = tmp_path / "config.yaml", tmp_path / "secret.yaml"
+    config_file.write_text(rendered.one("ConfigMap")["data"]["config.yaml"])
+    secret_file.write_bytes(base64.b64decode(rendered.one("Secret")["data"]["secret.yaml"]))
+    url = rendered.env["TTS_GATEWAY_REDIS_URL"]["value"]
+    for name, password in passwords.items():
+        url = url.replace(f"$({name})", password)
+    environment.setenv("TTS_GATEWAY_REDIS_URL", url)
+    return load_settings([config_file, secret_file])
+
+
+def test_sentinel_values_render_a_sentinel_url_the_gateway_takes(
+    render: Any, tmp_path: Path, clean_environment: pytest.MonkeyPatch
+) -> None:
+    rendered = render(VALUE_SETS["sentinel"])
+    url = rendered.env["TTS_GATEWAY_REDIS_URL"]["value"]
+    hosts = ",".join(SENTINEL_HOSTS)
+    assert (
+        url == f"rediss+sentinel://:$(REDIS_PASSWORD)@{hosts}/mymaster/0?ssl_ca_certs=/etc/tts-gateway/redis-ca/ca.crt"
+    )
+    assert rendered.env["REDIS_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "redis", "key": "redis-password"}}
+    assert "REDIS_SENTINEL_PASSWORD" not in rendered.env  # auth redis: the sentinels are sent Redis's password
+    mounts = {mount["name"]: mount for mount in rendered.container["volumeMounts"]}
+    assert mounts["redis-ca"] == {"name": "redis-ca", "mountPath": "/etc/tts-gateway/redis-ca", "readOnly": True}
+    volumes = {volume["name"]: volume for volume in rendered.pod["volumes"]}
+    assert volumes["redis-ca"]["secret"] == {"secretName": "redis-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+
+    target = parse_redis_url(_redis_settings(rendered, tmp_path, clean_environment, REDIS_PASSWORD="pw").redis_url)
+    assert (target.topology, target.tls, target.service, target.db) == ("sentinel", True, "mymaster", 0)
+    assert target.addresses == (
+        ("redis-node-0.redis-headless.redis.svc", 26379),
+        ("redis-node-1.redis-headless.redis.svc", 26379),
+        ("redis-node-2.redis-headless", 26379),
+    )
+    assert (target.password, target.sentinel_password) == ("pw", "pw")
+    assert target.tls_options == (("ssl_ca_certs", "/etc/tts-gateway/redis-ca/ca.crt"),)
+
+
+@pytest.mark.parametrize(
+    ("sentinel", "option", "reference"),
+    [
+        ({"auth": "none"}, "?sentinel_password=", None),
+        (
+            {"auth": "own", "existingSecret": "sentinels", "existingSecretPasswordKey": "pw"},
+            "?sentinel_password=$(REDIS_SENTINEL_PASSWORD)",
+            {"name": "sentinels", "key": "pw"},
+        ),
+        (
+            {"auth": "own", "password": "s3ntinel-pw"},
+            "?sentinel_password=$(REDIS_SENTINEL_PASSWORD)",
+            {"name": FULLNAME, "key": "redis-sentinel-password"},
+        ),
+    ],
+)
+def test_the_sentinels_own_password_comes_from_a_secret(
+    render: Any,
+    tmp_path: Path,
+    clean_environment: pytest.MonkeyPatch,
+    *,
+    sentinel: dict[str, str],
+    option: str,
+    reference: dict[str, str] | None,
+) -> None:
+    values = {"redis": {"mode": "sentinel", "password": "redis-pw", "sentinel": {"hosts": ["s1"], **sentinel}}}
+    rendered = render(values)
+    assert (
+        rendered.env["TTS_GATEWAY_REDIS_URL"]["value"] == f"redis+sentinel://:$(REDIS_PASSWORD)@s1/mymaster/0{option}"
+    )
+    if reference is None:
+        assert "REDIS_SENTINEL_PASSWORD" not in rendered.env
+    else:
+        names = [var["name"] for var in rendered.container["env"]]
+        assert names.index("REDIS_SENTINEL_PASSWORD") < names.index("TTS_GATEWAY_REDIS_URL")  # expanded in order
+        assert rendered.env["REDIS_SENTINEL_PASSWORD"]["valueFrom"] == {"secretKeyRef": reference}
+    secret = rendered.one("Secret")["data"]
+    assert ("redis-sentinel-password" in secret) == ("password" in sentinel)
+    for password in ("redis-pw", sentinel.get("password", "redis-pw")):
+        assert password not in rendered.text("deployment.yaml")
+        assert password not in rendered.text("configmap.yaml")
+    target = parse_redis_url(
+        _redis_settings(
+            rendered, tmp_path, clean_environment, REDIS_PASSWORD="redis-pw", REDIS_SENTINEL_PASSWORD="sentinel-pw"
+        ).redis_url
+    )
+    assert target.sentinel_password == (None if reference is None else "sentinel-pw")
+
+
+def test_cluster_values_render_a_cluster_url_the_gateway_takes(
+    render: Any, tmp_path: Path, clean_environment: pytest.MonkeyPatch
+) -> None:
+    rendered = render(VALUE_SETS["cluster"])
+    url = rendered.env["TTS_GATEWAY_REDIS_URL"]["value"]
+    assert url == f"redis+cluster://:$(REDIS_PASSWORD)@{','.join(CLUSTER_NODES)}"
+    assert base64.b64decode(rendered.one("Secret")["data"]["redis-password"]) == b"cluster-pw"
+    target = parse_redis_url(_redis_settings(rendered, tmp_path, clean_environment, REDIS_PASSWORD="pw").redis_url)
+    assert (target.topology, target.password, len(target.addresses)) == ("cluster", "pw", 3)
+
+
+def test_redis_egress_reaches_the_sentinels_and_the_cluster_nodes(render: Any) -> None:
+    def egress_ports(values: dict[str, Any]) -> list[int]:
+        policy = render(values).one("NetworkPolicy")["spec"]
+        return [port["port"] for rule in policy["egress"] for port in rule["ports"] if port["port"] != 53]
+
+    assert egress_ports(VALUE_SETS["sentinel"]) == [6379, 26379]  # the master the sentinels name, the sentinels
+    nodes = {"mode": "cluster", "port": 7000, "cluster": {"nodes": ["n1:7000", "n2:7001", "n3"]}}
+    assert egress_ports({"redis": nodes, "networkPolicy": {"enabled": True}}) == [7000, 7001, 6379]
+
+
+def test_notes_warn_only_without_any_redis(render: Any) -> None:
+    for name, warned in (("default", True), ("sentinel", False), ("cluster", False), ("single", False)):
+        notes = render(VALUE_SETS[name]).files["tts-gateway/templates/NOTES.txt"]
+        assert ("no Redis is configured" in notes) is warned, name
+
+
+@pytest.mark.parametrize(
+    ("redis", "schema_error", "render_error"),
+    [
+        ({"mode": "sentinel"}, "should be non-empty", "sentinel/hosts': minItems"),
+        ({"mode": "cluster"}, "should be non-empty", "cluster/nodes': minItems"),
+        ({"mode": "cluster", "db": 2, "cluster": {"nodes": ["n1"]}}, "0 was expected", "db': value must be 0"),
+        ({"host": "redis", "tlsCASecret": "ca"}, "True was expected", "tls': value must be true"),
+        ({"mode": "sentinel", "sentinel": {"hosts": ["s1,s2"]}}, "does not match", "hosts/0'"),
+        ({"mode": "sentinel", "sentinel": {"hosts": ["s1"], "auth": "same"}}, "is not one of", "auth'"),
+        ({"mode": "replicated"}, "is not one of", "mode'"),
+        # Only the templates can tell: the password may come from either of two values.
+        ({"mode": "sentinel", "sentinel": {"hosts": ["s1"], "auth": "own"}}, None, "needs redis.sentinel.password"),
+    ],
+)
+def test_unusable_redis_values_are_refused(
+    schema: dict[str, Any],
+    render: Any,
+    redis: dict[str, Any],
+    schema_error: str | None,
+    render_error: str,
+) -> None:
+    # What Helm validates: the values merged over the chart's defaults.
+    values = _merge(yaml.safe_load((CHART / "values.yaml").read_text()), {"redis": redis})
+    messages = [error.message for error in jsonschema.Draft7Validator(schema).iter_errors(values)]
+    if schema_error is None:
+        assert messages == []
+    else:
+        assert any(schema_error in message for message in messages), messages
+    with pytest.raises(helm.HelmError, match=re.escape(render_error)):
+        render({"redis": redis})
 
 
 # --- the engine tier (engineTier.enabled) -------------------------------------------------------------------------

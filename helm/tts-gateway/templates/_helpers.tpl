@@ -101,6 +101,24 @@ Name of the PersistentVolumeClaim mounted at /models.
 {{- end }}
 
 {{/*
+Whether the gateway has a Redis ("true" or empty): redis.host for mode standalone, redis.sentinel.hosts for sentinel,
+redis.cluster.nodes for cluster.
+*/}}
+{{- define "tts-gateway.redisEnabled" -}}
+{{- $redis := .Values.redis }}
+{{- if eq $redis.mode "sentinel" }}
+{{- if not $redis.sentinel.hosts }}
+{{- fail "redis.mode sentinel needs redis.sentinel.hosts" }}
+{{- end }}true
+{{- else if eq $redis.mode "cluster" }}
+{{- if not $redis.cluster.nodes }}
+{{- fail "redis.mode cluster needs redis.cluster.nodes" }}
+{{- end }}true
+{{- else if $redis.host }}true
+{{- end }}
+{{- end }}
+
+{{/*
 Where the Redis password comes from: a dict with "name" and "key", or empty when there is none.
 */}}
 {{- define "tts-gateway.redisPasswordRef" -}}
@@ -115,16 +133,86 @@ Where the Redis password comes from: a dict with "name" and "key", or empty when
 {{- end }}
 
 {{/*
-The gateway's redis_url, with $(REDIS_PASSWORD) expanded by the kubelet from the env var of that name.
+Where the sentinels' own password comes from (redis.sentinel.auth own): a dict with "name" and "key", or empty.
+*/}}
+{{- define "tts-gateway.redisSentinelPasswordRef" -}}
+{{- $sentinel := .Values.redis.sentinel }}
+{{- if and (eq .Values.redis.mode "sentinel") (eq $sentinel.auth "own") }}
+{{- if $sentinel.existingSecret }}
+{{- dict "name" $sentinel.existingSecret "key" $sentinel.existingSecretPasswordKey | toJson }}
+{{- else if $sentinel.password }}
+{{- if .Values.auth.existingSecret }}
+{{- fail "redis.sentinel.password is rendered into the chart's Secret, which auth.existingSecret turns off: use redis.sentinel.existingSecret" }}
+{{- end }}
+{{- dict "name" (include "tts-gateway.fullname" .) "key" "redis-sentinel-password" | toJson }}
+{{- else }}
+{{- fail "redis.sentinel.auth own needs redis.sentinel.password or redis.sentinel.existingSecret" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where redis.tlsCASecret is mounted.
+*/}}
+{{- define "tts-gateway.redisCADir" -}}
+/etc/tts-gateway/redis-ca
+{{- end }}
+
+{{/*
+The gateway's redis_url (its schemes: docs/configuration.md), with $(REDIS_PASSWORD) and $(REDIS_SENTINEL_PASSWORD)
+expanded by the kubelet from the env vars of those names.
 */}}
 {{- define "tts-gateway.redisURL" -}}
+{{- $redis := .Values.redis }}
 {{- $userinfo := "" }}
 {{- if include "tts-gateway.redisPasswordRef" . }}
-{{- $userinfo = printf "%s:$(REDIS_PASSWORD)@" .Values.redis.username }}
-{{- else if .Values.redis.username }}
-{{- $userinfo = printf "%s@" .Values.redis.username }}
+{{- $userinfo = printf "%s:$(REDIS_PASSWORD)@" $redis.username }}
+{{- else if $redis.username }}
+{{- $userinfo = printf "%s@" $redis.username }}
 {{- end }}
-{{- printf "%s://%s%s:%d/%d" (ternary "rediss" "redis" .Values.redis.tls) $userinfo .Values.redis.host (int .Values.redis.port) (int .Values.redis.db) }}
+{{- $scheme := ternary "rediss" "redis" $redis.tls }}
+{{- $options := list }}
+{{- if $redis.tlsCASecret }}
+{{- if not $redis.tls }}
+{{- fail "redis.tlsCASecret needs redis.tls" }}
+{{- end }}
+{{- $options = append $options (printf "ssl_ca_certs=%s/%s" (include "tts-gateway.redisCADir" .) $redis.tlsCASecretKey) }}
+{{- end }}
+{{- $url := "" }}
+{{- if eq $redis.mode "sentinel" }}
+{{- if eq $redis.sentinel.auth "none" }}
+{{- $options = append $options "sentinel_password=" }}
+{{- else if include "tts-gateway.redisSentinelPasswordRef" . }}
+{{- $options = append $options "sentinel_password=$(REDIS_SENTINEL_PASSWORD)" }}
+{{- end }}
+{{- $url = printf "%s+sentinel://%s%s/%s/%d" $scheme $userinfo (join "," $redis.sentinel.hosts) $redis.sentinel.masterSet (int $redis.db) }}
+{{- else if eq $redis.mode "cluster" }}
+{{- if ne (int $redis.db) 0 }}
+{{- fail "a Redis Cluster has only database 0: leave redis.db at 0 with redis.mode cluster" }}
+{{- end }}
+{{- $url = printf "%s+cluster://%s%s" $scheme $userinfo (join "," $redis.cluster.nodes) }}
+{{- else }}
+{{- $url = printf "%s://%s%s:%d/%d" $scheme $userinfo $redis.host (int $redis.port) (int $redis.db) }}
+{{- end }}
+{{- $url }}{{ with $options }}?{{ join "&" . }}{{ end }}
+{{- end }}
+
+{{/*
+The TCP ports the gateway reaches Redis on, as a JSON list: redis.port, and the sentinels' or the startup nodes' ports
+(26379 or 6379 where an entry names none).
+*/}}
+{{- define "tts-gateway.redisPorts" -}}
+{{- $redis := .Values.redis }}
+{{- $ports := list (int $redis.port) }}
+{{- if ne $redis.mode "standalone" }}
+{{- $sentinel := eq $redis.mode "sentinel" }}
+{{- $default := ternary 26379 6379 $sentinel }}
+{{- range (ternary $redis.sentinel.hosts $redis.cluster.nodes $sentinel) }}
+{{- $parts := regexFind ":[0-9]+$" . }}
+{{- $ports = append $ports (ternary (int (trimPrefix ":" $parts)) $default (ne $parts "")) }}
+{{- end }}
+{{- end }}
+{{- uniq $ports | toJson }}
 {{- end }}
 
 {{/*
