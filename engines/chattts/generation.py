@@ -14,7 +14,7 @@ same forward pass as the running rows' next decode step: the pass packs the runn
 the waiting prompts' tokens (whole by default; at most ``prefill_chunk_tokens`` per pass when set) into one product
 with every weight matrix, then attends per sequence over its own cache with its own positions and mask. The
 weights are read once for both, where a prefill on its own stopped every running sequence for its duration (what a
-join saves: BENCHMARKS.md, "Joining a running batch", ``bench/chattts_join.py``). A sequence whose
+join saves: ``bench/chattts_join.py``, in docs/engineering/benchmark-history.md, "ChatTTS batching"). A sequence whose
 prompt is complete samples its first token and its cache rows are merged into the running cache, the narrower side
 padded on the left.
 """
