@@ -10,8 +10,8 @@ Starting from ``Settings``, every model a setting holds has a marked table, exce
 not marked, whose fields are documented in its holder's table as ``field.subfield`` rows (``limits.requests_per_minute``
 in a tenant's). In a marked table, the first column names the field and the second gives its default, written as in a
 YAML file and compared exactly: ``30``, ``0.25``, ``open``, ``""``, ``[]``, ``{}``, ``true``; ``—`` for unset
-(None); ``(required)`` for a field without a default. A field that holds settings models may point to their table
-instead (``see below``).
+(None); ``(required)`` for a field without a default. A remark in parentheses may follow the value (``2592000`` (30
+days), ``—`` (unlimited)). A field that holds settings models may point to their table instead (``see below``).
 """
 
 from __future__ import annotations
@@ -138,12 +138,11 @@ def same(documented: Any, actual: Any) -> bool:
 
 
 def documented_value(cell: str) -> tuple[bool, Any]:
-    """Whether ``cell`` writes a value (``—`` or one code span), and the value."""
-    if cell == _UNSET:
-        return True, None
-    if re.fullmatch(r"`[^`]+`", cell):
-        return True, yaml.safe_load(cell.strip("`"))
-    return False, None
+    """Whether ``cell`` writes a value (``—`` or one code span, then maybe a remark in parentheses), and the value."""
+    match = re.fullmatch(r"(?P<value>—|`[^`]+`)(?: \(.+\))?", cell)
+    if match is None:
+        return False, None
+    return True, None if match["value"] == _UNSET else yaml.safe_load(match["value"].strip("`"))
 
 
 def as_default(value: Any, setting: Setting) -> Any:
@@ -163,7 +162,7 @@ def default_problem(cell: str, settings: list[Setting]) -> str | None:
     if cell == _REQUIRED or (not is_value and any(models_in(s.info.annotation) for s in settings)):
         return "has a default: write its default" if cell == _REQUIRED and optional else None  # or points to a table
     expected = written(default_of(optional[0])) if optional else _REQUIRED
-    if not optional or not is_value or (value is None and cell != _UNSET):
+    if not optional or not is_value or (value is None and not cell.startswith(_UNSET)):
         return f"is documented as {cell}: write {expected}"
     if len(optional) < len(settings) or any(not same(as_default(value, s), default_of(s)) for s in optional):
         return f"defaults to {expected}, documented as {cell}: write {expected}"
@@ -267,6 +266,10 @@ class _Outer(BaseModel):
         ("token", "—", False),
         ("token", "`null`", True),
         ("token", "none", True),
+        ("token", "— (unlimited)", False),
+        ("token", "unlimited (—)", True),
+        ("port", "`8000` (the default port)", False),
+        ("port", "`8000` or more", True),
         ("ratio", "`0.25`", False),
         ("enabled", "`true`", False),
         ("enabled", "`1`", True),
