@@ -13,8 +13,8 @@ left of a row's first token are padding hidden by the attention mask. A new sequ
 same forward pass as the running rows' next decode step: the pass packs the running rows' one new token each and
 the waiting prompts' tokens (whole by default; at most ``prefill_chunk_tokens`` per pass when set) into one product
 with every weight matrix, then attends per sequence over its own cache with its own positions and mask. The
-weights are read once for both, where a prefill on its own stopped every running sequence for its duration (about
-two thirds of a step saved per join on the CPU of BENCHMARKS.md: ``bench/chattts_join.py``). A sequence whose
+weights are read once for both, where a prefill on its own stopped every running sequence for its duration (what a
+join saves: ``bench/chattts_join.py``, in docs/engineering/benchmark-history.md, "ChatTTS batching"). A sequence whose
 prompt is complete samples its first token and its cache rows are merged into the running cache, the narrower side
 padded on the left.
 """

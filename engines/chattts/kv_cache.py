@@ -2,11 +2,11 @@
 """A KV cache that appends in place instead of copying itself at every step.
 
 transformers' ``DynamicCache`` appends a step's keys and values with ``torch.cat``: every decode step copies the whole
-cache of every layer. That copy grows with the sequence: with four 700-token sequences (about one 200-character
-sentence each) a decode step of ChatTTS's backbone took 134 ms on the CPU of BENCHMARKS.md, against 105 ms writing
-each new column in place. The layers here keep their keys and values in a buffer with room to spare (half again what
-is used, at least :data:`SPARE_COLUMNS`: the price is up to half again the cache's memory), write each step into it
-and hand attention a view of the used part (as fast to attend to as a contiguous tensor: measured).
+cache of every layer. That copy grows with the sequence (a 200-character sentence is about 700 tokens), so a long
+sentence's decode steps pay for it (``bench/chattts_kv_cache.py``; its figures: docs/engineering/benchmark-history.md,
+"the KV cache"). The layers here keep their keys and values in a buffer with room to spare (half again what is used,
+at least :data:`SPARE_COLUMNS`: the price is up to half again the cache's memory), write each step into it and hand
+attention a view of the used part (as fast to attend to as a contiguous tensor: measured).
 
 The token loop also rewrites the cache between steps (a row leaves: ``batch_select_indices``; padding is trimmed;
 new rows are merged in) by assigning new ``keys`` and ``values``; the next update notices the assignment and takes

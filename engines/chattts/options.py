@@ -37,8 +37,8 @@ class ChatTTSOptions(BaseModel):
     """``auto``: CUDA when available, else CPU."""
     dtype: Dtype = "auto"
     """The GPT backbone's number type. ``auto``: float16 on CUDA, float32 on CPU. ``bfloat16`` reads half the bytes
-    per decode step and, on a CPU with bfloat16 arithmetic (AVX512-BF16, AMX), prefills prompts more than twice as
-    fast (BENCHMARKS.md); on other CPUs torch has no fast path for it, nor for float16 on any CPU (a warning at
+    per decode step and, on a CPU with bfloat16 arithmetic (AVX512-BF16, AMX), multiplies faster too (BENCHMARKS.md,
+    "The backbone in bfloat16"); on other CPUs torch has no fast path for it, nor for float16 on any CPU (a warning at
     load)."""
     threads: int | None = Field(default=None, ge=1, le=256)
     """torch CPU threads per worker (default: torch's choice)."""

@@ -2,19 +2,17 @@
 
 A decode step multiplies one row per running sequence (1 to 8 rows in a small batch) by every weight matrix of the
 GPT backbone. torch's CPU ``F.linear`` hands that to MKL's ``sgemm`` (``sgemv`` for one row), which on some CPUs
-takes a slow path for a handful of rows: measured on the 2-core AMD EPYC of BENCHMARKS.md, 2 rows cost 3.7x one
-row, and one row (the matrix-vector path) cost twice what two rows cost the fast way. The same product written as
-``weight @ rows.T`` (a matrix times a few columns) takes another path there that costs about one row's time. It
-is fast only with the columns laid out one after the other in memory: rows that come straight from an earlier
-``weight @ rows.T`` (transposed, through an elementwise op such as the MLP's activation) are made contiguous first,
-which halved the MLP's down projection. One row is computed as two (the row twice), where that is faster.
+takes a slow path for a handful of rows, where a few rows can cost several times one row, and one row (the
+matrix-vector path) more than two rows the fast way. The same product written as ``weight @ rows.T`` (a matrix times
+a few columns) takes another path there that costs about one row's time. It is fast only with the columns laid out
+one after the other in memory: rows that come straight from an earlier ``weight @ rows.T`` (transposed, through an
+elementwise op such as the MLP's activation) are made contiguous first. One row is computed as two (the row twice),
+where that is faster.
 
 A third way skips MKL: oneDNN's product on a copy of the weight laid out once, at load, in oneDNN's blocked format
-(``torch.ops.mkldnn._reorder_linear_weight``, what torch's compiler does for frozen CPU models). Measured on the
-model 17 EPYC of BENCHMARKS.md (``bench/chattts_products.py``), all the full model's weights took 33 ms for 4 rows
-and 39 ms for 8 on blocked copies, against 41 and 81 ms the best MKL way, and 137 against 174 ms for 64 rows; MKL
-kept 1 and 2 rows. The blocked copy is a second copy of the weights (0.76 GB for the full model, per worker), made
-only where some row count takes it.
+(``torch.ops.mkldnn._reorder_linear_weight``, what torch's compiler does for frozen CPU models). The blocked copy is a
+second copy of the weights (0.76 GB for the full model, per worker), made only where some row count takes it. What
+each way costs on the machines measured: BENCHMARKS.md, "Products per row count" (``bench/chattts_products.py``).
 
 Which is faster depends on the CPU and the BLAS build, so it is measured, not assumed: at load, on CPU, each row
 count from 1 to :data:`MAX_ROWS`, and a prefill of :data:`PREFILL_ROWS`, is timed each way through all the
@@ -53,8 +51,7 @@ __all__ = [
 logger = logging.getLogger("tts_gateway.engine")
 
 MAX_ROWS = 8
-"""The largest row count of a decode step considered (on the machine of BENCHMARKS.md ``F.linear`` already won at 8
-rows over ``weight @ rows.T``)."""
+"""The largest row count timed on its own; more rows (prefills) take the way timed for :data:`PREFILL_ROWS`."""
 PREFILL_ROWS = 32
 """The rows of the prefill timed too: a few prompts' tokens."""
 _MARGIN = 0.85

@@ -1,8 +1,9 @@
 """What a request costs an engine, before it runs: the seconds of speech its text will become.
 
-The scheduler shares an engine by work, and a character is a poor unit of it: the work per character varies about
-6x between scripts and styles (espeak, 1,024 characters alone: English 0.25 s, spaced digits 0.71 s, CJK 1.62 s),
-and every engine's work grows with the audio it makes (ChatTTS: one decode step per 21.3 ms of audio). So the cost is
+The scheduler shares an engine by work, and a character is a poor unit of it: the work per character varies several
+times over between scripts and styles (espeak takes about three times as long per character for spaced digits as for
+English, six times for CJK), and every engine's work grows with the audio it makes (ChatTTS: one decode step per
+21.3 ms of audio). So the cost is
 the speech the text should make, from the syllables a reader would say: vowel groups of alphabetic words, one
 syllable per CJK character, kana or Hangul block, numbers as they are read out, and the pauses of punctuation. It is
 an estimate; the scheduler corrects it by the audio that was actually produced (``TenantScheduler.correct``), so what

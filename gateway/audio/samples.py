@@ -56,8 +56,8 @@ _AUDIT_SPEC = MuxSpec(
     "libopus",
     "s16",
     bit_rate=16000,  # Opus's own figure for good wideband speech; 30 s keep in about 60 KB
-    # Tuned for speech. Complexity 5, as for speech responses: 30 s took 297 ms here, against 377 ms at 10 and 132 ms
-    # at 0, in files of the same size; a consent is encoded once.
+    # Tuned for speech. Complexity 5, as for speech responses: cheaper than 10 for files of the same size, and a
+    # consent is encoded once (what it costs: BENCHMARKS.md, "Voice samples and consent recordings").
     codec_options=MappingProxyType({"compression_level": "5", "application": "voip"}),
 )
 _ID3_HEADER_BYTES = 10

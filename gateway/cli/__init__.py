@@ -16,16 +16,21 @@ import sys
 from gateway.cli.say import add_say_parser, run_say
 from gateway.cli.server import add_server_parsers, run_server_command
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The console script ``tts-gateway``; returns the exit status."""
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and option of ``tts-gateway`` (the docs' commands are checked against it)."""
     parser = argparse.ArgumentParser(prog="tts-gateway", description="OpenAI-compatible speech gateway for ChatTTS.")
     commands = parser.add_subparsers(dest="command", required=True)
     add_server_parsers(commands)
     add_say_parser(commands)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script ``tts-gateway``; returns the exit status."""
+    args = build_parser().parse_args(argv)
     return run_say(args) if args.command == "say" else run_server_command(args)
 
 

@@ -35,8 +35,7 @@ _T = TypeVar("_T")
 logger = logging.getLogger("tts_gateway.connections")
 
 #: Work that ends sooner goes unwatched: a cache hit, answered within a millisecond, then costs a timer rather than a
-#: watching task and its cancellation (about 5 µs of CPU less, 1 % of a hit), and a client gone is noticed at most
-#: this much later.
+#: watching task and its cancellation, and a client gone is noticed at most this much later.
 _WATCH_AFTER_S = 0.05
 
 

@@ -61,7 +61,7 @@ CONFIG: dict[str, Any] = {
         ],
     },
     # No reserved slot: these tests show the fair queue alone (a tenant may hold every worker, as the flood does);
-    # the reservation has its own tests in tests/unit/engines/test_scheduler.py and its benchmark.
+    # the reservation has its own tests in tests/unit/engines/test_scheduling.py and its benchmark.
     # "reserving" keeps the default reservation: a tenant below its fair share finds a slot free.
     "engines": {
         "shared": paced_engine(reserved_slots=0),

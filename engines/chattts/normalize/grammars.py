@@ -1,9 +1,9 @@
 """Optional grammar normalizers: NeMo text processing (English) and WeTextProcessing (Chinese), as ChatTTS's own
 examples use them. Installed with the ``normalize`` extra; used when both import, else the built-in rules.
 
-Measured here (2026-12-01, 2 cores): both install from PyPI in about 42 s and pull in pynini (650 MB); NeMo compiles
-its English grammar once (26 s) into ``cache_dir`` and loads it from there in 0.6 s; WeTextProcessing ships compiled
-grammars (0.2 s). Per sentence: NeMo about 120 ms, WeTextProcessing about 7 ms; the built-in rules well under 1 ms.
+Both install from PyPI and pull in pynini (650 MB); NeMo compiles its English grammar once into ``cache_dir`` and
+loads it from there afterwards; WeTextProcessing ships compiled grammars. Per sentence they cost far more than the
+built-in rules: BENCHMARKS.md, "Text normalization" (``bench/normalize.py``).
 """
 
 from __future__ import annotations
