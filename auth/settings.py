@@ -52,7 +52,8 @@ class TenantSettings(BaseModel):
     """Models (engines or aliases) the tenant may use; ``None``: every model."""
     scheduling: TenantScheduling = Field(default_factory=TenantScheduling)
     api_key_sha256: list[str] = Field(default_factory=list)
-    """Hex SHA-256 hashes of API keys issued out of band (``tts-gateway keys hash``); keys are never stored."""
+    """Hex SHA-256 hashes of API keys issued out of band (``tts-gateway keys create`` prints one when no
+    ``redis_url`` is set); keys are never stored."""
 
 
 class JWTSettings(BaseModel):

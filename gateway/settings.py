@@ -3,7 +3,8 @@
 It composes the settings each part owns: ``engines.settings`` (engines), ``auth.settings`` (tenants, limits, JWTs);
 the HTTP server, cache and realtime settings are the gateway's own.
 
-Every field is documented in ``docs/configuration.md``; keep the two in step.
+Every field is documented in ``docs/configuration.md``; ``tests/unit/test_configuration_reference.py`` fails when
+the two disagree.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class ServerSettings(BaseModel):
     """On SIGTERM: stop accepting, let in-flight streams finish for up to this long, then stop the engines."""
     send_timeout_s: float = Field(default=30.0, gt=0)
     """A client that leaves one write of its response unread this long counts as gone: the response is abandoned,
-    releasing its stream lease and synthesis (``gateway/backpressure.py``)."""
+    releasing its stream lease and synthesis (``gateway/http/backpressure.py``)."""
     playground: bool = True
     """Serve the playground page at / and /playground"""
     profile: Literal["gateway", "engine"] = "gateway"
