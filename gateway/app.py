@@ -3,6 +3,7 @@ engine pools and the services (``gateway/services.py``), and hands each handler 
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -168,9 +169,19 @@ def _services(
             uvicorn_errors = logging.getLogger("uvicorn.error")
             uvicorn_errors.addFilter(redactor)  # uvicorn logs WebSocket paths with their query
             stack.callback(uvicorn_errors.removeFilter, redactor)
+            _freeze_what_start_up_made()
+            stack.callback(gc.unfreeze)  # a process that starts apps again (the tests) must be able to collect them
             yield
 
     return lifespan
+
+
+def _freeze_what_start_up_made() -> None:
+    """Leave the objects of the start-up (the app, its routes and schemas: some 110,000) out of every later garbage
+    collection: a full collection walked them all, a pause of the event loop many times longer than a request's own
+    work, whatever the load (measured in BENCHMARKS.md's Redis section, the event-loop rows)."""
+    gc.collect()
+    gc.freeze()
 
 
 async def _start_pools(
