@@ -28,9 +28,10 @@ from auth.keys import generate_api_key, hash_api_key
 from engines.synthetic import voice_frequency
 from tests.audio_decode import decode_audio, dominant_frequency
 from tests.gateway_process import GatewayProcess
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
     from pathlib import Path
 
     from tests.redis_server import RedisServer
@@ -209,17 +210,9 @@ def paced_text(chars: int = PACED_CHARS) -> str:
     return "a" + "".join(random.choices("bcdfghjklmnpqrstvwxz", k=chars - 1))
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {timeout_s} s")
-        time.sleep(0.02)
-
-
 async def wait_queued(node: GatewayProcess, count: int) -> None:
     await asyncio.to_thread(
-        wait_until, lambda: node.engine("paced")["queued"] == count, f"{count} requests queued on the node"
+        wait_until, lambda: node.engine("paced")["queued"] == count, 10, f"{count} requests queued on the node"
     )
 
 
@@ -393,7 +386,9 @@ async def test_a_high_priority_tenant_of_another_front_goes_before_a_normal_ones
 
 async def test_weights_hold_through_the_hop(tiers: Tiers) -> None:
     blocker = asyncio.create_task(first_byte_at(tiers.fronts[0], "beta", chars=3 * PACED_CHARS))  # 1.2 s: all queue
-    await asyncio.to_thread(wait_until, lambda: tiers.node.engine("paced")["active_jobs"] == 1, "the blocker running")
+    await asyncio.to_thread(
+        wait_until, lambda: tiers.node.engine("paced")["active_jobs"] == 1, 10, "the blocker running"
+    )
     light = [asyncio.create_task(first_byte_at(tiers.fronts[0], "acme")) for _ in range(3)]
     heavy = [asyncio.create_task(first_byte_at(tiers.fronts[1], "heavy")) for _ in range(3)]
     await wait_queued(tiers.node, 6)
