@@ -14,9 +14,9 @@ import openai
 import pytest
 
 from engines.chattts.loader import verify_directory
+from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio
 from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
-from tests.gateway_process import CONSOLE_SCRIPT, GatewayProcess
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

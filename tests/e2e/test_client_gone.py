@@ -23,8 +23,8 @@ import httpx
 import pytest
 
 from auth.keys import generate_api_key, hash_api_key
+from harness.gateway_process import GatewayProcess
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio
-from tests.gateway_process import GatewayProcess
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 
-from tests.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:

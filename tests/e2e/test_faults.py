@@ -23,9 +23,9 @@ import psutil
 import pytest
 import redis
 
+from harness.gateway_process import GatewayProcess
 from tests.e2e.test_errors import BAD_BODIES, VALID, assert_openai_error
 from tests.e2e.test_tenancy import Admin, tenancy_config
-from tests.gateway_process import GatewayProcess
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

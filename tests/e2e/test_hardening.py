@@ -29,7 +29,7 @@ import yaml
 from websockets.asyncio.client import connect
 
 from auth.keys import generate_api_key, hash_api_key
-from tests.gateway_process import CONSOLE_SCRIPT, GatewayProcess, exact_engines, free_port
+from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess, exact_engines, free_port
 from tests.redis_server import RedisServer
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ from websockets.uri import parse_uri
 
 from auth.keys import generate_api_key, hash_api_key
 from engines.synthetic import voice_frequency
+from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio, dominant_frequency
-from tests.gateway_process import GatewayProcess
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator

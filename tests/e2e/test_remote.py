@@ -24,8 +24,8 @@ from websockets.asyncio.client import connect
 
 from auth.keys import generate_api_key, hash_api_key
 from engines.synthetic import voice_frequency
+from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess, free_port
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio, dominant_frequency
-from tests.gateway_process import CONSOLE_SCRIPT, GatewayProcess, free_port
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:

@@ -26,8 +26,8 @@ from websockets.asyncio.client import connect
 
 from auth.keys import generate_api_key, hash_api_key
 from engines.synthetic import voice_frequency
+from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio, dominant_frequency
-from tests.gateway_process import GatewayProcess
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
