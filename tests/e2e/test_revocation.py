@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.uri import parse_uri
 
 from harness.gateway_process import GatewayProcess
-from tests.e2e.test_realtime import Session, open_connections
+from tests.realtime_client import Session, open_connections
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
