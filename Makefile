@@ -2,7 +2,7 @@
 #   make serve   set up what serving needs, then serve the gateway on the embedded default (espeak-ng, no Redis, no
 #                weights needed)
 #   make test    set up (the test tools too, and as root the Debian packages), then run the linters and the whole test
-#                suite (CI runs it)
+#                suite under coverage (CI runs it)
 # And for contributors:
 #   make lock    regenerate requirements/*.txt, the exact versions every install here takes, from pyproject.toml
 
@@ -63,8 +63,13 @@ lint: $(TESTING)
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports
 
+# The whole suite under coverage, the gateway and worker processes it starts included ([tool.coverage] in
+# pyproject.toml), then the figure; `.venv/bin/coverage report` lists it file by file.
 test: system-deps lint $(NODE_SDK)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/coverage erase
+	$(BIN)/coverage run -m pytest $(PYTEST_ARGS)
+	$(BIN)/coverage combine --quiet
+	@echo "Coverage: $$($(BIN)/coverage report --format=total) % of the lines and branches of gateway, engines, auth and storage"
 
 # The lock files: serve.txt for `make serve` and the Dockerfile, test.txt (serve.txt's versions and the test tools)
 # for `make test`. pip-compile keeps the versions already locked that still fit pyproject.toml;
