@@ -3,7 +3,8 @@
 #                weights needed)
 #   make test    set up (the test tools too, and as root the Debian packages), then run the linters and the whole test
 #                suite under coverage (CI runs it)
-# And for contributors:
+# And for contributors (CONTRIBUTING.md):
+#   make quick   the linters and the unit tests not marked slow (no engine process, no ChatTTS): a minute or two
 #   make lock    regenerate requirements/*.txt, the exact versions every install here takes, from pyproject.toml
 
 PYTHON ?= python3
@@ -21,7 +22,7 @@ PIP_VERSION := 26.3
 PIP_TOOLS_VERSION := 7.6.2
 PIP_INSTALL := $(BIN)/python -m pip install --quiet $(PIP_EXTRA)
 
-.PHONY: setup serve test lint lock system-deps
+.PHONY: setup serve test quick lint lock system-deps
 
 # The official OpenAI Node SDK for tests/e2e/test_clients.py, from tests/node's lockfile (needs Node.js 20+ and npm).
 # Only `make test` installs it, so that `make serve` still needs nothing but Python.
@@ -70,6 +71,10 @@ test: system-deps lint $(NODE_SDK)
 	$(BIN)/coverage run -m pytest $(PYTEST_ARGS)
 	$(BIN)/coverage combine --quiet
 	@echo "Coverage: $$($(BIN)/coverage report --format=total) % of the lines and branches of gateway, engines, auth and storage"
+
+# What a contributor runs before each commit; `make test` before a push.
+quick: lint
+	$(BIN)/python -m pytest tests/unit -m "not slow" $(PYTEST_ARGS)
 
 # The lock files: serve.txt for `make serve` and the Dockerfile, test.txt (serve.txt's versions and the test tools)
 # for `make test`. pip-compile keeps the versions already locked that still fit pyproject.toml;

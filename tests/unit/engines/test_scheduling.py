@@ -18,6 +18,8 @@ from tests.waiting import wait_for
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+pytestmark = pytest.mark.slow  # starts engine worker processes: left out of `make quick`
+
 
 def drain(scheduler: TenantScheduler[str]) -> list[str]:
     order = []

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from gateway.speech.failover import SpokenStream
     from gateway.speech.plan import SpeechPlan
 
+pytestmark = pytest.mark.slow  # starts engine worker processes: left out of `make quick`
+
 PRINCIPAL = Principal(ANONYMOUS, "open")
 
 
