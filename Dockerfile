@@ -33,20 +33,26 @@ WORKDIR /app
 
 RUN python -m pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
 
+# Every other dependency at the version the lock file names (`make lock` writes it; `make serve` installs the same).
+# Its `torch==2.13.0` is the wheel installed above: 2.13.0+cpu and 2.13.0+cu128 both satisfy it, so pip keeps it.
+COPY requirements/serve.txt ./requirements/serve.txt
+RUN python -m pip install -r requirements/serve.txt "torch==${TORCH_VERSION}"
+
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
 COPY engines ./engines
 COPY auth ./auth
 COPY storage ./storage
+COPY lifecycle ./lifecycle
 COPY scripts/fix_torchaudio.py ./scripts/fix_torchaudio.py
 
-# `torch==2.13.0` again so pip keeps the wheel installed above (2.13.0+cpu satisfies it) instead of replacing it.
-# Then fix_torchaudio.py: ChatTTS (and vocos) import torchaudio at module level, and pip may resolve torchaudio to
-# a CUDA build whose metadata accepts a CPU torch; its compiled extension then fails to load (libc10_cuda.so
-# missing) and `import ChatTTS` with it. In exactly that case the script deletes torchaudio's .so files, so
-# torchaudio runs in pure-Python mode (all ChatTTS needs is MelSpectrogram), and checks that it works. It changes
-# nothing where torchaudio already imports (the CUDA image).
-RUN python -m pip install ".[chattts]" "torch==${TORCH_VERSION}" \
+# The gateway itself, its dependencies being the lock's (whose setuptools builds it). Then fix_torchaudio.py: ChatTTS
+# (and vocos) import torchaudio at module level, and the locked torchaudio is a CUDA build whose metadata accepts a
+# CPU torch; its compiled extension then fails to load (libc10_cuda.so missing) and `import ChatTTS` with it. In
+# exactly that case the script deletes torchaudio's .so files, so torchaudio runs in pure-Python mode (all ChatTTS
+# needs is MelSpectrogram), and checks that it works. It changes nothing where torchaudio already imports (the CUDA
+# image).
+RUN python -m pip install --no-deps --no-build-isolation . \
     && python scripts/fix_torchaudio.py
 
 USER 10001:10001

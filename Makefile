@@ -1,51 +1,94 @@
 # The two commands of the README:
-#   make serve   set up, then serve the gateway on the embedded default (espeak-ng, no Redis, no weights needed)
-#   make test    set up (Debian packages included, as root), then run the linters and the whole test suite (CI runs it)
+#   make serve   set up what serving needs, then serve the gateway on the embedded default (espeak-ng, no Redis, no
+#                weights needed)
+#   make test    set up (the test tools too, and as root the Debian packages), then run the linters and the whole test
+#                suite under coverage (CI runs it)
+# And for contributors (CONTRIBUTING.md):
+#   make quick   the linters and the unit tests not marked slow (no engine process, no ChatTTS): a minute or two
+#   make lock    regenerate requirements/*.txt, the exact versions every install here takes, from pyproject.toml
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# torch goes in first, pinned: on machines with a local CPU wheel of 2.13.0 this takes it from disk, while a bare
-# `torch` (or one pulled in by ChatTTS) would download a multi-GB CUDA build. Override for a GPU machine, e.g.
-# `make serve TORCH=torch==2.13.0+cu128 PIP_EXTRA=--extra-index-url=...`.
+# torch is pinned, and the lock files say `torch==2.13.0`: on machines with a local CPU wheel of 2.13.0 pip takes it
+# from disk (2.13.0+cpu satisfies the pin), while a bare `torch` would download a multi-GB CUDA build. Override for a
+# GPU machine, e.g. `make serve TORCH=torch==2.13.0+cu128 PIP_EXTRA=--extra-index-url=...`.
 TORCH ?= torch==2.13.0
 PIP_EXTRA ?=
 ARGS ?=
 PYTEST_ARGS ?=
+LOCK_ARGS ?=
+PIP_VERSION := 26.3
+PIP_TOOLS_VERSION := 7.6.2
+PIP_INSTALL := $(BIN)/python -m pip install --quiet $(PIP_EXTRA)
 
-.PHONY: setup serve test lint system-deps
+.PHONY: setup serve test quick lint lock system-deps
 
 # The official OpenAI Node SDK for tests/e2e/test_clients.py, from tests/node's lockfile (needs Node.js 20+ and npm).
 # Only `make test` installs it, so that `make serve` still needs nothing but Python.
 NODE_SDK := tests/node/node_modules/.installed
+# What each stage has installed: serving (the gateway, ChatTTS included), then testing (the tools on top).
+SERVING := $(VENV)/.serving
+TESTING := $(VENV)/.testing
 
-setup: $(VENV)/.installed
+setup: $(TESTING)
 
-$(VENV)/.installed: pyproject.toml scripts/fix_torchaudio.py
+$(SERVING): requirements/serve.txt pyproject.toml scripts/fix_torchaudio.py
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet $(PIP_EXTRA) "$(TORCH)"
-	$(BIN)/python -m pip install --quiet $(PIP_EXTRA) -e '.[chattts,test]' "$(TORCH)"
+	$(PIP_INSTALL) "pip==$(PIP_VERSION)"
+	$(PIP_INSTALL) -r requirements/serve.txt "$(TORCH)"
+	# The project itself: its dependencies are the lock's, and the lock's setuptools builds it.
+	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
 	# ChatTTS imports torchaudio, whose newest wheel may not load next to a CPU torch: see the script.
 	$(BIN)/python scripts/fix_torchaudio.py
+	touch $@
+
+$(TESTING): $(SERVING) requirements/test.txt
+	$(PIP_INSTALL) -r requirements/test.txt "$(TORCH)"
 	touch $@
 
 $(NODE_SDK): tests/node/package.json tests/node/package-lock.json
 	npm ci --prefix tests/node --no-audit --no-fund
 	touch $@
 
-serve: setup
+serve: $(SERVING)
 	$(BIN)/tts-gateway serve $(ARGS)
 
 # redis-server, Chromium, ChromeDriver and npm for the tests: installed with apt-get as root, else named.
 system-deps:
 	scripts/system-deps.sh
 
-lint: setup
+lint: $(TESTING)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports
 
+# The whole suite under coverage, the gateway and worker processes it starts included ([tool.coverage] in
+# pyproject.toml), then the figure; `.venv/bin/coverage report` lists it file by file.
 test: system-deps lint $(NODE_SDK)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/coverage erase
+	$(BIN)/coverage run -m pytest $(PYTEST_ARGS)
+	$(BIN)/coverage combine --quiet
+	@echo "Coverage: $$($(BIN)/coverage report --format=total) % of the lines and branches of gateway, engines, auth and storage"
+
+# What a contributor runs before each commit; `make test` before a push.
+quick: lint
+	$(BIN)/python -m pytest tests/unit -m "not slow" $(PYTEST_ARGS)
+
+# The lock files: serve.txt for `make serve` and the Dockerfile, test.txt (serve.txt's versions and the test tools)
+# for `make test`. pip-compile keeps the versions already locked that still fit pyproject.toml;
+# `make lock LOCK_ARGS=--upgrade` takes the newest that fit. It resolves for this machine (Linux, CPython 3.11) from
+# pip's configured indexes, with torch as $(TORCH): run where that is the CPU wheel, so that no CUDA packages are
+# locked. The lock then says `torch==2.13.0` without the wheel's `+cpu` label, which the CUDA image's torch
+# (`2.13.0+cu128`) satisfies as well.
+LOCK_VENV := $(VENV)-lock
+PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --quiet --strip-extras --allow-unsafe \
+	--no-emit-index-url --no-emit-find-links $(LOCK_ARGS)
+
+lock:
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet $(PIP_EXTRA) "pip==$(PIP_VERSION)" "pip-tools==$(PIP_TOOLS_VERSION)"
+	$(PIP_COMPILE) --extra chattts --upgrade-package "$(TORCH)" -o requirements/serve.txt pyproject.toml
+	$(PIP_COMPILE) --extra chattts --extra test --constraint requirements/serve.txt -o requirements/test.txt pyproject.toml
+	sed -i 's/^torch==\([^+]*\)+cpu$$/torch==\1/' requirements/serve.txt requirements/test.txt

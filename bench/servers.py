@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from tests.gateway_process import GatewayProcess, free_port
+from harness.gateway_process import GatewayProcess, free_port
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -33,7 +33,7 @@ import numpy as np
 
 from bench import plots
 from bench.servers import GatewayProcess, pinned
-from tests.gateway_process import CONSOLE_SCRIPT
+from harness.gateway_process import CONSOLE_SCRIPT
 
 if TYPE_CHECKING:
     import argparse

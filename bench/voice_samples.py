@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gateway.audio.samples import decode_recording, encode_for_audit
-from tests.recordings import CONTAINERS, recording, speech
+from harness.recordings import CONTAINERS, recording, speech
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -14,13 +14,10 @@ import contextlib
 import itertools
 import logging
 import multiprocessing
-import pickle
 import socket
-import struct
 import time
 from collections import Counter
 from contextlib import asynccontextmanager
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Literal
 
 from engines.base import InvalidSynthesisRequestError, cannot_clone_error
@@ -39,16 +36,12 @@ from engines.messages import (
     WorkerLoadFailed,
     WorkerReady,
 )
+from engines.pipe import frame, read_message
 from engines.samples import check_sample
 from engines.scheduling import SlotScheduler, expected_speech_s
 from engines.status import PoolStatus
 from engines.worker import run_worker
 from lifecycle import BackgroundTasks
-
-# The worker side speaks multiprocessing's Connection framing; the server reads and writes the same frames with
-# asyncio streams, because Connection.recv() cannot run on the non-blocking socket an event loop needs.
-_FRAME_SIZE = struct.Struct("!i")
-_LONG_FRAME_SIZE = struct.Struct("!Q")
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -191,8 +184,7 @@ class _Worker:
         if self.writer.is_closing():
             self.kill("its pipe broke")
             return
-        data = pickle.dumps(message)
-        self.writer.write(_FRAME_SIZE.pack(len(data)) + data)
+        self.writer.write(frame(message))
 
     def kill(self, reason: str) -> None:
         """Kill the process; its pipe then reaches EOF and the pool cleans up and replaces it."""
@@ -422,16 +414,15 @@ class EnginePool:
 
     # ----------------------------------------------------------------- worker processes
     async def _spawn(self) -> None:
-        parent_socket, child_socket = socket.socketpair()
-        child_conn = Connection(child_socket.detach())
+        parent_socket, child_socket = socket.socketpair()  # the pipe (engines/pipe.py); the child gets a duplicate
         process = self._context.Process(
             target=run_worker,
-            args=(self.settings.kind, self.settings.options, child_conn, self._worker_logging),
+            args=(self.settings.kind, self.settings.options, child_socket, self._worker_logging),
             name=f"tts-worker-{self.name}",
             daemon=True,
         )
         process.start()
-        child_conn.close()
+        child_socket.close()
         reader, writer = await asyncio.open_unix_connection(sock=parent_socket)
         worker = _Worker(self, process, writer)
         self._workers.append(worker)
@@ -440,7 +431,7 @@ class EnginePool:
     async def _read(self, worker: _Worker, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                self._on_message(worker, await _read_frame(reader))
+                self._on_message(worker, await read_message(reader))
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             self._on_exit(worker)  # end of file: the worker process is gone
 
@@ -559,10 +550,3 @@ class EnginePool:
         elif worker.ping_sent_at is None and now - worker.last_seen > interval:
             worker.ping_sent_at = now
             worker.send(Ping(next(self._ping_nonces)))
-
-
-async def _read_frame(reader: asyncio.StreamReader) -> object:
-    (size,) = _FRAME_SIZE.unpack(await reader.readexactly(_FRAME_SIZE.size))
-    if size == -1:  # multiprocessing's marker for a frame over 2 GiB
-        (size,) = _LONG_FRAME_SIZE.unpack(await reader.readexactly(_LONG_FRAME_SIZE.size))
-    return pickle.loads(await reader.readexactly(size))  # noqa: S301 - our own worker process, as multiprocessing does

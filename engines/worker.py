@@ -41,11 +41,12 @@ from engines.messages import (
     WorkerLoadFailed,
     WorkerReady,
 )
+from engines.pipe import WorkerPipe
 from engines.registry import create_engine
 from engines.samples import speaker_from_sample
 
 if TYPE_CHECKING:
-    from multiprocessing.connection import Connection
+    import socket
 
     from pydantic import BaseModel
 
@@ -111,17 +112,20 @@ class _Inbox:
 class _Outbox:
     """Serialises sends: the main thread sends audio while the reader thread answers pings."""
 
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
+    def __init__(self, pipe: WorkerPipe) -> None:
+        self._pipe = pipe
         self._lock = threading.Lock()
 
     def send(self, message: object) -> None:
         with self._lock:
-            self._conn.send(message)
+            self._pipe.send(message)
 
 
-def run_worker(kind: str, options: BaseModel, conn: Connection, logging_config: dict[str, Any] | None = None) -> None:
-    """Entry point of a worker process (``multiprocessing`` target).
+def run_worker(
+    kind: str, options: BaseModel, pipe_socket: socket.socket, logging_config: dict[str, Any] | None = None
+) -> None:
+    """Entry point of a worker process (``multiprocessing`` target); ``pipe_socket`` is its end of the pipe to the
+    server (``engines.pipe``).
 
     ``logging_config`` (a :func:`logging.config.dictConfig` mapping from the server) is applied first, so that a
     failing job's traceback is one line in the server's format rather than plain text on stderr.
@@ -131,7 +135,8 @@ def run_worker(kind: str, options: BaseModel, conn: Connection, logging_config: 
     if logging_config is not None:
         logging.config.dictConfig(logging_config)
         logging.captureWarnings(True)
-    outbox = _Outbox(conn)
+    pipe = WorkerPipe(pipe_socket)
+    outbox = _Outbox(pipe)
     try:
         engine = create_engine(kind, options)
         info = engine.load()
@@ -144,7 +149,7 @@ def run_worker(kind: str, options: BaseModel, conn: Connection, logging_config: 
         outbox.send(WorkerLoadFailed(f"{type(exc).__name__}: {exc}"))
         return
     outbox.send(WorkerReady(info))
-    _serve(engine, info, conn, outbox)
+    _serve(engine, info, pipe, outbox)
 
 
 def _warm_up(engine: Engine, info: EngineInfo) -> None:
@@ -154,10 +159,10 @@ def _warm_up(engine: Engine, info: EngineInfo) -> None:
         pass
 
 
-def _serve(engine: Engine, info: EngineInfo, conn: Connection, outbox: _Outbox) -> None:
+def _serve(engine: Engine, info: EngineInfo, pipe: WorkerPipe, outbox: _Outbox) -> None:
     jobs = _Inbox(engine, info, outbox)
     cancels: dict[int, CancelFlag] = {}
-    reader = threading.Thread(target=_read_control, args=(conn, outbox, jobs, cancels), daemon=True)
+    reader = threading.Thread(target=_read_control, args=(pipe, outbox, jobs, cancels), daemon=True)
     reader.start()
     if isinstance(engine, BatchingEngine) and info.max_batch > 1:
         _serve_batches(engine, info.max_batch, jobs, cancels, outbox)
@@ -269,10 +274,10 @@ def _run_batch(engine: BatchingEngine, running: _RunningBatch, outbox: _Outbox) 
     return [JobEnded(job.job_id) for index, job in enumerate(running.jobs) if index not in ended]
 
 
-def _read_control(conn: Connection, outbox: _Outbox, jobs: _Inbox, cancels: dict[int, CancelFlag]) -> None:
+def _read_control(pipe: WorkerPipe, outbox: _Outbox, jobs: _Inbox, cancels: dict[int, CancelFlag]) -> None:
     while True:
         try:
-            message = conn.recv()
+            message = pipe.recv()
         except (EOFError, OSError):
             message = StopWorker()  # the server is gone: stop whatever runs and exit
         if isinstance(message, StartJob):

@@ -12,8 +12,8 @@ if TYPE_CHECKING:
 
 __all__ = ["STORAGE_ERRORS", "OutageLatch"]
 
-#: Everything a Redis call (through redis-py, ``limits`` or aiocache) may raise when Redis is out of reach;
-#: ``TimeoutError`` (aiocache's and asyncio's) is an ``OSError``. ``RuntimeError`` too: when Redis goes away while
+#: Everything a Redis call (through redis-py or ``limits``) may raise when Redis is out of reach; ``TimeoutError``
+#: (asyncio's) is an ``OSError``. ``RuntimeError`` too: when Redis goes away while
 #: redis-py is connecting, its health-check ping writes to a transport that uvloop has closed, and uvloop says so with
 #: a ``RuntimeError`` ("unable to perform operation on <TCPTransport closed=True>") that redis-py lets through — a
 #: 500 under a Redis outage otherwise (seen in tests/e2e/test_faults.py). ``RedisClusterException`` is not a

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
-from tests.gateway_process import free_port
+from harness.gateway_process import free_port
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

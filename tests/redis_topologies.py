@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 
-from tests.gateway_process import free_port
+from harness.gateway_process import free_port
 from tests.redis_server import RedisServer, TLSFiles, disconnected
 
 if TYPE_CHECKING:

@@ -85,7 +85,8 @@ class _AudioStore(Protocol):
 class _MemoryLRU:
     """In-process entries, least recently used evicted first.
 
-    Written here because aiocache's memory cache has no size bound.
+    Written here, as the Redis side is: aiocache's memory cache has no size bound, and its Redis cache can neither
+    keep a byte budget (one script per write, below) nor take a Redis Cluster client.
     """
 
     def __init__(self, max_entries: int, ttl_s: float) -> None:

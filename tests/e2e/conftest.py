@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator

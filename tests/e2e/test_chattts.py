@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -14,13 +15,12 @@ import openai
 import pytest
 
 from engines.chattts.loader import verify_directory
+from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio
 from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
-from tests.gateway_process import CONSOLE_SCRIPT, GatewayProcess
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 FORMATS = ["mp3", "opus", "aac", "flac", "wav", "pcm"]
 SEGMENT_S = (TEST_TOKENS * 512 - 256) / 24000  # every sentence is exactly TEST_TOKENS tokens here
@@ -55,6 +55,16 @@ def test_chattts_is_ready_with_generated_weights(gateway: GatewayProcess) -> Non
     # Which text normalizer speaks numbers and dates: the built-in rules unless the `normalize` extra is installed.
     assert state["details"]["text_normalizer"] in {"builtin", "nemo+wetext"}
     assert state["details"]["weights"].startswith("generated random weights")
+
+
+def test_torch_is_loaded_in_the_worker_and_never_in_the_server_process(gateway: GatewayProcess) -> None:
+    # ChatTTS's per-token Python loop must not share the server's GIL: engines/registry.py keeps torch in the workers.
+    assert gateway.process is not None
+    state = gateway.engine("chattts")
+    assert state["state"] == "ready", state
+    worker = state["pids"][0]
+    assert "libtorch" in Path(f"/proc/{worker}/maps").read_text(), "the check must see torch where it is"
+    assert "libtorch" not in Path(f"/proc/{gateway.process.pid}/maps").read_text()
 
 
 @pytest.mark.parametrize("response_format", FORMATS)

@@ -23,11 +23,12 @@ import httpx
 import pytest
 
 from auth.keys import generate_api_key, hash_api_key
+from harness.gateway_process import GatewayProcess
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio
-from tests.gateway_process import GatewayProcess
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
 SOLO_KEY = generate_api_key()  # one concurrent stream
 OTHER_KEY = generate_api_key()  # no limits
@@ -147,14 +148,6 @@ def speak_as_solo(gateway: GatewayProcess) -> int:
         timeout=10,
     )
     return response.status_code
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout_s} s")
-        time.sleep(0.02)
 
 
 def access_entry(gateway: GatewayProcess, request_id: str, timeout_s: float = 5.0) -> dict[str, Any]:

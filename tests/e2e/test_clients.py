@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from engines.synthetic import voice_frequency
+from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio, dominant_frequency
-from tests.gateway_process import CONSOLE_SCRIPT, GatewayProcess
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

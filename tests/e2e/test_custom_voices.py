@@ -24,9 +24,9 @@ from websockets.asyncio.client import connect
 
 from engines.synthetic import voice_frequency
 from gateway.audio.samples import MAX_RECORDING_BYTES, SAMPLE_RATE, decode_recording
+from harness.gateway_process import GatewayProcess
+from harness.recordings import CONTAINERS, recording, tone
 from tests.audio_decode import decode_audio, dominant_frequency
-from tests.gateway_process import GatewayProcess
-from tests.recordings import CONTAINERS, recording, tone
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -13,10 +13,10 @@ import openai
 import pytest
 from websockets.sync.client import connect
 
+from harness.gateway_process import GatewayProcess
+from harness.recordings import recording, speech
 from tests.audio_decode import decode_audio
 from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
-from tests.gateway_process import GatewayProcess
-from tests.recordings import recording, speech
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from auth.keys import generate_api_key, hash_api_key
-from tests.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator

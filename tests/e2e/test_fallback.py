@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection, connect
 
-from tests.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

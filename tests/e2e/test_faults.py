@@ -23,9 +23,9 @@ import psutil
 import pytest
 import redis
 
-from tests.e2e.test_errors import BAD_BODIES, VALID, assert_openai_error
+from harness.gateway_process import GatewayProcess
 from tests.e2e.test_tenancy import Admin, tenancy_config
-from tests.gateway_process import GatewayProcess
+from tests.openai_errors import BAD_BODIES, VALID, assert_openai_error
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

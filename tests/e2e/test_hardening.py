@@ -37,8 +37,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from auth.keys import generate_api_key, hash_api_key
 from engines.synthetic import voice_frequency
+from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess, exact_engines, free_port
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio, dominant_frequency
-from tests.gateway_process import CONSOLE_SCRIPT, GatewayProcess, exact_engines, free_port
 from tests.redis_server import RedisServer
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from auth.keys import generate_api_key, hash_api_key
 from engines.base import CancelFlag, SynthesisRequest
 from engines.synthetic import SyntheticEngine
 from gateway.speech.segments import split_text
-from tests.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator

@@ -23,7 +23,7 @@ import pytest
 import redis
 
 from gateway.speech.cache import REFUSAL_PAUSE_S
-from tests.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 from tests.redis_server import RedisServer
 
 if TYPE_CHECKING:

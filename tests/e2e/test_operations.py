@@ -12,8 +12,8 @@ import httpx
 import psutil
 import pytest
 
+from harness.gateway_process import GatewayProcess
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio
-from tests.gateway_process import GatewayProcess
 
 if TYPE_CHECKING:
     from pathlib import Path

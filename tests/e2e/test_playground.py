@@ -24,7 +24,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from auth import generate_api_key, hash_api_key
-from tests.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import socket
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.client import ClientProtocol
@@ -19,8 +16,9 @@ from websockets.uri import parse_uri
 
 from auth.keys import generate_api_key, hash_api_key
 from engines.synthetic import voice_frequency
+from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio, dominant_frequency
-from tests.gateway_process import GatewayProcess
+from tests.realtime_client import Session, open_connections
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -75,41 +73,6 @@ def ws_url(gateway: GatewayProcess, query: str = "") -> str:
     return gateway.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream" + query
 
 
-@dataclass
-class Session:
-    """A client's view of one session: every event received, with its arrival time."""
-
-    socket: ClientConnection
-    events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
-
-    async def send(self, **event: Any) -> float:
-        await self.socket.send(json.dumps(event))
-        return time.perf_counter()
-
-    async def next(self, kind: str, timeout_s: float = 10.0) -> dict[str, Any]:
-        """The next event of type ``kind``, collecting the ones before it."""
-        async with asyncio.timeout(timeout_s):
-            while True:
-                event = json.loads(await self.socket.recv())
-                self.events.append((time.perf_counter(), event))
-                if event["type"] == kind:
-                    return dict(event)
-
-    async def until_closed(self, timeout_s: float = 20.0) -> None:
-        async with asyncio.timeout(timeout_s):
-            try:
-                while True:
-                    self.events.append((time.perf_counter(), json.loads(await self.socket.recv())))
-            except ConnectionClosed:
-                return
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [event for _, event in self.events if event["type"] == kind]
-
-    def audio(self) -> bytes:
-        return b"".join(base64.b64decode(event["audio"]) for event in self.of("audio.delta"))
-
-
 @pytest.fixture
 async def open_session(gateway: GatewayProcess) -> AsyncIterator[Any]:
     sockets: list[ClientConnection] = []
@@ -148,12 +111,6 @@ async def wait_closed(gateway: GatewayProcess, timeout_s: float = 3.0) -> None:
     deadline = time.perf_counter() + timeout_s
     while await asyncio.to_thread(open_connections, gateway) and time.perf_counter() < deadline:
         await asyncio.sleep(0.05)
-
-
-def open_connections(gateway: GatewayProcess) -> float:
-    metrics = httpx.get(f"{gateway.base_url}/metrics", timeout=5).text
-    line = next(line for line in metrics.splitlines() if line.startswith("tts_realtime_connections "))
-    return float(line.split()[1])
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -12,11 +12,11 @@ import httpx
 import openai
 import pytest
 
+from harness.gateway_process import GatewayProcess
+from harness.recordings import recording, tone
 from tests.audio_decode import decode_audio
 from tests.e2e.test_custom_voices import TRANSCRIPT, upload
 from tests.e2e.test_tenancy import Admin, speak, tenancy_config
-from tests.gateway_process import GatewayProcess
-from tests.recordings import recording, tone
 from tests.redis_topologies import REDIS_PASSWORD, SENTINEL_PASSWORD
 
 if TYPE_CHECKING:

@@ -24,11 +24,12 @@ from websockets.asyncio.client import connect
 
 from auth.keys import generate_api_key, hash_api_key
 from engines.synthetic import voice_frequency
+from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess, free_port
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio, dominant_frequency
-from tests.gateway_process import CONSOLE_SCRIPT, GatewayProcess, free_port
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
     from pathlib import Path
 
 SECONDS_PER_CHAR = 0.02
@@ -130,14 +131,6 @@ def subdir(parent: Path, name: str) -> Path:
 def speech_requests_seen(node: GatewayProcess) -> int:
     """Speech requests that reached the node at all (served or not), from its access log."""
     return node.log().count('"path": "/v1/audio/speech"')
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {timeout_s} s")
-        time.sleep(0.05)
 
 
 def endpoints_of(front: GatewayProcess, engine: str = "remote") -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 if TYPE_CHECKING:
-    from tests.gateway_process import GatewayProcess
+    from harness.gateway_process import GatewayProcess
 
 
 def speech(model: str, text: str, **fields: Any) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from websockets.client import ClientProtocol
 from websockets.exceptions import ConnectionClosed
 from websockets.uri import parse_uri
 
-from tests.e2e.test_realtime import Session, open_connections
-from tests.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
+from tests.realtime_client import Session, open_connections
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator

@@ -18,7 +18,7 @@ from schemathesis.checks import (
 )
 
 from auth import generate_api_key, hash_api_key
-from tests.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

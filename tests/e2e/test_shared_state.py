@@ -7,6 +7,7 @@ written by the previous version is moved into today's layout at start.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
@@ -18,7 +19,8 @@ import httpx
 import pytest
 import redis
 
-from tests.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -105,6 +107,10 @@ def usage(replica: GatewayProcess, key: str) -> dict[str, Any]:
     return dict(response.json())
 
 
+def served_once(replica: GatewayProcess, key: str) -> bool:
+    return bool(usage(replica, key)["requests"] == 1)
+
+
 def persistent_keys(server: RedisServer) -> set[bytes]:
     """The keys with no time to live: what would stay for ever."""
     client = redis.Redis(port=server.port)
@@ -112,13 +118,6 @@ def persistent_keys(server: RedisServer) -> set[bytes]:
         return {key for key in client.scan_iter(count=1000) if client.ttl(key) == -1}
     finally:
         client.connection_pool.disconnect()
-
-
-def wait_until(condition: Any, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def test_tenant_churn_leaves_no_record_for_ever(
@@ -133,7 +132,7 @@ def test_tenant_churn_leaves_no_record_for_ever(
         created = httpx.post(f"{replicas[0].base_url}/v1/audio/voices", json=voice, headers=bearer(kept["key"]))
         assert created.status_code == 201, created.text
         assert admin.http.delete(f"/admin/keys/{revoked['id']}").status_code == 200
-        wait_until(lambda key=kept["key"]: usage(replicas[1], key)["requests"] == 1)  # written in the background
+        wait_until(functools.partial(served_once, replicas[1], kept["key"]), what="the usage written in the background")
         assert admin.http.delete(f"/admin/tenants/{tenant}").status_code == 200
     time.sleep(0.3)  # usage written in the background lands in the retired records, which expire
     assert persistent_keys(outage_redis) == before
@@ -189,7 +188,7 @@ def test_a_tenant_deleted_mid_stream_and_created_again_starts_empty(
     def retired() -> list[dict[str, Any]]:
         return list(admin.http.get(f"/admin/retired-usage/{tenant}").json()["data"])
 
-    wait_until(lambda: retired() and retired()[0]["requests"] == 2)
+    wait_until(lambda: bool(retired()) and retired()[0]["requests"] == 2, what="the stream's usage, retired")
     [record] = retired()
     assert record["input_characters"] == len("before") + 40
     assert record["audio_seconds"] == pytest.approx(0.06 + 2.0, abs=0.05)
@@ -202,7 +201,11 @@ def test_a_tenants_change_reaches_the_other_replicas_memory_at_once(
     key = admin.key(tenant)["key"]
     assert speak(replicas[1], key).status_code == 200  # replica 1 now remembers the tenant (lookup_cache_s: 60)
     assert admin.http.post("/admin/tenants", json={"name": tenant, "limits": {"requests_per_minute": 1}}).is_success
-    wait_until(lambda: speak(replicas[1], key).headers.get("x-ratelimit-limit-requests") == "1", timeout_s=1.0)
+    wait_until(
+        lambda: speak(replicas[1], key).headers.get("x-ratelimit-limit-requests") == "1",
+        timeout_s=1.0,
+        what="the new limit on the other replica",
+    )
     assert speak(replicas[1], key).status_code == 429
 
 

@@ -13,7 +13,7 @@ from tests.e2e.conftest import SECONDS_PER_CHAR
 if TYPE_CHECKING:
     import openai
 
-    from tests.gateway_process import GatewayProcess
+    from harness.gateway_process import GatewayProcess
 
 FORMATS = ["mp3", "opus", "aac", "flac", "wav", "pcm"]
 EXPECTED_CODEC = {

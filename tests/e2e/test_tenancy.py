@@ -16,8 +16,8 @@ import openai
 import pytest
 
 from engines.synthetic import voice_frequency
+from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess
 from tests.audio_decode import decode_audio, dominant_frequency
-from tests.gateway_process import CONSOLE_SCRIPT, GatewayProcess
 from tests.redis_server import RedisServer, disconnected
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from auth.keys import generate_api_key, hash_api_key
-from tests.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 from tests.redis_server import RedisServer
 
 if TYPE_CHECKING:

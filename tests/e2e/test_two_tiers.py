@@ -13,11 +13,9 @@ import base64
 import json
 import random
 import re
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -26,11 +24,13 @@ from websockets.asyncio.client import connect
 
 from auth.keys import generate_api_key, hash_api_key
 from engines.synthetic import voice_frequency
+from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio, dominant_frequency
-from tests.gateway_process import GatewayProcess
+from tests.openai_like import OpenAILike
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
     from pathlib import Path
 
     from tests.redis_server import RedisServer
@@ -65,43 +65,6 @@ def tenants() -> list[dict[str, Any]]:
         {"name": name, "api_key_sha256": [hash_api_key(KEYS[name])], "scheduling": scheduling}
         for name, scheduling in TENANTS.items()
     ]
-
-
-class OpenAILike(ThreadingHTTPServer):
-    """An OpenAI-compatible server that is no engine node (no ``/readyz``), keeping the headers it was sent."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _OpenAILikeHandler)
-        self.seen: list[dict[str, Any]] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError):  # a front that stopped while probing: no news
-            super().handle_error(request, client_address)
-
-
-class _OpenAILikeHandler(BaseHTTPRequestHandler):
-    server: OpenAILike
-
-    def do_GET(self) -> None:
-        self._send(200 if self.path == "/v1/models" else 404, b'{"object": "list", "data": []}')
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        self.server.seen.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "json": body})
-        self._send(200, b"\0\0" * 2400)
-
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_: object) -> None:
-        pass
 
 
 class Tiers:
@@ -209,17 +172,9 @@ def paced_text(chars: int = PACED_CHARS) -> str:
     return "a" + "".join(random.choices("bcdfghjklmnpqrstvwxz", k=chars - 1))
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {timeout_s} s")
-        time.sleep(0.02)
-
-
 async def wait_queued(node: GatewayProcess, count: int) -> None:
     await asyncio.to_thread(
-        wait_until, lambda: node.engine("paced")["queued"] == count, f"{count} requests queued on the node"
+        wait_until, lambda: node.engine("paced")["queued"] == count, 10, f"{count} requests queued on the node"
     )
 
 
@@ -393,7 +348,9 @@ async def test_a_high_priority_tenant_of_another_front_goes_before_a_normal_ones
 
 async def test_weights_hold_through_the_hop(tiers: Tiers) -> None:
     blocker = asyncio.create_task(first_byte_at(tiers.fronts[0], "beta", chars=3 * PACED_CHARS))  # 1.2 s: all queue
-    await asyncio.to_thread(wait_until, lambda: tiers.node.engine("paced")["active_jobs"] == 1, "the blocker running")
+    await asyncio.to_thread(
+        wait_until, lambda: tiers.node.engine("paced")["active_jobs"] == 1, 10, "the blocker running"
+    )
     light = [asyncio.create_task(first_byte_at(tiers.fronts[0], "acme")) for _ in range(3)]
     heavy = [asyncio.create_task(first_byte_at(tiers.fronts[1], "heavy")) for _ in range(3)]
     await wait_queued(tiers.node, 6)

@@ -18,9 +18,9 @@ from engines.base import InvalidSynthesisRequestError, SynthesisRequest
 from engines.pool import EnginePool
 from engines.remote.backend import RemoteEngine
 from engines.settings import RemoteEngineSettings, engine_settings
+from harness.gateway_process import GatewayProcess
 from tests.chattts_assets import chattts_engine_options
-from tests.e2e.test_two_tiers import OpenAILike
-from tests.gateway_process import GatewayProcess
+from tests.openai_like import OpenAILike
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator

@@ -1,4 +1,4 @@
-"""The chart's rendered configuration, served: real gateway processes (``tests/gateway_process.py``) run the ConfigMap
+"""The chart's rendered configuration, served: real gateway processes (``harness/gateway_process.py``) run the ConfigMap
 and Secret that the chart renders, on a machine where ChatTTS's weights cannot be had (no snapshot under the chart's
 ``/models/hub-cache`` and ``HF_HUB_OFFLINE``, so ChatTTS is ``unavailable`` about a second after start, espeak ready).
 
@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from auth.keys import generate_api_key, hash_api_key
 from gateway.settings import OPENAI_MODEL_NAMES
+from harness.gateway_process import GatewayProcess, free_port
 from tests.audio_decode import decode_audio
-from tests.gateway_process import GatewayProcess, free_port
 from tests.helm.test_chart import CHART, RELEASE, Rendered, _merge
 
 if TYPE_CHECKING:

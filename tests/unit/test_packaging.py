@@ -5,6 +5,11 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
 ROOT = Path(__file__).parents[2]
 
 
@@ -16,3 +21,41 @@ def test_the_image_copies_every_package_the_project_installs() -> None:
     missing = [package for package in packages if f"COPY {package} ./{package}" not in dockerfile]
     assert not missing, f"the Dockerfile does not copy {missing}"
     assert all((ROOT / package / "__init__.py").is_file() for package in packages)
+
+
+def _locked(name: str) -> dict[str, Version]:
+    """``requirements/NAME.txt``: each package's locked version, by its normalised name."""
+    pins = {}
+    for line in (ROOT / "requirements" / f"{name}.txt").read_text().splitlines():
+        if line and not line.startswith((" ", "#")):
+            requirement = Requirement(line)
+            (specifier,) = requirement.specifier
+            assert specifier.operator == "==", f"{name}.txt: {line} is not an exact pin"
+            pins[canonicalize_name(requirement.name)] = Version(specifier.version)
+    return pins
+
+
+def _declared(*extras: str) -> list[Requirement]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = project["dependencies"] + [dep for extra in extras for dep in project["optional-dependencies"][extra]]
+    return [Requirement(dependency) for dependency in declared]
+
+
+@pytest.mark.parametrize(("lock", "extras"), [("serve", ("chattts",)), ("test", ("chattts", "test"))])
+def test_the_lock_files_hold_what_pyproject_asks_for(lock: str, extras: tuple[str, ...]) -> None:
+    # pyproject.toml changed without `make lock`: the Makefile and the Dockerfile would install the old set.
+    pins = _locked(lock)
+    unmet = [str(dep) for dep in _declared(*extras) if pins.get(canonicalize_name(dep.name)) not in dep.specifier]
+    assert not unmet, f"requirements/{lock}.txt lacks or misses {unmet}: run `make lock`"
+
+
+def test_what_is_tested_is_what_is_served() -> None:
+    serve, test = _locked("serve"), _locked("test")
+    differ = {name: (version, test.get(name)) for name, version in serve.items() if test.get(name) != version}
+    assert not differ, f"serve.txt and test.txt lock different versions (serve, test): {differ}"
+
+
+def test_the_lock_files_pin_torch_as_the_install_takes_it() -> None:
+    # `torch==2.13.0`: the local CPU wheel (2.13.0+cpu) and the CUDA image's (2.13.0+cu128) both satisfy it.
+    for lock in ("serve", "test"):
+        assert str(_locked(lock)["torch"]) == "2.13.0", f"requirements/{lock}.txt must pin torch==2.13.0"

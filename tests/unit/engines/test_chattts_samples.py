@@ -23,6 +23,8 @@ from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
+
 RATE = 24000
 TRANSCRIPT = "Hello, this is how I sound | and that is all."
 TEXT = "Hello there."

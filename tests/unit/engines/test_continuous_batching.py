@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
     from engines.base import CancelToken
 
+pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
+
 SAMPLES_PER_SEGMENT = TEST_TOKENS * 512 - 256  # every segment is exactly TEST_TOKENS tokens long here
 TOLERANCE = 2
 """int16 steps: the batching tests of test_chattts.py allow this much between batched and alone (left padding)."""

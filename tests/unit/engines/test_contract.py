@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
     from engines.base import EngineInfo
 
+pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
+
 TEXT = "The quick brown fox jumps over the lazy dog. It was not amused."
 
 

@@ -13,9 +13,12 @@ from engines.base import InvalidSynthesisRequestError, SynthesisRequest
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.pool import EnginePool
 from engines.settings import engine_settings
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
+
+pytestmark = pytest.mark.slow  # starts engine worker processes: left out of `make quick`
 
 RATE = 24000
 
@@ -48,13 +51,6 @@ def request(text: str = "x" * 20, voice: str = "nova") -> SynthesisRequest:
 async def collect(pool: EnginePool, req: SynthesisRequest) -> bytes:
     async with pool.open_stream(req) as stream:
         return b"".join([chunk async for chunk in stream])
-
-
-async def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 async def test_streams_exactly_the_audio_the_engine_made(make_pool: Callable[..., Any]) -> None:

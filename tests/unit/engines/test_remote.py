@@ -29,6 +29,7 @@ from engines.remote.endpoints import EndpointAddress, Resolver
 from engines.remote.options import OpenAIRemoteOptions
 from engines.scheduling import DEFAULT_SHARE, TenantShare
 from engines.settings import RemoteEngineSettings, engine_settings
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -149,12 +150,6 @@ async def engines() -> AsyncIterator[Callable[..., Awaitable[RemoteEngine]]]:
     yield start
     for engine in started:
         await engine.stop()
-
-
-async def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 async def read_all(engine: RemoteEngine, request: SynthesisRequest = SPEECH) -> list[bytes]:

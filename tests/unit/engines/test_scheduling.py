@@ -4,7 +4,6 @@ pool of real worker processes."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,9 +13,12 @@ from engines.errors import EngineOverloadedError
 from engines.pool import EnginePool
 from engines.scheduling import QueueFullError, TenantQueueFullError, TenantScheduler, TenantShare
 from engines.settings import engine_settings
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator
+
+pytestmark = pytest.mark.slow  # starts engine worker processes: left out of `make quick`
 
 
 def drain(scheduler: TenantScheduler[str]) -> list[str]:
@@ -216,13 +218,6 @@ async def pool_with_a_reserved_slot() -> AsyncIterator[EnginePool]:
         yield pool
     finally:
         await pool.stop()
-
-
-async def wait_for(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 10  # generous: the machine may be busy
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 async def test_the_pool_hands_the_worker_out_in_turn_and_forgets_a_waiter_that_gave_up(

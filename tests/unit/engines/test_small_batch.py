@@ -22,6 +22,8 @@ from engines.chattts.small_batch import (
 )
 from tests.chattts_assets import chattts_engine_options
 
+pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
+
 ALL_ROWS = frozenset(range(1, MAX_ROWS + 1))
 
 

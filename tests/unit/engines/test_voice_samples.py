@@ -22,6 +22,8 @@ from engines.synthetic import SyntheticEngine
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
+pytestmark = pytest.mark.slow  # starts engine worker processes: left out of `make quick`
+
 RATE = 24000
 TRANSCRIPT = "This is how I sound."
 

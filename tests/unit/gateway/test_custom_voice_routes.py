@@ -12,8 +12,8 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import openapi_document
+from harness.recordings import recording
 from tests.inprocess import in_process_app
-from tests.recordings import recording
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

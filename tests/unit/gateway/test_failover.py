@@ -30,14 +30,17 @@ from gateway.speech.plan import Planner, Voice
 from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import MemoryVoiceStore
 from tests.inprocess import ThreadBackend
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator
 
     from engines.backend import EngineBackend
     from engines.base import SynthesisRequest
     from gateway.speech.failover import SpokenStream
     from gateway.speech.plan import SpeechPlan
+
+pytestmark = pytest.mark.slow  # starts engine worker processes: left out of `make quick`
 
 PRINCIPAL = Principal(ANONYMOUS, "open")
 
@@ -285,12 +288,6 @@ async def worker_pool(name: str, **settings: Any) -> AsyncIterator[EnginePool]:
         yield pool
     finally:
         await pool.stop()
-
-
-async def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not condition():
-            await asyncio.sleep(0.02)
 
 
 async def test_a_worker_killed_before_the_first_audio_is_replaced_and_the_request_served() -> None:

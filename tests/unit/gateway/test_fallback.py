@@ -24,7 +24,7 @@ from engines.settings import RemoteEngineSettings, engine_settings
 from gateway.app import create_app
 from gateway.settings import AliasSettings, ReadinessSettings, Settings
 from gateway.speech.routing import ModelRouter
-from tests.gateway_process import free_port
+from harness.gateway_process import free_port
 from tests.inprocess import ThreadBackend
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from auth.errors import AuthBackendError
 from engines.factory import create_backend
 from gateway.app import create_app
 from gateway.settings import Settings
-from tests.gateway_process import exact_engines, free_port
+from harness.gateway_process import exact_engines, free_port
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import pytest
 from redis.exceptions import AuthenticationError, ResponseError
 
+from harness.gateway_process import free_port
 from storage import STORAGE_ERRORS, connect_redis
 from storage.redis import REDIS_TIMEOUT_S
-from tests.gateway_process import free_port
 from tests.redis_server import disconnected
 from tests.redis_topologies import REDIS_PASSWORD, SENTINEL_PASSWORD, SERVICE
 

@@ -10,8 +10,8 @@ import yaml
 from pydantic import ValidationError
 
 from gateway.settings import Settings
+from harness.gateway_process import CONSOLE_SCRIPT
 from storage.redis_url import InvalidRedisURLError, RedisURL, parse_redis_url, redact_redis_url
-from tests.gateway_process import CONSOLE_SCRIPT
 
 if TYPE_CHECKING:
     from pathlib import Path

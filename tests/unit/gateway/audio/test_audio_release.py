@@ -12,6 +12,8 @@ from gateway.audio import AudioFormat, open_encoder
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+pytestmark = pytest.mark.slow  # walks every live object of the process, twice a test: left out of `make quick`
+
 
 @pytest.fixture
 def no_cyclic_gc() -> Iterator[None]:

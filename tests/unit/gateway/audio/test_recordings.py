@@ -19,8 +19,8 @@ from gateway.audio.samples import (
     encode_for_audit,
     sniff_container,
 )
+from harness.recordings import CONTAINERS, recording, tone
 from tests.audio_decode import decode_audio, dominant_frequency
-from tests.recordings import CONTAINERS, recording, tone
 
 # Codec priming that a container does not trim (ADTS and MP4 AAC: up to a frame and a half at 44.1 kHz).
 PRIMING_S = 0.05
