@@ -1123,3 +1123,32 @@ def test_the_deployment_guide_two_tier_examples_match_the_chart(chart: helm.Char
     engine = yaml.safe_load(rendered.one("ConfigMap", "tts-tts-gateway-engine")["data"]["config.yaml"])
     assert _deployment_doc_block("# front gateway")["engines"] == front["engines"]
     assert _deployment_doc_block("# engine node")["engines"] == engine["engines"]
+
+
+def test_the_cache_gets_a_redis_of_its_own_from_a_secret(
+    render: Any, tmp_path: Path, clean_environment: pytest.MonkeyPatch
+) -> None:
+    assert "TTS_GATEWAY_CACHE__REDIS_URL" not in render({"redis": {"host": "redis.db.svc"}}).env
+    secret = {"existingSecret": "cache-redis", "existingSecretKey": "url"}
+    rendered = render(
+        {"redis": {"host": "redis.db.svc"}, "cacheRedis": secret, "config": {"cache": {"max_redis_bytes": 1 << 30}}}
+    )
+    assert rendered.env["TTS_GATEWAY_CACHE__REDIS_URL"]["valueFrom"] == {
+        "secretKeyRef": {"name": "cache-redis", "key": "url"}
+    }
+    plain = render({"cacheRedis": {"url": "redis://cache.db.svc:6379/0"}})
+    assert plain.env["TTS_GATEWAY_CACHE__REDIS_URL"]["value"] == "redis://cache.db.svc:6379/0"
+    # What the kubelet hands the gateway from the Secret reaches its settings, with the budget from the ConfigMap.
+    clean_environment.setenv("TTS_GATEWAY_CACHE__REDIS_URL", "redis+cluster://:pw@cache-0:6379,cache-1:6379")
+    settings = _redis_settings(rendered, tmp_path, clean_environment)
+    assert (settings.cache.redis_url, settings.cache.max_redis_bytes) == (
+        "redis+cluster://:pw@cache-0:6379,cache-1:6379",
+        1 << 30,
+    )
+
+
+def test_a_password_in_the_plain_cache_redis_url_is_refused(schema: dict[str, Any]) -> None:
+    for refused in ("redis://:secret@cache:6379/0", "redis://user:secret@cache:6379/0", "mysql://cache"):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"cacheRedis": {"url": refused}}, schema)
+    jsonschema.validate({"cacheRedis": {"url": "rediss://user@cache:6379/0"}}, schema)
