@@ -376,9 +376,9 @@ def test_an_invalid_request_in_a_batch_fails_alone(engine: ChatTTSEngine) -> Non
 @pytest.fixture
 async def pool() -> Iterator[Any]:
     from engines.pool import EnginePool
-    from engines.settings import engine_settings
+    from engines.settings import local_engine_settings
 
-    settings = engine_settings(kind="chattts", options=chattts_engine_options(max_batch=4, batch_window_ms=50))
+    settings = local_engine_settings(kind="chattts", options=chattts_engine_options(max_batch=4, batch_window_ms=50))
     engine_pool = EnginePool("chattts", settings)
     await engine_pool.start()
     assert await engine_pool.wait_ready(60), engine_pool.status().reason
