@@ -20,7 +20,7 @@ from engines.chattts.text import control_tags, speed_tag, split_segments
 from tests.chattts_assets import TEST_TOKENS, chattts_engine_options, tiny_assets_dir
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
 pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
@@ -374,7 +374,7 @@ def test_an_invalid_request_in_a_batch_fails_alone(engine: ChatTTSEngine) -> Non
 
 # ----------------------------------------------------------------- through a worker process
 @pytest.fixture
-async def pool() -> Iterator[Any]:
+async def pool() -> AsyncIterator[Any]:
     from engines.pool import EnginePool
     from engines.settings import local_engine_settings
 

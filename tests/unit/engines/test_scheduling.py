@@ -396,6 +396,6 @@ async def test_a_full_queue_refuses_new_requests_but_not_the_continuation_of_a_s
             await speak("c", 10)
         continuation = asyncio.create_task(speak("c", 10, continuing=True))
         await wait_for(lambda: pool.status().queued == 2)  # over the queue's size: it waits its turn all the same
-        assert await asyncio.gather(running, queued, continuation) == ["a", "b", "c"]
+        assert list(await asyncio.gather(running, queued, continuation)) == ["a", "b", "c"]
     finally:
         await pool.stop()
