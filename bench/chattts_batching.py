@@ -50,7 +50,7 @@ from engines.base import OPENAI_VOICES, SynthesisRequest
 from engines.chattts.assets import generate_assets
 from engines.chattts.options import Dtype
 from engines.pool import EnginePool
-from engines.settings import engine_settings
+from engines.settings import local_engine_settings
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -191,8 +191,8 @@ async def start_pool(setup: Setup, continuous: bool) -> EnginePool:
         "max_batch": max(setup.levels), "batch_window_ms": 10, "device": setup.device, "threads": setup.threads,
         "continuous_batching": continuous, "dtype": setup.dtype,
     }  # fmt: skip
-    settings = engine_settings(kind="chattts", options=options, queue_size=64, queue_timeout_s=600,
-                               start_timeout_s=600, stall_timeout_s=600, health_interval_s=60)  # fmt: skip
+    settings = local_engine_settings(kind="chattts", options=options, queue_size=64, queue_timeout_s=600,
+                                     start_timeout_s=600, stall_timeout_s=600, health_interval_s=60)  # fmt: skip
     pool = EnginePool("bench", settings)
     await pool.start()
     if not await pool.wait_ready(600):

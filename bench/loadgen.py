@@ -9,6 +9,7 @@ as a client backing off would, so a full queue does not turn into a busy loop of
 from __future__ import annotations
 
 import asyncio
+import functools
 import resource
 import time
 from collections import Counter
@@ -123,6 +124,7 @@ async def _phase(
         while time.perf_counter() < deadline and issued < max_requests:
             issued += 1
             sent = time.perf_counter()
+            status: int | str  # the HTTP status, or the name of the error that left none
             try:
                 content = body() if callable(body) else body
                 response = await client.post(url, content=content, headers=headers)
@@ -168,14 +170,14 @@ async def _run(
     timeout_s: float,
 ) -> None:
     limits = httpx.Limits(max_connections=result.concurrency, max_keepalive_connections=result.concurrency)
-    options = {"concurrency": result.concurrency, "reject_pause_s": reject_pause_s}
+    phase = functools.partial(_phase, concurrency=result.concurrency, reject_pause_s=reject_pause_s)
     async with httpx.AsyncClient(limits=limits, timeout=timeout_s) as client:
         if warmup_s > 0:
-            await _phase(client, url, body, None, duration_s=warmup_s, max_requests=max_requests, **options)
+            await phase(client, url, body, None, duration_s=warmup_s, max_requests=max_requests)
         server = ProcessTreeCPU(server_pid) if server_pid is not None else None
         server_before = server.seconds() if server else 0.0
         client_before = _client_cpu()
-        await _phase(client, url, body, result, duration_s=duration_s, max_requests=max_requests, **options)
+        await phase(client, url, body, result, duration_s=duration_s, max_requests=max_requests)
         result.client_cpu_s = _client_cpu() - client_before
         if server is not None:
             result.server_cpu_s = server.seconds() - server_before

@@ -39,7 +39,7 @@ from bench.servers import GatewayProcess, pinned
 from bench.ttfb import PERCENTILES, _cdf, chattts_assets, engine_settings, gateway_config, percentiles
 from engines.base import CancelFlag, SynthesisRequest
 from engines.pool import EnginePool
-from engines.settings import engine_settings as validated_engine_settings
+from engines.settings import local_engine_settings
 
 if TYPE_CHECKING:
     import argparse
@@ -216,7 +216,7 @@ def texts_of(template: str) -> Iterator[str]:
 
 
 async def start_pool(name: str, engine: dict[str, Any], cpus: set[int] | None) -> EnginePool:
-    pool = EnginePool(name, validated_engine_settings(**engine))
+    pool = EnginePool(name, local_engine_settings(**engine))
     with pinned(cpus):  # the workers spawn now and keep this affinity
         await pool.start()
     return pool

@@ -248,7 +248,7 @@ def summarize_overhead(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     for name in rounds[0]:
 
         def mean(key: str, metric: str, name: str = name) -> float:
-            return sum(r[name][key][metric] for r in rounds) / len(rounds)
+            return float(sum(r[name][key][metric] for r in rounds)) / len(rounds)
 
         summary[name] = {
             "rps": mean("loaded", "rps"), "median_ms": mean("loaded", "median_ms"), "p99_ms": mean("loaded", "p99_ms"),

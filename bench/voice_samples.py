@@ -13,6 +13,7 @@ figure to ``bench/results/voice_samples.json``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import statistics
@@ -73,8 +74,8 @@ def measure(rounds: int) -> list[Row]:
             upload = recording(kind, pcm, rate)
             decoded = decode_recording(upload)
             audit = encode_for_audit(decoded.pcm)
-            decode_ms = _median_ms(lambda upload=upload: decode_recording(upload), rounds)
-            encode_ms = _median_ms(lambda decoded=decoded: encode_for_audit(decoded.pcm), rounds)
+            decode_ms = _median_ms(functools.partial(decode_recording, upload), rounds)
+            encode_ms = _median_ms(functools.partial(encode_for_audit, decoded.pcm), rounds)
             rows.append(Row(kind, seconds, len(upload), len(audit), decode_ms, encode_ms))
     return rows
 

@@ -6,13 +6,16 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pydantic import BaseModel
 
     from engines.base import Engine
 
 __all__ = ["ENGINE_KINDS", "create_engine"]
 
-#: kind -> "module:class"; the class takes its kind's options model (``engines.settings``).
+#: kind -> "module:class"; the class takes its kind's options model (``engines.settings``), or the plain values it
+#: validates into one.
 ENGINE_KINDS: dict[str, str] = {
     "chattts": "engines.chattts:ChatTTSEngine",
     "espeak": "engines.espeak:EspeakEngine",
@@ -20,8 +23,9 @@ ENGINE_KINDS: dict[str, str] = {
 }
 
 
-def create_engine(kind: str, options: BaseModel) -> Engine:
-    """Instantiate an engine of ``kind`` with its validated options; called inside the worker process."""
+def create_engine(kind: str, options: BaseModel | Mapping[str, object]) -> Engine:
+    """Instantiate an engine of ``kind`` with its options (validated, or plain values it validates); called inside the
+    worker process."""
     module_name, class_name = ENGINE_KINDS[kind].split(":")
     engine_class = getattr(importlib.import_module(module_name), class_name)
     engine: Engine = engine_class(options)

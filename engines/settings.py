@@ -30,6 +30,7 @@ __all__ = [
     "RemoteEngineSettings",
     "SyntheticEngineSettings",
     "engine_settings",
+    "local_engine_settings",
 ]
 
 
@@ -123,3 +124,11 @@ _ENGINE_SETTINGS: TypeAdapter[AnyEngineSettings] = TypeAdapter(EngineSettings)
 def engine_settings(**fields: object) -> AnyEngineSettings:
     """One engine's settings validated from plain values (``kind`` picks the model), for tests and benchmarks."""
     return _ENGINE_SETTINGS.validate_python(fields)
+
+
+def local_engine_settings(**fields: object) -> LocalEngineSettings:
+    """``engine_settings`` of an engine run by worker processes (what ``engines.pool.EnginePool`` takes)."""
+    settings = engine_settings(**fields)
+    if isinstance(settings, RemoteEngineSettings):
+        raise TypeError(f"a {settings.kind!r} engine has no worker processes")
+    return settings

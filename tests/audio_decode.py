@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import io
+import typing
 from dataclasses import dataclass
+from typing import Literal, TypeAlias
 
 import av
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DURATION_TOLERANCE_S", "DecodedAudio", "decode_audio", "dominant_frequency"]
+__all__ = [
+    "DURATION_TOLERANCE_S",
+    "SPEECH_FORMATS",
+    "DecodedAudio",
+    "SpeechFormat",
+    "decode_audio",
+    "dominant_frequency",
+]
+
+SpeechFormat: TypeAlias = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+"""A ``response_format`` of OpenAI's speech API, as the OpenAI SDK types it."""
+SPEECH_FORMATS: tuple[SpeechFormat, ...] = typing.get_args(SpeechFormat)
 
 PCM_RATE = 24000
 #: mp3 and ADTS carry encoder priming and padding that decoders cannot trim (up to ~90 ms for AAC).
@@ -36,9 +49,9 @@ class DecodedAudio:
 def decode_audio(data: bytes, response_format: str) -> DecodedAudio:
     """Decode a whole response body in ``response_format``."""
     if response_format == "pcm":
-        pcm = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768
+        pcm = np.frombuffer(data, dtype="<i2").astype(np.float32) / np.float32(32768)
         return DecodedAudio(pcm, PCM_RATE, 1, "pcm_s16le")
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), mode="r") as container:
         stream = container.streams.audio[0]
         frames = [frame.to_ndarray() for frame in container.decode(stream)]
         codec = stream.codec_context.name

@@ -144,6 +144,7 @@ class SentinelSetup:
         for sentinel in self.sentinels:
             with disconnected(sentinel.client()) as client:
                 state = client.sentinel_master(SERVICE)
+            assert isinstance(state, dict)  # redis-py's types add the bool a Sentinel-managed client may answer
             if state["num-slaves"] < 1 or state["num-other-sentinels"] < len(self.sentinels) - 1:
                 return False
         return True
@@ -152,6 +153,7 @@ class SentinelSetup:
         """What ``sentinel`` says the master is."""
         with disconnected(sentinel.client(decode_responses=True)) as client:
             address = client.sentinel_get_master_addr_by_name(SERVICE)
+        assert not isinstance(address, bool)  # as above
         return None if address is None else (str(address[0]), int(address[1]))
 
     def wait_replicated(self, timeout_s: float = 5.0) -> None:

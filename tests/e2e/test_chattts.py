@@ -16,13 +16,12 @@ import pytest
 
 from engines.chattts.loader import verify_directory
 from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess
-from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio
+from tests.audio_decode import DURATION_TOLERANCE_S, SPEECH_FORMATS, SpeechFormat, decode_audio
 from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-FORMATS = ["mp3", "opus", "aac", "flac", "wav", "pcm"]
 SEGMENT_S = (TEST_TOKENS * 512 - 256) / 24000  # every sentence is exactly TEST_TOKENS tokens here
 
 
@@ -67,13 +66,13 @@ def test_torch_is_loaded_in_the_worker_and_never_in_the_server_process(gateway: 
     assert "libtorch" not in Path(f"/proc/{gateway.process.pid}/maps").read_text()
 
 
-@pytest.mark.parametrize("response_format", FORMATS)
-def test_every_format_through_the_alias(client: openai.OpenAI, response_format: str) -> None:
+@pytest.mark.parametrize("response_format", SPEECH_FORMATS)
+def test_every_format_through_the_alias(client: openai.OpenAI, response_format: SpeechFormat) -> None:
     with client.audio.speech.with_streaming_response.create(
         model="tts-1",
         voice="nova",
         input="Hello from ChatTTS. Two sentences.",
-        response_format=response_format,  # type: ignore[arg-type]
+        response_format=response_format,
     ) as response:
         assert response.headers["x-engine"] == "chattts"
         data = response.read()

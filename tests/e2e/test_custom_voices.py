@@ -26,10 +26,12 @@ from engines.synthetic import voice_frequency
 from gateway.audio.samples import MAX_RECORDING_BYTES, SAMPLE_RATE, decode_recording
 from harness.gateway_process import GatewayProcess
 from harness.recordings import CONTAINERS, recording, tone
-from tests.audio_decode import decode_audio, dominant_frequency
+from tests.audio_decode import SPEECH_FORMATS, decode_audio, dominant_frequency
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from openai.types.audio.speech_create_params import VoiceID
 
     from tests.redis_server import RedisServer
 
@@ -37,7 +39,6 @@ ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
 MAX_VOICES = 3
 MAX_CONSENTS = 3
 SECONDS_PER_CHAR = 0.02
-FORMATS = ["mp3", "opus", "aac", "flac", "wav", "pcm"]
 TRANSCRIPT = "This is my voice, and I am glad to lend it."
 CONTENT_TYPES = {
     "mp3": "audio/mpeg",
@@ -199,8 +200,9 @@ def test_a_voice_from_a_sample_speaks_in_every_format_by_id_and_by_name(tenants:
     assert voice.model_extra is not None
     assert voice.model_extra["speaker_sha256"] == speaker_sha256
     text = "Speaking with a voice made from a sample."
-    for fmt in FORMATS:
-        for replica, chosen in ((0, {"id": voice.id}), (1, "narrator")):
+    choices: tuple[tuple[int, VoiceID | str], ...] = ((0, {"id": voice.id}), (1, "narrator"))
+    for fmt in SPEECH_FORMATS:
+        for replica, chosen in choices:
             speech = tenant.sdks[replica].audio.speech.create(
                 model="synthetic", voice=chosen, input=text, response_format=fmt
             )

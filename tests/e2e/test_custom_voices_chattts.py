@@ -15,13 +15,12 @@ from websockets.sync.client import connect
 
 from harness.gateway_process import GatewayProcess
 from harness.recordings import recording, speech
-from tests.audio_decode import decode_audio
+from tests.audio_decode import SPEECH_FORMATS, decode_audio
 from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-FORMATS = ["mp3", "opus", "aac", "flac", "wav", "pcm"]
 SEGMENT_S = (TEST_TOKENS * 512 - 256) / 24000  # one sentence is exactly TEST_TOKENS tokens here
 CONSENT_PHRASE = "I am the owner of this voice and I consent to its use for synthetic speech."
 SAMPLE_TEXT = "The quick brown fox jumps over the lazy dog, again and again, all day long."
@@ -62,7 +61,7 @@ def test_a_chattts_voice_from_a_sample_speaks_everywhere_until_deleted(
     )
     assert (voice.object, voice.type, voice.name) == ("audio.voice", "audio_sample", "ada")
     text = "Hello from a cloned voice."
-    for fmt in FORMATS:
+    for fmt in SPEECH_FORMATS:
         spoken = client.audio.speech.create(model="chattts", voice={"id": voice.id}, input=text, response_format=fmt)
         audio = decode_audio(spoken.read(), fmt)
         assert audio.duration == pytest.approx(SEGMENT_S, abs=0.1), fmt

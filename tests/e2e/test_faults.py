@@ -74,7 +74,7 @@ def admin(faulty: GatewayProcess) -> Iterator[Admin]:
 
 
 def new_key(admin: Admin, **limits: int) -> str:
-    key: str = admin.key(admin.tenant(**limits))["key"]
+    key: str = admin.key(admin.tenant(models=None, **limits))["key"]
     return key
 
 
@@ -401,7 +401,9 @@ async def test_a_client_that_stops_reading_is_abandoned_after_the_send_timeout(
 # ------------------------------------------------------------------ 5. malformed and oversized requests at rate
 def bad_requests() -> list[tuple[bytes, str, int, str | None]]:
     """(body, content type, expected status, expected param) for every kind of bad request."""
-    cases = [(json.dumps(body).encode(), "application/json", status, param) for _, body, status, param in BAD_BODIES]
+    cases: list[tuple[bytes, str, int, str | None]] = [
+        (json.dumps(body).encode(), "application/json", status, param) for _, body, status, param in BAD_BODIES
+    ]
     cases += [
         (b'{"model": "synthetic", "input": ', "application/json", 400, None),  # invalid JSON
         (b"[1, 2, 3]", "application/json", 400, None),  # JSON, but not an object

@@ -1024,9 +1024,14 @@ def test_behind_a_trusted_proxy_connections_count_against_the_forwarded_client(p
             sock.close()
 
 
-def models_statuses(gateway: GatewayProcess, keys: list[str], forwarded_for: str | None = None, **kw: Any) -> list[int]:
+def models_statuses(
+    gateway: GatewayProcess,
+    keys: list[str],
+    forwarded_for: str | None = None,
+    transport: httpx.BaseTransport | None = None,
+) -> list[int]:
     headers = {"x-forwarded-for": forwarded_for} if forwarded_for else {}
-    with httpx.Client(base_url=gateway.base_url, timeout=10, **kw) as client:
+    with httpx.Client(base_url=gateway.base_url, timeout=10, transport=transport) as client:
         return [client.get("/v1/models", headers=headers | bearer(key)).status_code for key in keys]
 
 
@@ -1086,20 +1091,20 @@ def test_a_flood_of_guessed_keys_costs_no_lookup_and_locks_out_no_neighbour(
     lookup; the tenant behind the same address, whose key has authenticated on this replica before, is still served;
     another address is not throttled. Before: every guess cost a lookup and got 401, for ever. (A valid key never
     used on this replica waits, from that address, for the ``Retry-After``: nothing tells it from a guess.)"""
-    stranger = {"transport": httpx.HTTPTransport(local_address="127.0.0.4")}
+    stranger = httpx.HTTPTransport(local_address="127.0.0.4")
     assert models_statuses(sentried, [KEY]) == [200]  # the tenant's key, proven from 127.0.0.1
     before = key_lookups(sentry_redis)
-    assert models_statuses(sentried, [generate_api_key() for _ in range(5)], **stranger) == [401] * 5
+    assert models_statuses(sentried, [generate_api_key() for _ in range(5)], transport=stranger) == [401] * 5
     assert key_lookups(sentry_redis) - before >= 5  # each was looked up: what the throttle spares below
     before = key_lookups(sentry_redis)
-    with httpx.Client(base_url=sentried.base_url, timeout=10, **stranger) as client:
+    with httpx.Client(base_url=sentried.base_url, timeout=10, transport=stranger) as client:
         forged = [{"x-forwarded-for": f"198.51.100.{n}"} for n in range(1, 51)]  # no proxy is trusted: ignored
         flood = [client.get("/v1/models", headers=bearer(generate_api_key()) | claimed) for claimed in forged]
     assert key_lookups(sentry_redis) == before
     assert {reply.status_code for reply in flood} == {429}
     assert {reply.json()["error"]["code"] for reply in flood} == {"too_many_failed_authentications"}
     assert all(1 <= int(reply.headers["retry-after"]) <= 60 for reply in flood)
-    assert models_statuses(sentried, [KEY, FRESH_KEY], **stranger) == [200, 429]
+    assert models_statuses(sentried, [KEY, FRESH_KEY], transport=stranger) == [200, 429]
     assert models_statuses(sentried, [generate_api_key(), FRESH_KEY]) == [401, 200]  # from 127.0.0.1
 
 

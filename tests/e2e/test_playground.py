@@ -29,6 +29,7 @@ from harness.gateway_process import GatewayProcess
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from selenium.webdriver import Chrome
     from selenium.webdriver.remote.webdriver import WebDriver
 
 pytestmark = pytest.mark.timeout(60)
@@ -77,7 +78,7 @@ def microphone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory, microphone: Path) -> Iterator[WebDriver]:
+def browser(tmp_path_factory: pytest.TempPathFactory, microphone: Path) -> Iterator[Chrome]:
     missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.is_file()]
     if missing:
         pytest.fail(
@@ -116,7 +117,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory, microphone: Path) -> Itera
 
 
 @pytest.fixture
-def page(browser: WebDriver, gateway: GatewayProcess) -> WebDriver:
+def page(browser: Chrome, gateway: GatewayProcess) -> Chrome:
     browser.get(f"{gateway.base_url}/playground")
     browser.execute_script("localStorage.clear()")
     browser.get_log("browser")  # drop what earlier tests logged
@@ -192,7 +193,7 @@ def test_page_is_public_and_self_contained(gateway: GatewayProcess) -> None:
         ("flac", "webaudio", b"fLaC"),
     ],
 )
-def test_audio_plays_while_it_streams(page: WebDriver, response_format: str, playback: str, magic: bytes) -> None:
+def test_audio_plays_while_it_streams(page: Chrome, response_format: str, playback: str, magic: bytes) -> None:
     prepare(page, "paced", "nova", PACED_TEXT, response_format)
     page.find_element(By.ID, "speak").click()
 
@@ -217,7 +218,7 @@ def test_audio_plays_while_it_streams(page: WebDriver, response_format: str, pla
     assert not severe, severe
 
 
-def test_speaks_with_espeak_and_looks_right(page: WebDriver) -> None:
+def test_speaks_with_espeak_and_looks_right(page: Chrome) -> None:
     prepare(page, "tts-1", "alloy", "Hello from the speech gateway playground.", "mp3")
     started = time.monotonic()
     page.find_element(By.ID, "speak").click()
@@ -231,7 +232,7 @@ def test_speaks_with_espeak_and_looks_right(page: WebDriver) -> None:
     page.save_screenshot(str(ARTIFACTS / "playground.png"))
 
 
-def test_a_wrong_key_shows_openai_error_message(page: WebDriver, gateway: GatewayProcess) -> None:
+def test_a_wrong_key_shows_openai_error_message(page: Chrome, gateway: GatewayProcess) -> None:
     wrong = generate_api_key()
     expected = httpx.post(
         f"{gateway.base_url}/v1/audio/speech",
@@ -268,7 +269,7 @@ def live(driver: WebDriver) -> dict[str, str]:
     return values
 
 
-def test_speak_as_you_type_over_the_realtime_socket(page: WebDriver) -> None:
+def test_speak_as_you_type_over_the_realtime_socket(page: Chrome) -> None:
     """Typing speaks each sentence once it ends (the key goes in the socket's first message); Speak says the rest."""
     prepare(page, "paced", "nova", "", "mp3")
     page.find_element(By.ID, "live").click()
@@ -290,7 +291,7 @@ def test_speak_as_you_type_over_the_realtime_socket(page: WebDriver) -> None:
     assert not severe, severe
 
 
-def test_the_api_docs_render_offline_in_the_browser(browser: WebDriver, gateway: GatewayProcess) -> None:
+def test_the_api_docs_render_offline_in_the_browser(browser: Chrome, gateway: GatewayProcess) -> None:
     """/docs is Swagger UI served by the gateway itself: the page renders its operations with no internet (Chromium
     here has none), from the app's own OpenAPI document."""
     browser.get(f"{gateway.base_url}/docs")
@@ -378,7 +379,7 @@ def speak_pcm(driver: WebDriver, text: str) -> bytes:
     return download(driver)
 
 
-def test_a_new_voice_from_the_microphone_is_chosen_and_speaks(page: WebDriver, gateway: GatewayProcess) -> None:
+def test_a_new_voice_from_the_microphone_is_chosen_and_speaks(page: Chrome, gateway: GatewayProcess) -> None:
     paste_key(page, KEY)
     choose(page, "model", "paced")
     wait(page, lambda d: d.find_element(By.ID, "voice-model").text == "paced")
@@ -434,7 +435,7 @@ def refusal(gateway: GatewayProcess, consent: Path, sample: Path, **form: str) -
     return error
 
 
-def test_a_new_voice_from_files_shows_the_api_errors(page: WebDriver, gateway: GatewayProcess, tmp_path: Path) -> None:
+def test_a_new_voice_from_files_shows_the_api_errors(page: Chrome, gateway: GatewayProcess, tmp_path: Path) -> None:
     """The page says what is missing; then the API's refusals are shown as it words them, with the focus on the
     field at fault; the consent saved on the first try is used again on the last."""
     paste_key(page, KEY)

@@ -17,7 +17,7 @@ from websockets.uri import parse_uri
 from auth.keys import generate_api_key, hash_api_key
 from engines.synthetic import voice_frequency
 from harness.gateway_process import GatewayProcess
-from tests.audio_decode import decode_audio, dominant_frequency
+from tests.audio_decode import SPEECH_FORMATS, decode_audio, dominant_frequency
 from tests.realtime_client import Session, open_connections
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ SEGMENT_PAD_S = 0.35
 KEY = generate_api_key()
 ONE_STREAM_KEY = generate_api_key()
 SMALL_BUDGET_KEY = generate_api_key()
-FORMATS = ["mp3", "opus", "aac", "flac", "wav", "pcm"]
 PARAGRAPH = (
     "The quick brown fox jumps over the lazy dog. Speech should start before this paragraph is typed out! "
     "Does it? It does, sentence by sentence."
@@ -117,7 +116,7 @@ async def wait_closed(gateway: GatewayProcess, timeout_s: float = 3.0) -> None:
 # speech as text arrives
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", SPEECH_FORMATS)
 async def test_fragments_become_one_stream_that_starts_before_the_text_ends(open_session: Any, fmt: str) -> None:
     session = await open_session(model="tones", voice="nova", response_format=fmt)
     reader = asyncio.create_task(session.until_closed())

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from redis.typing import EncodableT, FieldT
+
     from tests.redis_server import RedisServer
 
 ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
@@ -154,7 +156,8 @@ def test_listings_come_in_pages(replicas: list[GatewayProcess], admin: Admin) ->
     for i in range(7):
         body = {"name": f"voice-{i}", "model": "synthetic", "seed": i}
         voices.append(httpx.post(f"{replicas[i % 2].base_url}/v1/audio/voices", json=body, headers=bearer(key)).json())
-    custom, params = [], {"limit": 3, "model": "synthetic"}
+    custom: list[str] = []
+    params: dict[str, str | int] = {"limit": 3, "model": "synthetic"}
     while True:
         page = httpx.get(f"{replicas[0].base_url}/v1/audio/voices", params=params, headers=bearer(key)).json()
         custom.extend(v["id"] for v in page["data"] if v["custom"])
@@ -215,14 +218,15 @@ def test_the_previous_versions_layout_is_moved_at_start(outage_redis: RedisServe
     key_hash = hashlib.sha256(key.encode()).hexdigest()
     record = {"limits": {"requests_per_minute": 50}, "models": None, "generation": "0123456789abcdef"}
     client.hset("tts:auth:tenants", "legacy", json.dumps(record))
-    fields = {"id": "key_0011223344556677", "tenant": "legacy", "key_hash": key_hash, "created_at": "1.0",
-              "revoked": "0", "hint": ""}  # fmt: skip
+    fields: dict[FieldT, EncodableT] = {"id": "key_0011223344556677", "tenant": "legacy", "key_hash": key_hash,
+                                        "created_at": "1.0", "revoked": "0", "hint": ""}  # fmt: skip
     client.hset(f"tts:auth:key:{key_hash}", mapping=fields)
     client.set("tts:auth:key-id:key_0011223344556677", key_hash)
     client.sadd("tts:auth:tenant-keys:legacy", key_hash)
-    voice = {"id": "voice_" + "a" * 24, "tenant": "legacy", "name": "old", "model": "synthetic",
+    voice_id = "voice_" + "a" * 24
+    voice = {"id": voice_id, "tenant": "legacy", "name": "old", "model": "synthetic",
              "speaker": "seed:7", "created_at": 1.0, "type": "seed", "consent": None}  # fmt: skip
-    client.hset("tts:voices:legacy", voice["id"], json.dumps(voice))
+    client.hset("tts:voices:legacy", voice_id, json.dumps(voice))
     client.hset("tts:usage:legacy", mapping={"requests": 4, "input_characters": 40, "audio_seconds": 1.5})
     client.connection_pool.disconnect()
     with GatewayProcess(config(outage_redis.url), tmp_path) as gateway:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from engines.synthetic import voice_frequency
-from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio, dominant_frequency
+from tests.audio_decode import DURATION_TOLERANCE_S, SPEECH_FORMATS, SpeechFormat, decode_audio, dominant_frequency
 from tests.e2e.conftest import SECONDS_PER_CHAR
 
 if TYPE_CHECKING:
@@ -15,7 +15,6 @@ if TYPE_CHECKING:
 
     from harness.gateway_process import GatewayProcess
 
-FORMATS = ["mp3", "opus", "aac", "flac", "wav", "pcm"]
 EXPECTED_CODEC = {
     "mp3": "mp3float",
     "opus": "opus",
@@ -33,7 +32,7 @@ def expected_seconds(text: str) -> float:
     return len(text.strip()) * SECONDS_PER_CHAR
 
 
-def check_audio(data: bytes, response_format: str, text: str, voice: str) -> None:
+def check_audio(data: bytes, response_format: SpeechFormat, text: str, voice: str) -> None:
     audio = decode_audio(data, response_format)
     assert audio.codec == EXPECTED_CODEC[response_format]
     assert audio.channels == 1
@@ -42,19 +41,19 @@ def check_audio(data: bytes, response_format: str, text: str, voice: str) -> Non
     assert dominant_frequency(audio) == pytest.approx(voice_frequency(voice), abs=5)
 
 
-@pytest.mark.parametrize("response_format", FORMATS)
-def test_sync_sdk_every_format(client: openai.OpenAI, response_format: str) -> None:
-    response = client.audio.speech.create(model="synthetic", voice="coral", input=TEXT, response_format=response_format)  # type: ignore[arg-type]
+@pytest.mark.parametrize("response_format", SPEECH_FORMATS)
+def test_sync_sdk_every_format(client: openai.OpenAI, response_format: SpeechFormat) -> None:
+    response = client.audio.speech.create(model="synthetic", voice="coral", input=TEXT, response_format=response_format)
     check_audio(response.content, response_format, TEXT, "coral")
 
 
-@pytest.mark.parametrize("response_format", FORMATS)
-def test_sync_sdk_streaming_every_format(client: openai.OpenAI, response_format: str) -> None:
+@pytest.mark.parametrize("response_format", SPEECH_FORMATS)
+def test_sync_sdk_streaming_every_format(client: openai.OpenAI, response_format: SpeechFormat) -> None:
     with client.audio.speech.with_streaming_response.create(
         model="synthetic",
         voice="onyx",
         input=TEXT,
-        response_format=response_format,  # type: ignore[arg-type]
+        response_format=response_format,
     ) as response:
         assert response.headers["transfer-encoding"] == "chunked"
         assert response.headers["x-engine"] == "synthetic"
@@ -62,21 +61,23 @@ def test_sync_sdk_streaming_every_format(client: openai.OpenAI, response_format:
     check_audio(data, response_format, TEXT, "onyx")
 
 
-@pytest.mark.parametrize("response_format", FORMATS)
-async def test_async_sdk_every_format(async_client: openai.AsyncOpenAI, response_format: str) -> None:
+@pytest.mark.parametrize("response_format", SPEECH_FORMATS)
+async def test_async_sdk_every_format(async_client: openai.AsyncOpenAI, response_format: SpeechFormat) -> None:
     response = await async_client.audio.speech.create(
         model="synthetic", voice="alloy", input=TEXT, response_format=response_format
-    )  # type: ignore[arg-type]
+    )
     check_audio(response.content, response_format, TEXT, "alloy")
 
 
-@pytest.mark.parametrize("response_format", FORMATS)
-async def test_async_sdk_streaming_every_format(async_client: openai.AsyncOpenAI, response_format: str) -> None:
+@pytest.mark.parametrize("response_format", SPEECH_FORMATS)
+async def test_async_sdk_streaming_every_format(
+    async_client: openai.AsyncOpenAI, response_format: SpeechFormat
+) -> None:
     async with async_client.audio.speech.with_streaming_response.create(
         model="synthetic",
         voice="verse",
         input=TEXT,
-        response_format=response_format,  # type: ignore[arg-type]
+        response_format=response_format,
     ) as response:
         data = b"".join([chunk async for chunk in response.iter_bytes()])
     check_audio(data, response_format, TEXT, "verse")
@@ -93,8 +94,8 @@ async def test_async_sdk_streaming_every_format(async_client: openai.AsyncOpenAI
         ("pcm", "audio/pcm"),
     ],
 )
-def test_content_types(client: openai.OpenAI, response_format: str, content_type: str) -> None:
-    response = client.audio.speech.create(model="synthetic", voice="ash", input="hi", response_format=response_format)  # type: ignore[arg-type]
+def test_content_types(client: openai.OpenAI, response_format: SpeechFormat, content_type: str) -> None:
+    response = client.audio.speech.create(model="synthetic", voice="ash", input="hi", response_format=response_format)
     assert response.response.headers["content-type"] == content_type
 
 

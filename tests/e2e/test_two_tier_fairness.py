@@ -205,7 +205,7 @@ async def test_a_node_queues_the_later_segment_of_a_stream_though_its_queue_is_f
     assert await speak(10) == 503
     continuing = asyncio.create_task(speak(10, x_tts_continuing=True))
     await wait_until(node, lambda engine: engine["queued"] == 2, "tight")
-    assert await asyncio.gather(running, queued, continuing) == [200, 200, 200]
+    assert list(await asyncio.gather(running, queued, continuing)) == [200, 200, 200]
 
 
 def test_a_front_judges_a_node_by_the_engine_it_asks_for(tiers: tuple[GatewayProcess, list[GatewayProcess]]) -> None:

@@ -17,7 +17,7 @@ import pytest
 from engines.base import InvalidSynthesisRequestError, SynthesisRequest
 from engines.pool import EnginePool
 from engines.remote.backend import RemoteEngine
-from engines.settings import RemoteEngineSettings, engine_settings
+from engines.settings import RemoteEngineSettings, engine_settings, local_engine_settings
 from harness.gateway_process import GatewayProcess
 from tests.chattts_assets import chattts_engine_options
 from tests.openai_like import OpenAILike
@@ -82,7 +82,7 @@ async def front(node: GatewayProcess) -> AsyncIterator[dict[str, RemoteEngine]]:
 
 @pytest.fixture(scope="module")
 async def one_box() -> AsyncIterator[dict[str, EnginePool]]:
-    pools = {name: EnginePool(name, engine_settings(**ENGINES[name])) for name in ("tones", "chattts")}
+    pools = {name: EnginePool(name, local_engine_settings(**ENGINES[name])) for name in ("tones", "chattts")}
     for pool in pools.values():
         await pool.start()
         assert await pool.wait_ready(120), pool.status().reason

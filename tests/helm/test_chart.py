@@ -26,7 +26,7 @@ from yamllint import linter
 from yamllint.config import YamlLintConfig
 
 from engines.chattts.options import ChatTTSOptions
-from engines.settings import RemoteEngineSettings
+from engines.settings import ChatTTSEngineSettings, RemoteEngineSettings
 from gateway.settings import OPENAI_MODEL_NAMES, load_settings
 from storage.redis_url import parse_redis_url
 
@@ -659,7 +659,8 @@ def test_settings_loader_accepts_the_rendered_config(
         assert settings.redis_url == "redis://gateway:pw@redis-master.redis.svc:6380/2"
         assert [t.name for t in settings.auth.tenants] == ["acme"]
         assert settings.auth.jwt is not None and settings.auth.jwt.audience == "tts"
-        assert settings.engines["chattts"].workers == 2 and "tones" in settings.engines
+        chattts = settings.engines["chattts"]
+        assert isinstance(chattts, ChatTTSEngineSettings) and chattts.workers == 2 and "tones" in settings.engines
         assert settings.server.shutdown_grace_s == 60
         assert settings.server.send_timeout_s == 20
     if name == "tenants":

@@ -147,10 +147,11 @@ def documented_value(cell: str) -> tuple[bool, Any]:
 
 def as_default(value: Any, setting: Setting) -> Any:
     """A documented value as the field's default would be: a mapping that holds a model becomes that model."""
-    if value is None or not models_in(setting.info.annotation):
+    annotation = setting.info.annotation
+    if value is None or annotation is None or not models_in(annotation):
         return value
     try:
-        return to_jsonable_python(TypeAdapter(setting.info.annotation).validate_python(value))
+        return to_jsonable_python(TypeAdapter(annotation).validate_python(value))
     except ValueError:
         return value
 

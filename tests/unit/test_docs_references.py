@@ -323,7 +323,9 @@ def declared_arguments(script: str) -> tuple[frozenset[str], frozenset[str] | No
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "BENCHMARKS" for t in node.targets):
             assert isinstance(node.value, ast.Dict)
-            names = frozenset(k.value for k in node.value.keys if isinstance(k, ast.Constant))
+            names = frozenset(
+                k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            )
     return frozenset(options | {"-h", "--help"}), names
 
 

@@ -25,7 +25,7 @@ def test_the_image_copies_every_package_the_project_installs() -> None:
 
 def _locked(name: str) -> dict[str, Version]:
     """``requirements/NAME.txt``: each package's locked version, by its normalised name."""
-    pins = {}
+    pins: dict[str, Version] = {}
     for line in (ROOT / "requirements" / f"{name}.txt").read_text().splitlines():
         if line and not line.startswith((" ", "#")):
             requirement = Requirement(line)
@@ -41,11 +41,16 @@ def _declared(*extras: str) -> list[Requirement]:
     return [Requirement(dependency) for dependency in declared]
 
 
+def _pinned_within(pins: dict[str, Version], requirement: Requirement) -> bool:
+    pinned = pins.get(canonicalize_name(requirement.name))
+    return pinned is not None and pinned in requirement.specifier
+
+
 @pytest.mark.parametrize(("lock", "extras"), [("serve", ("chattts",)), ("test", ("chattts", "test"))])
 def test_the_lock_files_hold_what_pyproject_asks_for(lock: str, extras: tuple[str, ...]) -> None:
     # pyproject.toml changed without `make lock`: the Makefile and the Dockerfile would install the old set.
     pins = _locked(lock)
-    unmet = [str(dep) for dep in _declared(*extras) if pins.get(canonicalize_name(dep.name)) not in dep.specifier]
+    unmet = [str(dep) for dep in _declared(*extras) if not _pinned_within(pins, dep)]
     assert not unmet, f"requirements/{lock}.txt lacks or misses {unmet}: run `make lock`"
 
 

@@ -16,7 +16,7 @@ import fakeredis
 import pytest
 
 from auth import AuthBackendError, AuthStore, MemoryAuthStore, RedisAuthStore, Tenant, hash_api_key
-from auth.cached import CachedAuthStore
+from auth.cached import DEFAULT_MAX_ENTRIES, CachedAuthStore
 from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocationBus, Revocation
 from auth.settings import TenantLimits
 from storage import connect_redis
@@ -50,9 +50,11 @@ class SwitchableStore(MemoryAuthStore):
         return await super().get_tenant(name)
 
 
-def OutageTolerantStore(shared: AuthStore, **options: int) -> CachedAuthStore:  # noqa: N802 - the role it plays here
+def OutageTolerantStore(  # noqa: N802 - the role it plays here
+    shared: AuthStore, *, max_entries: int = DEFAULT_MAX_ENTRIES
+) -> CachedAuthStore:
     """A replica's memory that never trusts an answer without asking (``fresh_s=0``): what an outage leaves."""
-    return CachedAuthStore(shared, listening=lambda: True, fresh_s=0, **options)
+    return CachedAuthStore(shared, listening=lambda: True, fresh_s=0, max_entries=max_entries)
 
 
 @pytest.fixture

@@ -53,16 +53,23 @@ class Backend:
 async def _dump_redis(client: aioredis.Redis) -> bytes:
     parts: list[bytes] = []
     async for key in client.scan_iter():
-        kind = await client.type(key)
-        kind = kind.decode() if isinstance(kind, bytes) else kind
-        value: object = {
-            "string": client.get,
-            "hash": client.hgetall,
-            "set": client.smembers,
-            "zset": lambda name: client.zrange(name, 0, -1),
-        }[kind](key)
-        parts.append(key + b"=" + repr(await value).encode())  # type: ignore[misc]
+        parts.append(key + b"=" + repr(await _redis_value(client, key)).encode())
     return b"\n".join(parts)
+
+
+async def _redis_value(client: aioredis.Redis, key: bytes) -> object:
+    kind = await client.type(key)
+    match kind.decode() if isinstance(kind, bytes) else kind:
+        case "string":
+            return await client.get(key)
+        case "hash":
+            return await client.hgetall(key)
+        case "set":
+            return await client.smembers(key)
+        case "zset":
+            return await client.zrange(key, 0, -1)
+        case other:
+            raise AssertionError(f"no dump for a Redis {other}")
 
 
 def _memory_backend() -> Backend:

@@ -20,7 +20,7 @@ from engines.chattts.text import control_tags, speed_tag, split_segments
 from tests.chattts_assets import TEST_TOKENS, chattts_engine_options, tiny_assets_dir
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
 pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
@@ -374,11 +374,11 @@ def test_an_invalid_request_in_a_batch_fails_alone(engine: ChatTTSEngine) -> Non
 
 # ----------------------------------------------------------------- through a worker process
 @pytest.fixture
-async def pool() -> Iterator[Any]:
+async def pool() -> AsyncIterator[Any]:
     from engines.pool import EnginePool
-    from engines.settings import engine_settings
+    from engines.settings import local_engine_settings
 
-    settings = engine_settings(kind="chattts", options=chattts_engine_options(max_batch=4, batch_window_ms=50))
+    settings = local_engine_settings(kind="chattts", options=chattts_engine_options(max_batch=4, batch_window_ms=50))
     engine_pool = EnginePool("chattts", settings)
     await engine_pool.start()
     assert await engine_pool.wait_ready(60), engine_pool.status().reason

@@ -17,7 +17,7 @@ from engines.chattts.voices import SAMPLE_PREFIX, SampleVoice, sample_frames
 from engines.espeak import EspeakEngine
 from engines.pool import EnginePool
 from engines.samples import speaker_from_sample
-from engines.settings import engine_settings
+from engines.settings import local_engine_settings
 from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ def test_a_malformed_sample_speaker_is_an_invalid_request(engine: ChatTTSEngine,
 async def pool() -> AsyncIterator[EnginePool]:
     # Long segments (600 tokens each), so that a synthesis is still running when the sample arrives.
     options = chattts_engine_options(max_batch=2, max_new_token=600, min_new_token=600, max_sample_s=10)
-    engine_pool = EnginePool("chattts", engine_settings(kind="chattts", workers=1, options=options))
+    engine_pool = EnginePool("chattts", local_engine_settings(kind="chattts", workers=1, options=options))
     await engine_pool.start()
     assert await engine_pool.wait_ready(120), engine_pool.status().reason
     yield engine_pool

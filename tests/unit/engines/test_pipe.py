@@ -38,7 +38,11 @@ async def test_what_the_worker_sends_the_server_reads_whole_and_in_order(
     async def read_all() -> list[object]:
         return [await read_message(reader) for _ in sent]
 
-    received, _ = await asyncio.gather(read_all(), asyncio.to_thread(lambda: [worker.send(m) for m in sent]))
+    def send_all() -> None:
+        for message in sent:
+            worker.send(message)
+
+    received, _ = await asyncio.gather(read_all(), asyncio.to_thread(send_all))
     assert received == sent
 
 

@@ -12,7 +12,7 @@ import pytest
 from engines.base import InvalidSynthesisRequestError, SynthesisRequest
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.pool import EnginePool
-from engines.settings import engine_settings
+from engines.settings import local_engine_settings
 from tests.waiting import wait_for
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ async def make_pool() -> AsyncIterator[Callable[..., Any]]:
     pools: list[EnginePool] = []
 
     async def make(options: dict[str, Any] | None = None, *, wait: bool = True, **settings: Any) -> EnginePool:
-        pool = EnginePool("test", engine_settings(kind="synthetic", options=options or {}, **settings))
+        pool = EnginePool("test", local_engine_settings(kind="synthetic", options=options or {}, **settings))
         pools.append(pool)
         await pool.start()
         if wait:

@@ -12,7 +12,7 @@ from engines.base import SynthesisRequest
 from engines.errors import EngineOverloadedError
 from engines.pool import EnginePool
 from engines.scheduling import QueueFullError, TenantQueueFullError, TenantScheduler, TenantShare
-from engines.settings import engine_settings
+from engines.settings import local_engine_settings
 from tests.waiting import wait_for
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ async def real_time_pool(**settings: object) -> EnginePool:
     # Workers speaking at real time: 100 characters hold one for a second.
     pool = EnginePool(
         "fair",
-        engine_settings(
+        local_engine_settings(
             kind="synthetic", **({"queue_size": 8} | settings), options={"rtf": 1.0, "seconds_per_char": 0.01}
         ),
     )
@@ -396,6 +396,6 @@ async def test_a_full_queue_refuses_new_requests_but_not_the_continuation_of_a_s
             await speak("c", 10)
         continuation = asyncio.create_task(speak("c", 10, continuing=True))
         await wait_for(lambda: pool.status().queued == 2)  # over the queue's size: it waits its turn all the same
-        assert await asyncio.gather(running, queued, continuation) == ["a", "b", "c"]
+        assert list(await asyncio.gather(running, queued, continuation)) == ["a", "b", "c"]
     finally:
         await pool.stop()

@@ -16,7 +16,7 @@ from engines.base import CancelFlag, InvalidSynthesisRequestError, SynthesisRequ
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.pool import EnginePool
 from engines.samples import MAX_SAMPLE_BYTES, MAX_TRANSCRIPT_CHARS
-from engines.settings import engine_settings
+from engines.settings import engine_settings, local_engine_settings
 from engines.synthetic import SyntheticEngine
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ async def make_pool() -> AsyncIterator[Callable[..., Any]]:
     pools: list[EnginePool] = []
 
     async def make(options: dict[str, Any] | None = None, *, kind: str = "synthetic", **settings: Any) -> EnginePool:
-        pool = EnginePool("test", engine_settings(kind=kind, options=options or {}, **settings))
+        pool = EnginePool("test", local_engine_settings(kind=kind, options=options or {}, **settings))
         pools.append(pool)
         await pool.start()
         assert await pool.wait_ready(60), pool.status().reason
@@ -145,7 +145,7 @@ async def test_a_stuck_encoder_times_out_and_its_worker_is_replaced(make_pool: C
 
 
 async def test_a_pool_not_ready_says_so(make_pool: Callable[..., Any]) -> None:
-    pool = EnginePool("test", engine_settings(kind="synthetic", options={"load_delay_s": 5.0}))
+    pool = EnginePool("test", local_engine_settings(kind="synthetic", options={"load_delay_s": 5.0}))
     await pool.start()
     try:
         with pytest.raises(EngineNotReadyError):

@@ -22,7 +22,7 @@ from engines.base import InvalidSynthesisRequestError
 from engines.breaker import CircuitBreaker
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.pool import EnginePool
-from engines.settings import engine_settings
+from engines.settings import engine_settings, local_engine_settings
 from gateway.schemas import SpeechRequest
 from gateway.settings import AliasSettings, FailoverSettings, Settings
 from gateway.speech.failover import Failover, FirstAudioTimeoutError, retry_reason, same_audio_stream
@@ -281,7 +281,7 @@ async def test_a_half_open_trial_that_ends_without_a_verdict_frees_its_slot() ->
 @asynccontextmanager
 async def worker_pool(name: str, **settings: Any) -> AsyncIterator[EnginePool]:
     options = {"seconds_per_char": 0.01, **settings.pop("options", {})}
-    pool = EnginePool(name, engine_settings(kind="synthetic", options=options, **settings))
+    pool = EnginePool(name, local_engine_settings(kind="synthetic", options=options, **settings))
     await pool.start()
     try:
         assert await pool.wait_ready(30)

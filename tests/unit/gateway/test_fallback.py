@@ -74,7 +74,8 @@ async def served() -> AsyncIterator[Any]:
         settings = Settings(**{"aliases": ALIASES, **config, "engines": {**ENGINES, **config.get("engines", {})}})
         http = await running.enter_async_context(AsyncTestClient(app=create_app(settings, pool_factory=backend)))
         await _settled(http)
-        sdk = openai.AsyncOpenAI(base_url=f"{http.base_url}/v1", api_key="x", http_client=http, max_retries=0)
+        # The SDK takes an httpx client as well as an httpx2 one, but its types name only httpx2's: hence the ignore.
+        sdk = openai.AsyncOpenAI(base_url=f"{http.base_url}/v1", api_key="x", http_client=http, max_retries=0)  # type: ignore[arg-type]
         return http, sdk
 
     yield serve

@@ -19,7 +19,8 @@ OPENAI = json.loads((ROOT / "tests" / "data" / "openai-speech-schema.json").read
 
 @pytest.fixture(scope="module")
 def document() -> dict[str, Any]:
-    return json.loads(openapi_document())
+    served: dict[str, Any] = json.loads(openapi_document())
+    return served
 
 
 def test_checked_in_document_is_what_the_app_serves() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from engines.settings import SyntheticEngineSettings
 from gateway.settings import Settings, load_settings
 
 CONFIG = """
@@ -38,8 +39,10 @@ def test_yaml_file_then_environment_wins(tmp_path: Path, monkeypatch: pytest.Mon
     settings = load_settings(config)
     assert settings.server.port == 9200
     assert settings.server.log_level == "warning"
-    assert settings.engines["tones"].workers == 3
-    assert settings.engines["tones"].options.rtf == 0.5
+    tones = settings.engines["tones"]
+    assert isinstance(tones, SyntheticEngineSettings)
+    assert tones.workers == 3
+    assert tones.options.rtf == 0.5
     assert settings.aliases["tts-1"].engines == ["tones", "espeak"]
     assert settings.aliases["tts-1-hd"].engines == ["chattts", "espeak"]  # built-ins the file does not name stay
 

@@ -77,7 +77,7 @@ async def test_a_demoted_master_answering_readonly_sends_each_write_to_the_new_m
         failover_sentinel.wait_replicated()
         failover_sentinel.fail_over()
         results = await asyncio.gather(client.set("tts:plain", 1), script(keys=KEYS), _transaction(client))
-        assert results == [True, [2, 2], [1, 0.5]]
+        assert list(results) == [True, [2, 2], [1, 0.5]]
         with failover_sentinel.master.client() as new_master:
             assert new_master.get("tts:plain") == b"1"
             new_master.connection_pool.disconnect()
