@@ -24,8 +24,8 @@ import pytest
 import redis
 
 from harness.gateway_process import GatewayProcess
-from tests.e2e.test_tenancy import Admin, tenancy_config
 from tests.openai_errors import BAD_BODIES, VALID, assert_openai_error
+from tests.tenancy import Admin, tenancy_config
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -15,9 +15,10 @@ import pytest
 from harness.gateway_process import GatewayProcess
 from harness.recordings import recording, tone
 from tests.audio_decode import decode_audio
-from tests.e2e.test_custom_voices import TRANSCRIPT, upload
-from tests.e2e.test_tenancy import Admin, speak, tenancy_config
 from tests.redis_topologies import REDIS_PASSWORD, SENTINEL_PASSWORD
+from tests.tenancy import Admin, speak, tenancy_config
+
+TRANSCRIPT = "This is my voice, and I am glad to lend it."  # what the sample says (the synthetic engine hashes it)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -59,7 +60,9 @@ def _every_store(gateway: GatewayProcess, admin: Admin) -> None:
         assert decode_audio(first.content, "wav").duration > 0
         again = sdk.audio.speech.create(model="synthetic", voice="alloy", input="hello", response_format="wav")
         assert again.content == first.content
-        consent = sdk.audio.voice_consents.create(name="Ada", language="en-US", recording=upload("wav"))
+        consent = sdk.audio.voice_consents.create(
+            name="Ada", language="en-US", recording=("recording.wav", recording("wav"), "audio/wav")
+        )
         assert [c.id for c in sdk.audio.voice_consents.list()] == [consent.id]
         voice = sdk.audio.voices.create(
             name="narrator",

@@ -12,7 +12,6 @@ import hashlib
 import json
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -20,6 +19,7 @@ import pytest
 import redis
 
 from harness.gateway_process import GatewayProcess
+from tests.tenancy import ADMIN_TOKEN, Admin, bearer, speak
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from redis.typing import EncodableT, FieldT
 
     from tests.redis_server import RedisServer
-
-ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
 
 
 def config(redis_url: str) -> dict[str, Any]:
@@ -55,52 +53,11 @@ def replicas(outage_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
         process.stop()
 
 
-class Admin:
-    def __init__(self, replica: GatewayProcess) -> None:
-        self.http = httpx.Client(
-            base_url=replica.base_url, headers={"authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10
-        )
-
-    def tenant(self, name: str | None = None, **limits: int) -> str:
-        name = name or f"t-{uuid.uuid4().hex[:10]}"
-        response = self.http.post("/admin/tenants", json={"name": name, "limits": limits})
-        assert response.status_code == 201, response.text
-        return name
-
-    def key(self, tenant: str) -> dict[str, Any]:
-        response = self.http.post(f"/admin/tenants/{tenant}/keys")
-        assert response.status_code == 201, response.text
-        return dict(response.json())
-
-    def pages(self, path: str, limit: int) -> list[dict[str, Any]]:
-        """Every record of a listing, following its cursor; each page within ``limit``."""
-        records: list[dict[str, Any]] = []
-        params: dict[str, Any] = {"limit": limit}
-        while True:
-            page = self.http.get(path, params=params).json()
-            assert page["object"] == "list" and len(page["data"]) <= limit
-            if page["data"]:
-                assert (page["first_id"], page["last_id"]) == (page["data"][0]["id"], page["data"][-1]["id"])
-            records.extend(page["data"])
-            if not page["has_more"]:
-                return records
-            params["after"] = page["last_id"]
-
-
 @pytest.fixture
 def admin(replicas: list[GatewayProcess]) -> Iterator[Admin]:
-    client = Admin(replicas[0])
+    client = Admin(replicas[0].base_url)
     yield client
-    client.http.close()
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
-
-
-def speak(replica: GatewayProcess, key: str, text: str = "hello", model: str = "synthetic") -> httpx.Response:
-    body = {"model": model, "input": text, "voice": "alloy", "response_format": "pcm"}
-    return httpx.post(f"{replica.base_url}/v1/audio/speech", json=body, headers=bearer(key), timeout=30)
+    client.close()
 
 
 def usage(replica: GatewayProcess, key: str) -> dict[str, Any]:

@@ -19,33 +19,13 @@ from engines.synthetic import voice_frequency
 from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess
 from tests.audio_decode import decode_audio, dominant_frequency
 from tests.redis_server import RedisServer, disconnected
+from tests.tenancy import AUDIENCE, JWT_SECRET, Admin, speak, tenancy_config
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
     from tests.redis_topologies import RedisClusterSetup
-
-ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
-JWT_SECRET = "jwt-" + uuid.uuid4().hex
-AUDIENCE = "tts-gateway-tests"
-
-
-def tenancy_config(redis_url: str, **limits: Any) -> dict[str, Any]:
-    return {
-        "redis_url": redis_url,
-        "limits": limits or {"fail_mode": "open"},
-        "auth": {
-            "admin_token": ADMIN_TOKEN,
-            "tenants": [{"name": "acme"}],
-            "jwt": {"algorithm": "HS256", "secret": JWT_SECRET, "audience": AUDIENCE, "tenant_claim": "org"},
-        },
-        "engines": {
-            "synthetic": {"kind": "synthetic", "workers": 2, "options": {"seconds_per_char": 0.02}},
-            "slow": {"kind": "synthetic", "workers": 2, "options": {"rtf": 1.0, "seconds_per_char": 0.05}},
-        },
-        "aliases": {"tts-1": ["synthetic"]},
-    }
 
 
 @pytest.fixture(scope="module", params=["redis", "cluster"])
@@ -84,25 +64,6 @@ def replicas(
         process.stop()
 
 
-class Admin:
-    def __init__(self, base_url: str) -> None:
-        self.http = httpx.Client(base_url=base_url, headers={"authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10)
-
-    def tenant(self, models: list[str] | None = None, **limits: int) -> str:
-        name = f"t-{uuid.uuid4().hex[:10]}"
-        response = self.http.post("/admin/tenants", json={"name": name, "limits": limits, "models": models})
-        assert response.status_code == 201, response.text
-        return name
-
-    def close(self) -> None:
-        self.http.close()
-
-    def key(self, tenant: str) -> dict[str, Any]:
-        response = self.http.post(f"/admin/tenants/{tenant}/keys")
-        assert response.status_code == 201, response.text
-        return dict(response.json())
-
-
 @pytest.fixture(scope="module")
 def admin(replicas: list[GatewayProcess]) -> Iterator[Admin]:
     client = Admin(replicas[0].base_url)
@@ -125,13 +86,6 @@ def sdk(replica: GatewayProcess, key: str) -> openai.OpenAI:
     client = openai.OpenAI(base_url=f"{replica.base_url}/v1", api_key=key, max_retries=0)
     _sdk_clients.append(client)
     return client
-
-
-def speak(replica: GatewayProcess, key: str, text: str = "hello", **fields: Any) -> httpx.Response:
-    body = {"model": "synthetic", "input": text, "voice": "alloy", "response_format": "pcm", **fields}
-    return httpx.post(
-        f"{replica.base_url}/v1/audio/speech", json=body, headers={"authorization": f"Bearer {key}"}, timeout=30
-    )
 
 
 def token(claims: dict[str, Any], secret: str = JWT_SECRET, algorithm: str = "HS256") -> str:

@@ -29,19 +29,16 @@ from engines.chattts.options import ChatTTSOptions
 from engines.settings import ChatTTSEngineSettings, RemoteEngineSettings
 from gateway.settings import OPENAI_MODEL_NAMES, load_settings
 from storage.redis_url import parse_redis_url
+from tests.helm.chart import CHART, FULLNAME, RELEASE, ROOT, Rendered, UniqueKeyLoader, merge
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm" / "tts-gateway"
 HERE = Path(__file__).parent
 EVERYTHING = HERE / "values-everything.yaml"
 ENGINE_TIER = HERE / "values-engine-tier.yaml"
 BAD = HERE / "values-bad.yaml"
 KUBE_VERSION = "1.30.0"
-RELEASE = "rel"
-FULLNAME = "rel-tts-gateway"
 CONFIG_PATH = "/etc/tts-gateway/config.yaml"
 SECRET_PATH = "/etc/tts-gateway/secret/secret.yaml"
 TENANT = {
@@ -54,89 +51,6 @@ TENANT = {
 
 SENTINEL_HOSTS = [f"redis-node-{n}.redis-headless.redis.svc:26379" for n in range(2)] + ["redis-node-2.redis-headless"]
 CLUSTER_NODES = [f"redis-cluster-{n}.redis-cluster-headless.redis.svc:6379" for n in range(3)]
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A YAML loader that rejects duplicate keys (PyYAML silently keeps the last; Kubernetes may not)."""
-
-
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    keys = [loader.construct_object(key, deep=deep) for key, _ in node.value]
-    duplicates = sorted({str(k) for k in keys if keys.count(k) > 1})
-    if duplicates:
-        raise yaml.constructor.ConstructorError(None, None, f"duplicate keys {duplicates}", node.start_mark)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
-
-
-class Rendered:
-    """The manifests of one render, by kind (and name)."""
-
-    def __init__(self, files: dict[str, str]) -> None:
-        self.files = files
-        self.docs: list[dict[str, Any]] = [
-            doc
-            for path, text in sorted(files.items())
-            if path.endswith((".yaml", ".yml"))
-            for doc in yaml.load_all(text, Loader=_UniqueKeyLoader)
-            if doc
-        ]
-
-    def kinds(self) -> list[str]:
-        return [doc["kind"] for doc in self.docs]
-
-    def all(self, kind: str) -> list[dict[str, Any]]:
-        return [doc for doc in self.docs if doc["kind"] == kind]
-
-    def one(self, kind: str, name: str = FULLNAME) -> dict[str, Any]:
-        found = [doc for doc in self.all(kind) if doc["metadata"]["name"] == name]
-        assert len(found) == 1, f"expected one {kind} {name}, got {self.kinds()}"
-        return found[0]
-
-    def text(self, template: str) -> str:
-        return self.files[f"tts-gateway/templates/{template}"]
-
-    @property
-    def deployment(self) -> dict[str, Any]:
-        return self.one("Deployment")
-
-    @property
-    def pod(self) -> dict[str, Any]:
-        spec: dict[str, Any] = self.deployment["spec"]["template"]["spec"]
-        return spec
-
-    @property
-    def container(self) -> dict[str, Any]:
-        containers = self.pod["containers"]
-        assert len(containers) == 1
-        return dict(containers[0])
-
-    @property
-    def env(self) -> dict[str, dict[str, Any]]:
-        return {var["name"]: var for var in self.container["env"]}
-
-    @property
-    def config(self) -> dict[str, Any]:
-        config: dict[str, Any] = yaml.safe_load(self.one("ConfigMap")["data"]["config.yaml"])
-        return config
-
-    @property
-    def secret_config(self) -> dict[str, Any]:
-        data = self.one("Secret")["data"]["secret.yaml"]
-        decoded: dict[str, Any] = yaml.safe_load(base64.b64decode(data))
-        return decoded
-
-
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
 
 
 def _everything() -> dict[str, Any]:
@@ -263,7 +177,7 @@ def test_everything_renders_every_optional_kind(render: Any) -> None:
 
 def test_rendered_yaml_has_no_duplicate_keys() -> None:
     with pytest.raises(yaml.constructor.ConstructorError, match="duplicate"):
-        yaml.load("a: 1\na: 2\n", Loader=_UniqueKeyLoader)
+        yaml.load("a: 1\na: 2\n", Loader=UniqueKeyLoader)
 
 
 @pytest.mark.parametrize("values_file", [CHART / "values.yaml", EVERYTHING, ENGINE_TIER])
@@ -539,7 +453,7 @@ def test_checksums_follow_the_config_and_secret(render: Any) -> None:
     base = {"auth": {"adminToken": "fixed"}}
     first, again = annotations(base), annotations(base)
     assert first == again  # deterministic when nothing changed
-    changed = annotations(_merge(base, {"config": {"server": {"log_level": "debug"}}}))
+    changed = annotations(merge(base, {"config": {"server": {"log_level": "debug"}}}))
     assert changed["checksum/config"] != first["checksum/config"]
     assert changed["checksum/secret"] == first["checksum/secret"]
     rotated = annotations({"auth": {"adminToken": "rotated"}})
@@ -827,7 +741,7 @@ def test_unusable_redis_values_are_refused(
     render_error: str,
 ) -> None:
     # What Helm validates: the values merged over the chart's defaults.
-    values = _merge(yaml.safe_load((CHART / "values.yaml").read_text()), {"redis": redis})
+    values = merge(yaml.safe_load((CHART / "values.yaml").read_text()), {"redis": redis})
     messages = [error.message for error in jsonschema.Draft7Validator(schema).iter_errors(values)]
     if schema_error is None:
         assert messages == []

@@ -23,7 +23,7 @@ from auth.keys import generate_api_key, hash_api_key
 from gateway.settings import OPENAI_MODEL_NAMES
 from harness.gateway_process import GatewayProcess, free_port
 from tests.audio_decode import decode_audio
-from tests.helm.test_chart import CHART, RELEASE, Rendered, _merge
+from tests.helm.chart import CHART, RELEASE, Rendered, merge
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -42,14 +42,14 @@ def chart() -> Iterator[helm.Chart]:
 
 
 def render(chart: helm.Chart, values: dict[str, Any]) -> Rendered:
-    values = _merge({"auth": {"tenants": [TENANT]}, "engineTier": {"serviceToken": SERVICE_TOKEN}}, values)
+    values = merge({"auth": {"tenants": [TENANT]}, "engineTier": {"serviceToken": SERVICE_TOKEN}}, values)
     return Rendered(chart.render(values, name=RELEASE, namespace="speech", is_install=True))
 
 
 def gateway_config(rendered: Rendered) -> dict[str, Any]:
     """config.yaml with secret.yaml merged over it, as the gateway merges the two files the pod mounts."""
     secret: dict[str, Any] = yaml.safe_load(base64.b64decode(rendered.one("Secret")["data"]["secret.yaml"]))
-    return _merge(rendered.config, secret)
+    return merge(rendered.config, secret)
 
 
 def speak(gateway: GatewayProcess, text: str = "Hello from the chart.") -> Any:
