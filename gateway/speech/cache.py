@@ -342,6 +342,9 @@ class AudioCache:
             pause_s=REFUSAL_PAUSE_S,
         )
         """Writes its Redis refused (``storage/pressure.py``): for the metrics and ``/readyz``."""
+        self._writing: dict[str, bytes] = {}
+        """Entries on their way to the store. A client that repeats a request the moment its audio ended would
+        otherwise miss the entry (and synthesize again) for the write's round trips, longer on a Cluster."""
 
     @property
     def shared_across_tenants(self) -> bool:
@@ -357,6 +360,8 @@ class AudioCache:
         """The cached audio, or ``None`` on a miss, with caching off, or when the backend fails."""
         if not self._settings.enabled:
             return None
+        if (writing := self._writing.get(key)) is not None:
+            return writing
         try:
             audio = await self._store.get(key)
         except STORAGE_ERRORS as exc:
@@ -370,11 +375,15 @@ class AudioCache:
         written for a while after Redis refused a write."""
         if not self._settings.enabled or len(audio) > self._settings.max_entry_bytes or self.write_refusals.paused:
             return
+        self._writing[key] = audio
         try:
             await self._store.set(key, audio)
         except STORAGE_ERRORS as exc:
             await self._write_failed(exc)
             return
+        finally:
+            if self._writing.get(key) is audio:  # not a later write's of the same key
+                del self._writing[key]
         self._outage.worked()
         self.write_refusals.worked()
 

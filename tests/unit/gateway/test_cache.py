@@ -90,6 +90,14 @@ async def test_binary_audio_round_trips(cache: AudioCache) -> None:
     assert await cache.get(key(voice_id="alloy")) is None
 
 
+async def test_a_lookup_while_the_entry_is_written_finds_it(cache: AudioCache) -> None:
+    # The first write to Redis learns the budget first (a round trip of its own): the lookup reaches Redis before
+    # the entry does, as a repeated request did on a Cluster.
+    audio = os.urandom(2000)
+    _, found = await asyncio.gather(cache.set(key(), audio), cache.get(key()))
+    assert found == audio
+
+
 async def test_entries_over_max_entry_bytes_are_skipped(cache: AudioCache) -> None:
     await cache.set("big", b"x" * 4097)
     await cache.set("fits", b"x" * 4096)
