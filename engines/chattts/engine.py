@@ -23,6 +23,7 @@ from engines.base import (
     InvalidSynthesisRequestError,
     VoiceInfo,
 )
+from engines.chattts.loader import locate_weights
 from engines.chattts.normalize import OFF, active_normalizer, normalize_text
 from engines.chattts.options import ChatTTSOptions
 from engines.chattts.text import control_tags, prepare_text, speed_tag, split_segments
@@ -84,10 +85,14 @@ class ChatTTSEngine:
     # ----------------------------------------------------------------- loading
     def load(self) -> EngineInfo:
         options = self.options
+        # The weights are found first, without torch: a worker with none (a volume not mounted yet) then fails in
+        # milliseconds rather than after seconds of importing torch, on every retry of its backoff.
+        cache_dir = Path(options.cache_dir).expanduser()
+        location = locate_weights(options.source, options.path, cache_dir, options.download, options.hub_timeout_s)
         try:
             import torch
 
-            from engines.chattts.loader import load_chat, locate_weights
+            from engines.chattts.loader import load_chat
             from engines.chattts.small_batch import use_small_batch_linear
             from engines.chattts.voices import SpeakerBank
         except ImportError as exc:  # e.g. torchaudio built for CUDA next to a CPU torch: scripts/fix_torchaudio.py
@@ -96,8 +101,6 @@ class ChatTTSEngine:
             torch.set_num_threads(options.threads)
         device = self._device(torch)
         dtype = self._dtype(torch, device)
-        cache_dir = Path(options.cache_dir).expanduser()
-        location = locate_weights(options.source, options.path, cache_dir, options.download, options.hub_timeout_s)
         self._chat = load_chat(location, device, dtype)
         if device.type == "cpu":  # a few rows per decode step: measured, the faster product for each row count
             use_small_batch_linear(self._chat.gpt.gpt, blocked=options.blocked_weights)

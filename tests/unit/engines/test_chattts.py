@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import subprocess
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +106,25 @@ def test_no_weights_and_no_hub_is_unavailable_quickly(tmp_path: Path, monkeypatc
     with pytest.raises(EngineUnavailableError, match="hub is unreachable"):
         ChatTTSEngine({"cache_dir": str(tmp_path)}).load()
     assert time.monotonic() - started < 5
+
+
+def test_a_worker_without_weights_fails_before_importing_torch(tmp_path: Path) -> None:
+    # A replica whose weights volume is not mounted yet retries with backoff: each try must not cost a torch import.
+    script = (
+        "import json, sys\n"
+        "from engines.base import EngineUnavailableError\n"
+        "from engines.chattts import ChatTTSEngine\n"
+        f"options = {{'cache_dir': {str(tmp_path)!r}, 'download': False}}\n"
+        "try:\n"
+        "    ChatTTSEngine(options).load()\n"
+        "except EngineUnavailableError as exc:\n"
+        "    print(json.dumps([str(exc), 'torch' in sys.modules]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    reason, torch_imported = json.loads(done.stdout)
+    assert "downloading is disabled" in reason
+    assert not torch_imported
 
 
 def test_dir_source_without_path_says_so() -> None:
