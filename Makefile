@@ -64,11 +64,15 @@ lint: $(TESTING)
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports
 
-# The whole suite under coverage, the gateway and worker processes it starts included ([tool.coverage] in
-# pyproject.toml), then the figure; `.venv/bin/coverage report` lists it file by file.
+# The whole suite under coverage ([tool.coverage] in pyproject.toml; `make test COVER_PROCESSES=1` measures the
+# gateway processes of the end-to-end tests too, about 15 % slower), then the figure; `.venv/bin/coverage report` lists
+# it file by file. The suite runs in TEST_WORKERS processes (pytest-xdist), a test file each at a time: its
+# module-scoped gateways start once. `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 2
+COVER_PROCESSES ?= 0
 test: system-deps lint $(NODE_SDK)
 	$(BIN)/coverage erase
-	$(BIN)/coverage run -m pytest $(PYTEST_ARGS)
+	COVER_PROCESSES=$(COVER_PROCESSES) $(BIN)/coverage run -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 	$(BIN)/coverage combine --quiet
 	@echo "Coverage: $$($(BIN)/coverage report --format=total) % of the lines and branches of gateway, engines, auth and storage"
 

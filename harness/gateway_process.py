@@ -54,6 +54,8 @@ class GatewayProcess:
         self.config_path.write_text(yaml.safe_dump(exact_engines(config)))
         self.log_path = workdir / "gateway.log"
         self.env = {**os.environ, **(env or {})}
+        if os.environ.get("COVER_PROCESSES") != "1":  # see [tool.coverage.run] in pyproject.toml
+            self.env.pop("COVERAGE_PROCESS_CONFIG", None)
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60.0) -> GatewayProcess:

@@ -51,7 +51,11 @@ async def refused(authenticator: Authenticator, header: str | None) -> str:
     return str(caught.value)
 
 
-@pytest.mark.parametrize("header", [None, "", "Bearer sk-tts-whatever", f"Bearer {generate_api_key()}", "Basic x"])
+@pytest.mark.parametrize(
+    "header",
+    [None, "", "Bearer sk-tts-whatever", f"Bearer {generate_api_key()}", "Basic x"],
+    ids=["none", "empty", "unknown-key", "well-formed-key", "basic"],  # not the generated key: the same in every run
+)
 async def test_open_mode_admits_everyone_as_anonymous(store: MemoryAuthStore, header: str | None) -> None:
     authenticator = Authenticator(store, None, open_mode=True)
     assert await authenticator.authenticate(header) == Principal(ANONYMOUS, "open")
