@@ -5,9 +5,10 @@ one Lua script checks both windows and the stream lease of a request and, only i
 both and takes the lease: one round trip per request instead of one per window and lease (``limits`` hits one item
 per call), and a refused request consumes nothing, whichever limit refused it. The windows there have the same moving
 semantics as ``limits``'s, over a compact list per tenant and window (``<ms>:<amount>`` per admitted request, newest
-first, trimmed to the minute on each admission) rather than one entry per character; Redis's own clock times them, so
-replicas with skewed clocks agree. A tenant's windows and lease share one hash tag (``{<tenant>}``), the one slot
-Redis Cluster needs for one script.
+first) rather than one entry per character, with its running total beside it (``...-total``): an admission drops the
+entries that left the window since the last one, oldest first, and never walks the entries still in it, so its cost
+does not grow with the tenant's request rate. Redis's own clock times them, so replicas with skewed clocks agree. A
+tenant's windows and lease share one hash tag (``{<tenant>}``), the one slot Redis Cluster needs for one script.
 
 ``limits`` has no concurrency primitive, so stream leases are written here: a sorted set per tenant (member: lease
 id, score: expiry in ms), renewed while the stream runs, so that a replica that dies mid-stream stops holding its
@@ -200,20 +201,45 @@ _WINDOWS_LUA = """
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local window = tonumber(ARGV[7])
-local function used(key, trim)
-  local entries = redis.call('LRANGE', key, 0, -1)
-  local sum, oldest, kept = 0, nil, 0
-  for i, entry in ipairs(entries) do
-    local sep = string.find(entry, ':', 1, true)
-    local at = tonumber(string.sub(entry, 1, sep - 1))
-    if at <= now - window then break end
-    sum = sum + tonumber(string.sub(entry, sep + 1))
-    oldest, kept = at, i
+local function entry_of(entry)
+  local sep = string.find(entry, ':', 1, true)
+  return tonumber(string.sub(entry, 1, sep - 1)), tonumber(string.sub(entry, sep + 1))
+end
+local function total_of(list, total_key)
+  local total = redis.call('GET', total_key)
+  if total then return tonumber(total), false end
+  total = 0  -- no running total (a list written before totals were kept): counted once
+  for _, entry in ipairs(redis.call('LRANGE', list, 0, -1)) do
+    local _, amount = entry_of(entry)
+    total = total + amount
   end
-  if trim and kept < #entries then
-    if kept == 0 then redis.call('DEL', key) else redis.call('LTRIM', key, 0, kept - 1) end
+  return total, true
+end
+local function used(list, total_key, trim)
+  local total, counted = total_of(list, total_key)
+  local dropped, oldest = 0, nil
+  while oldest == nil do  -- from the oldest entry on, a few at a time, until one is still in the window
+    local entries = redis.call('LRANGE', list, -(dropped + 32), -(dropped + 1))
+    for i = #entries, 1, -1 do
+      local at, amount = entry_of(entries[i])
+      if at > now - window then oldest = at break end
+      total, dropped = total - amount, dropped + 1
+    end
+    if #entries < 32 then break end
   end
-  return sum, oldest
+  if oldest == nil then total = 0 end
+  if trim and (dropped > 0 or counted) then
+    -- SET first: on a Redis out of memory it fails before anything is written (a script that wrote may go on)
+    redis.call('SET', total_key, total, 'PX', window)
+    if dropped > 0 then redis.call('LTRIM', list, 0, -dropped - 1) end
+  end
+  return total, oldest
+end
+local function add(list, total_key, amount)
+  redis.call('LPUSH', list, now .. ':' .. amount)
+  redis.call('PEXPIRE', list, window)
+  redis.call('INCRBY', total_key, amount)
+  redis.call('PEXPIRE', total_key, window)
 end
 local function reset(oldest) if oldest then return oldest + window - now end return 0 end
 """
@@ -222,8 +248,8 @@ _ADMIT_LUA = (
     + """
 local req_limit, chars_limit, chars = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local lease_limit, lease_ttl = tonumber(ARGV[4]), tonumber(ARGV[6])
-local req_used, req_oldest = used(KEYS[1], true)
-local chars_used, chars_oldest = used(KEYS[2], true)
+local req_used, req_oldest = used(KEYS[1], KEYS[4], true)
+local chars_used, chars_oldest = used(KEYS[2], KEYS[5], true)
 local refusal = 0
 if req_limit > 0 and req_used + 1 > req_limit then refusal = 1
 elseif chars_limit > 0 and chars > 0 and chars_used + chars > chars_limit then refusal = 2
@@ -233,13 +259,11 @@ elseif lease_limit > 0 then
 end
 if refusal == 0 then
   if req_limit > 0 then
-    redis.call('LPUSH', KEYS[1], now .. ':1')
-    redis.call('PEXPIRE', KEYS[1], window)
+    add(KEYS[1], KEYS[4], 1)
     req_used, req_oldest = req_used + 1, req_oldest or now
   end
   if chars_limit > 0 and chars > 0 then
-    redis.call('LPUSH', KEYS[2], now .. ':' .. chars)
-    redis.call('PEXPIRE', KEYS[2], window)
+    add(KEYS[2], KEYS[5], chars)
     chars_used, chars_oldest = chars_used + chars, chars_oldest or now
   end
   if lease_limit > 0 then
@@ -253,8 +277,8 @@ return {refusal, req_used, reset(req_oldest), chars_used, reset(chars_oldest)}
 _STATE_LUA = (
     _WINDOWS_LUA
     + """
-local req_used, req_oldest = used(KEYS[1], false)
-local chars_used, chars_oldest = used(KEYS[2], false)
+local req_used, req_oldest = used(KEYS[1], KEYS[4], false)
+local chars_used, chars_oldest = used(KEYS[2], KEYS[5], false)
 return {0, req_used, reset(req_oldest), chars_used, reset(chars_oldest)}
 """
 )
@@ -273,9 +297,10 @@ _REFUSALS: dict[int, LimitReason] = {1: "requests", 2: "characters", 3: "concurr
 class _RedisAdmissions:
     """Windows and leases shared by every replica (see the module's docstring for the layout)."""
 
-    def __init__(self, client: RedisClient, prefix: str = "tts:") -> None:
+    def __init__(self, client: RedisClient, prefix: str = "tts:", window_s: float = _WINDOW_S) -> None:
         self._client = client
         self._prefix = prefix
+        self._window_ms = _ms(window_s)
         self._admit = client.register_script(_ADMIT_LUA)
         self._state = client.register_script(_STATE_LUA)
         self._renew = client.register_script(_RENEW_LUA)
@@ -289,7 +314,7 @@ class _RedisAdmissions:
             limits.concurrent_streams or 0 if ask.lease_id is not None else 0,
             ask.lease_id or "",
             _ms(lease_ttl_s),
-            _WINDOW_S * 1000,
+            self._window_ms,
         ]
         answer = await self._admit(keys=self._keys(tenant), args=args)
         return _Verdict(_state_of(limits, answer), _REFUSALS.get(int(answer[0])))
@@ -297,7 +322,7 @@ class _RedisAdmissions:
     async def state(self, tenant: str, limits: TenantLimits) -> LimitState:
         if limits.requests_per_minute is None and limits.characters_per_minute is None:
             return LimitState()
-        return _state_of(limits, await self._state(keys=self._keys(tenant), args=[0, 0, 0, 0, "", 0, _WINDOW_S * 1000]))
+        return _state_of(limits, await self._state(keys=self._keys(tenant), args=[0, 0, 0, 0, "", 0, self._window_ms]))
 
     async def renew(self, tenant: str, lease_id: str, ttl_s: float) -> bool:
         return bool(await self._renew(keys=[self._leases(tenant)], args=[lease_id, _ms(ttl_s)]))
@@ -310,7 +335,8 @@ class _RedisAdmissions:
 
     def _keys(self, tenant: str) -> list[str]:
         windows = f"{self._prefix}limits:{{{tenant}}}"
-        return [f"{windows}:requests", f"{windows}:characters", self._leases(tenant)]
+        lists = [f"{windows}:requests", f"{windows}:characters"]
+        return [*lists, self._leases(tenant), *(f"{name}-total" for name in lists)]
 
     def _leases(self, tenant: str) -> str:
         return f"{self._prefix}leases:{{{tenant}}}"

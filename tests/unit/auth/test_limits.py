@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from auth.limits import LimitState, LimitsUnavailableError, RateLimitExceededError, TenantRateLimiter
+from auth.limits import (
+    LimitState,
+    LimitsUnavailableError,
+    RateLimitExceededError,
+    TenantRateLimiter,
+    _Ask,
+    _RedisAdmissions,
+)
 from auth.settings import TenantLimits
 from gateway.http.ratelimit_headers import UNLIMITED, format_reset, rate_limit_headers
 from storage import connect_redis
@@ -356,4 +363,41 @@ async def test_a_redis_that_refuses_writes_is_an_episode_not_an_outage(
     assert not limiter.write_refusals.refusing
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1 and "refuses writes to the limits store" in messages[0], messages
+    await client.aclose()
+
+
+async def test_the_redis_windows_move_and_drop_only_what_left_them(redis_url: str, tenant: str) -> None:
+    # A half-second window instead of the minute: the same script, the entries leaving it in time for a test.
+    client = connect_redis(redis_url)
+    admissions = _RedisAdmissions(client, window_s=0.5)
+    limits = TenantLimits(requests_per_minute=1000, characters_per_minute=1000)
+    characters = f"tts:limits:{{{tenant}}}:characters"
+
+    async def admit(amount: int) -> LimitState:
+        return (await admissions.admit(tenant, _Ask(limits, amount, True, None), 1.0)).state
+
+    await admit(100)
+    await admit(200)
+    await asyncio.sleep(0.3)
+    assert (await admit(50)).remaining_tokens == 1000 - 350
+    await asyncio.sleep(0.3)  # the first two have left the window, the third has not
+    assert (await admissions.state(tenant, limits)).remaining_tokens == 1000 - 50
+    later = await admit(10)
+    assert (later.remaining_requests, later.remaining_tokens) == (1000 - 2, 1000 - 60)
+    assert len(await client.lrange(characters, 0, -1)) == 2  # what left the window is gone from Redis too
+    assert await client.get(f"{characters}-total") == b"60"
+    await client.aclose()
+
+
+async def test_a_window_written_without_its_total_is_counted_once(redis_url: str, tenant: str) -> None:
+    client = connect_redis(redis_url)
+    admissions = _RedisAdmissions(client)
+    limits = TenantLimits(characters_per_minute=1000)
+    characters = f"tts:limits:{{{tenant}}}:characters"
+    seconds, microseconds = await client.time()
+    now_ms = seconds * 1000 + microseconds // 1000
+    await client.lpush(characters, *(f"{now_ms}:30" for _ in range(3)))  # as the previous layout kept it
+    state = (await admissions.admit(tenant, _Ask(limits, 5, True, None), 1.0)).state
+    assert state.remaining_tokens == 1000 - 95
+    assert await client.get(f"{characters}-total") == b"95"
     await client.aclose()
