@@ -60,7 +60,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -72,19 +71,17 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import redis
-import yaml
 
 from bench.probes import DelayingProxy, Exchange, HealthPoller, Traffic
-from gateway.settings import BUILT_IN_ENGINES
+from harness.gateway_process import GatewayProcess, free_port
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable
+    from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
 __all__ = ["main", "measure"]
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-CONSOLE_SCRIPT = Path(sys.executable).with_name("tts-gateway")
 ADMIN_TOKEN = "bench-admin-" + uuid.uuid4().hex
 TENANT = "bench"
 LIMITS = {"requests_per_minute": 1_000_000, "characters_per_minute": 100_000_000, "concurrent_streams": 64}
@@ -103,13 +100,6 @@ PARTS = ("latency", "voices", "listing")
 
 # --------------------------------------------------------------------------------------------------------------------
 # processes
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class RedisServer:
@@ -148,55 +138,17 @@ class RedisServer:
         os.kill(int(self._pidfile.read_text()), signal.SIGTERM)
 
 
-class Gateway:
-    """A ``tts-gateway serve`` process of the code at ``pythonpath``, up once every engine has settled."""
-
-    def __init__(self, config: dict[str, Any], workdir: Path, pythonpath: Path) -> None:
-        workdir.mkdir()
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self._config_path = workdir / "gateway.yaml"
-        # Exactly the engines listed: the built-ins not named are removed (no ChatTTS worker in a benchmark).
-        engines = {**dict.fromkeys(BUILT_IN_ENGINES), **config["engines"]}
-        self._config_path.write_text(yaml.safe_dump({**config, "engines": engines}))
-        self.log_path = workdir / "gateway.log"
-        self._env = {**os.environ, "PYTHONPATH": str(pythonpath)}
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> Gateway:
-        command = [str(CONSOLE_SCRIPT), "serve", "--port", str(self.port), "--config", str(self._config_path)]
-        with self.log_path.open("wb") as log:
-            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self._env)
-        try:
-            self._wait_settled(timeout_s=120)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def _wait_settled(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                raise RuntimeError(f"gateway exited with {self._process.returncode}:\n{self.log_path.read_text()}")
-            try:
-                engines = httpx.get(f"{self.base_url}/readyz", timeout=2).json()["engines"]
-                if all(engine["state"] != "starting" for engine in engines.values()):
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"gateway not settled after {timeout_s} s:\n{self.log_path.read_text()}")
-
-    def __exit__(self, *exc: object) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
-            try:
-                self._process.wait(20)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(5)
+@contextlib.contextmanager
+def checkout_gateway(config: dict[str, Any], workdir: Path, pythonpath: Path) -> Iterator[GatewayProcess]:
+    """A ``tts-gateway serve`` process of the code at ``pythonpath`` with exactly the engines of ``config`` (no
+    ChatTTS worker in a benchmark), up once every engine has settled."""
+    workdir.mkdir()
+    process = GatewayProcess(config, workdir, env={"PYTHONPATH": str(pythonpath)})
+    process.start(timeout_s=120)
+    try:
+        yield process
+    finally:
+        process.stop()
 
 
 def gateway_config(redis_url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -391,7 +343,9 @@ def request_traffic(traffic: Traffic) -> dict[str, Any]:
     }
 
 
-async def round_trips(args: argparse.Namespace, proxy: DelayingProxy, gateway: Gateway, key: str) -> dict[str, Any]:
+async def round_trips(
+    args: argparse.Namespace, proxy: DelayingProxy, gateway: GatewayProcess, key: str
+) -> dict[str, Any]:
     """Requests to ``gateway`` (the one behind the proxy) through the proxy's HTTP relay, one at a time."""
     bodies: dict[str, Callable[[int], bytes]] = {
         "cache hit": lambda _: speech_body(TEXT),
@@ -526,7 +480,7 @@ def slowest_poll(samples: list[tuple[float, float]], windows: list[tuple[float, 
     return max(overlapping, default=math.nan) * 1000
 
 
-async def listings_on(args: argparse.Namespace, gateway: Gateway, admin: Admin) -> dict[str, Any]:
+async def listings_on(args: argparse.Namespace, gateway: GatewayProcess, admin: Admin) -> dict[str, Any]:
     poller = HealthPoller(gateway.port, args.poll_ms / 1000).start()
     idle = (time.monotonic(), time.monotonic() + IDLE_POLL_S)
     await asyncio.sleep(IDLE_POLL_S)
@@ -554,7 +508,7 @@ async def listings_on(args: argparse.Namespace, gateway: Gateway, admin: Admin) 
 
 
 async def listings(
-    args: argparse.Namespace, gateways: dict[str, Gateway], clients: dict[str, httpx.AsyncClient]
+    args: argparse.Namespace, gateways: dict[str, GatewayProcess], clients: dict[str, httpx.AsyncClient]
 ) -> dict[str, Any]:
     admins = {name: Admin(clients[name]) for name in GATEWAYS}
     results: dict[str, Any] = {}
@@ -594,7 +548,7 @@ def checkout(spec: str) -> Checkout:
 
 
 async def measure_gateways(
-    args: argparse.Namespace, proxy: DelayingProxy, gateways: dict[str, Gateway]
+    args: argparse.Namespace, proxy: DelayingProxy, gateways: dict[str, GatewayProcess]
 ) -> dict[str, Any]:
     result: dict[str, Any] = {}
     limits = httpx.Limits(max_connections=args.populate_concurrency + 4)
@@ -614,7 +568,7 @@ async def measure_gateways(
 
 @contextlib.asynccontextmanager
 async def gateway_clients(
-    gateways: dict[str, Gateway], limits: httpx.Limits
+    gateways: dict[str, GatewayProcess], limits: httpx.Limits
 ) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
     """One ``httpx.AsyncClient`` per gateway, closed together."""
     clients = {
@@ -634,8 +588,8 @@ def measure_checkout(args: argparse.Namespace, code: Checkout) -> dict[str, Any]
         tempfile.TemporaryDirectory(prefix="bench-redis-") as tmp,
         RedisServer(Path(tmp)) as redis_server,
         DelayingProxy(redis_server.port, args.delay_ms / 1000) as proxy,
-        Gateway(gateway_config(redis_server.url, args), Path(tmp) / "direct", code.path) as direct,
-        Gateway(gateway_config(proxy.url, args), Path(tmp) / "proxied", code.path) as proxied,
+        checkout_gateway(gateway_config(redis_server.url, args), Path(tmp) / "direct", code.path) as direct,
+        checkout_gateway(gateway_config(proxy.url, args), Path(tmp) / "proxied", code.path) as proxied,
     ):
         return asyncio.run(measure_gateways(args, proxy, dict(zip(GATEWAYS, (direct, proxied), strict=True))))
 
