@@ -19,7 +19,7 @@ from gateway.settings import BUILT_IN_ENGINES
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["GatewayProcess", "exact_engines", "free_port"]
+__all__ = ["GatewayProcess", "closed_port", "exact_engines", "free_port"]
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("tts-gateway")
 
@@ -29,6 +29,19 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+_HELD_PORTS: list[socket.socket] = []
+
+
+def closed_port() -> int:
+    """A port where connections are refused for as long as this process lives: bound here and never listened on, so
+    no other process (a server of another test worker) can take it, as it can a port :func:`free_port` found."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _HELD_PORTS.append(sock)
+    port: int = sock.getsockname()[1]
+    return port
 
 
 def exact_engines(config: dict[str, Any]) -> dict[str, Any]:

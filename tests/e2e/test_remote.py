@@ -24,7 +24,7 @@ from websockets.asyncio.client import connect
 
 from auth.keys import generate_api_key, hash_api_key
 from engines.synthetic import voice_frequency
-from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess, free_port
+from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess, closed_port, free_port
 from tests.audio_decode import DURATION_TOLERANCE_S, SPEECH_FORMATS, SpeechFormat, decode_audio, dominant_frequency
 from tests.waiting import wait_until
 
@@ -380,7 +380,7 @@ def test_a_malformed_or_missing_endpoint_refuses_to_start(tmp_path: Path, endpoi
 
 
 def test_unreachable_endpoints_start_and_say_why_in_readyz(tmp_path: Path) -> None:
-    closed = f"http://127.0.0.1:{free_port()}/v1"
+    closed = f"http://127.0.0.1:{closed_port()}/v1"
     config = {"engines": {"remote": remote([closed, "http://no-such-host.invalid/v1"])}}
     with GatewayProcess(config, tmp_path) as front:
         response = httpx.get(f"{front.base_url}/readyz", timeout=5)

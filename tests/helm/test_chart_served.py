@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from auth.keys import generate_api_key, hash_api_key
 from gateway.settings import OPENAI_MODEL_NAMES
-from harness.gateway_process import GatewayProcess, free_port
+from harness.gateway_process import GatewayProcess, closed_port
 from tests.audio_decode import decode_audio
 from tests.helm.chart import CHART, RELEASE, Rendered, merge
 
@@ -132,7 +132,7 @@ def test_the_front_of_two_tiers_with_its_engine_tier_down(
     remote = config["engines"]["chattts"]
     assert remote["kind"] == "openai"
     # The engine tier's headless Service does not resolve here: a loopback port nothing listens on stands for it.
-    down = f"http://127.0.0.1:{free_port()}/v1"
+    down = f"http://127.0.0.1:{closed_port()}/v1"
     remote["options"]["endpoints"] = [down]
     env = {"TTS_ENGINE_SERVICE_TOKEN": SERVICE_TOKEN}
     with GatewayProcess(config, tmp_path, env=env) as front:

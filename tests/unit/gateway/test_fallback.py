@@ -24,7 +24,7 @@ from engines.settings import RemoteEngineSettings, engine_settings
 from gateway.app import create_app
 from gateway.settings import AliasSettings, ReadinessSettings, Settings
 from gateway.speech.routing import ModelRouter
-from harness.gateway_process import free_port
+from harness.gateway_process import closed_port
 from tests.inprocess import ThreadBackend
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ ALIASES: dict[str, Any] = {
     "strict": {"engines": ["primary", "backup"], "fallback": False},
     "lenient": ["primary", "backup"],  # the list form: fallback on
 }
-CLOSED = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there: the engine tier is down
+CLOSED = f"http://127.0.0.1:{closed_port()}/v1"  # nothing listens there: the engine tier is down
 
 
 def remote_engine() -> dict[str, Any]:
@@ -230,7 +230,7 @@ async def test_without_aliases_every_engine_is_required_and_one_in_no_alias_is_n
 
 
 async def test_readyz_keeps_the_redis_rule(served: Any) -> None:
-    closed_redis = f"redis://127.0.0.1:{free_port()}/0"
+    closed_redis = f"redis://127.0.0.1:{closed_port()}/0"
     http, _ = await served(aliases={"tts-1": ["tones"]}, redis_url=closed_redis, limits={"fail_mode": "closed"})
     body = (await http.get("/readyz")).json()
     assert (body["ready"], body["redis"]) == (False, "unreachable")

@@ -16,7 +16,7 @@ from auth.errors import AuthBackendError
 from engines.factory import create_backend
 from gateway.app import create_app
 from gateway.settings import Settings
-from harness.gateway_process import exact_engines, free_port
+from harness.gateway_process import closed_port, exact_engines
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -113,7 +113,7 @@ async def test_an_engine_that_fails_to_start_stops_the_ones_started(redis_url: s
 async def test_an_unreachable_redis_at_seeding_stops_the_engine_workers() -> None:
     """The issue's case: tenants to seed and Redis out of reach (a port nobody listens on)."""
     before_workers, before_tasks = engine_workers(), asyncio.all_tasks()
-    failure = await start_then_fail(settings(f"redis://127.0.0.1:{free_port()}/0"))
+    failure = await start_then_fail(settings(f"redis://127.0.0.1:{closed_port()}/0"))
     assert isinstance(failure, AuthBackendError)
     await _assert_nothing_left(before_workers, before_tasks)
 
