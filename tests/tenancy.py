@@ -81,5 +81,13 @@ class Admin:
                 return records
             params["after"] = page["last_id"]
 
+    def revoke(self, key: dict[str, Any]) -> None:
+        """Revoke a key by its record (as :meth:`key` returns it)."""
+        assert self.http.delete(f"/admin/keys/{key['id']}").status_code == 200
+
+    def delete_tenant(self, name: str) -> None:
+        response = self.http.delete(f"/admin/tenants/{name}")
+        assert response.status_code == 200, response.text
+
     def close(self) -> None:
         self.http.close()

@@ -24,13 +24,13 @@ from websockets.uri import parse_uri
 
 from harness.gateway_process import GatewayProcess
 from tests.realtime_client import Session, open_connections
+from tests.tenancy import ADMIN_TOKEN, Admin
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
     from tests.redis_server import RedisServer
 
-ADMIN_TOKEN = "admin-" + uuid.uuid4().hex
 MAX_VOICES = 3
 MAX_SPEAKER_CHARS = 1000
 MAX_PENDING_CHARS = 400
@@ -72,36 +72,11 @@ def replicas(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
         process.stop()
 
 
-class Admin:
-    def __init__(self, replica: GatewayProcess) -> None:
-        self.http = httpx.Client(
-            base_url=replica.base_url, headers={"authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10
-        )
-
-    def tenant(self, name: str | None = None, **limits: int) -> str:
-        name = name or f"t-{uuid.uuid4().hex[:10]}"
-        response = self.http.post("/admin/tenants", json={"name": name, "limits": limits})
-        assert response.status_code == 201, response.text
-        return name
-
-    def key(self, tenant: str) -> dict[str, Any]:
-        response = self.http.post(f"/admin/tenants/{tenant}/keys")
-        assert response.status_code == 201, response.text
-        return dict(response.json())
-
-    def revoke(self, key: dict[str, Any]) -> None:
-        assert self.http.delete(f"/admin/keys/{key['id']}").status_code == 200
-
-    def delete_tenant(self, name: str) -> None:
-        response = self.http.delete(f"/admin/tenants/{name}")
-        assert response.status_code == 200, response.text
-
-
 @pytest.fixture(scope="module")
 def admin(replicas: list[GatewayProcess]) -> Iterator[Admin]:
-    client = Admin(replicas[0])
+    client = Admin(replicas[0].base_url)
     yield client
-    client.http.close()
+    client.close()
 
 
 def ws_url(replica: GatewayProcess) -> str:
@@ -366,7 +341,7 @@ def test_during_an_outage_a_replica_refuses_what_it_learned_was_revoked(
     outage_redis: RedisServer,
 ) -> None:
     first, second = outage_replicas
-    admin = Admin(first)
+    admin = Admin(first.base_url)
     try:
         tenant, doomed_tenant = admin.tenant(), admin.tenant()
         revoked, valid, orphan = admin.key(tenant), admin.key(tenant), admin.key(doomed_tenant)
@@ -375,7 +350,7 @@ def test_during_an_outage_a_replica_refuses_what_it_learned_was_revoked(
         admin.revoke(revoked)
         admin.delete_tenant(doomed_tenant)
     finally:
-        admin.http.close()
+        admin.close()
     outage_redis.stop()
     try:
         # The second replica heard of both through the revocation channel, before the outage began.
@@ -397,9 +372,9 @@ def lone_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayPr
 async def test_sigterm_lets_the_segment_being_spoken_finish_then_closes_with_1012(
     lone_gateway: GatewayProcess,
 ) -> None:
-    admin = Admin(lone_gateway)
+    admin = Admin(lone_gateway.base_url)
     key = admin.key("seeded")["key"]
-    admin.http.close()
+    admin.close()
     first = "This sentence takes two seconds to say."
     async with connect(ws_url(lone_gateway), additional_headers={"Authorization": f"Bearer {key}"}) as socket_:
         session = Session(socket_)
