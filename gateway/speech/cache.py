@@ -9,8 +9,9 @@ evicts the shard's oldest entries until the shard holds at most a sixteenth of a
 by default half of the Redis's ``maxmemory``), so the cache alone never brings Redis to ``maxmemory``, where Redis
 would evict keys or refuse writes. When Redis refuses the cache's writes all the same (``noeviction`` at
 ``maxmemory``, filled by something else), the cache gives up a quarter of its entries, oldest first, keeps to three
-quarters of what it held for a while and writes nothing for a few seconds after each refusal: one warning per episode,
-a metric and a line of ``/readyz`` (``storage/pressure.py``). Reading is one GET, so hits keep working meanwhile.
+quarters of what it held (a shard to one entry at least) for a while and writes nothing for a few seconds after each
+refusal: one warning per episode, a metric and a line of ``/readyz`` (``storage/pressure.py``). Reading is one GET,
+so hits keep working meanwhile.
 """
 
 from __future__ import annotations
@@ -170,7 +171,9 @@ local evicted = 0
 while bytes() > budget do
   local oldest = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
   if oldest == nil or oldest == ARGV[2] then
-    redis.call('SET', KEYS[2], cost)  -- the count had drifted (Redis itself evicted an index or count): start afresh
+    -- Only this entry is left: a budget under one entry (shrunk), or a count that had drifted (Redis itself evicted
+    -- an index or count). Either way the count starts afresh.
+    redis.call('SET', KEYS[2], cost)
     break
   end
   forget(oldest)
@@ -255,16 +258,19 @@ class _RedisShards:
     async def set(self, key: str, audio: bytes) -> None:
         if self._budget is None:
             await self._learn_budget()
-        cost, shard_budget = _redis_cost(len(audio)), self._shard_budget()
-        if cost > shard_budget:
+        cost = _redis_cost(len(audio))
+        if cost > self._budget_or_default() // SHARDS:
             return
+        # Shrunk, a shard's share can be less than this entry (it held one, gave way twice): it keeps this one alone
+        # then, rather than nothing for SHRUNK_BUDGET_HOLD_S.
+        shard_budget = self._shard_budget()
         prefix = _prefix(key)
         keys = [prefix + "index", prefix + "bytes", prefix + key]
         await self._store_entry(keys, [prefix, f"{key}:{cost}", audio, self._ttl_ms, cost, shard_budget])
 
     async def give_way(self) -> None:
         """Give up a quarter of every shard's bytes, oldest entries first (whole entries: a shard of two gives up
-        one), and keep to three quarters of what the cache held for a while."""
+        one), and keep to three quarters of what the cache held for a while (a shard to one entry at least)."""
         held = 0
         for shard in range(SHARDS):
             prefix = _shard_prefix(shard)
@@ -292,8 +298,11 @@ class _RedisShards:
                 limit.policy,
             )
 
+    def _budget_or_default(self) -> int:
+        return self._budget or DEFAULT_REDIS_BUDGET_BYTES
+
     def _shard_budget(self) -> int:
-        budget = self._budget or DEFAULT_REDIS_BUDGET_BYTES
+        budget = self._budget_or_default()
         if self._shrunk_to is not None:
             if time.monotonic() < self._shrunk_until:
                 budget = min(budget, self._shrunk_to)

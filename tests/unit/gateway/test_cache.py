@@ -300,6 +300,32 @@ async def test_a_full_redis_costs_the_cache_not_the_control_plane(
     await client.aclose()
 
 
+async def test_a_cache_that_gave_way_twice_still_caches(
+    outage_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two replicas meet one refusal each. The second gives way from what the first left (one entry a shard), so three
+    # quarters of it is less than one entry a shard: the second replica had stopped caching for ten minutes.
+    monkeypatch.setattr(cache_module, "REFUSAL_PAUSE_S", 0.0)
+    client = connect_redis(outage_redis.url)
+    settings = CacheSettings(max_redis_bytes=SHARDS * 250_000)  # two 100 kB entries a shard
+    replicas = [AudioCache(settings, client), AudioCache(settings, client)]
+    await asyncio.gather(*(replica.start() for replica in replicas))
+    for n in range(100):
+        await replicas[0].set(key(text=f"clip {n}"), os.urandom(100_000))
+    for n, replica in enumerate(replicas):
+        await limit_memory(client, await used_memory(client) - 50_000)  # something else filled Redis
+        await replica.set(key(text=f"refused {n}"), os.urandom(100_000))
+        assert replica.write_refusals.refusals == 1
+    await limit_memory(client, 0)
+    for r, replica in enumerate(replicas):
+        for n in range(4):
+            await replica.set(key(text=f"fresh {r} {n}"), audio := os.urandom(100_000))
+            assert await replica.get(key(text=f"fresh {r} {n}")) == audio
+    # Still shrunk: a shard keeps one entry (where it held two), not its whole share.
+    assert len(await entry_keys(client)) <= SHARDS
+    await client.aclose()
+
+
 async def test_a_redis_that_refuses_every_write_is_one_warning_and_serves_hits(
     outage_redis: RedisServer,
     redis_server: RedisServer,
