@@ -113,12 +113,16 @@ async def _speak(request: Request[Any, Any, Any], data: SpeechRequest, principal
     # and stream lease would stay taken; once the response streams, Litestar's response listens itself.
     reply = await unless_client_leaves(request.receive, speech.speak(principal, data, record))
     headers = _reply_headers(reply)
+    # Released after the response however it ended: a client gone while a write waited on its socket cancels the
+    # stream at that ``send``, outside the audio iterator, which Litestar leaves suspended (never closed); its
+    # ``finally`` would run only when a garbage collection found it, the synthesis going on meanwhile.
+    release = BackgroundTask(reply.close)
     if data.stream_format == "sse":
-        return ServerSentEvent(reply.sse_events(), headers=headers)
+        return ServerSentEvent(reply.sse_events(), headers=headers, background=release)
     media_type = CONTENT_TYPES[data.response_format]
     if reply.whole is not None:  # complete already: one body, without a streaming response's task group
-        return Response(reply.whole, media_type=media_type, headers=headers, background=BackgroundTask(reply.close))
-    return Stream(reply.audio(), media_type=media_type, headers=headers)
+        return Response(reply.whole, media_type=media_type, headers=headers, background=release)
+    return Stream(reply.audio(), media_type=media_type, headers=headers, background=release)
 
 
 def _reply_headers(reply: SpeechReply) -> dict[str, str]:

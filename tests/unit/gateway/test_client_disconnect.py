@@ -1,18 +1,24 @@
-"""``unless_client_leaves``: the work is cancelled when the client disconnects, and only then (the running speech
-route: ``tests/e2e/test_client_gone.py``)."""
+"""``unless_client_leaves``: the work is cancelled when the client disconnects, and only then; and a streaming
+speech response releases its synthesis however the client left (the running speech route:
+``tests/e2e/test_client_gone.py``)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import gc
+import json
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from litestar.testing import AsyncTestClient
 
 from gateway.http.disconnect import unless_client_leaves
 from gateway.http.errors import CLIENT_CLOSED_REQUEST, OpenAIError
+from tests.inprocess import in_process_app
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
-    from litestar.types import ReceiveMessage
+    from litestar.types import Message, ReceiveMessage, Scope
 
 LONGER_THAN_THE_GRACE_S = 0.2
 
@@ -112,3 +118,72 @@ async def test_the_works_own_timeout_is_not_mistaken_for_a_disconnect() -> None:
 
     with pytest.raises(TimeoutError):
         await unless_client_leaves(ClientChannel().receive, time_out())
+
+
+# ------------------------------------------------------------------------------- the streaming speech response
+PACED: dict[str, Any] = {
+    "engines": {"chattts": None, "paced": {"kind": "synthetic", "options": {"seconds_per_char": 0.05, "rtf": 1.0}}},
+}
+
+
+def speech_scope(body: bytes) -> Scope:
+    headers = [(b"host", b"gateway"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/audio/speech",
+        "raw_path": b"/v1/audio/speech",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+    return scope  # type: ignore[return-value]
+
+
+class StalledSocket:
+    """A client whose socket stops draining after the first audio and which then hangs up: the response's next
+    ``send`` waits for ever, and the disconnect cancels the response there, outside the audio iterator."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body: bytes | None = body
+        self.gone = asyncio.Event()
+        self.status = 0
+        self.wrote_audio = False
+
+    async def receive(self) -> ReceiveMessage:
+        if self.body is not None:
+            body, self.body = self.body, None
+            return {"type": "http.request", "body": body, "more_body": False}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        elif self.wrote_audio:
+            self.gone.set()  # the client hangs up while this write waits
+            await asyncio.Event().wait()  # the socket never drains
+        self.wrote_audio = message["type"] == "http.response.body"
+
+
+@pytest.mark.parametrize("stream_format", ["audio", "sse"])
+async def test_a_client_gone_during_a_write_frees_the_engine(stream_format: str) -> None:
+    app = in_process_app(PACED)
+    async with AsyncTestClient(app=app):
+        pool = app.state.router.pools["paced"]
+        request = {"model": "paced", "input": "word " * 200, "voice": "alloy", "stream_format": stream_format}
+        client = StalledSocket(json.dumps(request).encode())
+        gc.disable()  # the release must not wait for a collection to find the suspended iterator
+        try:
+            await asyncio.wait_for(app(speech_scope(client.body or b""), client.receive, client.send), 10)
+            assert client.status == 200
+            # 50 s of speech at the pace of speaking: the job runs on unless the response released it.
+            await wait_for(lambda: pool.status().active_jobs == 0, 5, "the engine job ended")
+        finally:
+            gc.enable()
