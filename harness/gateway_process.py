@@ -8,11 +8,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.settings import BUILT_IN_ENGINES
 
@@ -119,6 +121,17 @@ class GatewayProcess:
             if time.monotonic() > deadline:
                 raise AssertionError(f"engine {name} never reached {expected}: {state}")
             time.sleep(0.05)
+
+    def refusals(self, headers: dict[str, str] | None = None) -> Counter[tuple[str, int, str]]:
+        """``tts_requests_refused_total`` by (source, status, code); ``headers`` for an engine node's token."""
+        text = httpx.get(f"{self.base_url}/metrics", headers=headers, timeout=5).text
+        refused: Counter[tuple[str, int, str]] = Counter()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "tts_requests_refused_total":
+                    labels = sample.labels
+                    refused[labels["source"], int(labels["status"]), labels["code"]] = int(sample.value)
+        return refused
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

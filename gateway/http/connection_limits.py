@@ -44,6 +44,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.http.client_address import ProxyTrust, address_key
 from gateway.http.errors import INVALID_REQUEST, SERVER_ERROR, error_body
+from gateway.observability.refusals import count_refusal
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -462,6 +463,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.reclaimable.discard(self)
         if self.transport.is_closing():
             return
+        count_refusal("connection", refusal.status, refusal.code)
         if (cycle := self.cycle) is not None and not cycle.response_complete:
             # A request is in progress here (its body timed out, or one pipelined behind it broke a limit): it is
             # told the client went away, and what it still sends is dropped; a response begun leaves no room.

@@ -31,7 +31,8 @@ from litestar.status_codes import HTTP_429_TOO_MANY_REQUESTS
 
 from auth.errors import InvalidCredentialsError, UnknownTenantError
 from gateway.http.client_address import address_key
-from gateway.http.errors import OpenAIError
+from gateway.http.errors import OpenAIError, as_openai_error
+from gateway.observability.refusals import counted
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -47,7 +48,6 @@ logger = logging.getLogger("tts_gateway.auth")
 
 #: Credentials remembered as proven: 10,000 tenants' keys in about 1.5 MB.
 PROVEN_CREDENTIALS = 10_000
-_REFUSED = (InvalidCredentialsError, UnknownTenantError)
 
 
 class FailureWindow:
@@ -104,22 +104,26 @@ class CredentialThrottle:
         key = address_key(client or "unknown")
         proof = self._proof(credential)
         if proof not in self._proven and self._failures.exceeded(key):
-            raise self._throttled(key)
+            raise counted("credentials", self._throttled(key))
         try:
             principal = await authenticate(authorization)
-        except _REFUSED:
-            if self._failures.count(key):
-                logger.warning(
-                    "%d credentials refused from %s: its unproven credentials get 429 for %d s "
-                    "(server.max_auth_failures_per_address)",
-                    self._failures.failures,
-                    key,
-                    self._failures.retry_after_s(key),
-                    extra={"record": {"client": key, "throttled": True}},
-                )
+        except (InvalidCredentialsError, UnknownTenantError) as exc:
+            counted("credentials", as_openai_error(exc))
+            self._count_failure(key)
             raise
         self._remember(proof)
         return principal
+
+    def _count_failure(self, key: str) -> None:
+        if self._failures.count(key):
+            logger.warning(
+                "%d credentials refused from %s: its unproven credentials get 429 for %d s "
+                "(server.max_auth_failures_per_address)",
+                self._failures.failures,
+                key,
+                self._failures.retry_after_s(key),
+                extra={"record": {"client": key, "throttled": True}},
+            )
 
     def _proof(self, credential: str) -> bytes:
         return hashlib.blake2b(credential.encode(), key=self._hash_key, digest_size=16).digest()

@@ -14,6 +14,7 @@ from gateway.http.client_address import address_key
 from gateway.http.credential_throttle import FailureWindow, credential_throttle
 from gateway.http.errors import OpenAIError
 from gateway.http.tracking import request_record
+from gateway.observability.refusals import counted
 from gateway.services import ServiceTokenAuthenticator
 
 if TYPE_CHECKING:
@@ -106,12 +107,17 @@ def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHa
             throttle.failed(client, "not_bearer", connection.url.path)
         else:
             throttle.not_presented(client, connection.url.path)
-        raise OpenAIError(
-            HTTP_401_UNAUTHORIZED, "The admin API needs 'Authorization: Bearer <admin token>'.", code="invalid_api_key"
+        raise counted(
+            "admin",
+            OpenAIError(
+                HTTP_401_UNAUTHORIZED,
+                "The admin API needs 'Authorization: Bearer <admin token>'.",
+                code="invalid_api_key",
+            ),
         )
     if not hmac.compare_digest(presented.strip().encode(), token.get_secret_value().encode()):
         throttle.failed(client, "wrong_token", connection.url.path)
-        raise OpenAIError(HTTP_401_UNAUTHORIZED, "Invalid admin token.", code="invalid_api_key")
+        raise counted("admin", OpenAIError(HTTP_401_UNAUTHORIZED, "Invalid admin token.", code="invalid_api_key"))
 
 
 #: Failed admin authentications a client address may make in a moving minute before it is throttled.
@@ -133,12 +139,15 @@ class AdminThrottle:
         """Raise 429 with ``Retry-After`` while ``client`` is throttled."""
         if self._failures.exceeded(address_key(client)):
             retry_after_s = self._failures.retry_after_s(address_key(client))
-            raise OpenAIError(
-                HTTP_429_TOO_MANY_REQUESTS,
-                f"Too many failed admin authentications; retry after {retry_after_s} s.",
-                type="requests",
-                code="rate_limit_exceeded",
-                headers={"Retry-After": str(retry_after_s)},
+            raise counted(
+                "admin",
+                OpenAIError(
+                    HTTP_429_TOO_MANY_REQUESTS,
+                    f"Too many failed admin authentications; retry after {retry_after_s} s.",
+                    type="requests",
+                    code="rate_limit_exceeded",
+                    headers={"Retry-After": str(retry_after_s)},
+                ),
             )
 
     def failed(self, client: str, reason: str, path: str) -> None:

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 from litestar.datastructures import Headers
 from litestar.enums import ScopeType
-from litestar.status_codes import HTTP_401_UNAUTHORIZED
+from litestar.status_codes import HTTP_401_UNAUTHORIZED, HTTP_403_FORBIDDEN
 
 from gateway.http.errors import OpenAIError
+from gateway.observability.refusals import count_refusal, counted
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -49,14 +50,19 @@ def service_token_middleware(token: str) -> Callable[[ASGIApp], ASGIApp]:
         async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
             if _open_to_all(scope) or presents_service_token(Headers.from_scope(scope), token):
                 await app(scope, receive, send)
-            elif scope["type"] == ScopeType.WEBSOCKET:
+                return
+            if scope["type"] == ScopeType.WEBSOCKET:  # closed before it is accepted: the upgrade gets a 403
+                count_refusal("service_token", HTTP_403_FORBIDDEN, "invalid_api_key")
                 await send({"type": "websocket.close", "code": 1008, "reason": "service token required"})
-            else:
-                raise OpenAIError(
+                return
+            raise counted(
+                "service_token",
+                OpenAIError(
                     HTTP_401_UNAUTHORIZED,
                     "Invalid service token: this is an engine node, called by a gateway.",
                     code="invalid_api_key",
-                )
+                ),
+            )
 
         return guarded
 

@@ -18,6 +18,7 @@ from auth.limits import LimitsUnavailableError, RateLimitExceededError
 from gateway.http.client_address import address_key
 from gateway.http.credential_throttle import credential_throttle
 from gateway.http.errors import SERVER_ERROR, OpenAIError, as_openai_error
+from gateway.observability.refusals import counted
 from gateway.realtime.protocol import ProtocolError, SessionUpdate, error_event, parse_client_event
 from gateway.realtime.session import (
     RealtimeSession,
@@ -166,7 +167,7 @@ async def _first_message_within_cap(socket: WebSocket[Any, Any, Any], settings: 
             type=SERVER_ERROR,
             code="too_many_connections",
         )
-        raise _SessionRefusedError(busy, _TRY_AGAIN_LATER)
+        raise _SessionRefusedError(counted("connection", busy), _TRY_AGAIN_LATER)
     waiting[address] += 1
     try:
         return await _first_message(socket, settings.auth_timeout_s)

@@ -235,8 +235,10 @@ def test_heads_rfc_9112_refuses_get_what_nginx_answers(
     guarded: GatewayProcess, request_head: bytes, status: int, code: str
 ) -> None:
     """Before: every one of these was served (a 200 for /healthz)."""
+    before = guarded.refusals()
     _, answer = exchange(guarded.port, request_head)
     assert_openai_error(answer, status, code)
+    assert guarded.refusals() - before == {("connection", status, code): 1}
 
 
 def test_http_1_0_without_host_is_still_served(guarded: GatewayProcess) -> None:
@@ -622,6 +624,8 @@ def test_over_the_connection_cap_a_new_connection_gets_a_fast_503(capped: Gatewa
     finally:
         for sock in busy:
             sock.close()
+    refused = capped.refusals()
+    assert refused["connection", 503, "too_many_connections"] >= 1  # the fifth, and any of the polls above
 
 
 # ---------------------------------------------------------------------------------------------------- 4. admin
@@ -727,11 +731,17 @@ def test_failed_admin_attempts_are_throttled_per_address_and_logged_without_the_
     """From 127.0.0.2: wrong tokens get 401 until the throttle answers 429 with ``Retry-After``, then even the right
     token does. 127.0.0.1 is not affected. Each failure is one warning line, which never holds the token presented."""
     wrong = "wrong-" + uuid.uuid4().hex
+    before = administered.refusals()
     with httpx.Client(
         base_url=administered.base_url, timeout=5, transport=httpx.HTTPTransport(local_address="127.0.0.2")
     ) as attacker:
         statuses = [attacker.get("/admin/tenants", headers=bearer(wrong)).status_code for _ in range(12)]
         throttled = attacker.get("/admin/tenants", headers=bearer(ADMIN_TOKEN))
+    refused = administered.refusals() - before
+    assert refused == {
+        ("admin", 401, "invalid_api_key"): statuses.count(401),
+        ("admin", 429, "rate_limit_exceeded"): 13 - statuses.count(401),
+    }
     assert statuses[0] == 401 and 429 in statuses
     assert statuses.index(429) <= 10 and set(statuses[statuses.index(429) :]) == {429}
     assert throttled.status_code == 429 and 1 <= int(throttled.headers["retry-after"]) <= 60
@@ -1093,7 +1103,7 @@ def test_a_flood_of_guessed_keys_costs_no_lookup_and_locks_out_no_neighbour(
     used on this replica waits, from that address, for the ``Retry-After``: nothing tells it from a guess.)"""
     stranger = httpx.HTTPTransport(local_address="127.0.0.4")
     assert models_statuses(sentried, [KEY]) == [200]  # the tenant's key, proven from 127.0.0.1
-    before = key_lookups(sentry_redis)
+    before, refused_before = key_lookups(sentry_redis), sentried.refusals()
     assert models_statuses(sentried, [generate_api_key() for _ in range(5)], transport=stranger) == [401] * 5
     assert key_lookups(sentry_redis) - before >= 5  # each was looked up: what the throttle spares below
     before = key_lookups(sentry_redis)
@@ -1104,6 +1114,11 @@ def test_a_flood_of_guessed_keys_costs_no_lookup_and_locks_out_no_neighbour(
     assert {reply.status_code for reply in flood} == {429}
     assert {reply.json()["error"]["code"] for reply in flood} == {"too_many_failed_authentications"}
     assert all(1 <= int(reply.headers["retry-after"]) <= 60 for reply in flood)
+    refused = sentried.refusals() - refused_before
+    assert refused == {
+        ("credentials", 401, "invalid_api_key"): 5,
+        ("credentials", 429, "too_many_failed_authentications"): 50,
+    }
     assert models_statuses(sentried, [KEY, FRESH_KEY], transport=stranger) == [200, 429]
     assert models_statuses(sentried, [generate_api_key(), FRESH_KEY]) == [401, 200]  # from 127.0.0.1
 
@@ -1130,6 +1145,7 @@ async def test_one_address_cannot_take_every_place_of_sockets_awaiting_credentia
     fifth from it is refused at once (1013); a browser at another address still gets its place. Before: one address
     could take all of ``realtime.max_unauthenticated`` (32) and shut every browser out."""
     url = sentried.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    before = await asyncio.to_thread(sentried.refusals)
     async with contextlib.AsyncExitStack() as held:
         for _ in range(4):
             sock = await asyncio.to_thread(connected_from, "127.0.0.7", sentried.port)
@@ -1142,6 +1158,8 @@ async def test_one_address_cannot_take_every_place_of_sockets_awaiting_credentia
                 await fifth.recv()
         assert error["error"]["code"] == "too_many_connections"
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+        refused = await asyncio.to_thread(sentried.refusals)
+        assert refused - before == {("connection", 503, "too_many_connections"): 1}
         sock = await asyncio.to_thread(connected_from, "127.0.0.8", sentried.port)
         async with connect(url, sock=sock) as browser:
             await browser.send(json.dumps({"type": "session.update", "token": KEY}))

@@ -222,9 +222,12 @@ def test_an_engine_node_answers_nothing_but_its_probes_without_the_service_token
 ) -> None:
     """Before: /metrics, /docs and the OpenAPI document answered anyone."""
     node = tiers[0]
+    token = {"authorization": f"Bearer {SERVICE_TOKEN}"}
+    before = node.refusals(token)
     refused = httpx.get(f"{node.base_url}{path}", timeout=5)
     assert refused.status_code == 401, refused.text
     assert refused.json()["error"]["code"] == "invalid_api_key"
+    assert node.refusals(token) - before == {("service_token", 401, "invalid_api_key"): 1}
     with_token = httpx.get(f"{node.base_url}{path}", headers={"authorization": f"Bearer {SERVICE_TOKEN}"}, timeout=5)
     assert with_token.status_code != 401
 
@@ -249,9 +252,12 @@ async def test_an_engine_node_refuses_a_websocket_without_the_token_in_its_heade
     """Before: the upgrade was accepted and held for auth_timeout_s, and ?token= carried the tier's credential."""
     node = tiers[0]
     url = f"ws://127.0.0.1:{node.port}/v1/audio/speech/stream{query}"
+    token = {"authorization": f"Bearer {SERVICE_TOKEN}"}
+    before = await asyncio.to_thread(node.refusals, token)
     with pytest.raises(InvalidStatus) as refused:
         async with connect(url, open_timeout=5):
             pass
     assert refused.value.response.status_code == 403
+    assert await asyncio.to_thread(node.refusals, token) - before == {("service_token", 403, "invalid_api_key"): 1}
     async with connect(url.partition("?")[0], additional_headers={"authorization": f"Bearer {SERVICE_TOKEN}"}) as ws:
         assert ws.protocol.state.name == "OPEN"
