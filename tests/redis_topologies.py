@@ -1,5 +1,5 @@
-"""Real Redis topologies for tests: a Sentinel set-up (master, replica, three sentinels) and a 3-master Redis Cluster,
-on free loopback ports, with passwords, stopped by pid.
+"""Real Redis topologies for tests: a Sentinel set-up (master, replica, three sentinels) and a 3-master Redis Cluster
+(with or without replicas), on free loopback ports, with passwords, stopped by pid.
 
 ``tests/conftest.py`` loads this module as a plugin. Fixtures:
 
@@ -7,6 +7,9 @@ on free loopback ports, with passwords, stopped by pid.
 - ``failover_sentinel``: a set-up of the test's own, to kill the master of (:meth:`SentinelSetup.kill_master`, then
   :meth:`SentinelSetup.wait_promoted`); its sentinels notice a dead master after a second.
 - ``redis_cluster`` (session) and ``redis_cluster_url`` (emptied for the test).
+- ``failover_cluster``: a cluster of the test's own with a replica per master, to kill a master of
+  (:meth:`RedisClusterSetup.kill_master`, then :meth:`RedisClusterSetup.wait_promoted`); its nodes promote the replica
+  of a master silent for a second.
 - ``any_redis_url``: parametrized over one Redis, Sentinel and Cluster, for a contract that must hold on each.
 - ``tls_files``: a CA and a server certificate for ``RedisServer(tls=...)``, ``SentinelSetup(tls=...)`` and
   ``RedisClusterSetup(tls=...)``: TLS-only servers whose URLs carry ``ssl_ca_certs``.
@@ -39,6 +42,7 @@ __all__ = [
     "RedisClusterSetup",
     "SentinelSetup",
     "any_redis_url_fixture",
+    "failover_cluster_fixture",
     "failover_sentinel_fixture",
     "redis_cluster_fixture",
     "redis_cluster_url_fixture",
@@ -51,7 +55,6 @@ REDIS_PASSWORD = "redis-pw-" + secrets.token_hex(4)
 SENTINEL_PASSWORD = "sentinel-pw-" + secrets.token_hex(4)
 SERVICE = "tts"
 _QUORUM = 2
-_NO_REPLICAS = ("--cluster-replicas", "0", "--cluster-yes")
 
 
 def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -205,18 +208,26 @@ class SentinelSetup:
 
 
 class RedisClusterSetup:
-    """Three masters without replicas, made a cluster by ``redis-cli --cluster create``; with ``tls``, every node and
-    the cluster bus speak TLS only."""
+    """Three masters, each with ``replicas`` replicas, made a cluster by ``redis-cli --cluster create``; with ``tls``,
+    every node and the cluster bus speak TLS only.
 
-    def __init__(self, size: int = 3, tls: TLSFiles | None = None) -> None:
+    With replicas, a master can be killed (:meth:`kill_master`) and its replica promoted by the cluster itself
+    (:meth:`wait_promoted`), once the nodes have missed it for ``node_timeout_ms``.
+    """
+
+    def __init__(
+        self, masters: int = 3, tls: TLSFiles | None = None, *, replicas: int = 0, node_timeout_ms: int = 5000
+    ) -> None:
         self._tls = tls
-        self.nodes = [RedisServer(password=REDIS_PASSWORD, tls=tls) for _ in range(size)]
+        self._replicas = replicas
+        self.nodes = [RedisServer(password=REDIS_PASSWORD, tls=tls) for _ in range(masters * (1 + replicas))]
+        self._killed: list[RedisServer] = []
         for node in self.nodes:
             node.args += ["--cluster-enabled", "yes", "--cluster-config-file", str(node.dir / "nodes.conf")]
             node.args += [] if tls is None else ["--tls-cluster", "yes"]
             # The bus port defaults to port + 10000, past 65535 for most free ports: a free one of its own.
-            node.args += ["--cluster-port", str(free_port()), "--cluster-node-timeout", "5000"]
-            node.args += ["--masterauth", REDIS_PASSWORD]
+            node.args += ["--cluster-port", str(free_port()), "--cluster-node-timeout", str(node_timeout_ms)]
+            node.args += ["--masterauth", REDIS_PASSWORD, "--repl-diskless-sync-delay", "0"]
 
     @property
     def url(self) -> str:
@@ -240,7 +251,9 @@ class RedisClusterSetup:
                 "--cluster",
                 "create",
                 *addresses,
-                *_NO_REPLICAS,
+                "--cluster-replicas",
+                str(self._replicas),
+                "--cluster-yes",
             ],
             check=True,
             capture_output=True,
@@ -253,13 +266,69 @@ class RedisClusterSetup:
         for node in self.nodes:
             with disconnected(node.client()) as client:
                 info = client.cluster("INFO")
+                replication = client.info("replication")
             if info["cluster_state"] != "ok" or int(info["cluster_known_nodes"]) != len(self.nodes):
+                return False
+            if replication["role"] != "master" and replication.get("master_link_status") != "up":
                 return False
         return True
 
+    @property
+    def living(self) -> list[RedisServer]:
+        return [node for node in self.nodes if node not in self._killed]
+
+    def master_of(self, tag: str) -> RedisServer:
+        """The master serving the slot of hash tag ``tag`` (where a key ``…{tag}…`` lives), as a living node says."""
+        with disconnected(self.living[0].client()) as client:
+            slot = int(client.cluster("KEYSLOT", tag))
+            ranges = client.cluster("SLOTS")
+        [port] = [int(master[1]) for start, end, master, *_ in ranges if int(start) <= slot <= int(end)]
+        return self._node_at(port)
+
+    def wait_replicated(self, timeout_s: float = 5.0) -> None:
+        """Wait until every replica holds every write its master has: a failover then keeps everything."""
+
+        def caught_up() -> bool:
+            for node in self.nodes:
+                with disconnected(node.client()) as client:
+                    replication = client.info("replication")
+                if replication["role"] == "master":
+                    continue
+                with disconnected(self._node_at(int(replication["master_port"])).client()) as master:
+                    offset = master.info("replication")["master_repl_offset"]
+                if replication["slave_repl_offset"] < offset:
+                    return False
+            return True
+
+        _wait(caught_up, timeout_s, "the replicas never caught up with their masters")
+
+    def kill_master(self, tag: str) -> None:
+        """SIGKILL the master serving ``tag``: a crash, with nothing flushed or handed over."""
+        node = self.master_of(tag)
+        node.stop()
+        self._killed.append(node)
+
+    def wait_promoted(self, tag: str, timeout_s: float = 20.0) -> None:
+        """Wait until every living node says the cluster is whole again, ``tag``'s slot served by a living master."""
+
+        def done() -> bool:
+            for node in self.living:
+                with disconnected(node.client()) as client:
+                    if client.cluster("INFO")["cluster_state"] != "ok":
+                        return False
+            return self.master_of(tag) in self.living
+
+        _wait(done, timeout_s, "the cluster never promoted a replica")
+
+    def _node_at(self, port: int) -> RedisServer:
+        [node] = [node for node in self.nodes if node.port == port]
+        return node
+
     def flush(self) -> None:
-        for node in self.nodes:
-            node.flush()
+        for node in self.living:
+            with disconnected(node.client()) as client:
+                if client.info("replication")["role"] == "master":  # a replica refuses writes; its master's reach it
+                    client.flushall()
 
     def remove(self) -> None:
         for node in self.nodes:
@@ -301,6 +370,19 @@ def redis_cluster_fixture() -> Iterator[RedisClusterSetup]:
     _binary("redis-server")
     _binary("redis-cli")
     setup = RedisClusterSetup()
+    try:
+        yield setup.start()
+    finally:
+        setup.remove()
+
+
+@pytest.fixture(name="failover_cluster")
+def failover_cluster_fixture() -> Iterator[RedisClusterSetup]:
+    """A cluster of this test's own, three masters with a replica each, which promotes a replica once its master has
+    been silent for a second."""
+    _binary("redis-server")
+    _binary("redis-cli")
+    setup = RedisClusterSetup(replicas=1, node_timeout_ms=1000)
     try:
         yield setup.start()
     finally:

@@ -1,12 +1,14 @@
 """Gateway processes on a Sentinel-managed Redis and on a Redis Cluster (``tests/redis_topologies.py``): every kind of
-state each keeps there, and two replicas living through a Sentinel failover with traffic running."""
+state each keeps there, and two replicas living through a failover of each with traffic running."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 import openai
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from tests.redis_topologies import SentinelSetup
+    from tests.redis_topologies import RedisClusterSetup, SentinelSetup
 
 
 def _usage(replica: GatewayProcess, key: str) -> dict[str, Any]:
@@ -129,12 +131,77 @@ class Traffic:
         return self.statuses.count(200)
 
 
+class Failover(Protocol):
+    """A topology whose master of some state is killed and replaced by its replica."""
+
+    url: str
+
+    def tenant(self) -> str:
+        """A new tenant name whose state lives on the master that :meth:`kill` kills (after it: on its successor)."""
+        ...
+
+    def wait_replicated(self) -> None: ...
+    def kill(self) -> None: ...
+    def wait_promoted(self) -> None: ...
+
+
+class SentinelFailover:
+    """The Sentinel set-up's one master, killed; the sentinels promote its replica."""
+
+    def __init__(self, setup: SentinelSetup) -> None:
+        self._setup = setup
+        self.url = setup.url
+
+    def tenant(self) -> str:
+        return f"t-{uuid.uuid4().hex[:10]}"
+
+    def wait_replicated(self) -> None:
+        self._setup.wait_replicated()
+
+    def kill(self) -> None:
+        self._setup.kill_master()
+
+    def wait_promoted(self) -> None:
+        self._setup.wait_promoted()
+
+
+class ClusterFailover:
+    """The cluster master of the key and tenant records (hash tag ``{auth}``), killed; the nodes promote its replica.
+    Tenants are named so that their limits and usage (under their own hash tag) live on that master too."""
+
+    _AUTH = "auth"
+
+    def __init__(self, setup: RedisClusterSetup) -> None:
+        self._setup = setup
+        self.url = setup.url
+
+    def tenant(self) -> str:
+        """(After the kill: on the promoted master.)"""
+        master = self._setup.master_of(self._AUTH)
+        names = (f"t-{uuid.uuid4().hex[:10]}" for _ in itertools.count())
+        return next(name for name in names if self._setup.master_of(name) is master)
+
+    def wait_replicated(self) -> None:
+        self._setup.wait_replicated()
+
+    def kill(self) -> None:
+        self._setup.kill_master(self._AUTH)
+
+    def wait_promoted(self) -> None:
+        self._setup.wait_promoted(self._AUTH)
+
+
+@pytest.fixture(params=["sentinel", "cluster"])
+def failover(request: pytest.FixtureRequest) -> Failover:
+    if request.param == "sentinel":
+        return SentinelFailover(request.getfixturevalue("failover_sentinel"))
+    return ClusterFailover(request.getfixturevalue("failover_cluster"))
+
+
 @pytest.fixture
-def replicas(
-    failover_sentinel: SentinelSetup, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[list[GatewayProcess]]:
-    """Two replicas on the Sentinel set-up; limits fail open."""
-    config = tenancy_config(failover_sentinel.url)
+def replicas(failover: Failover, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayProcess]]:
+    """Two replicas on the topology; limits fail open."""
+    config = tenancy_config(failover.url)
     processes = [GatewayProcess(config, tmp_path_factory.mktemp(f"replica{n}")) for n in range(2)]
     try:
         with ThreadPoolExecutor(2) as starting:
@@ -146,27 +213,24 @@ def replicas(
                 process.stop()
 
 
-def test_two_replicas_live_through_a_sentinel_failover(
-    replicas: list[GatewayProcess],
-    failover_sentinel: SentinelSetup,
-) -> None:
+def test_two_replicas_live_through_a_failover(replicas: list[GatewayProcess], failover: Failover) -> None:
     admin = Admin(replicas[0].base_url)
     try:
-        busy = admin.key(admin.tenant())["key"]
-        limited = admin.key(admin.tenant(requests_per_minute=4))["key"]
-        untouched = admin.key(admin.tenant())  # created before the kill, first used after it
+        busy = admin.key(admin.tenant(failover.tenant()))["key"]
+        limited = admin.key(admin.tenant(failover.tenant(), requests_per_minute=4))["key"]
+        untouched = admin.key(admin.tenant(failover.tenant()))  # created before the kill, first used after it
         for replica in replicas:  # each replica has seen the busy key: it serves it from memory through the outage
             assert speak(replica, busy).status_code == 200
         assert [speak(replicas[n % 2], limited).status_code for n in range(2)] == [200, 200]
         assert _written_usage(replicas, limited)["requests"] == 2  # in Redis, not waiting in a replica's memory
-        failover_sentinel.wait_replicated()  # what follows is what the promoted replica must hold
+        failover.wait_replicated()  # what follows is what the promoted replica must hold
 
         with Traffic(replicas, busy) as traffic:
             while traffic.served() < 3:
                 time.sleep(0.05)
-            failover_sentinel.kill_master()
+            failover.kill()
             killed_at = len(traffic.statuses)
-            failover_sentinel.wait_promoted()
+            failover.wait_promoted()
             promoted_at = len(traffic.statuses)
             while len(traffic.statuses) < promoted_at + 4:
                 time.sleep(0.05)
@@ -176,7 +240,7 @@ def test_two_replicas_live_through_a_sentinel_failover(
 
         assert speak(replicas[1], untouched["key"]).status_code == 200  # the key record survived
         assert [speak(replicas[n % 2], limited).status_code for n in range(3)] == [200, 200, 429]  # window kept, counts
-        fresh = admin.key(admin.tenant(requests_per_minute=1))["key"]  # admin writes go to the new master
+        fresh = admin.key(admin.tenant(failover.tenant(), requests_per_minute=1))["key"]  # to the new master
         assert [speak(replicas[n % 2], fresh).status_code for n in range(2)] == [200, 429]
         assert admin.http.delete(f"/admin/keys/{untouched['id']}").status_code == 200
         assert speak(replicas[1], untouched["key"]).status_code == 401
