@@ -7,13 +7,20 @@ apart, with what its streams still in flight add to it, for ``retired_retention_
 Recording never waits for Redis: increments gather in memory and a background task writes them (one round trip for
 all that gathered meanwhile), off the response path. While Redis is unreachable they wait and are written once it is
 back, so nothing recorded is lost; reading usage writes what is waiting first.
+
+A write whose answer never came (the connection broke, the master died) may have been applied all the same, and is
+tried again: each write is a batch numbered in its process's sequence, and the script applies a batch only if its
+number is past the last one it applied from that process, so a batch tried twice counts once. (What no failover can
+keep: a write the old master acknowledged but had not yet replicated, milliseconds' worth, is lost.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -46,12 +53,16 @@ _REJECTION = "rejections:"  # field prefix: one counter per rejection reason
 _RETIRED_AT = "retired_at"  # field of a retired record: when its tenant was deleted
 _FLOAT_FIELDS = frozenset({"audio_seconds", _RETIRED_AT})
 _RETRY_S = 1.0  # between tries to write waiting increments while Redis is unreachable
+_APPLIED_TTL_S = 7 * 24 * 3600  # how long Redis remembers the last batch it applied from a process
 
 Counters = dict[str, float]
 """Field name -> value; rejections are ``rejections:<reason>`` fields."""
 
 Owner = tuple[str, str]
 """Whose usage: a tenant's name and generation."""
+
+Batch = tuple[int, Counters]
+"""Increments written together, with their number in the writing process's sequence."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,12 +203,26 @@ class MemoryUsageLedger:
             del self._retired[owner]
 
 
-# Adds increments to a tenant generation's usage, or to its retired usage once the tenant was deleted (a stream in
-# flight at the deletion still counts, apart). KEYS: live hash, retired hash. ARGV: field, delta, field, delta, ...
+# Adds batches of increments to a tenant generation's usage, or to its retired usage once the tenant was deleted (a
+# stream in flight at the deletion still counts, apart), each batch once: a batch numbered at or below the last one
+# applied from the writing process (a try again of a write whose answer was lost) is skipped.
+# KEYS: live hash, retired hash, the last batch applied per process. ARGV: the process's id, the TTL of that record,
+# then per batch: its number, its count of fields n, and n pairs field, delta.
 _ADD_LUA = """
 local target = KEYS[1]
 if redis.call('EXISTS', KEYS[2]) == 1 then target = KEYS[2] end
-for i = 1, #ARGV, 2 do redis.call('HINCRBYFLOAT', target, ARGV[i], ARGV[i + 1]) end
+local last = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+local i = 3
+while i <= #ARGV do
+  local batch, n = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  if batch > last then
+    for j = i + 2, i + 2 * n, 2 do redis.call('HINCRBYFLOAT', target, ARGV[j], ARGV[j + 1]) end
+    last = batch
+  end
+  i = i + 2 + 2 * n
+end
+redis.call('HSET', KEYS[3], ARGV[1], last)
+redis.call('EXPIRE', KEYS[3], ARGV[2])
 return 1
 """
 # Moves a generation's usage apart, with the time of the deletion and a time to live, and indexes it by tenant.
@@ -225,12 +250,14 @@ return found
 
 class RedisUsageLedger:
     """Usage in Redis, one hash per tenant generation: ``{prefix}{<tenant>}:<generation>``, and once the tenant is
-    deleted ``{retired_prefix}{<tenant>}:<generation>`` (one hash tag: the scripts touch both in one Cluster slot).
+    deleted ``{retired_prefix}{<tenant>}:<generation>``; beside them ``{applied_prefix}{<tenant>}:<generation>``, the
+    last batch applied from each process (one hash tag: the scripts touch all three in one Cluster slot).
 
     Args:
         client: a Redis or Redis Cluster client (with or without ``decode_responses``); the caller owns and closes it.
         prefix: key prefix of the live hashes.
         retired_prefix: key prefix of the retired hashes.
+        applied_prefix: key prefix of the hashes of the last batch applied per process.
         retired_retention_s: how long retired usage is kept.
     """
 
@@ -240,16 +267,23 @@ class RedisUsageLedger:
         prefix: str = "tts:usage:",
         *,
         retired_prefix: str = "tts:usage-retired:",
+        applied_prefix: str = "tts:usage-applied:",
         retired_retention_s: int = DEFAULT_RETIRED_RETENTION_S,
     ) -> None:
         self._client = client
         self._prefix = prefix
         self._retired_prefix = retired_prefix
+        self._applied_prefix = applied_prefix
         self._retention_s = retired_retention_s
         self._add = client.register_script(_ADD_LUA)
         self._retire = client.register_script(_RETIRE_LUA)
         self._retired = client.register_script(_RETIRED_LUA)
+        self._process_id = secrets.token_hex(8)
+        self._batch_numbers = itertools.count(1)
         self._pending: dict[Owner, Counters] = {}
+        """Increments recorded since the last write began."""
+        self._unanswered: dict[Owner, list[Batch]] = {}
+        """Batches whose write failed, perhaps after Redis applied them: tried again under their own numbers."""
         self._writer: asyncio.Task[None] | None = None
         self._in_flight: asyncio.Task[bool] | None = None
         self._outage = OutageLatch(
@@ -288,6 +322,8 @@ class RedisUsageLedger:
         records = []
         for owner, row in zip(owners, rows, strict=True):
             counters = _decode(row)
+            for _, waiting in self._unanswered.get(owner, []):
+                _merge(counters, waiting)
             _merge(counters, self._pending.get(owner, {}))
             records.append(_to_record(counters))
         return records
@@ -329,7 +365,7 @@ class RedisUsageLedger:
 
     async def _write_while_pending(self) -> None:
         """Write what gathered; while Redis is unreachable, try again every second."""
-        while self._pending:
+        while self._pending or self._unanswered:
             if not await self._flush():
                 await asyncio.sleep(_RETRY_S)
 
@@ -337,18 +373,27 @@ class RedisUsageLedger:
         """Write every waiting increment (after the write already under way, if any); whether they were written."""
         if self._in_flight is not None:
             await asyncio.wait([self._in_flight])  # what it could not write is waiting again when it ends
-        if not self._pending:
+        if not self._pending and not self._unanswered:
             return True
         # Taken before the first await, so a concurrent call neither writes these twice nor loses its own.
-        pending, self._pending = self._pending, {}
+        batches = self._take_batches()
         # A task of its own, shielded: a caller cancelled mid-write must not abandon a write that may already have
-        # reached Redis (keeping its increments would then count them twice).
-        self._in_flight = asyncio.get_running_loop().create_task(self._write_or_keep(pending))
+        # reached Redis (it is tried again under its number, which would then be skipped: nothing counts twice).
+        self._in_flight = asyncio.get_running_loop().create_task(self._write_or_keep(batches))
         return await asyncio.shield(self._in_flight)
 
-    async def _write_or_keep(self, pending: Mapping[Owner, Counters]) -> bool:
+    def _take_batches(self) -> dict[Owner, list[Batch]]:
+        """Everything waiting, per tenant generation, oldest first: the batches tried before, under their numbers,
+        then what was recorded since, as a new batch."""
+        batches, self._unanswered = self._unanswered, {}
+        pending, self._pending = self._pending, {}
+        for owner, counters in pending.items():
+            batches.setdefault(owner, []).append((next(self._batch_numbers), counters))
+        return batches
+
+    async def _write_or_keep(self, batches: Mapping[Owner, list[Batch]]) -> bool:
         try:
-            await self._write(pending)
+            await self._write(batches)
         except STORAGE_ERRORS as exc:  # the generations that were not written are waiting again
             if refuses_writes(exc):
                 self.write_refusals.refused(exc)
@@ -359,37 +404,35 @@ class RedisUsageLedger:
         self.write_refusals.worked()
         return True
 
-    async def _write(self, pending: Mapping[Owner, Counters]) -> None:
+    async def _write(self, batches: Mapping[Owner, list[Batch]]) -> None:
         """One script per tenant generation, all in flight at once (one round trip of latency); the generations whose
-        write failed are kept for the next try, the others are not written twice."""
-        owners = list(pending)
+        write failed keep their batches for the next try, the others are not written twice."""
+        owners = list(batches)
         results = await asyncio.gather(
-            *(self._write_one(owner, pending[owner]) for owner in owners), return_exceptions=True
+            *(self._write_one(owner, batches[owner]) for owner in owners), return_exceptions=True
         )
-        failed = {
-            owner: pending[owner]
-            for owner, result in zip(owners, results, strict=True)
-            if isinstance(result, BaseException)
-        }
+        failed = [owner for owner, result in zip(owners, results, strict=True) if isinstance(result, BaseException)]
+        for owner in failed:
+            self._unanswered[owner] = [*batches[owner], *self._unanswered.get(owner, [])]
         if failed:
-            self._keep(failed)
-            error = next(result for result in results if isinstance(result, BaseException))
-            raise error
+            raise next(result for result in results if isinstance(result, BaseException))
 
-    async def _write_one(self, owner: Owner, counters: Counters) -> None:
-        args = [value for name, delta in counters.items() if delta for value in (name, repr(float(delta)))]
-        if args:
-            await self._add(keys=[self._live_key(owner), self._retired_key(owner)], args=args)
-
-    def _keep(self, pending: Mapping[Owner, Counters]) -> None:
-        for owner, counters in pending.items():
-            _merge(self._pending.setdefault(owner, {}), counters)
+    async def _write_one(self, owner: Owner, batches: list[Batch]) -> None:
+        args: list[str | int] = [self._process_id, _APPLIED_TTL_S]
+        for number, counters in batches:
+            fields = [(name, repr(float(delta))) for name, delta in counters.items() if delta]
+            args += [number, len(fields), *itertools.chain.from_iterable(fields)]
+        keys = [self._live_key(owner), self._retired_key(owner), self._applied_key(owner)]
+        await self._add(keys=keys, args=args)
 
     def _live_key(self, owner: Owner) -> str:
         return f"{self._prefix}{{{owner[0]}}}:{owner[1]}"
 
     def _retired_key(self, owner: Owner) -> str:
         return f"{self._retired_prefix}{{{owner[0]}}}:{owner[1]}"
+
+    def _applied_key(self, owner: Owner) -> str:
+        return f"{self._applied_prefix}{{{owner[0]}}}:{owner[1]}"
 
     def _index_key(self, tenant: str) -> str:
         return f"{self._retired_prefix}{{{tenant}}}"

@@ -253,8 +253,8 @@ def test_two_replicas_live_through_a_failover(replicas: list[GatewayProcess], fa
     limited_usage = _written_usage(replicas, limited)
     assert limited_usage["requests"] == 4
     assert limited_usage["rejections"]["requests"] == 1
-    # Every busy request was counted, those served while Redis was away included, give or take the one whose usage
-    # was being written when the master died: acknowledged but not yet replicated (lost), or applied and replicated
-    # with its acknowledgement lost (counted again from the replica's memory). Replication is asynchronous.
+    # Every busy request was counted, those served while Redis was away included, but perhaps the one whose usage was
+    # being written when the master died, acknowledged and not yet replicated (replication is asynchronous). None
+    # twice: a write applied whose answer was lost is tried again under its batch number, and skipped.
     served = 2 + traffic.served() + 2
-    assert abs(_written_usage(replicas, busy)["requests"] - served) <= 1
+    assert served - 1 <= _written_usage(replicas, busy)["requests"] <= served

@@ -173,6 +173,89 @@ async def test_a_reader_cancelled_mid_write_leaves_each_request_counted_once(red
     await client.aclose()
 
 
+class AnswerLosingRelay:
+    """A TCP relay to a real Redis that, while :attr:`answers_to_lose` is above zero, loses Redis's answers: each
+    cuts both connections instead of reaching the client. Redis has applied the command all the same, as a master
+    that dies before its answer leaves, or a connection that breaks on the way back, would have."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self._upstream_port = upstream_port
+        self.answers_to_lose = 0
+        self._server: asyncio.Server | None = None
+        self._relays: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for relay in self._relays:
+            relay.cancel()
+        await asyncio.gather(*self._relays, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        relay = asyncio.current_task()
+        assert relay is not None
+        self._relays.add(relay)
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self._upstream_port)
+        try:
+            await asyncio.gather(self._pipe(reader, upstream_writer, lose=False), self._pipe(upstream_reader, writer))
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+            upstream_writer.close()
+            self._relays.discard(relay)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, lose: bool = True) -> None:
+        while data := await reader.read(65536):
+            if lose and self.answers_to_lose > 0:
+                self.answers_to_lose -= 1
+                raise ConnectionResetError("the answer is lost")
+            writer.write(data)
+            await writer.drain()
+
+
+async def test_a_write_applied_but_never_answered_counts_once(redis_server: RedisServer, redis_url: str) -> None:
+    """Redis applies a write whose answer is lost: the client (redis-py retries a broken connection itself) and then
+    the ledger try it again. Before: each try that reached Redis counted again (here two requests for one)."""
+    relay = AnswerLosingRelay(redis_server.port)
+    await relay.start()
+    client = aioredis.Redis(port=relay.port, socket_timeout=2)
+    direct = aioredis.Redis.from_url(redis_url)
+    ledger = RedisUsageLedger(client)
+    ledger.record_request(ZETA, characters=1, audio_seconds=0.0, cache_hit=False)
+    await ledger.get(ZETA)  # connected, the script loaded: the next command is the write
+    relay.answers_to_lose = 3
+    ledger.record_request(ACME, characters=7, audio_seconds=1.0, cache_hit=False)
+    deadline = time.monotonic() + 10
+    while relay.answers_to_lose > 0:
+        assert time.monotonic() < deadline, "the write was never tried again"
+        await asyncio.sleep(0.05)
+    while True:  # a read writes what still waits first; the relay loses nothing more
+        with contextlib.suppress(UsageUnavailableError):
+            await ledger.get(ACME)
+            break
+        assert time.monotonic() < deadline, "the write was never answered"
+    assert await direct.hgetall("tts:usage:{acme}:g1") == {
+        b"requests": b"1",
+        b"input_characters": b"7",
+        b"audio_seconds": b"1",
+    }
+    ledger.record_request(ACME, characters=1, audio_seconds=0.0, cache_hit=False)  # later batches still count
+    assert (await ledger.get(ACME)).requests == 2
+    await ledger.close()
+    await client.aclose()
+    await direct.aclose()
+    await relay.close()
+
+
 async def test_a_redis_that_refuses_writes_is_one_episode_and_loses_nothing(
     outage_redis: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
