@@ -169,8 +169,12 @@ if redis.call('ZADD', KEYS[1], now_ms + ttl_ms, ARGV[2]) == 1 then redis.call('I
 for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, 8)) do forget(member) end
 local evicted = 0
 while bytes() > budget do
-  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
-  if oldest == nil or oldest == ARGV[2] then
+  -- The oldest other than this entry: one written in the same millisecond has the same score (its expiry), and
+  -- members of one score come in the order of their names, so this entry may come first.
+  local first = redis.call('ZRANGE', KEYS[1], 0, 1)
+  local oldest = first[1]
+  if oldest == ARGV[2] then oldest = first[2] end
+  if oldest == nil then
     -- Only this entry is left: a budget under one entry (shrunk), or a count that had drifted (Redis itself evicted
     -- an index or count). Either way the count starts afresh.
     redis.call('SET', KEYS[2], cost)

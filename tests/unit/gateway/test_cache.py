@@ -217,6 +217,25 @@ async def test_the_budget_keeps_the_newest_entries(redis_url: str) -> None:
     await client.aclose()
 
 
+async def test_an_entry_that_expires_first_still_evicts_the_older_ones(redis_url: str) -> None:
+    # The index orders a shard's entries by expiry. An entry written with a shorter TTL (another replica's
+    # cache.ttl_s, or a TTL lowered since) comes before older ones: the eviction took it for the only one left, kept
+    # the older ones and reset the shard's count to it alone, so the shard went over its budget. Entries written in
+    # the same millisecond (one score, ordered by name) did the same.
+    client = connect_redis(redis_url)
+    budget = SHARDS * 150_000  # one 100 kB entry a shard
+    longer = AudioCache(CacheSettings(max_redis_bytes=budget, ttl_s=3600), client)
+    shorter = AudioCache(CacheSettings(max_redis_bytes=budget, ttl_s=60), client)
+    for n in range(2 * SHARDS):
+        await longer.set(key(text=f"long-lived {n}"), os.urandom(100_000))
+    for n in range(2 * SHARDS):
+        await shorter.set(key(text=f"short-lived {n}"), os.urandom(100_000))
+    shards = [name.split(b"}")[0] for name in await entry_keys(client)]
+    assert max(shards.count(shard) for shard in shards) == 1
+    assert await counted_bytes(client) <= budget
+    await client.aclose()
+
+
 async def test_the_budget_counts_what_redis_spends(outage_redis: RedisServer) -> None:
     client = connect_redis(outage_redis.url)
     cache = AudioCache(CacheSettings(max_redis_bytes=1 << 30), client)
@@ -321,8 +340,11 @@ async def test_a_cache_that_gave_way_twice_still_caches(
         for n in range(4):
             await replica.set(key(text=f"fresh {r} {n}"), audio := os.urandom(100_000))
             assert await replica.get(key(text=f"fresh {r} {n}")) == audio
-    # Still shrunk: a shard keeps one entry (where it held two), not its whole share.
-    assert len(await entry_keys(client)) <= SHARDS
+    # Still shrunk: a shard keeps one entry, where its whole share holds two.
+    for n in range(3 * SHARDS):
+        await replicas[1].set(key(text=f"more {n}"), os.urandom(100_000))
+    shards = [name.split(b"}")[0] for name in await entry_keys(client)]
+    assert max(shards.count(shard) for shard in shards) == 1
     await client.aclose()
 
 
