@@ -205,14 +205,16 @@ class MemoryUsageLedger:
 
 # Adds batches of increments to a tenant generation's usage, or to its retired usage once the tenant was deleted (a
 # stream in flight at the deletion still counts, apart), each batch once: a batch numbered at or below the last one
-# applied from the writing process (a try again of a write whose answer was lost) is skipped.
-# KEYS: live hash, retired hash, the last batch applied per process. ARGV: the process's id, the TTL of that record,
-# then per batch: its number, its count of fields n, and n pairs field, delta.
+# applied from the writing process (a try again of a write whose answer was lost) is skipped. A try again of batches
+# all applied writes nothing, so it works on a Redis out of memory too.
+# KEYS: live hash, retired hash, the number of the last batch applied from this process. ARGV: the TTL of that
+# number, then per batch: its number, its count of fields n, and n pairs field, delta.
 _ADD_LUA = """
 local target = KEYS[1]
 if redis.call('EXISTS', KEYS[2]) == 1 then target = KEYS[2] end
-local last = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
-local i = 3
+local applied = tonumber(redis.call('GET', KEYS[3]) or '0')
+local last = applied
+local i = 2
 while i <= #ARGV do
   local batch, n = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
   if batch > last then
@@ -221,8 +223,7 @@ while i <= #ARGV do
   end
   i = i + 2 + 2 * n
 end
-redis.call('HSET', KEYS[3], ARGV[1], last)
-redis.call('EXPIRE', KEYS[3], ARGV[2])
+if last > applied then redis.call('SET', KEYS[3], last, 'EX', ARGV[1]) end
 return 1
 """
 # Moves a generation's usage apart, with the time of the deletion and a time to live, and indexes it by tenant.
@@ -250,14 +251,15 @@ return found
 
 class RedisUsageLedger:
     """Usage in Redis, one hash per tenant generation: ``{prefix}{<tenant>}:<generation>``, and once the tenant is
-    deleted ``{retired_prefix}{<tenant>}:<generation>``; beside them ``{applied_prefix}{<tenant>}:<generation>``, the
-    last batch applied from each process (one hash tag: the scripts touch all three in one Cluster slot).
+    deleted ``{retired_prefix}{<tenant>}:<generation>``; beside them, per writing process,
+    ``{applied_prefix}{<tenant>}:<generation>:<process>``: the number of the last batch applied from it, kept a week
+    after its last write (one hash tag: the scripts touch all three in one Cluster slot).
 
     Args:
         client: a Redis or Redis Cluster client (with or without ``decode_responses``); the caller owns and closes it.
         prefix: key prefix of the live hashes.
         retired_prefix: key prefix of the retired hashes.
-        applied_prefix: key prefix of the hashes of the last batch applied per process.
+        applied_prefix: key prefix of the numbers of the last batch applied per process.
         retired_retention_s: how long retired usage is kept.
     """
 
@@ -371,7 +373,9 @@ class RedisUsageLedger:
 
     async def _flush(self) -> bool:
         """Write every waiting increment (after the write already under way, if any); whether they were written."""
-        if self._in_flight is not None:
+        # One write at a time, the batches in their order: a later batch applied before an earlier one would have the
+        # earlier one skipped. A write may have begun while this call waited for another (a second waiter woke first).
+        while self._in_flight is not None and not self._in_flight.done():
             await asyncio.wait([self._in_flight])  # what it could not write is waiting again when it ends
         if not self._pending and not self._unanswered:
             return True
@@ -418,7 +422,7 @@ class RedisUsageLedger:
             raise next(result for result in results if isinstance(result, BaseException))
 
     async def _write_one(self, owner: Owner, batches: list[Batch]) -> None:
-        args: list[str | int] = [self._process_id, _APPLIED_TTL_S]
+        args: list[str | int] = [_APPLIED_TTL_S]
         for number, counters in batches:
             fields = [(name, repr(float(delta))) for name, delta in counters.items() if delta]
             args += [number, len(fields), *itertools.chain.from_iterable(fields)]
@@ -432,7 +436,7 @@ class RedisUsageLedger:
         return f"{self._retired_prefix}{{{owner[0]}}}:{owner[1]}"
 
     def _applied_key(self, owner: Owner) -> str:
-        return f"{self._applied_prefix}{{{owner[0]}}}:{owner[1]}"
+        return f"{self._applied_prefix}{{{owner[0]}}}:{owner[1]}:{self._process_id}"
 
     def _index_key(self, tenant: str) -> str:
         return f"{self._retired_prefix}{{{tenant}}}"

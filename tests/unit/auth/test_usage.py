@@ -181,6 +181,7 @@ class AnswerLosingRelay:
     def __init__(self, upstream_port: int) -> None:
         self._upstream_port = upstream_port
         self.answers_to_lose = 0
+        self.answers_lost = 0
         self._server: asyncio.Server | None = None
         self._relays: set[asyncio.Task[None]] = set()
 
@@ -217,6 +218,7 @@ class AnswerLosingRelay:
         while data := await reader.read(65536):
             if lose and self.answers_to_lose > 0:
                 self.answers_to_lose -= 1
+                self.answers_lost += 1
                 raise ConnectionResetError("the answer is lost")
             writer.write(data)
             await writer.drain()
@@ -250,6 +252,42 @@ async def test_a_write_applied_but_never_answered_counts_once(redis_server: Redi
     }
     ledger.record_request(ACME, characters=1, audio_seconds=0.0, cache_hit=False)  # later batches still count
     assert (await ledger.get(ACME)).requests == 2
+    await ledger.close()
+    await client.aclose()
+    await direct.aclose()
+    await relay.close()
+
+
+async def test_a_write_applied_but_never_answered_is_not_counted_again_by_a_full_redis(
+    outage_redis: RedisServer,
+) -> None:
+    """The try again of a write Redis applied, while Redis is out of memory (noeviction): it writes nothing, so Redis
+    does not refuse it, and usage reads as it is. Before: the try again was refused for as long as memory was full,
+    and each read added the batch, still waiting, to what Redis held: two requests for one."""
+    relay = AnswerLosingRelay(outage_redis.port)
+    await relay.start()
+    client = aioredis.Redis(port=relay.port, socket_timeout=2)
+    direct = aioredis.Redis.from_url(outage_redis.url)
+    ledger = RedisUsageLedger(client)
+    ledger.record_request(ZETA, characters=1, audio_seconds=0.0, cache_hit=False)
+    await ledger.get(ZETA)  # connected, the script loaded: the next command is the write
+    relay.answers_to_lose = 1000  # every try of the write, and every reconnection, until the test stops it
+    ledger.record_request(ACME, characters=7, audio_seconds=1.0, cache_hit=False)
+    deadline = time.monotonic() + 10
+    while not await direct.exists("tts:usage:{acme}:g1") or relay.answers_lost < 2:
+        assert time.monotonic() < deadline, "the write never reached Redis"
+        await asyncio.sleep(0.05)
+    used = int((await direct.info("memory"))["used_memory"])
+    await direct.config_set("maxmemory-policy", "noeviction")
+    await direct.config_set("maxmemory", str(used - 100_000))
+    relay.answers_to_lose = 0
+    while True:
+        with contextlib.suppress(UsageUnavailableError):
+            assert (await ledger.get(ACME)).requests == 1
+            break
+        assert time.monotonic() < deadline, "usage never read"
+    assert ledger.write_refusals.refusals == 0
+    await direct.config_set("maxmemory", "0")
     await ledger.close()
     await client.aclose()
     await direct.aclose()
