@@ -202,11 +202,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._from_proxy = peer is not None and self.limits.proxies.trusts(peer)
         if peer is not None and not self._from_proxy and not self._count_address(address_key(peer)):
             self._over_address_cap = True
-            self._arm(_OVER_CAPACITY_GRACE_S, self.transport.close)
+            self._arm(_OVER_CAPACITY_GRACE_S, functools.partial(self._drop_silent, _too_many_from_address()))
             return
         if len(self.connections) > self.limits.max_connections and not self.reclaimable.reclaim_oldest():
             self._over_capacity = True
-            self._arm(_OVER_CAPACITY_GRACE_S, self.transport.close)
+            self._arm(_OVER_CAPACITY_GRACE_S, functools.partial(self._drop_silent, _over_capacity()))
             return
         self.reclaimable.add(self)
         self._arm(self.limits.header_timeout_s, self._head_timed_out)
@@ -448,15 +448,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse_over_capacity(self) -> None:
         self.reclaimable.note_refusal(self.loop.time(), len(self.connections) - 1)
-        self._refuse(
-            _Refusal(
-                503,
-                "The server has too many open connections; retry soon.",
-                "too_many_connections",
-                kind=SERVER_ERROR,
-                retry_after_s=1,
-            )
-        )
+        self._refuse(_over_capacity())
+
+    def _drop_silent(self, refusal: _Refusal) -> None:
+        """Close a connection over a cap that sent nothing within the grace, counted as the refusal it would have
+        got: a flood of silent sockets shows in the metric as one of requests would."""
+        count_refusal("connection", refusal.status, refusal.code)
+        self.transport.close()
 
     def _refuse(self, refusal: _Refusal) -> None:
         self._disarm()
@@ -480,6 +478,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             head.append(b"retry-after: %d\r\n" % refusal.retry_after_s)
         self.transport.write(b"".join([*head, b"\r\n", body]))
         self.transport.close()
+
+
+def _over_capacity() -> _Refusal:
+    return _Refusal(
+        503,
+        "The server has too many open connections; retry soon.",
+        "too_many_connections",
+        kind=SERVER_ERROR,
+        retry_after_s=1,
+    )
 
 
 def _too_many_from_address() -> _Refusal:

@@ -99,7 +99,7 @@ class CredentialThrottle:
             InvalidCredentialsError, UnknownTenantError: refused (and counted against the address).
         """
         credential = _presented(authorization)
-        if credential is None:
+        if credential is None:  # guesses nothing: neither throttled nor counted (a realtime socket may send it later)
             return await authenticate(authorization)
         key = address_key(client or "unknown")
         proof = self._proof(credential)

@@ -103,18 +103,14 @@ def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHa
     throttle.check(client)
     scheme, _space, presented = connection.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not presented.strip():
-        if scheme:
-            throttle.failed(client, "not_bearer", connection.url.path)
-        else:
-            throttle.not_presented(client, connection.url.path)
-        raise counted(
-            "admin",
-            OpenAIError(
-                HTTP_401_UNAUTHORIZED,
-                "The admin API needs 'Authorization: Bearer <admin token>'.",
-                code="invalid_api_key",
-            ),
+        needs_bearer = OpenAIError(
+            HTTP_401_UNAUTHORIZED, "The admin API needs 'Authorization: Bearer <admin token>'.", code="invalid_api_key"
         )
+        if not scheme:  # guesses nothing: neither throttled nor counted, as for the API's credentials
+            throttle.not_presented(client, connection.url.path)
+            raise needs_bearer
+        throttle.failed(client, "not_bearer", connection.url.path)
+        raise counted("admin", needs_bearer)
     if not hmac.compare_digest(presented.strip().encode(), token.get_secret_value().encode()):
         throttle.failed(client, "wrong_token", connection.url.path)
         raise counted("admin", OpenAIError(HTTP_401_UNAUTHORIZED, "Invalid admin token.", code="invalid_api_key"))

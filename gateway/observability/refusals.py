@@ -1,19 +1,27 @@
-"""Requests refused before any handler ran, counted by where, by status and by the error code they got.
+"""Requests refused by the gateway's defences, counted by where, by status and by the error code they got.
 
 An attack on capacity or on credentials (issue #23) is otherwise visible only in warnings that are rate-limited on
 purpose: one line per interval, whatever the count. ``tts_requests_refused_total{source, status, code}`` counts each
 refusal:
 
-- ``connection``: the HTTP connection layer (``gateway/http/connection_limits.py``): the caps on connections
-  (``too_many_connections``: 503 at ``server.max_connections``, 429 at ``server.max_connections_per_address``), the
-  deadlines (408 ``request_timeout``), the head's limits (431 ``request_headers_too_large``) and RFC 9112's refusals
-  (400 ``invalid_http_request``, 505 ``http_version_not_supported``); and a realtime socket refused a place among
-  those awaiting their first message's credentials (503 ``too_many_connections``, closed with 1013);
-- ``credentials``: an API key or JWT refused (401 ``invalid_api_key``), or not even looked up because its address had
-  too many refused (429 ``too_many_failed_authentications``, ``gateway/http/credential_throttle.py``);
-- ``admin``: the admin API's token missing or wrong (401 ``invalid_api_key``) or its address throttled (429
+- ``connection``: the HTTP connection layer (``gateway/http/connection_limits.py``), before any handler: the caps on
+  connections (``too_many_connections``: 503 at ``server.max_connections``, 429 at
+  ``server.max_connections_per_address``; counted too when such a connection sends nothing and is closed), the head's
+  deadline and limits (408 ``request_timeout``, 431 ``request_headers_too_large``) and RFC 9112's refusals (400
+  ``invalid_http_request``, 505 ``http_version_not_supported``); also, while a handler reads it, a body that came too
+  slowly (408 ``request_timeout``: the client hears it unless its response had begun); and a realtime socket refused
+  a place among those awaiting their first message's credentials (503 ``too_many_connections``, closed with 1013);
+- ``credentials``: an API key or JWT refused (401 ``invalid_api_key``), a tenant unknown (403 ``unknown_tenant``),
+  or a credential not even looked up because its address had too many refused (429
+  ``too_many_failed_authentications``, ``gateway/http/credential_throttle.py``);
+- ``admin``: the admin API's token wrong (401 ``invalid_api_key``) or its address throttled (429
   ``rate_limit_exceeded``);
-- ``service_token``: an engine node's request without the tier's service token (401 ``invalid_api_key``).
+- ``service_token``: an engine node's request without the tier's service token (401 ``invalid_api_key``; 403 for a
+  WebSocket upgrade, refused before it is accepted); its only callers are front gateways, so a request without any
+  token counts too.
+
+A request to the API or the admin API without any credential is not counted, as the throttles do not count it: it
+guesses nothing, costs no lookup, and a realtime socket may send its credential in its first message.
 
 Per process, as the HTTP metrics are: the connection layer runs in uvicorn's protocol, outside any one app. No label
 holds an address or a credential.
@@ -34,7 +42,7 @@ RefusalSource = Literal["connection", "credentials", "admin", "service_token"]
 
 _REFUSALS = Counter(
     "tts_requests_refused",
-    "Requests refused before any handler ran, by where (connection layer, credentials, admin token, service token), "
+    "Requests refused by the gateway's defences, by where (connection layer, credentials, admin token, service token), "
     "status and error code.",
     ["source", "status", "code"],
 )

@@ -606,7 +606,8 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]
 def test_over_the_connection_cap_a_new_connection_gets_a_fast_503(capped: GatewayProcess) -> None:
     """Four connections each hold a request in progress (the server has asked for its body: ``100 Continue``); a
     fifth gets 503 with OpenAI's body and ``Retry-After`` at once, not a hang; one freed, requests are served again."""
-    busy = []
+    before = capped.refusals()
+    busy, refused = [], 1
     for _ in range(4):
         sock = socket.create_connection(("127.0.0.1", capped.port))
         sock.settimeout(10)
@@ -621,11 +622,11 @@ def test_over_the_connection_cap_a_new_connection_gets_a_fast_503(capped: Gatewa
         deadline = time.monotonic() + 5
         while (status := httpx.get(f"{capped.base_url}/healthz", timeout=5).status_code) != 200:
             assert time.monotonic() < deadline, status  # the freed connection is forgotten within moments
+            refused += 1
     finally:
         for sock in busy:
             sock.close()
-    refused = capped.refusals()
-    assert refused["connection", 503, "too_many_connections"] >= 1  # the fifth, and any of the polls above
+    assert capped.refusals() - before == {("connection", 503, "too_many_connections"): refused}
 
 
 # ---------------------------------------------------------------------------------------------------- 4. admin
@@ -760,6 +761,7 @@ def test_failed_admin_attempts_are_throttled_per_address_and_logged_without_the_
 def test_admin_requests_without_a_token_are_refused_but_never_throttle_the_admin(administered: GatewayProcess) -> None:
     """Before: a request without any Authorization header counted as a failed attempt, so a monitor or crawler
     sharing the admin's address (it guesses nothing) locked the admin out after ten requests."""
+    before = administered.refusals()
     with httpx.Client(
         base_url=administered.base_url, timeout=5, transport=httpx.HTTPTransport(local_address="127.0.0.6")
     ) as shared:
@@ -767,6 +769,7 @@ def test_admin_requests_without_a_token_are_refused_but_never_throttle_the_admin
         admin = shared.get("/admin/tenants", headers=bearer(ADMIN_TOKEN))
     assert statuses == [401] * 30
     assert admin.status_code == 200
+    assert administered.refusals() - before == {}  # nor counted as refusals: they guess nothing
 
 
 # ------------------------------------------------------------------------------------------- forwarded addresses
@@ -824,6 +827,7 @@ def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]
 
 def test_a_bad_credential_is_a_401_from_the_head_and_frees_the_connection(locked: GatewayProcess) -> None:
     """Before: the body was read first, so this socket held its connection for body_timeout_s and then got 408."""
+    before = locked.refusals()
     elapsed, answer = exchange(
         locked.port,
         head("POST", "/v1/audio/speech", "Authorization: Bearer sk-wrong", content_length=65000) + b"{",
@@ -832,6 +836,9 @@ def test_a_bad_credential_is_a_401_from_the_head_and_frees_the_connection(locked
     headers = assert_openai_error(answer, 401, "invalid_api_key")
     assert headers["connection"] == "close"
     assert elapsed < 2.0
+    _, answer = exchange(locked.port, head("POST", "/v1/audio/speech", content_length=65000) + b"{", timeout_s=5)
+    assert_openai_error(answer, 401, "invalid_api_key")  # no credential at all: it guesses nothing, is not counted
+    assert locked.refusals() - before == {("credentials", 401, "invalid_api_key"): 1}
 
 
 STREAM_TEXT = "x" * 120  # six seconds of speech, spoken at real time by the steady engine
@@ -925,6 +932,7 @@ def test_one_address_holds_at_most_its_connections_and_others_are_served(per_add
 def test_a_connection_over_its_address_s_cap_that_sends_nothing_is_dropped_within_a_second(
     per_address: GatewayProcess,
 ) -> None:
+    before = per_address.refusals()
     held = [connected_from("127.0.0.2", per_address.port) for _ in range(3)]
     try:
         time.sleep(0.2)
@@ -935,6 +943,8 @@ def test_a_connection_over_its_address_s_cap_that_sends_nothing_is_dropped_withi
     finally:
         for sock in held:
             sock.close()
+    # Counted though it heard nothing: a flood of silent sockets shows in the metric.
+    assert per_address.refusals() - before == {("connection", 429, "too_many_connections"): 1}
 
 
 async def test_upgraded_websockets_count_against_their_address(per_address: GatewayProcess) -> None:
