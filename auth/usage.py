@@ -203,27 +203,18 @@ class MemoryUsageLedger:
             del self._retired[owner]
 
 
-# Adds batches of increments to a tenant generation's usage, or to its retired usage once the tenant was deleted (a
-# stream in flight at the deletion still counts, apart), each batch once: a batch numbered at or below the last one
-# applied from the writing process (a try again of a write whose answer was lost) is skipped. A try again of batches
-# all applied writes nothing, so it works on a Redis out of memory too.
-# KEYS: live hash, retired hash, the number of the last batch applied from this process. ARGV: the TTL of that
-# number, then per batch: its number, its count of fields n, and n pairs field, delta.
+# Adds a batch of increments to a tenant generation's usage, or to its retired usage once the tenant was deleted (a
+# stream in flight at the deletion still counts, apart), once: a batch numbered at or below the last one applied from
+# the writing process (a try again of a write whose answer was lost) writes nothing, so it works on a Redis out of
+# memory too. KEYS: live hash, retired hash, the number of the last batch applied from this process. ARGV: the TTL of
+# that number, the batch's number, then field, delta, field, delta, ...
 _ADD_LUA = """
 local target = KEYS[1]
 if redis.call('EXISTS', KEYS[2]) == 1 then target = KEYS[2] end
-local applied = tonumber(redis.call('GET', KEYS[3]) or '0')
-local last = applied
-local i = 2
-while i <= #ARGV do
-  local batch, n = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  if batch > last then
-    for j = i + 2, i + 2 * n, 2 do redis.call('HINCRBYFLOAT', target, ARGV[j], ARGV[j + 1]) end
-    last = batch
-  end
-  i = i + 2 + 2 * n
-end
-if last > applied then redis.call('SET', KEYS[3], last, 'EX', ARGV[1]) end
+local batch = tonumber(ARGV[2])
+if batch <= tonumber(redis.call('GET', KEYS[3]) or '0') then return 0 end
+for i = 3, #ARGV, 2 do redis.call('HINCRBYFLOAT', target, ARGV[i], ARGV[i + 1]) end
+redis.call('SET', KEYS[3], batch, 'EX', ARGV[1])
 return 1
 """
 # Moves a generation's usage apart, with the time of the deletion and a time to live, and indexes it by tenant.
@@ -284,8 +275,9 @@ class RedisUsageLedger:
         self._batch_numbers = itertools.count(1)
         self._pending: dict[Owner, Counters] = {}
         """Increments recorded since the last write began."""
-        self._unanswered: dict[Owner, list[Batch]] = {}
-        """Batches whose write failed, perhaps after Redis applied them: tried again under their own numbers."""
+        self._unanswered: dict[Owner, Batch] = {}
+        """Batches whose write failed, perhaps after Redis applied them: tried again under their own numbers, alone
+        (what is recorded meanwhile waits in :attr:`_pending`, so an outage grows no list of batches)."""
         self._writer: asyncio.Task[None] | None = None
         self._in_flight: asyncio.Task[bool] | None = None
         self._outage = OutageLatch(
@@ -324,8 +316,8 @@ class RedisUsageLedger:
         records = []
         for owner, row in zip(owners, rows, strict=True):
             counters = _decode(row)
-            for _, waiting in self._unanswered.get(owner, []):
-                _merge(counters, waiting)
+            if (unanswered := self._unanswered.get(owner)) is not None:
+                _merge(counters, unanswered[1])
             _merge(counters, self._pending.get(owner, {}))
             records.append(_to_record(counters))
         return records
@@ -358,7 +350,8 @@ class RedisUsageLedger:
                 await self._writer
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(1.0):
-                await self._flush()
+                while (self._pending or self._unanswered) and await self._flush():
+                    pass  # a batch tried again goes alone: what was recorded meanwhile follows
 
     def _record(self, owner: Owner, increments: Counters) -> None:
         _merge(self._pending.setdefault(owner, {}), increments)
@@ -386,16 +379,18 @@ class RedisUsageLedger:
         self._in_flight = asyncio.get_running_loop().create_task(self._write_or_keep(batches))
         return await asyncio.shield(self._in_flight)
 
-    def _take_batches(self) -> dict[Owner, list[Batch]]:
-        """Everything waiting, per tenant generation, oldest first: the batches tried before, under their numbers,
-        then what was recorded since, as a new batch."""
+    def _take_batches(self) -> dict[Owner, Batch]:
+        """One batch per tenant generation: the one tried before, under its number, else what was recorded since, as
+        a new batch (a generation with a batch to try again keeps its new increments waiting until that is answered)."""
         batches, self._unanswered = self._unanswered, {}
-        pending, self._pending = self._pending, {}
+        pending = self._pending
+        self._pending = {owner: counters for owner, counters in pending.items() if owner in batches}
         for owner, counters in pending.items():
-            batches.setdefault(owner, []).append((next(self._batch_numbers), counters))
+            if owner not in batches:
+                batches[owner] = (next(self._batch_numbers), counters)
         return batches
 
-    async def _write_or_keep(self, batches: Mapping[Owner, list[Batch]]) -> bool:
+    async def _write_or_keep(self, batches: Mapping[Owner, Batch]) -> bool:
         try:
             await self._write(batches)
         except STORAGE_ERRORS as exc:  # the generations that were not written are waiting again
@@ -408,26 +403,24 @@ class RedisUsageLedger:
         self.write_refusals.worked()
         return True
 
-    async def _write(self, batches: Mapping[Owner, list[Batch]]) -> None:
+    async def _write(self, batches: Mapping[Owner, Batch]) -> None:
         """One script per tenant generation, all in flight at once (one round trip of latency); the generations whose
-        write failed keep their batches for the next try, the others are not written twice."""
+        write failed keep their batch for the next try, the others are not written twice."""
         owners = list(batches)
         results = await asyncio.gather(
             *(self._write_one(owner, batches[owner]) for owner in owners), return_exceptions=True
         )
         failed = [owner for owner, result in zip(owners, results, strict=True) if isinstance(result, BaseException)]
         for owner in failed:
-            self._unanswered[owner] = [*batches[owner], *self._unanswered.get(owner, [])]
+            self._unanswered[owner] = batches[owner]
         if failed:
             raise next(result for result in results if isinstance(result, BaseException))
 
-    async def _write_one(self, owner: Owner, batches: list[Batch]) -> None:
-        args: list[str | int] = [_APPLIED_TTL_S]
-        for number, counters in batches:
-            fields = [(name, repr(float(delta))) for name, delta in counters.items() if delta]
-            args += [number, len(fields), *itertools.chain.from_iterable(fields)]
+    async def _write_one(self, owner: Owner, batch: Batch) -> None:
+        number, counters = batch
+        fields = [value for name, delta in counters.items() if delta for value in (name, repr(float(delta)))]
         keys = [self._live_key(owner), self._retired_key(owner), self._applied_key(owner)]
-        await self._add(keys=keys, args=args)
+        await self._add(keys=keys, args=[_APPLIED_TTL_S, number, *fields])
 
     def _live_key(self, owner: Owner) -> str:
         return f"{self._prefix}{{{owner[0]}}}:{owner[1]}"
