@@ -350,8 +350,7 @@ class RedisUsageLedger:
                 await self._writer
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(1.0):
-                while (self._pending or self._unanswered) and await self._flush():
-                    pass  # a batch tried again goes alone: what was recorded meanwhile follows
+                await self._flush()
 
     def _record(self, owner: Owner, increments: Counters) -> None:
         _merge(self._pending.setdefault(owner, {}), increments)
@@ -365,19 +364,23 @@ class RedisUsageLedger:
                 await asyncio.sleep(_RETRY_S)
 
     async def _flush(self) -> bool:
-        """Write every waiting increment (after the write already under way, if any); whether they were written."""
-        # One write at a time, the batches in their order: a later batch applied before an earlier one would have the
-        # earlier one skipped. A write may have begun while this call waited for another (a second waiter woke first).
-        while self._in_flight is not None and not self._in_flight.done():
-            await asyncio.wait([self._in_flight])  # what it could not write is waiting again when it ends
-        if not self._pending and not self._unanswered:
-            return True
-        # Taken before the first await, so a concurrent call neither writes these twice nor loses its own.
-        batches = self._take_batches()
-        # A task of its own, shielded: a caller cancelled mid-write must not abandon a write that may already have
-        # reached Redis (it is tried again under its number, which would then be skipped: nothing counts twice).
-        self._in_flight = asyncio.get_running_loop().create_task(self._write_or_keep(batches))
-        return await asyncio.shield(self._in_flight)
+        """Write every increment waiting when called (after the write already under way, if any): the batches to try
+        again, then what they held back. Whether it was all written: another replica then reads it in Redis."""
+        for _ in range(2):  # the second round only for what a batch tried again held back
+            # One write at a time, the batches in their order: a later batch applied before an earlier one would have
+            # the earlier one skipped. A write may begin while this call waits for another (a second waiter woke first).
+            while self._in_flight is not None and not self._in_flight.done():
+                await asyncio.wait([self._in_flight])  # what it could not write is waiting again when it ends
+            if not self._pending and not self._unanswered:
+                return True
+            # Taken before the first await, so a concurrent call neither writes these twice nor loses its own.
+            batches = self._take_batches()
+            # A task of its own, shielded: a caller cancelled mid-write must not abandon a write that may already have
+            # reached Redis (it is tried again under its number, which would then be skipped: nothing counts twice).
+            self._in_flight = asyncio.get_running_loop().create_task(self._write_or_keep(batches))
+            if not await asyncio.shield(self._in_flight):
+                return False
+        return True  # what was recorded during these two rounds is the next call's
 
     def _take_batches(self) -> dict[Owner, Batch]:
         """One batch per tenant generation: the one tried before, under its number, else what was recorded since, as
