@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import random
 import re
@@ -30,7 +31,7 @@ from tests.openai_like import OpenAILike
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator, Iterator
     from pathlib import Path
 
     from tests.redis_server import RedisServer
@@ -176,6 +177,22 @@ async def wait_queued(node: GatewayProcess, count: int) -> None:
     await asyncio.to_thread(
         wait_until, lambda: node.engine("paced")["queued"] == count, 10, f"{count} requests queued on the node"
     )
+
+
+@contextlib.asynccontextmanager
+async def worker_held(tiers: Tiers) -> AsyncIterator[None]:
+    """Hold ``paced``'s one worker with a request of ten seconds while the block runs, then hang it up: what queued
+    meanwhile starts in the order the node's scheduler chooses, however slowly the requests reached the node."""
+    holder = asyncio.create_task(first_byte_at(tiers.fronts[0], "beta", chars=200))  # one segment of 10 s
+    await asyncio.to_thread(
+        wait_until, lambda: tiers.node.engine("paced")["active_jobs"] == 1, 10, "the holder running"
+    )
+    try:
+        yield
+    finally:
+        holder.cancel()  # the client hangs up: the front cancels its request to the node, which frees the worker
+        with contextlib.suppress(asyncio.CancelledError):
+            await holder
 
 
 async def first_byte_at(
@@ -339,22 +356,19 @@ def test_a_malformed_context_is_a_400_naming_its_header(tiers: Tiers, header: st
 
 
 async def test_a_high_priority_tenant_of_another_front_goes_before_a_normal_ones_queue(tiers: Tiers) -> None:
-    flood = [asyncio.create_task(first_byte_at(tiers.fronts[0], "acme")) for _ in range(3)]
-    await wait_queued(tiers.node, 2)  # one runs, two wait
-    vip = await first_byte_at(tiers.fronts[1], "vip")
-    acme = sorted(await asyncio.gather(*flood))
-    assert acme[0] < vip < acme[1], "vip must get the worker that frees next"
+    async with worker_held(tiers):
+        flood = [asyncio.create_task(first_byte_at(tiers.fronts[0], "acme")) for _ in range(3)]
+        await wait_queued(tiers.node, 3)
+        vip = asyncio.create_task(first_byte_at(tiers.fronts[1], "vip"))
+        await wait_queued(tiers.node, 4)
+    assert await vip < min(await asyncio.gather(*flood)), "vip must get the worker that frees next"
 
 
 async def test_weights_hold_through_the_hop(tiers: Tiers) -> None:
-    blocker = asyncio.create_task(first_byte_at(tiers.fronts[0], "beta", chars=3 * PACED_CHARS))  # 1.2 s: all queue
-    await asyncio.to_thread(
-        wait_until, lambda: tiers.node.engine("paced")["active_jobs"] == 1, 10, "the blocker running"
-    )
-    light = [asyncio.create_task(first_byte_at(tiers.fronts[0], "acme")) for _ in range(3)]
-    heavy = [asyncio.create_task(first_byte_at(tiers.fronts[1], "heavy")) for _ in range(3)]
-    await wait_queued(tiers.node, 6)
-    await blocker
+    async with worker_held(tiers):
+        light = [asyncio.create_task(first_byte_at(tiers.fronts[0], "acme")) for _ in range(3)]
+        heavy = [asyncio.create_task(first_byte_at(tiers.fronts[1], "heavy")) for _ in range(3)]
+        await wait_queued(tiers.node, 6)
     acme, heavy_starts = sorted(await asyncio.gather(*light)), await asyncio.gather(*heavy)
     # Weight 3 against 1: all three of heavy's before acme's second (equal weights would alternate).
     assert max(heavy_starts) < acme[1]
@@ -362,13 +376,14 @@ async def test_weights_hold_through_the_hop(tiers: Tiers) -> None:
 
 async def test_a_queue_cap_holds_through_the_hop_without_opening_the_breaker(tiers: Tiers) -> None:
     front = tiers.fronts[0]
-    held = [asyncio.create_task(first_byte_at(front, "capped")) for _ in range(2)]
-    await wait_queued(tiers.node, 1)  # one runs, one waits: its cap
     body = {"model": "paced", "input": paced_text(), "voice": "alloy", "response_format": "pcm"}
-    async with httpx.AsyncClient(base_url=front.base_url, timeout=30) as http:
+    async with worker_held(tiers), httpx.AsyncClient(base_url=front.base_url, timeout=30) as http:
+        queued = asyncio.create_task(first_byte_at(front, "capped"))
+        await wait_queued(tiers.node, 1)  # its cap
         over = await http.post("/v1/audio/speech", json=body, headers=auth("capped"))
         other = asyncio.create_task(first_byte_at(front, "beta"))  # another tenant still queues
-        await asyncio.gather(*held, other)
+        await wait_queued(tiers.node, 2)
+    await asyncio.gather(queued, other)
 
     assert over.status_code == 503
     assert over.json()["error"]["code"] == "engine_overloaded"
@@ -387,13 +402,15 @@ async def test_a_tenant_claiming_a_context_at_the_front_gains_nothing(tiers: Tie
         "x-tts-tenant-weight": "1000000",
         "x-tts-engine-node": "1",
     }
-    flood = [asyncio.create_task(first_byte_at(tiers.fronts[0], "acme")) for _ in range(3)]
-    await wait_queued(tiers.node, 2)
-    lowly = await first_byte_at(tiers.fronts[1], "lowly", spoof)
+    async with worker_held(tiers):
+        flood = [asyncio.create_task(first_byte_at(tiers.fronts[0], "acme")) for _ in range(3)]
+        await wait_queued(tiers.node, 3)
+        lowly = asyncio.create_task(first_byte_at(tiers.fronts[1], "lowly", spoof))
+        await wait_queued(tiers.node, 4)
     acme = await asyncio.gather(*flood)
 
     # Honoured, "high" would have gone next; lowly is of the low class and goes after acme's whole queue.
-    assert lowly > max(acme)
+    assert await lowly > max(acme)
     assert "ghost" not in tenants_in_metrics(tiers.node)
     assert metric(tiers.node, "tts_tenant_requests_total", tenant="lowly") >= 1
 
