@@ -233,7 +233,11 @@ class SlotScheduler(Generic[S]):
     async def _wait(self, waiter: asyncio.Future[Grant[S]], timeout_s: float | None) -> Grant[S]:
         taken = False
         try:
-            grant = await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+            # Not ``asyncio.wait_for``: on Python 3.11 it returns the grant when the slot comes in the same turn as a
+            # cancellation (the client left), swallowing it, and the request went on speaking for nobody. Here a
+            # cancellation always wins, and ``_give_up`` passes a slot handed out meanwhile on.
+            async with asyncio.timeout(timeout_s):
+                grant = await asyncio.shield(waiter)
             taken = True
             return grant
         except TimeoutError:

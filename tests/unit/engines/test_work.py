@@ -187,3 +187,23 @@ async def test_the_continuation_of_a_stream_is_neither_refused_nor_timed_out_but
     slots.taken -= 1
     slots_scheduler.hand_out()
     assert (await asyncio.wait_for(continuation, 1)).tenant == "a"
+
+
+@pytest.mark.parametrize("continuing", [False, True], ids=["first-job", "continuing"])
+async def test_a_waiter_cancelled_as_its_slot_comes_stays_cancelled_and_passes_the_slot_on(continuing: bool) -> None:
+    # The client of a queued request leaves just as the job before it ends: the slot is handed to its waiter and the
+    # waiter is cancelled in one turn of the loop. Python 3.11's wait_for returned the slot then, swallowing the
+    # cancellation, and the request went on speaking (every segment of a long input) for nobody.
+    slots_scheduler, slots = scheduler()
+    held = await slots_scheduler.acquire("a", None, 1.0)
+    held.start()
+    waiting = asyncio.create_task(slots_scheduler.acquire("b", None, 1.0, continuing=continuing))
+    await asyncio.sleep(0)
+    assert slots_scheduler.queued_by_tenant() == {"b": 1}
+    slots.taken -= 1  # the job ended: its backend frees the slot and says so, which hands it to b's waiter...
+    held.finish()
+    waiting.cancel()  # ...whose client left in the same turn
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert slots.taken == 0
+    assert len(slots_scheduler) == 0
