@@ -393,12 +393,14 @@ class RealtimeSession:
 
     async def _finish_segment(self, segment: _Segment, task: asyncio.Task[None] | None) -> None:
         """Report how a segment ended, after pushing its last audio out of the encoder."""
+        # First: what went out is the tenant's usage even when the segment ended because the client did (too slow
+        # to read, gone), which ``_outcome`` raises, and a send below can fail or be cancelled the same way.
+        await self._account(segment)
         error = _outcome(segment, task)
         if self._encoder is not None and (tail := self._encoder.drain()):
             await self._send(audio_delta(segment.id, next(self._seq), tail))
         if error is not None:
             await self._send(error_event(error, segment_id=segment.id))
-        await self._account(segment)
         await self._send(audio_done(segment.id, segment.text, segment.status, segment.usage()))
 
     async def _account(self, segment: _Segment) -> None:

@@ -8,6 +8,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.client import ClientProtocol
@@ -381,8 +382,16 @@ def stalled_client(gateway: GatewayProcess, messages: list[dict[str, Any]]) -> s
     return raw
 
 
+def audio_seconds_used(gateway: GatewayProcess) -> float:
+    response = httpx.get(f"{gateway.base_url}/v1/usage", headers={"Authorization": f"Bearer {KEY}"}, timeout=5)
+    assert response.status_code == 200, response.text
+    return float(response.json()["audio_seconds"])
+
+
 async def test_a_client_that_stops_reading_is_disconnected_and_its_synthesis_dropped(gateway: GatewayProcess) -> None:
-    """Backpressure: the server stops producing once the socket is full, and gives up after send_timeout_s."""
+    """Backpressure: the server stops producing once the socket is full, and gives up after send_timeout_s; the
+    audio that went out before is still the tenant's usage."""
+    used_before = await asyncio.to_thread(audio_seconds_used, gateway)
     raw = stalled_client(
         gateway,
         [
@@ -401,3 +410,5 @@ async def test_a_client_that_stops_reading_is_disconnected_and_its_synthesis_dro
     finally:
         raw.close()
     assert waited < 2.0 + 5.0  # send_timeout_s, and a margin for this 2-core machine
+    # Sent before the socket filled: at least the half-second chunks of its 16 KiB of buffer (Opus is smaller).
+    assert await asyncio.to_thread(audio_seconds_used, gateway) >= used_before + 0.5
