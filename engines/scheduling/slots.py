@@ -215,6 +215,9 @@ class SlotScheduler(Generic[S]):
         return Grant(self, holder, tenant, share, cost)
 
     def _abandoned(self, grant: Grant[S]) -> None:
+        # Nothing was made on it: the charge taken when it was asked for goes back, as for a waiter that left the
+        # queue (a waiter cancelled as its slot came, a worker that died before the job started on it).
+        self._queue.correct(grant.tenant, grant.share, -grant.cost)
         self._unhold(grant.tenant)
         self._source.give_back(grant.holder)
         self.hand_out()

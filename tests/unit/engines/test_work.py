@@ -207,3 +207,30 @@ async def test_a_waiter_cancelled_as_its_slot_comes_stays_cancelled_and_passes_t
         await waiting
     assert slots.taken == 0
     assert len(slots_scheduler) == 0
+
+
+async def test_a_slot_handed_to_a_waiter_that_left_costs_its_tenant_nothing() -> None:
+    slots_scheduler, slots = scheduler()
+    held = await slots_scheduler.acquire("x", None, 1.0)
+    held.start()
+    b_leaving = asyncio.create_task(slots_scheduler.acquire("b", None, 10.0))
+    a_first = asyncio.create_task(slots_scheduler.acquire("a", None, 10.0))
+    await asyncio.sleep(0)
+    slots.taken -= 1
+    held.finish()
+    b_leaving.cancel()  # b's slot comes as b leaves: it passes on to a
+    with pytest.raises(asyncio.CancelledError):
+        await b_leaving
+    running = await a_first
+    running.start()
+    a_again = asyncio.create_task(slots_scheduler.acquire("a", None, 10.0))  # a asks first...
+    b_again = asyncio.create_task(slots_scheduler.acquire("b", None, 10.0))
+    await asyncio.sleep(0)
+    slots.taken -= 1
+    running.finish(10.0)
+    # ...but a has had 10 s of speech and b none: b goes next (charged for the slot it never used, it tied with a).
+    assert (await asyncio.wait_for(b_again, 1)).tenant == "b"
+    assert not a_again.done()
+    a_again.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await a_again
