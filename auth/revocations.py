@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from auth.store import ForwardingAuthStore
+from lifecycle import cancel_and_wait
 from storage import STORAGE_ERRORS, OutageLatch
 
 if TYPE_CHECKING:
@@ -189,9 +190,7 @@ class RedisRevocationBus(LocalRevocationBus):
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
 
     async def _subscription(self) -> None:
         while True:

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from lifecycle import cancel_and_wait
 from storage import STORAGE_ERRORS, OutageLatch
 from storage.pressure import WriteRefusals, refuses_writes
 
@@ -345,9 +346,7 @@ class RedisUsageLedger:
 
     async def close(self) -> None:
         if self._writer is not None:
-            self._writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
+            await cancel_and_wait(self._writer)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(1.0):
                 await self._flush()

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from lifecycle.tasks import BackgroundTasks
+from lifecycle.tasks import BackgroundTasks, cancel_and_wait
 
-__all__ = ["BackgroundTasks"]
+__all__ = ["BackgroundTasks", "cancel_and_wait"]

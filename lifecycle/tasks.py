@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
-__all__ = ["BackgroundTasks"]
+__all__ = ["BackgroundTasks", "cancel_and_wait"]
 
 logger = logging.getLogger("tts_gateway.tasks")
 
@@ -64,6 +64,19 @@ class BackgroundTasks:
         self._tasks.discard(task)
         if not task.cancelled() and (error := task.exception()) is not None:
             logger.error("a background task of %s failed", self._owner, exc_info=error)
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended; a failure of its own (not its cancellation) is raised here.
+
+    Not ``task.cancel()`` then ``await task`` under ``suppress(CancelledError)``: a cancellation of the caller that
+    arrives while it waits is passed on to ``task``, whose ``CancelledError`` the suppress then swallows, and the
+    caller goes on as if it had not been cancelled. ``asyncio.wait`` raises the caller's cancellation in the caller.
+    """
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled() and (error := task.exception()) is not None:
+        raise error
 
 
 if TYPE_CHECKING:

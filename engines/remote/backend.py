@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import dataclasses
 import itertools
 import logging
@@ -37,6 +36,7 @@ from engines.remote.stream import Attempt, RemotePcmStream, describe_error
 from engines.samples import check_sample
 from engines.scheduling import SlotScheduler, expected_speech_s
 from engines.status import PoolStatus
+from lifecycle import cancel_and_wait
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -140,9 +140,7 @@ class RemoteEngine:
     async def stop(self) -> None:
         self._stopped = True
         if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+            await cancel_and_wait(self._watcher)
         self._slots.fail_waiters("the engine is stopping")
         if self._client is not None:
             await self._client.aclose()
