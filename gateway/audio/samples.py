@@ -3,14 +3,21 @@ copy to keep for audit.
 
 :func:`decode_recording` takes the bytes of an upload in one of the containers OpenAI lists for its custom voices
 (mp3, wav, ogg, aac, flac, webm, mp4) and returns mono signed 16-bit PCM at 24000 Hz, refusing what is not audio,
-too large, too short or too long with a :class:`RecordingError` that says which. :func:`encode_for_audit` turns that
-PCM into Ogg/Opus at a low bit rate: what the gateway keeps of a consent recording, never the upload itself.
+unsupported, too large, too short or too long with a :class:`RecordingError` that says which.
+:func:`encode_for_audit` turns that PCM into Ogg/Opus at a low bit rate: what the gateway keeps of a consent
+recording, never the upload itself.
 
 The container is recognised from its first bytes and the demuxer is then named to ffmpeg, so ffmpeg never probes:
 a probed upload could pick a demuxer that opens other files or URLs (an HLS playlist, a concat list).
 
-Knows nothing of HTTP, engines or storage; callers run these functions in a worker thread (they take milliseconds
-of CPU per second of audio, see ``bench/voice_samples.py``).
+Before it decodes, :func:`decode_recording` refuses what the headers declare beyond bounds (sample rates outside
+8-192 kHz, more than 8 channels, a duration over the longest), checks every decoded frame again, and stops at the
+longest duration: what a small file can make it spend is bounded. FFmpeg's decoders still parse untrusted bytes, so
+the gateway runs it only in decoder processes of their own, under memory and CPU caps (``gateway/uploads``), never
+in the server. :func:`encode_for_audit` encodes the gateway's own PCM and runs in a thread of the server.
+
+Knows nothing of HTTP, engines or storage. Both take milliseconds of CPU per second of audio
+(``bench/voice_samples.py``).
 """
 
 from __future__ import annotations
@@ -28,11 +35,17 @@ from gateway.audio._muxed import MuxedEncoder, MuxSpec
 
 if TYPE_CHECKING:
     import numpy.typing as npt
+    from av.audio.frame import AudioFrame
+    from av.audio.stream import AudioStream
+    from av.container import InputContainer
 
 __all__ = [
+    "MAX_CHANNELS",
     "MAX_RECORDING_BYTES",
     "MAX_RECORDING_S",
+    "MAX_SAMPLE_RATE",
     "MIN_RECORDING_S",
+    "MIN_SAMPLE_RATE",
     "SAMPLE_RATE",
     "DecodedRecording",
     "RecordingError",
@@ -45,6 +58,14 @@ SAMPLE_RATE = 24000
 """The rate of the PCM :func:`decode_recording` returns: the rate engines speak at (OpenAI's ``pcm``)."""
 MAX_RECORDING_BYTES = 10 * 1024 * 1024
 """The largest upload, as OpenAI allows for consent recordings and audio samples (10 MiB)."""
+MIN_SAMPLE_RATE = 8000
+"""Recordings declaring a lower sample rate are refused: telephone audio is the least a voice is recorded at, and a
+rate of a few hertz would make a few kilobytes resample to gigabytes."""
+MAX_SAMPLE_RATE = 192_000
+"""Recordings declaring a higher sample rate are refused: studio recorders stop here, and planning the resampling of
+hundreds of megahertz alone costs seconds of CPU."""
+MAX_CHANNELS = 8
+"""Recordings of more channels are refused; up to 7.1 they are mixed down to mono."""
 MIN_RECORDING_S = 1.0
 """Shorter recordings are refused: too little of a voice to learn from, or to hear a consent in."""
 MAX_RECORDING_S = 30.0
@@ -62,11 +83,16 @@ _AUDIT_SPEC = MuxSpec(
 )
 _ID3_HEADER_BYTES = 10
 _SNIFFED_BYTES = 12
+# What a container's declared duration may exceed the longest recording by before it is refused undecoded: a
+# declared duration is an estimate in some containers (MP3 without a Xing header: the bit rate and the file's size).
+_DECLARED_SLACK_S = 2.0
 # Encoder priming and padding that some containers carry untrimmed (ADTS and MP4 AAC: up to ~0.1 s): a recording of
 # exactly the longest duration must not be refused for it.
 _PADDING_S = 0.25
 
-RecordingProblem = Literal["not_audio", "too_large", "too_short", "too_long"]
+RecordingProblem = Literal["not_audio", "unsupported", "too_large", "too_short", "too_long", "decoder_failed"]
+"""Why an upload is refused: not audio in a supported container; audio whose sample rate or channels are outside the
+bounds; over the size; outside the duration bounds; or its decoding ended badly (crashed, out of memory or time)."""
 
 
 class RecordingError(ValueError):
@@ -144,6 +170,8 @@ def decode_recording(
     file.seek(0)
     try:
         pcm, codec = _decode(file, container, max_s)
+    except (RecordingError, MemoryError):  # MemoryError: FFmpeg's ENOMEM too, for whoever caps memory to tell
+        raise
     except (av.FFmpegError, ValueError) as exc:  # ValueError: PyAV's resampler on a stream that changes format
         raise RecordingError("not_audio", f"The {container} file could not be decoded: {exc}") from None
     recording = DecodedRecording(pcm, container, codec)
@@ -156,22 +184,66 @@ def _decode(file: BinaryIO, container: str, max_s: float) -> tuple[bytes, str]:
     chunks: list[npt.NDArray[np.float32]] = []
     samples = 0
     with av.open(file, mode="r", format=container) as source:
-        if not source.streams.audio:
-            raise RecordingError("not_audio", f"The {container} file has no audio stream.")
-        stream = source.streams.audio[0]
-        # Resampled in its own layout, then the channels averaged: ffmpeg's own downmix to mono is 3 dB quieter.
-        resampler = AudioResampler(format="fltp", rate=SAMPLE_RATE)
+        stream = _probe(source, container, max_s)
+        # Resampled in its own layout, packed, then the channels averaged: ffmpeg's own downmix to mono is 3 dB quieter,
+        # and PyAV 18 crashes converting planar frames of 8 or more channels to arrays (packed frames are one plane).
+        resampler = AudioResampler(format="flt", rate=SAMPLE_RATE)
         for frame in source.decode(stream):
+            _check_frame(frame, max_s)
             for out in resampler.resample(frame):
-                chunks.append(out.to_ndarray().mean(axis=0))
+                chunks.append(_mono(out))
                 samples += out.samples
             if samples >= limit:
                 break
         else:
-            chunks.extend(out.to_ndarray().mean(axis=0) for out in resampler.resample(None))
+            chunks.extend(_mono(out) for out in resampler.resample(None))
         codec = stream.codec_context.name
     mono = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
     return (np.clip(mono, -1.0, 1.0) * 32767).astype("<i2").tobytes(), codec
+
+
+def _probe(source: InputContainer, container: str, max_s: float) -> AudioStream:
+    """The audio stream to decode, once what its headers declare is within bounds: a sample rate and a channel count
+    that resampling can take at a bounded cost (a few kilobytes declaring 6 Hz would resample to gigabytes; 500 MHz
+    costs seconds of CPU to plan) and a duration not already over the longest."""
+    if not source.streams.audio:
+        raise RecordingError("not_audio", f"The {container} file has no audio stream.")
+    stream = source.streams.audio[0]
+    _check_format(stream.codec_context.sample_rate, stream.codec_context.channels, declared=True)
+    declared_s = source.duration / av.time_base if source.duration else 0.0
+    if declared_s > max_s + _PADDING_S + _DECLARED_SLACK_S:
+        raise RecordingError("too_long", f"The recording declares {declared_s:.1f} s; at most {max_s:g} s.")
+    stream.codec_context.thread_count = 1  # one core per decode: its CPU-time cap is then the time it takes
+    return stream
+
+
+def _check_frame(frame: AudioFrame, max_s: float) -> None:
+    """A decoded frame may say other than the headers did (FLAC frames carry their own rate): checked again, and a
+    frame longer than the longest recording is refused before it is resampled whole."""
+    _check_format(frame.sample_rate, frame.layout.nb_channels, declared=False)
+    if frame.samples > (max_s + _PADDING_S) * frame.sample_rate:
+        raise RecordingError("too_long", f"The recording lasts more than {max_s:g} s, the most allowed.")
+
+
+def _check_format(rate: int, channels: int, *, declared: bool) -> None:
+    where = "declares" if declared else "has audio at"
+    if rate and not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+        raise RecordingError(
+            "unsupported",
+            f"The recording {where} a sample rate of {rate} Hz; "
+            f"from {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz are accepted.",
+        )
+    if channels > MAX_CHANNELS:
+        raise RecordingError(
+            "unsupported", f"The recording {where} {channels} channels; at most {MAX_CHANNELS} are accepted."
+        )
+
+
+def _mono(frame: AudioFrame) -> npt.NDArray[np.float32]:
+    """A packed float frame's channels averaged."""
+    interleaved = np.asarray(frame.to_ndarray(), dtype=np.float32)
+    mono: npt.NDArray[np.float32] = interleaved.reshape(-1, frame.layout.nb_channels).mean(axis=1, dtype=np.float32)
+    return mono
 
 
 def _check_duration(duration_s: float, min_s: float, max_s: float) -> None:

@@ -4,15 +4,19 @@ or too long is refused with the reason; the audit copy is small Ogg/Opus that st
 from __future__ import annotations
 
 import io
+import struct
 import time
 
 import av
 import lameenc
 import numpy as np
 import pytest
+import soundfile
 
 from gateway.audio.samples import (
     MAX_RECORDING_BYTES,
+    MAX_SAMPLE_RATE,
+    MIN_SAMPLE_RATE,
     SAMPLE_RATE,
     RecordingError,
     decode_recording,
@@ -128,3 +132,47 @@ def test_the_audit_copy_is_small_ogg_opus_of_the_same_recording() -> None:
     assert heard.channels == 1
     assert heard.duration == pytest.approx(10.0, abs=0.1)
     assert dominant_frequency(heard) == pytest.approx(440.0, abs=3)
+
+
+def wav_declaring(rate: int, channels: int = 1, sample_bytes: int = 2, frames: int = 24000) -> bytes:
+    """A PCM WAV whose header declares ``rate`` and ``channels`` (any values: written by hand), with ``frames`` of
+    silence."""
+    data = bytes(frames * channels * sample_bytes)
+    fmt = struct.pack(
+        "<HHIIHH", 1, channels, rate, rate * channels * sample_bytes, channels * sample_bytes, 8 * sample_bytes
+    )
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+@pytest.mark.parametrize("rate", [1, 6, 7999, 192_001, 380_000_000])
+def test_sample_rates_outside_the_bounds_are_refused_before_decoding(rate: int) -> None:
+    with pytest.raises(RecordingError, match=f"sample rate of {rate} Hz") as refused:
+        decode_recording(wav_declaring(rate, frames=min(rate * 2, 24000)))
+    assert refused.value.problem == "unsupported"
+
+
+@pytest.mark.parametrize("rate", [MIN_SAMPLE_RATE, MAX_SAMPLE_RATE])
+def test_the_bounds_themselves_are_accepted(rate: int) -> None:
+    assert decode_recording(wav_declaring(rate, frames=int(rate * 1.5))).duration_s == pytest.approx(1.5, abs=0.01)
+
+
+def test_more_than_eight_channels_are_refused() -> None:
+    with pytest.raises(RecordingError, match="16 channels") as refused:
+        decode_recording(wav_declaring(24000, channels=16))
+    assert refused.value.problem == "unsupported"
+
+
+@pytest.mark.parametrize("channels", [3, 6, 7, 8])
+@pytest.mark.parametrize(("container", "rate"), [("WAV", 24000), ("WAV", 48000), ("FLAC", 24000), ("FLAC", 48000)])
+def test_multichannel_recordings_are_mixed_down_to_mono(channels: int, container: str, rate: int) -> None:
+    # What a studio or a phone's 5.1/7.1 capture gives: the same sound in every channel must come out at its level.
+    # Planar frames of 8 channels crashed PyAV's conversion to arrays (the process died of SIGSEGV).
+    seconds = 2.0
+    sound = 0.3 * np.sin(2 * np.pi * 550.0 * np.arange(int(seconds * rate)) / rate)
+    upload = io.BytesIO()
+    soundfile.write(upload, np.tile(sound[:, None], (1, channels)), rate, format=container, subtype="PCM_16")
+    decoded = decode_recording(upload.getvalue())
+    assert decoded.duration_s == pytest.approx(seconds, abs=0.01)
+    samples = pcm_audio(decoded.pcm)
+    assert float(np.sqrt(np.mean(samples**2))) == pytest.approx(0.3 / np.sqrt(2), rel=0.05)
