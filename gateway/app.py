@@ -49,6 +49,7 @@ from gateway.settings import Settings, load_settings
 from gateway.speech.consents import ConsentStore  # noqa: TC001
 from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import VoiceStore  # noqa: TC001
+from gateway.uploads import Uploads  # noqa: TC001
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 
     from engines.backend import EngineBackend
     from engines.settings import AnyEngineSettings
+    from gateway.uploads import DecoderProcesses
 
 __all__ = ["VERSION", "create_app", "openapi_document"]
 
@@ -81,6 +83,7 @@ def create_app(
     settings: Settings | None = None,
     *,
     pool_factory: Callable[[str, AnyEngineSettings], EngineBackend] | None = None,
+    decoders: DecoderProcesses | None = None,
 ) -> Litestar:
     """Build the gateway; engines and services start in its lifespan and stop with it.
 
@@ -89,6 +92,8 @@ def create_app(
         pool_factory: Builds each engine's backend (default: :func:`~engines.factory.create_backend`, worker
             processes, or HTTP for ``kind: openai``); the in-process tests run engines in threads behind the same
             interface.
+        decoders: Upload decoder processes started and stopped by the caller (the in-process tests share one set
+            across apps); by default each app starts its own.
     """
     settings = settings or load_settings()
     engine_node = settings.server.profile == "engine"
@@ -108,7 +113,9 @@ def create_app(
             *(playground_handlers() if settings.server.playground else []),
         ],
         lifespan=[
-            _services(settings, pool_factory or partial(create_backend, worker_logging=_worker_logging(settings)))
+            _services(
+                settings, pool_factory or partial(create_backend, worker_logging=_worker_logging(settings)), decoders
+            )
         ],
         dependencies=_dependencies(),
         middleware=[
@@ -147,6 +154,7 @@ def _engine_node_door(settings: Settings) -> list[Callable[[ASGIApp], ASGIApp]]:
 def _services(
     settings: Settings,
     pool_factory: Callable[[str, AnyEngineSettings], EngineBackend],
+    decoders: DecoderProcesses | None,
 ) -> Callable[[Litestar], Any]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -159,7 +167,7 @@ def _services(
             router = ModelRouter(
                 pools, settings.aliases, settings.failover, readiness=settings.readiness, fallbacks=metrics.fallbacks
             )
-            services = await open_services(settings, router, metrics, stack)
+            services = await open_services(settings, router, metrics, stack, decoders=decoders)
             collector = PoolCollector(router, lambda: services.limiter.outage_count)
             REGISTRY.register(collector)
             stack.callback(REGISTRY.unregister, collector)
@@ -224,6 +232,10 @@ def _storage(state: State) -> StorageProbe:
     return _services_of(state).storage
 
 
+def _uploads(state: State) -> Uploads:
+    return _services_of(state).uploads
+
+
 def _dependencies() -> dict[str, Provide]:
     """Each service a handler may ask for, by parameter name (``gateway/http/dependencies.py``)."""
     return {
@@ -233,6 +245,7 @@ def _dependencies() -> dict[str, Provide]:
         "voices": Provide(_voices, sync_to_thread=False),
         "consents": Provide(_consents, sync_to_thread=False),
         "storage": Provide(_storage, sync_to_thread=False),
+        "uploads": Provide(_uploads, sync_to_thread=False),
         "principal": Provide(provide_principal),
     }
 

@@ -32,6 +32,7 @@ from gateway.speech.plan import Planner
 from gateway.speech.service import SpeechService
 from gateway.speech.singleflight import SingleFlight
 from gateway.speech.voices import MemoryVoiceStore, RedisVoiceStore, VoiceStore
+from gateway.uploads import DecoderProcesses, Uploads
 from storage import STORAGE_ERRORS, RedisClient, connect_redis, redact_redis_url
 from storage.memory import EvictionPolicyCheck
 
@@ -116,13 +117,24 @@ class Services:
     revocations: RevocationBus
     sessions: SessionRegistry
     """Open realtime sessions: ended when the revocation bus announces their key or tenant gone."""
+    uploads: Uploads
+    """Consent recordings and voice samples: their admission and their decoding in decoder processes."""
 
 
 async def open_services(
-    settings: Settings, router: ModelRouter, metrics: SpeechMetrics, stack: AsyncExitStack
+    settings: Settings,
+    router: ModelRouter,
+    metrics: SpeechMetrics,
+    stack: AsyncExitStack,
+    *,
+    decoders: DecoderProcesses | None = None,
 ) -> Services:
     """Build every service, each registered on ``stack`` as it starts, so that closing the stack stops what was
-    started whatever failed after it; tenants from the configuration file are written into the store."""
+    started whatever failed after it; tenants from the configuration file are written into the store.
+
+    ``decoders``: upload decoder processes that someone else started and stops (the in-process tests share one set);
+    by default the app starts its own from ``settings.uploads``."""
+    uploads = Uploads(settings.uploads, decoders or _start_decoders(settings, stack))
     redis = await _redis(settings, stack)
     revocations: RevocationBus = RedisRevocationBus(redis) if redis is not None else LocalRevocationBus()
     stack.push_async_callback(revocations.close)
@@ -165,8 +177,18 @@ async def open_services(
     await storage.state()  # reads the eviction policy now when Redis answers
     authenticator = _authenticator(settings, store)
     return Services(
-        redis, store, authenticator, limiter, usage, voices, consents, speech, storage, revocations, sessions
+        redis, store, authenticator, limiter, usage, voices, consents, speech, storage, revocations, sessions, uploads
     )
+
+
+def _start_decoders(settings: Settings, stack: AsyncExitStack) -> DecoderProcesses:
+    """The app's own decoder processes, warm in the background before the first upload, stopped with ``stack``. An
+    engine node starts none: it takes no uploads (``gateway/http/security.py`` refuses them before any handler)."""
+    decoders = DecoderProcesses(settings.uploads)
+    if settings.server.profile != "engine":
+        stack.callback(decoders.stop)
+        decoders.start()
+    return decoders
 
 
 async def _redis(settings: Settings, stack: AsyncExitStack) -> RedisClient | None:

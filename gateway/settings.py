@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from auth.settings import AuthSettings, LimitsSettings
 from engines.settings import EngineSettings
+from gateway.uploads.settings import UploadSettings
 from storage.redis_url import parse_redis_url
 
 if TYPE_CHECKING:
@@ -335,6 +336,7 @@ class Settings(BaseSettings):
     speech: SpeechSettings = Field(default_factory=SpeechSettings)
     realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
     voices: VoicesSettings = Field(default_factory=VoicesSettings)
+    uploads: UploadSettings = Field(default_factory=UploadSettings)
 
     _redis_url_is_usable = field_validator("redis_url")(_usable_redis_url)
 

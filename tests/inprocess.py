@@ -8,7 +8,9 @@ boundary of the engines is gone, so a test takes milliseconds instead of startin
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import functools
 import threading
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -23,6 +25,7 @@ from engines.settings import RemoteEngineSettings
 from engines.status import PoolStatus
 from gateway.app import create_app
 from gateway.settings import Settings
+from gateway.uploads import DecoderProcesses, UploadSettings
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
     from engines.scheduling import TenantShare
     from engines.settings import AnyEngineSettings
 
-__all__ = ["ThreadBackend", "in_process_app"]
+__all__ = ["ThreadBackend", "in_process_app", "shared_decoders"]
 
 _END = object()
 
@@ -180,11 +183,22 @@ def _run(
     hand_over(_END)
 
 
+@functools.cache
+def shared_decoders() -> DecoderProcesses:
+    """Upload decoder processes for every in-process app of this test process, started once (each app would start
+    its own otherwise: processes for every test, most of which upload nothing), stopped when the process exits."""
+    decoders = DecoderProcesses(UploadSettings())
+    decoders.start()
+    atexit.register(decoders.stop)
+    return decoders
+
+
 def in_process_app(config: dict[str, Any] | None = None, **backend_options: Any) -> Litestar:
-    """The real app for ``config`` (a settings mapping, as YAML would give it), its engines in threads."""
+    """The real app for ``config`` (a settings mapping, as YAML would give it), its engines in threads; uploads are
+    decoded in real decoder processes, shared by the apps of the test process (:func:`shared_decoders`)."""
     settings = Settings(**(config or {}))
 
     def factory(name: str, engine: AnyEngineSettings) -> ThreadBackend:
         return ThreadBackend(name, engine, **backend_options)
 
-    return create_app(settings, pool_factory=factory)
+    return create_app(settings, pool_factory=factory, decoders=shared_decoders())

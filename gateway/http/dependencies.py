@@ -13,8 +13,9 @@ from gateway.services import StorageProbe
 from gateway.speech.consents import ConsentStore
 from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import VoiceStore
+from gateway.uploads import Uploads
 
-__all__ = ["AuthStoreDep", "Caller", "ConsentsDep", "Router", "StorageDep", "UsageDep", "VoicesDep"]
+__all__ = ["AuthStoreDep", "Caller", "ConsentsDep", "Router", "StorageDep", "UploadsDep", "UsageDep", "VoicesDep"]
 
 Caller: TypeAlias = NamedDependency[Principal]
 """The authenticated caller (provided as ``principal``)."""
@@ -31,3 +32,5 @@ ConsentsDep: TypeAlias = Annotated[ConsentStore, Dependency(kind="named"), SkipV
 """Consent recordings (provided as ``consents``)."""
 StorageDep: TypeAlias = Annotated[StorageProbe, Dependency(kind="named"), SkipValidationMarker()]
 """Whether the shared Redis answers, for ``/readyz`` (provided as ``storage``)."""
+UploadsDep: TypeAlias = Annotated[Uploads, Dependency(kind="named"), SkipValidationMarker()]
+"""Upload admission and decoding (provided as ``uploads``)."""

@@ -31,6 +31,7 @@ from engines.base import InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from gateway.http.ratelimit_headers import rate_limit_headers
 from gateway.schemas import ErrorResponse
+from gateway.uploads.errors import TooManyUploadsError, UploadsBusyError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -252,6 +253,26 @@ _LIMIT_MESSAGES = {
 }
 
 
+def _uploads_busy(exc: UploadsBusyError) -> OpenAIError:
+    return OpenAIError(
+        HTTP_503_SERVICE_UNAVAILABLE,
+        str(exc),
+        type=SERVER_ERROR,
+        code="uploads_busy",
+        headers={"Retry-After": str(exc.retry_after_s)},
+    )
+
+
+def _too_many_uploads(exc: TooManyUploadsError) -> OpenAIError:
+    return OpenAIError(
+        HTTP_429_TOO_MANY_REQUESTS,
+        f"{exc} Retry after {exc.retry_after_s} s.",
+        type="requests",
+        code="concurrency_limit_exceeded",
+        headers={"Retry-After": str(exc.retry_after_s)},
+    )
+
+
 def _backend_down(exc: Exception) -> OpenAIError:
     logger.warning("a shared backend is unreachable: %s", exc)
     return OpenAIError(
@@ -282,6 +303,8 @@ _CONVERSIONS: dict[type[Exception], Callable[[Any], OpenAIError]] = {
     InvalidCredentialsError: _invalid_credentials,
     UnknownTenantError: _unknown_tenant,
     RateLimitExceededError: _rate_limited,
+    UploadsBusyError: _uploads_busy,
+    TooManyUploadsError: _too_many_uploads,
     LimitsUnavailableError: _backend_down,
     AuthBackendError: _backend_down,
     UsageUnavailableError: _backend_down,  # GET /v1/usage while Redis is unreachable

@@ -19,7 +19,7 @@ from litestar.datastructures import UploadFile
 from litestar.openapi.spec import Encoding, OpenAPIMediaType, OpenAPIType, Schema
 from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_415_UNSUPPORTED_MEDIA_TYPE
 
-from gateway.audio.samples import DecodedRecording, RecordingError, decode_recording
+from gateway.audio.samples import DecodedRecording, RecordingError
 from gateway.http.errors import OpenAIError
 
 if TYPE_CHECKING:
@@ -28,10 +28,12 @@ if TYPE_CHECKING:
     from litestar import Request
     from pydantic import BaseModel
 
+    from gateway.uploads import Uploads
+
 __all__ = [
     "FORM",
     "JSON",
-    "Uploads",
+    "FormFiles",
     "content_type_of",
     "decode_upload",
     "form_body",
@@ -51,6 +53,8 @@ _AUDIO_LIMITER = anyio.CapacityLimiter(_AUDIO_THREADS)  # one per process, bound
 _AUDIO_TYPES = "audio/mpeg, audio/wav, audio/x-wav, audio/ogg, audio/aac, audio/flac, audio/webm, audio/mp4"
 _RECORDING_CODES = {
     "not_audio": "invalid_audio",
+    "unsupported": "invalid_audio",
+    "decoder_failed": "invalid_audio",
     "too_large": "file_too_large",
     "too_short": "audio_too_short",
     "too_long": "audio_too_long",
@@ -65,21 +69,41 @@ def content_type_of(request: Request[Any, Any, Any]) -> str:
 
 @asynccontextmanager
 async def open_form(
-    request: Request[Any, Any, Any], files: Mapping[str, str]
-) -> AsyncIterator[tuple[dict[str, str], Uploads]]:
+    request: Request[Any, Any, Any], files: Mapping[str, str], *, uploads: Uploads, tenant: str
+) -> AsyncIterator[tuple[dict[str, str], FormFiles]]:
     """The text fields of a ``multipart/form-data`` body, for the caller's model to validate, and its files, open
     until the block ends (Litestar spools each to a temporary file beyond 1 MiB: they are never read into memory
-    whole).
+    whole). The upload holds its place among ``tenant``'s and the replica's (:meth:`Uploads.admit`) from before its
+    body is read until the block ends.
 
     Args:
         request: The request, whose body has not been read.
         files: The file fields it may have, each with what it is (for the error when one is missing).
+        uploads: The replica's uploads.
+        tenant: Whose upload it is.
 
     Raises:
         OpenAIError: not a form (415), a file where text belongs or text where a file does, undecodable text (400).
+        TooManyUploadsError, UploadsBusyError: no place for one more upload (429, 503).
     """
     if content_type_of(request) != FORM:
         raise _not_a_form(request)
+    with uploads.admit(tenant, _body_bytes(request)):
+        async with _parsed_form(request, files) as parsed:
+            yield parsed
+
+
+def _body_bytes(request: Request[Any, Any, Any]) -> int:
+    """What the body will hold at most: its declared length, or the route's largest body when it declares none."""
+    largest = request.route_handler.resolve_request_max_body_size() or 0
+    declared = request.content_length
+    return largest if declared is None else min(declared, largest)
+
+
+@asynccontextmanager
+async def _parsed_form(
+    request: Request[Any, Any, Any], files: Mapping[str, str]
+) -> AsyncIterator[tuple[dict[str, str], FormFiles]]:
     try:
         form = await request.form()
     except (UnicodeDecodeError, LookupError):  # a text part in a charset it is not in, or one Python does not know
@@ -91,14 +115,14 @@ async def open_form(
             raise OpenAIError(HTTP_400_BAD_REQUEST, f"'{stray}' must be a text field.", param=stray)
         if misplaced := next((key for key in texts if key in files), None):
             raise OpenAIError(HTTP_400_BAD_REQUEST, f"'{misplaced}' must be a file.", param=misplaced)
-        yield texts, Uploads(uploads, files)
+        yield texts, FormFiles(uploads, files)
     finally:
         for upload in form.values():
             if isinstance(upload, UploadFile):
                 await upload.close()
 
 
-class Uploads:
+class FormFiles:
     """The files of a form, by field name."""
 
     def __init__(self, uploads: dict[str, UploadFile], described: Mapping[str, str]) -> None:
@@ -122,20 +146,21 @@ class Uploads:
 
 
 async def in_audio_thread(work: Callable[[Arg], Result], arg: Arg) -> Result:
-    """``work(arg)`` in a worker thread, a few at a time per process: decoding and encoding are CPU-bound (more at
-    once than cores only queues), and each holds up to 30 s of audio in memory (about 10 MB while it decodes), so
-    however many uploads arrive, at most :data:`_AUDIO_THREADS` of them are in memory decoded."""
+    """``work(arg)`` on the gateway's own audio (the audit copy of a recording already decoded) in a worker thread, a
+    few at a time per process: encoding is CPU-bound (more at once than cores only queues)."""
     return await anyio.to_thread.run_sync(work, arg, limiter=_AUDIO_LIMITER)
 
 
-async def decode_upload(file: BinaryIO, param: str) -> DecodedRecording:
-    """An uploaded recording as 24 kHz mono PCM (:func:`in_audio_thread`).
+async def decode_upload(uploads: Uploads, file: BinaryIO, param: str) -> DecodedRecording:
+    """An uploaded recording as 24 kHz mono PCM, decoded in a decoder process (:meth:`Uploads.decode`).
 
     Raises:
-        OpenAIError: 400 naming ``param``: not audio, over 10 MiB, too short or too long.
+        OpenAIError: 400 naming ``param``: not audio, unsupported, over 10 MiB, too short or too long, or a decoding
+            that crashed or ran out of memory or time (``invalid_audio``, the message says which).
+        UploadsBusyError: no decoder was free in time (503).
     """
     try:
-        return await in_audio_thread(decode_recording, file)
+        return await uploads.decode(file)
     except RecordingError as exc:
         raise OpenAIError(HTTP_400_BAD_REQUEST, str(exc), param=param, code=_RECORDING_CODES[exc.problem]) from None
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engines.base import MAX_SPEAKER_CHARS, OPENAI_VOICES
 from gateway.audio.samples import SAMPLE_RATE
-from gateway.http.dependencies import Caller, ConsentsDep, Router, VoicesDep
+from gateway.http.dependencies import Caller, ConsentsDep, Router, UploadsDep, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.routes._forms import FORM, JSON, content_type_of, decode_upload, form_body, json_body, open_form
 from gateway.routes.consents import UPLOAD_BODY_BYTES
@@ -202,12 +202,13 @@ class VoicesController(Controller):
         request_max_body_size=UPLOAD_BODY_BYTES,
         responses=error_responses(400, 401, 404, 413, 415, 429, 503),
     )
-    async def create_voice(
+    async def create_voice(  # noqa: PLR0917 - Litestar's parameters
         self,
         request: Request[Any, Any, Any],
         router: Router,
         voices: VoicesDep,
         consents: ConsentsDep,
+        uploads: UploadsDep,
         principal: Caller,
     ) -> VoiceObject:
         limits: VoicesSettings = request.app.state.settings.voices
@@ -216,7 +217,9 @@ class VoicesController(Controller):
         # counted before the body is read so that a tenant over its limit costs no upload or decoding.
         await speech.admission.admit(principal.tenant, 0)
         if content_type_of(request) == FORM:
-            voice = await _voice_from_sample(request, router, voices, consents, principal)
+            voice = await _voice_from_sample(
+                request, router, voices=voices, consents=consents, uploads=uploads, principal=principal
+            )
         else:
             voice = await _voice_from_json(request, router, voices, principal)
         try:
@@ -279,17 +282,23 @@ async def _json_body(request: Request[Any, Any, Any], max_bytes: int) -> Any:
 
 
 async def _voice_from_sample(
-    request: Request[Any, Any, Any], router: Router, voices: VoicesDep, consents: ConsentsDep, principal: Caller
+    request: Request[Any, Any, Any],
+    router: Router,
+    *,
+    voices: VoicesDep,
+    consents: ConsentsDep,
+    uploads: UploadsDep,
+    principal: Caller,
 ) -> CustomVoiceRecord:
     """OpenAI's form: the engine makes the speaker from the sample, with the tenant's consent."""
-    async with open_form(request, _SAMPLE) as (texts, files):
+    async with open_form(request, _SAMPLE, uploads=uploads, tenant=principal.tenant.name) as (texts, files):
         _refuse_prompt_voices(texts)
         form = VoiceSampleCreate.model_validate(texts)
         settings: Settings = request.app.state.settings
         backend = await _sample_engine(
             form, router, principal, voices=voices, consents=consents, max_voices=settings.voices.max_per_tenant
         )
-        sample = await decode_upload(files.required("audio_sample"), "audio_sample")
+        sample = await decode_upload(uploads, files.required("audio_sample"), "audio_sample")
     # The engine bounds the samples it takes (ChatTTS: a speaker prompt within MAX_SPEAKER_CHARS); a tighter
     # ``voices.max_speaker_chars`` is the gateway's own.
     speaker = await backend.speaker_from_sample(sample.pcm, SAMPLE_RATE, form.transcript or "")

@@ -17,7 +17,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_400_BAD_RE
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.audio.samples import MAX_RECORDING_BYTES, encode_for_audit
-from gateway.http.dependencies import Caller, ConsentsDep, VoicesDep
+from gateway.http.dependencies import Caller, ConsentsDep, UploadsDep, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.routes._forms import FORM, decode_upload, form_body, in_audio_thread, open_form
 from gateway.schemas import VoiceConsentDeleted, VoiceConsentList, VoiceConsentObject
@@ -99,19 +99,19 @@ class VoiceConsentsController(Controller):
         responses=error_responses(400, 401, 413, 415, 429, 503),
     )
     async def create_consent(
-        self, request: Request[Any, Any, Any], consents: ConsentsDep, principal: Caller
+        self, request: Request[Any, Any, Any], consents: ConsentsDep, uploads: UploadsDep, principal: Caller
     ) -> VoiceConsentObject:
         limits: VoicesSettings = request.app.state.settings.voices
         speech: SpeechService = request.app.state.speech
         # Counted before the upload is read: a tenant over its limit costs the gateway no decoding.
         await speech.admission.admit(principal.tenant, 0)
-        async with open_form(request, _RECORDING) as (texts, files):
+        async with open_form(request, _RECORDING, uploads=uploads, tenant=principal.tenant.name) as (texts, files):
             form = VoiceConsentCreate.model_validate(texts)
             cap = limits.max_consents_per_tenant
             # An early answer, before the recording costs a decoding; the store's atomic add decides.
             if len((await consents.page(principal.tenant.name, after=None, limit=cap)).data) >= cap:
                 raise _consent_limit_reached(cap)
-            recording = await decode_upload(files.required("recording"), "recording")
+            recording = await decode_upload(uploads, files.required("recording"), "recording")
         audit = await in_audio_thread(encode_for_audit, recording.pcm)
         consent = new_consent(principal.tenant.name, form.name, form.language, recording.duration_s)
         if not await consents.add(consent, audit, max_per_tenant=limits.max_consents_per_tenant):

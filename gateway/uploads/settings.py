@@ -1,0 +1,40 @@
+"""The settings of upload decoding (``uploads`` in the configuration): the decoder processes and their caps, and
+what uploads may hold at once."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["UploadSettings"]
+
+
+class UploadSettings(BaseModel):
+    """Consent recordings and voice samples are decoded by decoder processes of their own, never by the server
+    (``gateway/uploads``). The defaults fit a 30 s recording, which takes about 0.2 s of CPU and 30 MB to decode, many
+    times over."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decoders: int = Field(default=2, ge=1, le=64)
+    """Decoder processes kept started, each decoding one upload at a time (about 60 MB each while idle). More uploads
+    at once wait for one, up to ``queue_timeout_s``."""
+    decoder_memory_mb: int = Field(default=256, ge=32)
+    """Memory a decoder may map beyond what it holds when idle (its address space is capped there): decoding past it
+    ends that upload with 400 ``invalid_audio`` and the decoder is replaced."""
+    decoder_cpu_s: int = Field(default=5, ge=1)
+    """CPU seconds one decoding may take: beyond it the decoder is killed, the upload gets 400 ``invalid_audio``."""
+    decode_timeout_s: float = Field(default=10.0, gt=0)
+    """Wall-clock time one decoding may take, sending the upload to its decoder included: beyond it the decoder is
+    killed, the upload gets 400 ``invalid_audio``."""
+    decodes_per_decoder: int = Field(default=200, ge=1)
+    """Decodings a decoder serves before it is replaced by a fresh one (nothing one upload left behind lasts)."""
+    queue_timeout_s: float = Field(default=15.0, gt=0)
+    """How long an upload waits for a free decoder before it gets 503 with ``Retry-After``."""
+    max_per_tenant: int = Field(default=4, ge=1)
+    """Uploads one tenant may have in flight on a replica at once, from the first byte of the body to the answer;
+    one more gets 429 with ``Retry-After`` before its body is read."""
+    max_spooled_mb: int = Field(default=256, ge=16)
+    """Upload bodies all tenants may have in flight on a replica at once, in MiB (counted by their declared
+    ``Content-Length``; a body without one counts as the largest allowed). Bodies over 1 MiB are spooled to the
+    temporary directory while they wait: keep this under its size (the Helm chart sets it to half of
+    ``tmpSizeLimit``). One more gets 503 with ``Retry-After`` before its body is read."""
