@@ -350,6 +350,21 @@ def test_tmp_and_models_are_writable_volumes(render: Any, name: str) -> None:
     assert rendered.env["HOME"]["value"] == "/tmp"
 
 
+@pytest.mark.parametrize(
+    ("values", "spooled_mb"),
+    [
+        ({}, 512),  # the default 1Gi: half for upload bodies
+        ({"tmpSizeLimit": "4Gi"}, 2048),
+        ({"tmpSizeLimit": "500M"}, 238),
+        ({"tmpSizeLimit": "1.5Gi"}, 768),
+        ({"tmpSizeLimit": "20Mi"}, 16),  # never under the setting's least
+        ({"tmpSizeLimit": "4Gi", "config": {"uploads": {"max_spooled_mb": 100}}}, 100),  # said outright: kept
+    ],
+)
+def test_upload_bodies_in_flight_fit_in_tmp(render: Any, values: dict[str, Any], spooled_mb: int) -> None:
+    assert render(values).config["uploads"]["max_spooled_mb"] == spooled_mb
+
+
 def test_weights_volume(render: Any) -> None:
     default = render()
     assert "emptyDir" in {v["name"]: v for v in default.pod["volumes"]}["models"]

@@ -327,7 +327,23 @@ calls it on the engine tier, so aliases and model names stay as they are.
 {{- end }}
 {{- include "tts-gateway.nullMissingBuiltIns" $engines }}
 {{- $_ := set $config "aliases" (include "tts-gateway.aliases" . | fromJson) }}
+{{- $uploads := $config.uploads | default dict }}
+{{- if not (hasKey $uploads "max_spooled_mb") }}
+{{- /* Upload bodies over 1 MiB are spooled to /tmp while they wait: half of it for them, the rest for the rest. */}}
+{{- $_ := set $uploads "max_spooled_mb" (max 16 (div (include "tts-gateway.mebibytes" .Values.tmpSizeLimit | int) 2)) }}
+{{- end }}
+{{- $_ := set $config "uploads" $uploads }}
 {{- toYaml $config }}
+{{- end }}
+
+{{/*
+A Kubernetes quantity (values.schema.json's pattern: 512Mi, 1Gi, 2G, 1048576) in whole mebibytes.
+*/}}
+{{- define "tts-gateway.mebibytes" -}}
+{{- $quantity := toString . }}
+{{- $digits := regexFind "^[0-9]+(\\.[0-9]+)?" $quantity }}
+{{- $perUnit := dict "" 1.0 "m" 0.001 "k" 1e3 "Ki" 1024.0 "M" 1e6 "Mi" 1048576.0 "G" 1e9 "Gi" 1073741824.0 "T" 1e12 "Ti" 1099511627776.0 "P" 1e15 "Pi" 1125899906842624.0 "E" 1e18 "Ei" 1152921504606846976.0 }}
+{{- divf (mulf (float64 $digits) (get $perUnit (trimPrefix $digits $quantity))) 1048576 | floor | int }}
 {{- end }}
 
 {{/*
