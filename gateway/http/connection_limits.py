@@ -35,6 +35,7 @@ import json
 import logging
 import math
 import resource
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -44,6 +45,8 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.http.client_address import ProxyTrust, address_key
 from gateway.http.errors import INVALID_REQUEST, SERVER_ERROR, error_body
+from gateway.http.request_record import RequestRecord
+from gateway.http.tracking import log_access
 from gateway.observability.refusals import count_refusal
 
 if TYPE_CHECKING:
@@ -462,6 +465,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         count_refusal("connection", refusal.status, refusal.code)
+        self._log_refusal(refusal)
         if (cycle := self.cycle) is not None and not cycle.response_complete:
             # A request is in progress here (its body timed out, or one pipelined behind it broke a limit): it is
             # told the client went away, and what it still sends is dropped; a response begun leaves no room.
@@ -478,6 +482,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             head.append(b"retry-after: %d\r\n" % refusal.retry_after_s)
         self.transport.write(b"".join([*head, b"\r\n", body]))
         self.transport.close()
+
+    def _log_refusal(self, refusal: _Refusal) -> None:
+        """The refusal's access line, as the application writes one for each answer it gives: the request's method
+        and path when its head was read (``-`` before), the status and code it is answered with."""
+        scope: dict[str, Any] | None = getattr(self, "scope", None)
+        method, path = ("-", "-") if scope is None or self._receiving_head else (scope["method"], scope["path"])
+        log_access(RequestRecord(uuid.uuid4().hex, method, path, status=refusal.status, code=refusal.code))
 
 
 def _over_capacity() -> _Refusal:

@@ -30,6 +30,7 @@ from auth.usage import UsageUnavailableError
 from engines.base import InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from gateway.http.ratelimit_headers import rate_limit_headers
+from gateway.http.request_record import request_record
 from gateway.schemas import ErrorResponse
 from gateway.uploads.errors import TooManyUploadsError, UploadsBusyError
 
@@ -45,6 +46,7 @@ __all__ = [
     "ResponseTruncatedError",
     "as_openai_error",
     "error_body",
+    "error_response",
     "error_responses",
 ]
 
@@ -312,8 +314,12 @@ _CONVERSIONS: dict[type[Exception], Callable[[Any], OpenAIError]] = {
 }
 
 
-def _handle(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+def error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    """The response an exception becomes (the handler of :data:`EXCEPTION_HANDLERS`); its error code is noted on the
+    request's record, for the access log line."""
     error = as_openai_error(exc)
+    if (record := request_record(request.scope)) is not None:
+        record.code = error.code
     if error.status_code == HTTP_500_INTERNAL_SERVER_ERROR:
         logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     elif error.status_code == CLIENT_CLOSED_REQUEST:
@@ -321,4 +327,4 @@ def _handle(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[st
     return _respond(error)
 
 
-EXCEPTION_HANDLERS: ExceptionHandlersMap = dict.fromkeys([*_CONVERSIONS, Exception], _handle)
+EXCEPTION_HANDLERS: ExceptionHandlersMap = dict.fromkeys([*_CONVERSIONS, Exception], error_response)

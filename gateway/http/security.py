@@ -13,7 +13,7 @@ from auth import Principal  # noqa: TC001 - Litestar reads the hints of dependen
 from gateway.http.client_address import address_key
 from gateway.http.credential_throttle import FailureWindow, credential_throttle
 from gateway.http.errors import OpenAIError
-from gateway.http.tracking import request_record
+from gateway.http.request_record import request_record
 from gateway.observability.refusals import counted
 from gateway.services import ServiceTokenAuthenticator
 

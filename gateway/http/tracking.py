@@ -11,12 +11,13 @@ import logging
 import re
 import time
 import uuid
-from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from litestar import Request
 from litestar.enums import ScopeType
 
-from gateway.http.errors import ResponseTruncatedError
+from gateway.http.errors import ResponseTruncatedError, error_response
+from gateway.http.request_record import RECORD_KEY, RequestRecord
 from gateway.observability.http_metrics import HttpMetrics
 from gateway.observability.logs import UNFINISHED_RESPONSE_LOGGED
 
@@ -28,54 +29,13 @@ if TYPE_CHECKING:
 
     from gateway.observability.http_metrics import Span
 
-__all__ = [
-    "REQUEST_ID_HEADER",
-    "RequestRecord",
-    "request_record",
-    "request_tracking_middleware",
-]
+__all__ = ["REQUEST_ID_HEADER", "log_access", "request_tracking_middleware"]
 
 REQUEST_ID_HEADER = "x-request-id"
 _REQUEST_ID_HEADER = REQUEST_ID_HEADER.encode()
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_RECORD_KEY = "tts_request_record"
 
 access_log = logging.getLogger("tts_gateway.access")
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    """What one request did; filled in by the handlers, logged by the middleware."""
-
-    request_id: str
-    method: str
-    path: str
-    started: float = field(default_factory=time.perf_counter, repr=False)
-    status: int = 0
-    duration_ms: float = 0.0
-    tenant: str | None = None
-    model: str | None = None
-    engine: str | None = None
-    format: str | None = None
-    characters: int | None = None
-    audio_seconds: float | None = None
-    ttfb_ms: float | None = None
-    cache: str | None = None
-    truncated: bool | None = None
-    """True when the response began and ended short (its engine failed after the first audio)."""
-
-    def as_log(self) -> dict[str, Any]:
-        # Attribute by attribute: ``dataclasses.asdict`` deep-copies every value, a cost paid on every request.
-        return {name: value for name in _LOGGED_FIELDS if (value := getattr(self, name)) is not None}
-
-
-_LOGGED_FIELDS = tuple(f.name for f in fields(RequestRecord) if f.name != "started")
-
-
-def request_record(scope: Scope) -> RequestRecord | None:
-    """The record of the request being served (None outside the middleware, e.g. in unit tests)."""
-    record: RequestRecord | None = scope.get("state", {}).get(_RECORD_KEY)
-    return record
 
 
 def _request_id(scope: Scope) -> str:
@@ -112,22 +72,33 @@ def request_tracking_middleware(prometheus: PrometheusConfig) -> Callable[[ASGIA
 
 async def _tracked(app: ASGIApp, scope: HTTPScope, receive: Receive, send: Send, span: Span | None) -> None:
     record = RequestRecord(_request_id(scope), scope["method"], scope["path"])
-    scope.setdefault("state", {})[_RECORD_KEY] = record
+    scope.setdefault("state", {})[RECORD_KEY] = record
     tracked = _TrackedSend(send, record, span)
     try:
         await app(scope, receive, tracked.send)
     except Exception as exc:
-        if not record.status or not _is_truncation(exc):
-            raise  # nothing went out (an error response can still be sent), or not a truncation: a bug to see
-        # Logged where it happened; returning with the response incomplete makes uvicorn close the connection
-        # without the last chunk, so the client sees the body cut, and no traceback is written.
-        record.truncated = True
-        UNFINISHED_RESPONSE_LOGGED.set(True)
+        if not record.status:
+            # Raised by a middleware before any response (a refused credential, a JSON body too deep, no service
+            # token): answered here, through the handlers' own table, so that the answer carries its request id
+            # and the access line and the metrics its real status and code.
+            await _answer(exc, scope, receive, tracked.send)
+        elif not _is_truncation(exc):
+            raise  # a failure after the response began that is not a truncation: a bug to see
+        else:
+            # Logged where it happened; returning with the response incomplete makes uvicorn close the connection
+            # without the last chunk, so the client sees the body cut, and no traceback is written.
+            record.truncated = True
+            UNFINISHED_RESPONSE_LOGGED.set(True)
     finally:
         record.duration_ms = round((time.perf_counter() - record.started) * 1000, 2)
         if span is not None:
             span.end(record.status or 200)
-        _log_access(record)
+        log_access(record)
+
+
+async def _answer(exc: Exception, scope: HTTPScope, receive: Receive, send: Send) -> None:
+    request: Request[Any, Any, Any] = Request(scope, receive)
+    await error_response(request, exc).to_asgi_response(None, request)(scope, receive, send)
 
 
 def _is_truncation(exc: BaseException | None) -> bool:
@@ -170,7 +141,8 @@ class _TrackedSend:
         await self._send(message)
 
 
-def _log_access(record: RequestRecord) -> None:
+def log_access(record: RequestRecord) -> None:
+    """Write ``record`` as its request's access line (also for refusals made below the application)."""
     if not access_log.isEnabledFor(logging.INFO):
         return  # nothing to build: at ``log_level: warning`` a request costs no log line at all
     # ``handle`` a record made here rather than ``info()``, which would also walk the stack for the caller's file

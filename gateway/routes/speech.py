@@ -17,7 +17,7 @@ from gateway.http.dependencies import Caller  # noqa: TC001 - read at runtime, a
 from gateway.http.disconnect import unless_client_leaves
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.http.ratelimit_headers import rate_limit_headers
-from gateway.http.tracking import RequestRecord, request_record
+from gateway.http.request_record import RequestRecord, request_record
 from gateway.schemas import EngineNodeSpeechRequest, SpeechRequest  # noqa: TC001 - read at runtime, as JSONBody
 
 if TYPE_CHECKING:

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from auth.usage import UsageLedger
     from engines.backend import EngineBackend, PcmStream
     from engines.base import EngineInfo, SynthesisRequest
-    from gateway.http.tracking import RequestRecord
+    from gateway.http.request_record import RequestRecord
     from gateway.observability.metrics import SpeechMetrics
     from gateway.schemas import SpeechRequest, SpeechUsage
     from gateway.speech.admission import Admission

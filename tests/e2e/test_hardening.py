@@ -40,6 +40,7 @@ from engines.synthetic import voice_frequency
 from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess, exact_engines, free_port
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio, dominant_frequency
 from tests.redis_server import RedisServer
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -134,6 +135,20 @@ def head(method: str, path: str, *extra: str, content_length: int | None = None)
 
 def log_lines(gateway: GatewayProcess) -> list[str]:
     return [line for line in gateway.log().splitlines() if line.strip()]
+
+
+def access_lines(gateway: GatewayProcess, status: int, code: str) -> list[dict[str, Any]]:
+    """The access log lines of answers with ``status`` and error ``code``."""
+    lines = []
+    for line in log_lines(gateway):
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if entry.get("logger") == "tts_gateway.access" and (entry.get("status"), entry.get("code")) == (
+                status,
+                code,
+            ):
+                lines.append(entry)
+    return lines
 
 
 def wait_for_log(gateway: GatewayProcess, predicate: Any, timeout_s: float = 10.0) -> dict[str, Any]:
@@ -605,8 +620,9 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]
 
 def test_over_the_connection_cap_a_new_connection_gets_a_fast_503(capped: GatewayProcess) -> None:
     """Four connections each hold a request in progress (the server has asked for its body: ``100 Continue``); a
-    fifth gets 503 with OpenAI's body and ``Retry-After`` at once, not a hang; one freed, requests are served again."""
-    before = capped.refusals()
+    fifth gets 503 with OpenAI's body and ``Retry-After`` at once, not a hang; one freed, requests are served again.
+    Each refusal has its access line (before: none, so the log showed no sign of the cap)."""
+    before, logged = capped.refusals(), len(access_lines(capped, 503, "too_many_connections"))
     busy, refused = [], 1
     for _ in range(4):
         sock = socket.create_connection(("127.0.0.1", capped.port))
@@ -627,6 +643,7 @@ def test_over_the_connection_cap_a_new_connection_gets_a_fast_503(capped: Gatewa
         for sock in busy:
             sock.close()
     assert capped.refusals() - before == {("connection", 503, "too_many_connections"): refused}
+    wait_until(lambda: len(access_lines(capped, 503, "too_many_connections")) - logged == refused, what="the lines")
 
 
 # ---------------------------------------------------------------------------------------------------- 4. admin
@@ -826,7 +843,8 @@ def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]
 
 
 def test_a_bad_credential_is_a_401_from_the_head_and_frees_the_connection(locked: GatewayProcess) -> None:
-    """Before: the body was read first, so this socket held its connection for body_timeout_s and then got 408."""
+    """Before: the body was read first, so this socket held its connection for body_timeout_s and then got 408. Its
+    access line says 401 and the code (before: status 0), with the request id the answer carries (before: none)."""
     before = locked.refusals()
     elapsed, answer = exchange(
         locked.port,
@@ -836,6 +854,12 @@ def test_a_bad_credential_is_a_401_from_the_head_and_frees_the_connection(locked
     headers = assert_openai_error(answer, 401, "invalid_api_key")
     assert headers["connection"] == "close"
     assert elapsed < 2.0
+    wait_until(
+        lambda: any(
+            line["request_id"] == headers["x-request-id"] for line in access_lines(locked, 401, "invalid_api_key")
+        ),
+        what="the refusal's access line",
+    )
     _, answer = exchange(locked.port, head("POST", "/v1/audio/speech", content_length=65000) + b"{", timeout_s=5)
     assert_openai_error(answer, 401, "invalid_api_key")  # no credential at all: it guesses nothing, is not counted
     assert locked.refusals() - before == {("credentials", 401, "invalid_api_key"): 1}
