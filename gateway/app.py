@@ -50,6 +50,7 @@ from gateway.speech.consents import ConsentStore  # noqa: TC001
 from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import VoiceStore  # noqa: TC001
 from gateway.uploads import Uploads  # noqa: TC001
+from storage.redis import pool_exhaustions
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -168,7 +169,11 @@ def _services(
                 pools, settings.aliases, settings.failover, readiness=settings.readiness, fallbacks=metrics.fallbacks
             )
             services = await open_services(settings, router, metrics, stack, decoders=decoders)
-            collector = PoolCollector(router, lambda: services.limiter.outage_count)
+            collector = PoolCollector(
+                router,
+                lambda: services.limiter.outage_count,
+                lambda: pool_exhaustions(services.redis) if services.redis is not None else 0,
+            )
             REGISTRY.register(collector)
             stack.callback(REGISTRY.unregister, collector)
             app.state.update(router=router, services=services, speech=services.speech)

@@ -196,7 +196,7 @@ async def _redis(settings: Settings, stack: AsyncExitStack) -> RedisClient | Non
     if settings.redis_url is None:
         return None
     logger.info("shared state in Redis at %s", redact_redis_url(settings.redis_url))
-    redis = connect_redis(settings.redis_url)
+    redis = connect_redis(settings.redis_url, settings.redis_pool)
     stack.push_async_callback(redis.aclose)
     await _move_legacy_layout(redis, settings)
     return redis

@@ -21,6 +21,7 @@ from auth.settings import AuthSettings, LimitsSettings
 from engines.settings import EngineSettings
 from gateway.uploads.settings import UploadSettings
 from storage.redis_url import parse_redis_url
+from storage.settings import RedisPoolSettings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -330,6 +331,9 @@ class Settings(BaseSettings):
     ``sentinel_password``, ``sentinel_username``, ``db`` and, over TLS, ``ssl_ca_certs``, ``ssl_certfile``,
     ``ssl_keyfile``, ``ssl_cert_reqs``, ``ssl_check_hostname`` (``storage/redis_url.py``). Checked at load; the
     password never appears in logs or errors. Unset: each replica keeps them in its own memory."""
+    redis_pool: RedisPoolSettings = Field(default_factory=RedisPoolSettings)
+    """The connections of this process's Redis client (``redis_url``'s; a ``cache.redis_url`` client of its own
+    keeps the defaults)."""
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)

@@ -9,19 +9,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, ClusterPubSub, RedisCluster
-from redis.asyncio.connection import SSLConnection
+from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from storage.redis_url import parse_redis_url
+from storage.settings import RedisPoolSettings
 
 if TYPE_CHECKING:
     from storage.redis_url import RedisURL
 
-__all__ = ["REDIS_TIMEOUT_S", "ClusterClient", "RedisClient", "SentinelMasterClient", "connect_redis"]
+__all__ = [
+    "REDIS_TIMEOUT_S",
+    "ClusterClient",
+    "RedisClient",
+    "SentinelMasterClient",
+    "connect_redis",
+    "pool_exhaustions",
+]
 
 RedisClient: TypeAlias = Redis | RedisCluster
 """What every store takes: one Redis (plain or behind Sentinel) or a Redis Cluster. Stores never reach into the
@@ -31,22 +40,52 @@ REDIS_TIMEOUT_S = 1.0
 _HEALTH_CHECK_INTERVAL_S = 10
 
 
-def connect_redis(url: str) -> RedisClient:
+def connect_redis(url: str, pool: RedisPoolSettings | None = None) -> RedisClient:
     """A client for any URL of ``storage/redis_url.py``; it connects lazily, on its first command.
 
     Short timeouts and a single retry without backoff: an unreachable Redis must degrade requests quickly (fail
     open or closed, bypass the cache), never hang them, where redis-py's default retries with backoff for seconds.
-    Responses are not decoded: the audio cache stores bytes, and every other user decodes what it reads.
+    Responses are not decoded: the audio cache stores bytes, and every other user decodes what it reads. At most
+    ``pool.max_connections`` connections; a command that finds them all in use waits up to ``pool.wait_s`` for one
+    (one Redis or a Sentinel-managed master; a Cluster's pools refuse at once when full).
 
     Raises:
         InvalidRedisURLError: the URL is not one the gateway can use (the settings check it at load already).
     """
     target = parse_redis_url(url)
+    pool = pool or RedisPoolSettings()
     if target.topology == "sentinel":
-        return _sentinel_master(target)
+        return _sentinel_master(target, pool)
     if target.topology == "cluster":
-        return _cluster(target)
-    return _standalone(target)
+        return _cluster(target, pool)
+    return _standalone(target, pool)
+
+
+def pool_exhaustions(client: RedisClient) -> int:
+    """Commands of ``client`` that found every connection in use for all of ``wait_s`` (and failed)."""
+    pool = getattr(client, "connection_pool", None)
+    return pool.exhaustions if isinstance(pool, _WaitingPool) else 0
+
+
+class _WaitingPool(BlockingConnectionPool):
+    """redis-py's pool that waits for a free connection, counting the waits that ended empty-handed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.exhaustions = 0
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Connection:
+        try:
+            connection: Connection = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except RedisConnectionError as exc:
+            if isinstance(exc.__cause__, TimeoutError):  # not a failed connect: no connection came free in time
+                self.exhaustions += 1
+            raise
+        return connection
+
+
+class _WaitingSentinelPool(SentinelConnectionPool, _WaitingPool):
+    """A Sentinel-managed master's pool that waits for a free connection (both redis-py classes, combined)."""
 
 
 def _policy() -> dict[str, Any]:
@@ -62,21 +101,27 @@ def _tls(target: RedisURL) -> dict[str, Any]:
     return {"ssl": True, **dict(target.tls_options)} if target.tls else {}
 
 
-def _standalone(target: RedisURL) -> Redis:
+def _standalone(target: RedisURL, pool: RedisPoolSettings) -> Redis:
     where: dict[str, Any] = (
-        {"unix_socket_path": target.socket_path}
+        {"path": target.socket_path, "connection_class": UnixDomainSocketConnection}
         if target.socket_path is not None
-        else {"host": target.addresses[0][0], "port": target.addresses[0][1]}
+        else {
+            "host": target.addresses[0][0],
+            "port": target.addresses[0][1],
+            **({"connection_class": SSLConnection, **dict(target.tls_options)} if target.tls else {}),
+        }
     )
-    return Redis(
+    connections = _WaitingPool(
+        max_connections=pool.max_connections,
+        timeout=pool.wait_s,
         **where,
         db=target.db,
         username=target.username,
         password=target.password,
-        **_tls(target),
         **_policy(),
         health_check_interval=_HEALTH_CHECK_INTERVAL_S,
     )
+    return Redis.from_pool(connections)  # the client owns the pool: closing it closes the connections
 
 
 class SentinelMasterClient(Redis):
@@ -120,7 +165,7 @@ class _SentinelAwareSSLConnection(_SentinelAwareConnection, SSLConnection):
     pass
 
 
-def _sentinel_master(target: RedisURL) -> SentinelMasterClient:
+def _sentinel_master(target: RedisURL, pool: RedisPoolSettings) -> SentinelMasterClient:
     assert target.service is not None  # the parser requires it for this topology
     # The sentinels' own connections: the same policy (a sentinel that is down costs one timeout, then the next one
     # is asked), their own credentials, and TLS when the master speaks it.
@@ -141,7 +186,14 @@ def _sentinel_master(target: RedisURL) -> SentinelMasterClient:
         health_check_interval=_HEALTH_CHECK_INTERVAL_S,
     )
     connection_class = _SentinelAwareSSLConnection if target.tls else _SentinelAwareConnection
-    client = sentinels.master_for(target.service, redis_class=SentinelMasterClient, connection_class=connection_class)
+    client = sentinels.master_for(
+        target.service,
+        redis_class=SentinelMasterClient,
+        connection_class=connection_class,
+        connection_pool_class=_WaitingSentinelPool,
+        max_connections=pool.max_connections,
+        timeout=pool.wait_s,
+    )
     assert isinstance(client, SentinelMasterClient)  # master_for builds it with redis_class
     return client
 
@@ -179,8 +231,9 @@ class _InitializedClusterPubSub(ClusterPubSub):
         return await super().execute_command(*args, **kwargs)
 
 
-def _cluster(target: RedisURL) -> ClusterClient:
+def _cluster(target: RedisURL, pool: RedisPoolSettings) -> ClusterClient:
     return ClusterClient(
+        max_connections=pool.max_connections,
         startup_nodes=[ClusterNode(host, port) for host, port in target.addresses],
         # Keep the configured names for later topology refreshes: in Kubernetes the nodes announce pod addresses,
         # which all change when the pods are replaced, while a Service name keeps leading to the cluster.

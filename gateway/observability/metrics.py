@@ -135,9 +135,15 @@ class PoolCollector(Collector):
     """Queue depth, busy workers, ready workers and restarts of every engine pool, and the admissions made while
     the limits' storage was unreachable; read at scrape time."""
 
-    def __init__(self, router: ModelRouter, fail_open_admissions: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        router: ModelRouter,
+        fail_open_admissions: Callable[[], int],
+        redis_pool_exhaustions: Callable[[], int] = lambda: 0,
+    ) -> None:
         self._router = router
         self._fail_open_admissions = fail_open_admissions
+        self._redis_pool_exhaustions = redis_pool_exhaustions
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         router = self._router
@@ -182,6 +188,11 @@ class PoolCollector(Collector):
             "tts_limits_fail_open_admissions",
             "Requests admitted without checking limits while their storage was unreachable.",
             value=self._fail_open_admissions(),
+        )
+        yield CounterMetricFamily(
+            "tts_redis_pool_exhausted",
+            "Redis commands that found every connection of the pool in use for all of redis_pool.wait_s, and failed.",
+            value=self._redis_pool_exhaustions(),
         )
 
 

@@ -358,6 +358,7 @@ def test_redis_outage_fails_open_and_loses_no_usage(
     assert httpx.get(f"{lonely_replica.base_url}/readyz").json()["redis"] == "unreachable"
     metrics = httpx.get(f"{lonely_replica.base_url}/metrics").text
     assert "tts_limits_fail_open_admissions_total 3.0" in metrics
+    assert "tts_redis_pool_exhausted_total 0.0" in metrics  # an outage, not a pool run dry
     outage_redis.start()
     assert speak(lonely_replica, key, "after").status_code == 200
     usage = httpx.get(f"{lonely_replica.base_url}/v1/usage", headers={"authorization": f"Bearer {key}"}).json()

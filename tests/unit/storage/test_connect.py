@@ -3,6 +3,7 @@ reach fails fast, with one of ``STORAGE_ERRORS`` and without the password in wha
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING
 
@@ -11,11 +12,13 @@ from redis.exceptions import AuthenticationError, ResponseError
 
 from harness.gateway_process import free_port
 from storage import STORAGE_ERRORS, connect_redis
-from storage.redis import REDIS_TIMEOUT_S
+from storage.redis import REDIS_TIMEOUT_S, pool_exhaustions
+from storage.settings import RedisPoolSettings
 from tests.redis_server import disconnected
 from tests.redis_topologies import REDIS_PASSWORD, SENTINEL_PASSWORD, SERVICE
 
 if TYPE_CHECKING:
+    from storage import RedisClient
     from tests.redis_topologies import RedisClusterSetup, SentinelSetup
 
 SECRET = "n0t-the-password"
@@ -94,3 +97,37 @@ async def test_a_database_number_reaches_the_sentinel_managed_master(
     with disconnected(redis_sentinel.master.client(db=3)) as db3, disconnected(redis_sentinel.master.client()) as db0:
         assert db3.get("tts:in-db-3") == b"1"
         assert db0.get("tts:in-db-3") is None
+
+
+async def _blocked_commands(client: RedisClient, count: int, list_key: str) -> list[BaseException | None]:
+    """``count`` commands at once, each holding its connection for 0.3 s (a BLPOP that times out)."""
+    answers = await asyncio.gather(
+        *(client.blpop([list_key], timeout=0.3) for _ in range(count)), return_exceptions=True
+    )
+    return [answer if isinstance(answer, BaseException) else None for answer in answers]
+
+
+@pytest.mark.parametrize("topology", ["standalone", "sentinel"])
+async def test_commands_beyond_the_pool_wait_for_a_free_connection(
+    topology: str, request: pytest.FixtureRequest
+) -> None:
+    """Before: redis-py's default pool raised at once when all its connections were in use, so a burst of requests
+    got 503 ``backend_unavailable`` while Redis itself idled. Six commands on two connections now take turns."""
+    url = str(request.getfixturevalue("redis_url" if topology == "standalone" else "redis_sentinel_url"))
+    client = connect_redis(url, RedisPoolSettings(max_connections=2, wait_s=5.0))
+    try:
+        assert await _blocked_commands(client, 6, "tts:nothing") == [None] * 6
+        assert pool_exhaustions(client) == 0
+    finally:
+        await client.aclose()
+
+
+async def test_a_command_that_waits_past_the_bound_fails_as_an_outage_and_is_counted(redis_url: str) -> None:
+    client = connect_redis(redis_url, RedisPoolSettings(max_connections=2, wait_s=0.05))
+    try:
+        failures = [answer for answer in await _blocked_commands(client, 6, "tts:nothing") if answer is not None]
+        assert failures  # two held the connections for 0.3 s; the others waited 0.05 s
+        assert all(isinstance(failure, STORAGE_ERRORS) for failure in failures)
+        assert pool_exhaustions(client) == len(failures)
+    finally:
+        await client.aclose()
