@@ -10,9 +10,10 @@ entries that left the window since the last one, oldest first, and never walks t
 does not grow with the tenant's request rate. Redis's own clock times them, so replicas with skewed clocks agree. A
 tenant's windows and lease share one hash tag (``{<tenant>}``), the one slot Redis Cluster needs for one script.
 
-``limits`` has no concurrency primitive, so stream leases are written here: a sorted set per tenant (member: lease
-id, score: expiry in ms), renewed while the stream runs, so that a replica that dies mid-stream stops holding its
-leases after ``lease_ttl_s``.
+``limits`` has no concurrency primitive, so leases are written here: a sorted set per tenant and kind (member: lease
+id, score: expiry in ms), renewed while held, so that a replica that dies stops holding its leases after
+``lease_ttl_s``. Two kinds: concurrent streams (``concurrent_streams``, taken with a request's admission) and open
+WebSocket sessions (``open_sessions``, taken when a session opens).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 import math
 import time
 import uuid
+from collections import Counter
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -35,13 +37,14 @@ from storage import STORAGE_ERRORS, OutageLatch
 from storage.pressure import WriteRefusals, refuses_writes
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
     from contextlib import AbstractAsyncContextManager
 
     from auth.settings import TenantLimits
     from storage import RedisClient
 
 __all__ = [
+    "BodiesInFlight",
     "LimitReason",
     "LimitState",
     "LimitsUnavailableError",
@@ -51,7 +54,8 @@ __all__ = [
 
 logger = logging.getLogger("tts_gateway.limits")
 
-LimitReason = Literal["requests", "characters", "concurrency"]
+LimitReason = Literal["requests", "characters", "concurrency", "sessions", "bodies"]
+LeaseKind = Literal["streams", "sessions"]
 
 _WINDOW_S = 60
 _MAX_RETRY_AFTER_S = _WINDOW_S
@@ -90,14 +94,23 @@ class LimitsUnavailableError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class _Lease:
+    """A lease an admission takes: of which kind, under which id, and how many of that kind the tenant may hold."""
+
+    kind: LeaseKind
+    id: str
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Ask:
     """What one admission asks of a tenant's limits."""
 
     limits: TenantLimits
     characters: int
     count_request: bool
-    lease_id: str | None
-    """Take a concurrent-stream lease under this id (the tenant has a stream limit), or ``None``."""
+    lease: _Lease | None
+    """A lease to take (the tenant has a limit of its kind), or ``None``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +124,8 @@ class _Admissions(Protocol):
 
     async def admit(self, tenant: str, ask: _Ask, lease_ttl_s: float) -> _Verdict: ...
     async def state(self, tenant: str, limits: TenantLimits) -> LimitState: ...
-    async def renew(self, tenant: str, lease_id: str, ttl_s: float) -> bool: ...
-    async def release(self, tenant: str, lease_id: str) -> None: ...
+    async def renew(self, tenant: str, kind: LeaseKind, lease_id: str, ttl_s: float) -> bool: ...
+    async def release(self, tenant: str, kind: LeaseKind, lease_id: str) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -123,19 +136,20 @@ class _MemoryAdmissions:
     def __init__(self) -> None:
         self._storage = MemoryStorage()
         self._windows = MovingWindowRateLimiter(self._storage)
-        self._leases: dict[str, dict[str, float]] = {}
+        self._leases: dict[tuple[str, LeaseKind], dict[str, float]] = {}
 
     async def admit(self, tenant: str, ask: _Ask, lease_ttl_s: float) -> _Verdict:
         before = await self.state(tenant, ask.limits)
+        lease = ask.lease
         refused = _first_refusal(ask, before) or (
-            "concurrency" if ask.lease_id is not None and not self._lease_free(tenant, ask) else None
+            _LEASE_REFUSALS[lease.kind] if lease is not None and not self._lease_free(tenant, lease) else None
         )
         if refused is not None:
             return _Verdict(before, refused)
         for item, cost in _hits(ask):
             await self._windows.hit(item, tenant, cost=cost)
-        if ask.lease_id is not None:
-            self._leases.setdefault(tenant, {})[ask.lease_id] = time.monotonic() + lease_ttl_s
+        if lease is not None:
+            self._leases.setdefault((tenant, lease.kind), {})[lease.id] = time.monotonic() + lease_ttl_s
         return _Verdict(await self.state(tenant, ask.limits))
 
     async def state(self, tenant: str, limits: TenantLimits) -> LimitState:
@@ -144,25 +158,25 @@ class _MemoryAdmissions:
         chars_remaining, chars_reset = await self._window(tenant, characters, "characters")
         return LimitState(requests, req_remaining, req_reset, characters, chars_remaining, chars_reset)
 
-    async def renew(self, tenant: str, lease_id: str, ttl_s: float) -> bool:
-        held = self._leases.get(tenant, {})
+    async def renew(self, tenant: str, kind: LeaseKind, lease_id: str, ttl_s: float) -> bool:
+        held = self._leases.get((tenant, kind), {})
         if lease_id not in held:
             return False
         held[lease_id] = time.monotonic() + ttl_s
         return True
 
-    async def release(self, tenant: str, lease_id: str) -> None:
-        self._leases.get(tenant, {}).pop(lease_id, None)
+    async def release(self, tenant: str, kind: LeaseKind, lease_id: str) -> None:
+        self._leases.get((tenant, kind), {}).pop(lease_id, None)
 
     async def close(self) -> None:
         if self._storage.timer is not None:
             self._storage.timer.cancel()
 
-    def _lease_free(self, tenant: str, ask: _Ask) -> bool:
+    def _lease_free(self, tenant: str, lease: _Lease) -> bool:
         now = time.monotonic()
-        held = {lid: expiry for lid, expiry in self._leases.get(tenant, {}).items() if expiry > now}
-        self._leases[tenant] = held
-        return len(held) < (ask.limits.concurrent_streams or 0)
+        held = {lid: expiry for lid, expiry in self._leases.get((tenant, lease.kind), {}).items() if expiry > now}
+        self._leases[(tenant, lease.kind)] = held
+        return len(held) < lease.limit
 
     async def _window(self, tenant: str, limit: int | None, namespace: str) -> tuple[int | None, float | None]:
         if limit is None:
@@ -291,7 +305,7 @@ if redis.call('ZADD', KEYS[1], 'XX', 'CH', now + ttl, ARGV[1]) == 0 then return 
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 return 1
 """
-_REFUSALS: dict[int, LimitReason] = {1: "requests", 2: "characters", 3: "concurrency"}
+_LEASE_REFUSALS: dict[LeaseKind, LimitReason] = {"streams": "concurrency", "sessions": "sessions"}
 
 
 class _RedisAdmissions:
@@ -306,40 +320,44 @@ class _RedisAdmissions:
         self._renew = client.register_script(_RENEW_LUA)
 
     async def admit(self, tenant: str, ask: _Ask, lease_ttl_s: float) -> _Verdict:
-        limits = ask.limits
+        limits, lease = ask.limits, ask.lease
         args: list[int | str] = [
             limits.requests_per_minute or 0 if ask.count_request else 0,
             limits.characters_per_minute or 0,
             ask.characters,
-            limits.concurrent_streams or 0 if ask.lease_id is not None else 0,
-            ask.lease_id or "",
+            0 if lease is None else lease.limit,
+            "" if lease is None else lease.id,
             _ms(lease_ttl_s),
             self._window_ms,
         ]
-        answer = await self._admit(keys=self._keys(tenant), args=args)
-        return _Verdict(_state_of(limits, answer), _REFUSALS.get(int(answer[0])))
+        answer = await self._admit(keys=self._keys(tenant, "streams" if lease is None else lease.kind), args=args)
+        refusal = int(answer[0])
+        reason = {1: "requests", 2: "characters"}.get(refusal) or (_LEASE_REFUSALS[lease.kind] if lease else None)
+        return _Verdict(_state_of(limits, answer), reason if refusal else None)  # type: ignore[arg-type]
 
     async def state(self, tenant: str, limits: TenantLimits) -> LimitState:
         if limits.requests_per_minute is None and limits.characters_per_minute is None:
             return LimitState()
-        return _state_of(limits, await self._state(keys=self._keys(tenant), args=[0, 0, 0, 0, "", 0, self._window_ms]))
+        keys = self._keys(tenant, "streams")
+        return _state_of(limits, await self._state(keys=keys, args=[0, 0, 0, 0, "", 0, self._window_ms]))
 
-    async def renew(self, tenant: str, lease_id: str, ttl_s: float) -> bool:
-        return bool(await self._renew(keys=[self._leases(tenant)], args=[lease_id, _ms(ttl_s)]))
+    async def renew(self, tenant: str, kind: LeaseKind, lease_id: str, ttl_s: float) -> bool:
+        return bool(await self._renew(keys=[self._leases(tenant, kind)], args=[lease_id, _ms(ttl_s)]))
 
-    async def release(self, tenant: str, lease_id: str) -> None:
-        await self._client.zrem(self._leases(tenant), lease_id)
+    async def release(self, tenant: str, kind: LeaseKind, lease_id: str) -> None:
+        await self._client.zrem(self._leases(tenant, kind), lease_id)
 
     async def close(self) -> None:
         return None  # the client belongs to whoever built it
 
-    def _keys(self, tenant: str) -> list[str]:
+    def _keys(self, tenant: str, kind: LeaseKind) -> list[str]:
         windows = f"{self._prefix}limits:{{{tenant}}}"
         lists = [f"{windows}:requests", f"{windows}:characters"]
-        return [*lists, self._leases(tenant), *(f"{name}-total" for name in lists)]
+        return [*lists, self._leases(tenant, kind), *(f"{name}-total" for name in lists)]
 
-    def _leases(self, tenant: str) -> str:
-        return f"{self._prefix}leases:{{{tenant}}}"
+    def _leases(self, tenant: str, kind: LeaseKind) -> str:
+        # Stream leases keep the key they always had: replicas of both versions count the same streams.
+        return f"{self._prefix}{'leases' if kind == 'streams' else kind}:{{{tenant}}}"
 
 
 def _state_of(limits: TenantLimits, answer: list[Any]) -> LimitState:
@@ -420,20 +438,40 @@ class TenantRateLimiter:
             RateLimitExceededError: a limit would be exceeded (a stream limit only after ``stream_wait_s``).
             LimitsUnavailableError: the storage is unreachable and the limiter fails closed.
         """
-        lease = hold_stream is not None and limits.concurrent_streams is not None
-        ask = _Ask(limits, characters, count_request, uuid.uuid4().hex if lease else None)
-        if not lease and not _hits(ask):
+        streams = limits.concurrent_streams
+        lease = _Lease("streams", uuid.uuid4().hex, streams) if hold_stream is not None and streams else None
+        return await self._take(tenant, _Ask(limits, characters, count_request, lease), hold_stream)
+
+    def session_lease(self, tenant: str, limits: TenantLimits) -> AbstractAsyncContextManager[None]:
+        """Hold one of the tenant's open WebSocket sessions (``open_sessions``, across replicas) for the duration of an
+        ``async with``, renewed while held, released however the block ends.
+
+        Raises:
+            RateLimitExceededError: the tenant holds ``open_sessions`` sessions (on enter; reason ``sessions``).
+            LimitsUnavailableError: the storage is unreachable and the limiter fails closed (on enter).
+        """
+        return self._session(tenant, limits)
+
+    @asynccontextmanager
+    async def _session(self, tenant: str, limits: TenantLimits) -> AsyncIterator[None]:
+        async with AsyncExitStack() as held:
+            if limits.open_sessions is not None:
+                lease = _Lease("sessions", uuid.uuid4().hex, limits.open_sessions)
+                await self._take(tenant, _Ask(limits, 0, False, lease), held)
+            yield
+
+    async def _take(self, tenant: str, ask: _Ask, hold: AsyncExitStack | None) -> LimitState:
+        """Admit ``ask`` whole; its lease, if any, is held until ``hold`` closes."""
+        if ask.lease is None and not _hits(ask):
             return LimitState()
         verdict = await self._admit_within_wait(tenant, ask)
         if verdict is None:  # storage unreachable, failing open: admitted unchecked, without a lease
             self.outage_count += 1 if _hits(ask) else 0
-            return _unknown_state(limits)
+            return _unknown_state(ask.limits)
         if verdict.refused is not None:
             raise _refusal(verdict.refused, ask, verdict.state)
-        if hold_stream is not None and ask.lease_id is not None:
-            hold_stream.push_async_callback(
-                self._let_go, tenant, ask.lease_id, self._background.spawn(self._renew(tenant, ask))
-            )
+        if hold is not None and (lease := ask.lease) is not None:
+            hold.push_async_callback(self._let_go, tenant, lease, self._background.spawn(self._renew(tenant, lease)))
         return verdict.state
 
     async def state(self, tenant: str, limits: TenantLimits) -> LimitState:
@@ -495,29 +533,28 @@ class TenantRateLimiter:
                 return verdict
             await asyncio.sleep(min(_LEASE_POLL_S, left))
 
-    async def _renew(self, tenant: str, ask: _Ask) -> None:
-        lease_id = ask.lease_id or ""
+    async def _renew(self, tenant: str, lease: _Lease) -> None:
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)
             try:
-                if not await self._store.renew(tenant, lease_id, self.lease_ttl_s):
-                    logger.warning("stream lease of tenant %s expired before its renewal", tenant)
+                if not await self._store.renew(tenant, lease.kind, lease.id, self.lease_ttl_s):
+                    logger.warning("%s lease of tenant %s expired before its renewal", lease.kind, tenant)
                     return
             except STORAGE_ERRORS as exc:
                 logger.debug("stream lease renewal failed: %r", exc)
 
-    async def _let_go(self, tenant: str, lease_id: str, renewal: asyncio.Task[None]) -> None:
+    async def _let_go(self, tenant: str, lease: _Lease, renewal: asyncio.Task[None]) -> None:
         renewal.cancel()
         # Shielded: a cancelled caller (client gone) may be cancelled again at any await here (anyio cancels
         # level-triggered), and the release must still reach the storage.
-        await asyncio.shield(self._background.spawn(self._release(tenant, lease_id, renewal)))
+        await asyncio.shield(self._background.spawn(self._release(tenant, lease, renewal)))
 
-    async def _release(self, tenant: str, lease_id: str, renewal: asyncio.Task[None]) -> None:
+    async def _release(self, tenant: str, lease: _Lease, renewal: asyncio.Task[None]) -> None:
         await asyncio.wait([renewal])  # its last renewal must not land after the release
         try:
-            await self._store.release(tenant, lease_id)
+            await self._store.release(tenant, lease.kind, lease.id)
         except STORAGE_ERRORS as exc:  # it expires by itself after lease_ttl_s
-            logger.debug("stream lease release failed: %r", exc)
+            logger.debug("%s lease release failed: %r", lease.kind, exc)
 
     def _storage_failed(self, exc: Exception) -> None:
         if refuses_writes(exc):
@@ -529,7 +566,7 @@ class TenantRateLimiter:
 
 
 def _refusal(reason: LimitReason, ask: _Ask, state: LimitState) -> RateLimitExceededError:
-    if reason == "concurrency":
+    if reason in {"concurrency", "sessions", "bodies"}:
         return RateLimitExceededError(reason, _CONCURRENCY_RETRY_AFTER_S, state)
     reset = state.reset_requests_s if reason == "requests" else state.reset_tokens_s
     if reason == "characters" and ask.characters > (ask.limits.characters_per_minute or 0):
@@ -541,3 +578,38 @@ def _refusal(reason: LimitReason, ask: _Ask, state: LimitState) -> RateLimitExce
 
 def _unknown_state(limits: TenantLimits) -> LimitState:
     return LimitState(limit_requests=limits.requests_per_minute, limit_tokens=limits.characters_per_minute)
+
+
+class BodiesInFlight:
+    """Each tenant's requests whose body is still arriving, on this replica (``TenantLimits.bodies_in_flight``).
+
+    Kept in memory, not in Redis like the leases above: what a body in flight holds, a connection of this replica, is
+    this replica's own, and a round trip to Redis before every body would double what a request costs it.
+    """
+
+    def __init__(self) -> None:
+        self._by_tenant: Counter[str] = Counter()
+
+    def take(self, tenant: str, limit: int) -> Callable[[], None]:
+        """Count one more body of ``tenant``; the function returned uncounts it (once, however often it is called).
+
+        Raises:
+            RateLimitExceededError: the tenant has ``limit`` bodies in flight here (reason ``bodies``).
+        """
+        if self._by_tenant[tenant] >= limit:
+            raise RateLimitExceededError("bodies", _CONCURRENCY_RETRY_AFTER_S, LimitState())
+        self._by_tenant[tenant] += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._by_tenant[tenant] -= 1
+                if not self._by_tenant[tenant]:
+                    del self._by_tenant[tenant]
+
+        return release
+
+    def count(self, tenant: str) -> int:
+        return self._by_tenant[tenant]

@@ -21,6 +21,18 @@ class TenantLimits(BaseModel):
     characters_per_minute: int | None = Field(default=None, ge=1)
     """Input characters per minute: the speech analogue of tokens per minute."""
     concurrent_streams: int | None = Field(default=None, ge=1)
+    open_sessions: int | None = Field(default=100, ge=1)
+    """WebSocket sessions the tenant may hold open at once, across replicas (a lease each, released when the session
+    closes, expiring by itself if its replica dies); one more is refused when it opens. ``None``: unlimited. The
+    default holds one tenant to a tenth of a replica's ``server.max_connections``."""
+    bodies_in_flight: int | None = Field(default=50, ge=1)
+    """Requests of the tenant whose body is still arriving, on each replica (a body holds one of that replica's
+    connections while it arrives); one more gets 429 before its body is read. ``None``: unlimited."""
+
+    @classmethod
+    def unlimited(cls) -> TenantLimits:
+        """No limit at all: the one tenant of a gateway running open, the front gateways' service on an engine node."""
+        return cls(open_sessions=None, bodies_in_flight=None)
 
 
 class TenantScheduling(BaseModel):

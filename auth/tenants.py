@@ -35,7 +35,7 @@ class Tenant:
         return self.models is None or model in self.models
 
 
-ANONYMOUS = Tenant(name="anonymous", limits=TenantLimits(), models=None)
+ANONYMOUS = Tenant(name="anonymous", limits=TenantLimits.unlimited(), models=None)
 """The one tenant of a gateway that runs open: no limits, every model."""
 
 

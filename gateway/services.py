@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from auth import Authenticator, AuthStore, JWTVerifier, MemoryAuthStore, Principal, RedisAuthStore, seed_tenants
 from auth.cached import CachedAuthStore
 from auth.errors import InvalidCredentialsError
-from auth.limits import TenantRateLimiter
+from auth.limits import BodiesInFlight, TenantRateLimiter
 from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocationBus, RevocationBus
 from auth.settings import TenantLimits, TenantScheduling
 from auth.tenants import Tenant
@@ -119,6 +119,8 @@ class Services:
     """Open realtime sessions: ended when the revocation bus announces their key or tenant gone."""
     uploads: Uploads
     """Consent recordings and voice samples: their admission and their decoding in decoder processes."""
+    bodies: BodiesInFlight
+    """Each tenant's request bodies still arriving on this replica (``gateway/http/early_auth.py``)."""
 
 
 async def open_services(
@@ -177,7 +179,19 @@ async def open_services(
     await storage.state()  # reads the eviction policy now when Redis answers
     authenticator = _authenticator(settings, store)
     return Services(
-        redis, store, authenticator, limiter, usage, voices, consents, speech, storage, revocations, sessions, uploads
+        redis,
+        store,
+        authenticator,
+        limiter,
+        usage,
+        voices,
+        consents,
+        speech,
+        storage,
+        revocations,
+        sessions,
+        uploads,
+        BodiesInFlight(),
     )
 
 
@@ -233,7 +247,7 @@ def _authenticator(settings: Settings, store: AuthStore) -> Authenticator:
     return Authenticator(store, jwt, open_mode=open_mode)
 
 
-SERVICE_PRINCIPAL = Principal(Tenant(name="service", limits=TenantLimits(), models=None), "service")
+SERVICE_PRINCIPAL = Principal(Tenant(name="service", limits=TenantLimits.unlimited(), models=None), "service")
 """Who a request to an engine node is when its front gateway names no tenant (a front of an older version): one
 principal without limits, with the default share."""
 

@@ -7,7 +7,9 @@ the route is known and before the body is read: it authenticates a request whose
 its ``Authorization`` header and keeps the principal for the handler (``provide_principal``); a missing or bad
 credential is a 401 at once (a 429 from an address throttled for refused credentials,
 ``gateway/http/credential_throttle.py``), with ``Connection: close`` when a body was announced, so the connection is
-freed instead of waiting for a body nobody will read.
+freed instead of waiting for a body nobody will read. Once the caller is known, its body counts among its tenant's
+bodies in flight (``TenantLimits.bodies_in_flight``) until its last byte has arrived: one tenant cannot hold every
+connection with slow bodies (429 with ``Retry-After`` before the body is read).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from gateway.http.errors import OpenAIError, as_openai_error
 from gateway.http.security import PRINCIPAL_KEY, authenticate_request
 
 if TYPE_CHECKING:
-    from litestar.types import ASGIApp, Receive, Scope, Send
+    from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
+
+    from auth.limits import BodiesInFlight
 
 __all__ = ["credentials_before_body_middleware"]
 
@@ -43,9 +47,37 @@ def credentials_before_body_middleware(app: ASGIApp) -> ASGIApp:
                     error.headers["connection"] = "close"  # the body is not read: the connection cannot go on
                 raise error from None
             scope.setdefault("state", {})[PRINCIPAL_KEY] = principal
+            limit = principal.tenant.limits.bodies_in_flight
+            if limit is not None and _announces_body(scope):
+                await _with_body_counted(app, scope, receive, send, tenant=principal.tenant.name, limit=limit)
+                return
         await app(scope, receive, send)
 
     return middleware
+
+
+async def _with_body_counted(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, *, tenant: str, limit: int
+) -> None:
+    """Run the request with its body counted among the tenant's bodies in flight until its last byte has arrived (or
+    the request ends without it): a slow body holds a connection, a response being streamed does not count.
+
+    Raises:
+        RateLimitExceededError: the tenant has ``bodies_in_flight`` bodies arriving on this replica (429).
+    """
+    bodies: BodiesInFlight = scope["litestar_app"].state.services.bodies
+    release = bodies.take(tenant, limit)
+
+    async def counted_receive() -> ReceiveMessage:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            release()  # the whole body is in, or the client left
+        return message
+
+    try:
+        await app(scope, counted_receive, send)
+    finally:
+        release()
 
 
 def _takes_principal(handler: Any) -> bool:

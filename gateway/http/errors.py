@@ -241,8 +241,8 @@ def _unknown_tenant(exc: UnknownTenantError) -> OpenAIError:
 
 def _rate_limited(exc: RateLimitExceededError) -> OpenAIError:
     # OpenAI names the exhausted budget in `type` ("requests" or "tokens"); characters are our tokens.
-    kind = {"requests": "requests", "characters": "tokens", "concurrency": "requests"}[exc.reason]
-    code = "concurrency_limit_exceeded" if exc.reason == "concurrency" else "rate_limit_exceeded"
+    kind = "tokens" if exc.reason == "characters" else "requests"
+    code = "rate_limit_exceeded" if exc.reason in {"requests", "characters"} else "concurrency_limit_exceeded"
     headers = {**rate_limit_headers(exc.state), "Retry-After": str(exc.retry_after_s)}
     message = f"{_LIMIT_MESSAGES[exc.reason]} Retry after {exc.retry_after_s} s."
     return OpenAIError(HTTP_429_TOO_MANY_REQUESTS, message, type=kind, code=code, headers=headers)
@@ -252,6 +252,8 @@ _LIMIT_MESSAGES = {
     "requests": "Rate limit reached for requests per minute.",
     "characters": "Rate limit reached for input characters per minute.",
     "concurrency": "Too many concurrent streams for your tenant.",
+    "sessions": "Too many open sessions for your tenant.",
+    "bodies": "Too many requests of your tenant are still sending their body.",
 }
 
 

@@ -210,8 +210,10 @@ async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float) -> 
 
 
 async def _admit(speech: SpeechService, principal: Principal, held: AsyncExitStack) -> None:
-    """A session counts as one request and holds one of the tenant's concurrent streams while it is open."""
+    """A session holds one of the tenant's open sessions, counts as one request and holds one of its concurrent
+    streams while it is open."""
     try:
+        await speech.admission.hold_session(principal.tenant, held)
         await speech.admission.admit(principal.tenant, 0, hold_stream=held)
     except (RateLimitExceededError, LimitsUnavailableError) as exc:
         raise _SessionRefusedError(as_openai_error(exc), _TRY_AGAIN_LATER) from None

@@ -1,4 +1,4 @@
-"""Admission: a tenant's per-minute limits and concurrent-stream leases, with every refusal counted."""
+"""Admission: a tenant's per-minute limits, concurrent-stream and open-session leases, with every refusal counted."""
 
 from __future__ import annotations
 
@@ -45,6 +45,22 @@ class Admission:
                 tenant.name, tenant.limits, characters, count_request=count_request, hold_stream=hold_stream
             )
         except RateLimitExceededError as exc:
-            self._usage.record_rejection(tenant, exc.reason)
-            self._metrics.rejections.labels(tenant.name, exc.reason).inc()
+            self._rejected(tenant, exc)
             raise
+
+    async def hold_session(self, tenant: Tenant, held: AsyncExitStack) -> None:
+        """Take one of the tenant's open WebSocket sessions (``open_sessions``) until ``held`` closes.
+
+        Raises:
+            RateLimitExceededError: the tenant holds its most sessions (reason ``sessions``, recorded as a rejection).
+            LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
+        """
+        try:
+            await held.enter_async_context(self.limiter.session_lease(tenant.name, tenant.limits))
+        except RateLimitExceededError as exc:
+            self._rejected(tenant, exc)
+            raise
+
+    def _rejected(self, tenant: Tenant, refusal: RateLimitExceededError) -> None:
+        self._usage.record_rejection(tenant, refusal.reason)
+        self._metrics.rejections.labels(tenant.name, refusal.reason).inc()

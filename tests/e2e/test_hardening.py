@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 KEY = generate_api_key()
+TWO_BODIES_KEY = generate_api_key()
 ADMIN_TOKEN = "hardening-admin-" + uuid.uuid4().hex  # 48 characters
 HEADER_TIMEOUT_S = 2.0
 BODY_MIN_RATE = 2000  # bytes per second, over each interval
@@ -831,10 +832,16 @@ def test_behind_a_trusted_proxy_a_strangers_attempts_do_not_lock_the_admin_out(t
 def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     config = {
         "server": {"max_connections": 8, "body_timeout_s": 30.0},  # a config from before the minimum rate still works
-        "auth": {"tenants": [{"name": "acme", "api_key_sha256": [hash_api_key(KEY)]}]},
+        "auth": {
+            "tenants": [
+                {"name": "acme", "api_key_sha256": [hash_api_key(KEY)]},
+                {"name": "pair", "api_key_sha256": [hash_api_key(TWO_BODIES_KEY)], "limits": {"bodies_in_flight": 2}},
+            ]
+        },
         "engines": {
             "tones": {"kind": "synthetic", "workers": 1, "options": {"seconds_per_char": 0.01}},
             "steady": {"kind": "synthetic", "workers": 1, "options": {"rtf": 1.0, "chunk_ms": 50}},  # real time
+            "steady3": {"kind": "synthetic", "workers": 3, "options": {"rtf": 1.0, "chunk_ms": 50}},
         },
         "aliases": {},
     }
@@ -863,6 +870,20 @@ def test_a_bad_credential_is_a_401_from_the_head_and_frees_the_connection(locked
     _, answer = exchange(locked.port, head("POST", "/v1/audio/speech", content_length=65000) + b"{", timeout_s=5)
     assert_openai_error(answer, 401, "invalid_api_key")  # no credential at all: it guesses nothing, is not counted
     assert locked.refusals() - before == {("credentials", 401, "invalid_api_key"): 1}
+
+
+def test_a_response_being_streamed_holds_none_of_its_tenants_bodies_in_flight(locked: GatewayProcess) -> None:
+    """A tenant's body counts among its ``bodies_in_flight`` (2 here) only while it arrives: three of its responses
+    stream at once. (That a third body arriving at once is refused is shown in process:
+    tests/unit/gateway/test_bodies_in_flight.py.)"""
+    with (
+        httpx.Client(base_url=locked.base_url, headers=bearer(TWO_BODIES_KEY), timeout=30) as client,
+        contextlib.ExitStack() as held,
+    ):
+        for _ in range(3):
+            reply = held.enter_context(client.stream("POST", "/v1/audio/speech", json=speech("steady3", "x" * 60)))
+            assert reply.status_code == 200, reply.read()
+            assert next(reply.iter_raw())  # its audio has begun, and goes on for seconds
 
 
 STREAM_TEXT = "x" * 120  # six seconds of speech, spoken at real time by the steady engine

@@ -20,6 +20,7 @@ from engines.synthetic import voice_frequency
 from harness.gateway_process import GatewayProcess
 from tests.audio_decode import SPEECH_FORMATS, decode_audio, dominant_frequency
 from tests.realtime_client import Session, open_connections
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -30,6 +31,7 @@ IDLE_TIMEOUT_S = 3.0
 SEGMENT_PAD_S = 0.35
 KEY = generate_api_key()
 ONE_STREAM_KEY = generate_api_key()
+TWO_SESSIONS_KEY = generate_api_key()
 SMALL_BUDGET_KEY = generate_api_key()
 PARAGRAPH = (
     "The quick brown fox jumps over the lazy dog. Speech should start before this paragraph is typed out! "
@@ -45,6 +47,7 @@ def realtime_config() -> dict[str, Any]:
             "tenants": [
                 {"name": "acme", "api_key_sha256": [hash_api_key(KEY)]},
                 {"name": "solo", "api_key_sha256": [hash_api_key(ONE_STREAM_KEY)], "limits": {"concurrent_streams": 1}},
+                {"name": "pair", "api_key_sha256": [hash_api_key(TWO_SESSIONS_KEY)], "limits": {"open_sessions": 2}},
                 {
                     "name": "frugal",
                     "api_key_sha256": [hash_api_key(SMALL_BUDGET_KEY)],
@@ -270,6 +273,30 @@ async def test_a_second_session_over_the_concurrency_limit_is_refused(
     assert error["error"]["code"] == "concurrency_limit_exceeded"
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 1013
+
+
+async def test_a_tenant_holds_at_most_its_open_sessions(open_session: Any, gateway: GatewayProcess) -> None:
+    """Before: nothing capped the sessions a tenant without a stream limit held (1,000 idle sessions of one tenant
+    took every connection). Over ``open_sessions`` a session is refused at once, the others are untouched."""
+    await wait_closed(gateway)  # an earlier test's sessions are gone: the count below is this test's
+    first = await open_session(TWO_SESSIONS_KEY)
+    await open_session(TWO_SESSIONS_KEY)
+    async with connect(ws_url(gateway), additional_headers={"Authorization": f"Bearer {TWO_SESSIONS_KEY}"}) as socket:
+        error = json.loads(await socket.recv())
+        with pytest.raises(ConnectionClosed) as closed:
+            await socket.recv()
+    assert (error["error"]["code"], error["error"]["message"]) == (
+        "concurrency_limit_exceeded",
+        "Too many open sessions for your tenant. Retry after 1 s.",
+    )
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 1013
+    await first.send(type="input.append", text="Still here.")
+    await first.send(type="input.flush")
+    await first.next("audio.done")
+    await first.socket.close()
+    await wait_for(lambda: open_connections(gateway) <= 1, what="the server ending the first session")
+    await open_session(TWO_SESSIONS_KEY)  # the closed session's place is free again
 
 
 async def test_an_idle_session_is_closed_but_not_while_it_speaks(open_session: Any, gateway: GatewayProcess) -> None:

@@ -170,6 +170,39 @@ async def test_stream_leases_up_to_the_limit(limiter: TenantRateLimiter, tenant:
         pass
 
 
+async def test_session_leases_up_to_the_limit_apart_from_streams(limiter: TenantRateLimiter, tenant: str) -> None:
+    limits = TenantLimits(open_sessions=2, concurrent_streams=1)
+    async with AsyncExitStack() as held:
+        for _ in range(2):
+            await held.enter_async_context(limiter.session_lease(tenant, limits))
+        with pytest.raises(RateLimitExceededError) as refused:
+            await held.enter_async_context(limiter.session_lease(tenant, limits))
+        assert (refused.value.reason, refused.value.retry_after_s) == ("sessions", 1)
+        async with limiter.stream_lease(tenant, limits):  # sessions and streams are counted apart
+            pass
+    async with limiter.session_lease(tenant, limits), limiter.session_lease(tenant, limits):
+        pass  # released when the block ended
+    async with AsyncExitStack() as many:
+        for _ in range(5):
+            await many.enter_async_context(limiter.session_lease(tenant, TenantLimits(open_sessions=None)))
+
+
+async def test_two_replicas_never_hold_more_sessions_than_the_limit(
+    make_limiter: Callable[..., TenantRateLimiter], redis_url: str, tenant: str
+) -> None:
+    replicas = [make_limiter(redis_url), make_limiter(redis_url)]
+    limits = TenantLimits(open_sessions=3)
+    async with AsyncExitStack() as held:
+        admitted = 0
+        for i in range(8):
+            try:
+                await held.enter_async_context(replicas[i % 2].session_lease(tenant, limits))
+                admitted += 1
+            except RateLimitExceededError:
+                pass
+        assert admitted == 3
+
+
 async def test_a_stream_over_the_limit_waits_for_one_to_end_then_is_refused(
     make_limiter: Callable[..., TenantRateLimiter],
     storage_uri: str,
