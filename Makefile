@@ -5,6 +5,9 @@
 #                suite under coverage (CI runs it)
 # And for contributors (CONTRIBUTING.md):
 #   make quick   the linters and the unit tests not marked slow (no engine process, no ChatTTS): a minute or two
+#   make fuzz-uploads  tests/e2e/test_upload_fuzz.py at length: a real gateway's upload routes fuzzed with
+#                FUZZ_UPLOADS_EXAMPLES (5000) mutated recordings, a random seed it prints (FUZZ_UPLOADS_SEED=...
+#                replays it)
 #   make lock    regenerate requirements/*.txt, the exact versions every install here takes, from pyproject.toml
 
 PYTHON ?= python3
@@ -22,7 +25,7 @@ PIP_VERSION := 26.3
 PIP_TOOLS_VERSION := 7.6.2
 PIP_INSTALL := $(BIN)/python -m pip install --quiet $(PIP_EXTRA)
 
-.PHONY: setup serve test quick lint lock system-deps
+.PHONY: setup serve test quick fuzz-uploads lint lock system-deps
 
 # The official OpenAI Node SDK for tests/e2e/test_clients.py, from tests/node's lockfile (needs Node.js 20+ and npm).
 # Only `make test` installs it, so that `make serve` still needs nothing but Python.
@@ -79,6 +82,16 @@ test: system-deps lint $(NODE_SDK)
 # What a contributor runs before each commit; `make test` before a push.
 quick: lint
 	$(BIN)/python -m pytest tests/unit -m "not slow" $(PYTEST_ARGS)
+
+# The upload fuzz test of the suite (500 examples, derandomized) at length, with a random seed unless
+# FUZZ_UPLOADS_SEED names one; pytest's per-test timeout is off, for the run lasts as long as its examples.
+FUZZ_UPLOADS_EXAMPLES ?= 5000
+FUZZ_UPLOADS_SEED ?=
+fuzz-uploads: $(TESTING)
+	@seed="$(or $(FUZZ_UPLOADS_SEED),$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '))"; \
+	echo "fuzz-uploads: $(FUZZ_UPLOADS_EXAMPLES) examples, seed $$seed (FUZZ_UPLOADS_SEED=$$seed replays them)"; \
+	FUZZ_UPLOADS_EXAMPLES=$(FUZZ_UPLOADS_EXAMPLES) FUZZ_UPLOADS_SEED=$$seed \
+		$(BIN)/python -m pytest tests/e2e/test_upload_fuzz.py --timeout 0 $(PYTEST_ARGS)
 
 # The lock files: serve.txt for `make serve` and the Dockerfile, test.txt (serve.txt's versions and the test tools)
 # for `make test`. pip-compile keeps the versions already locked that still fit pyproject.toml;
