@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.hostile_uploads                        # a minute or two on a fixed gateway
     .venv/bin/python -m bench.hostile_uploads --rounds 5             # more timed uploads per file and route
     .venv/bin/python -m bench.hostile_uploads --only wav_380mhz      # some files only (repeat --only)
+    .venv/bin/python -m bench.hostile_uploads --bystander-model espeak --output bench/results/hostile_espeak.json
 
 One ``tts-gateway serve`` (``harness.hostile_uploads.upload_gateway_config``: the synthetic engine, no Redis) with
 four attacking tenants and a bystander. Two parts:
@@ -12,7 +13,8 @@ four attacking tenants and a bystander. Two parts:
   peak: Linux's VmHWM, which still shows a decoding freed since) over its level after warm-up, and whether it is
   still the same process. A server that died is started again and the row says so, so that the same bench measures
   a gateway before the fix.
-- **bystander**: the other tenant's speech (a short ``pcm`` request, streamed), ``--speech`` requests one after
+- **bystander**: the other tenant's speech (a short ``pcm`` request, streamed, from the synthetic engine or, with
+  ``--bystander-model espeak``, from espeak, whose speech takes real work), ``--speech`` requests one after
   another: its time to first byte when idle; while one attacker sends the hostile files back to back; while eight
   do at once (two per attacking tenant, within a tenant's uploads in flight). Percentiles, and the median over
   idle's median: what the attack costs a tenant who is not attacking.
@@ -114,8 +116,9 @@ class Arena:
     """The gateway under attack, with its attacking tenants' clients and the bystander's; started again when an upload
     kills it (a gateway without the fix)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, bystander_model: str) -> None:
         self.workdir = workdir
+        self.bystander_model = bystander_model
         self.keys = {"bystander": generate_api_key()} | {f"attacker-{i}": generate_api_key() for i in range(ATTACKERS)}
         self.restarts = 0
         self.speech_numbers = itertools.count()
@@ -124,7 +127,8 @@ class Arena:
     def _start(self) -> None:
         run = self.workdir / f"run{self.restarts}"
         run.mkdir(parents=True)
-        self.gateway = GatewayProcess(upload_gateway_config(self.keys), run).start()
+        config = upload_gateway_config(self.keys, espeak=self.bystander_model == "espeak")
+        self.gateway = GatewayProcess(config, run).start()
         self.attackers = [UploadClient(self.gateway.base_url, self.keys[f"attacker-{i}"]) for i in range(ATTACKERS)]
         headers = {"authorization": f"Bearer {self.keys['bystander']}"}
         self.bystander = httpx.Client(base_url=self.gateway.base_url, headers=headers, timeout=120)
@@ -137,10 +141,14 @@ class Arena:
             accepted = self.attackers[0].upload(route, recording("wav"), "warm-up.wav")
             accepted.raise_for_status()
             self.attackers[0].forget(route, accepted)
-        if first_byte_s(self.bystander, next(self.speech_numbers)) is None:
+        if self.first_byte_s() is None:
             raise RuntimeError(f"the bystander's speech failed after start:\n{self.gateway.log()[-4000:]}")
         assert self.gateway.process is not None
         return ServerFootprint.of(self.gateway.process.pid)
+
+    def first_byte_s(self) -> float | None:
+        """The bystander's next speech request: see :func:`first_byte_s`."""
+        return first_byte_s(self.bystander, next(self.speech_numbers), self.bystander_model)
 
     def alive(self) -> bool:
         """Running and answering: a server that dropped a connection as it crashed may not have exited yet."""
@@ -236,9 +244,9 @@ def percentiles(values_ms: list[float]) -> dict[str, float | None]:
     return {f"p{p}": round(float(np.percentile(values_ms, p)), 2) for p in PERCENTILES}
 
 
-def first_byte_s(client: httpx.Client, number: int) -> float | None:
+def first_byte_s(client: httpx.Client, number: int, model: str) -> float | None:
     """Seconds to the first byte of a short speech request's audio, read to its end; ``None`` if it was not served."""
-    body = {"model": CLONING_MODEL, "input": SPEECH_TEXT % number, "voice": "alloy", "response_format": "pcm"}
+    body = {"model": model, "input": SPEECH_TEXT % number, "voice": "alloy", "response_format": "pcm"}
     started = time.perf_counter()
     try:
         with client.stream("POST", "/v1/audio/speech", json=body) as response:
@@ -288,7 +296,7 @@ def measure_bystander(arena: Arena, names: list[str], requests: int) -> list[Bys
     rows: list[BystanderRow] = []
     for load, attackers in (("idle", 0), ("back to back", 1), ("at once", VOLLEY)):
         with attacked(arena, attackers, files) as answers:
-            firsts = [first_byte_s(arena.bystander, next(arena.speech_numbers)) for _ in range(requests)]
+            firsts = [arena.first_byte_s() for _ in range(requests)]
             statuses = Counter(str(answer.status).lower() for answer in answers)
         served = [first * 1000 for first in firsts if first is not None]
         figures = percentiles(served)
@@ -336,10 +344,16 @@ def main() -> None:
     parser.add_argument("--speech", type=int, default=50, help="the bystander's speech requests per load")
     parser.add_argument("--only", action="append", choices=sorted(HOSTILE_UPLOADS), help="this file only (repeat)")
     parser.add_argument("--output", type=Path, default=RESULTS, help="where the JSON goes")
+    parser.add_argument(
+        "--bystander-model",
+        choices=[CLONING_MODEL, "espeak"],
+        default=CLONING_MODEL,
+        help="the engine the other tenant's speech asks for (espeak: the embedded default's, real work per request)",
+    )
     args = parser.parse_args()
     names: list[str] = args.only or list(HOSTILE_UPLOADS)
     with tempfile.TemporaryDirectory(prefix="hostile-uploads-") as workdir:
-        arena = Arena(Path(workdir))
+        arena = Arena(Path(workdir), args.bystander_model)
         try:
             uploads = measure_uploads(arena, names, args.rounds)
             bystander = measure_bystander(arena, names, args.speech)
@@ -351,6 +365,7 @@ def main() -> None:
         "rounds": args.rounds,
         "speech_requests": args.speech,
         "restarts": arena.restarts,
+        "bystander_model": args.bystander_model,
         "uploads": [asdict(row) for row in uploads],
         "bystander": [asdict(row) for row in bystander],
     }

@@ -293,16 +293,17 @@ def multichannel_recording(container: Literal["wav", "flac"], channels: int, rat
 
 
 # ------------------------------------------------------------------------------------------------ sending them
-def upload_gateway_config(keys: Mapping[str, str]) -> dict[str, Any]:
+def upload_gateway_config(keys: Mapping[str, str], *, espeak: bool = False) -> dict[str, Any]:
     """A gateway for upload attacks: a tenant per ``keys`` entry (name -> API key), the synthetic engine (it makes
     voices from samples, and speaks), no Redis (consents and voices in memory), and caps no run reaches (a refusal
-    for a full tenant would come before the decoding under test)."""
+    for a full tenant would come before the decoding under test); with ``espeak``, the espeak engine too (the
+    embedded default's, for a bystander whose speech takes real work)."""
     tenants = [{"name": name, "api_key_sha256": [hash_api_key(key)]} for name, key in keys.items()]
     synthetic = {"kind": "synthetic", "workers": 2, "options": {"seconds_per_char": SECONDS_PER_CHAR}}
     return {
         "auth": {"tenants": tenants},
         "voices": {"max_per_tenant": 100_000, "max_consents_per_tenant": 100_000},
-        "engines": {CLONING_MODEL: synthetic},
+        "engines": {CLONING_MODEL: synthetic, **({"espeak": {"kind": "espeak", "workers": 1}} if espeak else {})},
         "aliases": {},
     }
 
