@@ -524,8 +524,12 @@ class TenantRateLimiter:
             try:
                 verdict = await self._store.admit(tenant, ask, self.lease_ttl_s)
             except STORAGE_ERRORS as exc:
+                self._forget(tenant, ask.lease)
                 self._storage_failed(exc)
                 return None
+            except asyncio.CancelledError:
+                self._forget(tenant, ask.lease)
+                raise
             self._outage.worked()
             self.write_refusals.worked()
             left = deadline - loop.time()
@@ -551,6 +555,16 @@ class TenantRateLimiter:
 
     async def _release(self, tenant: str, lease: _Lease, renewal: asyncio.Task[None]) -> None:
         await asyncio.wait([renewal])  # its last renewal must not land after the release
+        await self._drop(tenant, lease)
+
+    def _forget(self, tenant: str, lease: _Lease | None) -> None:
+        """Release, in the background, a lease whose admission ended without its answer (the caller was cancelled,
+        or the reply was lost): the script may have taken it in Redis, and nobody else knows its id. Before, such a
+        lease held one of the tenant's streams until it expired (``lease_ttl_s``) after every request had ended."""
+        if lease is not None:
+            self._background.spawn(self._drop(tenant, lease))
+
+    async def _drop(self, tenant: str, lease: _Lease) -> None:
         try:
             await self._store.release(tenant, lease.kind, lease.id)
         except STORAGE_ERRORS as exc:  # it expires by itself after lease_ttl_s

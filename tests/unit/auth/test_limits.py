@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import uuid
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
 import pytest
@@ -22,6 +23,7 @@ from auth.limits import (
 from auth.settings import TenantLimits
 from gateway.http.ratelimit_headers import UNLIMITED, format_reset, rate_limit_headers
 from storage import connect_redis
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -434,3 +436,51 @@ async def test_a_window_written_without_its_total_is_counted_once(redis_url: str
     assert state.remaining_tokens == 1000 - 95
     assert await client.get(f"{characters}-total") == b"95"
     await client.aclose()
+
+
+@asynccontextmanager
+async def replies_delayed(upstream_port: int, delay_s: float) -> AsyncIterator[int]:
+    """A TCP proxy in front of Redis that passes requests at once and holds each reply ``delay_s``: a command has
+    run in Redis for that long before its caller learns so. Yields the port to connect to."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                if delay:
+                    await asyncio.sleep(delay)
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def serve(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        redis_reader, redis_writer = await asyncio.open_connection("127.0.0.1", upstream_port)
+        await asyncio.gather(pipe(client_reader, redis_writer, 0.0), pipe(redis_reader, client_writer, delay_s))
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+
+
+async def test_a_lease_taken_as_its_caller_was_cancelled_is_released(
+    make_limiter: Callable[..., TenantRateLimiter], redis_server: RedisServer, tenant: str
+) -> None:
+    """Before: a request cancelled after its admission script ran in Redis but before the reply came back (a client
+    gone in those milliseconds, on a busy loop) left its stream lease held until ``lease_ttl_s`` after everything
+    had ended, and the tenant got 429 for streams it no longer had."""
+    admin = redis_server.client()
+    leases, limits = f"tts:leases:{{{tenant}}}", TenantLimits(concurrent_streams=1)
+    # Replies held 0.25 s, under the client's 1 s socket timeout; a first admission (another tenant's) connects and
+    # loads the script, so that the one below is a single round trip.
+    async with replies_delayed(redis_server.port, 0.25) as port:
+        limiter = make_limiter(f"redis://127.0.0.1:{port}/0", lease_ttl_s=30.0)
+        await limiter.admit(f"{tenant}-warm", limits, 1)
+        request = asyncio.create_task(limiter.admit(tenant, limits, 1, hold_stream=AsyncExitStack()))
+        await wait_for(lambda: admin.zcard(leases) == 1, timeout_s=5.0, what="the lease taken in Redis")
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        await wait_for(lambda: admin.zcard(leases) == 0, timeout_s=5.0, what="the lease released")
+        await limiter.close()
+    admin.close()
