@@ -84,3 +84,28 @@ async def test_a_tenant_holds_at_most_its_bodies_in_flight() -> None:
             body.released.set()
         assert [answer.status_code for answer in await asyncio.gather(*sending)] == [200, 200]
         assert (await speak(client, SLOW)).status_code == 200  # the bodies are in: their places are free
+
+
+async def test_a_changed_cap_holds_for_the_next_body_without_a_restart() -> None:
+    admin_token = "bodies-admin-" + "0123456789abcdef" * 2
+    admin = {"authorization": f"Bearer {admin_token}"}
+    config = {**CONFIG, "auth": {"admin_token": admin_token}}
+    async with AsyncTestClient(app=in_process_app(config)) as client:
+        created = await client.post(
+            "/admin/tenants", json={"name": "acme", "limits": {"bodies_in_flight": 1}}, headers=admin
+        )
+        assert created.status_code == 201, created.text
+        assert created.json()["limits"]["bodies_in_flight"] == 1  # shown in the tenant's limits
+        key = (await client.post("/admin/tenants/acme/keys", headers=admin)).json()["key"]
+        held = HeldBody(key)
+        sending = asyncio.create_task(held.send(client.app))
+        await held.started.wait()
+        await asyncio.sleep(0.1)
+        assert (await speak(client, key)).status_code == 429
+        raised = await client.post(
+            "/admin/tenants", json={"name": "acme", "limits": {"bodies_in_flight": 2}}, headers=admin
+        )
+        assert raised.status_code == 201, raised.text
+        assert (await speak(client, key)).status_code == 200  # the new cap, for the next body
+        held.released.set()
+        assert (await sending).status_code == 200
