@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from auth import Authenticator, AuthStore, JWTVerifier, MemoryAuthStore, Principal, RedisAuthStore, seed_tenants
 from auth.cached import CachedAuthStore
 from auth.errors import InvalidCredentialsError
-from auth.limits import BodiesInFlight, TenantRateLimiter
+from auth.limits import HeldConnections, TenantRateLimiter
 from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocationBus, RevocationBus
 from auth.settings import TenantLimits, TenantScheduling
 from auth.tenants import Tenant
@@ -119,8 +119,9 @@ class Services:
     """Open realtime sessions: ended when the revocation bus announces their key or tenant gone."""
     uploads: Uploads
     """Consent recordings and voice samples: their admission and their decoding in decoder processes."""
-    bodies: BodiesInFlight
-    """Each tenant's request bodies still arriving on this replica (``gateway/http/early_auth.py``)."""
+    held: HeldConnections
+    """What each tenant holds of this replica's connections (sessions open, bodies arriving), and its fair share of
+    them when the replica is crowded (``gateway/http/early_auth.py``, ``gateway/realtime/route.py``)."""
 
 
 async def open_services(
@@ -191,7 +192,7 @@ async def open_services(
         revocations,
         sessions,
         uploads,
-        BodiesInFlight(),
+        HeldConnections(settings.server.max_connections),
     )
 
 

@@ -8,8 +8,9 @@ its ``Authorization`` header and keeps the principal for the handler (``provide_
 credential is a 401 at once (a 429 from an address throttled for refused credentials,
 ``gateway/http/credential_throttle.py``), with ``Connection: close`` when a body was announced, so the connection is
 freed instead of waiting for a body nobody will read. Once the caller is known, its body counts among its tenant's
-bodies in flight (``TenantLimits.bodies_in_flight``) until its last byte has arrived: one tenant cannot hold every
-connection with slow bodies (429 with ``Retry-After`` before the body is read).
+bodies in flight (``TenantLimits.bodies_in_flight``) until its last byte has arrived, and among what it holds of a
+crowded replica (``auth.limits.HeldConnections``): one tenant cannot hold every connection with slow bodies (429 with
+``Retry-After`` before the body is read).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from gateway.http.security import PRINCIPAL_KEY, authenticate_request
 if TYPE_CHECKING:
     from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
 
-    from auth.limits import BodiesInFlight
+    from auth import Tenant
+    from auth.limits import HeldConnections
 
 __all__ = ["credentials_before_body_middleware"]
 
@@ -47,26 +49,24 @@ def credentials_before_body_middleware(app: ASGIApp) -> ASGIApp:
                     error.headers["connection"] = "close"  # the body is not read: the connection cannot go on
                 raise error from None
             scope.setdefault("state", {})[PRINCIPAL_KEY] = principal
-            limit = principal.tenant.limits.bodies_in_flight
-            if limit is not None and _announces_body(scope):
-                await _with_body_counted(app, scope, receive, send, tenant=principal.tenant.name, limit=limit)
+            if _announces_body(scope):
+                await _with_body_counted(app, scope, receive, send, principal.tenant)
                 return
         await app(scope, receive, send)
 
     return middleware
 
 
-async def _with_body_counted(
-    app: ASGIApp, scope: Scope, receive: Receive, send: Send, *, tenant: str, limit: int
-) -> None:
-    """Run the request with its body counted among the tenant's bodies in flight until its last byte has arrived (or
-    the request ends without it): a slow body holds a connection, a response being streamed does not count.
+async def _with_body_counted(app: ASGIApp, scope: Scope, receive: Receive, send: Send, tenant: Tenant) -> None:
+    """Run the request with its body counted among what the tenant holds of this replica until its last byte has
+    arrived (or the request ends without it): a slow body holds a connection, a response being streamed does not.
 
     Raises:
-        RateLimitExceededError: the tenant has ``bodies_in_flight`` bodies arriving on this replica (429).
+        RateLimitExceededError: the tenant has ``bodies_in_flight`` bodies arriving on this replica, or holds its fair
+            share of a crowded replica (429).
     """
-    bodies: BodiesInFlight = scope["litestar_app"].state.services.bodies
-    release = bodies.take(tenant, limit)
+    held: HeldConnections = scope["litestar_app"].state.services.held
+    release = held.take(tenant.name, "bodies", tenant.limits.bodies_in_flight)
 
     async def counted_receive() -> ReceiveMessage:
         message = await receive()

@@ -254,6 +254,7 @@ _LIMIT_MESSAGES = {
     "concurrency": "Too many concurrent streams for your tenant.",
     "sessions": "Too many open sessions for your tenant.",
     "bodies": "Too many requests of your tenant are still sending their body.",
+    "fair_share": "The server is near its connection capacity and your tenant holds its fair share of it.",
 }
 
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from litestar.datastructures import State
 
     from auth import Principal
+    from auth.limits import HeldConnections
     from gateway.realtime.registry import SessionRegistry
     from gateway.settings import RealtimeSettings
     from gateway.speech.service import SpeechService
@@ -71,7 +72,7 @@ async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
         async with AsyncExitStack() as held:
             principal, first = await _authenticate(socket, speech, settings)
             log["tenant"] = principal.tenant.name
-            await _admit(speech, principal, held)
+            await _admit(speech, principal, held, state.services.held)
             session = RealtimeSession(
                 socket,
                 speech,
@@ -209,10 +210,12 @@ async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float) -> 
     return event
 
 
-async def _admit(speech: SpeechService, principal: Principal, held: AsyncExitStack) -> None:
-    """A session holds one of the tenant's open sessions, counts as one request and holds one of its concurrent
-    streams while it is open."""
+async def _admit(speech: SpeechService, principal: Principal, held: AsyncExitStack, holdings: HeldConnections) -> None:
+    """A session holds one of the tenant's open sessions (across replicas) and its place among what the tenant holds
+    of this replica (refused over its fair share of a crowded one), counts as one request and holds one of its
+    concurrent streams while it is open."""
     try:
+        held.callback(holdings.take(principal.tenant.name, "sessions"))
         await speech.admission.hold_session(principal.tenant, held)
         await speech.admission.admit(principal.tenant, 0, hold_stream=held)
     except (RateLimitExceededError, LimitsUnavailableError) as exc:
