@@ -49,6 +49,7 @@ __all__ = [
     "SAMPLE_RATE",
     "DecodedRecording",
     "RecordingError",
+    "RecordingProblem",
     "decode_recording",
     "encode_for_audit",
     "sniff_container",

@@ -19,9 +19,16 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast, get_args
 
-from gateway.audio.samples import MAX_RECORDING_S, MIN_RECORDING_S, SAMPLE_RATE, DecodedRecording, RecordingError
+from gateway.audio.samples import (
+    MAX_RECORDING_S,
+    MIN_RECORDING_S,
+    SAMPLE_RATE,
+    DecodedRecording,
+    RecordingError,
+    RecordingProblem,
+)
 from gateway.uploads.wire import WireError, read_message, write_message
 
 if TYPE_CHECKING:
@@ -254,9 +261,9 @@ def _recording(reply: dict[str, Any], pcm: bytes) -> DecodedRecording:
     if reply.get("ok") is True and len(pcm) % 2 == 0:
         return DecodedRecording(pcm, str(reply.get("container", ""))[:32], str(reply.get("codec", ""))[:64])
     problem = reply.get("problem")
-    known = problem in {"not_audio", "unsupported", "too_large", "too_short", "too_long", "decoder_failed"}
     message = str(reply.get("message", ""))[:500] or "The recording could not be decoded."
-    raise RecordingError(problem if known else "decoder_failed", message)  # type: ignore[arg-type]
+    known = cast("RecordingProblem", problem) if problem in get_args(RecordingProblem) else "decoder_failed"
+    raise RecordingError(known, message)
 
 
 def _describe_status(status: int | None) -> str:
