@@ -38,6 +38,9 @@ __all__ = [
 ]
 
 
+_BIND_FAILED = "Address already in use"  # what redis-server logs when a port it was given is taken
+
+
 class RedisServer:
     """One ``redis-server`` process without persistence, on a fixed port across restarts.
 
@@ -59,6 +62,7 @@ class RedisServer:
         tls: TLSFiles | None = None,
     ) -> None:
         self.port = port or free_port()
+        self._ports_chosen_here = port is None
         self.password = password
         self.args = list(args)
         self.tls = tls
@@ -83,6 +87,27 @@ class RedisServer:
         return redis.Redis(port=self.port, password=self.password, **{"socket_connect_timeout": 1, **tls, **options})
 
     def start(self) -> None:
+        """Start the daemon and wait until it answers. Ports chosen here (by :func:`free_port`, which frees the port
+        it found) may be taken by someone else before the daemon binds them: then they are chosen again, twice at
+        most, before the first start only (a restart keeps its port)."""
+        for attempt in range(3):
+            logged = self._log_size()
+            try:
+                self._start()
+                self._ports_chosen_here = False  # started: its port is fixed from now on
+                return
+            except (redis.ConnectionError, redis.TimeoutError):  # refused, or someone else's listener is silent
+                port_taken = _BIND_FAILED in self.log()[logged:]
+                if not (self._ports_chosen_here and port_taken and attempt < 2):
+                    raise
+                self._choose_ports_again()
+
+    def _choose_ports_again(self) -> None:
+        self.port = free_port()
+        if "--cluster-port" in self.args:  # a cluster node's bus port, chosen by free_port too
+            self.args[self.args.index("--cluster-port") + 1] = str(free_port())
+
+    def _start(self) -> None:
         binary = shutil.which("redis-server")
         assert binary is not None
         command = [binary]
@@ -136,7 +161,11 @@ class RedisServer:
             client.flushall()
 
     def log(self) -> str:
-        return (self.dir / "redis.log").read_text(errors="replace")
+        log = self.dir / "redis.log"
+        return log.read_text(errors="replace") if log.exists() else ""
+
+    def _log_size(self) -> int:
+        return len(self.log())
 
 
 @dataclass(frozen=True)
