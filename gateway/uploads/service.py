@@ -81,7 +81,9 @@ class Uploads:
         if waiting.cancelled_caught:
             raise busy
         try:
-            decode = functools.partial(self._decoders.decode, upload, wait_s=wait_s)
+            # One wait in all: what is left of it for a decoder process to be free (one may be starting anew).
+            left_s = max(0.0, waiting.deadline - anyio.current_time())
+            decode = functools.partial(self._decoders.decode, upload, wait_s=left_s)
             return await anyio.to_thread.run_sync(decode)
         except NoDecoderError:
             raise busy from None
