@@ -40,18 +40,19 @@ from engines.pipe import frame, read_message
 from engines.samples import check_sample
 from engines.scheduling import SlotScheduler, expected_speech_s
 from engines.status import PoolStatus
+from engines.template import TEMPLATES, TemplateUnavailableError
 from engines.worker import run_worker
 from lifecycle import BackgroundTasks
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-    from multiprocessing.process import BaseProcess
 
     from engines.base import EngineInfo, SynthesisRequest
     from engines.breaker import BreakerSettings
     from engines.scheduling import Grant, TenantShare
     from engines.settings import LocalEngineSettings
     from engines.status import PoolState
+    from engines.template import WorkerProcess, WorkerTemplates
 
 __all__ = ["EnginePool", "SynthesisStream"]
 
@@ -147,7 +148,7 @@ class SynthesisStream:
 class _Worker:
     """The server's handle on one worker process."""
 
-    def __init__(self, pool: EnginePool, process: BaseProcess, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, pool: EnginePool, process: WorkerProcess, writer: asyncio.StreamWriter) -> None:
         self.pool = pool
         self.process = process
         self.writer = writer
@@ -227,10 +228,13 @@ class EnginePool:
         settings: LocalEngineSettings,
         *,
         worker_logging: dict[str, Any] | None = None,
+        templates: WorkerTemplates = TEMPLATES,
     ) -> None:
+        """``templates``: where warm workers are forked from (``settings.warm_start``; ``engines/template.py``)."""
         self.name = name
         self.settings = settings
         self._worker_logging = worker_logging
+        self._templates = templates
         self._context = multiprocessing.get_context("spawn")
         self._workers: list[_Worker] = []
         self._slots: SlotScheduler[_Worker] = SlotScheduler(name, settings, _WorkerSlots(self._workers))
@@ -247,9 +251,10 @@ class EnginePool:
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        """Start every worker; they load and warm up in the background (see :meth:`status`)."""
+        """Start every worker in the background: each is forked (once its template has imported the engine's modules,
+        the first time) or started, then loads and warms up (see :meth:`status`)."""
         for _ in range(self.settings.workers):
-            await self._spawn()
+            self._respawns.spawn(self._spawn(), name=f"spawn-{self.name}")
         self._watchdog = asyncio.create_task(self._watch(), name=f"watchdog-{self.name}")
 
     async def wait_ready(self, timeout_s: float) -> bool:
@@ -415,18 +420,43 @@ class EnginePool:
     # ----------------------------------------------------------------- worker processes
     async def _spawn(self) -> None:
         parent_socket, child_socket = socket.socketpair()  # the pipe (engines/pipe.py); the child gets a duplicate
-        process = self._context.Process(
-            target=run_worker,
-            args=(self.settings.kind, self.settings.options, child_socket, self._worker_logging),
-            name=f"tts-worker-{self.name}",
-            daemon=True,
-        )
-        process.start()
+        # In a thread: a fork waits for the template's imports the first time. Cancelled meanwhile (the pool stops),
+        # the thread still finishes with the socket; the worker it started is then ended.
+        starting = asyncio.get_running_loop().run_in_executor(None, self._start_process, child_socket)
+        try:
+            process = await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            starting.add_done_callback(lambda started: _abandon(started, parent_socket, child_socket))
+            raise
+        except BaseException:
+            parent_socket.close()
+            child_socket.close()
+            raise
         child_socket.close()
         reader, writer = await asyncio.open_unix_connection(sock=parent_socket)
         worker = _Worker(self, process, writer)
         self._workers.append(worker)
         worker.reader_task = asyncio.create_task(self._read(worker, reader), name=f"worker-{process.pid}")
+        if self._stopped:  # stopped while it started
+            worker.kill("the pool is stopping")
+
+    def _start_process(self, child_socket: socket.socket) -> WorkerProcess:
+        """A worker process running this pool's engine on ``child_socket``: forked from its kind's template, warm, or
+        else started cold as a fresh interpreter (blocking: called in a thread)."""
+        settings = self.settings
+        if settings.warm_start:
+            try:
+                return self._templates.of(settings.kind).fork(settings.options, child_socket, self._worker_logging)
+            except TemplateUnavailableError as exc:
+                logger.warning("engine %s: %s; starting its worker cold", self.name, exc)
+        process = self._context.Process(
+            target=run_worker,
+            args=(settings.kind, settings.options, child_socket, self._worker_logging),
+            name=f"tts-worker-{self.name}",
+            daemon=True,
+        )
+        process.start()
+        return process
 
     async def _read(self, worker: _Worker, reader: asyncio.StreamReader) -> None:
         try:
@@ -479,8 +509,8 @@ class EnginePool:
 
     def _on_exit(self, worker: _Worker) -> None:
         was_ready = worker.state == "ready"
-        self._close(worker)
-        reason = worker.kill_reason or f"exit code {worker.process.exitcode}"
+        exitcode = self._close(worker)
+        reason = worker.kill_reason or f"exit code {exitcode}"
         for job in worker.jobs.values():
             job.on_end(JobEnded(job.id, error=f"the engine worker died ({reason})"), worker.sample_rate)
         worker.jobs.clear()
@@ -499,14 +529,19 @@ class EnginePool:
         if self.status().state == "unavailable":
             self._fail_waiters()
 
-    def _close(self, worker: _Worker) -> None:
+    def _close(self, worker: _Worker) -> int | None:
+        """Forget the worker, releasing what the pool holds of it; returns its exit code (None: not known)."""
         if worker.reader_task is not None and worker.reader_task is not asyncio.current_task():
             worker.reader_task.cancel()
         worker.writer.close()
         worker.process.join(timeout=1.0)
+        exitcode = worker.process.exitcode
+        with contextlib.suppress(ValueError):  # still running (a stopped pool's last resort failed): leave it
+            worker.process.close()
         worker.state = "dead"
         if worker in self._workers:
             self._workers.remove(worker)
+        return exitcode
 
     def _backoff_s(self) -> float:
         return min(_MAX_RESTART_BACKOFF_S, 0.5 * 2.0 ** max(0, self._failed_starts - 1))
@@ -524,6 +559,8 @@ class EnginePool:
         period = min(0.25, self.settings.stall_timeout_s / 4)
         while True:
             await asyncio.sleep(period)
+            if self.settings.warm_start:
+                self._templates.of(self.settings.kind).check()  # a dead template is replaced before it is needed
             now = time.monotonic()
             for worker in list(self._workers):
                 self._check(worker, now)
@@ -550,3 +587,13 @@ class EnginePool:
         elif worker.ping_sent_at is None and now - worker.last_seen > interval:
             worker.ping_sent_at = now
             worker.send(Ping(next(self._ping_nonces)))
+
+
+def _abandon(started: asyncio.Future[WorkerProcess], parent_socket: socket.socket, child_socket: socket.socket) -> None:
+    """End a worker whose start was cancelled (its pool stopped meanwhile)."""
+    parent_socket.close()
+    child_socket.close()
+    if not started.cancelled() and started.exception() is None:
+        process = started.result()
+        process.kill()
+        process.join(timeout=1.0)

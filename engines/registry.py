@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     from engines.base import Engine
 
-__all__ = ["ENGINE_KINDS", "create_engine"]
+__all__ = ["ENGINE_KINDS", "PRELOAD", "create_engine"]
 
 #: kind -> "module:class"; the class takes its kind's options model (``engines.settings``), or the plain values it
 #: validates into one.
@@ -20,6 +20,25 @@ ENGINE_KINDS: dict[str, str] = {
     "chattts": "engines.chattts:ChatTTSEngine",
     "espeak": "engines.espeak:EspeakEngine",
     "synthetic": "engines.synthetic:SyntheticEngine",
+}
+
+#: kind -> what its worker template imports before forking workers (``engines/template.py``): the engine's module and
+#: the heavy libraries it imports when it loads, so that a worker forked from the template pays only for its weights.
+#: A missing one costs a worker its import, nothing else.
+PRELOAD: dict[str, tuple[str, ...]] = {
+    "chattts": (
+        "numpy",
+        "torch",
+        "transformers",
+        "vocos",
+        "ChatTTS",
+        "engines.chattts",
+        "engines.chattts.generation",
+        "engines.chattts.streaming",
+        "engines.worker",
+    ),
+    "espeak": ("numpy", "espeakng_loader", "engines.espeak", "engines.worker"),
+    "synthetic": ("numpy", "engines.synthetic", "engines.worker"),
 }
 
 

@@ -66,6 +66,10 @@ class PoolSettings(QueueSettings):
     """Worker processes, each holding one engine instance."""
     start_timeout_s: float = Field(default=120.0, gt=0)
     """How long a worker may take to load and warm up before it counts as failed."""
+    warm_start: bool = True
+    """Fork workers from a template process that has already imported the engine's modules (torch and ChatTTS for
+    ``chattts``), so that a replacement for a dead or hung worker loads only its weights; ``false``: every worker
+    starts as a fresh interpreter and imports them itself. CUDA is never initialised before the fork."""
     stall_timeout_s: float = Field(default=30.0, gt=0)
     """A worker whose running request produces no audio for this long is killed and replaced (watchdog)."""
     cancel_timeout_s: float = Field(default=3.0, gt=0)

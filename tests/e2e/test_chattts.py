@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import openai
+import psutil
 import pytest
 
 from engines.chattts.loader import verify_directory
@@ -109,7 +110,12 @@ def test_a_dead_or_hung_worker_is_replaced(client: openai.OpenAI, gateway: Gatew
             with contextlib.suppress(ProcessLookupError):  # the pool killed it already; make sure
                 os.kill(victim, signal.SIGKILL)
     assert victim not in after["pids"]
-    response = client.audio.speech.with_raw_response.create(model="tts-1", voice="echo", input="Back again.")
+    # Forked warm from the template that imported torch (engines/template.py), not started by the server itself.
+    template = psutil.Process(after["pids"][0]).ppid()
+    assert gateway.process is not None and template != gateway.process.pid
+    assert "libtorch" in Path(f"/proc/{template}/maps").read_text()
+    text = f"Back again after signal {int(how)}."  # not the other case's text: its reply is in the audio cache
+    response = client.audio.speech.with_raw_response.create(model="tts-1", voice="echo", input=text)
     assert response.headers["x-engine"] == "chattts"
     assert decode_audio(response.content, "mp3").duration == pytest.approx(SEGMENT_S, abs=DURATION_TOLERANCE_S)
 
