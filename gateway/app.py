@@ -44,12 +44,13 @@ from gateway.routes.health import HealthController
 from gateway.routes.playground import playground_handlers
 from gateway.routes.speech import EngineNodeSpeechController, SpeechController
 from gateway.routes.usage import UsageController
-from gateway.services import Services, StorageProbe, open_services
+from gateway.services import Services, open_services
 from gateway.settings import Settings, load_settings
 from gateway.speech.consents import ConsentStore  # noqa: TC001
 from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import VoiceStore  # noqa: TC001
 from gateway.uploads import Uploads  # noqa: TC001
+from storage.probe import StorageProbe  # noqa: TC001
 from storage.redis import pool_exhaustions
 
 if TYPE_CHECKING:

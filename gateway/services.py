@@ -8,21 +8,16 @@ Handlers never receive this object: ``gateway/app.py`` provides each service to 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from auth import Authenticator, AuthStore, JWTVerifier, MemoryAuthStore, Principal, RedisAuthStore, seed_tenants
+from auth import Authenticator, AuthStore, JWTVerifier, MemoryAuthStore, RedisAuthStore, seed_tenants
 from auth.cached import CachedAuthStore
-from auth.errors import InvalidCredentialsError
 from auth.limits import HeldConnections, TenantRateLimiter
 from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocationBus, RevocationBus
-from auth.settings import TenantLimits, TenantScheduling
-from auth.tenants import Tenant
 from auth.usage import MemoryUsageLedger, RedisUsageLedger, UsageLedger
-from engines.remote.context import read_context
-from gateway.http.service_token import is_bearer
+from gateway.http.service_token import ServiceTokenAuthenticator
 from gateway.legacy import move_legacy_layout
 from gateway.realtime.registry import SessionRegistry
 from gateway.speech.admission import Admission
@@ -35,18 +30,17 @@ from gateway.speech.voices import MemoryVoiceStore, RedisVoiceStore, VoiceStore
 from gateway.uploads import DecoderProcesses, Uploads
 from storage import STORAGE_ERRORS, RedisClient, connect_redis, redact_redis_url
 from storage.memory import EvictionPolicyCheck
+from storage.probe import StorageProbe
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
     from contextlib import AsyncExitStack
 
-    from engines.remote.context import TenantContext
     from gateway.observability.metrics import SpeechMetrics
     from gateway.settings import CacheSettings, Settings
     from gateway.speech.routing import ModelRouter
     from storage.pressure import WriteRefusals
 
-__all__ = ["SERVICE_PRINCIPAL", "ServiceTokenAuthenticator", "Services", "StorageProbe", "open_services"]
+__all__ = ["Services", "open_services"]
 
 logger = logging.getLogger("tts_gateway.services")
 
@@ -54,51 +48,6 @@ OPEN_MODE_WARNING = (
     "NO TENANTS ARE CONFIGURED: the gateway is OPEN — every caller is served without credentials as tenant "
     "'anonymous'. Configure auth.tenants (or auth.admin_token) before exposing it beyond localhost."
 )
-
-
-_PING_TIMEOUT_S = 0.5
-
-
-class StorageProbe:
-    """Whether the shared Redis answers, whether the gateway needs it to serve (limits that fail closed), and what
-    ``/readyz`` should say of its memory: an eviction policy that may cost keys, and stores whose writes it refuses.
-
-    A plain class, not a dataclass: Litestar would try to convert a dataclass it injects, reading its annotations.
-    """
-
-    def __init__(
-        self,
-        redis: RedisClient | None,
-        *,
-        required: bool,
-        policy: EvictionPolicyCheck | None = None,
-        write_refusals: Sequence[WriteRefusals] = (),
-    ) -> None:
-        self.redis = redis
-        self.required = required
-        self.policy = policy
-        self.write_refusals = write_refusals
-
-    async def state(self) -> str:
-        """``ok``, ``unreachable`` or ``not configured``."""
-        if self.redis is None:
-            return "not configured"
-        try:
-            await asyncio.wait_for(self.redis.ping(), _PING_TIMEOUT_S)
-            if self.policy is not None:  # read once, as soon as Redis answers
-                await asyncio.wait_for(self.policy.check(), _PING_TIMEOUT_S)
-        except STORAGE_ERRORS:
-            return "unreachable"
-        return "ok"
-
-    def warnings(self) -> list[str]:
-        """What an operator should fix about Redis memory, though a replica can serve."""
-        warnings = [self.policy.warning] if self.policy is not None and self.policy.warning else []
-        return warnings + [line for refusals in self.write_refusals if (line := refusals.describe())]
-
-    def refusing_writes(self) -> list[str]:
-        """The stores whose writes Redis refuses now."""
-        return [refusals.store for refusals in self.write_refusals if refusals.refusing]
 
 
 @dataclass
@@ -246,46 +195,6 @@ def _authenticator(settings: Settings, store: AuthStore) -> Authenticator:
         logger.warning(OPEN_MODE_WARNING)
     jwt = JWTVerifier(auth.jwt) if auth.jwt is not None else None
     return Authenticator(store, jwt, open_mode=open_mode)
-
-
-SERVICE_PRINCIPAL = Principal(Tenant(name="service", limits=TenantLimits.unlimited(), models=None), "service")
-"""Who a request to an engine node is when its front gateway names no tenant (a front of an older version): one
-principal without limits, with the default share."""
-
-
-class ServiceTokenAuthenticator(Authenticator):
-    """An engine node's authenticator (``server.profile: engine``): the service token, and nothing else, admits."""
-
-    def __init__(self, store: AuthStore, service_token: str) -> None:
-        super().__init__(store, None, open_mode=False)
-        self._token = service_token
-
-    async def authenticate(self, authorization: str | None) -> Principal:
-        if not is_bearer(authorization, self._token):
-            raise InvalidCredentialsError("Invalid service token: this is an engine node, called by a gateway.")
-        return SERVICE_PRINCIPAL
-
-    async def authenticate_front(self, authorization: str | None, headers: Mapping[str, str]) -> Principal:
-        """The service token's check, then the tenant the front gateway serves with this request: the tenant of its
-        context headers with that tenant's share (``engines/remote/context.py``), or :data:`SERVICE_PRINCIPAL`
-        when it sends none. The context is read here only, once the token has admitted the caller: nobody else can
-        speak for a tenant, and a front gateway never reads it (its authenticator is another).
-
-        Raises:
-            InvalidCredentialsError: not the service token (401).
-            InvalidTenantContextError: a malformed context header (400).
-        """
-        service = await self.authenticate(authorization)
-        context = read_context(headers)
-        return service if context is None else _front_tenant(context)
-
-
-def _front_tenant(context: TenantContext) -> Principal:
-    share = context.share
-    scheduling = TenantScheduling(weight=share.weight, priority=share.priority, max_queued=share.max_queued)
-    # No limits here: the front enforced the tenant's own; the node schedules it by its share and counts it by name.
-    tenant = Tenant(name=context.tenant, limits=SERVICE_PRINCIPAL.tenant.limits, models=None, scheduling=scheduling)
-    return Principal(tenant, SERVICE_PRINCIPAL.credential)
 
 
 def _cache_settings(settings: Settings) -> CacheSettings:

@@ -9,11 +9,11 @@ from litestar.params import SkipValidationMarker
 
 from auth import AuthStore, Principal
 from auth.usage import UsageLedger
-from gateway.services import StorageProbe
 from gateway.speech.consents import ConsentStore
 from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import VoiceStore
 from gateway.uploads import Uploads
+from storage.probe import StorageProbe
 
 __all__ = ["AuthStoreDep", "Caller", "ConsentsDep", "Router", "StorageDep", "UploadsDep", "UsageDep", "VoicesDep"]
 

@@ -14,8 +14,8 @@ from gateway.http.client_address import address_key
 from gateway.http.credential_throttle import FailureWindow, credential_throttle
 from gateway.http.errors import OpenAIError
 from gateway.http.request_record import request_record
+from gateway.http.service_token import ServiceTokenAuthenticator
 from gateway.observability.refusals import counted
-from gateway.services import ServiceTokenAuthenticator
 
 if TYPE_CHECKING:
     from litestar.connection import ASGIConnection

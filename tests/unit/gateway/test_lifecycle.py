@@ -90,7 +90,7 @@ async def start_then_fail(app_settings: Settings, **options: Any) -> BaseExcepti
         "gateway.services.RedisRevocationBus.start",
         "gateway.services.seed_tenants",
         "gateway.services.AudioCache.start",
-        "gateway.services.StorageProbe.state",
+        "storage.probe.StorageProbe.state",
         "gateway.app.PoolCollector",
     ],
 )
