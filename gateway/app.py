@@ -25,12 +25,12 @@ from auth import AuthStore  # noqa: TC001
 from auth.usage import UsageLedger  # noqa: TC001
 from engines.factory import create_backend
 from engines.remote.context import engine_node_headers
+from gateway.http.auth.early_auth import credentials_before_body_middleware
+from gateway.http.auth.security import provide_principal
+from gateway.http.auth.service_token import service_token_middleware
 from gateway.http.backpressure import send_timeout_middleware
-from gateway.http.early_auth import credentials_before_body_middleware
 from gateway.http.errors import EXCEPTION_HANDLERS
 from gateway.http.json_depth import json_depth_middleware
-from gateway.http.security import provide_principal
-from gateway.http.service_token import service_token_middleware
 from gateway.http.tracking import request_tracking_middleware
 from gateway.observability.metrics import PoolCollector, SpeechMetrics
 from gateway.realtime import realtime_speech
@@ -146,7 +146,8 @@ def openapi_document() -> str:
 
 
 def _engine_node_door(settings: Settings) -> list[Callable[[ASGIApp], ASGIApp]]:
-    """On an engine node, the service token before every route but the probes (``gateway/http/service_token.py``)."""
+    """On an engine node, the service token before every route but the probes
+    (``gateway/http/auth/service_token.py``)."""
     token = settings.auth.service_token
     if settings.server.profile != "engine" or token is None:
         return []
@@ -243,7 +244,7 @@ def _uploads(state: State) -> Uploads:
 
 
 def _dependencies() -> dict[str, Provide]:
-    """Each service a handler may ask for, by parameter name (``gateway/http/dependencies.py``)."""
+    """Each service a handler may ask for, by parameter name (``gateway/http/auth/dependencies.py``)."""
     return {
         "router": Provide(_router, sync_to_thread=False),
         "auth_store": Provide(_auth_store, sync_to_thread=False),

@@ -17,7 +17,7 @@ from auth.cached import CachedAuthStore
 from auth.limits import HeldConnections, TenantRateLimiter
 from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocationBus, RevocationBus
 from auth.usage import MemoryUsageLedger, RedisUsageLedger, UsageLedger
-from gateway.http.service_token import ServiceTokenAuthenticator
+from gateway.http.auth.service_token import ServiceTokenAuthenticator
 from gateway.legacy import move_legacy_layout
 from gateway.realtime.registry import SessionRegistry
 from gateway.speech.admission import Admission
@@ -70,7 +70,7 @@ class Services:
     """Consent recordings and voice samples: their admission and their decoding in decoder processes."""
     held: HeldConnections
     """What each tenant holds of this replica's connections (sessions open, bodies arriving), and its fair share of
-    them when the replica is crowded (``gateway/http/early_auth.py``, ``gateway/realtime/route.py``)."""
+    them when the replica is crowded (``gateway/http/auth/early_auth.py``, ``gateway/realtime/route.py``)."""
 
 
 async def open_services(
@@ -147,7 +147,7 @@ async def open_services(
 
 def _start_decoders(settings: Settings, stack: AsyncExitStack) -> DecoderProcesses:
     """The app's own decoder processes, warm in the background before the first upload, stopped with ``stack``. An
-    engine node starts none: it takes no uploads (``gateway/http/security.py`` refuses them before any handler)."""
+    engine node starts none: it takes no uploads (``gateway/http/auth/security.py`` refuses them before any handler)."""
     decoders = DecoderProcesses(settings.uploads)
     if settings.server.profile != "engine":
         stack.callback(decoders.stop)

@@ -1,7 +1,7 @@
 """What ``/readyz`` asks of the shared Redis: whether it answers, and what an operator should fix about its memory.
 
 Below the gateway's layers on purpose: the composition root (``gateway/services.py``) builds the probe, and the HTTP
-layer hands it to the health route (``gateway/http/dependencies.py``) without knowing who built it.
+layer hands it to the health route (``gateway/http/auth/dependencies.py``) without knowing who built it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ refusal:
   a place among those awaiting their first message's credentials (503 ``too_many_connections``, closed with 1013);
 - ``credentials``: an API key or JWT refused (401 ``invalid_api_key``), a tenant unknown (403 ``unknown_tenant``),
   or a credential not even looked up because its address had too many refused (429
-  ``too_many_failed_authentications``, ``gateway/http/credential_throttle.py``);
+  ``too_many_failed_authentications``, ``gateway/http/auth/credential_throttle.py``);
 - ``admin``: the admin API's token wrong (401 ``invalid_api_key``) or its address throttled (429
   ``rate_limit_exceeded``);
 - ``service_token``: an engine node's request without the tier's service token (401 ``invalid_api_key``; 403 for a

@@ -15,8 +15,8 @@ from litestar.exceptions import WebSocketDisconnect
 
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
+from gateway.http.auth.credential_throttle import credential_throttle
 from gateway.http.client_address import address_key
-from gateway.http.credential_throttle import credential_throttle
 from gateway.http.errors import SERVER_ERROR, OpenAIError, as_openai_error
 from gateway.observability.refusals import counted
 from gateway.realtime.protocol import ProtocolError, SessionUpdate, error_event, parse_client_event
@@ -124,7 +124,7 @@ async def _authenticate(
     settings: RealtimeSettings,
 ) -> tuple[Principal, SessionUpdate | None]:
     """The caller, from the Authorization header, a ``?token=`` or else a token in the first message; each through
-    the address's credential throttle (``gateway/http/credential_throttle.py``).
+    the address's credential throttle (``gateway/http/auth/credential_throttle.py``).
 
     Returns:
         The principal, and the first message when it was read for its token (to be handled as a session.update).

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from auth import ApiKeyRecord, Tenant, TenantNotFoundError, tenant_from_settings
 from auth.settings import TenantLimits, TenantScheduling, TenantSettings
-from gateway.http.dependencies import AuthStoreDep, ConsentsDep, UsageDep, VoicesDep
+from gateway.http.auth.dependencies import AuthStoreDep, ConsentsDep, UsageDep, VoicesDep
+from gateway.http.auth.security import require_admin
 from gateway.http.errors import OpenAIError, error_responses
-from gateway.http.security import require_admin
 from storage import MAX_PAGE
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engines.base import MAX_SPEAKER_CHARS, OPENAI_VOICES
 from gateway.audio.samples import SAMPLE_RATE
-from gateway.http.dependencies import Caller, ConsentsDep, Router, UploadsDep, VoicesDep
+from gateway.http.auth.dependencies import Caller, ConsentsDep, Router, UploadsDep, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.routes._forms import FORM, JSON, content_type_of, decode_upload, form_body, json_body, open_form
 from gateway.routes.consents import UPLOAD_BODY_BYTES

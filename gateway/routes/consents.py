@@ -17,7 +17,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_400_BAD_RE
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.audio.samples import MAX_RECORDING_BYTES, encode_for_audit
-from gateway.http.dependencies import Caller, ConsentsDep, UploadsDep, VoicesDep
+from gateway.http.auth.dependencies import Caller, ConsentsDep, UploadsDep, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.routes._forms import FORM, decode_upload, form_body, in_audio_thread, open_form
 from gateway.schemas import VoiceConsentDeleted, VoiceConsentList, VoiceConsentObject

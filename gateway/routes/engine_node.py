@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engines.remote.context import SAMPLE_ROUTE
 from engines.samples import MAX_SAMPLE_BYTES, MAX_TRANSCRIPT_CHARS
-from gateway.http.dependencies import Caller, Router
+from gateway.http.auth.dependencies import Caller, Router
 from gateway.http.errors import error_responses
 from gateway.routes.speech import require_json
 

@@ -17,8 +17,8 @@ from litestar import Controller, Request, Response, get
 from litestar.openapi import ResponseSpec
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 
-from gateway.http.dependencies import Router, StorageDep
-from gateway.http.service_token import presents_service_token
+from gateway.http.auth.dependencies import Router, StorageDep
+from gateway.http.auth.service_token import presents_service_token
 from gateway.schemas import EngineReadiness, Health, Readiness
 
 if TYPE_CHECKING:

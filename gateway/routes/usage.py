@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 from litestar import Controller, get
 
-from gateway.http.dependencies import Caller, UsageDep
+from gateway.http.auth.dependencies import Caller, UsageDep
 from gateway.http.errors import error_responses
 from gateway.schemas import TenantUsage
 

@@ -21,12 +21,12 @@ from auth.errors import InvalidCredentialsError
 from auth.settings import AuthSettings
 from auth.tenants import ANONYMOUS
 from gateway.cli.server import _one_line
+from gateway.http.auth.credential_throttle import CredentialThrottle
+from gateway.http.auth.security import ADMIN_FAILURES_PER_MINUTE, AdminThrottle
 from gateway.http.client_address import ProxyTrust, address_key
 from gateway.http.connection_limits import ConnectionLimits
-from gateway.http.credential_throttle import CredentialThrottle
 from gateway.http.errors import EXCEPTION_HANDLERS, OpenAIError
 from gateway.http.json_depth import json_depth_exceeds, json_depth_middleware
-from gateway.http.security import ADMIN_FAILURES_PER_MINUTE, AdminThrottle
 from gateway.observability.logs import JsonLogFormatter, WebSocketFrameRedactor
 from gateway.realtime.protocol import ProtocolError, parse_client_event
 from gateway.settings import ServerSettings, Settings

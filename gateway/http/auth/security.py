@@ -10,11 +10,11 @@ from litestar import Request  # noqa: TC002 - Litestar reads the hints of depend
 from litestar.status_codes import HTTP_401_UNAUTHORIZED, HTTP_404_NOT_FOUND, HTTP_429_TOO_MANY_REQUESTS
 
 from auth import Principal  # noqa: TC001 - Litestar reads the hints of dependencies at runtime
+from gateway.http.auth.credential_throttle import FailureWindow, credential_throttle
+from gateway.http.auth.service_token import ServiceTokenAuthenticator
 from gateway.http.client_address import address_key
-from gateway.http.credential_throttle import FailureWindow, credential_throttle
 from gateway.http.errors import OpenAIError
 from gateway.http.request_record import request_record
-from gateway.http.service_token import ServiceTokenAuthenticator
 from gateway.observability.refusals import counted
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ _NOT_ON_ENGINE_NODES = frozenset(
 
 async def provide_principal(request: Request[Any, Any, Any]) -> Principal:  # Litestar reads these hints at runtime
     """Who is calling: authenticated from the request's head before its body was read
-    (``gateway/http/early_auth.py``), or now."""
+    (``gateway/http/auth/early_auth.py``), or now."""
     principal: Principal | None = request.scope.get("state", {}).get(PRINCIPAL_KEY)
     return principal if principal is not None else await authenticate_request(request)
 

@@ -6,11 +6,11 @@ sockets from one address took a 50-connection gateway's every slot, without a cr
 the route is known and before the body is read: it authenticates a request whose handler takes ``principal`` from
 its ``Authorization`` header and keeps the principal for the handler (``provide_principal``); a missing or bad
 credential is a 401 at once (a 429 from an address throttled for refused credentials,
-``gateway/http/credential_throttle.py``), with ``Connection: close`` when a body was announced, so the connection is
-freed instead of waiting for a body nobody will read. Once the caller is known, its body counts among its tenant's
-bodies in flight (``TenantLimits.bodies_in_flight``) until its last byte has arrived, and among what it holds of a
-crowded replica (``auth.limits.HeldConnections``): one tenant cannot hold every connection with slow bodies (429 with
-``Retry-After`` before the body is read).
+``gateway/http/auth/credential_throttle.py``), with ``Connection: close`` when a body was announced, so the
+connection is freed instead of waiting for a body nobody will read. Once the caller is known, its body counts among
+its tenant's bodies in flight (``TenantLimits.bodies_in_flight``) until its last byte has arrived, and among what it
+holds of a crowded replica (``auth.limits.HeldConnections``): one tenant cannot hold every connection with slow
+bodies (429 with ``Retry-After`` before the body is read).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from litestar import Request
 from litestar.enums import ScopeType
 
 from auth.errors import InvalidCredentialsError, UnknownTenantError
+from gateway.http.auth.security import PRINCIPAL_KEY, authenticate_request
 from gateway.http.errors import OpenAIError, as_openai_error
-from gateway.http.security import PRINCIPAL_KEY, authenticate_request
 
 if TYPE_CHECKING:
     from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
