@@ -1,5 +1,6 @@
 """``create_app(settings)``: the composition root. It builds the Litestar application, and in its lifespan the
-engine pools and the services (``gateway/services.py``), and hands each handler what it needs by name."""
+engine pools and the app's one typed state (``gateway/services.py``, ``gateway/state.py``), and hands each handler
+what it needs by name."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from functools import partial
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
-from litestar import Litestar
-from litestar.datastructures import ResponseHeader, State
+from litestar import Litestar, Request
+from litestar.datastructures import ResponseHeader
 from litestar.di import Provide
 from litestar.logging import LoggingConfig
 from litestar.openapi import OpenAPIConfig
@@ -44,11 +45,12 @@ from gateway.routes.health import HealthController
 from gateway.routes.playground import playground_handlers
 from gateway.routes.speech import EngineNodeSpeechController, SpeechController
 from gateway.routes.usage import UsageController
-from gateway.services import Services, open_services
+from gateway.services import open_state
 from gateway.settings import Settings, load_settings
 from gateway.speech.consents import ConsentStore  # noqa: TC001
 from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import VoiceStore  # noqa: TC001
+from gateway.state import gateway_state, installed
 from gateway.uploads import Uploads  # noqa: TC001
 from storage.probe import StorageProbe  # noqa: TC001
 from storage.redis import pool_exhaustions
@@ -135,7 +137,6 @@ def create_app(
         response_headers=[ResponseHeader(name=k, value=v) for k, v in engine_node_headers().items() if engine_node],
         openapi_config=_openapi_config(),
         logging_config=_logging_config(settings),
-        state=State({"settings": settings}),
     )
 
 
@@ -170,15 +171,15 @@ def _services(
             router = ModelRouter(
                 pools, settings.aliases, settings.failover, readiness=settings.readiness, fallbacks=metrics.fallbacks
             )
-            services = await open_services(settings, router, metrics, stack, decoders=decoders)
+            state = await open_state(settings, router, metrics, stack, decoders=decoders)
             collector = PoolCollector(
                 router,
-                lambda: services.limiter.outage_count,
-                lambda: pool_exhaustions(services.redis) if services.redis is not None else 0,
+                lambda: state.limiter.outage_count,
+                lambda: pool_exhaustions(state.redis) if state.redis is not None else 0,
             )
             REGISTRY.register(collector)
             stack.callback(REGISTRY.unregister, collector)
-            app.state.update(router=router, services=services, speech=services.speech)
+            stack.enter_context(installed(app, state))  # the first thing stopped: no request sees a stopped service
             logger.info("engines starting: %s; aliases: %s", ", ".join(pools), settings.aliases)
             redactor = QueryTokenRedactor()
             uvicorn_errors = logging.getLogger("uvicorn.error")
@@ -211,36 +212,33 @@ async def _start_pools(
     return pools
 
 
-def _services_of(state: State) -> Services:
-    return state.services  # type: ignore[no-any-return]
+# Litestar reads each provider's parameters and return type at runtime. Only HTTP handlers take these.
+def _router(request: Request[Any, Any, Any]) -> ModelRouter:
+    return gateway_state(request.app).router
 
 
-def _router(state: State) -> ModelRouter:
-    return state.router  # type: ignore[no-any-return]
+def _auth_store(request: Request[Any, Any, Any]) -> AuthStore:
+    return gateway_state(request.app).auth_store
 
 
-def _auth_store(state: State) -> AuthStore:
-    return _services_of(state).auth_store
+def _usage(request: Request[Any, Any, Any]) -> UsageLedger:
+    return gateway_state(request.app).usage
 
 
-def _usage(state: State) -> UsageLedger:
-    return _services_of(state).usage
+def _voices(request: Request[Any, Any, Any]) -> VoiceStore:
+    return gateway_state(request.app).voices
 
 
-def _voices(state: State) -> VoiceStore:
-    return _services_of(state).voices
+def _consents(request: Request[Any, Any, Any]) -> ConsentStore:
+    return gateway_state(request.app).consents
 
 
-def _consents(state: State) -> ConsentStore:
-    return _services_of(state).consents
+def _storage(request: Request[Any, Any, Any]) -> StorageProbe:
+    return gateway_state(request.app).storage
 
 
-def _storage(state: State) -> StorageProbe:
-    return _services_of(state).storage
-
-
-def _uploads(state: State) -> Uploads:
-    return _services_of(state).uploads
+def _uploads(request: Request[Any, Any, Any]) -> Uploads:
+    return gateway_state(request.app).uploads
 
 
 def _dependencies() -> dict[str, Provide]:

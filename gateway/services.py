@@ -1,15 +1,16 @@
-"""The composition root's product: every long-lived object of one app, built from the settings in its lifespan.
+"""The composition root's product: every long-lived object of one app (its :class:`~gateway.state.GatewayState`),
+built from the settings in its lifespan.
 
 One Redis client per process (``storage.connect_redis``) is handed to everything that stores: keys, limits, usage,
 custom voices, consent recordings and the audio cache (unless ``cache.redis_url`` gives it a Redis of its own).
 Without ``redis_url`` each of them keeps its state in this process's memory.
-Handlers never receive this object: ``gateway/app.py`` provides each service to them by name.
+Handlers read the state through ``gateway.state.gateway_state``, or are given one service by name (``gateway/app.py``).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from auth import Authenticator, AuthStore, JWTVerifier, MemoryAuthStore, RedisAuthStore, seed_tenants
@@ -17,6 +18,7 @@ from auth.cached import CachedAuthStore
 from auth.limits import HeldConnections, TenantRateLimiter
 from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocationBus, RevocationBus
 from auth.usage import MemoryUsageLedger, RedisUsageLedger, UsageLedger
+from gateway.http.auth.credential_throttle import AdminThrottle, CredentialThrottle
 from gateway.http.auth.service_token import ServiceTokenAuthenticator
 from gateway.legacy import move_legacy_layout
 from gateway.realtime.registry import SessionRegistry
@@ -27,6 +29,7 @@ from gateway.speech.plan import Planner
 from gateway.speech.service import SpeechService
 from gateway.speech.singleflight import SingleFlight
 from gateway.speech.voices import MemoryVoiceStore, RedisVoiceStore, VoiceStore
+from gateway.state import GatewayState
 from gateway.uploads import DecoderProcesses, Uploads
 from storage import STORAGE_ERRORS, RedisClient, connect_redis, redact_redis_url
 from storage.memory import EvictionPolicyCheck
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
     from gateway.speech.routing import ModelRouter
     from storage.pressure import WriteRefusals
 
-__all__ = ["Services", "open_services"]
+__all__ = ["open_state"]
 
 logger = logging.getLogger("tts_gateway.services")
 
@@ -50,39 +53,17 @@ OPEN_MODE_WARNING = (
 )
 
 
-@dataclass
-class Services:
-    """Who may call and how much (auth), what they spoke (usage), their voices, and the speech service."""
-
-    redis: RedisClient | None
-    auth_store: AuthStore
-    authenticator: Authenticator
-    limiter: TenantRateLimiter
-    usage: UsageLedger
-    voices: VoiceStore
-    consents: ConsentStore
-    speech: SpeechService
-    storage: StorageProbe
-    revocations: RevocationBus
-    sessions: SessionRegistry
-    """Open realtime sessions: ended when the revocation bus announces their key or tenant gone."""
-    uploads: Uploads
-    """Consent recordings and voice samples: their admission and their decoding in decoder processes."""
-    held: HeldConnections
-    """What each tenant holds of this replica's connections (sessions open, bodies arriving), and its fair share of
-    them when the replica is crowded (``gateway/http/auth/early_auth.py``, ``gateway/realtime/route.py``)."""
-
-
-async def open_services(
+async def open_state(
     settings: Settings,
     router: ModelRouter,
     metrics: SpeechMetrics,
     stack: AsyncExitStack,
     *,
     decoders: DecoderProcesses | None = None,
-) -> Services:
+) -> GatewayState:
     """Build every service, each registered on ``stack`` as it starts, so that closing the stack stops what was
-    started whatever failed after it; tenants from the configuration file are written into the store.
+    started whatever failed after it; tenants from the configuration file are written into the store. What a request
+    may need (the throttles included) is built here, never on a first request.
 
     ``decoders``: upload decoder processes that someone else started and stops (the in-process tests share one set);
     by default the app starts its own from ``settings.uploads``."""
@@ -127,21 +108,25 @@ async def open_services(
         write_refusals=refusals,
     )
     await storage.state()  # reads the eviction policy now when Redis answers
-    authenticator = _authenticator(settings, store)
-    return Services(
-        redis,
-        store,
-        authenticator,
-        limiter,
-        usage,
-        voices,
-        consents,
-        speech,
-        storage,
-        revocations,
-        sessions,
-        uploads,
-        HeldConnections(settings.server.max_connections),
+    return GatewayState(
+        settings=settings,
+        router=router,
+        redis=redis,
+        auth_store=store,
+        authenticator=_authenticator(settings, store),
+        limiter=limiter,
+        usage=usage,
+        voices=voices,
+        consents=consents,
+        speech=speech,
+        storage=storage,
+        revocations=revocations,
+        sessions=sessions,
+        uploads=uploads,
+        held=HeldConnections(settings.server.max_connections),
+        credential_throttle=CredentialThrottle.from_settings(settings.server),
+        admin_throttle=AdminThrottle(),
+        awaiting_credentials=Counter(),
     )
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from auth import AuthBackendError
 from auth.revocations import Revocation
 from gateway.http.errors import OpenAIError
+from gateway.state import gateway_state
 from lifecycle import BackgroundTasks
 
 if TYPE_CHECKING:
@@ -163,10 +164,10 @@ def _revoked_error(revocation: Revocation) -> OpenAIError:
 
 async def drain_realtime_sessions(app: Litestar) -> None:
     """Drain the app's realtime sessions within ``server.shutdown_grace_s`` (the server's shutdown hook)."""
-    services: Any = app.state.get("services")
-    if services is None:  # the lifespan never started (or has ended): no sessions
+    try:
+        state = gateway_state(app)
+    except LookupError:  # the lifespan never started (or has ended): no sessions
         return
-    registry: SessionRegistry = services.sessions
-    if len(registry):
-        logger.info("draining %d realtime session(s)", len(registry))
-    await registry.drain(app.state.settings.server.shutdown_grace_s)
+    if len(state.sessions):
+        logger.info("draining %d realtime session(s)", len(state.sessions))
+    await state.sessions.drain(state.settings.server.shutdown_grace_s)

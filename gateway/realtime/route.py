@@ -6,7 +6,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import Counter
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +14,6 @@ from litestar.exceptions import WebSocketDisconnect
 
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
-from gateway.http.auth.credential_throttle import credential_throttle
 from gateway.http.client_address import address_key
 from gateway.http.errors import SERVER_ERROR, OpenAIError, as_openai_error
 from gateway.observability.refusals import counted
@@ -27,13 +25,11 @@ from gateway.realtime.session import (
     SessionRevokedError,
     SlowClientError,
 )
+from gateway.state import gateway_state
 
 if TYPE_CHECKING:
-    from litestar.datastructures import State
-
     from auth import Principal
     from auth.limits import HeldConnections
-    from gateway.realtime.registry import SessionRegistry
     from gateway.settings import RealtimeSettings
     from gateway.speech.service import SpeechService
 
@@ -59,10 +55,10 @@ class _SessionRefusedError(Exception):
 @websocket(PATH, name="realtime_speech")
 async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
     """Speech as text arrives: the protocol is in ``docs/realtime.md``."""
-    state = socket.app.state
-    speech: SpeechService = state.speech
-    settings: RealtimeSettings = state.settings.realtime
-    send_timeout_s: float = state.settings.server.send_timeout_s  # one timeout for every slow reader
+    state = gateway_state(socket.app)
+    speech = state.speech
+    settings = state.settings.realtime
+    send_timeout_s = state.settings.server.send_timeout_s  # one timeout for every slow reader
     await socket.accept()
     started = time.perf_counter()
     log: dict[str, Any] = {"session_id": f"sess_{uuid.uuid4().hex[:20]}", "path": PATH, "tenant": None}
@@ -72,7 +68,7 @@ async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
         async with AsyncExitStack() as held:
             principal, first = await _authenticate(socket, speech, settings)
             log["tenant"] = principal.tenant.name
-            await _admit(speech, principal, held, state.services.held)
+            await _admit(speech, principal, held, state.held)
             session = RealtimeSession(
                 socket,
                 speech,
@@ -82,8 +78,7 @@ async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
                 send_timeout_s=send_timeout_s,
                 max_json_depth=state.settings.server.max_json_depth,
             )
-            registry: SessionRegistry = state.services.sessions
-            with registry.registered(session, principal):
+            with state.sessions.registered(session, principal):
                 await session.run(first)
         log["outcome"] = "closed"
     except SessionRevokedError as revoked:
@@ -142,11 +137,10 @@ async def _authenticate(
 
 
 async def _authenticated(socket: WebSocket[Any, Any, Any], authorization: str | None) -> Principal:
-    state = socket.app.state
-    throttle = credential_throttle(state, state.settings.server)
+    state = gateway_state(socket.app)
     client = socket.client.host if socket.client else None
     try:
-        return await throttle.authenticate(client, authorization, state.services.authenticator.authenticate)
+        return await state.credential_throttle.authenticate(client, authorization, state.authenticator.authenticate)
     except _AUTH_ERRORS as exc:
         raise _SessionRefusedError(as_openai_error(exc), _POLICY_VIOLATION) from None
     except AuthBackendError as exc:
@@ -158,7 +152,7 @@ async def _authenticated(socket: WebSocket[Any, Any, Any], authorization: str | 
 async def _first_message_within_cap(socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> SessionUpdate:
     """The first message, if fewer than ``max_unauthenticated`` sockets wait for theirs, and fewer than
     ``max_unauthenticated_per_address`` from this socket's address (else refused at once)."""
-    waiting = _unauthenticated(socket.app.state)
+    waiting = gateway_state(socket.app).awaiting_credentials
     address = address_key(socket.client.host if socket.client else "unknown")
     if waiting.total() >= settings.max_unauthenticated or waiting[address] >= settings.max_unauthenticated_per_address:
         busy = OpenAIError(
@@ -176,14 +170,6 @@ async def _first_message_within_cap(socket: WebSocket[Any, Any, Any], settings: 
         waiting[address] -= 1
         if waiting[address] <= 0:
             del waiting[address]
-
-
-def _unauthenticated(state: State) -> Counter[str]:
-    """The app's sockets waiting for their first message's credentials, per client address (shared by sessions)."""
-    if "realtime_unauthenticated" not in state:
-        state["realtime_unauthenticated"] = Counter()
-    waiting: Counter[str] = state["realtime_unauthenticated"]
-    return waiting
 
 
 async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float) -> SessionUpdate:

@@ -31,12 +31,11 @@ from gateway.routes._forms import FORM, JSON, content_type_of, decode_upload, fo
 from gateway.routes.consents import UPLOAD_BODY_BYTES
 from gateway.schemas import BuiltInVoice, ModelList, ModelObject, VoiceDeleted, VoiceList, VoiceObject
 from gateway.speech.voices import SEED_SPEAKER_PREFIX, CustomVoiceRecord, VoiceNameTakenError, new_voice
+from gateway.state import gateway_state
 from storage import MAX_PAGE
 
 if TYPE_CHECKING:
     from engines.backend import EngineBackend
-    from gateway.settings import Settings, VoicesSettings
-    from gateway.speech.service import SpeechService
 
 __all__ = ["CustomVoiceCreate", "ModelsController", "VoiceSampleCreate", "VoicesController"]
 
@@ -211,8 +210,8 @@ class VoicesController(Controller):
         uploads: UploadsDep,
         principal: Caller,
     ) -> VoiceObject:
-        limits: VoicesSettings = request.app.state.settings.voices
-        speech: SpeechService = request.app.state.speech
+        state = gateway_state(request.app)
+        limits, speech = state.settings.voices, state.speech
         # A voice is stored on every replica's behalf: it is a request like any other (429 over the tenant's limit),
         # counted before the body is read so that a tenant over its limit costs no upload or decoding.
         await speech.admission.admit(principal.tenant, 0)
@@ -258,7 +257,7 @@ async def _voice_from_json(
             f"Unsupported content type {content_type or '(none)'!r}: send application/json or multipart/form-data.",
             code="unsupported_media_type",
         )
-    settings: Settings = request.app.state.settings
+    settings = gateway_state(request.app).settings
     body = await _json_body(request, settings.server.max_body_bytes)
     _refuse_prompt_voices(body)
     data = CustomVoiceCreate.model_validate(body)
@@ -294,7 +293,7 @@ async def _voice_from_sample(
     async with open_form(request, _SAMPLE, uploads=uploads, tenant=principal.tenant.name) as (texts, files):
         _refuse_prompt_voices(texts)
         form = VoiceSampleCreate.model_validate(texts)
-        settings: Settings = request.app.state.settings
+        settings = gateway_state(request.app).settings
         backend = await _sample_engine(
             form, router, principal, voices=voices, consents=consents, max_voices=settings.voices.max_per_tenant
         )

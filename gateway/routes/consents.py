@@ -22,11 +22,10 @@ from gateway.http.errors import OpenAIError, error_responses
 from gateway.routes._forms import FORM, decode_upload, form_body, in_audio_thread, open_form
 from gateway.schemas import VoiceConsentDeleted, VoiceConsentList, VoiceConsentObject
 from gateway.speech.consents import new_consent
+from gateway.state import gateway_state
 
 if TYPE_CHECKING:
-    from gateway.settings import VoicesSettings
     from gateway.speech.consents import ConsentRecord
-    from gateway.speech.service import SpeechService
 
 __all__ = ["UPLOAD_BODY_BYTES", "VoiceConsentCreate", "VoiceConsentUpdate", "VoiceConsentsController"]
 
@@ -101,8 +100,8 @@ class VoiceConsentsController(Controller):
     async def create_consent(
         self, request: Request[Any, Any, Any], consents: ConsentsDep, uploads: UploadsDep, principal: Caller
     ) -> VoiceConsentObject:
-        limits: VoicesSettings = request.app.state.settings.voices
-        speech: SpeechService = request.app.state.speech
+        state = gateway_state(request.app)
+        limits, speech = state.settings.voices, state.speech
         # Counted before the upload is read: a tenant over its limit costs the gateway no decoding.
         await speech.admission.admit(principal.tenant, 0)
         async with open_form(request, _RECORDING, uploads=uploads, tenant=principal.tenant.name) as (texts, files):

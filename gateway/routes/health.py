@@ -20,6 +20,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 from gateway.http.auth.dependencies import Router, StorageDep
 from gateway.http.auth.service_token import presents_service_token
 from gateway.schemas import EngineReadiness, Health, Readiness
+from gateway.state import gateway_state
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -72,7 +73,7 @@ class HealthController(Controller):
 def _may_see_internals(request: Request[Any, Any, Any]) -> bool:
     """An engine node shows its workers' pids and its engines' details to its front gateways only (the service token):
     an orchestrator's probe needs the status code alone."""
-    settings = request.app.state.settings
+    settings = gateway_state(request.app).settings
     token = settings.auth.service_token
     if settings.server.profile != "engine" or token is None:
         return True

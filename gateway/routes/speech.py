@@ -19,10 +19,11 @@ from gateway.http.errors import OpenAIError, error_responses
 from gateway.http.ratelimit_headers import rate_limit_headers
 from gateway.http.request_record import RequestRecord, request_record
 from gateway.schemas import EngineNodeSpeechRequest, SpeechRequest  # noqa: TC001 - read at runtime, as JSONBody
+from gateway.state import gateway_state
 
 if TYPE_CHECKING:
     from auth import Principal
-    from gateway.speech.service import SpeechReply, SpeechService
+    from gateway.speech.service import SpeechReply
 
 __all__ = ["EngineNodeSpeechController", "SpeechController"]
 
@@ -107,7 +108,7 @@ class EngineNodeSpeechController(Controller):
 async def _speak(request: Request[Any, Any, Any], data: SpeechRequest, principal: Principal) -> Response[Any]:
     # The service straight from the state: as a second dependency beside ``principal`` Litestar would resolve
     # the two in a task group, a few tasks per request for nothing.
-    speech: SpeechService = request.app.state.speech
+    speech = gateway_state(request.app).speech
     record = request_record(request.scope) or RequestRecord("-", "POST", SpeechController.path)
     # Until the first audio exists nothing else would notice the client hang up, and its queue place, engine job
     # and stream lease would stay taken; once the response streams, Litestar's response listens itself.

@@ -12,6 +12,9 @@ remembered of a proven credential is a keyed hash, in a bounded memory (the leas
 Requests without a credential are not counted: their 401 costs nothing, and a client that forgot its key should hear
 so, not 429. The address is the ASGI scope's client: the peer's, or the one a trusted proxy forwarded for
 (``server.trusted_proxies``, applied by uvicorn), counted under :func:`~gateway.http.client_address.address_key`.
+
+:class:`AdminThrottle` does the same for the admin token (``require_admin``, ``gateway/http/auth/security.py``). The
+app's one of each is built with its state (``gateway/state.py``), before the first request.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import math
 import secrets
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
@@ -37,14 +40,13 @@ from gateway.observability.refusals import counted
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from litestar.datastructures import State
-
     from auth import Principal
     from gateway.settings import ServerSettings
 
-__all__ = ["CredentialThrottle", "FailureWindow", "credential_throttle"]
+__all__ = ["ADMIN_FAILURES_PER_MINUTE", "AdminThrottle", "CredentialThrottle", "FailureWindow"]
 
 logger = logging.getLogger("tts_gateway.auth")
+admin_logger = logging.getLogger("tts_gateway.admin")
 
 #: Credentials remembered as proven: 10,000 tenants' keys in about 1.5 MB.
 PROVEN_CREDENTIALS = 10_000
@@ -154,10 +156,52 @@ def _presented(authorization: str | None) -> str | None:
     return credential.strip() or scheme
 
 
-def credential_throttle(state: State, server: ServerSettings) -> CredentialThrottle:
-    """The app's throttle, made on first use and kept on its state (one per app, without a service to build)."""
-    throttle: Any = state.get("credential_throttle")
-    if throttle is None:
-        throttle = state["credential_throttle"] = CredentialThrottle.from_settings(server)
-    assert isinstance(throttle, CredentialThrottle)
-    return throttle
+#: Failed admin authentications a client address may make in a moving minute before it is throttled.
+ADMIN_FAILURES_PER_MINUTE = 10
+
+
+class AdminThrottle:
+    """Failed admin authentications per client address, in this replica's memory (a moving window from ``limits``).
+
+    Per replica: an attacker spread over N replicas gets N times the attempts, still far too few for a 32-character
+    token. Behind a proxy every client shares the proxy's address unless it is listed in ``server.trusted_proxies``.
+    An IPv6 client counts by its /64 (:func:`~gateway.http.client_address.address_key`).
+    """
+
+    def __init__(self) -> None:
+        self._failures = FailureWindow(ADMIN_FAILURES_PER_MINUTE, 60)
+
+    def check(self, client: str) -> None:
+        """Raise 429 with ``Retry-After`` while ``client`` is throttled."""
+        if self._failures.exceeded(address_key(client)):
+            retry_after_s = self._failures.retry_after_s(address_key(client))
+            raise counted(
+                "admin",
+                OpenAIError(
+                    HTTP_429_TOO_MANY_REQUESTS,
+                    f"Too many failed admin authentications; retry after {retry_after_s} s.",
+                    type="requests",
+                    code="rate_limit_exceeded",
+                    headers={"Retry-After": str(retry_after_s)},
+                ),
+            )
+
+    def failed(self, client: str, reason: str, path: str) -> None:
+        """Count a failed attempt and log it as a warning (the presented token never)."""
+        key = address_key(client)
+        throttled = self._failures.count(key)
+        admin_logger.warning(
+            "failed admin authentication (%s) from %s%s",
+            reason,
+            client,
+            f"; throttled for {self._failures.retry_after_s(key)} s" if throttled else "",
+            extra={"record": {"client": client, "reason": reason, "path": path, "throttled": throttled}},
+        )
+
+    def not_presented(self, client: str, path: str) -> None:
+        """Log a request without a token as a warning, without counting it (it guesses nothing)."""
+        admin_logger.warning(
+            "admin request without a token from %s",
+            client,
+            extra={"record": {"client": client, "reason": "missing", "path": path, "throttled": False}},
+        )

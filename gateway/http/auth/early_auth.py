@@ -23,12 +23,12 @@ from litestar.enums import ScopeType
 from auth.errors import InvalidCredentialsError, UnknownTenantError
 from gateway.http.auth.security import PRINCIPAL_KEY, authenticate_request
 from gateway.http.errors import OpenAIError, as_openai_error
+from gateway.state import gateway_state
 
 if TYPE_CHECKING:
     from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
 
     from auth import Tenant
-    from auth.limits import HeldConnections
 
 __all__ = ["credentials_before_body_middleware"]
 
@@ -65,8 +65,7 @@ async def _with_body_counted(app: ASGIApp, scope: Scope, receive: Receive, send:
         RateLimitExceededError: the tenant has ``bodies_in_flight`` bodies arriving on this replica, or holds its fair
             share of a crowded replica (429).
     """
-    held: HeldConnections = scope["litestar_app"].state.services.held
-    release = held.take(tenant.name, "bodies", tenant.limits.bodies_in_flight)
+    release = gateway_state(scope["litestar_app"]).held.take(tenant.name, "bodies", tenant.limits.bodies_in_flight)
 
     async def counted_receive() -> ReceiveMessage:
         message = await receive()

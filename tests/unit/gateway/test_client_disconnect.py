@@ -14,6 +14,7 @@ from litestar.testing import AsyncTestClient
 
 from gateway.http.disconnect import unless_client_leaves
 from gateway.http.errors import CLIENT_CLOSED_REQUEST, OpenAIError
+from gateway.state import gateway_state
 from tests.inprocess import in_process_app
 from tests.waiting import wait_for
 
@@ -176,7 +177,7 @@ class StalledSocket:
 async def test_a_client_gone_during_a_write_frees_the_engine(stream_format: str) -> None:
     app = in_process_app(PACED)
     async with AsyncTestClient(app=app):
-        pool = app.state.router.pools["paced"]
+        pool = gateway_state(app).router.pools["paced"]
         request = {"model": "paced", "input": "word " * 200, "voice": "alloy", "stream_format": stream_format}
         client = StalledSocket(json.dumps(request).encode())
         gc.disable()  # the release must not wait for a collection to find the suspended iterator

@@ -21,8 +21,7 @@ from auth.errors import InvalidCredentialsError
 from auth.settings import AuthSettings
 from auth.tenants import ANONYMOUS
 from gateway.cli.server import _one_line
-from gateway.http.auth.credential_throttle import CredentialThrottle
-from gateway.http.auth.security import ADMIN_FAILURES_PER_MINUTE, AdminThrottle
+from gateway.http.auth.credential_throttle import ADMIN_FAILURES_PER_MINUTE, AdminThrottle, CredentialThrottle
 from gateway.http.client_address import ProxyTrust, address_key
 from gateway.http.connection_limits import ConnectionLimits
 from gateway.http.errors import EXCEPTION_HANDLERS, OpenAIError
