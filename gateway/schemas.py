@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Generic, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -17,19 +17,47 @@ __all__ = [
     "EngineReadiness",
     "ErrorDetail",
     "ErrorResponse",
+    "ListPage",
     "ModelList",
     "ModelObject",
     "Readiness",
     "SpeechRequest",
     "SpeechUsage",
+    "TenantUsage",
     "VoiceConsentDeleted",
     "VoiceConsentList",
     "VoiceConsentObject",
     "VoiceDeleted",
+    "VoiceList",
     "VoiceObject",
 ]
 
 MAX_INPUT_CHARS = 4096
+
+ItemT = TypeVar("ItemT")
+
+
+class ListPage(BaseModel, Generic[ItemT]):
+    """A page of a listing in OpenAI's list shape, oldest (or first by name) first; the next page is
+    ``?after=<last_id>`` while ``has_more``. Every paged listing of the gateway is one of these, so that neither a
+    response nor the work behind it grows with what is listed.
+
+    The OpenAPI document has one component per item type, each named after this model (``ListPage_KeyObject_``).
+    """
+
+    object: Literal["list"] = "list"
+    data: list[ItemT]
+    first_id: str | None
+    """The first item's id; ``null`` on an empty page."""
+    last_id: str | None
+    """The cursor of the next page (``after``); ``null`` when the page holds nothing to continue from."""
+    has_more: bool
+
+    @classmethod
+    def model_parametrized_name(cls, params: tuple[Any, ...]) -> str:
+        """``ListPage[KeyObject]``; a page of several kinds names each (``ListPage[BuiltInVoice | VoiceObject]``)."""
+        kinds = [kind for param in params for kind in (get_args(param) or (param,))]
+        return f"{cls.__name__}[{' | '.join(getattr(kind, '__name__', repr(kind)) for kind in kinds)}]"
 
 
 class CustomVoice(BaseModel):
@@ -133,21 +161,15 @@ class BuiltInVoice(BaseModel):
     custom: Literal[False] = False
 
 
-class VoiceList(BaseModel):
-    """The built-in voices (whole, on the first page) and a page of the tenant's custom voices, oldest first; the next
-    page is ``after=last_id`` while ``has_more``."""
-
-    object: Literal["list"] = "list"
-    data: list[BuiltInVoice | VoiceObject]
-    first_id: str | None
-    last_id: str | None
-    """The last custom voice of the page: the cursor of the next one."""
-    has_more: bool
+VoiceList = ListPage[BuiltInVoice | VoiceObject]
+"""The built-in voices (whole, on the first page) and a page of the tenant's custom voices, oldest first: ``last_id``
+is the last custom voice of the page."""
 
 
 class TenantUsage(BaseModel):
     """What the calling tenant has used: requests served, their input characters and audio, cache hits, and the
-    requests its limits refused, by reason."""
+    requests its limits refused, by reason (``GET /v1/usage``). The admin API lists the same counts of every tenant
+    as ``tenant.usage`` objects (``TenantUsageObject``, ``gateway/routes/admin.py``)."""
 
     object: Literal["usage"] = "usage"
     tenant: str
@@ -181,14 +203,8 @@ class VoiceConsentObject(BaseModel):
     created_at: int
 
 
-class VoiceConsentList(BaseModel):
-    """A page of consent recordings, oldest first; the next page is ``after=last_id`` while ``has_more``."""
-
-    object: Literal["list"] = "list"
-    data: list[VoiceConsentObject]
-    first_id: str | None
-    last_id: str | None
-    has_more: bool
+VoiceConsentList = ListPage[VoiceConsentObject]
+"""A page of consent recordings, oldest first."""
 
 
 class VoiceConsentDeleted(BaseModel):

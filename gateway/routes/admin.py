@@ -2,7 +2,8 @@
 (and on every replica when the stores live in Redis).
 
 Every listing is a page in OpenAI's list shape (``data``, ``first_id``, ``last_id``, ``has_more``; the next page is
-``?after=<last_id>``), so that neither the response nor the work behind it grows with the number of tenants.
+``?after=<last_id>``: :class:`~gateway.schemas.ListPage`), so that neither the response nor the work behind it grows
+with the number of tenants.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from auth.settings import TenantLimits, TenantScheduling, TenantSettings
 from gateway.http.auth.dependencies import AuthStoreDep, ConsentsDep, UsageDep, VoicesDep
 from gateway.http.auth.security import require_admin
 from gateway.http.errors import OpenAIError, error_responses
+from gateway.schemas import ListPage
 from storage import MAX_PAGE
 
 if TYPE_CHECKING:
@@ -53,14 +55,8 @@ class TenantObject(BaseModel):
     scheduling: TenantScheduling
 
 
-class TenantList(BaseModel):
-    """A page of tenants by name; the next page is ``after=last_id`` while ``has_more``."""
-
-    object: Literal["list"] = "list"
-    data: list[TenantObject]
-    first_id: str | None
-    last_id: str | None
-    has_more: bool
+TenantList = ListPage[TenantObject]
+"""A page of tenants by name."""
 
 
 class TenantDeleted(BaseModel):
@@ -87,14 +83,8 @@ class CreatedKey(KeyObject):
     """The key: shown this once."""
 
 
-class KeyList(BaseModel):
-    """A page of a tenant's keys, oldest first; revoked keys stay listed for ``auth.revoked_key_retention_s``."""
-
-    object: Literal["list"] = "list"
-    data: list[KeyObject]
-    first_id: str | None
-    last_id: str | None
-    has_more: bool
+KeyList = ListPage[KeyObject]
+"""A page of a tenant's keys, oldest first; revoked keys stay listed for ``auth.revoked_key_retention_s``."""
 
 
 class KeyRevoked(BaseModel):
@@ -104,7 +94,11 @@ class KeyRevoked(BaseModel):
 
 
 class Usage(BaseModel):
-    """What a tenant has used: requests served, their input characters and audio, cache hits, refusals by reason."""
+    """What a tenant has used: requests served, their input characters and audio, cache hits, refusals by reason.
+
+    Only a base of the admin API's objects: ``GET /v1/usage`` answers with :class:`~gateway.schemas.TenantUsage`,
+    whose fields come in another order (its ``object`` and ``tenant`` first), so it cannot derive from this one without
+    changing its bodies."""
 
     requests: int
     input_characters: int
@@ -113,20 +107,17 @@ class Usage(BaseModel):
     rejections: dict[str, int]
 
 
-class TenantUsage(Usage):
+class TenantUsageObject(Usage):
+    """One tenant's usage in the admin API's listing: the counts of ``GET /v1/usage`` (``TenantUsage``) as a
+    ``tenant.usage`` object whose id is the tenant's name."""
+
     object: Literal["tenant.usage"] = "tenant.usage"
     id: str
     """The tenant's name."""
 
 
-class TenantUsageList(BaseModel):
-    """A page of tenants' usage by name; the next page is ``after=last_id`` while ``has_more``."""
-
-    object: Literal["list"] = "list"
-    data: list[TenantUsage]
-    first_id: str | None
-    last_id: str | None
-    has_more: bool
+TenantUsageList = ListPage[TenantUsageObject]
+"""A page of tenants' usage by name."""
 
 
 class RetiredTenantUsage(Usage):
@@ -160,8 +151,8 @@ def _key(record: ApiKeyRecord) -> KeyObject:
     )
 
 
-def _usage(name: str, record: UsageRecord) -> TenantUsage:
-    return TenantUsage(id=name, **asdict(record))
+def _usage(name: str, record: UsageRecord) -> TenantUsageObject:
+    return TenantUsageObject(id=name, **asdict(record))
 
 
 def _retired(retired: RetiredUsage) -> RetiredTenantUsage:

@@ -96,3 +96,22 @@ def test_every_json_success_says_what_its_body_holds(document: dict[str, Any]) -
         if "json" in media_type and _untyped(document, media.get("schema", {}))
     ]
     assert untyped == [], "give these routes a response model (a pydantic class), not a dict"
+
+
+def test_one_tenant_usage(document: dict[str, Any]) -> None:
+    # Two classes of that name made two components (``schemas_TenantUsage``, ``routes_admin_TenantUsage``).
+    schemas = document["components"]["schemas"]
+    assert [name for name, schema in schemas.items() if schema.get("title") == "TenantUsage"] == ["TenantUsage"]
+
+
+def test_every_paged_listing_is_the_one_list_page(document: dict[str, Any]) -> None:
+    # One generic model, one component per item type: the same fields, required alike, but for what ``data`` holds.
+    schemas = document["components"]["schemas"]
+    pages = {name: s for name, s in schemas.items() if {"first_id", "has_more"} <= set(s.get("properties", {}))}
+    assert len(pages) >= 5
+    assert all(schema["title"].startswith("ListPage[") for schema in pages.values()), sorted(pages)
+    shapes = {
+        json.dumps([{**schema["properties"], "data": schema["properties"]["data"]["type"]}, schema["required"]])
+        for schema in pages.values()
+    }
+    assert len(shapes) == 1, shapes
