@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import string
 
+import pytest
+
 from auth import ANONYMOUS, API_KEY_PREFIX, generate_api_key, hash_api_key, key_hint, looks_like_api_key
-from auth.keys import is_key_hash
+from auth.keys import ApiKeyRecord, is_key_hash
 from auth.settings import TenantLimits, TenantSettings
 from auth.tenants import tenant_from_settings
 
@@ -46,6 +48,12 @@ def test_hash_is_hex_sha256() -> None:
 def test_hint_shows_prefix_and_last_four_only() -> None:
     key = generate_api_key()
     assert key_hint(key) == f"sk-tts-...{key[-4:]}"
+
+
+def test_records_are_immutable() -> None:
+    record = ApiKeyRecord(id="key_1", tenant="acme", key_hash="0" * 64, created_at=0.0)
+    with pytest.raises(AttributeError):
+        record.revoked = True  # type: ignore[misc]
 
 
 def test_tenants_from_settings() -> None:

@@ -1,23 +1,19 @@
-"""The AuthStore contract: one suite, run against memory, Redis on fakeredis and a real redis-server."""
+"""The AuthStore contract: every rule asserted once, run against memory, Redis on fakeredis and a real redis-server.
+
+What only the Redis store does (replicas, outages, records it cannot read) is ``test_store_redis.py``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
-import fakeredis
 import pytest
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from auth import (
-    ApiKeyRecord,
-    AuthBackendError,
     AuthStore,
     MemoryAuthStore,
     RedisAuthStore,
@@ -29,6 +25,7 @@ from auth import (
     seed_tenants,
 )
 from auth.settings import TenantLimits, TenantSettings
+from tests.auth_backends import Backend, make_backend
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,88 +35,11 @@ ACME = Tenant("acme", TenantLimits(requests_per_minute=60, concurrent_streams=2)
 GLOBEX = Tenant("globex", TenantLimits(), None)
 
 
-@dataclass
-class Backend:
-    """A store under test, plus what the contract needs to look behind it."""
-
-    store: AuthStore
-    dump: Callable[[], Awaitable[bytes]]
-    """Everything the backend holds, as bytes: to search for secrets."""
-    replica: Callable[[], AuthStore]
-    """Another store on the same data, as another gateway replica would have."""
-    closers: list[AuthStore] = field(default_factory=list)
-
-
-async def _dump_redis(client: aioredis.Redis) -> bytes:
-    parts: list[bytes] = []
-    async for key in client.scan_iter():
-        parts.append(key + b"=" + repr(await _redis_value(client, key)).encode())
-    return b"\n".join(parts)
-
-
-async def _redis_value(client: aioredis.Redis, key: bytes) -> object:
-    kind = await client.type(key)
-    match kind.decode() if isinstance(kind, bytes) else kind:
-        case "string":
-            return await client.get(key)
-        case "hash":
-            return await client.hgetall(key)
-        case "set":
-            return await client.smembers(key)
-        case "zset":
-            return await client.zrange(key, 0, -1)
-        case other:
-            raise AssertionError(f"no dump for a Redis {other}")
-
-
-def _memory_backend() -> Backend:
-    store = MemoryAuthStore()
-
-    async def dump() -> bytes:
-        return repr(vars(store)).encode()
-
-    return Backend(store=store, dump=dump, replica=lambda: store)
-
-
-def _redis_backend(new_client: Callable[[], aioredis.Redis]) -> Backend:
-    prefix = f"test:{uuid.uuid4().hex}:"
-    inspector = new_client()
-
-    def replica() -> AuthStore:
-        store = RedisAuthStore(new_client(), prefix, owns_client=True)
-        made.closers.append(store)
-        return store
-
-    made = Backend(store=RedisAuthStore(new_client(), prefix, owns_client=True), dump=lambda: _dump_redis(inspector),
-                      replica=replica)  # fmt: skip
-    made.closers.extend([made.store, RedisAuthStore(inspector, owns_client=True)])
-    return made
-
-
-def _make_backend(kind: str, request: pytest.FixtureRequest) -> Backend:
-    if kind == "memory":
-        return _memory_backend()
-    if kind == "fakeredis":
-        server = fakeredis.FakeServer()
-        return _redis_backend(lambda: fakeredis.FakeAsyncRedis(server=server))
-    url: str = request.getfixturevalue("redis_url")  # the session's real redis-server, emptied
-    return _redis_backend(lambda: aioredis.Redis.from_url(url))
-
-
 @pytest.fixture(params=["memory", "fakeredis", "redis"])
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    made = _make_backend(request.param, request)
+    made = make_backend(request.param, request)
     yield made
-    for store in made.closers:
-        await store.close()
-
-
-@pytest.fixture(params=["fakeredis", "redis"])
-async def redis_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    made = _make_backend(request.param, request)
-    yield made
-    for store in made.closers:
-        await store.close()
+    await made.close()
 
 
 StoreFactory: TypeAlias = "Callable[..., Awaitable[AuthStore]]"
@@ -325,87 +245,3 @@ async def test_concurrent_seeding_makes_one_record_per_hash(backend: Backend) ->
     assert await backend.store.get_tenant("globex") == Tenant("globex", TenantLimits(requests_per_minute=5),
                                                               frozenset({"tts-1"}))  # fmt: skip
     assert await backend.store.find_key(hash_api_key("b")) is not None
-
-
-# --- Redis only: replicas and failures -------------------------------------------------------------------------------
-
-
-async def test_revocation_is_seen_by_another_replica_at_once(redis_backend: Backend) -> None:
-    first, second = redis_backend.store, redis_backend.replica()
-    await first.put_tenant(ACME)
-    key, record = await first.create_key("acme")
-    assert await second.find_key(hash_api_key(key)) == record
-    assert await second.revoke_key(record.id)
-    assert await first.find_key(hash_api_key(key)) is None
-    assert await second.find_key(hash_api_key(key)) is None
-
-
-async def test_works_with_decoded_responses() -> None:
-    store = RedisAuthStore(fakeredis.FakeAsyncRedis(decode_responses=True), owns_client=True)
-    await store.put_tenant(ACME)
-    key, record = await store.create_key("acme")
-    assert await store.find_key(hash_api_key(key)) == record
-    assert await store.list_keys("acme") == [record]
-    assert (await store.page_tenants(after=None, limit=5)).data == [ACME]
-    await store.close()
-
-
-async def test_unreachable_redis_raises_backend_error() -> None:
-    server = fakeredis.FakeServer()
-    store = RedisAuthStore(fakeredis.FakeAsyncRedis(server=server), owns_client=True)
-    await store.put_tenant(ACME)
-    server.connected = False
-    calls: list[Callable[[], Awaitable[object]]] = [
-        lambda: store.find_key(hash_api_key("x")),
-        lambda: store.get_tenant("acme"),
-        lambda: store.create_key("acme"),
-        lambda: store.delete_tenant("acme"),
-        lambda: store.revoke_key("key_0"),
-    ]
-    for call in calls:
-        with pytest.raises(AuthBackendError):
-            await call()
-    await store.close()
-
-
-async def test_refused_connection_raises_backend_error() -> None:
-    # A port nobody listens on: the real client's ConnectionError (not fakeredis's simulation). No retries: fast.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dead = aioredis.Redis(port=port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
-    store = RedisAuthStore(dead, owns_client=True)
-    with pytest.raises(AuthBackendError) as caught:
-        await store.find_key(hash_api_key("x"))
-    assert caught.value.__cause__ is not None
-    await store.close()
-
-
-async def test_corrupt_tenant_record_raises_backend_error() -> None:
-    client = fakeredis.FakeAsyncRedis()
-    store = RedisAuthStore(client, "p:", owns_client=True)
-    await client.hset("p:tenants", "acme", "{not json")
-    await client.hset("p:tenants", "globex", '{"limits": {"unknown_limit": 1}, "models": null}')
-    for name in ("acme", "globex"):
-        with pytest.raises(AuthBackendError, match="corrupt"):
-            await store.get_tenant(name)
-    await store.close()
-
-
-async def test_record_under_another_hash_is_not_a_match() -> None:
-    # The record's own hash is compared after the lookup: a record filed under the wrong name matches nothing.
-    client = fakeredis.FakeAsyncRedis()
-    store = RedisAuthStore(client, "p:", owns_client=True)
-    await store.put_tenant(ACME)
-    key, record = await store.create_key("acme")
-    other = hash_api_key("sk-tts-other")
-    await client.copy(f"p:key:{record.key_hash}", f"p:key:{other}")
-    assert await store.find_key(hash_api_key(key)) == record
-    assert await store.find_key(other) is None
-    await store.close()
-
-
-def test_records_are_immutable() -> None:
-    record = ApiKeyRecord(id="key_1", tenant="acme", key_hash="0" * 64, created_at=0.0)
-    with pytest.raises(AttributeError):
-        record.revoked = True  # type: ignore[misc]

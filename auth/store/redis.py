@@ -1,259 +1,34 @@
-"""Where tenants and API keys live: in memory (one process) or in Redis (shared by every replica).
-
-The stores here answer from their backend every time; a replica's memory of recent answers, invalidated by the
-revocation channel, is :mod:`auth.cached`. What they hold is bounded by what exists: a deleted tenant takes its key
-records with it, and a revoked key leaves its record only for ``revoked_retention_s`` (for the audit listing), except
-a key issued out of band (configured by its hash), whose revoked record stays so that re-seeding the configuration
-cannot bring it back.
-"""
+"""Tenants and keys in Redis, shared by every replica: :class:`RedisAuthStore`, with the Lua scripts that keep each
+change atomic."""
 
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import json
-import secrets
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from auth.errors import AuthBackendError, TenantNotFoundError
-from auth.keys import ApiKeyRecord, generate_api_key, hash_api_key, is_key_hash, key_hint
+from auth.keys import ApiKeyRecord, generate_api_key, hash_api_key, key_hint
 from auth.settings import TenantLimits, TenantScheduling
+from auth.store.base import (
+    DEFAULT_REVOKED_RETENTION_S,
+    check_key_hash,
+    live_record,
+    new_generation,
+    new_key_id,
+    same_tenant,
+)
 from auth.tenants import Tenant
-from storage import STORAGE_ERRORS, Page, sortable_id
+from storage import STORAGE_ERRORS, Page
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
     from storage import RedisClient
 
-__all__ = ["DEFAULT_REVOKED_RETENTION_S", "AuthStore", "ForwardingAuthStore", "MemoryAuthStore", "RedisAuthStore"]
-
-DEFAULT_REVOKED_RETENTION_S = 30 * 24 * 3600
-"""How long the record of a revoked key (issued by the gateway) stays listed for audit."""
-
-
-class AuthStore(Protocol):
-    """Tenants and API keys. Implementations: :class:`MemoryAuthStore`, :class:`RedisAuthStore`.
-
-    Backend failures raise :class:`~auth.errors.AuthBackendError`.
-    """
-
-    async def put_tenant(self, tenant: Tenant) -> Tenant:
-        """Create the tenant, or replace the one of that name (its keys and generation stay); returns it as stored.
-
-        A new tenant gets a random :attr:`~auth.tenants.Tenant.generation`, whatever ``tenant`` carries.
-        """
-
-    async def get_tenant(self, name: str) -> Tenant | None:
-        """The tenant called ``name``, or ``None``."""
-
-    async def page_tenants(self, *, after: str | None, limit: int) -> Page[Tenant]:
-        """Tenants by name, the first ``limit`` after ``after`` (a name, which need not exist any more)."""
-
-    async def delete_tenant(self, name: str) -> bool:
-        """Delete the tenant and its keys' records; ``False`` when there was no such tenant.
-
-        A tenant created again under the same name starts without keys.
-        """
-
-    async def create_key(self, tenant: str) -> tuple[str, ApiKeyRecord]:
-        """Issue a new key for ``tenant``: the plaintext is returned this once and only its hash is stored.
-
-        Raises:
-            TenantNotFoundError: No such tenant.
-        """
-
-    async def add_key_hash(self, tenant: str, key_hash: str) -> ApiKeyRecord:
-        """Register a key issued out of band by its hex SHA-256. Idempotent: a known hash returns its record as is.
-
-        Raises:
-            TenantNotFoundError: No such tenant.
-            ValueError: ``key_hash`` is not a lowercase hex SHA-256, or the key belongs to another tenant.
-        """
-
-    async def find_key(self, key_hash: str) -> ApiKeyRecord | None:
-        """The live key with this hash; ``None`` when it is unknown or revoked."""
-
-    async def revoke_key(self, key_id: str) -> bool:
-        """Revoke the key; ``False`` when no key has this id (revoking twice is ``True`` both times)."""
-
-    async def list_keys(self, tenant: str) -> list[ApiKeyRecord]:
-        """The tenant's keys, revoked ones still retained included, oldest first."""
-
-    async def page_keys(self, tenant: str, *, after: str | None, limit: int) -> Page[ApiKeyRecord]:
-        """The tenant's keys by id (oldest first), the first ``limit`` after the key id ``after``."""
-
-    async def close(self) -> None:
-        """Release what the store holds."""
-
-
-class ForwardingAuthStore:
-    """An :class:`AuthStore` that hands every call to ``inner``: the base of stores that add to some of them."""
-
-    def __init__(self, inner: AuthStore) -> None:
-        self._inner = inner
-
-    async def put_tenant(self, tenant: Tenant) -> Tenant:
-        return await self._inner.put_tenant(tenant)
-
-    async def get_tenant(self, name: str) -> Tenant | None:
-        return await self._inner.get_tenant(name)
-
-    async def page_tenants(self, *, after: str | None, limit: int) -> Page[Tenant]:
-        return await self._inner.page_tenants(after=after, limit=limit)
-
-    async def delete_tenant(self, name: str) -> bool:
-        return await self._inner.delete_tenant(name)
-
-    async def create_key(self, tenant: str) -> tuple[str, ApiKeyRecord]:
-        return await self._inner.create_key(tenant)
-
-    async def add_key_hash(self, tenant: str, key_hash: str) -> ApiKeyRecord:
-        return await self._inner.add_key_hash(tenant, key_hash)
-
-    async def find_key(self, key_hash: str) -> ApiKeyRecord | None:
-        return await self._inner.find_key(key_hash)
-
-    async def revoke_key(self, key_id: str) -> bool:
-        return await self._inner.revoke_key(key_id)
-
-    async def list_keys(self, tenant: str) -> list[ApiKeyRecord]:
-        return await self._inner.list_keys(tenant)
-
-    async def page_keys(self, tenant: str, *, after: str | None, limit: int) -> Page[ApiKeyRecord]:
-        return await self._inner.page_keys(tenant, after=after, limit=limit)
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-
-def _new_generation() -> str:
-    return secrets.token_hex(8)
-
-
-def _new_key_id() -> str:
-    return sortable_id("key_")
-
-
-def _check_hash(key_hash: str) -> None:
-    if not is_key_hash(key_hash):
-        raise ValueError("key hash must be a lowercase hex SHA-256 (64 characters)")
-
-
-def _same_tenant(record: ApiKeyRecord, tenant: str) -> ApiKeyRecord:
-    if record.tenant != tenant:
-        raise ValueError(f"key {record.id} already belongs to tenant {record.tenant!r}")
-    return record
-
-
-def _live(record: ApiKeyRecord | None, key_hash: str) -> ApiKeyRecord | None:
-    # The lookup itself is by hash, so its timing reveals nothing useful about the key; the final check is still
-    # constant-time so that no store implementation can turn into a string-compare oracle.
-    if record is None or record.revoked or not hmac.compare_digest(record.key_hash, key_hash):
-        return None
-    return record
-
-
-def _after(items: Sequence[str], after: str | None) -> list[str]:
-    return sorted(item for item in items if after is None or item > after)
-
-
-class MemoryAuthStore:
-    """Tenants and keys in this process only: for a single replica and for tests (methods as on :class:`AuthStore`).
-
-    Revoked keys stay listed for ``revoked_retention_s`` here too, so both stores answer alike.
-    """
-
-    def __init__(self, *, revoked_retention_s: float = DEFAULT_REVOKED_RETENTION_S) -> None:
-        """Start empty."""
-        self._tenants: dict[str, Tenant] = {}
-        self._keys: dict[str, ApiKeyRecord] = {}  # by key hash
-        self._hash_by_id: dict[str, str] = {}
-        self._expiries: dict[str, float] = {}  # key hash -> when its revoked record goes
-        self._retention_s = revoked_retention_s
-
-    async def put_tenant(self, tenant: Tenant) -> Tenant:
-        existing = self._tenants.get(tenant.name)
-        generation = existing.generation if existing is not None else _new_generation()
-        stored = self._tenants[tenant.name] = dataclasses.replace(tenant, generation=generation)
-        return stored
-
-    async def get_tenant(self, name: str) -> Tenant | None:
-        return self._tenants.get(name)
-
-    async def page_tenants(self, *, after: str | None, limit: int) -> Page[Tenant]:
-        names = _after(list(self._tenants), after)[: limit + 1]
-        return Page.of([self._tenants[name] for name in names], limit)
-
-    async def delete_tenant(self, name: str) -> bool:
-        if self._tenants.pop(name, None) is None:
-            return False
-        for record in self._records_of(name):
-            self._forget(record)
-        return True
-
-    async def create_key(self, tenant: str) -> tuple[str, ApiKeyRecord]:
-        key = generate_api_key()
-        return key, self._add(tenant, hash_api_key(key), key_hint(key))
-
-    async def add_key_hash(self, tenant: str, key_hash: str) -> ApiKeyRecord:
-        _check_hash(key_hash)
-        existing = self._record(key_hash)
-        return _same_tenant(existing, tenant) if existing else self._add(tenant, key_hash, "")
-
-    async def find_key(self, key_hash: str) -> ApiKeyRecord | None:
-        return _live(self._record(key_hash), key_hash)
-
-    async def revoke_key(self, key_id: str) -> bool:
-        key_hash = self._hash_by_id.get(key_id)
-        if key_hash is None or (record := self._record(key_hash)) is None:
-            return False
-        if not record.revoked:
-            self._keys[key_hash] = _revoked(record)
-            if record.hint:  # issued here: its record is only kept for the audit listing
-                self._expiries[key_hash] = time.monotonic() + self._retention_s
-        return True
-
-    async def list_keys(self, tenant: str) -> list[ApiKeyRecord]:
-        return sorted(self._records_of(tenant), key=lambda record: record.id)
-
-    async def page_keys(self, tenant: str, *, after: str | None, limit: int) -> Page[ApiKeyRecord]:
-        records = [record for record in await self.list_keys(tenant) if after is None or record.id > after]
-        return Page.of(records[: limit + 1], limit)
-
-    async def close(self) -> None:
-        return None
-
-    def _add(self, tenant: str, key_hash: str, hint: str) -> ApiKeyRecord:
-        if tenant not in self._tenants:
-            raise TenantNotFoundError(tenant)
-        record = ApiKeyRecord(id=_new_key_id(), tenant=tenant, key_hash=key_hash, created_at=time.time(), hint=hint)
-        self._keys[key_hash] = record
-        self._hash_by_id[record.id] = key_hash
-        return record
-
-    def _record(self, key_hash: str) -> ApiKeyRecord | None:
-        record = self._keys.get(key_hash)
-        expiry = self._expiries.get(key_hash)
-        if record is not None and expiry is not None and expiry <= time.monotonic():
-            self._forget(record)
-            return None
-        return record
-
-    def _forget(self, record: ApiKeyRecord) -> None:
-        self._keys.pop(record.key_hash, None)
-        self._hash_by_id.pop(record.id, None)
-        self._expiries.pop(record.key_hash, None)
-
-    def _records_of(self, tenant: str) -> list[ApiKeyRecord]:
-        records = (self._record(key_hash) for key_hash in list(self._keys))
-        return [record for record in records if record is not None and record.tenant == tenant]
-
-
-def _revoked(record: ApiKeyRecord) -> ApiKeyRecord:
-    return dataclasses.replace(record, revoked=True)
+__all__ = ["RedisAuthStore"]
 
 
 # Every script below touches keys of the one hash tag ``{auth}`` (the prefix carries it), as Redis Cluster requires;
@@ -420,7 +195,7 @@ class RedisAuthStore:
     * ``P key-id:<id>`` — string: the key's sha256 (revocation by id)
     * ``P tenant-keys:<name>`` — sorted set of the tenant's key ids (scored 0; ids sort by creation)
 
-    Methods as on :class:`AuthStore`.
+    Methods as on :class:`~auth.store.AuthStore`.
     """
 
     def __init__(
@@ -452,7 +227,7 @@ class RedisAuthStore:
         self._page_keys = client.register_script(_PAGE_KEYS_LUA)
 
     async def put_tenant(self, tenant: Tenant) -> Tenant:
-        record = _tenant_to_json(tenant, _new_generation())
+        record = _tenant_to_json(tenant, new_generation())
         with _backend_errors():
             generation = await self._put_tenant(keys=[self._tenants_key, self._names_key], args=[tenant.name, record])
             return dataclasses.replace(tenant, generation=_text(generation))
@@ -482,13 +257,13 @@ class RedisAuthStore:
         return key, await self._add(tenant, hash_api_key(key), key_hint(key))
 
     async def add_key_hash(self, tenant: str, key_hash: str) -> ApiKeyRecord:
-        _check_hash(key_hash)
-        return _same_tenant(await self._add(tenant, key_hash, ""), tenant)
+        check_key_hash(key_hash)
+        return same_tenant(await self._add(tenant, key_hash, ""), tenant)
 
     async def find_key(self, key_hash: str) -> ApiKeyRecord | None:
         with _backend_errors():
             fields = _decode_hash(await self._redis.hgetall(self._key(key_hash)))
-            return _live(_record_from_fields(fields) if fields else None, key_hash)
+            return live_record(_record_from_fields(fields) if fields else None, key_hash)
 
     async def revoke_key(self, key_id: str) -> bool:
         with _backend_errors():
@@ -517,7 +292,7 @@ class RedisAuthStore:
                 await self._redis.aclose()
 
     async def _add(self, tenant: str, key_hash: str, hint: str) -> ApiKeyRecord:
-        key_id = _new_key_id()
+        key_id = new_key_id()
         keys = [self._tenants_key, self._key(key_hash), self._key_id(key_id), self._tenant_keys(tenant)]
         with _backend_errors():
             flat = await self._add_key(keys=keys, args=[tenant, key_hash, key_id, repr(time.time()), hint])
