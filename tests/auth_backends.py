@@ -1,5 +1,5 @@
-"""What the auth contract suites run against: an :class:`~auth.AuthStore` in memory or on Redis (a real redis-server,
-or fakeredis where a test says so).
+"""What the auth contract suites run against: an :class:`~auth.AuthStore` and a
+:class:`~auth.limits.TenantRateLimiter` in memory or on Redis (a real redis-server, or fakeredis where a test says so).
 
 A module, not a test module: test modules import from here, never from each other. The fixtures that parametrize
 over the backends stay in the test modules, each with the backends it runs against.
@@ -9,19 +9,26 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import fakeredis
 import redis.asyncio as aioredis
 
 from auth import AuthStore, MemoryAuthStore, RedisAuthStore
+from auth.limits import TenantRateLimiter
+from storage import connect_redis
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     import pytest
 
-__all__ = ["Backend", "make_backend"]
+    from storage import RedisClient
+
+__all__ = ["MEMORY", "Backend", "Limiters", "make_backend"]
+
+MEMORY = "memory://"
+"""What :class:`Limiters` takes for a limiter that keeps its limits in memory."""
 
 
 @dataclass
@@ -95,3 +102,26 @@ async def _redis_value(client: aioredis.Redis, key: bytes) -> object:
             return await client.zrange(key, 0, -1)
         case other:
             raise AssertionError(f"no dump for a Redis {other}")
+
+
+class Limiters:
+    """Makes rate limiters, each on a client of its own, and closes them all (limiters first, then their clients)."""
+
+    def __init__(self) -> None:
+        self._limiters: list[TenantRateLimiter] = []
+        self._clients: list[RedisClient] = []
+
+    def __call__(self, uri: str, **options: Any) -> TenantRateLimiter:
+        """A limiter on the Redis at ``uri``, or in memory for :data:`MEMORY`; ``options`` as the limiter takes."""
+        client = None if uri == MEMORY else connect_redis(uri)
+        if client is not None:
+            self._clients.append(client)
+        limiter = TenantRateLimiter(client, **options)
+        self._limiters.append(limiter)
+        return limiter
+
+    async def close(self) -> None:
+        for limiter in self._limiters:
+            await limiter.close()
+        for client in self._clients:
+            await client.aclose()
