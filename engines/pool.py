@@ -151,6 +151,8 @@ class _Worker:
     def __init__(self, pool: EnginePool, process: WorkerProcess, writer: asyncio.StreamWriter) -> None:
         self.pool = pool
         self.process = process
+        self.pid = process.pid
+        """Kept: a closed ``multiprocessing`` process no longer says its pid."""
         self.writer = writer
         self.reader_task: asyncio.Task[None] | None = None
         self.state: Literal["starting", "ready", "dead"] = "starting"
@@ -191,7 +193,7 @@ class _Worker:
         """Kill the process; its pipe then reaches EOF and the pool cleans up and replaces it."""
         if self.kill_reason is None:
             self.kill_reason = reason
-            logger.warning("killing %s worker pid %s: %s", self.pool.name, self.process.pid, reason)
+            logger.warning("killing %s worker pid %s: %s", self.pool.name, self.pid, reason)
         with contextlib.suppress(Exception):
             self.process.kill()
 
@@ -304,7 +306,7 @@ class EnginePool:
             active_jobs=sum(len(w.jobs) for w in self._workers),
             queued=len(self._slots),
             restarts=self._restarts,
-            pids=tuple(w.process.pid for w in self._workers if w.process.pid is not None),
+            pids=tuple(w.pid for w in self._workers if w.pid is not None),
             batch_sizes=dict(self._batch_sizes),
             info=self._info,
             queued_by_tenant=self._slots.queued_by_tenant(),
@@ -504,7 +506,7 @@ class EnginePool:
         self._info = info
         self._unavailable_reason = None
         self._failed_starts = 0
-        logger.info("engine %s worker pid %s ready", self.name, worker.process.pid)
+        logger.info("engine %s worker pid %s ready", self.name, worker.pid)
         self._slots.hand_out()
 
     def _on_exit(self, worker: _Worker) -> None:
@@ -520,7 +522,7 @@ class EnginePool:
         if self._stopped:
             return
         log = logger.warning if was_ready or worker.kill_reason else logger.debug  # load failures: logged above
-        log("engine %s worker pid %s ended: %s", self.name, worker.process.pid, reason)
+        log("engine %s worker pid %s ended: %s", self.name, worker.pid, reason)
         self._restarts += 1
         if not was_ready:
             self._failed_starts += 1

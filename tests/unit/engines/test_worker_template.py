@@ -136,6 +136,11 @@ async def test_without_warm_start_workers_are_fresh_interpreters(
     assert parent_of(worker) == os.getpid()
     assert templates.of("synthetic").pid is None, "no template was started"
     assert await speak(pool) > 0
+    os.kill(worker, signal.SIGKILL)
+    await wait_for(lambda: pool.status().ready_workers == 1 and pool.status().restarts == 1, what="a replacement")
+    [replacement] = pool.status().pids
+    assert parent_of(replacement) == os.getpid()
+    assert await speak(pool) > 0
 
 
 async def test_stopping_a_pool_while_its_template_imports_leaves_no_worker(templates: WorkerTemplates) -> None:
