@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# tts-gateway: the OpenAI-compatible speech gateway with ChatTTS and espeak-ng (docs/deployment.md).
+# chattts-gateway: the OpenAI-compatible speech gateway with ChatTTS and espeak-ng (docs/deployment.md).
 #
 # CPU image (default):
 #   docker build -t tts-gateway:0.1.0 .
@@ -57,5 +57,5 @@ RUN python -m pip install --no-deps --no-build-isolation . \
 
 USER 10001:10001
 EXPOSE 8000
-ENTRYPOINT ["tts-gateway"]
+ENTRYPOINT ["chattts-gateway"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -55,7 +55,7 @@ $(NODE_SDK): tests/node/package.json tests/node/package-lock.json
 	touch $@
 
 serve: $(SERVING)
-	$(BIN)/tts-gateway serve $(ARGS)
+	$(BIN)/chattts-gateway serve $(ARGS)
 
 # redis-server, Chromium, ChromeDriver and npm for the tests: installed with apt-get as root, else named.
 system-deps:

@@ -64,7 +64,7 @@ class TenantSettings(BaseModel):
     """Models (engines or aliases) the tenant may use; ``None``: every model."""
     scheduling: TenantScheduling = Field(default_factory=TenantScheduling)
     api_key_sha256: list[str] = Field(default_factory=list)
-    """Hex SHA-256 hashes of API keys issued out of band (``tts-gateway keys create`` prints one when no
+    """Hex SHA-256 hashes of API keys issued out of band (``chattts-gateway keys create`` prints one when no
     ``redis_url`` is set); keys are never stored."""
 
 

@@ -55,7 +55,7 @@ def alternating(measures: dict[str, Callable[[], float]], rounds: int) -> dict[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--assets", required=True, help="a ChatTTS directory (tts-gateway assets generate ...)")
+    parser.add_argument("--assets", required=True, help="a ChatTTS directory (chattts-gateway assets generate ...)")
     parser.add_argument("--batches", default="1,4,8", help="batch sizes")
     parser.add_argument("--steps", type=int, default=12, help="decode steps timed per round")
     parser.add_argument("--rounds", type=int, default=4)

@@ -92,7 +92,7 @@ def measure(engine: ChatTTSEngine, rows: int, rounds: int) -> list[dict[str, Any
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--assets", required=True, help="a ChatTTS directory (tts-gateway assets generate ...)")
+    parser.add_argument("--assets", required=True, help="a ChatTTS directory (chattts-gateway assets generate ...)")
     parser.add_argument("--running", type=int, default=3, help="sequences decoding when one joins")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)

@@ -48,7 +48,7 @@ def step_ms(engine: Any, cache: Any, batch: int, width: int, steps: int) -> floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--assets", required=True, help="a ChatTTS directory (tts-gateway assets generate ...)")
+    parser.add_argument("--assets", required=True, help="a ChatTTS directory (chattts-gateway assets generate ...)")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--width", type=int, default=700, help="prompt tokens: the cache's width when timing starts")
     parser.add_argument("--steps", type=int, default=20)

@@ -64,7 +64,7 @@ def decode_s(engine: ChatTTSEngine, windows: list[torch.Tensor], rounds: int = 3
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--assets", required=True, help="a ChatTTS directory (tts-gateway assets generate ...)")
+    parser.add_argument("--assets", required=True, help="a ChatTTS directory (chattts-gateway assets generate ...)")
     parser.add_argument("--running", type=int, default=4, help="sequences decoding (and windows per decode)")
     parser.add_argument("--steps", type=int, default=60, help="steps timed each way")
     parser.add_argument("--threads", type=int, default=2)

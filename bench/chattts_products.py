@@ -26,7 +26,7 @@ __all__ = ["main"]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--assets", required=True, help="a ChatTTS directory (tts-gateway assets generate ...)")
+    parser.add_argument("--assets", required=True, help="a ChatTTS directory (chattts-gateway assets generate ...)")
     parser.add_argument("--rows", default="1,2,4,8,64", help="row counts")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()

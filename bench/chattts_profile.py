@@ -132,7 +132,7 @@ class Staggered:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--assets", required=True, help="a ChatTTS directory (tts-gateway assets generate ...)")
+    parser.add_argument("--assets", required=True, help="a ChatTTS directory (chattts-gateway assets generate ...)")
     parser.add_argument("--batch", type=int, default=4, help="requests spoken together")
     parser.add_argument("--tokens", type=int, default=64, help="audio tokens per request")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.fairness                 # 5 scenarios x 30 s, about 3 minutes in all
     .venv/bin/python -m bench.fairness --seconds 3     # a smoke run
 
-One real gateway (``tts-gateway serve``) with two identical engines of paced synthetic workers (``rtf`` 1: a job
+One real gateway (``chattts-gateway serve``) with two identical engines of paced synthetic workers (``rtf`` 1: a job
 takes as long as its audio, like a model running at real time; ``request_delay_ms`` before the first audio, like a
 model's time to first audio), one with ``scheduling: fair``, one with ``scheduling: fifo``. Two tenants:
 

@@ -5,7 +5,7 @@
     .venv/bin/python -m bench.hostile_uploads --only wav_380mhz      # some files only (repeat --only)
     .venv/bin/python -m bench.hostile_uploads --bystander-model espeak --output bench/results/hostile_espeak.json
 
-One ``tts-gateway serve`` (``harness.hostile_uploads.upload_gateway_config``: the synthetic engine, no Redis) with
+One ``chattts-gateway serve`` (``harness.hostile_uploads.upload_gateway_config``: the synthetic engine, no Redis) with
 four attacking tenants and a bystander. Two parts:
 
 - **uploads**: every file of ``HOSTILE_UPLOADS`` through both upload routes, ``--rounds`` times each: the median

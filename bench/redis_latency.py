@@ -8,7 +8,7 @@ number of tenants and voices.
                                                             # the gateways of two checkouts, one after the other
 
 For each checkout (``--pythonpath LABEL=PATH``, repeatable; default: this one), a fresh ``redis-server`` and two real
-``tts-gateway serve`` processes of that code (``PYTHONPATH=PATH``): **direct** on Redis, and **1 ms RTT** through
+``chattts-gateway serve`` processes of that code (``PYTHONPATH=PATH``): **direct** on Redis, and **1 ms RTT** through
 :class:`bench.probes.DelayingProxy`, which holds each direction 0.5 ms (``--delay-ms``) and counts the exchanges.
 Same config for both (a synthetic engine of one worker, Redis for everything, an admin token) and the same Redis, so
 they share tenants, keys, voices and the audio cache. One tenant, ``bench``, with ``requests_per_minute``,
@@ -140,7 +140,7 @@ class RedisServer:
 
 @contextlib.contextmanager
 def checkout_gateway(config: dict[str, Any], workdir: Path, pythonpath: Path) -> Iterator[GatewayProcess]:
-    """A ``tts-gateway serve`` process of the code at ``pythonpath`` with exactly the engines of ``config`` (no
+    """A ``chattts-gateway serve`` process of the code at ``pythonpath`` with exactly the engines of ``config`` (no
     ChatTTS worker in a benchmark), up once every engine has settled."""
     workdir.mkdir()
     process = GatewayProcess(config, workdir, env={"PYTHONPATH": str(pythonpath)})

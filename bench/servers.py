@@ -42,7 +42,7 @@ def pinned(cpus: set[int] | None) -> Iterator[None]:
 
 
 def gateway(config: dict[str, Any], workdir: Path, cpus: set[int] | None) -> GatewayProcess:
-    """A started ``tts-gateway serve`` (uvicorn, uvloop, httptools, one process) with every engine settled."""
+    """A started ``chattts-gateway serve`` (uvicorn, uvloop, httptools, one process) with every engine settled."""
     with pinned(cpus):
         return GatewayProcess(config, workdir).start()
 

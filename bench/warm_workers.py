@@ -4,7 +4,7 @@
     .venv/bin/python -m bench.warm_workers                 # about 2 minutes, 2 cores
     .venv/bin/python -m bench.warm_workers --rounds 3      # more replacements per way
 
-For each way, a real gateway (``tts-gateway serve``) with one ChatTTS worker on the project's tiny random-weight
+For each way, a real gateway (``chattts-gateway serve``) with one ChatTTS worker on the project's tiny random-weight
 assets (generated into ``--assets`` if missing) and espeak beside it:
 
 - first start: from launching the gateway to the engine ready (its first worker imported and loaded everything);

@@ -68,7 +68,7 @@ __all__ = ["VERSION", "create_app", "openapi_document"]
 
 logger = logging.getLogger("tts_gateway")
 
-VERSION = version("tts-gateway")
+VERSION = version("chattts-gateway")
 """The package's version (``pyproject.toml`` is its one source)."""
 
 
@@ -257,7 +257,7 @@ def _dependencies() -> dict[str, Provide]:
 
 def _openapi_config() -> OpenAPIConfig:
     return OpenAPIConfig(
-        title="tts-gateway",
+        title="chattts-gateway",
         version=VERSION,
         description="OpenAI-compatible speech gateway for ChatTTS.",
         path="/docs",

@@ -1,4 +1,4 @@
-"""A real ``tts-gateway serve`` process for end-to-end tests."""
+"""A real ``chattts-gateway serve`` process for end-to-end tests."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GatewayProcess", "closed_port", "exact_engines", "free_port"]
 
-CONSOLE_SCRIPT = Path(sys.executable).with_name("tts-gateway")
+CONSOLE_SCRIPT = Path(sys.executable).with_name("chattts-gateway")
 
 
 def free_port() -> int:

@@ -1,6 +1,6 @@
 """``kind: openai``: an engine whose audio comes from upstream servers that speak OpenAI's ``POST /v1/audio/speech``.
 
-Another tts-gateway running as an engine node, vLLM-Omni, Kokoro-FastAPI or OpenAI itself. The upstream is asked for
+Another chattts-gateway running as an engine node, vLLM-Omni, Kokoro-FastAPI or OpenAI itself. The upstream is asked for
 streamed ``pcm`` at speed 1.0, so the gateway's own encoders, time-stretch, SSE, cache and realtime sessions work on
 top of it unchanged. Each request goes to the usable endpoint address with the fewest requests in flight; a
 background task resolves host names and probes every address; each address has a circuit breaker. A voice sample
@@ -59,7 +59,7 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 _CLIENT_ERRORS = frozenset({400, 413, 422})
 _MAX_ERROR_BODY = 4096
 _OVERLOAD_RETRY_AFTER_S = 1
-_OVERLOADED_CODE = "engine_overloaded"  # the error code of a tts-gateway's 503 for a full queue
+_OVERLOADED_CODE = "engine_overloaded"  # the error code of a chattts-gateway's 503 for a full queue
 
 
 class _EndpointSlots:
@@ -345,7 +345,7 @@ class RemoteEngine:
             raise EngineNotReadyError(self.name, "probing its endpoints" if not self._probed else "no usable endpoint")
         if not all(endpoint.engine_node for endpoint in usable):
             raise InvalidSynthesisRequestError(
-                f"Model '{self.name}' cannot make a voice from an audio sample: its upstream is not a tts-gateway "
+                f"Model '{self.name}' cannot make a voice from an audio sample: its upstream is not a chattts-gateway "
                 "engine node.",
                 param="audio_sample",
             )
@@ -380,7 +380,7 @@ class RemoteEngine:
 
     def _no_custom_voices(self) -> InvalidSynthesisRequestError:
         return InvalidSynthesisRequestError(
-            f"Custom voices are not available for model '{self.name}': its upstream is not a tts-gateway engine "
+            f"Custom voices are not available for model '{self.name}': its upstream is not a chattts-gateway engine "
             "node (no X-TTS-Engine-Node header in its /readyz answer), and only an engine node is sent a custom "
             "voice's speaker.",
             param="voice",
@@ -450,7 +450,7 @@ class RemoteEngine:
             else:
                 endpoint.mark_unhealthy(f"the node's engine {self._options.model!r} is {state}")
         elif response.status_code == httpx.codes.NOT_FOUND and not endpoint.probe_models:
-            endpoint.probe_models = True  # not a tts-gateway (OpenAI itself has no /readyz): ask for its models
+            endpoint.probe_models = True  # not a chattts-gateway (OpenAI itself has no /readyz): ask for its models
             await self._probe(endpoint)
         elif response.status_code == httpx.codes.OK:
             endpoint.mark_healthy(engine_node=is_engine_node(response.headers))

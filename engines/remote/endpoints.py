@@ -47,7 +47,7 @@ class EndpointAddress:
         self.probe_models = False
         """Probe ``/models`` even though the base URL ends with ``/v1`` (the server has no ``/readyz``)."""
         self.engine_node = False
-        """Its last healthy probe said it is a tts-gateway engine node (``engines/remote/context.py``): it gets the
+        """Its last healthy probe said it is a chattts-gateway engine node (``engines/remote/context.py``): it gets the
         tenant context and custom voices' speakers."""
         self._base = httpx.URL(url)
 
@@ -69,7 +69,7 @@ class EndpointAddress:
         return self._base.path.rstrip("/") + path
 
     def probe_path(self) -> str:
-        """The server root's ``/readyz`` when the base URL ends with ``/v1`` (a tts-gateway node), else
+        """The server root's ``/readyz`` when the base URL ends with ``/v1`` (a chattts-gateway node), else
         ``/models`` under the base URL (every OpenAI-compatible API has it)."""
         base = self._base.path.rstrip("/")
         if base.endswith("/v1") and not self.probe_models:

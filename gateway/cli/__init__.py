@@ -1,10 +1,10 @@
-"""``tts-gateway``: the command line. Nothing imports it; it imports the rest.
+"""``chattts-gateway``: the command line. Nothing imports it; it imports the rest.
 
-``tts-gateway serve [--host H] [--port P] [--config FILE]`` runs the gateway under uvicorn (uvloop, httptools).
-``tts-gateway keys create --tenant NAME [--config FILE]`` issues an API key (shown once, stored only as a hash).
-``tts-gateway assets generate --preset tiny|full DIR`` writes a ChatTTS asset directory with random weights.
-``tts-gateway openapi [--output FILE]`` writes the OpenAPI document the app serves (checked in as openapi/).
-``tts-gateway say TEXT|- [--voice V] [--format F] [-o FILE|-] [--play] [--model M] [--speed S] [--base-url URL]
+``chattts-gateway serve [--host H] [--port P] [--config FILE]`` runs the gateway under uvicorn (uvloop, httptools).
+``chattts-gateway keys create --tenant NAME [--config FILE]`` issues an API key (shown once, stored only as a hash).
+``chattts-gateway assets generate --preset tiny|full DIR`` writes a ChatTTS asset directory with random weights.
+``chattts-gateway openapi [--output FILE]`` writes the OpenAPI document the app serves (checked in as openapi/).
+``chattts-gateway say TEXT|- [--voice V] [--format F] [-o FILE|-] [--play] [--model M] [--speed S] [--base-url URL]
 [--api-key KEY]`` speaks through a running gateway, writing the audio as it arrives (``say.py``, a client).
 """
 
@@ -20,8 +20,10 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Every command and option of ``tts-gateway`` (the docs' commands are checked against it)."""
-    parser = argparse.ArgumentParser(prog="tts-gateway", description="OpenAI-compatible speech gateway for ChatTTS.")
+    """Every command and option of ``chattts-gateway`` (the docs' commands are checked against it)."""
+    parser = argparse.ArgumentParser(
+        prog="chattts-gateway", description="OpenAI-compatible speech gateway for ChatTTS."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     add_server_parsers(commands)
     add_say_parser(commands)
@@ -29,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The console script ``tts-gateway``; returns the exit status."""
+    """The console script ``chattts-gateway``; returns the exit status."""
     args = build_parser().parse_args(argv)
     return run_say(args) if args.command == "say" else run_server_command(args)
 

@@ -1,4 +1,4 @@
-"""``tts-gateway say``: a client of a running gateway (or any OpenAI-compatible speech API), not part of the server.
+"""``chattts-gateway say``: a client of a running gateway (or any OpenAI-compatible speech API), not part of the server.
 
 It streams ``POST /v1/audio/speech`` to a file or standard output as the audio arrives, shows progress on a terminal,
 and can play the result with the first of ffplay, mpv or aplay that is installed.
@@ -57,11 +57,11 @@ def add_say_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def run_say(args: argparse.Namespace) -> int:
-    """Run ``tts-gateway say``; returns the exit status."""
+    """Run ``chattts-gateway say``; returns the exit status."""
     response_format = args.response_format or _SAY_FORMATS_BY_SUFFIX.get(Path(args.output or "").suffix, "mp3")
     output = args.output or f"speech{_SAY_SUFFIXES[response_format]}"
     if args.play and output == "-":
-        print("tts-gateway: --play needs an output file, not standard output", file=sys.stderr)
+        print("chattts-gateway: --play needs an output file, not standard output", file=sys.stderr)
         return 2
     text = sys.stdin.read() if args.text == "-" else args.text
     body: dict[str, object] = {
@@ -91,7 +91,7 @@ def _stream_speech(url: str, body: dict[str, object], headers: dict[str, str], o
         ):
             if response.is_error:
                 response.read()
-                print(f"tts-gateway: {response.status_code} {_error_message(response)}", file=sys.stderr)
+                print(f"chattts-gateway: {response.status_code} {_error_message(response)}", file=sys.stderr)
                 return 1
             if output == "-":
                 _receive(response, sys.stdout.buffer)
@@ -104,7 +104,7 @@ def _stream_speech(url: str, body: dict[str, object], headers: dict[str, str], o
         if isinstance(exc, KeyboardInterrupt):
             return 130
         where = url if isinstance(exc, httpx.HTTPError) else output
-        print(f"tts-gateway: {where}: {str(exc) or type(exc).__name__}", file=sys.stderr)
+        print(f"chattts-gateway: {where}: {str(exc) or type(exc).__name__}", file=sys.stderr)
         return 1
     return 0
 
@@ -200,6 +200,6 @@ def _play(path: Path, response_format: str) -> int:
     command = _player_command(path, response_format)
     if command is None:
         wanted = "ffplay, mpv or aplay" if response_format in {"wav", "pcm"} else "ffplay or mpv"
-        print(f"tts-gateway: wrote {path} but cannot play it: install {wanted}", file=sys.stderr)
+        print(f"chattts-gateway: wrote {path} but cannot play it: install {wanted}", file=sys.stderr)
         return 1
     return subprocess.run(command, check=False).returncode

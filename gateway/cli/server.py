@@ -64,10 +64,10 @@ def _settings(args: argparse.Namespace) -> Settings | None:
     try:
         return load_settings(args.config if args.config is not None else args.config_default)
     except ValidationError as exc:
-        print(f"tts-gateway: invalid configuration: {_one_line(exc)}", file=sys.stderr)
+        print(f"chattts-gateway: invalid configuration: {_one_line(exc)}", file=sys.stderr)
         return None
     except (FileNotFoundError, ValueError) as exc:
-        print(f"tts-gateway: invalid configuration: {exc}", file=sys.stderr)
+        print(f"chattts-gateway: invalid configuration: {exc}", file=sys.stderr)
         return None
 
 
@@ -142,7 +142,7 @@ async def _create_key_in_redis(settings: Settings, tenant: str) -> int:
         await seed_tenants(store, settings.auth.tenants)
         key, record = await store.create_key(tenant)
     except TenantNotFoundError:
-        print(f"tts-gateway: no tenant named {tenant!r}", file=sys.stderr)
+        print(f"chattts-gateway: no tenant named {tenant!r}", file=sys.stderr)
         return 1
     finally:
         await store.close()

@@ -1,4 +1,5 @@
-"""Clients beyond the Python SDK against a real gateway: the official Node SDK, the README's curl, ``tts-gateway say``.
+"""Clients beyond the Python SDK against a real gateway: the official Node SDK, the README's curl and
+``chattts-gateway say``.
 
 Every file a client writes is decoded back with PyAV. The Node SDK comes from ``tests/node`` (``make setup`` runs
 ``npm ci --prefix tests/node``); when it is missing these tests fail rather than skip, so CI cannot pass without it.
@@ -170,7 +171,7 @@ def test_readme_curl_example_runs_as_written(gateway: GatewayProcess, tmp_path: 
     assert audio.codec == "mp3float"
 
 
-# --- tts-gateway say --------------------------------------------------------------------------------------------
+# --- chattts-gateway say --------------------------------------------------------------------------------------------
 
 
 def say(
@@ -224,5 +225,7 @@ def test_say_reads_standard_input_and_takes_the_format_from_the_file_name(
 def test_say_reports_the_openai_error_and_fails(gateway: GatewayProcess, tmp_path: Path) -> None:
     result = say(gateway, "Hello.", "--model", "tts-9000", "-o", "never.mp3", cwd=tmp_path)
     assert result.returncode == 1
-    assert result.stderr == ("tts-gateway: 404 The model `tts-9000` does not exist or you do not have access to it.\n")
+    assert result.stderr == (
+        "chattts-gateway: 404 The model `tts-9000` does not exist or you do not have access to it.\n"
+    )
     assert not (tmp_path / "never.mp3").exists()

@@ -6,8 +6,8 @@ example escapes):
 - ``<!-- example: config FILE -->``: a YAML file, written as ``FILE`` in the document's folder and loaded by the
   gateway's settings (later blocks may use it);
 - ``<!-- example: shell [creates FILE ...] -->``: bash, run to completion in that folder with the virtualenv first on
-  ``PATH``, against the gateway the README's readers start with ``make serve`` (``tts-gateway serve`` on port 8000) and
-  a Redis on port 6379; each created file must be decodable audio (its suffix names the format);
+  ``PATH``, against the gateway the README's readers start with ``make serve`` (``chattts-gateway serve`` on port 8000)
+  and a Redis on port 6379; each created file must be decodable audio (its suffix names the format);
 - ``<!-- example: python [creates FILE ...] -->``: the virtualenv's Python, run in that folder (files as above);
 - ``<!-- example: serve PORT -->``: bash whose last command serves; it must come up on ``PORT`` with every engine
   ready, and is stopped then;
@@ -169,12 +169,12 @@ def test_the_examples_against_a_served_gateway_run(
     tmp_path: Path,
     served: list[subprocess.Popen[bytes]],
 ) -> None:
-    # What a reader has after the README's first command: `make serve`, i.e. `tts-gateway serve` on port 8000,
+    # What a reader has after the README's first command: `make serve`, i.e. `chattts-gateway serve` on port 8000,
     # and for the tenants example a Redis at its default address.
     redis = RedisServer(port=6379)
     redis.start()
     try:
-        gateway = serve("tts-gateway serve", tmp_path, tmp_path / "make-serve.log")
+        gateway = serve("chattts-gateway serve", tmp_path, tmp_path / "make-serve.log")
         served.append(gateway)
         wait_ready(8000, gateway)
         for example in examples(document):

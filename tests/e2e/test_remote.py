@@ -1,5 +1,5 @@
 """Two tiers on loopback: a front gateway whose engines are ``kind: openai``, in front of two engine nodes (real
-``tts-gateway serve`` processes with ``server.profile: engine`` and synthetic engines). Clients: the OpenAI SDK,
+``chattts-gateway serve`` processes with ``server.profile: engine`` and synthetic engines). Clients: the OpenAI SDK,
 httpx and ``websockets``; audio decoded with PyAV."""
 
 from __future__ import annotations

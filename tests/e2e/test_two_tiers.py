@@ -304,7 +304,7 @@ def test_an_upstream_that_is_no_engine_node_refuses_custom_voices_and_learns_no_
 
     assert refused.status_code == 400
     assert refused.json()["error"]["param"] == "voice"
-    assert "not a tts-gateway engine node" in refused.json()["error"]["message"]
+    assert "not a chattts-gateway engine node" in refused.json()["error"]["message"]
     assert built_in.status_code == 200
     assert len(upstream.seen) == 1
     assert not [header for header in upstream.seen[0]["headers"] if header.startswith("x-tts")]

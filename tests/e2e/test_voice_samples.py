@@ -132,7 +132,7 @@ async def test_an_upstream_that_is_no_engine_node_refuses_samples(openai_like: O
     engine = await remote_engine(openai_like.url, "tts-1")
     try:
         assert not engine.info.clones_voices
-        with pytest.raises(InvalidSynthesisRequestError, match="not a tts-gateway engine node") as refused:
+        with pytest.raises(InvalidSynthesisRequestError, match="not a chattts-gateway engine node") as refused:
             await engine.speaker_from_sample(recording(), RATE, TRANSCRIPT)
         assert refused.value.param == "audio_sample"
         assert openai_like.seen == [], "nothing was sent to it"

@@ -611,7 +611,7 @@ def test_image_matches_the_chart(render: Any) -> None:
     rendered = render()
     assert f"USER {rendered.pod['securityContext']['runAsUser']}:" in dockerfile
     assert "EXPOSE 8000" in dockerfile
-    assert 'ENTRYPOINT ["tts-gateway"]' in dockerfile
+    assert 'ENTRYPOINT ["chattts-gateway"]' in dockerfile
     assert f"CMD {rendered.container['args']}".replace("'", '"') in dockerfile
     assert "python scripts/fix_torchaudio.py" in dockerfile
 

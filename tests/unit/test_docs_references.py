@@ -5,7 +5,7 @@
   (``docs/deployment.md``), is a file or folder of the repository (tracked, or new and not ignored). ``<name>``,
   ``{a,b}`` and ``*`` are placeholders: some file must match.
 - **Links**: a relative link's target exists, and its ``#anchor`` is a heading (GitHub's slug) of the target.
-- **``tts-gateway`` commands**, in inline code and shell blocks, are checked against the real parser
+- **``chattts-gateway`` commands**, in inline code and shell blocks, are checked against the real parser
   (``gateway.cli.build_parser``): each subcommand exists and each option belongs to it; a command in a shell block
   (meant to run as written) must parse completely. ``[--config FILE]``, ``NAME``, ``tiny|full`` are placeholders.
 - **Benchmark commands** (``python bench/X.py``, ``python -m bench.X``): the script exists, each option is one its
@@ -242,7 +242,7 @@ def test_every_link_of_a_document_leads_somewhere(document: str) -> None:
     assert not broken, "\n".join(broken)
 
 
-# tts-gateway commands.
+# chattts-gateway commands.
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -257,9 +257,9 @@ def is_placeholder(word: str) -> bool:
 
 
 def cli_problem(words: list[str], *, complete: bool) -> str | None:
-    """What is wrong with ``tts-gateway WORDS``, or None; ``complete``: it must parse as written."""
+    """What is wrong with ``chattts-gateway WORDS``, or None; ``complete``: it must parse as written."""
     parser = build_parser()
-    command = ["tts-gateway"]
+    command = ["chattts-gateway"]
     rest = list(words)
     while (choices := subcommands(parser)) and rest and not rest[0].startswith("-"):
         if rest[0] not in choices:
@@ -276,20 +276,21 @@ def cli_problem(words: list[str], *, complete: bool) -> str | None:
         with contextlib.redirect_stderr(errors), contextlib.suppress(SystemExit):
             build_parser().parse_args(words)
             return None
-        return f"`tts-gateway {shlex.join(words)}` does not parse: {errors.getvalue().strip().splitlines()[-1]}"
+        return f"`chattts-gateway {shlex.join(words)}` does not parse: {errors.getvalue().strip().splitlines()[-1]}"
     return None
 
 
 def cli_invocations(document: str) -> list[tuple[Mention, list[str], bool]]:
-    """Each ``tts-gateway`` command the document names: where, its words after ``tts-gateway``, and whether it runs."""
+    """Each ``chattts-gateway`` command the document names: where, its words after ``chattts-gateway``, and whether it
+    runs."""
     found = []
     for command in shell_commands(document):
         for words in words_of(command.text):
-            if words[0] == "tts-gateway":
+            if words[0] == "chattts-gateway":
                 found.append((command, words[1:], True))
     for span in code_spans(document):
         words = [w for w in span.text.split() if not _ENV_ASSIGNMENT.match(w)]
-        if len(words) > 1 and words[0] == "tts-gateway":
+        if len(words) > 1 and words[0] == "chattts-gateway":
             with contextlib.suppress(ValueError):
                 found.append((span, shlex.split(" ".join(words[1:])), False))
     return found
@@ -400,7 +401,7 @@ def test_the_checks_see_what_is_wrong() -> None:
     assert bench_problem("chattts_batching", ["--ceiling-threads", "2", "--tokenz", "128"]) is not None
     assert github_slug("`kind: openai` options") == "kind-openai-options"
     assert github_slug("Two tiers: gateways in front of engine nodes") == "two-tiers-gateways-in-front-of-engine-nodes"
-    assert words_of("A=1 tts-gateway serve --port 9000 | grep x  # comment") == [
-        ["tts-gateway", "serve", "--port", "9000"],
+    assert words_of("A=1 chattts-gateway serve --port 9000 | grep x  # comment") == [
+        ["chattts-gateway", "serve", "--port", "9000"],
         ["grep", "x"],
     ]

@@ -1,7 +1,8 @@
-"""The image and the package agree on what the project is made of."""
+"""The image and the package agree on what the project is made of, and the project installs under its own name."""
 
 from __future__ import annotations
 
+import importlib
 import tomllib
 from pathlib import Path
 
@@ -10,7 +11,21 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from gateway.cli import build_parser, main
+
 ROOT = Path(__file__).parents[2]
+DISTRIBUTION = "chattts-gateway"  # `tts-gateway` on PyPI is another project's: `pip install tts-gateway` is not us
+
+
+def test_the_distribution_and_its_one_command_are_named_chattts_gateway() -> None:
+    # Read from pyproject.toml, not from the installed metadata (an older install keeps the old name until
+    # `pip install -e .` runs again).
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == DISTRIBUTION
+    assert project["scripts"] == {DISTRIBUTION: "gateway.cli:main"}, "one console script, named as the distribution"
+    module, _, attribute = project["scripts"][DISTRIBUTION].partition(":")
+    assert getattr(importlib.import_module(module), attribute) is main
+    assert build_parser().prog == DISTRIBUTION  # what --help and the error messages call it
 
 
 def test_the_image_copies_every_package_the_project_installs() -> None:

@@ -1,4 +1,4 @@
-// tts-gateway playground: plain ES module, no dependencies, no build step.
+// chattts-gateway playground: plain ES module, no dependencies, no build step.
 //
 // Playback while streaming:
 //   pcm, wav -> the response body is decoded as it arrives (s16le) and scheduled, chunk by chunk, on Web Audio;

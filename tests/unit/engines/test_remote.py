@@ -49,7 +49,7 @@ class Upstream:
     has_readyz: bool = True
     """False: ``/readyz`` answers 404 and ``/v1/models`` 200, as OpenAI's own API does."""
     engine_node: bool = False
-    """True: ``/readyz`` answers with the engine node's marker header, as a tts-gateway engine node does."""
+    """True: ``/readyz`` answers with the engine node's marker header, as a chattts-gateway engine node does."""
     probes: list[str] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     server: asyncio.Server | None = None
@@ -374,7 +374,7 @@ async def test_another_server_never_learns_tenants_or_speakers(upstreams: Any, e
 
     async with engine.open_stream(SPEECH, tenant="acme", share=TenantShare(priority="high")) as stream:
         assert [chunk async for chunk in stream] == [b"\0\0"]
-    with pytest.raises(InvalidSynthesisRequestError, match="not a tts-gateway engine node") as caught:
+    with pytest.raises(InvalidSynthesisRequestError, match="not a chattts-gateway engine node") as caught:
         await read_all(engine, SynthesisRequest(text="hi", voice="v", speaker="spk"))
 
     assert caught.value.param == "voice"
@@ -453,7 +453,7 @@ async def test_another_server_is_never_sent_a_sample(upstreams: Any, engines: An
     engine = await engines([upstream.url])
     await wait_for(lambda: engine.status().state == "ready")
     assert not engine.info.clones_voices
-    with pytest.raises(InvalidSynthesisRequestError, match="not a tts-gateway engine node") as refused:
+    with pytest.raises(InvalidSynthesisRequestError, match="not a chattts-gateway engine node") as refused:
         await engine.speaker_from_sample(SAMPLE, 24000, "Hello.")
     assert refused.value.param == "audio_sample"
     assert upstream.requests == []

@@ -24,7 +24,9 @@ def document() -> dict[str, Any]:
 
 
 def test_checked_in_document_is_what_the_app_serves() -> None:
-    assert CHECKED_IN.read_text() == openapi_document(), "regenerate: tts-gateway openapi --output openapi/openapi.json"
+    assert CHECKED_IN.read_text() == openapi_document(), (
+        "regenerate: chattts-gateway openapi --output openapi/openapi.json"
+    )
 
 
 def _resolve(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +75,7 @@ def test_every_operation_has_an_id_and_the_speech_route_returns_200(document: di
 def test_the_version_has_one_source(document: dict[str, Any]) -> None:
     # pyproject.toml is the one place; the app reads it from the installed package's metadata, and the chart's
     # appVersion (the default image tag) must follow it.
-    version = importlib.metadata.version("tts-gateway")
+    version = importlib.metadata.version("chattts-gateway")
     assert document["info"]["version"] == version
     chart = yaml.safe_load((ROOT / "helm" / "tts-gateway" / "Chart.yaml").read_text())
     assert chart["appVersion"] == version

@@ -1,4 +1,4 @@
-"""``tts-gateway say`` against httpx's MockTransport: the request it sends, where the audio goes, how it fails."""
+"""``chattts-gateway say`` against httpx's MockTransport: the request it sends, where the audio goes, how it fails."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_http_error_prints_openais_message(
     body = {"error": {"message": "Too many requests.", "type": "rate_limit_error", "param": None, "code": None}}
     requests(httpx.Response(429, json=body))
     assert cli.main(["say", "Hi.", "-o", str(tmp_path / "out.mp3")]) == 1
-    assert capsys.readouterr().err == "tts-gateway: 429 Too many requests.\n"
+    assert capsys.readouterr().err == "chattts-gateway: 429 Too many requests.\n"
     assert not (tmp_path / "out.mp3").exists()
 
 
@@ -189,7 +189,7 @@ def test_play_says_when_it_cannot(
     monkeypatch.setenv("PATH", str(tmp_path))
     output = tmp_path / f"out.{response_format}"
     assert cli.main(["say", "Hi.", "-o", str(output), "--play"]) == 1
-    assert capsys.readouterr().err == f"tts-gateway: wrote {output} but cannot play it: install {advice}\n"
+    assert capsys.readouterr().err == f"chattts-gateway: wrote {output} but cannot play it: install {advice}\n"
     assert output.read_bytes() == AUDIO
 
 

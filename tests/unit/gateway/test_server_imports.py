@@ -11,7 +11,7 @@ import sys
 # What the server must not load; numba and transformers come with ChatTTS.
 HEAVY = ["torch", "torchaudio", "transformers", "ChatTTS", "numba"]
 
-# What `tts-gateway serve` does up to uvicorn.run (gateway/cli/server.py), with the default settings, which name the
+# What `chattts-gateway serve` does up to uvicorn.run (gateway/cli/server.py), with the default settings, which name the
 # ChatTTS engine among the built-in ones.
 SERVE = f"""
 import json, sys

@@ -66,7 +66,7 @@ def test_mistakes_are_rejected(bad: dict[str, object]) -> None:
 def test_serve_refuses_a_bad_config_file_with_a_message(tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("engines: {x: {kind: nope}}\n")
-    script = Path(sys.executable).with_name("tts-gateway")
+    script = Path(sys.executable).with_name("chattts-gateway")
     result = subprocess.run(
         [script, "serve", "--config", str(config)], check=False, capture_output=True, text=True, timeout=60
     )
