@@ -40,7 +40,9 @@ $(SERVING): requirements/serve.txt pyproject.toml scripts/fix_torchaudio.py
 	$(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) "pip==$(PIP_VERSION)"
 	$(PIP_INSTALL) -r requirements/serve.txt "$(TORCH)"
-	# The project itself: its dependencies are the lock's, and the lock's setuptools builds it.
+	# The project itself: its dependencies are the lock's, and the lock's setuptools builds it. Its former name
+	# (tts-gateway, another project's on PyPI) goes first, so that an older checkout's venv keeps no stale command.
+	$(BIN)/python -m pip uninstall --quiet --yes tts-gateway
 	$(PIP_INSTALL) --no-deps --no-build-isolation -e .
 	# ChatTTS imports torchaudio, whose newest wheel may not load next to a CPU torch: see the script.
 	$(BIN)/python scripts/fix_torchaudio.py
