@@ -45,6 +45,8 @@ _BLOCK = re.compile(
 _FENCE = re.compile(r"^```\w*\n", re.MULTILINE)
 _SUFFIX_FORMATS = {".mp3": "mp3", ".ogg": "opus", ".aac": "aac", ".flac": "flac", ".wav": "wav", ".pcm": "pcm"}
 _RUN_TIMEOUT_S = 120
+# An example that names the ChatTTS engine (not merely the `chattts-gateway` command) expects it ready.
+_NAMES_CHATTTS = re.compile(r"chattts(?!-gateway)")
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ def run_example(example: Example, cwd: Path, served: list[subprocess.Popen[bytes
             name: e
             for name, e in engines.items()
             if (e["state"] != "ready" and name != "chattts")
-            or (name == "chattts" and "chattts" in example.body and e["state"] != "ready")
+            or (name == "chattts" and _NAMES_CHATTTS.search(example.body) and e["state"] != "ready")
         }
         assert not not_ready, f"{where}: engines not ready: {not_ready}"
         if example.kind == "serve":
