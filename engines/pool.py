@@ -37,6 +37,7 @@ from engines.messages import (
     WorkerReady,
 )
 from engines.pipe import frame, read_message
+from engines.registry import ready_to_fork
 from engines.samples import check_sample
 from engines.scheduling import SlotScheduler, expected_speech_s
 from engines.status import PoolStatus
@@ -446,7 +447,9 @@ class EnginePool:
         """A worker process running this pool's engine on ``child_socket``: forked from its kind's template, warm, or
         else started cold as a fresh interpreter (blocking: called in a thread)."""
         settings = self.settings
-        if settings.warm_start:
+        # Until a worker has loaded, ask first whether one could: an engine without its weights starts cold, fails
+        # fast without torch, and costs no template.
+        if settings.warm_start and (self._info is not None or ready_to_fork(settings.kind, settings.options)):
             try:
                 return self._templates.of(settings.kind).fork(settings.options, child_socket, self._worker_logging)
             except TemplateUnavailableError as exc:

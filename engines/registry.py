@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     from engines.base import Engine
 
-__all__ = ["ENGINE_KINDS", "PRELOAD", "create_engine"]
+__all__ = ["ENGINE_KINDS", "PRELOAD", "create_engine", "ready_to_fork"]
 
 #: kind -> "module:class"; the class takes its kind's options model (``engines.settings``), or the plain values it
 #: validates into one.
@@ -49,3 +49,19 @@ def create_engine(kind: str, options: BaseModel | Mapping[str, object]) -> Engin
     engine_class = getattr(importlib.import_module(module_name), class_name)
     engine: Engine = engine_class(options)
     return engine
+
+
+#: kind -> "module:function" telling from its options, cheaply and without torch, whether a worker could load now
+#: (the weights are there); kinds not listed always can.
+_READY_TO_FORK: dict[str, str] = {"chattts": "engines.chattts.loader:weights_present"}
+
+
+def ready_to_fork(kind: str, options: BaseModel) -> bool:
+    """Whether a worker of ``kind`` is worth forking from its template: not while its weights are missing, for the
+    template would import torch for an engine that cannot load (``engines/template.py``). Called in the server."""
+    target = _READY_TO_FORK.get(kind)
+    if target is None:
+        return True
+    module_name, function_name = target.split(":")
+    present: bool = getattr(importlib.import_module(module_name), function_name)(options)
+    return present

@@ -26,7 +26,17 @@ from engines.chattts.assets import ASSET_FILES, CONFIG_FILE, HASH_FILE, MARKER_F
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["LoadedWeights", "WeightsLocation", "hub_snapshot", "load_chat", "locate_weights", "published_hashes"]
+    from engines.chattts.options import ChatTTSOptions
+
+__all__ = [
+    "LoadedWeights",
+    "WeightsLocation",
+    "hub_snapshot",
+    "load_chat",
+    "locate_weights",
+    "published_hashes",
+    "weights_present",
+]
 
 HUB_REPO = "2Noise/ChatTTS"
 
@@ -84,6 +94,16 @@ def hub_snapshot(cache_dir: Path) -> Path | None:
     snapshots = cache_dir / f"models--{HUB_REPO.replace('/', '--')}" / "snapshots"
     candidates = [p for p in snapshots.glob("*") if p.is_dir()] if snapshots.is_dir() else []
     return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
+
+
+def weights_present(options: ChatTTSOptions) -> bool:
+    """Whether the weights are where ``options`` say, without verifying or fetching them (cheap, and torch-free: the
+    server asks it). A pool forks workers from its warm template only then (``engines/pool.py``); otherwise the worker
+    starts cold, finds out in milliseconds what is missing (or downloads it) and says so, and no template importing
+    torch is kept for an engine that cannot load."""
+    if options.source == "dir":
+        return bool(options.path) and Path(str(options.path)).expanduser().is_dir()
+    return hub_snapshot(Path(options.cache_dir).expanduser()) is not None
 
 
 def locate_weights(source: str, path: str | None, cache_dir: Path, download: bool, timeout_s: float) -> WeightsLocation:

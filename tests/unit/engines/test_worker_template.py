@@ -156,3 +156,20 @@ async def test_stopping_a_pool_while_its_template_imports_leaves_no_worker(templ
         what="no live worker forked for the stopped pool",
     )
     assert pool.status().pids == ()
+
+
+async def test_an_engine_without_its_weights_starts_cold_and_costs_no_template(
+    templates: WorkerTemplates, tmp_path: Path
+) -> None:
+    # The template would import torch (seconds, and hundreds of MB kept) for an engine that cannot load; a cold worker
+    # finds the weights missing in milliseconds, without torch, and says so.
+    missing = tmp_path / "not-mounted-yet"
+    options = {"source": "dir", "path": str(missing)}
+    pool = EnginePool("chattts", local_engine_settings(kind="chattts", options=options), templates=templates)
+    await pool.start()
+    try:
+        assert not await pool.wait_ready(30)
+        assert str(missing) in (pool.status().reason or "")
+        assert templates.of("chattts").pid is None, "no template was started"
+    finally:
+        await pool.stop()
