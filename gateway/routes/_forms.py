@@ -10,7 +10,7 @@ fields are then validated with the same pydantic models the OpenAPI document is 
 from __future__ import annotations
 
 import re
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 import anyio
@@ -21,6 +21,7 @@ from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_415_UNSUPPORTED_MED
 
 from gateway.audio.samples import DecodedRecording, RecordingError
 from gateway.http.errors import OpenAIError
+from gateway.uploads import TooManyUploadsError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Mapping
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from litestar import Request
     from pydantic import BaseModel
 
+    from auth import Tenant
+    from gateway.speech.admission import Admission
     from gateway.uploads import Uploads
 
 __all__ = [
@@ -69,7 +72,12 @@ def content_type_of(request: Request[Any, Any, Any]) -> str:
 
 @asynccontextmanager
 async def open_form(
-    request: Request[Any, Any, Any], files: Mapping[str, str], *, uploads: Uploads, tenant: str
+    request: Request[Any, Any, Any],
+    files: Mapping[str, str],
+    *,
+    uploads: Uploads,
+    tenant: Tenant,
+    admission: Admission,
 ) -> AsyncIterator[tuple[dict[str, str], FormFiles]]:
     """The text fields of a ``multipart/form-data`` body, for the caller's model to validate, and its files, open
     until the block ends (Litestar spools each to a temporary file beyond 1 MiB: they are never read into memory
@@ -81,6 +89,7 @@ async def open_form(
         files: The file fields it may have, each with what it is (for the error when one is missing).
         uploads: The replica's uploads.
         tenant: Whose upload it is.
+        admission: Where a refusal for the tenant's uploads in flight is counted (its usage and metrics).
 
     Raises:
         OpenAIError: not a form (415), a file where text belongs or text where a file does, undecodable text (400).
@@ -88,7 +97,12 @@ async def open_form(
     """
     if content_type_of(request) != FORM:
         raise _not_a_form(request)
-    with uploads.admit(tenant, _body_bytes(request)):
+    with ExitStack() as held:
+        try:
+            held.enter_context(uploads.admit(tenant.name, _body_bytes(request)))
+        except TooManyUploadsError:
+            admission.record_rejection(tenant, "uploads")
+            raise
         async with _parsed_form(request, files) as parsed:
             yield parsed
 

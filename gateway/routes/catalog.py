@@ -290,10 +290,12 @@ async def _voice_from_sample(
     principal: Caller,
 ) -> CustomVoiceRecord:
     """OpenAI's form: the engine makes the speaker from the sample, with the tenant's consent."""
-    async with open_form(request, _SAMPLE, uploads=uploads, tenant=principal.tenant.name) as (texts, files):
+    state = gateway_state(request.app)
+    upload = open_form(request, _SAMPLE, uploads=uploads, tenant=principal.tenant, admission=state.speech.admission)
+    async with upload as (texts, files):
         _refuse_prompt_voices(texts)
         form = VoiceSampleCreate.model_validate(texts)
-        settings = gateway_state(request.app).settings
+        settings = state.settings
         backend = await _sample_engine(
             form, router, principal, voices=voices, consents=consents, max_voices=settings.voices.max_per_tenant
         )

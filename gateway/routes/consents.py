@@ -104,7 +104,8 @@ class VoiceConsentsController(Controller):
         limits, speech = state.settings.voices, state.speech
         # Counted before the upload is read: a tenant over its limit costs the gateway no decoding.
         await speech.admission.admit(principal.tenant, 0)
-        async with open_form(request, _RECORDING, uploads=uploads, tenant=principal.tenant.name) as (texts, files):
+        upload = open_form(request, _RECORDING, uploads=uploads, tenant=principal.tenant, admission=speech.admission)
+        async with upload as (texts, files):
             form = VoiceConsentCreate.model_validate(texts)
             cap = limits.max_consents_per_tenant
             # An early answer, before the recording costs a decoding; the store's atomic add decides.

@@ -45,7 +45,7 @@ class Admission:
                 tenant.name, tenant.limits, characters, count_request=count_request, hold_stream=hold_stream
             )
         except RateLimitExceededError as exc:
-            self._rejected(tenant, exc)
+            self.record_rejection(tenant, exc.reason)
             raise
 
     async def hold_session(self, tenant: Tenant, held: AsyncExitStack) -> None:
@@ -58,9 +58,12 @@ class Admission:
         try:
             await held.enter_async_context(self.limiter.session_lease(tenant.name, tenant.limits))
         except RateLimitExceededError as exc:
-            self._rejected(tenant, exc)
+            self.record_rejection(tenant, exc.reason)
             raise
 
-    def _rejected(self, tenant: Tenant, refusal: RateLimitExceededError) -> None:
-        self._usage.record_rejection(tenant, refusal.reason)
-        self._metrics.rejections.labels(tenant.name, refusal.reason).inc()
+    def record_rejection(self, tenant: Tenant, reason: str) -> None:
+        """Count a request of ``tenant`` refused by one of its caps (the tenant's usage and
+        ``tts_rate_limit_rejections_total``); also for the caps checked outside admission: bodies in flight
+        (``gateway/http/auth/early_auth.py``) and uploads in flight (``gateway/routes/_forms.py``)."""
+        self._usage.record_rejection(tenant, reason)
+        self._metrics.rejections.labels(tenant.name, reason).inc()

@@ -21,6 +21,7 @@ from litestar import Request
 from litestar.enums import ScopeType
 
 from auth.errors import InvalidCredentialsError, UnknownTenantError
+from auth.limits import RateLimitExceededError
 from gateway.http.auth.security import PRINCIPAL_KEY, authenticate_request
 from gateway.http.errors import OpenAIError, as_openai_error
 from gateway.state import gateway_state
@@ -65,7 +66,12 @@ async def _with_body_counted(app: ASGIApp, scope: Scope, receive: Receive, send:
         RateLimitExceededError: the tenant has ``bodies_in_flight`` bodies arriving on this replica, or holds its fair
             share of a crowded replica (429).
     """
-    release = gateway_state(scope["litestar_app"]).held.take(tenant.name, "bodies", tenant.limits.bodies_in_flight)
+    state = gateway_state(scope["litestar_app"])
+    try:
+        release = state.held.take(tenant.name, "bodies", tenant.limits.bodies_in_flight)
+    except RateLimitExceededError as exc:
+        state.speech.admission.record_rejection(tenant, exc.reason)
+        raise
 
     async def counted_receive() -> ReceiveMessage:
         message = await receive()

@@ -78,6 +78,8 @@ async def test_a_tenant_holds_at_most_its_bodies_in_flight() -> None:
         assert refused.json()["error"]["code"] == "concurrency_limit_exceeded"
         assert refused.json()["error"]["message"].startswith("Too many requests of your tenant are still sending")
         assert refused.headers["retry-after"] == "1"
+        usage = await client.get("/v1/usage", headers={"authorization": f"Bearer {SLOW}"})
+        assert usage.json()["rejections"] == {"bodies": 1}, "counted in the tenant's usage, as its other caps are"
         assert (await client.get("/v1/models", headers={"authorization": f"Bearer {SLOW}"})).status_code == 200
         assert (await speak(client, OTHER)).status_code == 200  # another tenant is not held by this one's bodies
         for body in held:

@@ -135,6 +135,7 @@ async def test_a_tenant_holds_at_most_its_uploads_in_flight() -> None:
         await asyncio.gather(*(upload.started.wait() for upload in held))
         await asyncio.sleep(0.2)  # both bodies begun: their places are taken
         assert_refused(await consent(client, recording("wav", tone(1.5))), 429, "concurrency_limit_exceeded")
+        assert (await client.get("/v1/usage")).json()["rejections"] == {"uploads": 1}  # the tenant's usage says so
         for upload in held:
             upload.release()
         for answer in await asyncio.gather(*sending):
