@@ -26,6 +26,14 @@ bystander from 127.0.0.1. Each phase first measures the bystander idle (``--idle
 - **both**: sessions and uploads at once: 500 connections opened from each address, more than its
   ``server.max_connections_per_address`` (256) would take if all were held.
 - **replicas**: two gateways sharing the Redis; the sessions alternate between them, as do the bystander's requests.
+- **requests**: 1,000 short espeak requests (``POST /v1/audio/speech``) of the bystander sent at once, a quarter from
+  each attacker address, Redis healthy: their answers by status and error code (the target: no ``503
+  backend_unavailable``; refusals such as ``503 engine_overloaded`` are expected), and
+  ``tts_redis_pool_exhausted_total`` over the burst.
+- **cancels**: 500 streamed requests of a third tenant (``canceller``, ``concurrent_streams: 2``), each cancelled by
+  the client (its connection closed) a random 0-50 ms after it was sent, while 1,000 requests of the bystander flood
+  the same replica; 2 s after the last one ended the canceller opens 2 streams at once, which must both be served
+  (no stream lease left held), tried again every second up to 30 s if not.
 
 The bystander, in a process of its own (the attacker's thousand sockets share this one's event loop), sends a short
 espeak request (streamed ``pcm``, a different text each time, so the audio cache never answers) every
@@ -46,6 +54,7 @@ import itertools
 import json
 import multiprocessing
 import platform
+import random
 import resource
 import shutil
 import subprocess
@@ -72,7 +81,16 @@ if TYPE_CHECKING:
 
     from websockets.asyncio.client import ClientConnection
 
-__all__ = ["AttackFigures", "BystanderFigures", "BystanderPlan", "PhaseRow", "main", "run_phase"]
+__all__ = [
+    "AttackFigures",
+    "BystanderFigures",
+    "BystanderPlan",
+    "CancelsRow",
+    "PhaseRow",
+    "RequestsRow",
+    "main",
+    "run_phase",
+]
 
 RESULTS = Path(__file__).resolve().parent / "results" / "held_connections.json"
 ATTACK_ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
@@ -91,7 +109,16 @@ SPEECH_BODY_BYTES = 64 * 1024  # server.max_body_bytes
 REQUEST_TIMEOUT_S = 10.0
 OPEN_TIMEOUT_S = 20.0
 PERCENTILES = (50, 90, 99)
-PHASES = ("sessions", "uploads", "bodies", "both", "replicas")
+PHASES = ("sessions", "uploads", "bodies", "both", "replicas", "requests", "cancels")
+FLOOD = 1000  # the requests phase's burst, and the cancels phase's background load
+CANCELS = 500
+CANCEL_ADDRESSES = ("127.0.0.6", "127.0.0.7")
+CANCEL_WITHIN_S = 0.05
+CANCELLER_STREAMS = 2  # the canceller's concurrent_streams
+SETTLE_CHECK_S = 2.0  # after the last cancelled request ended, the canceller's streams are tried
+SETTLE_GIVE_UP_S = 30.0
+FLOOD_TIMEOUT_S = 30.0
+FLOOD_TEXT = "Flood request %06d."
 BOUNDARY = "heldconnectionsbench"
 
 
@@ -142,6 +169,36 @@ class PhaseRow:
     """``tts_realtime_connections`` of each replica at the end of the attack, before anything was closed."""
 
 
+@dataclass(slots=True)
+class RequestsRow:
+    """The requests phase: one burst of :data:`FLOOD` requests at once."""
+
+    sent: int
+    seconds: float
+    answers: dict[str, int]
+    """By status and error code (``200`` with audio), or the client's exception."""
+    backend_unavailable: int
+    pool_exhausted: int
+    """``tts_redis_pool_exhausted_total`` over the burst."""
+    refused: dict[str, int]
+
+
+@dataclass(slots=True)
+class CancelsRow:
+    """The cancels phase: :data:`CANCELS` requests cancelled by the client under a flood of :data:`FLOOD`."""
+
+    sent: int
+    outcomes: dict[str, int]
+    """``cancelled before the response`` / ``cancelled after the response began``, or the answer that came first."""
+    flood_answers: dict[str, int]
+    pool_exhausted: int
+    refused: dict[str, int]
+    checks: list[dict[str, Any]]
+    """Each try of :data:`CANCELLER_STREAMS` streams at once: seconds after the last cancelled one ended, answers."""
+    served_after_s: float | None
+    """When they were first both served (seconds after the last cancelled request ended); ``None``: never in 30 s."""
+
+
 # ------------------------------------------------------------------------------------------------ the servers
 class RedisProcess:
     """A ``redis-server`` without persistence on a free port, for as long as the block runs."""
@@ -179,8 +236,13 @@ def _pings(client: redis.Redis) -> bool:
 
 
 def gateway_config(redis_url: str, keys: dict[str, str]) -> dict[str, Any]:
-    """Defaults, but Redis, the two tenants (default limits) and the espeak engine alone."""
-    tenants = [{"name": name, "api_key_sha256": [hash_api_key(key)]} for name, key in keys.items()]
+    """Defaults, but Redis, the tenants (default limits, but the canceller's streams) and the espeak engine alone."""
+    tenants: list[dict[str, Any]] = [
+        {"name": name, "api_key_sha256": [hash_api_key(key)]} for name, key in keys.items()
+    ]
+    for tenant in tenants:
+        if tenant["name"] == "canceller":
+            tenant["limits"] = {"concurrent_streams": CANCELLER_STREAMS}
     return {"redis_url": redis_url, "auth": {"tenants": tenants}, "engines": {MODEL: {"kind": "espeak"}}, "aliases": {}}
 
 
@@ -581,6 +643,170 @@ def _settle(gateways: Sequence[GatewayProcess], timeout_s: float = 30.0) -> None
     time.sleep(2.0)  # what was refused or closed last leaves the address counts and the fair share
 
 
+# ------------------------------------------------------------------------------------------------ requests, cancels
+def pool_exhausted(gateway: GatewayProcess) -> int:
+    text = httpx.get(f"{gateway.base_url}/metrics", timeout=10).text
+    return sum(
+        int(sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "tts_redis_pool_exhausted_total"
+    )
+
+
+def _clients(port: int, key: str, addresses: Sequence[str], timeout_s: float) -> list[httpx.AsyncClient]:
+    """One client per source address, each allowed as many connections as it is given requests."""
+    limits = httpx.Limits(max_connections=FLOOD, max_keepalive_connections=0)
+    return [
+        httpx.AsyncClient(
+            base_url=f"http://{HOST}:{port}",
+            headers={"authorization": f"Bearer {key}"},
+            timeout=timeout_s,
+            transport=httpx.AsyncHTTPTransport(local_address=address, limits=limits),
+        )
+        for address in addresses
+    ]
+
+
+async def _answered(client: httpx.AsyncClient, number: int) -> str:
+    """One short request, read whole: ``200`` with audio, else its status and error code, or the exception."""
+    body = {"model": MODEL, "input": FLOOD_TEXT % number, "voice": "alloy", "response_format": "pcm"}
+    try:
+        response = await client.post("/v1/audio/speech", json=body)
+    except httpx.HTTPError as exc:
+        return type(exc).__name__
+    if response.status_code == httpx.codes.OK:
+        return "200" if response.content else "200 without audio"
+    return f"{response.status_code} {_error_code(response.content)}"
+
+
+async def flood(port: int, key: str, count: int, first_number: int) -> Counter[str]:
+    """``count`` requests at once, a quarter from each attacker address: their answers."""
+    clients = _clients(port, key, ATTACK_ADDRESSES, FLOOD_TIMEOUT_S)
+    try:
+        answers = await asyncio.gather(*(_answered(clients[n % len(clients)], first_number + n) for n in range(count)))
+    finally:
+        for client in clients:
+            await client.aclose()
+    return Counter(answers)
+
+
+def run_requests(gateway: GatewayProcess, keys: dict[str, str]) -> RequestsRow:
+    before_pool, before = pool_exhausted(gateway), metric_totals([gateway])
+    started = time.perf_counter()
+    answers = asyncio.run(flood(gateway.port, keys["bystander"], FLOOD, 1_000_000))
+    seconds = time.perf_counter() - started
+    refused = dict(metric_totals([gateway])["refused"] - before["refused"])
+    return RequestsRow(
+        sent=FLOOD,
+        seconds=round(seconds, 2),
+        answers=dict(answers),
+        backend_unavailable=sum(n for answer, n in answers.items() if "backend_unavailable" in answer),
+        pool_exhausted=pool_exhausted(gateway) - before_pool,
+        refused=refused,
+    )
+
+
+async def _cancelled(client: httpx.AsyncClient, number: int, after_s: float) -> tuple[str, float]:
+    """One streamed request cancelled ``after_s`` after it was sent: how far it got, and when it ended."""
+    began = asyncio.Event()
+    body = {"model": MODEL, "input": FLOOD_TEXT % number, "voice": "alloy", "response_format": "pcm"}
+
+    async def request() -> str:
+        async with client.stream("POST", "/v1/audio/speech", json=body) as response:
+            began.set()
+            if response.status_code != httpx.codes.OK:
+                await response.aread()
+                return f"{response.status_code} {_error_code(response.content)}"
+            async for _ in response.aiter_raw():
+                pass
+            return "200 (finished before the cancel)"
+
+    task = asyncio.create_task(request())
+    done, _ = await asyncio.wait({task}, timeout=after_s)
+    if done:
+        try:
+            outcome = task.result()
+        except httpx.HTTPError as exc:
+            outcome = type(exc).__name__
+        return outcome, time.perf_counter()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+        await task
+    state = "after the response began" if began.is_set() else "before the response"
+    return f"cancelled {state}", time.perf_counter()
+
+
+async def _streams_at_once(port: int, key: str) -> list[str]:
+    async with httpx.AsyncClient(
+        base_url=f"http://{HOST}:{port}", headers={"authorization": f"Bearer {key}"}, timeout=REQUEST_TIMEOUT_S
+    ) as client:
+        results = await asyncio.gather(
+            *(_one_speech(client, 2_000_000 + random.randrange(1_000_000)) for _ in range(CANCELLER_STREAMS))
+        )
+    return ["200" if first is not None else str(why) for first, why in results]
+
+
+async def _cancels(port: int, keys: dict[str, str]) -> tuple[Counter[str], Counter[str], list[dict[str, Any]]]:
+    background = asyncio.create_task(flood(port, keys["bystander"], FLOOD, 3_000_000))
+    clients = _clients(port, keys["canceller"], CANCEL_ADDRESSES, REQUEST_TIMEOUT_S)
+    try:
+        ended = await asyncio.gather(
+            *(
+                _cancelled(clients[n % len(clients)], 4_000_000 + n, random.uniform(0, CANCEL_WITHIN_S))
+                for n in range(CANCELS)
+            )
+        )
+    finally:
+        for client in clients:
+            await client.aclose()
+    last = max(at for _, at in ended)
+    checks: list[dict[str, Any]] = []
+    wait_s = SETTLE_CHECK_S
+    while wait_s <= SETTLE_GIVE_UP_S:
+        await asyncio.sleep(max(0.0, last + wait_s - time.perf_counter()))
+        tried_at = round(time.perf_counter() - last, 2)
+        answers = await _streams_at_once(port, keys["canceller"])
+        checks.append({"after_s": tried_at, "answers": answers})
+        if all(answer == "200" for answer in answers):
+            break
+        wait_s = tried_at + 1.0
+    flood_answers = await background
+    return Counter(outcome for outcome, _ in ended), flood_answers, checks
+
+
+def run_cancels(gateway: GatewayProcess, keys: dict[str, str]) -> CancelsRow:
+    before_pool, before = pool_exhausted(gateway), metric_totals([gateway])
+    outcomes, flood_answers, checks = asyncio.run(_cancels(gateway.port, keys))
+    served = next((check["after_s"] for check in checks if all(a == "200" for a in check["answers"])), None)
+    return CancelsRow(
+        sent=CANCELS,
+        outcomes=dict(outcomes),
+        flood_answers=dict(flood_answers),
+        pool_exhausted=pool_exhausted(gateway) - before_pool,
+        refused=dict(metric_totals([gateway])["refused"] - before["refused"]),
+        checks=checks,
+        served_after_s=served,
+    )
+
+
+def print_load_tables(requests: list[RequestsRow], cancels: list[CancelsRow]) -> None:
+    if requests:
+        print("\n| requests at once | seconds | answers | 503 backend_unavailable | tts_redis_pool_exhausted_total |")
+        print("|---|---|---|---|---|")
+        for r in requests:
+            print(f"| {r.sent} | {r.seconds} | {_answers(r.answers)} | {r.backend_unavailable} | {r.pool_exhausted} |")
+    if cancels:
+        print("\n| cancelled (0-50 ms) | outcomes | the flood's answers | pool exhausted | "
+              f"{CANCELLER_STREAMS} streams at once, tries (s after last cancel) | both served after |")  # fmt: skip
+        print("|---|---|---|---|---|---|")
+        for c in cancels:
+            tries = "; ".join(f"{check['after_s']} s: {', '.join(check['answers'])}" for check in c.checks)
+            served = "never (30 s)" if c.served_after_s is None else f"{c.served_after_s} s"
+            print(f"| {c.sent} | {_answers(c.outcomes)} | {_answers(c.flood_answers)} | {c.pool_exhausted} | "
+                  f"{tries} | {served} |")  # fmt: skip
+
+
 # ------------------------------------------------------------------------------------------------ report
 def _answers(counts: dict[str, int]) -> str:
     return "; ".join(f"{count} x {answer}" for answer, count in sorted(counts.items(), key=lambda kv: -kv[1])) or "—"
@@ -632,11 +858,19 @@ def _log_findings(gateways: Sequence[GatewayProcess]) -> dict[str, int]:
     return dict(found)
 
 
-def run(args: argparse.Namespace, workdir: Path) -> tuple[list[PhaseRow], dict[str, int]]:
-    keys = {"attacker": generate_api_key(), "bystander": generate_api_key()}
+@dataclass(slots=True)
+class Results:
+    rows: list[PhaseRow] = field(default_factory=list)
+    requests: list[RequestsRow] = field(default_factory=list)
+    cancels: list[CancelsRow] = field(default_factory=list)
+    log: dict[str, int] = field(default_factory=dict)
+
+
+def run(args: argparse.Namespace, workdir: Path) -> Results:
+    keys = {"attacker": generate_api_key(), "bystander": generate_api_key(), "canceller": generate_api_key()}
     store = RedisProcess(workdir)
     gateways: list[GatewayProcess] = []
-    rows = []
+    results = Results()
     try:
         config = gateway_config(store.url, keys)
         for number in range(2 if "replicas" in args.only else 1):
@@ -645,8 +879,16 @@ def run(args: argparse.Namespace, workdir: Path) -> tuple[list[PhaseRow], dict[s
         for phase in args.only:
             serving = gateways if phase == "replicas" else gateways[:1]
             print(f"{phase}: {len(serving)} replica(s)", flush=True)
-            rows.append(run_phase(phase, serving, keys, args))
-        return rows, _log_findings(gateways)
+            if phase == "requests":
+                results.requests.append(run_requests(gateways[0], keys))
+            elif phase == "cancels":
+                results.cancels.append(run_cancels(gateways[0], keys))
+            else:
+                results.rows.append(run_phase(phase, serving, keys, args))
+            if phase in {"requests", "cancels"}:
+                _settle(serving)
+        results.log = _log_findings(gateways)
+        return results
     finally:
         for gateway in gateways:
             gateway.stop()
@@ -670,9 +912,11 @@ def main() -> None:
     args.only = args.only or list(PHASES)
     _raise_open_file_limit()
     with tempfile.TemporaryDirectory(prefix="held-connections-") as workdir:
-        rows, log = run(args, Path(workdir))
-    print_tables(rows)
-    print(f"\nThe gateways' logs: {log}")
+        results = run(args, Path(workdir))
+    if results.rows:
+        print_tables(results.rows)
+    print_load_tables(results.requests, results.cancels)
+    print(f"\nThe gateways' logs: {results.log}")
     report = {
         "python": platform.python_version(),
         "connections": CONNECTIONS,
@@ -681,9 +925,18 @@ def main() -> None:
         "attack_s": args.attack_s,
         "interval_s": args.interval_s,
         "trickle_every_s": args.trickle_every_s,
-        "phases": [asdict(row) for row in rows],
-        "log": log,
+        "phases": [asdict(row) for row in results.rows],
+        "requests": [asdict(row) for row in results.requests],
+        "cancels": [asdict(row) for row in results.cancels],
+        "log": results.log,
     }
+    if args.output.exists():  # keep the figures of the phases not run this time
+        kept = json.loads(args.output.read_text())
+        ran = set(args.only)
+        report["phases"] = [row for row in kept.get("phases", []) if row["phase"] not in ran] + report["phases"]
+        for phase in ("requests", "cancels"):
+            if phase not in ran and phase in kept:
+                report[phase] = kept[phase]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=1))
 
