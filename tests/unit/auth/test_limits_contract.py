@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import uuid
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING
 
@@ -18,17 +17,10 @@ import pytest
 from auth.limits import LimitState, RateLimitExceededError, TenantRateLimiter
 from auth.settings import TenantLimits
 from gateway.http.ratelimit_headers import UNLIMITED, rate_limit_headers
-from tests.auth_backends import MEMORY, Limiters
+from tests.auth_backends import MEMORY
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
-
-
-@pytest.fixture
-async def make_limiter() -> AsyncIterator[Limiters]:
-    limiters = Limiters()
-    yield limiters
-    await limiters.close()
+    from collections.abc import Callable
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -41,11 +33,6 @@ def storage_uri(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def limiter(make_limiter: Callable[..., TenantRateLimiter], storage_uri: str) -> TenantRateLimiter:
     return make_limiter(storage_uri, lease_ttl_s=0.3)
-
-
-@pytest.fixture
-def tenant() -> str:
-    return f"t-{uuid.uuid4().hex[:8]}"
 
 
 async def test_requests_per_minute_admits_exactly_the_limit(limiter: TenantRateLimiter, tenant: str) -> None:

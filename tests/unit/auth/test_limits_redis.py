@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -19,25 +18,12 @@ from auth.limits.redis import RedisAdmissions
 from auth.settings import TenantLimits
 from gateway.http.ratelimit_headers import rate_limit_headers
 from storage import connect_redis
-from tests.auth_backends import Limiters
 from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
     from tests.redis_server import RedisServer
-
-
-@pytest.fixture
-async def make_limiter() -> AsyncIterator[Limiters]:
-    limiters = Limiters()
-    yield limiters
-    await limiters.close()
-
-
-@pytest.fixture
-def tenant() -> str:
-    return f"t-{uuid.uuid4().hex[:8]}"
 
 
 async def test_two_replicas_never_hold_more_sessions_than_the_limit(
