@@ -56,12 +56,13 @@ class SessionConfig(BaseModel):
     instructions: Annotated[str | None, Field(max_length=MAX_INPUT_CHARS)] = None
 
     def speech_request(self, text: str) -> SpeechRequest:
-        """The HTTP endpoint's request for ``text`` spoken this way (one segment is exactly such a request)."""
+        """The HTTP endpoint's request for ``text`` spoken this way as raw 24 kHz PCM (one segment is exactly such a
+        request), which the session encodes into its one stream of ``response_format``."""
         return SpeechRequest(
             model=self.model,
             input=text,
             voice=self.voice,
-            response_format=self.response_format,
+            response_format=AudioFormat.PCM,
             speed=self.speed,
             instructions=self.instructions,
         )

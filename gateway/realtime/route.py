@@ -202,8 +202,7 @@ async def _admit(speech: SpeechService, principal: Principal, held: AsyncExitSta
     concurrent streams while it is open."""
     try:
         held.callback(holdings.take(principal.tenant.name, "sessions"))
-        await speech.admission.hold_session(principal.tenant, held)
-        await speech.admission.admit(principal.tenant, 0, hold_stream=held)
+        await speech.open_session(principal.tenant, held)
     except (RateLimitExceededError, LimitsUnavailableError) as exc:
         raise _SessionRefusedError(as_openai_error(exc), _TRY_AGAIN_LATER) from None
 

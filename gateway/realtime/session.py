@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +17,9 @@ from litestar.exceptions import WebSocketDisconnect
 
 from engines.errors import ConsumerTooSlowError
 from gateway.audio import open_encoder
-from gateway.http.errors import OpenAIError, as_openai_error
+from gateway.audio.formats import AudioFormat, output_sample_rate
+from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
+from gateway.http.request_record import RequestRecord
 from gateway.realtime.protocol import (
     InputAppend,
     InputFlush,
@@ -34,8 +35,7 @@ from gateway.realtime.protocol import (
     session_event,
 )
 from gateway.realtime.segmenter import SentenceBuffer
-from gateway.speech.delivery import AudioClock, encode_stream, speech_usage
-from gateway.speech.failover import same_audio_stream
+from gateway.speech.delivery import AudioClock, speech_usage
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,15 +48,16 @@ if TYPE_CHECKING:
     from gateway.realtime.protocol import ClientEvent, SegmentStatus
     from gateway.schemas import SpeechUsage
     from gateway.settings import RealtimeSettings
-    from gateway.speech.plan import SpeechPlan
     from gateway.speech.service import SpeechService
 
 __all__ = ["RealtimeSession", "SessionDrainedError", "SessionIdleError", "SessionRevokedError", "SlowClientError"]
 
 logger = logging.getLogger("tts_gateway.realtime")
 
-# Changing these would change the audio stream itself (its container, rate or time-stretch) mid-way.
-_LOCKED_FIELDS = ("model", "response_format", "speed")
+# Changing it would change the audio stream itself (its container and rate) mid-way. Every segment reaches the
+# session as 24 kHz PCM with its own speed applied, so model, voice and speed may change between segments.
+_LOCKED_FIELDS = ("response_format",)
+_SEGMENT_PCM_RATE = output_sample_rate(AudioFormat.PCM)
 
 
 class SlowClientError(Exception):
@@ -125,7 +126,6 @@ class RealtimeSession:
         self._principal = principal
         self._settings = settings
         self._config = SessionConfig()
-        self._plan: SpeechPlan | None = None
         self._buffer = SentenceBuffer(settings.max_segment_chars)
         self._queue: asyncio.Queue[_Segment] = asyncio.Queue()
         self._current: asyncio.Task[None] | None = None
@@ -280,34 +280,14 @@ class RealtimeSession:
             )
         config = event.apply(self._config)
         try:
-            plan = self._on_current_engine(await self._speech.planner.plan(self._principal, config.speech_request("-")))
+            await self._speech.check(self._principal, config.speech_request("-"))
         except OpenAIError as exc:
             if exc.param is not None:
                 exc.param = f"session.{exc.param}"
             await self._send(error_event(exc, event_id=event.event_id))
             return
-        self._config, self._plan = config, plan
+        self._config = config
         await self._send(session_event("session.updated", self.id, config))
-
-    def _on_current_engine(self, plan: SpeechPlan) -> SpeechPlan:
-        """Once audio has started, a new voice or instructions stay on the engine that has been speaking (the alias may
-        have failed over to it): another engine's audio would not continue the stream being encoded.
-
-        Raises:
-            OpenAIError: that engine cannot speak the new voice (400, ``session.voice``).
-        """
-        if not self._streaming or self._plan is None or plan.pool is self._plan.pool:
-            return plan
-        moved = plan.for_engine(self._plan.pool)
-        if moved is None:
-            raise OpenAIError(
-                400,
-                f"Voice '{plan.voice.engine_voice}' is not available on engine "
-                f"'{self._plan.pool.name}', which this session speaks with.",
-                param="voice",
-                code="invalid_value",
-            )
-        return moved
 
     def _append(self, event: InputAppend) -> None:
         # Queued segments count too: a client that appends sentence after sentence and never reads would otherwise
@@ -358,7 +338,7 @@ class RealtimeSession:
                 try:
                     await asyncio.wait({task})  # cancelling the segment (barge-in) must not cancel the speaker
                 except asyncio.CancelledError:  # the session ends (client gone): what was spoken still counts
-                    await asyncio.shield(self._account(segment))
+                    self._account(segment)
                     raise
                 finally:
                     self._current = None
@@ -368,34 +348,29 @@ class RealtimeSession:
         await self._end_stream()
 
     async def _speak(self, segment: _Segment) -> None:
-        # Planned when first needed, not at creation: a default that does not resolve (no `tts-1` on this gateway)
-        # is no error for a client whose first message sets its own model.
-        if self._plan is None:
-            self._plan = await self._speech.planner.plan(self._principal, self._config.speech_request("-"))
-        plan = self._plan
-        await self._speech.admission.admit(self._principal.tenant, len(segment.text), count_request=False)
+        """Speak one segment through the speech pipeline (limits, cache, single flight, scheduling, failover, usage)
+        as 24 kHz PCM, and encode it into the session's one audio stream."""
         self._streaming = True
-        started = time.perf_counter()
-        # Once audio has gone out, another engine may take over only if it continues the same encoded stream.
-        fits = None if self._encoder is None else same_audio_stream(plan)
-        async with self._speech.failover_stream(plan, self._principal.tenant, text=segment.text, fits=fits) as pcm:
-            self._plan = plan = pcm.plan  # the next segments go to the engine that spoke: one voice, one stream
-            self._speech.planner.router.record_answer(plan.request.model, plan.pool.name)
-            encoder = self._encoder_for(pcm.sample_rate, plan)
-            async for data in encode_stream(pcm, pcm.sample_rate, plan.tempo, encoder, segment.clock):
-                await self._send(audio_delta(segment.id, next(self._seq), data))
-        self._speech.observe(plan.pool.name, time.perf_counter() - started, segment.audio_seconds)
+        # Not logged (the session has one line of its own); a cut-short segment's warning names it by this id.
+        record = RequestRecord(f"{self.id}/{segment.id}", "WEBSOCKET", "segment")
+        request = self._config.speech_request(segment.text)
+        async with await self._speech.speak(self._principal, request, record, in_session=True) as reply:
+            encoder = self._stream_encoder()
+            async for pcm in reply.audio():
+                segment.clock.seconds += len(pcm) / (2 * _SEGMENT_PCM_RATE)
+                if data := encoder.encode(pcm):
+                    await self._send(audio_delta(segment.id, next(self._seq), data))
 
-    def _encoder_for(self, sample_rate: int, plan: SpeechPlan) -> AudioEncoder:
+    def _stream_encoder(self) -> AudioEncoder:
         if self._encoder is None:
-            self._encoder = open_encoder(self._config.response_format, sample_rate, plan.tempo)
+            self._encoder = open_encoder(self._config.response_format, _SEGMENT_PCM_RATE)
         return self._encoder
 
     async def _finish_segment(self, segment: _Segment, task: asyncio.Task[None] | None) -> None:
         """Report how a segment ended, after pushing its last audio out of the encoder."""
         # First: what went out is the tenant's usage even when the segment ended because the client did (too slow
         # to read, gone), which ``_outcome`` raises, and a send below can fail or be cancelled the same way.
-        await self._account(segment)
+        self._account(segment)
         error = _outcome(segment, task)
         if self._encoder is not None and (tail := self._encoder.drain()):
             await self._send(audio_delta(segment.id, next(self._seq), tail))
@@ -403,11 +378,11 @@ class RealtimeSession:
             await self._send(error_event(error, segment_id=segment.id))
         await self._send(audio_done(segment.id, segment.text, segment.status, segment.usage()))
 
-    async def _account(self, segment: _Segment) -> None:
-        if segment.audio_seconds > 0:  # served, if only in part; as the HTTP endpoint counts cut-short streams
+    def _account(self, segment: _Segment) -> None:
+        """The session's own tally, for its log line (the tenant's usage is the speech pipeline's)."""
+        if segment.audio_seconds > 0:  # served, if only in part
             self.segments_spoken += 1
             self.audio_seconds += segment.audio_seconds
-            self._speech.account(self._principal.tenant, len(segment.text), segment.audio_seconds, cache_hit=False)
 
     async def _end_stream(self) -> None:
         if self._encoder is not None and (tail := self._encoder.finish()):
@@ -460,6 +435,8 @@ def _outcome(segment: _Segment, task: asyncio.Task[None] | None) -> OpenAIError 
     exc = task.exception()
     if exc is None:
         return None
+    if isinstance(exc, ResponseTruncatedError) and isinstance(exc.__cause__, Exception):
+        exc = exc.__cause__  # the engine's own error says what happened
     if isinstance(exc, SlowClientError | WebSocketDisconnect):
         raise exc
     if isinstance(exc, ConsumerTooSlowError):  # the session's audio backlog overflowed: it is not being read

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from engines.errors import ConsumerTooSlowError, EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
@@ -43,7 +43,6 @@ __all__ = [
     "RetryReason",
     "SpokenStream",
     "retry_reason",
-    "same_audio_stream",
 ]
 
 logger = logging.getLogger("tts_gateway.failover")
@@ -90,10 +89,9 @@ class SpokenStream:
 
 @dataclass(frozen=True, slots=True)
 class _Opener:
-    """How every try of one request opens its stream, on what text, and the exit stack the winner's stream joins."""
+    """How every try of one request opens its stream, and the exit stack the winner's stream joins."""
 
     open: OpenEngineStream
-    text: str | None
     stack: AsyncExitStack
 
 
@@ -129,17 +127,12 @@ class Failover:
         self,
         plan: SpeechPlan,
         open_engine_stream: OpenEngineStream,
-        *,
-        text: str | None = None,
-        fits: Callable[[SpeechPlan], bool] | None = None,
     ) -> AsyncIterator[SpokenStream]:
         """The stream of the first try that produced audio; leaving the block cancels it.
 
         Args:
             plan: The request as planned; its engine is tried first.
             open_engine_stream: Opens one try's stream on an engine.
-            text: What to speak instead of the plan's text (a segment of a realtime session).
-            fits: Which other engines may take over (a realtime session's stream is encoded at one rate and tempo).
 
         Raises:
             InvalidSynthesisRequestError: the engine rejected the request (never retried).
@@ -147,17 +140,12 @@ class Failover:
                 error of the last tries.
         """
         async with AsyncExitStack() as stack:
-            yield await self._first_audio(plan, _Opener(open_engine_stream, text, stack), fits)
+            yield await self._first_audio(plan, _Opener(open_engine_stream, stack))
 
-    async def _first_audio(
-        self,
-        plan: SpeechPlan,
-        opener: _Opener,
-        fits: Callable[[SpeechPlan], bool] | None,
-    ) -> SpokenStream:
+    async def _first_audio(self, plan: SpeechPlan, opener: _Opener) -> SpokenStream:
         route = self._router.route(plan.request.model)
         tries = _Tries(asyncio.get_running_loop().time() + self._settings.deadline_s)
-        for candidate in _candidates(plan, route.engines, fits):
+        for candidate in _candidates(plan, route.engines):
             for _ in range(self._settings.same_engine_attempts):
                 self._count_retry(tries)
                 try:
@@ -188,12 +176,11 @@ class Failover:
         breaker = self._router.breakers.get(plan.pool.name)
         if breaker is not None and not breaker.allow():
             raise EngineNotReadyError(plan.pool.name, "circuit open")
-        synthesis = plan.synthesis if opener.text is None else replace(plan.synthesis, text=opener.text)
         try:
             async with AsyncExitStack() as attempt:
                 async with asyncio.timeout_at(tries.deadline) as timeout:
                     try:
-                        pcm = await attempt.enter_async_context(opener.open(plan.pool, synthesis))
+                        pcm = await attempt.enter_async_context(opener.open(plan.pool, plan.synthesis))
                         chunks = aiter(pcm)
                         first = await anext(chunks, None)
                     except TimeoutError as exc:
@@ -213,18 +200,14 @@ class Failover:
         return SpokenStream(plan, tries.retries, pcm.info, pcm.sample_rate, first, chunks, breaker)
 
 
-def _candidates(
-    plan: SpeechPlan,
-    engines: tuple[EngineBackend, ...],
-    fits: Callable[[SpeechPlan], bool] | None,
-) -> Iterator[SpeechPlan]:
+def _candidates(plan: SpeechPlan, engines: tuple[EngineBackend, ...]) -> Iterator[SpeechPlan]:
     """The plan's own engine first, then each other engine of the route that can speak the request, re-planned."""
     yield plan
     for pool in engines:
         if pool is plan.pool:
             continue
         other = plan.for_engine(pool)
-        if other is not None and (fits is None or fits(other)):
+        if other is not None:
             yield other
 
 
@@ -264,17 +247,3 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         yield current
         # The context too: an engine that raises its own error "from None" while handling a timeout still timed out.
         current = current.__cause__ or current.__context__
-
-
-def same_audio_stream(plan: SpeechPlan) -> Callable[[SpeechPlan], bool]:
-    """Which engines may continue an audio stream encoded for ``plan``'s engine: those with the same sample rate and
-    time-stretch (a realtime session encodes all of its segments into one stream)."""
-
-    def fits(other: SpeechPlan) -> bool:
-        if other.pool is plan.pool:
-            return True
-        if plan.info is None or other.info is None:
-            return False
-        return other.info.sample_rate == plan.info.sample_rate and other.tempo == plan.tempo
-
-    return fits

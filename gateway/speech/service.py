@@ -83,12 +83,14 @@ class _Outcome:
 
 @dataclass
 class SpeechReply:
-    """Audio on its way to one client; iterate :meth:`audio` or :meth:`sse_events` exactly once, or send
-    :attr:`whole` (when it is there) and then :meth:`close`.
+    """Audio on its way to one client: iterate :meth:`audio` or :meth:`sse_events` once, or send :attr:`whole` (when
+    it is there).
 
-    Everything the request holds (its stream lease, its share of the synthesis, its usage record) is released when
-    the iteration ends or the reply is closed — or, for a reply never iterated (the client left before the response
-    started), when the reply is garbage-collected.
+    Whoever called :meth:`SpeechService.speak` owns the reply and releases it, with :meth:`close` or ``async with``:
+    the HTTP endpoint after its response, a realtime session when the segment or response ends. Release frees what
+    the request holds (its stream lease, its share of the synthesis) and records its usage. Only a reply its owner
+    lost (a response whose ASGI call ended before its background task, when the client's socket failed) is
+    released when it is garbage-collected.
     """
 
     request: SpeechRequest
@@ -112,8 +114,18 @@ class SpeechReply:
         loop = asyncio.get_running_loop()
         self._abandoned = weakref.finalize(self, self.tasks.spawn_threadsafe, loop, self._finish.aclose)
 
+    async def __aenter__(self) -> SpeechReply:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
     async def audio(self) -> AsyncIterator[bytes]:
-        """The encoded audio; leaving early (client gone) releases this request's share of the synthesis."""
+        """The encoded audio (raw 24 kHz PCM for a ``pcm`` request).
+
+        Raises:
+            ResponseTruncatedError: the engine failed after the first bytes; the audio ends short.
+        """
         try:
             if self._first:
                 yield self._first
@@ -123,11 +135,9 @@ class SpeechReply:
             if self.on_cut is not None:
                 self.on_cut(exc)
             raise ResponseTruncatedError(str(exc)) from exc
-        finally:
-            await self.close()
 
     async def close(self) -> None:
-        """Release what the request holds, for a reply sent as :attr:`whole` rather than iterated."""
+        """Release what the request holds; the owner calls it once, however the reply ended (twice is harmless)."""
         self._abandoned.detach()  # released here; nothing is left for the finalizer
         # Shielded: a client that left cancels this task through Litestar's anyio cancel scope, which cancels again
         # at every await; unshielded, the release stopped at its first real await (the usage metrics after a Redis
@@ -178,12 +188,26 @@ class SpeechService:
         """The releases of replies abandoned before they were sent (closing an exit stack twice is harmless: after a
         normal end the finalizer finds nothing left to release)."""
 
-    async def speak(self, principal: Principal, request: SpeechRequest, record: RequestRecord) -> SpeechReply:
-        """Start serving ``request``; returns once the first audio bytes exist.
+    async def speak(
+        self,
+        principal: Principal,
+        request: SpeechRequest,
+        record: RequestRecord,
+        *,
+        in_session: bool = False,
+    ) -> SpeechReply:
+        """Start serving ``request`` for ``principal``: the one way every transport speaks (the HTTP endpoint, each
+        realtime session's segments and responses). Returns once the first audio bytes exist; the caller owns the
+        reply and closes it.
+
+        Args:
+            in_session: The request is a part of a WebSocket session (:meth:`open_session`), which counted as the
+                tenant's request and holds its concurrent stream: only the characters count here.
 
         Raises:
             OpenAIError: a model the tenant may not use (403), unknown model (404) or voice (400).
             RateLimitExceededError: over one of the tenant's limits (429).
+            LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
             EngineNotReadyError, EngineOverloadedError, SynthesisFailedError: the engine cannot serve it now.
         """
         _describe(record, principal.tenant, request)
@@ -194,15 +218,36 @@ class SpeechService:
         try:
             # Admission (limits and stream lease: one script) and the cache lookup travel together: one round trip
             # to Redis before the first byte of a cache hit. A refused request's lookup is simply not used.
-            limits, cached = await asyncio.gather(
-                self.admission.admit(tenant, len(request.input), hold_stream=finish), self.cache.get(key)
+            admitted = self.admission.admit(
+                tenant, len(request.input), count_request=not in_session, hold_stream=None if in_session else finish
             )
+            limits, cached = await asyncio.gather(admitted, self.cache.get(key))
             reply = await self._start(plan, key, cached, finish, record, tenant)
         except BaseException:
             await finish.aclose()
             raise
         reply.limits = limits
         return reply
+
+    async def check(self, principal: Principal, request: SpeechRequest) -> None:
+        """Check that ``request`` would be served as it is planned now (a realtime session's new settings), without
+        speaking it.
+
+        Raises:
+            OpenAIError: as :meth:`speak`'s plan would (a model the tenant may not use, an unknown model or voice).
+        """
+        await self.planner.plan(principal, request)
+
+    async def open_session(self, tenant: Tenant, held: AsyncExitStack) -> None:
+        """Admit a WebSocket session: one of the tenant's open sessions (across replicas), counted as one request,
+        holding one of its concurrent streams until ``held`` closes; its parts then :meth:`speak` ``in_session``.
+
+        Raises:
+            RateLimitExceededError: over the tenant's sessions, requests or streams (recorded as a rejection).
+            LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
+        """
+        await self.admission.hold_session(tenant, held)
+        await self.admission.admit(tenant, 0, hold_stream=held)
 
     async def _start(  # noqa: PLR0917 - one request's parts, settled by speak
         self,
@@ -256,7 +301,7 @@ class SpeechService:
     async def _produce(self, key: str, plan: SpeechPlan, outcome: _Outcome, tenant: Tenant) -> AsyncIterator[bytes]:
         started = time.perf_counter()
         try:
-            async with self.failover_stream(plan, tenant) as pcm:
+            async with self._failover_stream(plan, tenant) as pcm:
                 self._settle(outcome, pcm, tenant)  # before the first bytes go: x-engine and x-retries say it
                 tempo = pcm.plan.tempo
                 encoder = open_encoder(plan.request.response_format, pcm.sample_rate, tempo)
@@ -266,7 +311,7 @@ class SpeechService:
                     yield data
         finally:
             self._outcomes.pop(key, None)
-        self.observe(outcome.engine, time.perf_counter() - started, outcome.clock.seconds)
+        self._observe(outcome.engine, time.perf_counter() - started, outcome.clock.seconds)
 
     def _settle(self, outcome: _Outcome, spoken: SpokenStream, tenant: Tenant) -> None:
         """Name the engine that spoke, and cache its audio under that engine's key (another engine's audio must not
@@ -276,26 +321,16 @@ class SpeechService:
             outcome.engine = spoken.plan.pool.name
             outcome.cache_key = self._cache_key(spoken.plan, tenant)
 
-    def failover_stream(
-        self,
-        plan: SpeechPlan,
-        tenant: Tenant,
-        *,
-        text: str | None = None,
-        fits: Callable[[SpeechPlan], bool] | None = None,
-    ) -> AbstractAsyncContextManager[SpokenStream]:
+    def _failover_stream(self, plan: SpeechPlan, tenant: Tenant) -> AbstractAsyncContextManager[SpokenStream]:
         """The stream of the first engine of ``plan``'s model that produces audio for it, tried through
-        :meth:`engine_stream` (``gateway/speech/failover.py``)."""
+        :meth:`_engine_stream` (``gateway/speech/failover.py``)."""
         continuing = _continues_a_stream(plan.request)
         return self.failover.open_stream(
-            plan,
-            lambda pool, synthesis: self.engine_stream(pool, synthesis, tenant, continuing=continuing),
-            text=text,
-            fits=fits,
+            plan, lambda pool, synthesis: self._engine_stream(pool, synthesis, tenant, continuing=continuing)
         )
 
     @asynccontextmanager
-    async def engine_stream(
+    async def _engine_stream(
         self,
         pool: EngineBackend,
         synthesis: SynthesisRequest,
@@ -362,7 +397,7 @@ class SpeechService:
     async def _store(self, outcome: _Outcome, audio: bytes) -> None:
         await self.cache.set(outcome.cache_key, _CACHE_HEADER.pack(outcome.clock.seconds) + audio)
 
-    def observe(self, engine: str, wall_seconds: float, audio_seconds: float) -> None:
+    def _observe(self, engine: str, wall_seconds: float, audio_seconds: float) -> None:
         """Record one synthesis in the metrics."""
         self.metrics.synthesis.labels(engine).observe(wall_seconds)
         self.metrics.audio_seconds.labels(engine).inc(audio_seconds)
@@ -373,11 +408,11 @@ class SpeechService:
         self, request: SpeechRequest, outcome: _Outcome, record: RequestRecord, tenant: Tenant, hit: bool
     ) -> None:
         record.audio_seconds = round(outcome.clock.seconds, 3)
-        self.account(tenant, len(request.input), outcome.clock.seconds, cache_hit=hit)
+        self._account(tenant, len(request.input), outcome.clock.seconds, cache_hit=hit)
 
-    def account(self, tenant: Tenant, characters: int, audio_seconds: float, *, cache_hit: bool) -> None:
-        """Record one served request (or realtime segment) in the tenant's usage (written in the background, off the
-        response's path) and the metrics."""
+    def _account(self, tenant: Tenant, characters: int, audio_seconds: float, *, cache_hit: bool) -> None:
+        """Record one served request (or a session's segment or response) in the tenant's usage (written in the
+        background, off the response's path) and the metrics."""
         self._usage.record_request(tenant, characters=characters, audio_seconds=audio_seconds, cache_hit=cache_hit)
         self.metrics.tenant_requests.labels(tenant.name).inc()
         self.metrics.tenant_characters.labels(tenant.name).inc(characters)

@@ -25,7 +25,7 @@ from engines.pool import EnginePool
 from engines.settings import engine_settings, local_engine_settings
 from gateway.schemas import SpeechRequest
 from gateway.settings import AliasSettings, FailoverSettings, Settings
-from gateway.speech.failover import Failover, FirstAudioTimeoutError, retry_reason, same_audio_stream
+from gateway.speech.failover import Failover, FirstAudioTimeoutError, retry_reason
 from gateway.speech.plan import Planner, Voice
 from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import MemoryVoiceStore
@@ -68,8 +68,8 @@ class Gateway:
     async def plan(self, model: str, text: str = "x" * 10, voice: str = "nova") -> SpeechPlan:
         return await self.planner.plan(PRINCIPAL, SpeechRequest(model=model, input=text, voice=voice))
 
-    def stream(self, plan: SpeechPlan, **options: Any) -> Any:
-        return self.failover.open_stream(plan, _open, **options)
+    def stream(self, plan: SpeechPlan) -> Any:
+        return self.failover.open_stream(plan, _open)
 
     async def speak(self, plan: SpeechPlan) -> tuple[SpokenStream, bytes]:
         async with self.stream(plan) as spoken:
@@ -181,19 +181,6 @@ async def test_an_engine_is_replanned_for_its_own_voices_and_speeds() -> None:
     assert spoken.plan.pool is plain
     assert (spoken.plan.synthesis.speed, spoken.plan.tempo) == (1.0, 2.0)  # `plain` leaves it to the time-stretch
     assert spoken.plan.synthesis.text == plan.synthesis.text
-
-
-async def test_a_realtime_stream_fails_over_only_to_engines_that_continue_it() -> None:
-    broken = await thread_engine("broken", fail_after_chunks=0)
-    other_rate = await thread_engine("other_rate", sample_rate=16000)
-    gateway = Gateway({"broken": broken, "other_rate": other_rate}, {"voice": ["broken", "other_rate"]})
-    plan = await gateway.plan("voice")
-    with pytest.raises(SynthesisFailedError):
-        async with gateway.stream(plan, text="next segment", fits=same_audio_stream(plan)):
-            pass
-    assert other_rate.served == 0
-    async with gateway.stream(plan, text="first segment") as spoken:  # nothing encoded yet: any engine will do
-        assert spoken.plan.pool is other_rate
 
 
 async def test_no_try_starts_after_the_deadline() -> None:
