@@ -183,6 +183,9 @@ class RealtimeSession:
                     running.cancel()
             await asyncio.gather(speaker, receiver, *self._background, return_exceptions=True)
 
+    def log_fields(self) -> dict[str, Any]:
+        return {"segments": self.segments_spoken, "audio_seconds": round(self.audio_seconds, 3)}
+
     # ----------------------------------------------------------------- ended by the server
     def revoke(self, error: OpenAIError) -> None:
         """End the session at once: its key was revoked or its tenant deleted."""

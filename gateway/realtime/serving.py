@@ -1,0 +1,197 @@
+"""What every realtime WebSocket endpoint does around its session: authentication through the address's credential
+throttle, admission, and how each way a session ends becomes a close code (or, before the handshake is accepted, an
+HTTP refusal), with one log line per session.
+
+Both protocols (``/v1/audio/speech/stream`` and OpenAI's ``/v1/realtime``) are served this way; only how the
+credentials arrive and what the session speaks differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from litestar.exceptions import WebSocketDisconnect
+
+from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
+from auth.limits import LimitsUnavailableError, RateLimitExceededError
+from gateway.http.errors import OpenAIError, as_openai_error, error_body
+from gateway.realtime.session import SessionDrainedError, SessionIdleError, SessionRevokedError, SlowClientError
+from gateway.state import gateway_state
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+    from contextlib import AsyncExitStack
+
+    from litestar import WebSocket
+
+    from auth import Principal
+
+__all__ = [
+    "NORMAL_CLOSURE",
+    "POLICY_VIOLATION",
+    "TRY_AGAIN_LATER",
+    "SessionLog",
+    "SessionRefusedError",
+    "admit_session",
+    "authenticated",
+    "serving",
+]
+
+logger = logging.getLogger("tts_gateway.realtime")
+
+NORMAL_CLOSURE = 1000  # the session ended idle
+POLICY_VIOLATION = 1008  # bad or revoked credentials; a client too slow to take its audio
+SERVICE_RESTART = 1012  # the server is shutting down: reconnect (to another replica)
+TRY_AGAIN_LATER = 1013  # over a tenant limit, or the gateway cannot admit sessions now
+_AUTH_ERRORS = (InvalidCredentialsError, UnknownTenantError)
+
+
+class SessionRefusedError(Exception):
+    """The session cannot open: refused at the handshake (an HTTP status), or closed with ``close_code`` when the
+    socket was accepted already."""
+
+    def __init__(self, error: OpenAIError, close_code: int) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.close_code = close_code
+
+
+class LoggedSession(Protocol):
+    def log_fields(self) -> dict[str, Any]:
+        """What the session did, for its log line."""
+        ...
+
+
+@dataclass
+class SessionLog:
+    """The session's one log line, filled in as it goes."""
+
+    path: str
+    session_id: str = field(default_factory=lambda: f"sess_{uuid.uuid4().hex[:20]}")
+    tenant: str | None = None
+    session: LoggedSession | None = None
+
+
+@asynccontextmanager
+async def serving(
+    socket: WebSocket[Any, Any, Any], path: str, error_event: Callable[[OpenAIError], str]
+) -> AsyncIterator[SessionLog]:
+    """Serve one socket in the block; how the session ended decides how the socket closes (after an ``error`` event
+    rendered by ``error_event`` that says why), and is logged."""
+    speech = gateway_state(socket.app).speech
+    idle_timeout_s = gateway_state(socket.app).settings.realtime.idle_timeout_s
+    log = SessionLog(path)
+    started = time.perf_counter()
+    outcome = "closed"
+    speech.metrics.realtime_connections.inc()
+    try:
+        yield log
+    except SessionRevokedError as revoked:
+        outcome = f"revoked: {revoked.error.code}"
+        await _close(socket, error_event, POLICY_VIOLATION, revoked.error)
+    except SessionDrainedError:
+        outcome = "drained for shutdown"
+        await _close(socket, error_event, SERVICE_RESTART, None, reason="server shutting down; reconnect")
+    except SessionRefusedError as refused:
+        outcome = f"refused: {refused.error.code}"
+        await _refuse(socket, error_event, refused)
+    except SlowClientError:
+        outcome = "client too slow"
+        slow = OpenAIError(400, "The client read audio too slowly.", code="client_too_slow")
+        await _close(socket, error_event, POLICY_VIOLATION, slow)
+    except SessionIdleError:
+        outcome = "idle timeout"
+        message = f"The session was idle for {idle_timeout_s:g} s and has been closed."
+        await _close(socket, error_event, NORMAL_CLOSURE, OpenAIError(408, message, code="session_idle_timeout"))
+    except WebSocketDisconnect:
+        outcome = "client left"  # leaving the session cancelled its speech and released its lease
+    finally:
+        speech.metrics.realtime_connections.dec()
+        record: dict[str, Any] = {"session_id": log.session_id, "path": path, "tenant": log.tenant, "outcome": outcome}
+        record["duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
+        if log.session is not None:
+            record.update(log.session.log_fields())
+        logger.info("realtime session", extra={"record": record})  # one line per session, like the access log
+
+
+async def authenticated(socket: WebSocket[Any, Any, Any], authorization: str | None) -> Principal:
+    """The caller of ``authorization`` (anyone, without it, on a gateway that runs open), through the address's
+    credential throttle (``gateway/http/auth/credential_throttle.py``).
+
+    Raises:
+        SessionRefusedError: bad credentials (1008), an auth backend unreachable or the address throttled (1013).
+    """
+    state = gateway_state(socket.app)
+    client = socket.client.host if socket.client else None
+    try:
+        return await state.credential_throttle.authenticate(client, authorization, state.authenticator.authenticate)
+    except _AUTH_ERRORS as exc:
+        raise SessionRefusedError(as_openai_error(exc), POLICY_VIOLATION) from None
+    except AuthBackendError as exc:
+        raise SessionRefusedError(as_openai_error(exc), TRY_AGAIN_LATER) from None
+    except OpenAIError as throttled:  # the address is throttled for refused credentials: 429
+        raise SessionRefusedError(throttled, TRY_AGAIN_LATER) from None
+
+
+async def admit_session(socket: WebSocket[Any, Any, Any], principal: Principal, held: AsyncExitStack) -> None:
+    """A session holds its place among what the tenant holds of this replica (refused over its fair share of a
+    crowded one) and, through the speech service, one of the tenant's open sessions, one request and one concurrent
+    stream, until ``held`` closes.
+
+    Raises:
+        SessionRefusedError: over one of those (1013).
+    """
+    state = gateway_state(socket.app)
+    try:
+        held.callback(state.held.take(principal.tenant.name, "sessions"))
+        await state.speech.open_session(principal.tenant, held)
+    except (RateLimitExceededError, LimitsUnavailableError) as exc:
+        raise SessionRefusedError(as_openai_error(exc), TRY_AGAIN_LATER) from None
+
+
+async def _refuse(
+    socket: WebSocket[Any, Any, Any], error_event: Callable[[OpenAIError], str], refused: SessionRefusedError
+) -> None:
+    """Before the handshake is accepted: an HTTP answer with OpenAI's error body where the server can send one
+    (uvicorn's ``websocket.http.response`` extension), else the handshake's plain 403; after it, a close."""
+    if socket.connection_state != "init":
+        await _close(socket, error_event, refused.close_code, refused.error)
+        return
+    error = refused.error
+    if "websocket.http.response" not in (socket.scope.get("extensions") or {}):
+        await socket.close(refused.close_code)
+        return
+    body = json.dumps(error_body(error.message, error.type, error.param, error.code)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
+    try:
+        await socket.send({"type": "websocket.http.response.start", "status": error.status_code, "headers": headers})
+        await socket.send({"type": "websocket.http.response.body", "body": body, "more_body": False})
+    except (WebSocketDisconnect, OSError):
+        pass  # the client is gone
+
+
+async def _close(
+    socket: WebSocket[Any, Any, Any],
+    error_event: Callable[[OpenAIError], str],
+    code: int,
+    error: OpenAIError | None,
+    reason: str = "",
+) -> None:
+    """Say why in an error event (unless the session said so already), then close; a client gone (or not reading)
+    by now just misses it."""
+    try:
+        async with asyncio.timeout(1.0):
+            if error is not None:
+                await socket.send_text(error_event(error))
+                reason = error.message
+            await socket.close(code, reason[:120])  # a close reason is at most 123 bytes
+    except (TimeoutError, WebSocketDisconnect, OSError):
+        pass
