@@ -269,7 +269,9 @@ class VoicesSettings(BaseModel):
 #: The engines and aliases every gateway starts from: the lowest-priority settings source, so YAML files and
 #: environment variables merge into them (``engines: {chattts: null}`` removes one).
 BUILT_IN_ENGINES: dict[str, dict[str, Any]] = {"chattts": {"kind": "chattts"}, "espeak": {"kind": "espeak"}}
-#: OpenAI's model names, dated snapshots included (a client pinned to one keeps working): ChatTTS, else espeak.
+#: OpenAI's model names, dated snapshots included (a client pinned to one keeps working): ChatTTS, else espeak. The
+#: speech models, then the Realtime models OpenAI sends speech callers to when the speech models retire (2027-01-06):
+#: on ``/v1/realtime`` (and ``/v1/audio/speech`` alike) they are aliases like any other.
 OPENAI_MODEL_NAMES = (
     "tts-1",
     "tts-1-hd",
@@ -278,6 +280,15 @@ OPENAI_MODEL_NAMES = (
     "gpt-4o-mini-tts",
     "gpt-4o-mini-tts-2025-03-20",
     "gpt-4o-mini-tts-2025-12-15",
+    "gpt-realtime",
+    "gpt-realtime-2025-08-28",
+    "gpt-realtime-1.5",
+    "gpt-realtime-2",
+    "gpt-realtime-2.1",
+    "gpt-realtime-2.1-mini",
+    "gpt-realtime-mini",
+    "gpt-realtime-mini-2025-10-06",
+    "gpt-realtime-mini-2025-12-15",
 )
 BUILT_IN_ALIASES: dict[str, list[str]] = {name: ["chattts", "espeak"] for name in OPENAI_MODEL_NAMES}
 

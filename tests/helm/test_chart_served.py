@@ -84,7 +84,7 @@ def assert_not_ready_for_chattts(gateway: GatewayProcess, why: str) -> dict[str,
     assert body["ready"] is False
     assert body["required"] == {name: ["chattts"] for name in OPENAI_MODEL_NAMES}
     models, _, states = body["reason"].partition(" cannot be answered: ")
-    assert set(models.split(", ")) == set(OPENAI_MODEL_NAMES)  # one line for the seven names waiting for ChatTTS
+    assert set(models.split(", ")) == set(OPENAI_MODEL_NAMES)  # one line for the names waiting for ChatTTS
     assert states.startswith("chattts is unavailable") and why in states, body["reason"]
     assert body["engines"]["espeak"]["state"] == "ready"  # ready, and still not answering for ChatTTS
     return body
