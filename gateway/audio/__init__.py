@@ -7,14 +7,18 @@ from __future__ import annotations
 
 from gateway.audio.encoders import MAX_TEMPO, MIN_TEMPO, AudioEncoder, open_encoder, wav_header
 from gateway.audio.formats import CONTENT_TYPES, AudioFormat, output_sample_rate
+from gateway.audio.g711 import G711_SAMPLE_RATE, G711Law, open_g711_encoder
 
 __all__ = [
     "CONTENT_TYPES",
+    "G711_SAMPLE_RATE",
     "MAX_TEMPO",
     "MIN_TEMPO",
     "AudioEncoder",
     "AudioFormat",
+    "G711Law",
     "open_encoder",
+    "open_g711_encoder",
     "output_sample_rate",
     "wav_header",
 ]
