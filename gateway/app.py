@@ -34,7 +34,7 @@ from gateway.http.errors import EXCEPTION_HANDLERS
 from gateway.http.json_depth import json_depth_middleware
 from gateway.http.tracking import request_tracking_middleware
 from gateway.observability.metrics import PoolCollector, SpeechMetrics
-from gateway.realtime import realtime_speech
+from gateway.realtime import openai_realtime, realtime_speech
 from gateway.realtime.redaction import QueryTokenRedactor
 from gateway.routes.admin import AdminController
 from gateway.routes.catalog import ModelsController, VoicesController
@@ -113,7 +113,7 @@ def create_app(
             HealthController,
             MetricsController,
             docs_assets_router(),
-            *([realtime_speech] if settings.realtime.enabled else []),
+            *([realtime_speech, openai_realtime] if settings.realtime.enabled else []),
             *(playground_handlers() if settings.server.playground else []),
         ],
         lifespan=[

@@ -180,7 +180,8 @@ class SpeechSettings(BaseModel):
 
 
 class RealtimeSettings(BaseModel):
-    """The realtime WebSocket endpoint, ``/v1/audio/speech/stream`` (see ``docs/realtime.md``)."""
+    """The realtime WebSocket endpoints, ``/v1/audio/speech/stream`` and OpenAI's ``/v1/realtime`` (see
+    ``docs/realtime.md``)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -11,12 +11,16 @@ import av
 import numpy as np
 import numpy.typing as npt
 
+if typing.TYPE_CHECKING:
+    from av.audio.codeccontext import AudioCodecContext
+
 __all__ = [
     "DURATION_TOLERANCE_S",
     "SPEECH_FORMATS",
     "DecodedAudio",
     "SpeechFormat",
     "decode_audio",
+    "decode_g711",
     "dominant_frequency",
 ]
 
@@ -44,6 +48,17 @@ class DecodedAudio:
     @property
     def rms(self) -> float:
         return float(np.sqrt(np.mean(np.square(self.samples)))) if len(self.samples) else 0.0
+
+
+def decode_g711(data: bytes, law: Literal["pcmu", "pcma"]) -> DecodedAudio:
+    """Decode raw G.711 (OpenAI Realtime's ``audio/pcmu`` and ``audio/pcma``, 8 kHz) with ffmpeg's own decoders."""
+    codec = "pcm_mulaw" if law == "pcmu" else "pcm_alaw"
+    context = typing.cast("AudioCodecContext", av.CodecContext.create(codec, "r"))
+    context.sample_rate = 8000
+    context.layout = "mono"
+    frames = [frame.to_ndarray() for frame in context.decode(av.Packet(data))] if data else []
+    samples = np.concatenate([_to_mono_float(f) for f in frames]) if frames else np.zeros(0, np.float32)
+    return DecodedAudio(samples, 8000, 1, codec)
 
 
 def decode_audio(data: bytes, response_format: str) -> DecodedAudio:

@@ -1,5 +1,7 @@
-"""The realtime speech endpoint: a WebSocket where text streams in and audio streams out (``docs/realtime.md``)."""
+"""The realtime speech endpoints, WebSockets where text streams in and audio streams out (``docs/realtime.md``): our
+own ``/v1/audio/speech/stream`` and OpenAI's Realtime API on ``/v1/realtime``."""
 
+from gateway.realtime.openai.route import openai_realtime
 from gateway.realtime.route import PATH, realtime_speech
 
-__all__ = ["PATH", "realtime_speech"]
+__all__ = ["PATH", "openai_realtime", "realtime_speech"]

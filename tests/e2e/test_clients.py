@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ import pytest
 from engines.synthetic import voice_frequency
 from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio, dominant_frequency
+from tests.node_client import NODE_DIR, node_with_sdk
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from tests.audio_decode import DecodedAudio
 
 ROOT = Path(__file__).resolve().parents[2]
-NODE_DIR = ROOT / "tests" / "node"
 README_ORIGIN = "http://127.0.0.1:8000"
 SECONDS_PER_CHAR = 0.02
 CLIENT_TIMEOUT_S = 30
@@ -60,23 +59,7 @@ def assert_speech(path: Path, response_format: str) -> DecodedAudio:
 
 @pytest.fixture(scope="module")
 def node_sdk() -> str:
-    """The ``node`` binary, once the pinned SDK is installed; a clear failure otherwise."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.fail("Node.js is not installed: the Node SDK tests need `node` (20 or newer) on PATH")
-    installed = NODE_DIR / "node_modules" / "openai" / "package.json"
-    if not installed.is_file():
-        pytest.fail(
-            f"the OpenAI Node SDK is not installed in {NODE_DIR}: run `make setup` (or `npm ci --prefix tests/node`)"
-        )
-    pinned = json.loads((NODE_DIR / "package.json").read_text())["dependencies"]["openai"]
-    version = json.loads(installed.read_text())["version"]
-    if version != pinned:
-        pytest.fail(
-            f"tests/node has openai {version} installed but package.json pins {pinned}: "
-            f"run `npm ci --prefix tests/node`"
-        )
-    return node
+    return node_with_sdk()
 
 
 def speak_with_node(
