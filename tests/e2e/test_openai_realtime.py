@@ -359,6 +359,8 @@ async def test_bad_events_get_error_events_and_the_session_survives(gateway: Gat
     headers = {"Authorization": f"Bearer {KEY}"}
     async with connect(f"{ws_base(gateway)}/realtime?model={MODEL}", additional_headers=headers) as socket:
         assert json.loads(await socket.recv())["type"] == "session.created"
+        long_part = {"type": "input_text", "text": "x" * 3000}
+        too_long = {"type": "message", "role": "user", "content": [long_part, long_part]}
         cases: list[tuple[str | bytes, str]] = [
             ("{not json", "invalid_json"),
             ('{"type": "no.such.event", "event_id": "e1"}', "invalid_value"),
@@ -367,6 +369,7 @@ async def test_bad_events_get_error_events_and_the_session_survives(gateway: Gat
             ('{"type": "response.create", "response": {"output_modalities": ["text"]}}', "unsupported_value"),
             ('{"type": "response.create"}', "missing_user_message"),
             ('{"type": "conversation.item.delete", "item_id": "item_nope"}', "item_not_found"),
+            (json.dumps({"type": "response.create", "response": {"input": [too_long]}}), "string_above_max_length"),
             (b"\x00binary", "invalid_event"),
             ("[" * 100 + "]" * 100, "json_too_deep"),
         ]

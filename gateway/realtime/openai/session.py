@@ -40,6 +40,7 @@ from gateway.realtime.openai.events import (
     Unsupported,
 )
 from gateway.realtime.session import SessionDrainedError, SessionIdleError, SessionRevokedError, SlowClientError
+from gateway.schemas import MAX_INPUT_CHARS
 from gateway.speech.delivery import speech_usage
 
 if TYPE_CHECKING:
@@ -290,6 +291,14 @@ class OpenAIRealtimeSession:
             ]
         for item in reversed(context):
             if item.role == "user" and item.text.strip():
+                if len(item.text) > MAX_INPUT_CHARS:  # each part is within it; several together may not be
+                    raise RealtimeProtocolError(
+                        f"The user message to speak has {len(item.text)} characters; at most {MAX_INPUT_CHARS}, as "
+                        "for /v1/audio/speech.",
+                        code="string_above_max_length",
+                        param="response.input",
+                        event_id=event_id,
+                    )
                 return item.text
         raise RealtimeProtocolError(
             "Nothing to speak: the response's context has no user message with text. Add one with "
