@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from engines.backend import PcmStream
     from engines.base import EngineInfo, SynthesisRequest
 
-__all__ = ["OpenJob", "SegmentedStream", "long_cut", "sentence_ends", "speakable", "split_text"]
+__all__ = ["OpenJob", "SegmentedStream", "clause_ends", "long_cut", "sentence_ends", "speakable", "split_text"]
 
 # A sentence ends at . ! ? or … (with any closing quotes or brackets) followed by whitespace: only then is it
 # known not to be "3.5" or "example.com". CJK full stops end a sentence without a space after them.
@@ -56,14 +56,20 @@ def sentence_ends(text: str, max_chars: int) -> Iterator[int]:
             yield match.end()
 
 
+def clause_ends(text: str, max_chars: int) -> Iterator[int]:
+    """Where the clauses of ``text`` that end within its first ``max_chars`` characters end (after a comma,
+    semicolon, colon or dash and the whitespace after it), in order."""
+    for match in _CLAUSE_BREAK.finditer(text[:max_chars]):
+        yield match.end()
+
+
 def long_cut(text: str, max_chars: int) -> int:
     """Where to cut ``text``, longer than ``max_chars`` and without a sentence end within them: after its last clause
     break within the limit, else after its last space, else at the limit."""
-    window = text[:max_chars]
-    clauses = [match.end() for match in _CLAUSE_BREAK.finditer(window)]
+    clauses = list(clause_ends(text, max_chars))
     if clauses:
         return clauses[-1]
-    space = window.rfind(" ")
+    space = text[:max_chars].rfind(" ")
     return space + 1 if space > 0 else max_chars
 
 

@@ -77,6 +77,21 @@ def test_cancel_clears_what_was_not_segmented() -> None:
     assert buffer.flush() == []
 
 
+def test_granularity_none_holds_everything_until_a_flush_and_hands_it_out_whole() -> None:
+    buffer = SentenceBuffer(max_chars=20, granularity="none")
+    text = "First sentence here. Second one, longer than twenty characters. Third"
+
+    assert feed(buffer, text, 5) == []
+    assert buffer.flush() == [text]
+    assert buffer.pending_chars == 0
+
+
+def test_granularity_clause_cuts_at_clause_breaks_too() -> None:
+    buffer = SentenceBuffer(max_chars=300, granularity="clause")
+    assert feed(buffer, "Well, this is it; I think. Or", 3) == ["Well,", "this is it;", "I think."]
+    assert buffer.flush() == ["Or"]
+
+
 def test_client_events_parse_into_their_types() -> None:
     update = parse_client_event(json.dumps({"type": "session.update", "session": {"voice": "nova", "speed": 1.5}}))
     append = parse_client_event('{"type": "input.append", "text": "Hi", "event_id": "e7"}')
