@@ -202,6 +202,10 @@ class RealtimeSettings(BaseModel):
     browsers of everyone else out."""
     idle_timeout_s: float = Field(default=300.0, gt=0)
     """A session with no client event and nothing to speak for this long is closed, freeing its stream lease."""
+    first_message_wait_s: float = Field(default=0.25, ge=0, le=5)
+    """How long a session waits for the client's first message before it sends ``session.created``. That message
+    chooses the dialect, and vLLM-Omni's clients (whose ``session.config`` comes first) expect no greeting; a client
+    that waits for ``session.created`` gets it this much later. 0 greets at once."""
 
 
 class FailoverSettings(BaseModel):

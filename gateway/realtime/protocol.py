@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 
@@ -15,6 +15,9 @@ from gateway.audio.formats import AudioFormat
 from gateway.http.errors import OpenAIError, error_body
 from gateway.http.json_depth import json_depth_exceeds
 from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, SpeechRequest, SpeechUsage
+
+if TYPE_CHECKING:
+    from typing import Self
 
 __all__ = [
     "ClientEvent",
@@ -92,6 +95,13 @@ class SessionUpdate(_ClientEventBase):
     session: _SessionPatch = Field(default_factory=_SessionPatch)
     token: Annotated[str, StringConstraints(max_length=8192)] | None = None
     """An API key or JWT, for clients that cannot set headers; only in the first message of the socket."""
+
+    @classmethod
+    def replacing(cls, config: SessionConfig, **fields: Any) -> Self:
+        """An update that sets every setting to ``config``'s: for a dialect whose configuration replaces the
+        session's rather than patching it; ``fields``: those of a subclass."""
+        patch = _SessionPatch(**{name: getattr(config, name) for name in SessionConfig.model_fields})
+        return cls(type="session.update", session=patch, **fields)
 
     def apply(self, config: SessionConfig) -> SessionConfig:
         return config.model_copy(update=self.session.model_dump(exclude_unset=True))

@@ -12,7 +12,8 @@ from litestar.exceptions import WebSocketDisconnect
 from gateway.http.client_address import address_key
 from gateway.http.errors import SERVER_ERROR, OpenAIError
 from gateway.observability.refusals import counted
-from gateway.realtime.protocol import ProtocolError, SessionUpdate, error_event, parse_client_event
+from gateway.realtime.dialect import NativeDialect, SpokenDialect
+from gateway.realtime.protocol import ProtocolError, SessionUpdate, parse_client_event
 from gateway.realtime.serving import (
     POLICY_VIOLATION,
     TRY_AGAIN_LATER,
@@ -25,6 +26,8 @@ from gateway.realtime.session import RealtimeSession
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
+    from litestar.types import ReceiveMessage
+
     from auth import Principal
     from gateway.settings import RealtimeSettings
 
@@ -35,12 +38,13 @@ PATH = "/v1/audio/speech/stream"
 
 @websocket(PATH, name="realtime_speech")
 async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
-    """Speech as text arrives: the protocol is in ``docs/realtime.md``."""
+    """Speech as text arrives, in this gateway's protocol or vLLM-Omni's (``docs/realtime.md``)."""
     state = gateway_state(socket.app)
     settings = state.settings.realtime
+    spoken = SpokenDialect()
     await socket.accept()
-    async with serving(socket, PATH, error_event) as log, AsyncExitStack() as held:
-        principal, first = await _authenticate(socket, settings)
+    async with serving(socket, PATH, spoken.error_event) as log, AsyncExitStack() as held:
+        principal, first, opening = await _authenticate(socket, settings, spoken)
         log.tenant = principal.tenant.name
         await admit_session(socket, principal, held)
         log.session = session = RealtimeSession(
@@ -50,34 +54,67 @@ async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
             settings=settings,
             session_id=log.session_id,
             send_timeout_s=state.settings.server.send_timeout_s,  # one timeout for every slow reader
+            spoken=spoken,
             max_json_depth=state.settings.server.max_json_depth,
         )
         with state.sessions.registered(session, principal):
-            await session.run(first)
+            await session.run(first, opening)
 
 
 async def _authenticate(
-    socket: WebSocket[Any, Any, Any], settings: RealtimeSettings
-) -> tuple[Principal, SessionUpdate | None]:
+    socket: WebSocket[Any, Any, Any], settings: RealtimeSettings, spoken: SpokenDialect
+) -> tuple[Principal, SessionUpdate | None, ReceiveMessage | None]:
     """The caller, from the Authorization header, a ``?token=`` or else a token in the first message; each through
-    the address's credential throttle (``gateway/http/auth/credential_throttle.py``).
+    the address's credential throttle (``gateway/http/auth/credential_throttle.py``). The first message is read
+    first (within ``first_message_wait_s``) when the credentials do not depend on it: it chooses the dialect, in
+    which a refusal is then said. vLLM-Omni's carries no credentials, so without a header its client is refused.
 
     Returns:
-        The principal, and the first message when it was read for its token (to be handled as a session.update).
+        The principal; the first message when it was read for its token (to be handled as a session.update), or
+        else when it was read to choose the dialect.
     """
     header = socket.headers.get("authorization")
     if header is None and (token := socket.query_params.get("token")):
         header = f"Bearer {token}"
+    wait_s = settings.first_message_wait_s
+    if header is None:
+        try:
+            principal = await authenticated(socket, None)  # anyone, when the gateway runs open
+        except SessionRefusedError:
+            first = await _first_message_within_cap(socket, settings, spoken)  # a browser cannot set a header
+            return await authenticated(socket, f"Bearer {first.token}"), first.model_copy(update={"token": None}), None
+        return principal, None, await _opening_message(socket, wait_s, spoken)
+    opening = await _opening_message(socket, wait_s, spoken)  # before the check, so a refusal is in its dialect
+    return await authenticated(socket, header), None, opening
+
+
+async def _opening_message(
+    socket: WebSocket[Any, Any, Any], wait_s: float, spoken: SpokenDialect
+) -> ReceiveMessage | None:
+    """The client's first message, if it comes within ``wait_s``: it chooses the dialect.
+
+    Waited for before any greeting because vLLM-Omni's clients speak first and expect none; a client of this
+    gateway's protocol that waits for ``session.created`` gets it once the wait is over (a later first message still
+    chooses).
+
+    Raises:
+        WebSocketDisconnect: the client left.
+    """
     try:
-        return await authenticated(socket, header), None  # without a header: anyone, when the gateway runs open
-    except SessionRefusedError:
-        if header is not None:
-            raise
-    first = await _first_message_within_cap(socket, settings)  # a browser cannot set a header: it comes in a message
-    return await authenticated(socket, f"Bearer {first.token}"), first.model_copy(update={"token": None})
+        async with asyncio.timeout(wait_s):
+            message = await socket.receive()
+    except TimeoutError:
+        return None
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(detail="client disconnected")
+    text = message.get("text")
+    spoken.choose(text if isinstance(text, str) else None)
+    return message
 
 
-async def _first_message_within_cap(socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> SessionUpdate:
+async def _first_message_within_cap(
+    socket: WebSocket[Any, Any, Any], settings: RealtimeSettings, spoken: SpokenDialect
+) -> SessionUpdate:
     """The first message, if fewer than ``max_unauthenticated`` sockets wait for theirs, and fewer than
     ``max_unauthenticated_per_address`` from this socket's address (else refused at once)."""
     waiting = gateway_state(socket.app).awaiting_credentials
@@ -93,14 +130,14 @@ async def _first_message_within_cap(socket: WebSocket[Any, Any, Any], settings: 
         raise SessionRefusedError(counted("connection", busy), TRY_AGAIN_LATER)
     waiting[address] += 1
     try:
-        return await _first_message(socket, settings.auth_timeout_s)
+        return await _first_message(socket, settings.auth_timeout_s, spoken)
     finally:
         waiting[address] -= 1
         if waiting[address] <= 0:
             del waiting[address]
 
 
-async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float) -> SessionUpdate:
+async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float, spoken: SpokenDialect) -> SessionUpdate:
     missing = OpenAIError(
         401,
         "No credentials: send an Authorization header, a ?token= query parameter, or a "
@@ -114,8 +151,10 @@ async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float) -> 
         raise SessionRefusedError(missing, POLICY_VIOLATION) from None
     if message["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(detail="client disconnected")
+    text = message.get("text")
+    if not isinstance(spoken.choose(text if isinstance(text, str) else None), NativeDialect):
+        raise SessionRefusedError(missing, POLICY_VIOLATION)
     try:
-        text = message.get("text")
         event = parse_client_event(text if isinstance(text, str) else "")
     except ProtocolError:
         raise SessionRefusedError(missing, POLICY_VIOLATION) from None

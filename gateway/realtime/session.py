@@ -3,6 +3,11 @@
 Two tasks share a session: the receiver reads client events and cuts the text into segments; the speaker
 synthesizes the queued segments in order, through one encoder, so that the audio of every segment continues the
 same stream. ``response.cancel`` stops the segment in progress (its worker job is cancelled) and drops the rest.
+
+What goes over the wire is the session's dialect's (``gateway/realtime/dialect.py``): this gateway's protocol, or
+vLLM-Omni's, chosen by the client's first message. The session tells it what happened, and takes from it the few
+rules that differ: vLLM-Omni's segments are files of their own (an encoder each, not one a session), its
+``session.close`` drops the text not flushed, and its refused first ``session.config`` ends the session.
 """
 
 from __future__ import annotations
@@ -28,23 +33,19 @@ from gateway.realtime.protocol import (
     SessionClose,
     SessionConfig,
     SessionUpdate,
-    audio_delta,
-    audio_done,
-    error_event,
-    parse_client_event,
-    session_event,
 )
 from gateway.realtime.segmenter import SentenceBuffer
 from gateway.speech.delivery import AudioClock, speech_usage
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from litestar import WebSocket
     from litestar.types import ReceiveMessage
 
     from auth import Principal
     from gateway.audio import AudioEncoder
+    from gateway.realtime.dialect import Dialect, Frame, SpokenDialect
     from gateway.realtime.protocol import ClientEvent, SegmentStatus
     from gateway.schemas import SpeechUsage
     from gateway.settings import RealtimeSettings
@@ -54,8 +55,9 @@ __all__ = ["RealtimeSession", "SessionDrainedError", "SessionIdleError", "Sessio
 
 logger = logging.getLogger("tts_gateway.realtime")
 
-# Changing it would change the audio stream itself (its container and rate) mid-way. Every segment reaches the
-# session as 24 kHz PCM with its own speed applied, so model, voice and speed may change between segments.
+# Changing it would change the audio stream itself (its container and rate) mid-way, in a dialect whose session is one
+# stream. Every segment reaches the session as 24 kHz PCM with its own speed applied, so model, voice and speed may
+# change between segments.
 _LOCKED_FIELDS = ("response_format",)
 _SEGMENT_PCM_RATE = output_sample_rate(AudioFormat.PCM)
 
@@ -115,9 +117,12 @@ class RealtimeSession:
         settings: RealtimeSettings,
         send_timeout_s: float,
         session_id: str,
+        spoken: SpokenDialect,
         max_json_depth: int = 32,
     ) -> None:
         self.id = session_id
+        self._spoken = spoken
+        """The dialect, chosen by the client's first message: where the session reads and writes the wire."""
         self._send_timeout_s = send_timeout_s
         self._max_json_depth = max_json_depth
         """``server.max_json_depth``: deeper messages get an error event, as deeper HTTP bodies get a 400."""
@@ -133,7 +138,6 @@ class RealtimeSession:
         self._streaming = False
         """Set by the first segment: the fields in ``_LOCKED_FIELDS`` are fixed from then on."""
         self._segment_ids = itertools.count(1)
-        self._seq = itertools.count(1)
         self._send_lock = asyncio.Lock()
         self._closing = False
         self._last_activity = asyncio.get_running_loop().time()
@@ -150,11 +154,12 @@ class RealtimeSession:
         """Segments that produced audio (completed or cut short), for the session's log line."""
         self.audio_seconds = 0.0
 
-    async def run(self, first: SessionUpdate | None = None) -> None:
+    async def run(self, first: SessionUpdate | None = None, opening: ReceiveMessage | None = None) -> None:
         """Serve the session; returns when the client closed it or went away.
 
         Args:
-            first: The first message, when it was read already (it carried the credentials).
+            first: The first message, when it was read already for the credentials it carried.
+            opening: The first message, when it was read already to choose the dialect.
 
         Raises:
             SlowClientError: the client stopped taking audio.
@@ -163,9 +168,11 @@ class RealtimeSession:
             SessionDrainedError: the server drained it for a shutdown.
             WebSocketDisconnect: the client went away while the session was sending.
         """
-        await self._send(session_event("session.created", self.id, self._config))
+        await self._send_all(self._dialect.session_created(self.id, self._config))
         if first is not None:
             await self._update(first)
+        if opening is not None:
+            await self._on_message(opening)
         speaker = asyncio.create_task(self._speak_queued(), name=f"realtime-speaker-{self.id}")
         receiver = asyncio.create_task(self._receive(), name=f"realtime-receiver-{self.id}")
         try:
@@ -186,6 +193,10 @@ class RealtimeSession:
     def log_fields(self) -> dict[str, Any]:
         return {"segments": self.segments_spoken, "audio_seconds": round(self.audio_seconds, 3)}
 
+    @property
+    def _dialect(self) -> Dialect:
+        return self._spoken.current
+
     # ----------------------------------------------------------------- ended by the server
     def revoke(self, error: OpenAIError) -> None:
         """End the session at once: its key was revoked or its tenant deleted."""
@@ -199,7 +210,7 @@ class RealtimeSession:
         self._drop_pending()
         self._queue.put_nowait(_END_OF_SESSION)
         shutting_down = OpenAIError(503, _SHUTTING_DOWN, type="server_error", code="server_shutting_down")
-        notice = asyncio.create_task(self._send(error_event(shutting_down)))
+        notice = asyncio.create_task(self._send(self._dialect.error(shutting_down)))
         self._background.add(notice)
         notice.add_done_callback(_forget_quietly(self._background))
 
@@ -213,25 +224,33 @@ class RealtimeSession:
 
     # ----------------------------------------------------------------- client events
     async def _receive(self) -> None:
-        while True:
-            message = await self._next_message()
-            self._last_activity = asyncio.get_running_loop().time()
-            if message["type"] == "websocket.disconnect":
-                return
-            text = message.get("text")
-            try:
-                if not isinstance(text, str):
-                    raise ProtocolError(
-                        "Binary frames are not part of this protocol; send JSON text.", code="invalid_event"
-                    )
-                event = parse_client_event(text, max_depth=self._max_json_depth)
-                if self._draining:
-                    raise ProtocolError(_SHUTTING_DOWN, code="server_shutting_down", event_id=event.event_id)
-                if self._closing:
-                    raise ProtocolError("The session is closing.", code="session_closing", event_id=event.event_id)
-                await self._handle(event)
-            except ProtocolError as exc:
-                await self._send(error_event(exc.error, event_id=exc.event_id))
+        while (message := await self._next_message())["type"] != "websocket.disconnect":
+            await self._on_message(message)
+
+    async def _on_message(self, message: ReceiveMessage) -> None:
+        self._last_activity = asyncio.get_running_loop().time()
+        text = message.get("text")
+        if not self._spoken.chosen:  # it came after the route's wait for it: it still chooses
+            self._spoken.choose(text if isinstance(text, str) else None)
+        try:
+            if not isinstance(text, str):
+                raise ProtocolError(
+                    "Binary frames are not part of this protocol; send JSON text.", code="invalid_event"
+                )
+            event = self._dialect.parse(text, max_depth=self._max_json_depth)
+            if self._draining:
+                raise ProtocolError(_SHUTTING_DOWN, code="server_shutting_down", event_id=event.event_id)
+            if self._closing:
+                raise ProtocolError("The session is closing.", code="session_closing", event_id=event.event_id)
+            await self._handle(event)
+        except ProtocolError as exc:
+            await self._refuse(exc.error, exc.event_id)
+
+    async def _refuse(self, error: OpenAIError, event_id: str | None) -> None:
+        """Say why a client event was refused; the session goes on, unless its dialect ends it then."""
+        await self._send(self._dialect.error(error, event_id=event_id))
+        if self._dialect.ends_on_error:
+            self._close_after_queued()
 
     async def _next_message(self) -> ReceiveMessage:
         """The client's next message, while the session has something to do within ``idle_timeout_s``.
@@ -257,10 +276,17 @@ class RealtimeSession:
             self._append(event)
         elif isinstance(event, InputFlush):
             self._enqueue(self._buffer.flush())
+            self._queue.put_nowait(_END_OF_UTTERANCE)
         elif isinstance(event, ResponseCancel):
             self._cancel()
         elif isinstance(event, SessionClose):
-            self._enqueue(self._buffer.flush())
+            if self._dialect.speaks_held_text_on_close:
+                self._enqueue(self._buffer.flush())
+            self._buffer.clear()
+            self._close_after_queued()
+
+    def _close_after_queued(self) -> None:
+        if not self._closing:
             self._closing = True
             self._queue.put_nowait(_END_OF_SESSION)
 
@@ -272,7 +298,7 @@ class RealtimeSession:
                 param="token",
                 event_id=event.event_id,
             )
-        changed = event.changes(self._config)
+        changed = event.changes(self._config) if self._dialect.one_stream else set()
         if self._streaming and (locked := sorted(changed.intersection(_LOCKED_FIELDS))):
             raise ProtocolError(
                 f"'{locked[0]}' cannot change once audio has started: it would change the audio "
@@ -287,10 +313,12 @@ class RealtimeSession:
         except OpenAIError as exc:
             if exc.param is not None:
                 exc.param = f"session.{exc.param}"
-            await self._send(error_event(exc, event_id=event.event_id))
+            await self._refuse(exc, event.event_id)
             return
         self._config = config
-        await self._send(session_event("session.updated", self.id, config))
+        frames = self._dialect.session_updated(self.id, config, event)
+        self._buffer.granularity = self._dialect.granularity
+        await self._send_all(frames)
 
     def _append(self, event: InputAppend) -> None:
         # Queued segments count too: a client that appends sentence after sentence and never reads would otherwise
@@ -324,7 +352,7 @@ class RealtimeSession:
         while not self._queue.empty():
             queued.append(self._queue.get_nowait())
         for segment in queued:
-            if segment is not _END_OF_SESSION and segment.status != "cancelled":
+            if not _is_marker(segment) and segment.status != "cancelled":
                 segment.status = "cancelled"  # the speaker reports it, in order, without speaking it
                 self._queued_chars -= len(segment.text)  # nothing left to speak: it no longer counts
             self._queue.put_nowait(segment)
@@ -332,6 +360,9 @@ class RealtimeSession:
     # ----------------------------------------------------------------- speech
     async def _speak_queued(self) -> None:
         while (segment := await self._queue.get()) is not _END_OF_SESSION:
+            if segment is _END_OF_UTTERANCE:
+                await self._send_all(self._dialect.utterance_done())
+                continue
             if segment.status != "cancelled":  # a cancelled one was discounted when it was cancelled
                 self._queued_chars -= len(segment.text)
             self._segment_in_hand = True
@@ -352,8 +383,9 @@ class RealtimeSession:
 
     async def _speak(self, segment: _Segment) -> None:
         """Speak one segment through the speech pipeline (limits, cache, single flight, scheduling, failover, usage)
-        as 24 kHz PCM, and encode it into the session's one audio stream."""
+        as 24 kHz PCM, and encode it into the session's audio stream."""
         self._streaming = True
+        await self._send_all(self._dialect.segment_started(segment.id, segment.text, self._config.response_format))
         # Not logged (the session has one line of its own); a cut-short segment's warning names it by this id.
         record = RequestRecord(f"{self.id}/{segment.id}", "WEBSOCKET", "segment")
         request = self._config.speech_request(segment.text)
@@ -362,7 +394,7 @@ class RealtimeSession:
             async for pcm in reply.audio():
                 segment.clock.seconds += len(pcm) / (2 * _SEGMENT_PCM_RATE)
                 if data := encoder.encode(pcm):
-                    await self._send(audio_delta(segment.id, next(self._seq), data))
+                    await self._send_all(self._dialect.audio(segment.id, data))
 
     def _stream_encoder(self) -> AudioEncoder:
         if self._encoder is None:
@@ -375,11 +407,21 @@ class RealtimeSession:
         # to read, gone), which ``_outcome`` raises, and a send below can fail or be cancelled the same way.
         self._account(segment)
         error = _outcome(segment, task)
-        if self._encoder is not None and (tail := self._encoder.drain()):
-            await self._send(audio_delta(segment.id, next(self._seq), tail))
+        if tail := self._segment_tail():
+            await self._send_all(self._dialect.audio(segment.id, tail))
         if error is not None:
-            await self._send(error_event(error, segment_id=segment.id))
-        await self._send(audio_done(segment.id, segment.text, segment.status, segment.usage()))
+            await self._send(self._dialect.error(error, segment_id=segment.id))
+        await self._send_all(self._dialect.segment_done(segment.id, segment.text, segment.status, segment.usage()))
+
+    def _segment_tail(self) -> bytes:
+        """The last audio of a segment the encoder holds: drained, where the session is one stream that goes on;
+        else finished, the segment's file complete, and the next segment gets an encoder of its own."""
+        if self._encoder is None:
+            return b""
+        if self._dialect.one_stream:
+            return self._encoder.drain()
+        tail, self._encoder = self._encoder.finish(), None
+        return tail
 
     def _account(self, segment: _Segment) -> None:
         """The session's own tally, for its log line (the tenant's usage is the speech pipeline's)."""
@@ -389,7 +431,7 @@ class RealtimeSession:
 
     async def _end_stream(self) -> None:
         if self._encoder is not None and (tail := self._encoder.finish()):
-            await self._send(audio_delta(None, next(self._seq), tail))
+            await self._send_all(self._dialect.audio(None, tail))
         if self._draining:
             # The shutdown notice goes out before the close, whatever the order the tasks ran in.
             await asyncio.gather(*self._background, return_exceptions=True)
@@ -397,14 +439,21 @@ class RealtimeSession:
         await self._socket.close(1000, "session closed")
 
     # ----------------------------------------------------------------- plumbing
-    async def _send(self, text: str) -> None:
-        """Send one event; a client that does not take it within ``send_timeout_s`` is too slow to serve."""
+    async def _send_all(self, frames: Iterable[Frame]) -> None:
+        for frame in frames:
+            await self._send(frame)
+
+    async def _send(self, frame: Frame) -> None:
+        """Send one frame; a client that does not take it within ``send_timeout_s`` is too slow to serve."""
         async with self._send_lock:
             try:
                 # Not asyncio.wait_for: on Python 3.11 it can swallow a cancellation (barge-in) that arrives as
                 # the send completes.
                 async with asyncio.timeout(self._send_timeout_s):
-                    await self._socket.send_text(text)
+                    if isinstance(frame, bytes):
+                        await self._socket.send_bytes(frame)
+                    else:
+                        await self._socket.send_text(frame)
             except TimeoutError:
                 raise SlowClientError from None
             except OSError:  # uvicorn's ClientDisconnected: the transport is gone
@@ -424,6 +473,13 @@ def _forget_quietly(tasks: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[No
 
 _END_OF_SESSION = _Segment("", "")
 """Queued by ``session.close``: the speaker ends the stream when it gets there."""
+_END_OF_UTTERANCE = _Segment("", "")
+"""Queued by a flush after its segments: the speaker tells the dialect when it gets there (vLLM-Omni's
+``session.done``)."""
+
+
+def _is_marker(item: _Segment) -> bool:
+    return item is _END_OF_SESSION or item is _END_OF_UTTERANCE
 
 
 def _outcome(segment: _Segment, task: asyncio.Task[None] | None) -> OpenAIError | None:

@@ -1,0 +1,137 @@
+"""vLLM-Omni's dialect of the realtime session, without a socket: which first message chooses it, how its messages
+become the session's events, and how what the session does becomes its frames."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gateway.audio.formats import AudioFormat
+from gateway.http.errors import OpenAIError
+from gateway.realtime.dialect import NativeDialect, dialect_for
+from gateway.realtime.protocol import InputAppend, InputFlush, ProtocolError, SessionClose, SessionConfig
+from gateway.realtime.vllm_omni import VllmOmniDialect
+from gateway.schemas import SpeechUsage
+
+USAGE = SpeechUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+
+
+def parse(dialect: VllmOmniDialect, **message: Any) -> Any:
+    return dialect.parse(json.dumps(message), max_depth=32)
+
+
+@pytest.mark.parametrize(
+    ("first", "kind"),
+    [
+        ('{"type": "session.config", "voice": "nova"}', VllmOmniDialect),
+        ('{"type": "session.update", "session": {}}', NativeDialect),
+        ('{"type": "input.text", "text": "hi"}', NativeDialect),  # vLLM-Omni's only after its session.config
+        ("not json", NativeDialect),
+        ("[" * 100 + "]" * 100, NativeDialect),
+        (None, NativeDialect),
+    ],
+)
+def test_the_first_message_chooses_the_dialect(first: str | None, kind: type) -> None:
+    assert isinstance(dialect_for(first), kind)
+
+
+def test_session_config_replaces_every_setting_and_ignores_unknown_fields() -> None:
+    dialect = VllmOmniDialect()
+    event = parse(dialect, type="session.config", speaker="echo", speed=2, language="Auto", request_id="r1")
+
+    changed = SessionConfig(model="tones", voice="nova", response_format=AudioFormat.PCM, instructions="calm")
+    config = event.apply(changed)
+
+    assert config == SessionConfig(voice="echo", response_format=AudioFormat.WAV, speed=2.0)
+    assert dialect.session_updated("s", config, event) == []
+    assert (dialect.granularity, dialect.ends_on_error) == ("none", False)
+
+
+def test_text_messages_map_onto_the_sessions_events() -> None:
+    dialect = VllmOmniDialect()
+    assert isinstance(parse(dialect, type="input.text", text="Hi."), InputAppend)
+    with pytest.raises(ProtocolError, match="utterance is in progress"):
+        parse(dialect, type="session.config")
+    assert isinstance(parse(dialect, type="input.done"), InputFlush)
+    parse(dialect, type="session.config")  # between utterances it is accepted again
+    assert isinstance(parse(dialect, type="session.close"), SessionClose)
+
+
+@pytest.mark.parametrize(
+    ("message", "says"),
+    [
+        ({"type": "session.config", "stream_audio": True}, "requires response_format='pcm'"),
+        ({"type": "session.config", "ref_audio": "https://example.com/a.wav"}, "'ref_audio' is not supported"),
+        ({"type": "session.config", "task_type": "VoiceDesign"}, "task_type 'VoiceDesign' is not supported"),
+        ({"type": "session.config", "split_granularity": "word"}, "Invalid session config: 'split_granularity'"),
+        ({"type": "input.text", "text": None}, "input.text requires a string value"),
+        ({"type": "input.flush"}, "Unknown message type: input.flush"),
+    ],
+)
+def test_refused_messages_say_why_as_vllm_omni_does(message: dict[str, Any], says: str) -> None:
+    with pytest.raises(ProtocolError) as refused:
+        parse(VllmOmniDialect(), **message)
+    assert says in refused.value.error.message
+
+
+def configured(**config: Any) -> VllmOmniDialect:
+    dialect = VllmOmniDialect()
+    dialect.session_updated("s", SessionConfig(), parse(dialect, type="session.config", **config))
+    return dialect
+
+
+def test_a_sentence_not_streamed_is_one_frame_sent_when_it_is_complete() -> None:
+    dialect = configured()
+    start = json.loads(str(dialect.segment_started("seg_1", "Hi.", AudioFormat.WAV)[0]))
+
+    held = dialect.audio("seg_1", b"RIFF") + dialect.audio("seg_1", b"data")
+    done = dialect.segment_done("seg_1", "Hi.", "completed", USAGE)
+
+    assert start == {
+        "type": "audio.start",
+        "utterance_index": 0,
+        "sentence_index": 0,
+        "sentence_text": "Hi.",
+        "format": "wav",
+    }
+    assert held == []
+    assert done[0] == b"RIFFdata"
+    assert json.loads(str(done[1])) == {
+        "type": "audio.done",
+        "utterance_index": 0,
+        "sentence_index": 0,
+        "total_bytes": 8,
+        "error": False,
+    }
+    assert [json.loads(str(f)) for f in dialect.utterance_done()] == [
+        {"type": "session.done", "utterance_index": 0, "total_sentences": 1}
+    ]
+
+
+def test_a_streamed_sentence_that_fails_says_its_audio_is_partial() -> None:
+    dialect = configured(response_format="pcm", stream_audio=True, split_granularity="sentence")
+    dialect.segment_started("seg_1", "One.", AudioFormat.PCM)
+    dialect.segment_done("seg_1", "One.", "completed", USAGE)
+    start = json.loads(str(dialect.segment_started("seg_2", "Two.", AudioFormat.PCM)[0]))
+
+    assert dialect.audio("seg_2", b"\x01\x00") == [b"\x01\x00"]
+    error = json.loads(dialect.error(OpenAIError(500, "engine crashed"), segment_id="seg_2"))
+    done = json.loads(str(dialect.segment_done("seg_2", "Two.", "failed", USAGE)[0]))
+
+    assert (start["sentence_index"], start["sample_rate"], start["channels"]) == (1, 24000, 1)
+    assert error == {
+        "type": "error",
+        "message": "Generation failed for utterance 0, sentence 1: engine crashed",
+        "partial_audio": True,
+        "action": "discard",
+    }
+    assert (done["total_bytes"], done["error"]) == (2, True)
+    assert json.loads(dialect.error(OpenAIError(408, "idle"))) == {"type": "error", "message": "idle"}
+
+
+def test_a_segment_dropped_before_it_began_is_no_sentence() -> None:
+    dialect = configured()
+    assert dialect.segment_done("seg_9", "Never spoken.", "cancelled", USAGE) == []
+    assert json.loads(str(dialect.utterance_done()[0]))["total_sentences"] == 0
