@@ -37,6 +37,7 @@ __all__ = ["main"]
 
 _MIB = 1024 * 1024
 _MAX_UPLOAD_BYTES = 16 * _MIB  # what the server sends at most (it refuses larger uploads before)
+_NICENESS = 10  # added to the server's: the scheduler gives a decoder about a tenth of a core that speech needs
 
 
 def main(argv: list[str]) -> int:
@@ -47,6 +48,9 @@ def main(argv: list[str]) -> int:
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must never corrupt the pipe
     try:
+        # An upload is never as urgent as speech being streamed: on a busy machine the server and the engines'
+        # workers get the CPU first, and a decoder takes what they leave.
+        os.nice(_NICENESS)
         _warm_up()
         _cap_resources(int(config.get("memory_mb", 256)))
     except Exception as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import threading
 import time
 from pathlib import Path
@@ -158,3 +159,24 @@ def _names_used(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             names.update(alias.name for alias in node.names)
     return names
+
+
+def test_decoders_yield_the_cpu_to_speech(start_decoders: Callable[..., DecoderProcesses]) -> None:
+    decoders = start_decoders(module="gateway.uploads.decoder")
+    decode(decoders, recording("wav", tone(1.5)))  # started and warm
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    niceness = [
+        os.getpriority(os.PRIO_PROCESS, pid) for pid in _child_pids() if b"gateway.uploads.decoder" in _cmdline(pid)
+    ]
+    assert niceness == [min(ours + 10, 19)] * decoders.size
+
+
+def _child_pids() -> list[int]:
+    pids: list[int] = []
+    for task in Path("/proc/self/task").iterdir():
+        pids += [int(pid) for pid in (task / "children").read_text().split()]
+    return pids
+
+
+def _cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
