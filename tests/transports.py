@@ -1,0 +1,224 @@
+"""One way to speak, three transports: ``POST /v1/audio/speech`` (httpx), the stream WebSocket
+``/v1/audio/speech/stream`` (``websockets``) and OpenAI's Realtime API on ``/v1/realtime`` (the official SDK).
+
+Each asks a real gateway for 24 kHz PCM and reports what a client of it sees, so that one test can state a rule of the
+speech pipeline once and check it on every transport. A module, not a test module: test modules import from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+
+import httpx
+import openai
+from websockets.asyncio.client import connect
+
+if TYPE_CHECKING:
+    from openai.resources.realtime.realtime import AsyncRealtimeConnection
+    from openai.types.realtime import RealtimeResponseCreateParamsParam, RealtimeSessionCreateRequestParam
+    from openai.types.realtime.realtime_audio_config_output_param import Voice as RealtimeVoice
+    from websockets.asyncio.client import ClientConnection
+
+    from harness.gateway_process import GatewayProcess
+
+__all__ = ["TRANSPORTS", "Outcome", "Spoken", "Transport", "Voice"]
+
+Voice: TypeAlias = "str | dict[str, str]"
+"""A built-in voice's name, or ``{"id": "voice_..."}`` for a custom one."""
+Outcome: TypeAlias = Literal["completed", "cancelled", "failed"]
+_TIMEOUT_S = 20.0
+
+
+@dataclass
+class Spoken:
+    """What one client heard and was told."""
+
+    outcome: Outcome
+    audio: bytes
+    """The PCM received (24 kHz, 16-bit, mono): the whole clip, or what came before the cancellation."""
+    error: str | None = None
+    """The code of the error the server reported (an HTTP error body, or the first ``error`` event)."""
+    status_code: int | None = None
+    """HTTP only: the response's status."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """HTTP only: the response's headers."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """WebSockets only: the server's events after the session's settings were accepted."""
+
+    @property
+    def seconds(self) -> float:
+        return len(self.audio) / 48_000
+
+    def __repr__(self) -> str:  # what a failed assertion shows: no audio, and the events by type
+        kinds = [event["type"] for event in self.events if not event["type"].endswith("audio.delta")]
+        return f"Spoken({self.outcome}, error={self.error}, status={self.status_code}, {self.seconds:.2f} s, {kinds})"
+
+
+class Transport(Protocol):
+    """A client of one of the gateway's speech transports."""
+
+    name: str
+
+    async def speak(self, gateway: GatewayProcess, key: str, *, model: str, voice: Voice, text: str) -> Spoken:
+        """Ask for ``text`` as PCM and take all of it."""
+        ...
+
+    async def speak_and_cancel_after_first_audio(
+        self, gateway: GatewayProcess, key: str, *, model: str, voice: Voice, text: str
+    ) -> Spoken:
+        """Ask for ``text``, and stop it the way this transport does as soon as the first audio arrives."""
+        ...
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+class _Client:
+    """:class:`Transport`'s two operations as one, ``_speak``, which each transport implements."""
+
+    name: str
+
+    async def speak(self, gateway: GatewayProcess, key: str, *, model: str, voice: Voice, text: str) -> Spoken:
+        return await self._speak(gateway, key, model, voice, text, cancel=False)
+
+    async def speak_and_cancel_after_first_audio(
+        self, gateway: GatewayProcess, key: str, *, model: str, voice: Voice, text: str
+    ) -> Spoken:
+        return await self._speak(gateway, key, model, voice, text, cancel=True)
+
+    async def _speak(
+        self, gateway: GatewayProcess, key: str, model: str, voice: Voice, text: str, *, cancel: bool
+    ) -> Spoken:
+        raise NotImplementedError
+
+
+class Http(_Client):
+    """``POST /v1/audio/speech``; cancelling is hanging up after the first bytes."""
+
+    name = "http"
+
+    async def _speak(
+        self, gateway: GatewayProcess, key: str, model: str, voice: Voice, text: str, *, cancel: bool
+    ) -> Spoken:
+        body = {"model": model, "voice": voice, "input": text, "response_format": "pcm"}
+        async with (
+            httpx.AsyncClient(base_url=gateway.base_url, headers=_auth(key), timeout=_TIMEOUT_S) as http,
+            http.stream("POST", "/v1/audio/speech", json=body) as response,
+        ):
+            headers, status = dict(response.headers), response.status_code
+            if status != 200:
+                error = json.loads(await response.aread())["error"]["code"]
+                return Spoken("failed", b"", error, status, headers)
+            if cancel:
+                first = await anext(response.aiter_raw())
+                return Spoken("cancelled", first, None, status, headers)  # leaving the block hangs up
+            return Spoken("completed", await response.aread(), None, status, headers)
+
+
+class StreamSocket(_Client):
+    """``/v1/audio/speech/stream``: ``session.update``, ``input.append`` and ``input.flush``, then
+    ``session.close`` (or ``response.cancel`` after the first ``audio.delta``)."""
+
+    name = "stream"
+
+    async def _speak(
+        self, gateway: GatewayProcess, key: str, model: str, voice: Voice, text: str, *, cancel: bool
+    ) -> Spoken:
+        url = gateway.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+        settings = {"model": model, "voice": voice, "response_format": "pcm"}
+        async with connect(url, additional_headers=_auth(key)) as socket, asyncio.timeout(_TIMEOUT_S):
+            await _send(socket, type="session.update", session=settings)
+            while (event := json.loads(await socket.recv()))["type"] != "session.updated":
+                if event["type"] == "error":
+                    return Spoken("failed", b"", event["error"]["code"], events=[event])
+            await _send(socket, type="input.append", text=text)
+            await _send(socket, type="input.flush")
+            if not cancel:
+                await _send(socket, type="session.close")
+            events: list[dict[str, Any]] = []
+            async for message in socket:  # until the server closes the session, or the cancelled segment is done
+                events.append(event := json.loads(message))
+                if cancel and event["type"] == "audio.delta" and len(_of(events, "audio.delta")) == 1:
+                    await _send(socket, type="response.cancel")
+                if cancel and event["type"] == "audio.done":
+                    break
+        return _stream_spoken(events)
+
+
+async def _send(socket: ClientConnection, **event: Any) -> None:
+    await socket.send(json.dumps(event))
+
+
+def _of(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [event for event in events if event["type"] == kind]
+
+
+def _first_error(events: list[dict[str, Any]]) -> str | None:
+    errors = _of(events, "error")
+    return str(errors[0]["error"]["code"]) if errors else None
+
+
+def _stream_spoken(events: list[dict[str, Any]]) -> Spoken:
+    """A session's segments, heard as one: failed if any failed (or none ended), cancelled if any was."""
+    statuses = {done["status"] for done in _of(events, "audio.done")}
+    outcome: Outcome = "completed"
+    if "failed" in statuses or not statuses:
+        outcome = "failed"
+    elif "cancelled" in statuses:
+        outcome = "cancelled"
+    audio = b"".join(base64.b64decode(delta["audio"]) for delta in _of(events, "audio.delta"))
+    return Spoken(outcome, audio, _first_error(events), events=events)
+
+
+class OpenAIRealtime(_Client):
+    """``/v1/realtime`` through the official SDK: ``session.update``, an out-of-band ``response.create``, and
+    ``response.cancel`` after the first ``response.output_audio.delta``."""
+
+    name = "realtime"
+
+    async def _speak(
+        self, gateway: GatewayProcess, key: str, model: str, voice: Voice, text: str, *, cancel: bool
+    ) -> Spoken:
+        websocket_base = gateway.base_url.replace("http://", "ws://") + "/v1"
+        client = openai.AsyncOpenAI(api_key=key, base_url=f"{gateway.base_url}/v1", websocket_base_url=websocket_base)
+        voice_param: RealtimeVoice = voice if isinstance(voice, str) else {"id": voice["id"]}
+        session: RealtimeSessionCreateRequestParam = {
+            "type": "realtime",
+            "output_modalities": ["audio"],
+            "audio": {"output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": voice_param}},
+        }
+        response: RealtimeResponseCreateParamsParam = {
+            "conversation": "none",
+            "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}],
+        }
+        async with client, client.realtime.connect(model=model) as connection, asyncio.timeout(_TIMEOUT_S):
+            await connection.session.update(session=session)
+            while (event := await _recv(connection))["type"] != "session.updated":
+                if event["type"] == "error":
+                    return Spoken("failed", b"", event["error"]["code"], events=[event])
+            await connection.response.create(response=response)
+            events: list[dict[str, Any]] = []
+            while not events or events[-1]["type"] != "response.done":
+                events.append(event := await _recv(connection))
+                if cancel and event["type"] == "response.output_audio.delta" and len(_audio_deltas(events)) == 1:
+                    await connection.response.cancel()
+        audio = b"".join(base64.b64decode(delta["delta"]) for delta in _audio_deltas(events))
+        return Spoken(events[-1]["response"]["status"], audio, _first_error(events), events=events)
+
+
+async def _recv(connection: AsyncRealtimeConnection) -> dict[str, Any]:
+    """The next event, parsed by the SDK into its own type, as a plain mapping."""
+    return (await connection.recv()).model_dump(mode="json")
+
+
+def _audio_deltas(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return _of(events, "response.output_audio.delta")
+
+
+TRANSPORTS: tuple[Transport, ...] = (Http(), StreamSocket(), OpenAIRealtime())
+"""Every transport, for ``pytest.mark.parametrize(..., ids=lambda t: t.name)``."""
