@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Subprotocol
 
 from auth.keys import generate_api_key, hash_api_key
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 SECONDS_PER_CHAR = 0.02
 PACED_SECONDS_PER_CHAR = 0.05
 IDLE_TIMEOUT_S = 3.0
+MAX_MESSAGE_BYTES = 64 * 1024  # server.max_body_bytes, which is also the largest WebSocket message
 KEY = generate_api_key()
 ONE_STREAM_KEY = generate_api_key()
 SMALL_BUDGET_KEY = generate_api_key()
@@ -381,6 +382,23 @@ async def test_bad_events_get_error_events_and_the_session_survives(gateway: Gat
         while (event := json.loads(await socket.recv()))["type"] != "response.done":
             pass
         assert event["response"]["status"] == "completed"
+
+
+async def test_a_message_over_the_size_limit_closes_with_1009_and_the_server_stays_up(gateway: GatewayProcess) -> None:
+    async with async_client(gateway).realtime.connect(model=MODEL) as connection:
+        await recv(connection)
+        await connection.conversation.item.create(item=user_message("x" * MAX_MESSAGE_BYTES))
+        with pytest.raises(ConnectionClosed) as closed:
+            async with asyncio.timeout(5):
+                while True:
+                    await recv(connection)
+    assert closed.value.rcvd is not None, "the server did not send a close frame"
+    assert closed.value.rcvd.code == 1009
+    async with async_client(gateway).realtime.connect(model=MODEL) as connection:
+        await recv(connection)
+        await connection.response.create(response=out_of_band(TEXT))
+        assert (await response_events(connection))[-1]["response"]["status"] == "completed"
+    assert "Traceback" not in gateway.log()
 
 
 async def test_one_response_at_a_time(gateway: GatewayProcess) -> None:

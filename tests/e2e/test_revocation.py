@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import openai
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.client import ClientProtocol
@@ -25,9 +26,13 @@ from websockets.uri import parse_uri
 from harness.gateway_process import GatewayProcess
 from tests.realtime_client import Session, open_connections
 from tests.tenancy import ADMIN_TOKEN, Admin
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
+
+    from openai.resources.realtime.realtime import AsyncRealtimeConnection
+    from openai.types.realtime import RealtimeResponseCreateParamsParam
 
     from tests.redis_server import RedisServer
 
@@ -137,6 +142,40 @@ def create_voice(replica: GatewayProcess, key: str, **body: Any) -> httpx.Respon
     )
 
 
+def openai_realtime(replica: GatewayProcess, key: str) -> openai.AsyncOpenAI:
+    """The official SDK, for OpenAI's Realtime API on ``/v1/realtime``."""
+    websocket_base = replica.base_url.replace("http://", "ws://") + "/v1"
+    return openai.AsyncOpenAI(api_key=key, base_url=f"{replica.base_url}/v1", websocket_base_url=websocket_base)
+
+
+def out_of_band(text: str) -> RealtimeResponseCreateParamsParam:
+    return {
+        "conversation": "none",
+        "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}],
+    }
+
+
+async def responding(connection: AsyncRealtimeConnection, text: str) -> list[dict[str, Any]]:
+    """Start a response on the paced engine; its events until its audio flows."""
+    await connection.response.create(response=out_of_band(text))
+    received = [(await connection.recv()).model_dump(mode="json")]
+    while received[-1]["type"] != "response.output_audio.delta":
+        received.append((await connection.recv()).model_dump(mode="json"))
+    return received
+
+
+async def openai_closed_code(
+    connection: AsyncRealtimeConnection, received: list[dict[str, Any]], timeout_s: float
+) -> int:
+    """Read events into ``received`` until the server closes the socket; the close code it sent."""
+    with pytest.raises(ConnectionClosed) as closed:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                received.append((await connection.recv()).model_dump(mode="json"))
+    assert closed.value.rcvd is not None, "the server did not send a close frame"
+    return closed.value.rcvd.code
+
+
 # ------------------------------------------------------------------ revocation reaches open sessions
 async def test_a_revoked_keys_open_socket_closes_within_a_second_on_the_other_replica(
     replicas: list[GatewayProcess],
@@ -156,6 +195,22 @@ async def test_a_revoked_keys_open_socket_closes_within_a_second_on_the_other_re
     # The tenant's other key still holds its session.
     await survivor.send(type="session.update", session={"voice": "echo"})
     await survivor.next("session.updated")
+
+
+async def test_a_revoked_keys_openai_realtime_session_closes_within_a_second(
+    replicas: list[GatewayProcess],
+    admin: Admin,
+) -> None:
+    revoked = admin.key(admin.tenant())
+    async with openai_realtime(replicas[1], revoked["key"]).realtime.connect(model="paced") as connection:
+        received = await responding(connection, "This sentence keeps the session busy for a while.")
+        admin.revoke(revoked)  # on the other replica
+        revoked_at = time.perf_counter()
+        code = await openai_closed_code(connection, received, timeout_s=5.0)
+        closed_in = time.perf_counter() - revoked_at
+    assert code == 1008
+    assert closed_in < 1.0
+    assert [event["error"]["code"] for event in received if event["type"] == "error"] == ["api_key_revoked"]
 
 
 async def test_deleting_a_tenant_closes_its_sockets_on_every_replica(
@@ -400,3 +455,35 @@ async def test_sigterm_lets_the_segment_being_spoken_finish_then_closes_with_101
     spoken = sum(len(base64.b64decode(e["audio"])) for e in session.of("audio.delta") if e["segment_id"] == "seg_1")
     assert spoken / 48_000 == pytest.approx(len(first) * SECONDS_PER_CHAR, abs=0.1)  # pcm: 24 kHz, 16-bit
     assert lone_gateway.process.wait(15) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it caught
+
+
+def refuses_connections(replica: GatewayProcess) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", replica.port)) != 0
+
+
+async def test_sigterm_lets_an_openai_realtime_response_finish_then_closes_with_1012(
+    lone_gateway: GatewayProcess,
+) -> None:
+    admin = Admin(lone_gateway.base_url)
+    key = admin.key("seeded")["key"]
+    admin.close()
+    text = "This sentence takes two seconds to say."
+    async with openai_realtime(lone_gateway, key).realtime.connect(model="paced") as connection:
+        received = await responding(connection, text)
+        assert lone_gateway.process is not None
+        lone_gateway.process.send_signal(signal.SIGTERM)
+        # The listener closes as the drain begins (OpenAI's protocol has no event that says so).
+        await asyncio.to_thread(wait_until, lambda: refuses_connections(lone_gateway), 5.0, "the drain beginning")
+        await connection.response.create(response=out_of_band("Too late."), event_id="late")
+        code = await openai_closed_code(connection, received, timeout_s=10.0)
+    assert code == 1012
+    errors = [event["error"] for event in received if event["type"] == "error"]  # OpenAI's: the client's id inside
+    assert [(error["event_id"], error["code"]) for error in errors] == [("late", "server_shutting_down")]
+    done = [event["response"] for event in received if event["type"] == "response.done"]
+    assert [(response["status"], response["output"][0]["content"][0]["transcript"]) for response in done] == [
+        ("completed", text)
+    ]
+    audio = b"".join(base64.b64decode(e["delta"]) for e in received if e["type"] == "response.output_audio.delta")
+    assert len(audio) / 48_000 == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.1)  # pcm: 24 kHz, 16-bit
+    assert lone_gateway.process.wait(15) in (0, -signal.SIGTERM)
