@@ -291,6 +291,92 @@ def test_speak_as_you_type_over_the_realtime_socket(page: Chrome) -> None:
     assert not severe, severe
 
 
+# ---- The Realtime (OpenAI) transport: /v1/realtime from the browser -------------------------------------------
+
+#: 2.76 s of tones at real time: long enough to interrupt midway.
+LONG_PACED_TEXT = "A paced sentence that takes a few seconds to say, long enough to interrupt it in the middle."
+
+
+def realtime_state(driver: WebDriver) -> dict[str, str]:
+    values: dict[str, str] = driver.execute_script(
+        "const d = document.documentElement.dataset; return {state: d.state || '', played: d.played || '0',"
+        " transport: d.transport || '', response: d.response || '', playback: d.playback || '',"
+        " error: document.getElementById('error').textContent};"
+    )
+    return values
+
+
+def speak_over_realtime(driver: WebDriver, text: str) -> None:
+    prepare(driver, "paced", "nova", text, "mp3")
+    choose(driver, "transport", "openai-realtime")
+    assert not driver.find_element(By.ID, "format").is_enabled()  # the Realtime transport plays pcm
+    assert not driver.find_element(By.ID, "live").is_enabled()
+    driver.find_element(By.ID, "speak").click()
+
+
+def test_speaks_through_openais_realtime_api(page: Chrome, gateway: GatewayProcess) -> None:
+    """The key goes as the subprotocol openai-insecure-api-key.<key> (this gateway has a tenant: without it the
+    handshake is refused); the out-of-band response's pcm deltas are heard while they stream; response.done's
+    transcript and usage are shown; what played is what the HTTP endpoint answers for the same request."""
+    speak_over_realtime(page, PACED_TEXT)
+
+    heard_while_streaming = wait(
+        page, lambda d: (s := realtime_state(d))["state"] == "streaming" and float(s["played"]) > 0.1
+    )
+    assert heard_while_streaming, realtime_state(page)
+    wait(page, lambda d: realtime_state(d)["state"] in {"done", "error"})
+    final = realtime_state(page)
+    assert (final["state"], final["response"], final["error"]) == ("done", "completed", ""), final
+    assert (final["transport"], final["playback"]) == ("openai-realtime", "webaudio")
+    assert float(final["played"]) > 1.0, final  # most of the 1.5 s clip was heard
+    assert page.find_element(By.ID, "spoken").text == PACED_TEXT
+    assert page.find_element(By.ID, "usage").text == "50 characters, 75 audio tokens (1.50 s)"
+    assert page.find_element(By.ID, "engine").text == "paced"
+    assert page.find_element(By.ID, "ttfa").text.endswith(" s")
+
+    wait(page, lambda d: d.find_element(By.ID, "download").is_displayed())
+    body = {"model": "paced", "input": PACED_TEXT, "voice": "nova", "response_format": "pcm"}
+    assert download(page) == api(gateway, "POST", "/v1/audio/speech", json=body).content
+    severe = [entry for entry in page.get_log("browser") if entry["level"] == "SEVERE"]
+    assert not severe, severe
+
+
+def test_stop_cancels_the_realtime_response(page: Chrome) -> None:
+    """Stop sends response.cancel: the response ends cancelled, its usage counts only the audio sent."""
+    speak_over_realtime(page, LONG_PACED_TEXT)
+    wait(page, lambda d: float(realtime_state(d)["played"]) > 0.3)
+    page.find_element(By.ID, "stop").click()
+    wait(page, lambda d: realtime_state(d)["response"] == "cancelled", timeout_s=5)
+
+    final = realtime_state(page)
+    assert (final["state"], final["error"]) == ("idle", ""), final
+    assert page.find_element(By.ID, "status").text == "Stopped."
+    assert page.find_element(By.ID, "spoken").text == LONG_PACED_TEXT
+    usage = page.find_element(By.ID, "usage").text  # "92 characters, N audio tokens (S s)"
+    sent_s = float(usage.rsplit("(", 1)[1].removesuffix(" s)"))
+    assert 0.3 < sent_s < len(LONG_PACED_TEXT) * 0.03 / 2, usage  # it stopped well before the end
+    assert not page.find_element(By.ID, "stop").is_enabled()
+
+
+def test_a_refused_realtime_handshake_shows_openais_error(page: Chrome, gateway: GatewayProcess) -> None:
+    """A browser cannot read a refused handshake's status or body: the page asks the same over HTTP."""
+    wrong = generate_api_key()
+    expected = httpx.get(f"{gateway.base_url}/v1/models/paced", headers={"Authorization": f"Bearer {wrong}"}, timeout=5)
+    assert expected.status_code == 401
+
+    prepare(page, "paced", "nova", "This must not be spoken.", "mp3")
+    choose(page, "transport", "openai-realtime")
+    paste_key(page, wrong)
+    page.find_element(By.ID, "speak").click()
+    wait(page, lambda d: realtime_state(d)["state"] == "error")
+    assert page.find_element(By.ID, "error").text == f"Error 401: {expected.json()['error']['message']}"
+    assert float(realtime_state(page)["played"]) == 0
+    # The browser logs the refused handshake and the 401s (read here, so that no later test sees them), nothing else.
+    severe = [entry["message"] for entry in page.get_log("browser") if entry["level"] == "SEVERE"]
+    assert any("/v1/realtime" in message for message in severe), severe
+    assert all("401" in message or "/v1/realtime" in message for message in severe), severe
+
+
 def test_the_api_docs_render_offline_in_the_browser(browser: Chrome, gateway: GatewayProcess) -> None:
     """/docs is Swagger UI served by the gateway itself: the page renders its operations with no internet (Chromium
     here has none), from the app's own OpenAPI document."""

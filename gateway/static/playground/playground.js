@@ -5,11 +5,17 @@
 //   mp3      -> the body is appended to a MediaSource SourceBuffer ("audio/mpeg") behind the <audio> element;
 //   opus, aac, flac (no streaming decoder in browsers without a demuxer) -> the page plays a live pcm stream of
 //               the same request, then fetches the chosen format for the download button.
-// "Speak as I type" opens the realtime WebSocket (docs/realtime.md) instead: typed text is appended as it is typed,
+// The transport "Realtime (OpenAI)" speaks through OpenAI's Realtime API on /v1/realtime (docs/realtime.md) instead:
+// one socket per Speak, the key offered as the subprotocol openai-insecure-api-key.<key>, a session.update and an
+// out-of-band response.create; the base64 pcm deltas play on Web Audio, response.done gives the transcript and the
+// usage, and Stop sends response.cancel.
+// "Speak as I type" opens the text stream WebSocket (/v1/audio/speech/stream): typed text is appended as it is typed,
 // every finished sentence comes back as pcm deltas played on Web Audio, Speak flushes the rest, Stop barges in.
 // The page exposes its state for tests and tooling on <html>: data-state (idle|loading|streaming|playing|done|
-// error), data-playback (webaudio|mse), data-played (seconds of audio played to the speakers so far), and in the
-// live mode data-live (connecting|open|closed) and data-live-segments (segments spoken).
+// error), data-playback (webaudio|mse), data-played (seconds of audio played to the speakers so far), data-transport
+// (http|openai-realtime) and, over the Realtime API, data-response (the status of the last response.done:
+// completed|cancelled|failed); in the live mode data-live (connecting|open|closed) and data-live-segments (segments
+// spoken).
 // "New voice" records the consent phrase and a voice sample with MediaRecorder (or takes files), then creates the
 // consent (POST /v1/audio/voice_consents) and the voice (POST /v1/audio/voices, multipart) and chooses it in the
 // picker; it exposes data-consent-take and data-sample-take (recording|ready) and data-new-voice (creating|created|
@@ -26,7 +32,8 @@ const ui = {
   text: $("text"), count: $("char-count"), format: $("format"), speed: $("speed"), speedValue: $("speed-value"),
   speak: $("speak"), stop: $("stop"), download: $("download"), error: $("error"), status: $("status"),
   ttfa: $("ttfa"), total: $("total"), audioInfo: $("audio-info"), engine: $("engine"), player: $("player"),
-  live: $("live"),
+  live: $("live"), transport: $("transport"), transportHint: $("transport-hint"), usage: $("usage"),
+  usageRow: $("usage-row"), spoken: $("spoken"), spokenRow: $("spoken-row"),
 };
 const voiceUi = {
   form: $("voice-form"), name: $("voice-name"), language: $("consent-language"), phrase: $("consent-phrase"),
@@ -199,6 +206,10 @@ class MediaSourcePlayer {
   stop() { this.audio.pause(); if (this.url) URL.revokeObjectURL(this.url); }
 }
 
+function fromBase64(text) {
+  return Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+}
+
 function concat(...parts) {
   const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
   let at = 0;
@@ -226,8 +237,9 @@ function choosePlayer(format) {
 }
 
 async function speak() {
-  stop();
+  stop(); stopRealtime();
   clearError(); resetMetrics();
+  root.transport = "http";
   const format = ui.format.value;
   const { player, streamFormat } = choosePlayer(format);
   const abort = new AbortController();
@@ -312,7 +324,7 @@ function stop() {
 let live = null;
 
 function startLive() {
-  stop(); stopLive(); clearError(); resetMetrics();
+  stop(); stopRealtime(); stopLive(); clearError(); resetMetrics();
   const scheme = location.protocol === "https:" ? "wss" : "ws";
   const socket = new WebSocket(`${scheme}://${location.host}/v1/audio/speech/stream`);
   // What is in the box already is not spoken: only what is typed from now on.
@@ -354,7 +366,7 @@ function sendTyped() {
 function onLiveEvent(session, event) {
   if (event.type === "audio.delta") {
     if (session.started && ui.ttfa.textContent === "–") ui.ttfa.textContent = seconds(performance.now() - session.started);
-    session.player.push(Uint8Array.from(atob(event.audio), (c) => c.charCodeAt(0)));
+    session.player.push(fromBase64(event.audio));
   } else if (event.type === "audio.done") {
     session.segments += 1; root.liveSegments = String(session.segments);
     status(`Spoke: “${event.text}” (${event.status})`);
@@ -386,6 +398,134 @@ function stopLive() {
   live = null;
   delete root.live;
   ui.stop.disabled = true;
+}
+
+// ---- Realtime (OpenAI): one out-of-band response over /v1/realtime --------------------------------------------
+
+let realtime = null; // { socket, model, player, timer, started, chunks, opened, responding, ended }
+
+function speakRealtime() {
+  stop(); stopRealtime(); clearError(); resetMetrics();
+  const { model, voice, speed } = requestBody("pcm");
+  const key = ui.key.value.trim();
+  // A browser cannot set headers on a WebSocket: the key travels as a subprotocol, as OpenAI's browser clients do.
+  const protocols = key ? ["realtime", `openai-insecure-api-key.${key}`] : ["realtime"];
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const url = `${scheme}://${location.host}/v1/realtime?model=${encodeURIComponent(model)}`;
+  const session = {
+    socket: new WebSocket(url, protocols), model, player: new PcmPlayer(), timer: null, started: performance.now(),
+    chunks: [], opened: false, responding: false, ended: false,
+  };
+  realtime = session;
+  root.transport = "openai-realtime"; root.playback = session.player.mode; delete root.response;
+  setState("loading"); ui.stop.disabled = false;
+  session.socket.onopen = async () => {
+    session.opened = true;
+    await session.player.start();
+    const output = { format: { type: "audio/pcm", rate: PCM_RATE }, voice, speed };
+    const settings = { type: "realtime", output_modalities: ["audio"], audio: { output } };
+    sendEvent(session, { type: "session.update", session: settings });
+    const message = { type: "message", role: "user", content: [{ type: "input_text", text: ui.text.value }] };
+    sendEvent(session, { type: "response.create", response: { conversation: "none", input: [message] } });
+    session.responding = true;
+    session.timer = setInterval(() => tick(session), 100);
+  };
+  session.socket.onmessage = (message) => onRealtimeEvent(session, JSON.parse(message.data));
+  session.socket.onclose = (event) => onRealtimeClose(session, event);
+}
+
+function sendEvent(session, event) { session.socket.send(JSON.stringify(event)); }
+
+function onRealtimeEvent(session, event) {
+  if (realtime !== session) return;
+  if (event.type === "response.output_audio.delta") {
+    const bytes = fromBase64(event.delta);
+    if (!session.chunks.length) ui.ttfa.textContent = seconds(performance.now() - session.started);
+    session.chunks.push(bytes);
+    session.player.push(bytes);
+  } else if (event.type === "response.created") {
+    if (root.state === "loading") setState("streaming");
+  } else if (event.type === "session.updated") {
+    ui.engine.textContent = event.session.model;
+  } else if (event.type === "response.done") {
+    finishRealtime(session, event.response);
+  } else if (event.type === "error") {
+    showError(event.error.message, event.error.code);
+  }
+}
+
+function finishRealtime(session, response) {
+  session.responding = false; session.ended = true;
+  session.socket.close(1000);
+  session.player.end();
+  root.response = response.status;
+  const [item] = response.output;
+  showRealtimeResult(item ? item.content[0].transcript : "", response.usage);
+  ui.total.textContent = seconds(performance.now() - session.started);
+  const bytes = session.chunks.reduce((n, c) => n + c.length, 0);
+  ui.audioInfo.textContent = `${(bytes / 1024).toFixed(1)} KiB pcm`;
+  if (response.status === "completed") {
+    setState("playing");
+    offerDownload(new Blob(session.chunks, { type: MIME.pcm }), "pcm", false);
+  } else if (response.status === "failed") {
+    const error = response.status_details && response.status_details.error;
+    if (ui.error.hidden && error) showError(error.message, error.code);
+    session.player.stop(); clearInterval(session.timer);
+    setState("error"); ui.stop.disabled = true;
+  }  // cancelled: Stop has already stopped the playback
+}
+
+function showRealtimeResult(transcript, usage) {
+  ui.spoken.textContent = transcript || "–";
+  const audio = usage ? `${usage.output_tokens} audio tokens (${(usage.output_tokens / 50).toFixed(2)} s)` : "";
+  ui.usage.textContent = usage ? `${usage.input_tokens} characters, ${audio}` : "–";
+  ui.spokenRow.hidden = false; ui.usageRow.hidden = false;
+}
+
+async function onRealtimeClose(session, event) {
+  if (realtime !== session || session.ended) return;
+  session.ended = true; session.responding = false;
+  session.player.stop(); clearInterval(session.timer); ui.stop.disabled = true;
+  if (!session.opened) await explainRefusal(session.model);
+  else showError(`The realtime session closed (${event.code}${event.reason ? `: ${event.reason}` : ""}).`);
+  setState("error");
+}
+
+/** Browsers hide why a WebSocket handshake was refused; the same key and model over HTTP say it in OpenAI's words. */
+async function explainRefusal(model) {
+  try {
+    await getJson(`/v1/models/${encodeURIComponent(model)}`);
+    showError("The gateway refused the realtime session (over the tenant's limits?); try again soon.");
+  } catch (error) {
+    showError(error.message, error.status);
+  }
+}
+
+function cancelRealtime() {
+  const session = realtime;
+  if (session.responding) sendEvent(session, { type: "response.cancel" }); // its response.done reports what was sent
+  else stopRealtime();
+  session.player.stop(); // what is already scheduled on the speakers stops too
+  clearInterval(session.timer);
+  ui.stop.disabled = true;
+  setState("idle"); status("Stopped.");
+}
+
+function stopRealtime() {
+  if (!realtime) return;
+  realtime.ended = true;
+  clearInterval(realtime.timer);
+  if (realtime.socket.readyState <= WebSocket.OPEN) realtime.socket.close(1000);
+  realtime.player.stop();
+  realtime = null;
+}
+
+function updateTransport() {
+  const overRealtime = ui.transport.value === "openai-realtime";
+  ui.format.disabled = overRealtime; // the Realtime transport plays pcm
+  ui.transportHint.hidden = !overRealtime;
+  ui.live.disabled = overRealtime; // "Speak as I type" is the text stream's
+  ui.transport.disabled = ui.live.checked;
 }
 
 // ---- New voice: a consent recording and a sample, from the microphone or from files ---------------------------
@@ -602,7 +742,8 @@ function status(text) { ui.status.textContent = text; }
 function showError(message, code) { ui.error.textContent = code ? `Error ${code}: ${message}` : message; ui.error.hidden = false; }
 function clearError() { ui.error.hidden = true; ui.error.textContent = ""; }
 function resetMetrics() {
-  for (const el of [ui.ttfa, ui.total, ui.audioInfo, ui.engine]) el.textContent = "–";
+  for (const el of [ui.ttfa, ui.total, ui.audioInfo, ui.engine, ui.usage, ui.spoken]) el.textContent = "–";
+  ui.usageRow.hidden = true; ui.spokenRow.hidden = true;
   root.played = "0";
   ui.download.hidden = true;
 }
@@ -669,12 +810,23 @@ function init() {
   ui.text.addEventListener("input", updateCount);
   ui.speed.addEventListener("input", () => { ui.speedValue.textContent = `${Number(ui.speed.value).toFixed(2)}×`; });
   ui.text.addEventListener("input", sendTyped);
-  ui.live.addEventListener("change", () => { if (ui.live.checked) startLive(); else stopLive(); });
-  ui.form.addEventListener("submit", (event) => { event.preventDefault(); if (live) flushLive(); else speak(); });
+  ui.live.addEventListener("change", () => {
+    if (ui.live.checked) startLive(); else stopLive();
+    updateTransport();
+  });
+  ui.transport.addEventListener("change", updateTransport);
+  ui.form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (live) flushLive();
+    else if (ui.transport.value === "openai-realtime") speakRealtime();
+    else speak();
+  });
   ui.stop.addEventListener("click", () => {
     if (live) { cancelLive(); return; }
+    if (realtime) { cancelRealtime(); return; }
     stop(); status("Stopped.");
   });
+  updateTransport();
   setState("idle");
   updateCount();
   loadModels();
