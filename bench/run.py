@@ -1,11 +1,13 @@
 #!/usr/bin/env python
 """Gateway benchmarks on loopback: overhead, pool efficiency, the naive Flask baseline, time to first byte, ChatTTS
-batching, soak, realtime (flush to first audio on the WebSocket).
+batching, soak, realtime (flush to first audio on the WebSocket), openai-realtime (OpenAI's Realtime API against the
+HTTP endpoint's first byte).
 
-    .venv/bin/python bench/run.py                 # all seven, about 18 minutes
+    .venv/bin/python bench/run.py                 # all eight, about 19 minutes
     .venv/bin/python bench/run.py overhead        # or one: overhead | pool | baseline (each about 2 minutes),
                                                   # ttfb (about 4, ChatTTS included) | batching (about 7)
                                                   # | soak (about 1.5) | realtime (about 4, ChatTTS included)
+                                                  # | openai-realtime (about 1.5, ChatTTS on tiny weights included)
     .venv/bin/python bench/run.py remote          # only when named: the remote hop (bench/remote.py), about 5
 
 Every server binds 127.0.0.1; every run is bounded by a duration and a request count. By default the servers are
@@ -36,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from bench import chattts_batching, plots, wrkcheck
+from bench import openai_realtime as openai_realtime_bench
 from bench import realtime as realtime_bench
 from bench import remote as remote_bench
 from bench import soak as soak_bench
@@ -506,6 +509,10 @@ def realtime(args: argparse.Namespace) -> None:
     run_module("realtime", realtime_bench, args)
 
 
+def openai_realtime(args: argparse.Namespace) -> None:
+    run_module("openai_realtime", openai_realtime_bench, args)
+
+
 def remote(args: argparse.Namespace) -> None:
     run_module("remote", remote_bench, args)
 
@@ -522,8 +529,8 @@ def run_module(name: str, module: Any, args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 BENCHMARKS = {"overhead": overhead, "pool": pool, "baseline": baseline, "ttfb": ttfb, "batching": batching,
-              "soak": soak, "realtime": realtime, "remote": remote}  # fmt: skip
-# Run only when named (about 5 minutes): the remote hop (bench/remote.py) is not part of the default seven.
+              "soak": soak, "realtime": realtime, "openai-realtime": openai_realtime, "remote": remote}  # fmt: skip
+# Run only when named (about 5 minutes): the remote hop (bench/remote.py) is not part of the default eight.
 DEFAULT = [name for name in BENCHMARKS if name != "remote"]
 
 
@@ -559,6 +566,7 @@ def main() -> None:
     g.add_argument("--threads", type=int, default=8, help="also run gunicorn gthread with this many threads (1: off)")
     add_ttfb_soak_options(parser)
     add_realtime_options(parser)
+    add_openai_realtime_options(parser)
     remote_bench.add_options(parser)
     args = parser.parse_args()
     unknown = set(args.benchmarks) - set(BENCHMARKS)
@@ -627,6 +635,16 @@ def add_realtime_options(parser: argparse.ArgumentParser) -> None:
     # the gateway's path rather than its fight with torch for the CPU; torch's threads also wait for each other,
     # which makes two of them erratic on a shared machine.
     g.add_argument("--realtime-chattts-threads", type=int, default=1, help="ChatTTS: torch threads of the worker")
+
+
+def add_openai_realtime_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group(
+        "openai-realtime (also takes --no-chattts, --realtime-delay-ms, --realtime-rtf and the --realtime-chattts-* "
+        "token and thread options)"
+    )
+    g.add_argument("--openai-rounds", type=int, default=100, help="rounds per side, for each engine")
+    g.add_argument("--openai-chattts-assets", type=Path, default=openai_realtime_bench.DEFAULT_TINY_ASSETS,
+                   help="tiny ChatTTS assets; generated there when missing")  # fmt: skip
 
 
 if __name__ == "__main__":
