@@ -246,6 +246,20 @@ async def test_barge_in_stops_the_audio_at_once_and_the_next_response_is_spoken(
     assert next_response[-1]["response"]["output"][0]["content"][0]["transcript"] == "Still here."
 
 
+async def test_clearing_the_output_buffer_also_barges_in_and_metadata_comes_back(gateway: GatewayProcess) -> None:
+    params = out_of_band(LONG_TEXT)
+    params["metadata"] = {"turn": "7"}
+    params["instructions"] = "Speak slowly and warmly."
+    async with async_client(gateway).realtime.connect(model="paced") as connection:
+        await recv(connection)
+        await connection.response.create(response=params)
+        while (await recv(connection))["type"] != "response.output_audio.delta":
+            pass
+        await connection.output_audio_buffer.clear()
+        done = (await response_events(connection, timeout_s=1.0))[-1]["response"]
+    assert (done["status"], done["metadata"]) == ("cancelled", {"turn": "7"})
+
+
 async def test_a_custom_voice_speaks_by_id(gateway: GatewayProcess) -> None:
     made = await asyncio.to_thread(
         httpx.post,
