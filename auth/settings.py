@@ -27,7 +27,8 @@ class TenantLimits(BaseModel):
     default holds one tenant to a tenth of a replica's ``server.max_connections``."""
     bodies_in_flight: int | None = Field(default=50, ge=1)
     """Requests of the tenant whose body is still arriving, on each replica (a body holds one of that replica's
-    connections while it arrives); one more gets 429 before its body is read. ``None``: unlimited."""
+    connections while it arrives, until its last byte reaches the server); one more gets 429 before its body is read,
+    once it has waited ``limits.body_wait_s`` for its own body. ``None``: unlimited."""
 
     @classmethod
     def unlimited(cls) -> TenantLimits:
@@ -161,6 +162,11 @@ class LimitsSettings(BaseModel):
     stream_wait_s: float = Field(default=0.25, ge=0, le=10)
     """A stream over the tenant's concurrency limit waits this long for one of its streams to end before a 429: a
     client that aborts a stream and asks again at once is often faster than the server noticing the abort."""
+    body_wait_s: float = Field(default=0.5, ge=0, le=10)
+    """A request whose tenant has ``bodies_in_flight`` bodies arriving (or its fair share of a crowded replica) waits
+    this long for its own body to arrive before a 429: a body in by then holds nothing, and one still arriving gets a
+    place if one has freed. A client whose own event loop is busy writes its body a moment after its head, and the
+    server cannot tell that from a slow body until it has waited."""
     outage_cache_entries: int = Field(default=10_000, ge=1)
     """The API keys (and, separately, the tenants) each replica remembers, least recently used first out: they answer
     lookups for ``auth.lookup_cache_s`` without a Redis round trip and, with ``fail_mode: open``, keep those callers

@@ -24,7 +24,10 @@ files and the server stops answering ``/healthz``. :class:`GuardedHttpToolsProto
   without ``Host``, one with two ``Host`` headers, an HTTP/0.9-style request line, ``Transfer-Encoding`` on
   HTTP/1.0 (a framing an HTTP/1.0 peer does not have: a smuggling vector between proxies).
 
-Every refusal carries OpenAI's error body and closes the connection.
+Every refusal carries OpenAI's error body and closes the connection. Each request's scope carries the
+:class:`~gateway.http.arriving_body.ArrivingBody` this protocol ends as soon as the body's last byte is parsed (or the
+client leaves, or the body is cut), so that what counts a body while it arrives stops counting it then, not when the
+application gets round to reading it.
 """
 
 from __future__ import annotations
@@ -38,11 +41,12 @@ import resource
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from gateway.http.arriving_body import ArrivingBody
 from gateway.http.client_address import ProxyTrust, address_key
 from gateway.http.errors import INVALID_REQUEST, SERVER_ERROR, error_body
 from gateway.http.request_record import RequestRecord
@@ -196,6 +200,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._body_interval_excused = False
         """Whether the server stopped reading the body during the interval (then the client is not to blame)."""
         self._body_due: float | None = None
+        self._body: ArrivingBody | None = None
+        """The body of the request whose head was parsed last, until it has ended."""
 
     # Connection life
 
@@ -216,6 +222,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._end_body()
         self.reclaimable.discard(self)
         self._uncount_address()
         super().connection_lost(exc)
@@ -334,6 +341,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self.reclaimable.discard(self)
         self._disarm()
+        if not self.parser.should_upgrade():
+            self._body = ArrivingBody()
+            self._body.attach(cast("dict[str, Any]", self.scope))  # before uvicorn starts the application on it
         super().on_headers_complete()
         if not self.parser.should_upgrade():
             self._watch_body()
@@ -345,8 +355,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._disarm()
+        self._end_body()  # the last byte is in: whatever counts the body while it arrives stops now
         self._receiving_head = True  # what comes next is the head of another request
         super().on_message_complete()
+
+    def _end_body(self) -> None:
+        if (body := self._body) is not None:
+            self._body = None
+            body.end()
 
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)
@@ -461,6 +477,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse(self, refusal: _Refusal) -> None:
         self._disarm()
+        self._end_body()  # no more of it will be read
         self.reclaimable.discard(self)
         if self.transport.is_closing():
             return

@@ -8,13 +8,15 @@ its ``Authorization`` header and keeps the principal for the handler (``provide_
 credential is a 401 at once (a 429 from an address throttled for refused credentials,
 ``gateway/http/auth/credential_throttle.py``), with ``Connection: close`` when a body was announced, so the
 connection is freed instead of waiting for a body nobody will read. Once the caller is known, its body counts among
-its tenant's bodies in flight (``TenantLimits.bodies_in_flight``) until its last byte has arrived, and among what it
-holds of a crowded replica (``auth.limits.HeldConnections``): one tenant cannot hold every connection with slow
-bodies (429 with ``Retry-After`` before the body is read).
+its tenant's bodies in flight (``TenantLimits.bodies_in_flight``) until its last byte has reached the server, and
+among what it holds of a crowded replica (``auth.limits.HeldConnections``): one tenant cannot hold every connection
+with slow bodies (429 with ``Retry-After`` before the body is read).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from litestar import Request
@@ -22,14 +24,18 @@ from litestar.enums import ScopeType
 
 from auth.errors import InvalidCredentialsError, UnknownTenantError
 from auth.limits import RateLimitExceededError
+from gateway.http.arriving_body import arriving_body
 from gateway.http.auth.security import PRINCIPAL_KEY, authenticate_request
 from gateway.http.errors import OpenAIError, as_openai_error
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
 
     from auth import Tenant
+    from gateway.http.arriving_body import ArrivingBody
 
 __all__ = ["credentials_before_body_middleware"]
 
@@ -60,18 +66,87 @@ def credentials_before_body_middleware(app: ASGIApp) -> ASGIApp:
 
 async def _with_body_counted(app: ASGIApp, scope: Scope, receive: Receive, send: Send, tenant: Tenant) -> None:
     """Run the request with its body counted among what the tenant holds of this replica until its last byte has
-    arrived (or the request ends without it): a slow body holds a connection, a response being streamed does not.
+    reached the server (or the request ends without it): a slow body holds a connection, a body that has arrived or a
+    response being streamed does not.
+
+    The end is the server's to tell, not the application's reading: under a load that keeps the loop busy, a handler
+    reads a small body many turns of the loop after its bytes came. So where the protocol says how the body arrives
+    (:class:`~gateway.http.arriving_body.ArrivingBody`), a body already in when the caller is known is not counted at
+    all, one still arriving stops counting from the protocol's own callback that parses its last byte, and one over
+    the tenant's places waits ``limits.body_wait_s`` for its own bytes before it is refused (:func:`_take_place`).
+    Under another server (the test client) the count ends when the application reads the last chunk.
 
     Raises:
         RateLimitExceededError: the tenant has ``bodies_in_flight`` bodies arriving on this replica, or holds its fair
             share of a crowded replica (429).
     """
+    body = arriving_body(scope)
+    if body is None:
+        release = _take(scope, tenant)
+        await _with_reading_counted(app, scope, receive, send, release)
+        return
+    place = None if body.ended else await _take_place(scope, tenant, body)
+    if place is None:
+        await app(scope, receive, send)  # it came with its head, or before its turn: it holds nothing
+        return
+    body.when_ended(place)  # from the protocol's callback that parses the last byte (or sees the client leave)
+    try:
+        await app(scope, receive, send)
+    finally:
+        place()
+
+
+async def _take_place(scope: Scope, tenant: Tenant, body: ArrivingBody) -> Callable[[], None] | None:
+    """A place among what the tenant holds, for a body still arriving; ``None`` when the body arrived whole while
+    the tenant had none free (it needs none).
+
+    A client whose own loop is busy writes its body a moment after its head: a request over the tenant's places waits
+    up to ``limits.body_wait_s`` for its body before the 429 (and takes a place freed meanwhile if its body is still
+    on its way), where a slow body's extra request is refused after that wait.
+    """
     state = gateway_state(scope["litestar_app"])
     try:
-        release = state.held.take(tenant.name, "bodies", tenant.limits.bodies_in_flight)
+        return state.held.take(tenant.name, "bodies", tenant.limits.bodies_in_flight)
+    except RateLimitExceededError:
+        wait_s = state.settings.limits.body_wait_s
+        if wait_s <= 0 or not await _arrives_within(body, wait_s):
+            return _take(scope, tenant)
+        return None
+
+
+async def _arrives_within(body: ArrivingBody, timeout_s: float) -> bool:
+    """Whether ``body`` ends (arrives whole, or the client leaves) within ``timeout_s``."""
+    ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def arrived() -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    body.when_ended(arrived)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(ended, timeout_s)
+    return body.ended
+
+
+def _take(scope: Scope, tenant: Tenant) -> Callable[[], None]:
+    """A place among what the tenant holds of this replica, or the refusal, counted as the tenant's.
+
+    Raises:
+        RateLimitExceededError: as :func:`_with_body_counted`.
+    """
+    state = gateway_state(scope["litestar_app"])
+    try:
+        return state.held.take(tenant.name, "bodies", tenant.limits.bodies_in_flight)
     except RateLimitExceededError as exc:
         state.speech.admission.record_rejection(tenant, exc.reason)
         raise
+
+
+async def _with_reading_counted(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, release: Callable[[], None]
+) -> None:
+    """Without the protocol's word: ``release`` when the application reads the body's last chunk (or the request
+    ends)."""
 
     async def counted_receive() -> ReceiveMessage:
         message = await receive()
