@@ -13,7 +13,8 @@ __all__ = ["AuthSettings", "JWTSettings", "LimitsSettings", "TenantLimits", "Ten
 
 
 class TenantLimits(BaseModel):
-    """Per-tenant limits; ``None`` means unlimited."""
+    """Per-tenant limits; ``None`` means unlimited, but for the two that refine a server setting (``None``: the
+    server's)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -29,6 +30,13 @@ class TenantLimits(BaseModel):
     """Requests of the tenant whose body is still arriving, on each replica (a body holds one of that replica's
     connections while it arrives, until its last byte reaches the server); one more gets 429 before its body is read,
     once it has waited ``limits.body_wait_s`` for its own body. ``None``: unlimited."""
+    body_min_rate_bytes_per_s: int | None = Field(default=None, ge=1)
+    """Least rate the tenant's request bodies must keep arriving at, from the moment the tenant is known (its head),
+    measured over each ``server.body_rate_interval_s`` as the server's own; slower: 408. Lower for a tenant whose
+    clients are on poor links, higher to free connections sooner. ``None``: ``server.body_min_rate_bytes_per_s``."""
+    session_idle_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """How long the tenant's realtime sessions (every WebSocket dialect) may sit idle, with no client event and
+    nothing to speak, before they are closed; read when a session opens. ``None``: ``realtime.idle_timeout_s``."""
 
     @classmethod
     def unlimited(cls) -> TenantLimits:

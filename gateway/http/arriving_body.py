@@ -6,7 +6,9 @@ turn of the loop long after it arrived. What is held "while a body arrives" (``T
 ``gateway/http/auth/early_auth.py``) must end when the last byte reaches the server, so the protocol
 (``gateway/http/connection_limits.py``) puts an :class:`ArrivingBody` in each request's scope and says when the body is
 in, or will never come (the client left, the body was cut), from its own parser callbacks: no turn of the loop, no
-application code in between.
+application code in between. The application, once it knows the caller, may set the body's minimum rate for that
+caller (a tenant's ``body_min_rate_bytes_per_s``): the protocol checks each interval against the rate in force when
+the interval ends.
 
 A server without the guarded protocol (the test client, uvicorn's own protocols) puts none in the scope:
 :func:`arriving_body` returns ``None`` and the application falls back to what it reads.
@@ -28,11 +30,13 @@ _EXTENSION = "tts_gateway.arriving_body"
 class ArrivingBody:
     """One request's body as the server receives it (see the module docstring)."""
 
-    __slots__ = ("_callbacks", "_ended")
+    __slots__ = ("_callbacks", "_ended", "min_rate_bytes_per_s")
 
-    def __init__(self) -> None:
+    def __init__(self, min_rate_bytes_per_s: int) -> None:
         self._ended = False
         self._callbacks: list[Callable[[], object]] = []
+        self.min_rate_bytes_per_s = min_rate_bytes_per_s
+        """The least rate the body must keep arriving at (the server's until the application sets its caller's)."""
 
     @property
     def ended(self) -> bool:

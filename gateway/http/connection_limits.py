@@ -10,8 +10,9 @@ files and the server stops answering ``/healthz``. :class:`GuardedHttpToolsProto
 - a head not complete ``header_timeout_s`` after the connect (or after its first byte, on a kept-alive
   connection): 408 (closed silently when nothing was sent at all);
 - a body that arrives slower than ``body_min_rate_bytes_per_s`` over an interval of ``body_rate_interval_s`` (the
-  server reading all the while), or, when ``body_timeout_s`` is set, is not complete that long after its head: 408,
-  and the application sees the client go away;
+  server reading all the while; the rate is the caller's own once the application knows it: a tenant's
+  ``limits.body_min_rate_bytes_per_s``), or, when ``body_timeout_s`` is set, is not complete that long after its
+  head: 408, and the application sees the client go away;
 - at most ``max_connections_per_address`` open connections, HTTP and upgraded WebSockets alike, from one client
   address (``gateway/http/client_address.py``: a connection from a trusted proxy counts against the client its latest
   request was forwarded for): one more gets a 429 with ``Retry-After`` as soon as it sends its request;
@@ -103,7 +104,7 @@ class ConnectionLimits:
 
     @property
     def body_min_interval_bytes(self) -> float:
-        """What a body must bring in each interval (unless it ends in it)."""
+        """What a body must bring in each interval (unless it ends in it), at the server's minimum rate."""
         return self.body_min_rate_bytes_per_s * self.body_rate_interval_s
 
 
@@ -342,7 +343,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.reclaimable.discard(self)
         self._disarm()
         if not self.parser.should_upgrade():
-            self._body = ArrivingBody()
+            self._body = ArrivingBody(self.limits.body_min_rate_bytes_per_s)
             self._body.attach(cast("dict[str, Any]", self.scope))  # before uvicorn starts the application on it
         super().on_headers_complete()
         if not self.parser.should_upgrade():
@@ -441,8 +442,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if (cycle := self._awaiting_body()) is None:
             return
         excused = self._body_interval_excused or self._server_not_reading()
-        if not excused and self._body_interval_bytes < self.limits.body_min_interval_bytes:
-            rate = self.limits.body_min_rate_bytes_per_s
+        rate = self.limits.body_min_rate_bytes_per_s if self._body is None else self._body.min_rate_bytes_per_s
+        if not excused and self._body_interval_bytes < rate * self.limits.body_rate_interval_s:
             self._refuse_body(cycle, f"The request body arrived slower than {rate} bytes per second.")
         else:
             self._start_body_interval()

@@ -21,6 +21,7 @@ from gateway.realtime.serving import (
     admit_session,
     authenticated,
     serving,
+    tenant_realtime,
 )
 from gateway.realtime.session import RealtimeSession
 from gateway.state import gateway_state
@@ -46,12 +47,13 @@ async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
     async with serving(socket, PATH, spoken.error_event) as log, AsyncExitStack() as held:
         principal, first, opening = await _authenticate(socket, settings, spoken)
         log.tenant = principal.tenant.name
+        log.realtime = tenant_realtime(settings, principal.tenant)  # the tenant's idle timeout
         await admit_session(socket, principal, held)
         log.session = session = RealtimeSession(
             socket,
             state.speech,
             principal,
-            settings=settings,
+            settings=log.realtime,
             session_id=log.session_id,
             send_timeout_s=state.settings.server.send_timeout_s,  # one timeout for every slow reader
             spoken=spoken,

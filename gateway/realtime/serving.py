@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
     from litestar import WebSocket
 
-    from auth import Principal
+    from auth import Principal, Tenant
+    from gateway.settings import RealtimeSettings
 
 __all__ = [
     "NORMAL_CLOSURE",
@@ -42,6 +43,7 @@ __all__ = [
     "admit_session",
     "authenticated",
     "serving",
+    "tenant_realtime",
 ]
 
 logger = logging.getLogger("tts_gateway.realtime")
@@ -77,6 +79,8 @@ class SessionLog:
     session_id: str = field(default_factory=lambda: f"sess_{uuid.uuid4().hex[:20]}")
     tenant: str | None = None
     session: LoggedSession | None = None
+    realtime: RealtimeSettings | None = None
+    """The settings the session runs under (:func:`tenant_realtime`), once its tenant is known."""
 
 
 @asynccontextmanager
@@ -86,7 +90,7 @@ async def serving(
     """Serve one socket in the block; how the session ended decides how the socket closes (after an ``error`` event
     rendered by ``error_event`` that says why), and is logged."""
     speech = gateway_state(socket.app).speech
-    idle_timeout_s = gateway_state(socket.app).settings.realtime.idle_timeout_s
+    server_realtime = gateway_state(socket.app).settings.realtime
     log = SessionLog(path)
     started = time.perf_counter()
     outcome = "closed"
@@ -108,6 +112,7 @@ async def serving(
         await _close(socket, error_event, POLICY_VIOLATION, slow)
     except SessionIdleError:
         outcome = "idle timeout"
+        idle_timeout_s = (log.realtime or server_realtime).idle_timeout_s
         message = f"The session was idle for {idle_timeout_s:g} s and has been closed."
         await _close(socket, error_event, NORMAL_CLOSURE, OpenAIError(408, message, code="session_idle_timeout"))
     except WebSocketDisconnect:
@@ -119,6 +124,14 @@ async def serving(
         if log.session is not None:
             record.update(log.session.log_fields())
         logger.info("realtime session", extra={"record": record})  # one line per session, like the access log
+
+
+def tenant_realtime(settings: RealtimeSettings, tenant: Tenant) -> RealtimeSettings:
+    """The realtime settings as they hold for ``tenant``'s sessions: its own idle timeout
+    (``limits.session_idle_timeout_s``) when it has one. Read as each session opens, so a tenant changed in the admin
+    API holds for its next sessions; one already open keeps what it opened with."""
+    idle_timeout_s = tenant.limits.session_idle_timeout_s
+    return settings if idle_timeout_s is None else settings.model_copy(update={"idle_timeout_s": idle_timeout_s})
 
 
 async def authenticated(socket: WebSocket[Any, Any, Any], authorization: str | None) -> Principal:

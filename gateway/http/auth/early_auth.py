@@ -7,10 +7,11 @@ the route is known and before the body is read: it authenticates a request whose
 its ``Authorization`` header and keeps the principal for the handler (``provide_principal``); a missing or bad
 credential is a 401 at once (a 429 from an address throttled for refused credentials,
 ``gateway/http/auth/credential_throttle.py``), with ``Connection: close`` when a body was announced, so the
-connection is freed instead of waiting for a body nobody will read. Once the caller is known, its body counts among
-its tenant's bodies in flight (``TenantLimits.bodies_in_flight``) until its last byte has reached the server, and
-among what it holds of a crowded replica (``auth.limits.HeldConnections``): one tenant cannot hold every connection
-with slow bodies (429 with ``Retry-After`` before the body is read).
+connection is freed instead of waiting for a body nobody will read. Once the caller is known, its body must keep
+arriving at its tenant's minimum rate (``TenantLimits.body_min_rate_bytes_per_s``, when set), and counts among its
+tenant's bodies in flight (``TenantLimits.bodies_in_flight``) until its last byte has reached the server, and among
+what it holds of a crowded replica (``auth.limits.HeldConnections``): one tenant cannot hold every connection with
+slow bodies (429 with ``Retry-After`` before the body is read).
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ async def _with_body_counted(app: ASGIApp, scope: Scope, receive: Receive, send:
     (:class:`~gateway.http.arriving_body.ArrivingBody`), a body already in when the caller is known is not counted at
     all, one still arriving stops counting from the protocol's own callback that parses its last byte, and one over
     the tenant's places waits ``limits.body_wait_s`` for its own bytes before it is refused (:func:`_take_place`).
-    Under another server (the test client) the count ends when the application reads the last chunk.
+    The tenant's minimum rate, if it has one, holds for the rest of the body. Under another server (the test client)
+    the count ends when the application reads the last chunk.
 
     Raises:
         RateLimitExceededError: the tenant has ``bodies_in_flight`` bodies arriving on this replica, or holds its fair
@@ -85,6 +87,8 @@ async def _with_body_counted(app: ASGIApp, scope: Scope, receive: Receive, send:
         release = _take(scope, tenant)
         await _with_reading_counted(app, scope, receive, send, release)
         return
+    if tenant.limits.body_min_rate_bytes_per_s is not None:
+        body.min_rate_bytes_per_s = tenant.limits.body_min_rate_bytes_per_s
     place = None if body.ended else await _take_place(scope, tenant, body)
     if place is None:
         await app(scope, receive, send)  # it came with its head, or before its turn: it holds nothing

@@ -17,7 +17,14 @@ from litestar import WebSocket, websocket
 from gateway.http.errors import OpenAIError
 from gateway.realtime.openai import events
 from gateway.realtime.openai.session import OpenAIRealtimeSession
-from gateway.realtime.serving import POLICY_VIOLATION, SessionRefusedError, admit_session, authenticated, serving
+from gateway.realtime.serving import (
+    POLICY_VIOLATION,
+    SessionRefusedError,
+    admit_session,
+    authenticated,
+    serving,
+    tenant_realtime,
+)
 from gateway.state import gateway_state
 
 __all__ = ["DEFAULT_MODEL", "PATH", "openai_realtime"]
@@ -40,12 +47,13 @@ async def openai_realtime(socket: WebSocket[Any, Any, Any]) -> None:
     async with serving(socket, PATH, events.error_event) as log, AsyncExitStack() as held:
         principal = await authenticated(socket, _authorization(socket, offered))
         log.tenant = principal.tenant.name
+        log.realtime = tenant_realtime(state.settings.realtime, principal.tenant)  # the tenant's idle timeout
         log.session = session = OpenAIRealtimeSession(
             socket,
             state.speech,
             principal,
             model=socket.query_params.get("model") or DEFAULT_MODEL,
-            settings=state.settings.realtime,
+            settings=log.realtime,
             send_timeout_s=state.settings.server.send_timeout_s,
             session_id=log.session_id,
             max_json_depth=state.settings.server.max_json_depth,
