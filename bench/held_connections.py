@@ -33,7 +33,14 @@ bystander from 127.0.0.1. Each phase first measures the bystander idle (``--idle
 - **cancels**: 500 streamed requests of a third tenant (``canceller``, ``concurrent_streams: 2``), each cancelled by
   the client (its connection closed) a random 0-50 ms after it was sent, while 1,000 requests of the bystander flood
   the same replica; 2 s after the last one ended the canceller opens 2 streams at once, which must both be served
-  (no stream lease left held), tried again every second up to 30 s if not.
+  (no stream lease left held), tried again every second up to 30 s if not. Each try also counts the canceller's live
+  stream leases in Redis.
+- **midstream**: the same check after 500 of the canceller's requests were each cancelled a random 0-50 ms after
+  their first audio bytes arrived (the response had begun: the cancel lands on a stream being served). Four clients
+  ask in turn, twice the canceller's ``concurrent_streams``, so each lease released is wanted again at once (one asked
+  while none is free waits ``limits.stream_wait_s`` and may get 429: counted, not cancelled); meanwhile the bystander,
+  from a process of its own, floods the same replica with 1,000 requests at once, again and again until the 500th
+  cancel.
 
 The bystander, in a process of its own (the attacker's thousand sockets share this one's event loop), sends a short
 espeak request (streamed ``pcm``, a different text each time, so the audio cache never answers) every
@@ -86,6 +93,7 @@ __all__ = [
     "BystanderFigures",
     "BystanderPlan",
     "CancelsRow",
+    "MidstreamRow",
     "PhaseRow",
     "RequestsRow",
     "main",
@@ -109,7 +117,7 @@ SPEECH_BODY_BYTES = 64 * 1024  # server.max_body_bytes
 REQUEST_TIMEOUT_S = 10.0
 OPEN_TIMEOUT_S = 20.0
 PERCENTILES = (50, 90, 99)
-PHASES = ("sessions", "uploads", "bodies", "both", "replicas", "requests", "cancels")
+PHASES = ("sessions", "uploads", "bodies", "both", "replicas", "requests", "cancels", "midstream")
 FLOOD = 1000  # the requests phase's burst, and the cancels phase's background load
 CANCELS = 500
 CANCEL_ADDRESSES = ("127.0.0.6", "127.0.0.7")
@@ -119,6 +127,10 @@ SETTLE_CHECK_S = 2.0  # after the last cancelled request ended, the canceller's 
 SETTLE_GIVE_UP_S = 30.0
 FLOOD_TIMEOUT_S = 30.0
 FLOOD_TEXT = "Flood request %06d."
+MIDSTREAM_CLIENTS = 4  # twice CANCELLER_STREAMS
+MIDSTREAM_GIVE_UP_S = 300.0
+# Several sentences: espeak speaks one at a time, so the response goes on well past its first bytes.
+MIDSTREAM_TEXT = "Cancelled while speaking, request %06d. " + "This sentence is here to keep the stream going. " * 6
 BOUNDARY = "heldconnectionsbench"
 
 
@@ -197,6 +209,23 @@ class CancelsRow:
     """Each try of :data:`CANCELLER_STREAMS` streams at once: seconds after the last cancelled one ended, answers."""
     served_after_s: float | None
     """When they were first both served (seconds after the last cancelled request ended); ``None``: never in 30 s."""
+
+
+@dataclass(slots=True)
+class MidstreamRow:
+    """The midstream phase: :data:`CANCELS` streams cancelled after their first audio, under repeated floods."""
+
+    cancelled: int
+    outcomes: dict[str, int]
+    """Every request the canceller sent, by what became of it."""
+    seconds: float
+    floods: int
+    flood_answers: dict[str, int]
+    pool_exhausted: int
+    refused: dict[str, int]
+    checks: list[dict[str, Any]]
+    """Each try of :data:`CANCELLER_STREAMS` streams at once: seconds after the last cancel, live leases, answers."""
+    served_after_s: float | None
 
 
 # ------------------------------------------------------------------------------------------------ the servers
@@ -747,7 +776,9 @@ async def _streams_at_once(port: int, key: str) -> list[str]:
     return ["200" if first is not None else str(why) for first, why in results]
 
 
-async def _cancels(port: int, keys: dict[str, str]) -> tuple[Counter[str], Counter[str], list[dict[str, Any]]]:
+async def _cancels(
+    port: int, keys: dict[str, str], redis_url: str
+) -> tuple[Counter[str], Counter[str], list[dict[str, Any]]]:
     background = asyncio.create_task(flood(port, keys["bystander"], FLOOD, 3_000_000))
     clients = _clients(port, keys["canceller"], CANCEL_ADDRESSES, REQUEST_TIMEOUT_S)
     try:
@@ -761,23 +792,14 @@ async def _cancels(port: int, keys: dict[str, str]) -> tuple[Counter[str], Count
         for client in clients:
             await client.aclose()
     last = max(at for _, at in ended)
-    checks: list[dict[str, Any]] = []
-    wait_s = SETTLE_CHECK_S
-    while wait_s <= SETTLE_GIVE_UP_S:
-        await asyncio.sleep(max(0.0, last + wait_s - time.perf_counter()))
-        tried_at = round(time.perf_counter() - last, 2)
-        answers = await _streams_at_once(port, keys["canceller"])
-        checks.append({"after_s": tried_at, "answers": answers})
-        if all(answer == "200" for answer in answers):
-            break
-        wait_s = tried_at + 1.0
+    checks = await _settled_streams(port, keys["canceller"], redis_url, last)
     flood_answers = await background
     return Counter(outcome for outcome, _ in ended), flood_answers, checks
 
 
-def run_cancels(gateway: GatewayProcess, keys: dict[str, str]) -> CancelsRow:
+def run_cancels(gateway: GatewayProcess, keys: dict[str, str], redis_url: str) -> CancelsRow:
     before_pool, before = pool_exhausted(gateway), metric_totals([gateway])
-    outcomes, flood_answers, checks = asyncio.run(_cancels(gateway.port, keys))
+    outcomes, flood_answers, checks = asyncio.run(_cancels(gateway.port, keys, redis_url))
     served = next((check["after_s"] for check in checks if all(a == "200" for a in check["answers"])), None)
     return CancelsRow(
         sent=CANCELS,
@@ -788,6 +810,152 @@ def run_cancels(gateway: GatewayProcess, keys: dict[str, str]) -> CancelsRow:
         checks=checks,
         served_after_s=served,
     )
+
+
+def live_leases(redis_url: str, tenant: str) -> int:
+    """The tenant's stream leases not expired in Redis now (``auth/limits/redis.py``: a sorted set scored by expiry)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        seconds, microseconds = client.time()
+        now_ms = seconds * 1000 + microseconds // 1000
+        return int(client.zcount(f"tts:leases:{{{tenant}}}", f"({now_ms}", "+inf"))
+    finally:
+        client.close()
+
+
+async def _settled_streams(port: int, key: str, redis_url: str, last: float) -> list[dict[str, Any]]:
+    """From :data:`SETTLE_CHECK_S` after ``last``: the canceller's live leases and its streams at once, every second
+    until both are served (up to :data:`SETTLE_GIVE_UP_S`)."""
+    checks: list[dict[str, Any]] = []
+    wait_s = SETTLE_CHECK_S
+    while wait_s <= SETTLE_GIVE_UP_S:
+        await asyncio.sleep(max(0.0, last + wait_s - time.perf_counter()))
+        tried_at = round(time.perf_counter() - last, 2)
+        leases = await asyncio.to_thread(live_leases, redis_url, "canceller")
+        answers = await _streams_at_once(port, key)
+        checks.append({"after_s": tried_at, "leases": leases, "answers": answers})
+        if all(answer == "200" for answer in answers):
+            break
+        wait_s = tried_at + 1.0
+    return checks
+
+
+async def _cancelled_midstream(client: httpx.AsyncClient, number: int, after_first_s: float) -> str:
+    """One streamed request, cancelled ``after_first_s`` after its first audio bytes arrived: what became of it."""
+    first_audio = asyncio.Event()
+    body = {"model": MODEL, "input": MIDSTREAM_TEXT % number, "voice": "alloy", "response_format": "pcm"}
+
+    async def request() -> str:
+        async with client.stream("POST", "/v1/audio/speech", json=body) as response:
+            if response.status_code != httpx.codes.OK:
+                await response.aread()
+                return f"{response.status_code} {_error_code(response.content)}"
+            async for chunk in response.aiter_raw():
+                if chunk:
+                    first_audio.set()
+            return "200 (finished before the cancel)"
+
+    task = asyncio.create_task(request())
+    audio = asyncio.create_task(first_audio.wait())
+    await asyncio.wait({task, audio}, return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():
+        await asyncio.wait({task}, timeout=after_first_s)
+    audio.cancel()
+    if task.done():
+        try:
+            return task.result()
+        except httpx.HTTPError as exc:
+            return type(exc).__name__
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+        await task
+    return "cancelled after its first audio"
+
+
+async def _midstream_client(client: httpx.AsyncClient, numbers: Iterator[int], outcomes: Counter[str]) -> float:
+    """Ask, and cancel once the audio has begun, until :data:`CANCELS` were (or :data:`MIDSTREAM_GIVE_UP_S` passed);
+    when its last one ended."""
+    ended = time.perf_counter()
+    give_up = ended + MIDSTREAM_GIVE_UP_S
+    while outcomes["cancelled after its first audio"] < CANCELS and time.perf_counter() < give_up:
+        outcome = await _cancelled_midstream(client, next(numbers), random.uniform(0, CANCEL_WITHIN_S))
+        outcomes[outcome] += 1
+        ended = time.perf_counter()
+    return ended
+
+
+def _flood_process(connection: Connection, port: int, key: str) -> None:
+    """Floods of :data:`FLOOD` at once, one after another, until told to stop; then how many, and their answers."""
+
+    async def floods() -> tuple[int, Counter[str]]:
+        answers: Counter[str] = Counter()
+        count = 0
+        while not connection.poll():
+            answers += await flood(port, key, FLOOD, 6_000_000 + count * FLOOD)
+            count += 1
+        return count, answers
+
+    connection.send(asyncio.run(floods()))
+    connection.close()
+
+
+async def _midstream(port: int, keys: dict[str, str], redis_url: str) -> MidstreamRow:
+    # The floods in a process of their own: in this one, the canceller's clients would cancel only when the flood's
+    # thousand requests let them, long after their 50 ms (the cancels phase's cancels all landed before the response).
+    context = multiprocessing.get_context("spawn")
+    floods_connection, child = context.Pipe()
+    flooding = context.Process(target=_flood_process, args=(child, port, keys["bystander"]), daemon=True)
+    flooding.start()
+    await asyncio.sleep(2.0)  # the process is up and its first flood in
+    addresses = CANCEL_ADDRESSES * (MIDSTREAM_CLIENTS // len(CANCEL_ADDRESSES))
+    clients = _clients(port, keys["canceller"], addresses, REQUEST_TIMEOUT_S)
+    outcomes: Counter[str] = Counter()
+    numbers = itertools.count(5_000_000)
+    started = time.perf_counter()
+    try:
+        last = max(await asyncio.gather(*(_midstream_client(client, numbers, outcomes) for client in clients)))
+    finally:
+        for client in clients:
+            await client.aclose()
+    seconds = time.perf_counter() - started
+    floods_connection.send("stop")  # the flood under way goes on through the first check
+    checks = await _settled_streams(port, keys["canceller"], redis_url, last)
+    floods, flood_answers = await asyncio.to_thread(floods_connection.recv)
+    flooding.join(10)
+    served = next((check["after_s"] for check in checks if all(a == "200" for a in check["answers"])), None)
+    return MidstreamRow(
+        cancelled=outcomes["cancelled after its first audio"],
+        outcomes=dict(outcomes),
+        seconds=round(seconds, 2),
+        floods=floods,
+        flood_answers=dict(flood_answers),
+        pool_exhausted=0,
+        refused={},
+        checks=checks,
+        served_after_s=served,
+    )
+
+
+def run_midstream(gateway: GatewayProcess, keys: dict[str, str], redis_url: str) -> MidstreamRow:
+    before_pool, before = pool_exhausted(gateway), metric_totals([gateway])
+    row = asyncio.run(_midstream(gateway.port, keys, redis_url))
+    row.pool_exhausted = pool_exhausted(gateway) - before_pool
+    row.refused = dict(metric_totals([gateway])["refused"] - before["refused"])
+    return row
+
+
+def print_midstream_table(rows: list[MidstreamRow]) -> None:
+    if not rows:
+        return
+    print(f"\n| cancelled after first audio | all the canceller's requests | seconds | floods | the floods' answers | "
+          f"pool exhausted | {CANCELLER_STREAMS} streams at once, tries (s after last cancel: live leases, answers) | "
+          "both served after |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for m in rows:
+        tries = "; ".join(f"{c['after_s']} s: {c['leases']} leases, {', '.join(c['answers'])}" for c in m.checks)
+        served = "never (30 s)" if m.served_after_s is None else f"{m.served_after_s} s"
+        print(f"| {m.cancelled} | {_answers(m.outcomes)} | {m.seconds} | {m.floods} | {_answers(m.flood_answers)} | "
+              f"{m.pool_exhausted} | {tries} | {served} |")  # fmt: skip
 
 
 def print_load_tables(requests: list[RequestsRow], cancels: list[CancelsRow]) -> None:
@@ -801,7 +969,10 @@ def print_load_tables(requests: list[RequestsRow], cancels: list[CancelsRow]) ->
               f"{CANCELLER_STREAMS} streams at once, tries (s after last cancel) | both served after |")  # fmt: skip
         print("|---|---|---|---|---|---|")
         for c in cancels:
-            tries = "; ".join(f"{check['after_s']} s: {', '.join(check['answers'])}" for check in c.checks)
+            tries = "; ".join(
+                f"{check['after_s']} s: {check.get('leases', '?')} leases, {', '.join(check['answers'])}"
+                for check in c.checks
+            )
             served = "never (30 s)" if c.served_after_s is None else f"{c.served_after_s} s"
             print(f"| {c.sent} | {_answers(c.outcomes)} | {_answers(c.flood_answers)} | {c.pool_exhausted} | "
                   f"{tries} | {served} |")  # fmt: skip
@@ -863,6 +1034,7 @@ class Results:
     rows: list[PhaseRow] = field(default_factory=list)
     requests: list[RequestsRow] = field(default_factory=list)
     cancels: list[CancelsRow] = field(default_factory=list)
+    midstream: list[MidstreamRow] = field(default_factory=list)
     log: dict[str, int] = field(default_factory=dict)
 
 
@@ -882,10 +1054,12 @@ def run(args: argparse.Namespace, workdir: Path) -> Results:
             if phase == "requests":
                 results.requests.append(run_requests(gateways[0], keys))
             elif phase == "cancels":
-                results.cancels.append(run_cancels(gateways[0], keys))
+                results.cancels.append(run_cancels(gateways[0], keys, store.url))
+            elif phase == "midstream":
+                results.midstream.append(run_midstream(gateways[0], keys, store.url))
             else:
                 results.rows.append(run_phase(phase, serving, keys, args))
-            if phase in {"requests", "cancels"}:
+            if phase in {"requests", "cancels", "midstream"}:
                 _settle(serving)
         results.log = _log_findings(gateways)
         return results
@@ -916,6 +1090,7 @@ def main() -> None:
     if results.rows:
         print_tables(results.rows)
     print_load_tables(results.requests, results.cancels)
+    print_midstream_table(results.midstream)
     print(f"\nThe gateways' logs: {results.log}")
     report = {
         "python": platform.python_version(),
@@ -928,13 +1103,14 @@ def main() -> None:
         "phases": [asdict(row) for row in results.rows],
         "requests": [asdict(row) for row in results.requests],
         "cancels": [asdict(row) for row in results.cancels],
+        "midstream": [asdict(row) for row in results.midstream],
         "log": results.log,
     }
     if args.output.exists():  # keep the figures of the phases not run this time
         kept = json.loads(args.output.read_text())
         ran = set(args.only)
         report["phases"] = [row for row in kept.get("phases", []) if row["phase"] not in ran] + report["phases"]
-        for phase in ("requests", "cancels"):
+        for phase in ("requests", "cancels", "midstream"):
             if phase not in ran and phase in kept:
                 report[phase] = kept[phase]
     args.output.parent.mkdir(parents=True, exist_ok=True)
