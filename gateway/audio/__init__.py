@@ -5,8 +5,8 @@ Knows nothing of engines or HTTP: engines hand over 16-bit mono PCM, responses t
 
 from __future__ import annotations
 
-from gateway.audio.encoders import MAX_TEMPO, MIN_TEMPO, AudioEncoder, open_encoder, wav_header
-from gateway.audio.formats import CONTENT_TYPES, AudioFormat, output_sample_rate
+from gateway.audio.encoders import MAX_TEMPO, MIN_TEMPO, AudioEncoder, open_encoder, open_encoding, wav_header
+from gateway.audio.formats import CONTENT_TYPES, AudioFormat, Codec, Encoding, output_sample_rate
 from gateway.audio.g711 import G711_SAMPLE_RATE, G711Law, open_g711_encoder
 
 __all__ = [
@@ -16,8 +16,11 @@ __all__ = [
     "MIN_TEMPO",
     "AudioEncoder",
     "AudioFormat",
+    "Codec",
+    "Encoding",
     "G711Law",
     "open_encoder",
+    "open_encoding",
     "open_g711_encoder",
     "output_sample_rate",
     "wav_header",

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 from types import MappingProxyType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import lameenc
 
 from gateway.audio._muxed import MuxedEncoder, MuxSpec
 from gateway.audio._tempo import MAX_TEMPO, MIN_TEMPO, S16Stage, drain_with_silence, s16_stage
-from gateway.audio.formats import AudioFormat, output_sample_rate
+from gateway.audio.formats import AudioFormat, Codec, output_sample_rate
+from gateway.audio.g711 import G711_SAMPLE_RATE, open_g711_encoder
 
-__all__ = ["MAX_TEMPO", "MIN_TEMPO", "AudioEncoder", "open_encoder", "wav_header"]
+if TYPE_CHECKING:
+    from gateway.audio.formats import Encoding
+
+__all__ = ["MAX_TEMPO", "MIN_TEMPO", "MP3_SAMPLE_RATES", "OPUS_SAMPLE_RATES", "AudioEncoder", "open_encoder",
+           "open_encoding", "wav_header"]  # fmt: skip
 
 _MP3_KBPS = 64
 # LAME's scale runs from 2 (best) to 7 (fastest); 2 took three times the CPU of 5 for 10 s of audio.
@@ -43,8 +49,14 @@ _MUXED = MappingProxyType(
         AudioFormat.FLAC: MuxSpec("flac", "flac", "s16"),
     }
 )
-# LAME holds back its encoder delay (576 + 529 samples) and the frames it is filling (576 each at 24 kHz).
-_MP3_HELD_SAMPLES = 576 + 529 + 2 * 576
+# LAME holds back its encoder delay (576 + 529 samples) and the frames it is filling: 576 samples each at the rates of
+# MPEG-2 and 2.5 (up to 24 kHz), 1152 at MPEG-1's (32 to 48 kHz).
+_MP3_DELAY_SAMPLES = 576 + 529
+_MPEG1_MIN_RATE = 32000
+MP3_SAMPLE_RATES = frozenset({8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000})
+"""The sample rates of MPEG-1, 2 and 2.5 Layer III: the ones LAME encodes at."""
+OPUS_SAMPLE_RATES = frozenset({8000, 12000, 16000, 24000, 48000})
+"""The sample rates libopus encodes at."""
 _STREAMED_SIZE = 0xFFFFFFFF  # RIFF and data sizes of a WAV whose length is unknown while it streams
 
 
@@ -115,6 +127,48 @@ def open_encoder(fmt: AudioFormat, input_rate: int, tempo: float = 1.0) -> Audio
     return _PcmEncoder(stage, wav_header(rate) if fmt is AudioFormat.WAV else b"")
 
 
+def open_encoding(encoding: Encoding, input_rate: int, tempo: float = 1.0) -> AudioEncoder:
+    """Open a streaming encoder for ``encoding``: its codec at its sample rate and bit rate.
+
+    As :func:`open_encoder`, for APIs that name the rate and bit rate themselves (ElevenLabs' ``mp3_44100_128``,
+    ``pcm_16000``, ``ulaw_8000``, ``opus_48000_64``); the same codecs, built with the same settings but those.
+
+    Args:
+        encoding: The codec, sample rate and bit rate to produce.
+        input_rate: Sample rate of the PCM that will be fed, in Hz.
+        tempo: Speed factor from ``MIN_TEMPO`` (0.25) to ``MAX_TEMPO`` (4.0).
+
+    Returns:
+        A fresh encoder for one stream.
+
+    Raises:
+        ValueError: A sample rate the codec does not run at, a rate that is not positive, or ``tempo`` out of range.
+    """
+    codec, rate = Codec(encoding.codec), encoding.sample_rate
+    if codec in {Codec.MULAW, Codec.ALAW}:
+        _check_rate(codec, rate, {G711_SAMPLE_RATE})
+        return open_g711_encoder("pcmu" if codec is Codec.MULAW else "pcma", input_rate, tempo)
+    if codec is Codec.OPUS:
+        _check_rate(codec, rate, OPUS_SAMPLE_RATES)
+        spec = _MUXED[AudioFormat.OPUS]
+        if encoding.kbps is not None:
+            spec = replace(spec, bit_rate=encoding.kbps * 1000)
+        return MuxedEncoder(spec, input_rate, rate, tempo)
+    if rate <= 0:
+        msg = f"a sample rate must be positive, got {rate}"
+        raise ValueError(msg)
+    if codec is Codec.MP3:
+        _check_rate(codec, rate, MP3_SAMPLE_RATES)
+        return _Mp3Encoder(s16_stage(input_rate, rate, tempo), rate, encoding.kbps or _MP3_KBPS)
+    return _PcmEncoder(s16_stage(input_rate, rate, tempo), wav_header(rate) if codec is Codec.WAV else b"")
+
+
+def _check_rate(codec: Codec, rate: int, rates: frozenset[int] | set[int]) -> None:
+    if rate not in rates:
+        msg = f"{codec} runs at {', '.join(map(str, sorted(rates)))} Hz, not {rate}"
+        raise ValueError(msg)
+
+
 def wav_header(sample_rate: int) -> bytes:
     """Return the 44-byte header of a streamed mono 16-bit PCM WAV file.
 
@@ -167,13 +221,14 @@ class _PcmEncoder:
 class _Mp3Encoder:
     """MP3 through LAME (lameenc), which encodes incrementally and costs far less than ffmpeg's muxing path."""
 
-    def __init__(self, stage: S16Stage, rate: int) -> None:
+    def __init__(self, stage: S16Stage, rate: int, kbps: int = _MP3_KBPS) -> None:
         self._stage = stage
+        self._held_samples = _MP3_DELAY_SAMPLES + 2 * (1152 if rate >= _MPEG1_MIN_RATE else 576)
         self._lame = lameenc.Encoder()
         self._lame.set_in_sample_rate(rate)
         self._lame.set_out_sample_rate(rate)
         self._lame.set_channels(1)
-        self._lame.set_bit_rate(_MP3_KBPS)
+        self._lame.set_bit_rate(kbps)
         self._lame.set_quality(_MP3_QUALITY)
         self._lame.silence()
         self._started = False
@@ -182,7 +237,7 @@ class _Mp3Encoder:
         return self._encode(self._stage.push_s16(pcm))
 
     def drain(self) -> bytes:
-        return drain_with_silence(self._stage, self.encode, _MP3_HELD_SAMPLES if self._started else 0)
+        return drain_with_silence(self._stage, self.encode, self._held_samples if self._started else 0)
 
     def finish(self) -> bytes:
         tail = self._encode(self._stage.flush_s16())

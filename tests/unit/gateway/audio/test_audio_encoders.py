@@ -14,7 +14,16 @@ import numpy.typing as npt
 import pytest
 import soundfile
 
-from gateway.audio import AudioEncoder, AudioFormat, open_encoder, output_sample_rate, wav_header
+from gateway.audio import (
+    AudioEncoder,
+    AudioFormat,
+    Codec,
+    Encoding,
+    open_encoder,
+    open_encoding,
+    output_sample_rate,
+    wav_header,
+)
 
 TONE_HZ = 440.0
 TONE_PEAK = 10000  # of 32767: loud enough to survive lossy codecs, far from clipping
@@ -269,3 +278,87 @@ def test_drain_emits_everything_fed_so_far_and_the_stream_goes_on(
 def test_drain_before_any_audio_adds_nothing(fmt: AudioFormat) -> None:
     encoder = open_encoder(fmt, 24000)
     assert len(encoder.drain()) <= len(wav_header(24000))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# open_encoding: a codec at the rate and bit rate an API names (ElevenLabs' output formats)
+
+ENCODINGS = [
+    Encoding(Codec.MP3, 44100, 128),
+    Encoding(Codec.MP3, 44100, 32),
+    Encoding(Codec.MP3, 22050, 32),
+    Encoding(Codec.MP3, 24000, 48),
+    Encoding(Codec.OPUS, 48000, 64),
+    Encoding(Codec.PCM, 16000),
+    Encoding(Codec.PCM, 44100),
+    Encoding(Codec.WAV, 8000),
+    Encoding(Codec.MULAW, 8000),
+    Encoding(Codec.ALAW, 8000),
+]
+
+
+def decode_encoding(encoding: Encoding, data: bytes) -> Decoded:
+    """Headerless codecs at the encoding's rate; the rest through PyAV."""
+    if encoding.codec is Codec.PCM:
+        return Decoded(encoding.sample_rate, 1, np.frombuffer(data, dtype="<i2") / 32768.0)
+    if encoding.codec in {Codec.MULAW, Codec.ALAW}:
+        context = av.CodecContext.create("pcm_mulaw" if encoding.codec is Codec.MULAW else "pcm_alaw", "r")
+        context.sample_rate, context.layout = 8000, "mono"
+        frames = [_as_float(frame.to_ndarray()) for frame in context.decode(av.Packet(data))]
+        return Decoded(8000, 1, np.concatenate(frames, axis=1)[0])
+    return decode(AudioFormat.MP3, data)  # PyAV finds the container itself (MP3, Ogg, WAV)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS, ids=str)
+def test_an_encoding_comes_out_at_its_rate_with_the_audio_intact(encoding: Encoding) -> None:
+    seconds = 2.0
+    data = b"".join(encode_all(open_encoding(encoding, 24000, 1.25), chunks(tone(24000, seconds), 24000)))
+
+    decoded = decode_encoding(encoding, data)
+
+    assert (decoded.sample_rate, decoded.channels) == (encoding.sample_rate, 1)
+    assert abs(decoded.duration - seconds / 1.25) <= TEMPO_SLACK * seconds + ENCODER_SLACK_S
+    assert decoded.rms == pytest.approx(TONE_RMS, rel=0.15)
+    assert decoded.dominant_hz() == pytest.approx(TONE_HZ, abs=3)
+
+
+@pytest.mark.parametrize("kbps", [32, 64, 128, 192])
+def test_mp3_comes_out_at_the_bit_rate_asked(kbps: int) -> None:
+    data = b"".join(encode_all(open_encoding(Encoding(Codec.MP3, 44100, kbps), 24000), chunks(tone(24000, 4), 24000)))
+
+    assert len(data) * 8 / 4 == pytest.approx(kbps * 1000, rel=0.05)
+
+
+def test_opus_bit_rate_follows_the_one_asked() -> None:
+    sizes = [
+        len(b"".join(encode_all(open_encoding(Encoding(Codec.OPUS, 48000, kbps), 24000), chunks(noise(), 24000))))
+        for kbps in (32, 128)
+    ]
+    assert sizes[1] > 2 * sizes[0]
+
+
+def noise() -> bytes:
+    """Two seconds of white noise: Opus spends its whole budget on it, as on nothing simpler."""
+    return (np.random.default_rng(7).standard_normal(48000) * 5000).clip(-32768, 32767).astype("<i2").tobytes()
+
+
+def test_mp3_at_mpeg1_rates_drains_everything_fed() -> None:
+    """At 32 kHz and over LAME's frames are twice as long (1152 samples): a drain must wait for them (waiting for
+    576-sample frames left the last 6.5 ms of the tone unheard). No time-stretch here: nothing blurs the edge."""
+    encoding = Encoding(Codec.MP3, 44100, 128)
+    segment = chunks(tone(24000, 0.53), 24000, 0.05)
+    drained, reference = open_encoding(encoding, 24000), open_encoding(encoding, 24000)
+    first = b"".join(drained.encode(piece) for piece in segment) + drained.drain()
+    tone_end = _last_loud_s(decode(AudioFormat.MP3, b"".join(encode_all(reference, segment))))
+
+    assert _last_loud_s(decode(AudioFormat.MP3, first)) >= tone_end - 0.001
+
+
+@pytest.mark.parametrize(
+    "encoding",
+    [Encoding(Codec.MP3, 44000), Encoding(Codec.OPUS, 44100), Encoding(Codec.MULAW, 16000), Encoding(Codec.PCM, 0)],
+    ids=str,
+)
+def test_a_rate_the_codec_does_not_run_at_is_refused(encoding: Encoding) -> None:
+    with pytest.raises(ValueError, match=r"Hz|positive"):
+        open_encoding(encoding, 24000)
