@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 __all__ = [
     "BUILT_IN_ALIASES",
     "BUILT_IN_ENGINES",
+    "BUILT_IN_MODEL_NAMES",
+    "ELEVENLABS_MODEL_NAMES",
+    "OPENAI_MODEL_NAMES",
     "AliasSettings",
     "CacheSettings",
     "FailoverSettings",
@@ -295,7 +298,20 @@ OPENAI_MODEL_NAMES = (
     "gpt-realtime-mini-2025-10-06",
     "gpt-realtime-mini-2025-12-15",
 )
-BUILT_IN_ALIASES: dict[str, list[str]] = {name: ["chattts", "espeak"] for name in OPENAI_MODEL_NAMES}
+#: ElevenLabs' model ids (its ``model_id``), so that a client written for ElevenLabs keeps its own: the same engines.
+ELEVENLABS_MODEL_NAMES = (
+    "eleven_multilingual_v2",
+    "eleven_flash_v2_5",
+    "eleven_turbo_v2_5",
+    "eleven_v3",
+    "eleven_monolingual_v1",
+    "eleven_multilingual_v1",
+    "eleven_flash_v2",
+    "eleven_turbo_v2",
+)
+#: Every built-in alias: OpenAI's names, then ElevenLabs' (the Helm chart's values.yaml and _helpers.tpl mirror them).
+BUILT_IN_MODEL_NAMES = OPENAI_MODEL_NAMES + ELEVENLABS_MODEL_NAMES
+BUILT_IN_ALIASES: dict[str, list[str]] = {name: ["chattts", "espeak"] for name in BUILT_IN_MODEL_NAMES}
 
 
 class _BuiltIns(PydanticBaseSettingsSource):

@@ -27,7 +27,7 @@ from yamllint.config import YamlLintConfig
 
 from engines.chattts.options import ChatTTSOptions
 from engines.settings import ChatTTSEngineSettings, RemoteEngineSettings
-from gateway.settings import OPENAI_MODEL_NAMES, load_settings
+from gateway.settings import BUILT_IN_MODEL_NAMES, load_settings
 from storage.redis_url import parse_redis_url
 from tests.helm.chart import CHART, FULLNAME, RELEASE, ROOT, Rendered, UniqueKeyLoader, merge
 
@@ -397,7 +397,7 @@ def test_config_map_holds_the_gateway_config(render: Any) -> None:
     assert config["engines"]["chattts"]["kind"] == "chattts" and config["engines"]["espeak"]["kind"] == "espeak"
     # ChatTTS only by default: espeak is listed, and answers only with aliasFallback (test_alias_fallback_value).
     chattts_only = {"engines": ["chattts", "espeak"], "fallback": False}
-    assert config["aliases"] == dict.fromkeys(OPENAI_MODEL_NAMES, chattts_only)
+    assert config["aliases"] == dict.fromkeys(BUILT_IN_MODEL_NAMES, chattts_only)
     assert "redis_url" not in config
 
 
@@ -413,8 +413,8 @@ def test_alias_fallback_value(render: Any) -> None:
 def test_every_built_in_alias_the_values_leave_out_is_null(render: Any) -> None:
     """The chart's list of the gateway's built-in aliases is the gateway's: none slips back in with its own default
     (``fallback: true``), and one removed from the values stays removed (Helm drops keys set to null)."""
-    removed = render({"config": {"aliases": dict.fromkeys(OPENAI_MODEL_NAMES)}}).config["aliases"]
-    assert removed == dict.fromkeys(OPENAI_MODEL_NAMES)
+    removed = render({"config": {"aliases": dict.fromkeys(BUILT_IN_MODEL_NAMES)}}).config["aliases"]
+    assert removed == dict.fromkeys(BUILT_IN_MODEL_NAMES)
     one = render({"config": {"aliases": {"tts-1-1106": None}}}).config["aliases"]
     assert one["tts-1-1106"] is None and one["tts-1"]["engines"] == ["chattts", "espeak"]
 
@@ -580,10 +580,10 @@ def test_settings_loader_accepts_the_rendered_config(
             assert isinstance(engine.options, ChatTTSOptions)
     fallbacks = {name: alias.fallback for name, alias in settings.aliases.items()}
     if name != "everything":
-        assert fallbacks == dict.fromkeys(OPENAI_MODEL_NAMES, False)  # ChatTTS only
+        assert fallbacks == dict.fromkeys(BUILT_IN_MODEL_NAMES, False)  # ChatTTS only
         assert settings.readiness.engines is None  # every alias must be answerable: ChatTTS must be ready
     if name == "everything":
-        assert fallbacks == {**dict.fromkeys(OPENAI_MODEL_NAMES, True), "tones-first": False}
+        assert fallbacks == {**dict.fromkeys(BUILT_IN_MODEL_NAMES, True), "tones-first": False}
         assert settings.readiness.engines == ["chattts", "tones"]
         assert settings.redis_url == "redis://gateway:pw@redis-master.redis.svc:6380/2"
         assert [t.name for t in settings.auth.tenants] == ["acme"]

@@ -20,7 +20,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from auth.keys import generate_api_key, hash_api_key
-from gateway.settings import OPENAI_MODEL_NAMES
+from gateway.settings import BUILT_IN_MODEL_NAMES
 from harness.gateway_process import GatewayProcess, closed_port
 from tests.audio_decode import decode_audio
 from tests.helm.chart import CHART, RELEASE, Rendered, merge
@@ -82,9 +82,9 @@ def assert_not_ready_for_chattts(gateway: GatewayProcess, why: str) -> dict[str,
     body: dict[str, Any] = response.json()
     assert response.status_code == 503, body
     assert body["ready"] is False
-    assert body["required"] == {name: ["chattts"] for name in OPENAI_MODEL_NAMES}
+    assert body["required"] == {name: ["chattts"] for name in BUILT_IN_MODEL_NAMES}
     models, _, states = body["reason"].partition(" cannot be answered: ")
-    assert set(models.split(", ")) == set(OPENAI_MODEL_NAMES)  # one line for the names waiting for ChatTTS
+    assert set(models.split(", ")) == set(BUILT_IN_MODEL_NAMES)  # one line for the names waiting for ChatTTS
     assert states.startswith("chattts is unavailable") and why in states, body["reason"]
     assert body["engines"]["espeak"]["state"] == "ready"  # ready, and still not answering for ChatTTS
     return body

@@ -252,11 +252,11 @@ keys set to null in values, so a `config.engines.chattts=null` never reaches the
 {{- end }}
 
 {{/*
-The gateway's built-in aliases, OpenAI's model names (gateway/settings.py OPENAI_MODEL_NAMES; tests/helm checks the
-two agree). As for engines, a rendered config names each one it does not serve as null.
+The gateway's built-in aliases, OpenAI's model names and ElevenLabs' (gateway/settings.py BUILT_IN_MODEL_NAMES;
+tests/helm checks the two agree). As for engines, a rendered config names each one it does not serve as null.
 */}}
 {{- define "tts-gateway.builtInAliases" -}}
-{{- list "tts-1" "tts-1-hd" "tts-1-1106" "tts-1-hd-1106" "gpt-4o-mini-tts" "gpt-4o-mini-tts-2025-03-20" "gpt-4o-mini-tts-2025-12-15" "gpt-realtime" "gpt-realtime-2025-08-28" "gpt-realtime-1.5" "gpt-realtime-2" "gpt-realtime-2.1" "gpt-realtime-2.1-mini" "gpt-realtime-mini" "gpt-realtime-mini-2025-10-06" "gpt-realtime-mini-2025-12-15" | toJson }}
+{{- list "tts-1" "tts-1-hd" "tts-1-1106" "tts-1-hd-1106" "gpt-4o-mini-tts" "gpt-4o-mini-tts-2025-03-20" "gpt-4o-mini-tts-2025-12-15" "gpt-realtime" "gpt-realtime-2025-08-28" "gpt-realtime-1.5" "gpt-realtime-2" "gpt-realtime-2.1" "gpt-realtime-2.1-mini" "gpt-realtime-mini" "gpt-realtime-mini-2025-10-06" "gpt-realtime-mini-2025-12-15" "eleven_multilingual_v2" "eleven_flash_v2_5" "eleven_turbo_v2_5" "eleven_v3" "eleven_monolingual_v1" "eleven_multilingual_v1" "eleven_flash_v2" "eleven_turbo_v2" | toJson }}
 {{- end }}
 
 {{/*
