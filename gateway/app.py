@@ -26,6 +26,7 @@ from auth import AuthStore  # noqa: TC001
 from auth.usage import UsageLedger  # noqa: TC001
 from engines.factory import create_backend
 from engines.remote.context import engine_node_headers
+from gateway.elevenlabs import elevenlabs_router
 from gateway.http.auth.early_auth import credentials_before_body_middleware
 from gateway.http.auth.security import provide_principal
 from gateway.http.auth.service_token import service_token_middleware
@@ -105,6 +106,7 @@ def create_app(
         route_handlers=[
             EngineNodeSpeechController if engine_node else SpeechController,
             *([EngineNodeController] if engine_node else []),  # voice samples from the front: nodes only
+            *([] if engine_node else [elevenlabs_router()]),  # ElevenLabs' API: front gateways only
             ModelsController,
             VoicesController,
             VoiceConsentsController,

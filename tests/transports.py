@@ -1,5 +1,6 @@
-"""One way to speak, three transports: ``POST /v1/audio/speech`` (httpx), the stream WebSocket
-``/v1/audio/speech/stream`` (``websockets``) and OpenAI's Realtime API on ``/v1/realtime`` (the official SDK).
+"""One way to speak, four transports: ``POST /v1/audio/speech`` (httpx), the stream WebSocket
+``/v1/audio/speech/stream`` (``websockets``), OpenAI's Realtime API on ``/v1/realtime`` (the official SDK) and
+ElevenLabs' ``POST /v1/text-to-speech/{voice_id}/stream`` (the official ``elevenlabs`` SDK).
 
 Each asks a real gateway for 24 kHz PCM and reports what a client of it sees, so that one test can state a rule of the
 speech pipeline once and check it on every transport. A module, not a test module: test modules import from here.
@@ -9,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import httpx
 import openai
+from elevenlabs import AsyncElevenLabs
+from elevenlabs.core.api_error import ApiError
 from websockets.asyncio.client import connect
 
 if TYPE_CHECKING:
@@ -43,9 +47,9 @@ class Spoken:
     error: str | None = None
     """The code of the error the server reported (an HTTP error body, or the first ``error`` event)."""
     status_code: int | None = None
-    """HTTP only: the response's status."""
+    """HTTP transports only (``http``, ``elevenlabs``): the response's status."""
     headers: dict[str, str] = field(default_factory=dict)
-    """HTTP only: the response's headers."""
+    """HTTP transports only: the response's headers."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """WebSockets only: the server's events after the session's settings were accepted."""
 
@@ -220,5 +224,35 @@ def _audio_deltas(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return _of(events, "response.output_audio.delta")
 
 
-TRANSPORTS: tuple[Transport, ...] = (Http(), StreamSocket(), OpenAIRealtime())
+class ElevenLabsRest(_Client):
+    """ElevenLabs' streamed route through its SDK, asking for ``pcm_24000`` (the tenant's key as ``xi-api-key``, as
+    the SDK sends it); cancelling is closing the stream after the first bytes. The SDK does not retry here, so that
+    a refusal is counted once."""
+
+    name = "elevenlabs"
+
+    async def _speak(
+        self, gateway: GatewayProcess, key: str, model: str, voice: Voice, text: str, *, cancel: bool
+    ) -> Spoken:
+        voice_id = voice if isinstance(voice, str) else voice["id"]
+        received: list[bytes] = []
+        try:
+            async with httpx.AsyncClient(timeout=_TIMEOUT_S) as http, asyncio.timeout(_TIMEOUT_S):
+                client = AsyncElevenLabs(api_key=key, base_url=gateway.base_url, httpx_client=http)
+                audio = client.text_to_speech.stream(
+                    voice_id, text=text, model_id=model, output_format="pcm_24000", request_options={"max_retries": 0}
+                )
+                async with contextlib.aclosing(audio):
+                    async for chunk in audio:
+                        received.append(chunk)
+                        if cancel:
+                            return Spoken("cancelled", chunk)  # leaving the block closes the stream: it hangs up
+        except ApiError as error:
+            detail = error.body["detail"] if isinstance(error.body, dict) else None
+            code = str(detail["status"]) if isinstance(detail, dict) else "validation_error"
+            return Spoken("failed", b"".join(received), code, error.status_code, dict(error.headers or {}))
+        return Spoken("completed", b"".join(received))
+
+
+TRANSPORTS: tuple[Transport, ...] = (Http(), StreamSocket(), OpenAIRealtime(), ElevenLabsRest())
 """Every transport, for ``pytest.mark.parametrize(..., ids=lambda t: t.name)``."""

@@ -44,10 +44,12 @@ __all__ = [
     "EXCEPTION_HANDLERS",
     "OpenAIError",
     "ResponseTruncatedError",
+    "UnknownVoiceError",
     "as_openai_error",
     "error_body",
     "error_response",
     "error_responses",
+    "note_error",
 ]
 
 logger = logging.getLogger("tts_gateway.errors")
@@ -84,6 +86,16 @@ class OpenAIError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
+
+
+class UnknownVoiceError(OpenAIError):
+    """A voice the request's model does not offer, or a custom voice the caller does not have. OpenAI's answer is as
+    for any :class:`OpenAIError` (400 ``invalid_value``, 404 ``voice_not_found``); other API families tell it apart
+    (ElevenLabs answers 404 ``voice_not_found`` for both)."""
+
+    def __init__(self, status_code: int, message: str, *, voice_id: str, param: str, code: str) -> None:
+        super().__init__(status_code, message, param=param, code=code)
+        self.voice_id = voice_id
 
 
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:  # noqa: A002
@@ -321,13 +333,19 @@ def error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[
     """The response an exception becomes (the handler of :data:`EXCEPTION_HANDLERS`); its error code is noted on the
     request's record, for the access log line."""
     error = as_openai_error(exc)
-    if (record := request_record(request.scope)) is not None:
-        record.code = error.code
-    if error.status_code == HTTP_500_INTERNAL_SERVER_ERROR:
-        logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    elif error.status_code == CLIENT_CLOSED_REQUEST:
-        logger.info("client went away during %s %s", request.method, request.url.path)
+    note_error(request, exc, error.status_code, error.code)
     return _respond(error)
+
+
+def note_error(request: Request[Any, Any, Any], exc: Exception, status_code: int, code: str | None) -> None:
+    """What every API family's error handler does with the error it answers: its code on the request's record (for
+    the access log line), a traceback for a 500, a line for a client gone."""
+    if (record := request_record(request.scope)) is not None:
+        record.code = code
+    if status_code == HTTP_500_INTERNAL_SERVER_ERROR:
+        logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    elif status_code == CLIENT_CLOSED_REQUEST:
+        logger.info("client went away during %s %s", request.method, request.url.path)
 
 
 EXCEPTION_HANDLERS: ExceptionHandlersMap = dict.fromkeys([*_CONVERSIONS, Exception], error_response)

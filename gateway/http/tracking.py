@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from litestar.plugins.prometheus import PrometheusConfig
-    from litestar.types import ASGIApp, HTTPScope, Message, Receive, Scope, Send
+    from litestar.types import ASGIApp, ExceptionHandler, HTTPScope, Message, Receive, Scope, Send
 
     from gateway.observability.http_metrics import Span
 
@@ -79,8 +79,8 @@ async def _tracked(app: ASGIApp, scope: HTTPScope, receive: Receive, send: Send,
     except Exception as exc:
         if not record.status:
             # Raised by a middleware before any response (a refused credential, a JSON body too deep, no service
-            # token): answered here, through the handlers' own table, so that the answer carries its request id
-            # and the access line and the metrics its real status and code.
+            # token): answered here, through the route's own table (OpenAI's, or its API family's), so that the
+            # answer carries its request id and the access line and the metrics its real status and code.
             await _answer(exc, scope, receive, tracked.send)
         elif not _is_truncation(exc):
             raise  # a failure after the response began that is not a truncation: a bug to see
@@ -98,7 +98,19 @@ async def _tracked(app: ASGIApp, scope: HTTPScope, receive: Receive, send: Send,
 
 async def _answer(exc: Exception, scope: HTTPScope, receive: Receive, send: Send) -> None:
     request: Request[Any, Any, Any] = Request(scope, receive)
-    await error_response(request, exc).to_asgi_response(None, request)(scope, receive, send)
+    response = _handler_of(scope, exc)(request, exc)
+    await response.to_asgi_response(None, request)(scope, receive, send)
+
+
+def _handler_of(scope: HTTPScope, exc: Exception) -> ExceptionHandler[Any]:
+    """The handler the matched route's exception table has for ``exc`` (its most specific class); the app's (OpenAI's)
+    when no route matched."""
+    route_handler = scope.get("route_handler")
+    table = route_handler.resolve_exception_handlers() if route_handler is not None else {}
+    for cls in type(exc).__mro__:
+        if (handler := table.get(cls)) is not None:
+            return handler
+    return error_response
 
 
 def _is_truncation(exc: BaseException | None) -> bool:

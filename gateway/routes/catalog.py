@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engines.base import MAX_SPEAKER_CHARS, OPENAI_VOICES
 from gateway.audio.samples import SAMPLE_RATE
+from gateway.elevenlabs.models import elevenlabs_models, is_elevenlabs_client
+from gateway.elevenlabs.wire import ElevenLabsModel
 from gateway.http.auth.dependencies import Caller, ConsentsDep, Router, UploadsDep, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.routes._forms import FORM, JSON, content_type_of, decode_upload, form_body, json_body, open_form
@@ -119,10 +121,16 @@ class ModelsController(Controller):
     @get(
         operation_id="listModels",
         summary="Engines and the aliases that route to them.",
+        description="In OpenAI's list shape; a request with ElevenLabs' `xi-api-key` header and no `Authorization` "
+        "(an ElevenLabs client) gets ElevenLabs' model list (an array) instead.",
         responses=error_responses(401, 503),
     )
-    async def list_models(self, router: Router, principal: Caller) -> ModelList:
+    async def list_models(
+        self, request: Request[Any, Any, Any], router: Router, principal: Caller
+    ) -> ModelList | list[ElevenLabsModel]:
         names = [n for n in router.model_names() if principal.tenant.allows_model(n)]
+        if is_elevenlabs_client(request.headers):
+            return elevenlabs_models(router, names)
         return ModelList(data=[ModelObject(id=name) for name in names])
 
     @get(
@@ -164,7 +172,7 @@ class VoicesController(Controller):
                 raise _model_not_found(model)
             models = [model]
         # The built-in voices are few and come whole on the first page; the tenant's own voices come a page at a time.
-        builtin = _builtin_voices(router, models) if after is None else []
+        builtin = router.builtin_voices(models) if after is None else []
         engines = {router.resolve(name).name for name in models}
         page = await voices.page(principal.tenant.name, after=after, limit=limit)
         custom = [_shown(voice) for voice in page.data if voice.model in engines]
@@ -388,15 +396,3 @@ def _check_speaker_size(speaker: str | None, max_chars: int) -> None:
             param="speaker",
             code="string_above_max_length",
         )
-
-
-def _builtin_voices(router: Router, models: list[str]) -> list[BuiltInVoice]:
-    by_voice: dict[str, BuiltInVoice] = {}
-    for model in models:
-        info = router.resolve(model).info
-        for voice in info.voices if info is not None else ():
-            entry = by_voice.setdefault(
-                voice.id, BuiltInVoice(id=voice.id, name=voice.id, description=voice.description, models=[])
-            )
-            entry.models.append(model)
-    return list(by_voice.values())

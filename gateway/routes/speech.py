@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from auth import Principal
     from gateway.speech.service import SpeechReply
 
-__all__ = ["EngineNodeSpeechController", "SpeechController"]
+__all__ = ["EngineNodeSpeechController", "SpeechController", "reply_headers"]
 
 
 async def require_json(request: Request[Any, Any, Any]) -> None:
@@ -113,7 +113,7 @@ async def _speak(request: Request[Any, Any, Any], data: SpeechRequest, principal
     # Until the first audio exists nothing else would notice the client hang up, and its queue place, engine job
     # and stream lease would stay taken; once the response streams, Litestar's response listens itself.
     reply = await unless_client_leaves(request.receive, speech.speak(principal, data, record))
-    headers = _reply_headers(reply)
+    headers = reply_headers(reply)
     # Released after the response however it ended: a client gone while a write waited on its socket cancels the
     # stream at that ``send``, outside the audio iterator, which Litestar leaves suspended (never closed); its
     # ``finally`` would run only when a garbage collection found it, the synthesis going on meanwhile.
@@ -126,7 +126,7 @@ async def _speak(request: Request[Any, Any, Any], data: SpeechRequest, principal
     return Stream(reply.audio(), media_type=media_type, headers=headers, background=release)
 
 
-def _reply_headers(reply: SpeechReply) -> dict[str, str]:
+def reply_headers(reply: SpeechReply) -> dict[str, str]:
     """``x-engine`` (who spoke), ``x-cache``, ``x-retries`` (tries repeated before the first audio) and OpenAI's
     ``x-ratelimit-*`` headers."""
     headers = {

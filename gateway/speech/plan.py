@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_403_FORBIDDEN, HTTP_404_NOT_FOUND
 
 from engines.base import SynthesisRequest
-from gateway.http.errors import OpenAIError
+from gateway.http.errors import OpenAIError, UnknownVoiceError
 from gateway.schemas import EngineNodeSpeechRequest
 
 if TYPE_CHECKING:
@@ -107,9 +107,10 @@ class Planner:
         else:
             custom = await self._voices.get(tenant.name, request.voice.id)
             if custom is None:
-                raise OpenAIError(
+                raise UnknownVoiceError(
                     HTTP_404_NOT_FOUND,
                     f"Custom voice '{request.voice.id}' was not found.",
+                    voice_id=request.voice.id,
                     param="voice",
                     code="voice_not_found",
                 )
@@ -127,10 +128,11 @@ def _engine_request(request: SpeechRequest, info: EngineInfo | None, voice: Voic
         native = min(max(speed, low), high)
         if voice.speaker is None and not info.offers_voice(voice.engine_voice):
             known = sorted({v.id for v in info.voices})
-            raise OpenAIError(
+            raise UnknownVoiceError(
                 HTTP_400_BAD_REQUEST,
                 f"Voice '{voice.engine_voice}' is not available for model "
                 f"'{request.model}'. Voices: {', '.join(known)}.",
+                voice_id=voice.engine_voice,
                 param="voice",
                 code="invalid_value",
             )

@@ -19,10 +19,11 @@ from litestar.status_codes import HTTP_404_NOT_FOUND
 
 from engines.breaker import BREAKER_STATE_CODES, CircuitBreaker
 from gateway.http.errors import OpenAIError
+from gateway.schemas import BuiltInVoice
 from gateway.settings import AliasSettings, FailoverSettings, ReadinessSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from prometheus_client import Counter
 
@@ -69,6 +70,19 @@ class ModelRouter:
 
     def model_names(self) -> list[str]:
         return [*self.aliases, *self.pools]
+
+    def builtin_voices(self, models: Iterable[str]) -> list[BuiltInVoice]:
+        """The voices the engines of ``models`` have built in (those loaded), each with the models of ``models`` that
+        speak it: what every API family lists as its built-in voices."""
+        by_voice: dict[str, BuiltInVoice] = {}
+        for model in models:
+            info = self.resolve(model).info
+            for voice in info.voices if info is not None else ():
+                entry = by_voice.setdefault(
+                    voice.id, BuiltInVoice(id=voice.id, name=voice.id, description=voice.description, models=[])
+                )
+                entry.models.append(model)
+        return list(by_voice.values())
 
     def resolve(self, model: str) -> EngineBackend:
         """The pool that should serve ``model`` now (the first of :meth:`route`).

@@ -1,5 +1,6 @@
-"""Every rule of the speech pipeline holds on every transport: ``POST /v1/audio/speech``, the stream WebSocket and
-OpenAI's Realtime API (``tests/transports.py``), against one real gateway and the engine node behind it.
+"""Every rule of the speech pipeline holds on every transport: ``POST /v1/audio/speech``, the stream WebSocket,
+OpenAI's Realtime API and ElevenLabs' streamed text-to-speech (``tests/transports.py``), against one real gateway and
+the engine node behind it.
 
 The gateway is also a front: its ``remote`` engine is the node's ``tones``. Each test makes a tenant of its own
 through the admin API, so that its limits, usage and cache are its alone whatever ran before it.
@@ -161,8 +162,9 @@ async def test_a_tenant_over_its_characters_is_refused_and_the_refusal_counted(
 
     assert fits.outcome == "completed", fits
     assert (over.outcome, over.error, over.audio) == ("failed", "rate_limit_exceeded", b"")
-    if transport.name == "http":
+    if transport.name in {"http", "elevenlabs"}:
         assert over.status_code == 429
+        assert int(over.headers["retry-after"]) >= 1
     assert usage(gateway, key)["rejections"] == {"characters": 1}
     assert metric(gateway, "tts_rate_limit_rejections_total", tenant=tenant, reason="characters") == 1
 

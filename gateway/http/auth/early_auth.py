@@ -4,10 +4,10 @@ Litestar reads a request's body before it resolves the handler's dependencies, s
 that never came held its connection until ``server.body_timeout_s`` and then got a 408, never a 401: forty such
 sockets from one address took a 50-connection gateway's every slot, without a credential. This middleware runs once
 the route is known and before the body is read: it authenticates a request whose handler takes ``principal`` from
-its ``Authorization`` header and keeps the principal for the handler (``provide_principal``); a missing or bad
-credential is a 401 at once (a 429 from an address throttled for refused credentials,
-``gateway/http/auth/credential_throttle.py``), with ``Connection: close`` when a body was announced, so the
-connection is freed instead of waiting for a body nobody will read. Once the caller is known, its body must keep
+its ``Authorization`` (or ElevenLabs' ``xi-api-key``) header and keeps the principal for the handler
+(``provide_principal``); a missing or bad credential is a 401 at once (a 429 from an address throttled for refused
+credentials, ``gateway/http/auth/credential_throttle.py``), with ``Connection: close`` when a body was announced, so
+the connection is freed instead of waiting for a body nobody will read. Once the caller is known, its body must keep
 arriving at its tenant's minimum rate (``TenantLimits.body_min_rate_bytes_per_s``, when set), and counts among its
 tenant's bodies in flight (``TenantLimits.bodies_in_flight``) until its last byte has reached the server, and among
 what it holds of a crowded replica (``auth.limits.HeldConnections``): one tenant cannot hold every connection with

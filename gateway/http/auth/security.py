@@ -16,13 +16,19 @@ from gateway.observability.refusals import counted
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from litestar.connection import ASGIConnection
     from litestar.handlers.base import BaseRouteHandler
 
-__all__ = ["PRINCIPAL_KEY", "authenticate_request", "provide_principal", "require_admin"]
+__all__ = ["PRINCIPAL_KEY", "XI_API_KEY", "authenticate_request", "presented_authorization", "provide_principal",
+           "require_admin"]  # fmt: skip
 
 PRINCIPAL_KEY = "tts_principal"
 """Where a request's principal is kept in its scope's state once authenticated."""
+XI_API_KEY = "xi-api-key"
+"""ElevenLabs' header for the API key; its SDKs and the voice stacks built on them send it instead of
+``Authorization``."""
 
 # An engine node (``server.profile: engine``) serves speech to a front gateway, which owns tenants, their voices and
 # their consent recordings.
@@ -47,17 +53,28 @@ async def provide_principal(request: Request[Any, Any, Any]) -> Principal:  # Li
     return principal if principal is not None else await authenticate_request(request)
 
 
+def presented_authorization(headers: Mapping[str, str]) -> str | None:
+    """The credential a request to a front gateway presents, as an ``Authorization`` value: its ``Authorization``
+    header, else ElevenLabs' ``xi-api-key`` as ``Bearer <key>`` (the same keys and JWTs, the same throttle); ``None``
+    when it presents neither. ``Authorization`` wins when both are there."""
+    if (authorization := headers.get("authorization")) is not None:
+        return authorization
+    key = (headers.get(XI_API_KEY) or "").strip()
+    return f"Bearer {key}" if key else None
+
+
 async def authenticate_request(request: Request[Any, Any, Any]) -> Principal:
-    """Authenticate the request from its headers (API key or JWT, through the address's credential throttle; anyone
-    when the gateway runs open; on an engine node the service token, and then the front gateway's tenant context)."""
+    """Authenticate the request from its headers (API key or JWT in ``Authorization`` or ``xi-api-key``, through the
+    address's credential throttle; anyone when the gateway runs open; on an engine node the service token in
+    ``Authorization``, and then the front gateway's tenant context)."""
     state = gateway_state(request.app)
     authenticator = state.authenticator
-    authorization = request.headers.get("authorization")
     principal: Principal
     if isinstance(authenticator, ServiceTokenAuthenticator):  # an engine node: its caller speaks for a tenant
-        principal = await authenticator.authenticate_front(authorization, request.headers)
+        principal = await authenticator.authenticate_front(request.headers.get("authorization"), request.headers)
     else:  # a front gateway: a tenant's context headers are never read, so they can claim nothing
         client = request.client.host if request.client else None
+        authorization = presented_authorization(request.headers)
         principal = await state.credential_throttle.authenticate(client, authorization, authenticator.authenticate)
     if (record := request_record(request.scope)) is not None:
         record.tenant = principal.tenant.name

@@ -1,0 +1,28 @@
+"""ElevenLabs' API (issue #34): its REST text-to-speech and voice routes, so that code written for ElevenLabs (its SDKs,
+the voice stacks built on them) works here with only its base URL changed. ``docs/elevenlabs.md`` says what works.
+
+A protocol adapter, as every transport is: the routes translate ElevenLabs' requests into the gateway's own and speak
+through the one speech pipeline (:meth:`SpeechService.speak`); their errors go through one table of their own
+(``errors.py``), scoped to these routes. Callers authenticate with ElevenLabs' ``xi-api-key`` header or
+``Authorization`` (``gateway/http/auth/security.py``), as tenants, keys and JWTs of the gateway.
+"""
+
+from __future__ import annotations
+
+from litestar import Router
+
+from gateway.elevenlabs.errors import EXCEPTION_HANDLERS
+from gateway.elevenlabs.speech import TextToSpeechController
+from gateway.elevenlabs.voices import VoicesController, VoicesV2Controller
+
+__all__ = ["elevenlabs_router"]
+
+
+def elevenlabs_router() -> Router:
+    """ElevenLabs' routes, answering every error in ElevenLabs' shape (a front gateway's only: an engine node serves
+    its front gateways, which speak OpenAI's API to it)."""
+    return Router(
+        path="/",
+        route_handlers=[TextToSpeechController, VoicesController, VoicesV2Controller],
+        exception_handlers=EXCEPTION_HANDLERS,
+    )

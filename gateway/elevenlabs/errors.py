@@ -1,0 +1,173 @@
+"""ElevenLabs' error bodies, and the one table that renders every error of its routes in them.
+
+The routes raise what every route raises (the speech pipeline's and auth's domain errors, Litestar's validation and
+HTTP errors); :data:`EXCEPTION_HANDLERS`, scoped to the ElevenLabs routes, answers them as ElevenLabs' server does:
+
+- a request that fails validation: 422 ``{"detail": [{"loc", "msg", "type"}, ...]}`` (FastAPI's shape, which the
+  SDK raises as ``UnprocessableEntityError``);
+- anything else: ``{"detail": {"status", "message"}}`` with the status code the same error gets on the OpenAI routes
+  (the gateway's decision, from :func:`gateway.http.errors.as_openai_error`) and its headers (``Retry-After``, the
+  rate-limit headers, ``x-retries``), in ElevenLabs' words where it has its own: ``needs_authorization`` (no
+  credential), ``invalid_api_key``, ``voice_not_found`` (404, whether the voice is an unknown built-in or a custom
+  voice the tenant does not have), ``too_many_concurrent_requests``, ``system_busy``; otherwise the gateway's code.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from litestar import MediaType, Response
+from litestar.exceptions import ClientException, SerializationException, ValidationException
+from litestar.openapi import ResponseSpec
+from litestar.status_codes import (
+    HTTP_401_UNAUTHORIZED,
+    HTTP_404_NOT_FOUND,
+    HTTP_422_UNPROCESSABLE_ENTITY,
+)
+from pydantic import ValidationError
+
+from gateway.elevenlabs.wire import (
+    ElevenLabsErrorDetail,
+    ElevenLabsErrorResponse,
+    ElevenLabsValidationError,
+    ValidationProblem,
+)
+from gateway.http.auth.security import presented_authorization
+from gateway.http.errors import EXCEPTION_HANDLERS as OPENAI_EXCEPTION_HANDLERS
+from gateway.http.errors import UnknownVoiceError, as_openai_error, note_error
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from litestar import Request
+    from litestar.types import ExceptionHandlersMap
+
+__all__ = ["EXCEPTION_HANDLERS", "ErrorAnswer", "as_elevenlabs_error", "error_responses"]
+
+NEEDS_AUTHORIZATION = "Neither authorization header nor xi-api-key received, please provide one."
+# The gateway's codes that ElevenLabs names otherwise; any other code is sent as it is.
+_STATUSES: Mapping[str, str] = {
+    "concurrency_limit_exceeded": "too_many_concurrent_requests",
+    "engine_overloaded": "system_busy",
+}
+# For an error without a code of its own (Litestar's HTTP errors).
+_BY_HTTP_STATUS: Mapping[int, str] = {
+    400: "invalid_request",
+    401: "invalid_api_key",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    429: "rate_limit_exceeded",
+    503: "service_unavailable",
+}
+
+
+class ErrorAnswer:
+    """What an ElevenLabs client is answered for an error: a status code, ``detail`` (an object, or the validation
+    problems) and headers."""
+
+    def __init__(
+        self, status_code: int, detail: ElevenLabsErrorDetail | list[ValidationProblem], headers: dict[str, str]
+    ) -> None:
+        self.status_code = status_code
+        self.detail = detail
+        self.headers = headers
+
+    @property
+    def code(self) -> str:
+        """What the access log notes as the error's code."""
+        return self.detail.status if isinstance(self.detail, ElevenLabsErrorDetail) else "validation_error"
+
+    def body(self) -> dict[str, Any]:
+        if isinstance(self.detail, ElevenLabsErrorDetail):
+            return ElevenLabsErrorResponse(detail=self.detail).model_dump()
+        return ElevenLabsValidationError(detail=self.detail).model_dump()
+
+
+def as_elevenlabs_error(exc: Exception, headers: Mapping[str, str]) -> ErrorAnswer:
+    """The ElevenLabs error ``exc`` becomes, for a request with ``headers`` (whether it presented a credential)."""
+    if isinstance(exc, ValidationException):
+        return ErrorAnswer(HTTP_422_UNPROCESSABLE_ENTITY, _problems(exc), {})
+    if isinstance(exc, ValidationError):  # a model a handler validated itself
+        return ErrorAnswer(HTTP_422_UNPROCESSABLE_ENTITY, _pydantic_problems(exc, "body"), {})
+    if isinstance(exc, ClientException) and isinstance(exc.__cause__, SerializationException):
+        problem = ValidationProblem(loc=["body"], msg="JSON decode error", type="json_invalid")
+        return ErrorAnswer(HTTP_422_UNPROCESSABLE_ENTITY, [problem], dict(exc.headers or {}))
+    error = as_openai_error(exc)
+    status_code, message = error.status_code, error.message
+    status = _STATUSES.get(error.code or "") or error.code or _BY_HTTP_STATUS.get(status_code, "internal_error")
+    if isinstance(exc, UnknownVoiceError):
+        status_code, status = HTTP_404_NOT_FOUND, "voice_not_found"
+        message = f"A voice with the voice_id '{exc.voice_id}' was not found."
+    elif status_code == HTTP_401_UNAUTHORIZED and presented_authorization(headers) is None:
+        status, message = "needs_authorization", NEEDS_AUTHORIZATION
+    return ErrorAnswer(status_code, ElevenLabsErrorDetail(status=status, message=message), dict(error.headers))
+
+
+def _problems(exc: ValidationException) -> list[ValidationProblem]:
+    """Where and why: pydantic's own errors for a body (exact locations and types, which Litestar keeps on the cause
+    it raises from), else Litestar's own list (query and path parameters)."""
+    errors = getattr(exc.__cause__, "errors", None)
+    found = errors() if callable(errors) else errors
+    if isinstance(found, list) and found and all(isinstance(error, dict) for error in found):
+        return [_problem(["body", *error.get("loc", ())], error) for error in found]
+    problems: list[ValidationProblem] = []
+    for item in exc.extra if isinstance(exc.extra, list) else []:
+        if not isinstance(item, dict):
+            continue
+        source = str(getattr(item.get("source"), "value", item.get("source")) or "body")
+        key = str(item.get("key") or "")
+        if source == "body" and key == "data":  # no body at all
+            problems.append(ValidationProblem(loc=["body"], msg="Field required", type="missing"))
+            continue
+        loc: list[str | int] = [source, *(int(part) if part.isdigit() else part for part in key.split(".") if part)]
+        problems.append(ValidationProblem(loc=loc, msg=str(item.get("message", "")), type="value_error"))
+    return problems or [ValidationProblem(loc=["body"], msg=exc.detail, type="value_error")]
+
+
+def _pydantic_problems(exc: ValidationError, source: str) -> list[ValidationProblem]:
+    return [_problem([source, *error["loc"]], dict(error)) for error in exc.errors()]
+
+
+def _problem(loc: list[Any], error: dict[str, Any]) -> ValidationProblem:
+    where: list[str | int] = [part if isinstance(part, int) else str(part) for part in loc]
+    return ValidationProblem(loc=where, msg=str(error.get("msg", "")), type=str(error.get("type", "value_error")))
+
+
+def error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    """The response an exception on an ElevenLabs route becomes (the handler of :data:`EXCEPTION_HANDLERS`)."""
+    error = as_elevenlabs_error(exc, request.headers)
+    note_error(request, exc, error.status_code, error.code)
+    return Response(error.body(), status_code=error.status_code, headers=error.headers, media_type=MediaType.JSON)
+
+
+EXCEPTION_HANDLERS: ExceptionHandlersMap = dict.fromkeys(
+    [*OPENAI_EXCEPTION_HANDLERS, ValidationError, ClientException], error_response
+)
+"""Every exception the OpenAI table answers (the same keys, so that none of its entries wins on these routes),
+answered in ElevenLabs' shape."""
+
+_DESCRIPTIONS = {
+    400: "Invalid request (a custom voice of another model, a request the engine refuses).",
+    401: "`needs_authorization` (no `xi-api-key` nor `Authorization`) or `invalid_api_key`.",
+    403: "The tenant may not use this model, or the token names an unknown tenant.",
+    404: "`voice_not_found` or `model_not_found`.",
+    413: "Request body over the size limit.",
+    422: "The request failed validation: where and why, as ElevenLabs' server reports it.",
+    429: "Over a tenant limit (`rate_limit_exceeded`, `too_many_concurrent_requests`); see Retry-After.",
+    503: "Overloaded (`system_busy`), not ready, engine failure before the first byte, or a backend unreachable; "
+    "see Retry-After.",
+}
+
+
+def error_responses(*status_codes: int) -> dict[int, ResponseSpec]:
+    """The OpenAPI declaration of the ElevenLabs-shaped errors a route can answer with."""
+    return {
+        code: ResponseSpec(
+            ElevenLabsValidationError if code == HTTP_422_UNPROCESSABLE_ENTITY else ElevenLabsErrorResponse,
+            description=_DESCRIPTIONS[code],
+            generate_examples=False,
+        )
+        for code in status_codes
+    }

@@ -1,0 +1,183 @@
+"""``POST /v1/text-to-speech/{voice_id}`` (the whole audio) and ``…/stream`` (the audio as it is spoken).
+
+Both translate ElevenLabs' request into a :class:`~gateway.schemas.SpeechRequest` for 24 kHz PCM and speak it through
+the one speech pipeline (:meth:`SpeechService.speak`: plan, limits, cache, single flight, fair scheduling, failover,
+usage), then encode the PCM into the ``output_format`` asked for at the edge: the cache holds the PCM, so that a text
+spoken through ElevenLabs' routes is a hit for OpenAI's ``pcm``, the realtime sessions and every other format alike.
+
+The whole-audio route answers once the audio is complete, with ``Content-Length``, as ElevenLabs' does: an engine that
+fails half way gets the client an error status, not a short file. The stream route sends the audio as it comes, and a
+failure after its first bytes can only end it short (``gateway/http/tracking.py``), as on ``POST /v1/audio/speech``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+from litestar import Controller, Request, Response, post
+from litestar.background_tasks import BackgroundTask
+from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
+from litestar.params import JSONBody, Parameter
+from litestar.response import Stream
+from litestar.status_codes import HTTP_200_OK
+
+from gateway.audio import AudioFormat, open_encoding, output_sample_rate
+from gateway.elevenlabs.errors import error_responses
+from gateway.elevenlabs.formats import CONTENT_TYPES, DEFAULT_OUTPUT_FORMAT, OutputFormat, encoding_of
+from gateway.elevenlabs.wire import TextToSpeechRequest  # noqa: TC001 - read at runtime, as JSONBody
+from gateway.http.auth.dependencies import Caller  # noqa: TC001 - read at runtime, as JSONBody
+from gateway.http.disconnect import unless_client_leaves
+from gateway.http.errors import ResponseTruncatedError
+from gateway.http.request_record import RequestRecord, request_record
+from gateway.routes.speech import reply_headers
+from gateway.state import gateway_state
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from auth import Principal
+    from gateway.audio import Encoding
+    from gateway.speech.service import SpeechReply
+
+__all__ = ["TextToSpeechController"]
+
+PIPELINE_RATE = output_sample_rate(AudioFormat.PCM)
+"""The rate of the PCM the pipeline speaks for these routes (24 kHz)."""
+PATH = "/v1/text-to-speech"
+
+_AUDIO_SCHEMA = Schema(type=OpenAPIType.STRING, format="binary")  # type: ignore[arg-type]
+
+VoiceId = Annotated[
+    str,
+    Parameter(
+        description="A built-in voice (`GET /v1/voices`) or one of your custom voices (`voice_…`).",
+        min_length=1,
+        max_length=256,
+    ),
+]
+Format = Annotated[
+    OutputFormat,
+    Parameter(description="`codec_rate[_kbps]`: the codec, its sample rate and (mp3, opus) its bit rate."),
+]
+Latency = Annotated[
+    int | None,
+    Parameter(description="Accepted (0 to 4) and ignored: audio always streams as it is spoken.", ge=0, le=4),
+]
+Logging = Annotated[bool | None, Parameter(description="Accepted and ignored: the gateway keeps no history.")]
+
+
+@dataclass
+class AudioOperation(Operation):
+    """Declares the audio the routes really send: one content type per codec."""
+
+    def __post_init__(self) -> None:
+        content = {media_type: OpenAPIMediaType(schema=_AUDIO_SCHEMA) for media_type in CONTENT_TYPES.values()}
+        if self.responses is not None:
+            self.responses["200"] = OpenAPIResponse(description="The audio, in `output_format`.", content=content)
+
+
+def _route(path: str, operation_id: str, summary: str) -> post:
+    return post(
+        path,
+        status_code=HTTP_200_OK,
+        operation_id=operation_id,
+        summary=summary,
+        operation_class=AudioOperation,
+        responses=error_responses(400, 401, 403, 404, 413, 422, 429, 503),
+    )
+
+
+class TextToSpeechController(Controller):
+    path = PATH
+    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
+
+    @_route(
+        "/{voice_id:str}",
+        "elevenLabsTextToSpeech",
+        "ElevenLabs: the whole audio of the text, once it is complete (with Content-Length).",
+    )
+    async def convert(  # noqa: PLR0917 - Litestar's parameters
+        self,
+        request: Request[Any, Any, Any],
+        voice_id: VoiceId,
+        data: JSONBody[TextToSpeechRequest],
+        principal: Caller,
+        output_format: Format = DEFAULT_OUTPUT_FORMAT,
+        optimize_streaming_latency: Latency = None,
+        enable_logging: Logging = None,
+    ) -> Response[bytes]:
+        encoding = encoding_of(output_format)
+        reply, headers = await _speak(request, principal, voice_id, data, output_format)
+        audio = await unless_client_leaves(request.receive, _whole(reply, encoding))
+        return Response(audio, media_type=CONTENT_TYPES[encoding.codec], headers=headers)
+
+    @_route(
+        "/{voice_id:str}/stream",
+        "elevenLabsTextToSpeechStream",
+        "ElevenLabs: the audio of the text, streamed as it is spoken.",
+    )
+    async def stream(  # noqa: PLR0917 - Litestar's parameters
+        self,
+        request: Request[Any, Any, Any],
+        voice_id: VoiceId,
+        data: JSONBody[TextToSpeechRequest],
+        principal: Caller,
+        output_format: Format = DEFAULT_OUTPUT_FORMAT,
+        optimize_streaming_latency: Latency = None,
+        enable_logging: Logging = None,
+    ) -> Response[Any]:
+        encoding = encoding_of(output_format)
+        reply, headers = await _speak(request, principal, voice_id, data, output_format)
+        media_type = CONTENT_TYPES[encoding.codec]
+        # Released after the response however it ended, as on POST /v1/audio/speech (gateway/routes/speech.py).
+        release = BackgroundTask(reply.close)
+        if reply.whole is not None:  # a cache hit: complete already
+            return Response(_encode(reply.whole, encoding), media_type=media_type, headers=headers, background=release)
+        return Stream(_encoded(reply.audio(), encoding), media_type=media_type, headers=headers, background=release)
+
+
+async def _speak(
+    request: Request[Any, Any, Any],
+    principal: Principal,
+    voice_id: str,
+    data: TextToSpeechRequest,
+    output_format: OutputFormat,
+) -> tuple[SpeechReply, dict[str, str]]:
+    """Start speaking ``data`` as PCM; the reply (the caller owns it) and the response's headers."""
+    speech = gateway_state(request.app).speech
+    record = request_record(request.scope) or RequestRecord("-", "POST", request.url.path)
+    reply = await unless_client_leaves(request.receive, speech.speak(principal, data.speech_request(voice_id), record))
+    record.format = output_format.value  # the access log says what the client got
+    headers = reply_headers(reply)
+    headers["x-character-count"] = str(len(reply.request.input))  # what ElevenLabs charges, as it says
+    headers["request-id"] = record.request_id
+    return reply, headers
+
+
+async def _whole(reply: SpeechReply, encoding: Encoding) -> bytes:
+    """All of the reply's audio in ``encoding``, the reply released; an engine that fails half way raises its error
+    (nothing has been sent: the client gets its status)."""
+    async with reply:
+        if reply.whole is not None:
+            return _encode(reply.whole, encoding)
+        try:
+            return b"".join([chunk async for chunk in _encoded(reply.audio(), encoding)])
+        except ResponseTruncatedError as cut:
+            cause = cut.__cause__
+            raise (cause if isinstance(cause, Exception) else cut) from None
+
+
+def _encode(pcm: bytes, encoding: Encoding) -> bytes:
+    encoder = open_encoding(encoding, PIPELINE_RATE)
+    return encoder.encode(pcm) + encoder.finish()
+
+
+async def _encoded(pcm: AsyncIterator[bytes], encoding: Encoding) -> AsyncIterator[bytes]:
+    """The pipeline's PCM in ``encoding``, chunk by chunk as it arrives."""
+    encoder = open_encoding(encoding, PIPELINE_RATE)
+    async for chunk in pcm:
+        if data := encoder.encode(chunk):
+            yield data
+    if tail := encoder.finish():
+        yield tail

@@ -1,0 +1,182 @@
+"""``GET /v1/voices``, ``GET /v2/voices`` and ``GET /v1/voices/{voice_id}``: the voices a caller may speak with, in
+ElevenLabs' voice object.
+
+The same voices as ``GET /v1/audio/voices`` (``gateway/routes/catalog.py``): the built-in voices of the engines of the
+models the tenant may use (``premade``, the voice's name as its ``voice_id``) and the tenant's custom voices
+(``cloned``, their ``voice_…`` id). A tenant has at most ``voices.max_per_tenant`` custom voices and the engines a
+few dozen built-in ones, so a listing reads them whole and pages what it answers.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, get
+from litestar.params import Parameter
+from litestar.status_codes import HTTP_404_NOT_FOUND
+
+from gateway.elevenlabs.errors import error_responses
+from gateway.elevenlabs.wire import CUSTOM_VOICE_PREFIX, ElevenLabsVoice, VoicePage, Voices
+from gateway.http.auth.dependencies import Caller, Router, VoicesDep
+from gateway.http.errors import UnknownVoiceError
+from gateway.schemas import BuiltInVoice  # noqa: TC001 - a parameter's type
+from gateway.speech.voices import CustomVoiceRecord  # noqa: TC001 - a parameter's type
+
+__all__ = ["VoicesController", "VoicesV2Controller"]
+
+MAX_PAGE_SIZE = 100
+_CUSTOM_VOICE_TYPES = frozenset({"personal", "non-default", "non-community", "workspace", "saved"})
+
+
+class VoicesController(Controller):
+    path = "/v1/voices"
+    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
+
+    @get(
+        operation_id="elevenLabsListVoices",
+        summary="ElevenLabs: every voice you may speak with, built in and your own.",
+        responses=error_responses(401, 422, 429, 503),
+    )
+    async def list_voices(
+        self,
+        router: Router,
+        voices: VoicesDep,
+        principal: Caller,
+        show_legacy: Annotated[bool | None, Parameter(description="Accepted and ignored.")] = None,
+    ) -> Voices:
+        return Voices(voices=await _all_voices(router, voices, principal))
+
+    @get(
+        "/{voice_id:str}",
+        operation_id="elevenLabsGetVoice",
+        summary="ElevenLabs: one voice.",
+        responses=error_responses(401, 404, 422, 429, 503),
+    )
+    async def get_voice(
+        self,
+        voice_id: Annotated[str, Parameter(min_length=1, max_length=256)],
+        router: Router,
+        voices: VoicesDep,
+        principal: Caller,
+        with_settings: Annotated[bool | None, Parameter(description="Accepted: settings are always there.")] = None,
+    ) -> ElevenLabsVoice:
+        if voice_id.startswith(CUSTOM_VOICE_PREFIX):
+            custom = await voices.get(principal.tenant.name, voice_id)
+            if custom is not None:
+                return _custom(custom)
+        else:
+            for voice in router.builtin_voices(_models(router, principal)):
+                if voice.id == voice_id:
+                    return _builtin(voice, router)
+        raise UnknownVoiceError(
+            HTTP_404_NOT_FOUND, f"Voice '{voice_id}' was not found.", voice_id=voice_id, param="voice_id",
+            code="voice_not_found",
+        )  # fmt: skip
+
+
+class VoicesV2Controller(Controller):
+    path = "/v2/voices"
+    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
+
+    @get(
+        operation_id="elevenLabsSearchVoices",
+        summary="ElevenLabs: a page of the voices you may speak with, searched, filtered and sorted.",
+        responses=error_responses(401, 422, 429, 503),
+    )
+    async def search_voices(  # noqa: PLR0917 - ElevenLabs' parameters
+        self,
+        router: Router,
+        voices: VoicesDep,
+        principal: Caller,
+        next_page_token: Annotated[
+            str | None, Parameter(description="A page's `next_page_token`.", pattern=r"^\d{1,6}$")
+        ] = None,
+        page_size: Annotated[int, Parameter(description="Voices per page.", ge=1, le=MAX_PAGE_SIZE)] = 10,
+        search: Annotated[
+            str | None, Parameter(description="In the name, description, labels or category.", max_length=256)
+        ] = None,
+        sort: Annotated[str | None, Parameter(description="`name` or `created_at_unix`.", max_length=64)] = None,
+        sort_direction: Annotated[str | None, Parameter(description="`asc` or `desc`.", max_length=16)] = None,
+        voice_type: Annotated[
+            str | None, Parameter(description="`default` (built in), `personal` (yours), ...", max_length=64)
+        ] = None,
+        category: Annotated[str | None, Parameter(description="`premade` or `cloned`.", max_length=64)] = None,
+        voice_ids: Annotated[list[str] | None, Parameter(description="Only these voices.", max_items=100)] = None,
+        include_total_count: Annotated[bool | None, Parameter(description="Accepted: it is always there.")] = None,
+    ) -> VoicePage:
+        found = [
+            voice
+            for voice in await _all_voices(router, voices, principal)
+            if _matches(voice, search=search, voice_type=voice_type, category=category, voice_ids=voice_ids)
+        ]
+        if sort in {"name", "created_at_unix"}:
+            found.sort(key=lambda voice: (voice.name.lower(),) if sort == "name" else (voice.created_at_unix or 0,))
+        if sort_direction == "desc":
+            found.reverse()
+        start = int(next_page_token or 0)
+        end = start + page_size
+        return VoicePage(
+            voices=found[start:end],
+            has_more=end < len(found),
+            total_count=len(found),
+            next_page_token=str(end) if end < len(found) else None,
+        )
+
+
+def _models(router: Router, principal: Caller) -> list[str]:
+    return [name for name in router.model_names() if principal.tenant.allows_model(name)]
+
+
+async def _all_voices(router: Router, voices: VoicesDep, principal: Caller) -> list[ElevenLabsVoice]:
+    """The built-in voices of the models the tenant may use, then the tenant's custom voices of their engines."""
+    models = _models(router, principal)
+    engines = {router.resolve(name).name for name in models}
+    builtin = [_builtin(voice, router) for voice in router.builtin_voices(models)]
+    custom = [_custom(voice) for voice in await voices.list(principal.tenant.name) if voice.model in engines]
+    return [*builtin, *custom]
+
+
+def _builtin(voice: BuiltInVoice, router: Router) -> ElevenLabsVoice:
+    engines = sorted({router.resolve(model).name for model in voice.models})
+    return ElevenLabsVoice(
+        voice_id=voice.id,
+        name=voice.name,
+        category="premade",
+        labels={"engines": ", ".join(engines)},
+        description=voice.description or None,
+        is_owner=False,
+    )
+
+
+def _custom(voice: CustomVoiceRecord) -> ElevenLabsVoice:
+    return ElevenLabsVoice(
+        voice_id=voice.id,
+        name=voice.name,
+        category="cloned",
+        labels={"engines": voice.model},
+        description=None,
+        is_owner=True,
+        created_at_unix=int(voice.created_at),
+    )
+
+
+def _matches(
+    voice: ElevenLabsVoice,
+    *,
+    search: str | None,
+    voice_type: str | None,
+    category: str | None,
+    voice_ids: list[str] | None,
+) -> bool:
+    """Whether ``voice`` passes ``GET /v2/voices``'s filters (``voice_type``: ``default`` is the built-in voices,
+    the personal kinds the tenant's own; the voice library, ``community``, has none here)."""
+    kinds = {"default": {"premade"}, "community": set()}.get(voice_type or "", {"premade", "cloned"})
+    if voice_type in _CUSTOM_VOICE_TYPES:
+        kinds = {"cloned"}
+    words = " ".join([voice.name, voice.description or "", voice.category, *voice.labels.values()]).lower()
+    return (
+        voice.category in kinds
+        and (not category or voice.category == category)
+        and (not voice_ids or voice.voice_id in voice_ids)
+        and (not search or search.lower() in words)
+    )

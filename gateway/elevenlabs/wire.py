@@ -1,0 +1,208 @@
+"""ElevenLabs' wire types, field for field as its ``elevenlabs`` SDK (2.78) sends and parses them.
+
+Requests ignore fields they do not know, as ElevenLabs' own server does (its SDKs add fields often); the ones they
+know are validated within ElevenLabs' documented limits, and this gateway's where it has its own (a text of at most
+4,096 characters, as ``POST /v1/audio/speech``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from gateway.audio import AudioFormat
+from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, SpeechRequest
+
+__all__ = [
+    "CUSTOM_VOICE_PREFIX",
+    "DEFAULT_MODEL_ID",
+    "ElevenLabsErrorDetail",
+    "ElevenLabsErrorResponse",
+    "ElevenLabsModel",
+    "ElevenLabsValidationError",
+    "ElevenLabsVoice",
+    "PronunciationDictionaryLocator",
+    "TextToSpeechRequest",
+    "ValidationProblem",
+    "VoicePage",
+    "VoiceSettings",
+    "Voices",
+]
+
+DEFAULT_MODEL_ID = "eleven_multilingual_v2"
+"""ElevenLabs' default ``model_id``; a built-in alias here, like every ElevenLabs model id."""
+CUSTOM_VOICE_PREFIX = "voice_"
+"""A ``voice_id`` that starts with it names one of the tenant's custom voices; any other names a built-in voice (or
+a custom voice by its name)."""
+SPEED_RANGE = (0.7, 1.2)
+"""ElevenLabs' bounds of ``voice_settings.speed``."""
+
+_Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+_Id = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+_Context = Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
+_RequestIds = Annotated[list[_Id], Field(max_length=3)]
+_LanguageCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*$")]
+
+
+class VoiceSettings(BaseModel):
+    """``voice_settings``: ``speed`` is honoured (the audio is time-stretched, pitch kept); the others are accepted
+    within their bounds and ignored (no engine here has those knobs)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    stability: _Unit | None = None
+    similarity_boost: _Unit | None = None
+    style: _Unit | None = None
+    use_speaker_boost: bool | None = None
+    speed: Annotated[float, Field(ge=SPEED_RANGE[0], le=SPEED_RANGE[1])] | None = None
+    clone_strength: _Unit | None = None
+
+
+DEFAULT_VOICE_SETTINGS = VoiceSettings(
+    stability=0.5, similarity_boost=0.75, style=0.0, use_speaker_boost=True, speed=1.0
+)
+"""What a voice's ``settings`` say: ElevenLabs' defaults (only ``speed`` changes anything here)."""
+
+
+class PronunciationDictionaryLocator(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    pronunciation_dictionary_id: _Id
+    version_id: _Id | None = None
+
+
+_Locators = Annotated[list[PronunciationDictionaryLocator], Field(max_length=3)]
+
+
+class TextToSpeechRequest(BaseModel):
+    """The body of ``POST /v1/text-to-speech/{voice_id}`` and ``…/stream``.
+
+    Spoken: ``text``, ``model_id`` and ``voice_settings.speed``. Accepted within ElevenLabs' bounds and ignored:
+    the other voice settings, ``language_code``, ``seed``, ``previous_text``/``next_text``, the request ids,
+    ``pronunciation_dictionary_locators``, ``use_pvc_as_ivc`` and the text normalization switches. ``audio_effects``
+    must be absent or ``null``: no effect can be applied here.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    text: Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
+    """What to say: 1 to 4,096 characters after trimming."""
+    model_id: _Id | None = None
+    """A model or alias of ``GET /v1/models``; absent or ``null``: ``eleven_multilingual_v2``."""
+    language_code: _LanguageCode | None = None
+    voice_settings: VoiceSettings | None = None
+    pronunciation_dictionary_locators: _Locators | None = None
+    seed: Annotated[int, Field(ge=0, le=4_294_967_295)] | None = None
+    previous_text: _Context | None = None
+    next_text: _Context | None = None
+    previous_request_ids: _RequestIds | None = None
+    next_request_ids: _RequestIds | None = None
+    use_pvc_as_ivc: bool | None = None
+    apply_text_normalization: Literal["auto", "on", "off"] | None = None
+    apply_language_text_normalization: bool | None = None
+    audio_effects: None = None
+    """Refused unless ``null``: no engine of this gateway applies effects."""
+
+    @field_validator("text")
+    @classmethod
+    def _text_has_words(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text must contain at least one non-whitespace character")
+        return value
+
+    def speech_request(self, voice_id: str) -> SpeechRequest:
+        """The request the speech pipeline serves: the text, as 24 kHz PCM, in ``voice_id``'s voice."""
+        speed = self.voice_settings.speed if self.voice_settings is not None else None
+        voice: str | CustomVoice = voice_id
+        if voice_id.startswith(CUSTOM_VOICE_PREFIX):
+            voice = CustomVoice(id=voice_id)
+        return SpeechRequest(
+            model=self.model_id or DEFAULT_MODEL_ID,
+            input=self.text,
+            voice=voice,
+            response_format=AudioFormat.PCM,
+            speed=1.0 if speed is None else speed,
+        )
+
+
+class ElevenLabsVoice(BaseModel):
+    """ElevenLabs' voice object (the SDK's ``Voice``), with the fields this gateway can tell."""
+
+    voice_id: str
+    """A built-in voice's name, or a custom voice's ``voice_…`` id."""
+    name: str
+    category: Literal["premade", "cloned"]
+    """``premade`` for the engines' built-in voices, ``cloned`` for the tenant's custom voices."""
+    labels: dict[str, str]
+    """``engines``: the engines (by name, comma-separated) that speak the voice."""
+    description: str | None
+    preview_url: None = None
+    samples: None = None
+    available_for_tiers: list[str] = Field(default_factory=list)
+    settings: VoiceSettings = DEFAULT_VOICE_SETTINGS
+    high_quality_base_model_ids: list[str] = Field(default_factory=list)
+    is_owner: bool
+    is_legacy: bool = False
+    created_at_unix: int | None = None
+
+
+class Voices(BaseModel):
+    """``GET /v1/voices``: every voice, on one page."""
+
+    voices: list[ElevenLabsVoice]
+
+
+class VoicePage(BaseModel):
+    """``GET /v2/voices``: a page of voices; the next is ``?next_page_token=…`` while ``has_more``."""
+
+    voices: list[ElevenLabsVoice]
+    has_more: bool
+    total_count: int
+    """Voices matching the filters, on every page."""
+    next_page_token: str | None
+
+
+class ElevenLabsModel(BaseModel):
+    """An entry of ElevenLabs' model list (the SDK's ``Model``): an engine or alias of this gateway."""
+
+    model_id: str
+    name: str
+    description: str
+    can_do_text_to_speech: bool = True
+    can_do_voice_conversion: bool = False
+    can_be_finetuned: bool = False
+    can_use_style: bool = False
+    can_use_speaker_boost: bool = False
+    serves_pro_voices: bool = False
+    requires_alpha_access: bool = False
+    token_cost_factor: float = 1.0
+    max_characters_request_free_user: int = MAX_INPUT_CHARS
+    max_characters_request_subscribed_user: int = MAX_INPUT_CHARS
+    maximum_text_length_per_request: int = MAX_INPUT_CHARS
+
+
+class ElevenLabsErrorDetail(BaseModel):
+    status: str
+    """What went wrong, as a code: ``needs_authorization``, ``invalid_api_key``, ``voice_not_found``,
+    ``model_not_found``, ``rate_limit_exceeded``, ``too_many_concurrent_requests``, ``system_busy``, …"""
+    message: str
+
+
+class ElevenLabsErrorResponse(BaseModel):
+    """ElevenLabs' error body: every error of its routes but a validation error has this shape."""
+
+    detail: ElevenLabsErrorDetail
+
+
+class ValidationProblem(BaseModel):
+    loc: list[str | int]
+    """Where: ``["body", "voice_settings", "speed"]``, ``["query", "output_format"]``."""
+    msg: str
+    type: str
+
+
+class ElevenLabsValidationError(BaseModel):
+    """A request that failed validation (422), as ElevenLabs' server (FastAPI) reports it."""
+
+    detail: list[ValidationProblem]
