@@ -1,4 +1,4 @@
-"""Every example in README.md and docs/ (configuration, realtime, deployment), run exactly as written.
+"""Every example in README.md and docs/ (configuration, realtime, ElevenLabs, deployment), run exactly as written.
 
 Each fenced block is preceded by a marker that says how it runs (a block without one fails the test, so no
 example escapes):
@@ -165,7 +165,7 @@ def test_the_custom_voice_examples_run(tmp_path: Path, served: list[subprocess.P
         run_example(example, tmp_path, served)
 
 
-@pytest.mark.parametrize("document", ["README.md", "docs/realtime.md"])
+@pytest.mark.parametrize("document", ["README.md", "docs/realtime.md", "docs/elevenlabs.md"])
 def test_the_examples_against_a_served_gateway_run(
     document: str,
     tmp_path: Path,
