@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Sequence
     from contextlib import AbstractAsyncContextManager
 
     from engines.base import EngineInfo, SynthesisRequest
     from engines.breaker import BreakerSettings
     from engines.scheduling import TenantShare
     from engines.status import PoolStatus
+    from engines.timing import WordMark
 
 __all__ = ["EngineBackend", "PcmStream"]
 
@@ -26,6 +27,13 @@ class PcmStream(Protocol):
 
     sample_rate: int
     info: EngineInfo
+
+    @property
+    def marks(self) -> Sequence[WordMark]:
+        """The word marks of the request's text (``engines/timing.py``: exact or estimated, as
+        ``info.timestamps`` says), in the order of the words: those whose audio has been iterated, growing as it is;
+        all of them once the iteration has ended."""
+        ...
 
     def __aiter__(self) -> AsyncIterator[bytes]: ...
 

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from engines.timing import TimestampsKind, WordStarts
+
 __all__ = [
     "MAX_SPEAKER_CHARS",
     "OPENAI_VOICES",
@@ -30,6 +32,7 @@ __all__ = [
     "EngineUnavailableError",
     "InvalidSynthesisRequestError",
     "JobSource",
+    "MarkingEngine",
     "SynthesisRequest",
     "VoiceInfo",
     "cannot_clone_error",
@@ -99,6 +102,9 @@ class EngineInfo:
     clones_voices: bool = False
     """The engine makes speakers from recordings (:class:`CloningEngine`); the gateway refuses a sample for an engine
     that does not before decoding it."""
+    timestamps: TimestampsKind = "estimated"
+    """How the word marks of its streams are made (``engines/timing.py``): ``"exact"``, the engine places its words as
+    it synthesizes (:class:`MarkingEngine`); ``"estimated"``, from the text and the audio it produced."""
 
     def offers_voice(self, voice_id: str) -> bool:
         """Whether ``voice_id`` is one of :attr:`voices` (a scan: engines offer a handful, and this runs per
@@ -162,6 +168,18 @@ class Engine(Protocol):
         Raise :class:`InvalidSynthesisRequestError` for requests the engine cannot honour; any other exception is
         treated as an engine failure.
         """
+        ...
+
+
+@runtime_checkable
+class MarkingEngine(Engine, Protocol):
+    """An engine that tells where the words of its text start in its audio (``EngineInfo.timestamps`` ``"exact"``)."""
+
+    def synthesize_marked(
+        self, request: SynthesisRequest, cancel: CancelToken
+    ) -> Generator[npt.NDArray[np.int16] | WordStarts, None, None]:
+        """:meth:`Engine.synthesize`, with a :class:`~engines.timing.WordStarts` before the chunks in which the words
+        it names start (samples counted from the start of this synthesis, characters in ``request.text``)."""
         ...
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engines.base import EngineInfo, SynthesisRequest
+    from engines.timing import WordMark
 
 __all__ = [
     "BatchStarted",
@@ -83,7 +84,9 @@ class Pong:
 class JobChunk:
     job_id: int
     pcm: bytes
-    """Mono signed 16-bit little-endian PCM at the engine's sample rate."""
+    """Mono signed 16-bit little-endian PCM at the engine's sample rate (empty when only ``marks`` settled)."""
+    marks: tuple[WordMark, ...] = ()
+    """The words settled by now, whose audio lies in this chunk or before it (``engines/timing.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,3 +117,5 @@ class JobEnded:
     slow_consumer: bool = False
     """Set by the server when it dropped the job because its consumer fell too far behind."""
     invalid: bool = False
+    marks: tuple[WordMark, ...] = ()
+    """The words not yet sent with a chunk, once a job has finished (none after a failure or a cancellation)."""

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from engines.settings import LocalEngineSettings
     from engines.status import PoolState
     from engines.template import WorkerProcess, WorkerTemplates
+    from engines.timing import WordMark
 
 __all__ = ["EnginePool", "SynthesisStream"]
 
@@ -68,20 +69,21 @@ _MAX_SAMPLES_PER_WORKER = 4
 
 
 class _Job:
-    """Server-side state of one job: the PCM the worker sent and not yet consumed, and how it ended."""
+    """Server-side state of one job: the PCM and word marks the worker sent and not yet consumed, and how it ended."""
 
     def __init__(self, job_id: int, max_buffered_bytes: int, grant: Grant[_Worker] | None = None) -> None:
         self.id = job_id
         self.grant = grant
         self.produced_bytes = 0
-        self.events: asyncio.Queue[bytes | JobEnded] = asyncio.Queue()
+        self.events: asyncio.Queue[bytes | tuple[WordMark, ...] | JobEnded] = asyncio.Queue()
         self.buffered_bytes = 0
         self.max_buffered_bytes = max_buffered_bytes
         self.cancelled_at: float | None = None
         self.ended = False
 
-    def on_chunk(self, pcm: bytes) -> bool:
-        """Queue a chunk; False when the consumer has fallen too far behind (it then gets an error)."""
+    def on_chunk(self, pcm: bytes, marks: tuple[WordMark, ...] = ()) -> bool:
+        """Queue a chunk, then the marks that came with it; False when the consumer has fallen too far behind (it then
+        gets an error)."""
         self.produced_bytes += len(pcm)
         if self.cancelled_at is not None:
             return True
@@ -90,7 +92,10 @@ class _Job:
             ended = JobEnded(self.id, error="the client read audio too slowly; request dropped", slow_consumer=True)
             self.events.put_nowait(ended)
             return False
-        self.events.put_nowait(pcm)
+        if pcm:
+            self.events.put_nowait(pcm)
+        if marks:
+            self.events.put_nowait(marks)
         return True
 
     def on_end(self, ended: JobEnded, sample_rate: int) -> None:
@@ -102,23 +107,29 @@ class _Job:
 
 
 class SynthesisStream:
-    """The PCM of one job as it arrives (an :class:`~engines.backend.PcmStream`)."""
+    """The PCM of one job as it arrives (an :class:`~engines.backend.PcmStream`), and its word marks as they come
+    after their audio."""
 
     def __init__(self, job: _Job, info: EngineInfo) -> None:
         self._job = job
         self.info = info
         self.sample_rate = info.sample_rate
+        self.marks: list[WordMark] = []
         self._ending: JobEnded | None = None
 
     def __aiter__(self) -> SynthesisStream:
         return self
 
     async def __anext__(self) -> bytes:
-        if self._ending is None:
+        while self._ending is None:
             item = await self._job.events.get()
             if isinstance(item, bytes):
                 return self._with_queued(item)
-            self._ending = item
+            if isinstance(item, tuple):
+                self.marks.extend(item)
+                continue
+            self._end(item)
+        assert self._ending is not None
         if self._ending.error is None:
             raise StopAsyncIteration
         if self._ending.invalid:
@@ -137,13 +148,20 @@ class SynthesisStream:
         events = self._job.events
         while size < _MAX_JOINED_BYTES and not events.empty():
             item = events.get_nowait()
+            if isinstance(item, tuple):
+                self.marks.extend(item)  # their audio is in the pieces before them: in what this call returns
+                continue
             if not isinstance(item, bytes):
-                self._ending = item  # the job ended behind these pieces: reported on the next call
+                self._end(item)  # the job ended behind these pieces: reported on the next call
                 break
             pieces.append(item)
             size += len(item)
         self._job.buffered_bytes -= size
         return first if len(pieces) == 1 else b"".join(pieces)
+
+    def _end(self, ending: JobEnded) -> None:
+        self._ending = ending
+        self.marks.extend(ending.marks)
 
 
 class _Worker:
@@ -476,7 +494,7 @@ class EnginePool:
             worker.last_progress = worker.last_seen
         if isinstance(message, JobChunk):
             job = worker.jobs.get(message.job_id)
-            if job is not None and not job.on_chunk(message.pcm):
+            if job is not None and not job.on_chunk(message.pcm, message.marks):
                 job.cancelled_at = time.monotonic()
                 worker.send(CancelJob(job.id))
         elif isinstance(message, JobEnded):

@@ -44,6 +44,7 @@ from engines.messages import (
 from engines.pipe import WorkerPipe
 from engines.registry import create_engine
 from engines.samples import speaker_from_sample
+from engines.timing import JobTiming, MarkedSynthesis
 
 if TYPE_CHECKING:
     import socket
@@ -165,26 +166,27 @@ def _serve(engine: Engine, info: EngineInfo, pipe: WorkerPipe, outbox: _Outbox) 
     reader = threading.Thread(target=_read_control, args=(pipe, outbox, jobs, cancels), daemon=True)
     reader.start()
     if isinstance(engine, BatchingEngine) and info.max_batch > 1:
-        _serve_batches(engine, info.max_batch, jobs, cancels, outbox)
+        _serve_batches(engine, info.max_batch, jobs, cancels, outbox, info.sample_rate)
         return
     while (job := jobs.get()) is not None:
-        outbox.send(_run_job(engine, job, cancels[job.job_id], outbox, jobs))
+        outbox.send(_run_job(engine, info.sample_rate, job, cancels[job.job_id], outbox, jobs))
         cancels.pop(job.job_id, None)
 
 
-def _serve_batches(
+def _serve_batches(  # noqa: PLR0917 - the worker's parts
     engine: BatchingEngine,
     max_batch: int,
     jobs: _Inbox,
     cancels: dict[int, CancelFlag],
     outbox: _Outbox,
+    sample_rate: int,
 ) -> None:
     stopping = False
     while not stopping:
         batch, stopping = _collect_batch(jobs, max_batch, engine.batch_window_ms / 1000)
         if batch:
             outbox.send(BatchStarted(len(batch)))
-            running = _RunningBatch(batch, jobs, cancels)
+            running = _RunningBatch(batch, jobs, cancels, engine_rate=sample_rate)
             for ended in _run_batch(engine, running, outbox):
                 outbox.send(ended)
             for job in running.jobs:
@@ -217,8 +219,10 @@ class _RunningBatch:
     """The jobs of the batch the engine is running, by their index in it: those it started with, then those it took
     in while running (its :data:`engines.base.JobSource`)."""
 
-    def __init__(self, first: list[StartJob], jobs: _Inbox, cancels: dict[int, CancelFlag]):
+    def __init__(self, first: list[StartJob], jobs: _Inbox, cancels: dict[int, CancelFlag], *, engine_rate: int):
         self.jobs = list(first)
+        self._rate = engine_rate
+        self._timings: dict[int, JobTiming] = {}
         self.stopping = False
         """The server asked the worker to stop: take no more jobs, end after this batch."""
         self._queue = jobs
@@ -226,6 +230,12 @@ class _RunningBatch:
 
     def cancel(self, index: int) -> CancelFlag:
         return self._cancels[self.jobs[index].job_id]
+
+    def timing(self, index: int) -> JobTiming:
+        """Where the words of job ``index`` fall in its audio: estimated (a batching engine places none)."""
+        if (timing := self._timings.get(index)) is None:
+            timing = self._timings[index] = JobTiming(self.jobs[index].request.text, self._rate)
+        return timing
 
     def take(self, limit: int) -> list[tuple[SynthesisRequest, CancelToken]]:
         """Up to ``limit`` jobs that arrived since, without waiting; they join the batch. The engine calls this between
@@ -257,11 +267,13 @@ def _run_batch(engine: BatchingEngine, running: _RunningBatch, outbox: _Outbox) 
                 continue
             job_id = running.jobs[index].job_id
             if item is None:
-                outbox.send(JobEnded(job_id))
+                cancelled = running.cancel(index).is_set()
+                outbox.send(JobEnded(job_id, marks=() if cancelled else running.timing(index).finish()))
             elif isinstance(item, InvalidSynthesisRequestError):
                 outbox.send(JobEnded(job_id, error=str(item), invalid=True, invalid_param=item.param))
             else:
                 if item.size and not running.cancel(index).is_set():
+                    running.timing(index).add_audio(item)
                     outbox.send(JobChunk(job_id, np.asarray(item, dtype="<i2").tobytes()))
                 continue
             ended.add(index)
@@ -297,14 +309,17 @@ def _read_control(pipe: WorkerPipe, outbox: _Outbox, jobs: _Inbox, cancels: dict
             return
 
 
-def _run_job(engine: Engine, job: StartJob, cancel: CancelFlag, outbox: _Outbox, inbox: _Inbox) -> JobEnded:
-    chunks = engine.synthesize(job.request, cancel)
+def _run_job(  # noqa: PLR0917 - the worker's parts
+    engine: Engine, sample_rate: int, job: StartJob, cancel: CancelFlag, outbox: _Outbox, inbox: _Inbox
+) -> JobEnded:
+    synthesis = MarkedSynthesis(engine, job.request, cancel, sample_rate)
+    chunks = synthesis.chunks()
     try:
-        for chunk in chunks:
+        for chunk, marks in chunks:
             if cancel.is_set():
                 break
-            if chunk.size:
-                outbox.send(JobChunk(job.job_id, np.asarray(chunk, dtype="<i2").tobytes()))
+            if chunk.size or marks:  # the marks of its words travel with the audio, in the same message
+                outbox.send(JobChunk(job.job_id, np.asarray(chunk, dtype="<i2").tobytes(), marks))
             inbox.serve_samples()
     except InvalidSynthesisRequestError as exc:
         return JobEnded(job.job_id, error=str(exc), invalid=True, invalid_param=exc.param)
@@ -313,7 +328,7 @@ def _run_job(engine: Engine, job: StartJob, cancel: CancelFlag, outbox: _Outbox,
         return JobEnded(job.job_id, error=f"{type(exc).__name__}: {exc}")
     finally:
         chunks.close()  # stops the engine's work at once when we leave early
-    return JobEnded(job.job_id)
+    return JobEnded(job.job_id, marks=() if cancel.is_set() else synthesis.finish())
 
 
 def _encode_sample(engine: Engine, info: EngineInfo, message: EncodeSample) -> SampleEncoded:

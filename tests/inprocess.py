@@ -23,6 +23,7 @@ from engines.registry import create_engine
 from engines.samples import speaker_from_sample
 from engines.settings import RemoteEngineSettings
 from engines.status import PoolStatus
+from engines.timing import MarkedSynthesis
 from gateway.app import create_app
 from gateway.settings import Settings
 from gateway.uploads import DecoderProcesses, UploadSettings
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from engines.breaker import BreakerSettings
     from engines.scheduling import TenantShare
     from engines.settings import AnyEngineSettings
+    from engines.timing import WordMark
 
 __all__ = ["ThreadBackend", "in_process_app", "shared_decoders"]
 
@@ -43,23 +45,29 @@ _END = object()
 
 
 class _ThreadStream:
-    """PCM from an engine generator running in a thread, handed to the event loop chunk by chunk."""
+    """PCM from an engine generator running in a thread, handed to the event loop chunk by chunk, with its word marks
+    after their audio (as a worker sends them)."""
 
     def __init__(self, info: EngineInfo) -> None:
         self.info = info
         self.sample_rate = info.sample_rate
+        self.marks: list[WordMark] = []
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
 
     def __aiter__(self) -> _ThreadStream:
         return self
 
     async def __anext__(self) -> bytes:
-        item = await self.queue.get()
-        if item is _END:
-            raise StopAsyncIteration
-        if isinstance(item, BaseException):
-            raise item
-        return bytes(item)
+        while True:
+            item = await self.queue.get()
+            if item is _END:
+                raise StopAsyncIteration
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, tuple):
+                self.marks.extend(item)
+                continue
+            return bytes(item)
 
 
 class ThreadBackend:
@@ -164,16 +172,24 @@ def _run(
     stream: _ThreadStream,
     loop: asyncio.AbstractEventLoop,
 ) -> None:
+    sample_rate = stream.sample_rate
+
     def hand_over(item: object) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed: the test is over
             loop.call_soon_threadsafe(stream.queue.put_nowait, item)
 
-    chunks = engine.synthesize(request, cancel)
+    synthesis = MarkedSynthesis(engine, request, cancel, sample_rate)
+    chunks = synthesis.chunks()
     try:
-        for chunk in chunks:
+        for chunk, marks in chunks:
             if cancel.is_set():
                 break
-            hand_over(np.asarray(chunk, dtype="<i2").tobytes())
+            if chunk.size:
+                hand_over(np.asarray(chunk, dtype="<i2").tobytes())
+            if marks:
+                hand_over(marks)
+        if not cancel.is_set():
+            hand_over(synthesis.finish())
     except InvalidSynthesisRequestError as exc:
         hand_over(exc)
     except Exception as exc:  # as a worker reports a failed job

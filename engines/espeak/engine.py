@@ -16,6 +16,7 @@ from engines.espeak.library import EspeakError, EspeakLibrary, SpeechParameters,
 from engines.espeak.options import EspeakOptions
 from engines.espeak.stream import ThreadedSynthesis
 from engines.espeak.voices import ESPEAK_VOICES, EspeakVoice
+from engines.timing import WordStarts
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Mapping
@@ -85,6 +86,19 @@ class EspeakEngine:
             InvalidSynthesisRequestError: An unknown voice, or a custom ``speaker``.
             RuntimeError: Called before :meth:`load`, or while another synthesis in this process is running.
         """
+        items = self.synthesize_marked(request, cancel)
+        try:
+            for item in items:
+                if not isinstance(item, WordStarts):
+                    yield item
+        finally:
+            items.close()
+
+    def synthesize_marked(
+        self, request: SynthesisRequest, cancel: CancelToken
+    ) -> Generator[npt.NDArray[np.int16] | WordStarts, None, None]:
+        """:meth:`synthesize`, with espeak's word events: a :class:`~engines.timing.WordStarts` before the chunks of
+        each buffer in which words start (espeak reports the sample where each word's sound begins)."""
         library = self._library
         if library is None:
             raise RuntimeError("EspeakEngine.synthesize() called before load()")
@@ -111,6 +125,7 @@ class EspeakEngine:
             voices=tuple(_voice_info(voice) for voice in ESPEAK_VOICES),
             speed_range=(_RATE_MIN_WPM / _RATE_NORMAL_WPM, _RATE_MAX_WPM / _RATE_NORMAL_WPM),
             details={"library": f"espeak-ng {library.version}", "data": str(library.data_path)},
+            timestamps="exact",
         )
 
 

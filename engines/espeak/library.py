@@ -23,10 +23,14 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["EspeakError", "EspeakLibrary", "PcmSink", "SpeechParameters", "open_espeak"]
+__all__ = ["EspeakError", "EspeakLibrary", "PcmSink", "SpeechParameters", "WordEvent", "open_espeak"]
 
-#: Called with each buffer of samples espeak produces; returns True to abort the synthesis.
-PcmSink: TypeAlias = Callable[[npt.NDArray[np.int16]], bool]
+#: A word espeak is about to speak: ``(character offset in the text, sample offset from the start of the synthesis)``.
+WordEvent: TypeAlias = tuple[int, int]
+
+#: Called with each buffer of samples espeak produces and the words that start in it; returns True to abort the
+#: synthesis. The buffer may be empty when only words are reported.
+PcmSink: TypeAlias = Callable[[npt.NDArray[np.int16], tuple[WordEvent, ...]], bool]
 
 _AUDIO_OUTPUT_SYNCHRONOUS: Final = 2
 _INITIALIZE_DONT_EXIT: Final = 0x8000  # without it a missing data directory makes espeak call exit(1)
@@ -37,8 +41,30 @@ _RATE: Final = 1
 _PITCH: Final = 3
 _PROBE_VOICE: Final = "en-us"
 
-# int callback(short *wav, int numsamples, espeak_EVENT *events); the events are not needed, so stay opaque.
-_SynthCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
+_EVENT_LIST_TERMINATED: Final = 0
+_EVENT_WORD: Final = 1
+
+
+class _Event(ctypes.Structure):
+    """``espeak_EVENT`` (speak_lib.h): ``text_position`` counts characters from 1 (UTF-8 input counts code points, not
+    bytes), ``sample`` the samples from the start of the synthesis to the event (``audio_position`` is the same in
+    milliseconds). A callback's events are those whose sample lies in its buffer, the list ending with
+    ``espeakEVENT_LIST_TERMINATED``."""
+
+    _fields_ = (
+        ("type", ctypes.c_int),
+        ("unique_identifier", ctypes.c_uint),
+        ("text_position", ctypes.c_int),
+        ("length", ctypes.c_int),
+        ("audio_position", ctypes.c_int),
+        ("sample", ctypes.c_int),
+        ("user_data", ctypes.c_void_p),
+        ("id", ctypes.c_char * 8),  # a union of int, const char * and char[8]: 8 bytes
+    )
+
+
+# int callback(short *wav, int numsamples, espeak_EVENT *events)
+_SynthCallback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.POINTER(_Event))
 
 _instance: EspeakLibrary | None = None
 _instance_lock = threading.Lock()
@@ -131,14 +157,19 @@ class EspeakLibrary:
             return int(self._lib.espeak_SetVoiceByName(language.encode())) == _EE_OK
 
     def speak(self, text: str, parameters: SpeechParameters, sink: PcmSink) -> None:
-        """Synthesize ``text`` as plain text (no SSML), handing each buffer to ``sink`` until it returns True.
+        """Synthesize ``text`` as plain text (no SSML), handing each buffer to ``sink`` until it returns True; the
+        words it reports have their character offsets in ``text``.
 
         Blocks until espeak is done or aborted; runs in whichever thread calls it.
 
         Raises:
             EspeakError: espeak is busy with another synthesis, or refused the voice or the text.
         """
-        data = text.replace("\0", "").encode("utf-8", errors="ignore") + b"\0"
+        kept = [index for index, ch in enumerate(text) if ch != "\0" and not "\ud800" <= ch <= "\udfff"]
+        spoken = "".join(text[index] for index in kept) if len(kept) < len(text) else text
+        data = spoken.encode("utf-8") + b"\0"
+        if spoken is not text:  # what espeak counts is the text without NULs and lone surrogates
+            sink = _in_original(sink, kept, len(text))
         with self._claim():
             self._apply(parameters)
             _check(self._synth(data, sink), "espeak_Synth")
@@ -170,14 +201,16 @@ class EspeakLibrary:
         _check(int(self._lib.espeak_SetParameter(_RATE, parameters.rate_wpm, 0)), "espeakRATE")
         _check(int(self._lib.espeak_SetParameter(_PITCH, parameters.pitch, 0)), "espeakPITCH")
 
-    def _on_audio(self, wav: ctypes._Pointer[ctypes.c_short], count: int, _events: int | None) -> int:
+    def _on_audio(self, wav: ctypes._Pointer[ctypes.c_short], count: int, events: ctypes._Pointer[_Event]) -> int:
         sink = self._sink
         if sink is None:
             return 1
-        if count <= 0 or not wav:  # the final call of each synthesis carries no samples
+        words = _words(events)
+        if (count <= 0 or not wav) and not words:  # the final call of each synthesis carries no samples
             return 0
         try:
-            return int(sink(np.array(np.ctypeslib.as_array(wav, shape=(count,)), dtype=np.int16)))
+            pcm = np.array(np.ctypeslib.as_array(wav, shape=(count,)), dtype=np.int16) if count > 0 and wav else _NONE
+            return int(sink(pcm, words))
         except BaseException as exc:  # cannot cross the C frames: re-raised in speak()
             self._sink_error = exc
             return 1
@@ -192,6 +225,33 @@ class EspeakLibrary:
     def _version(self) -> str:
         version = self._lib.espeak_Info(None)
         return version.decode() if isinstance(version, bytes) else "unknown"
+
+
+_NONE: Final = np.empty(0, dtype=np.int16)
+
+
+def _words(events: ctypes._Pointer[_Event]) -> tuple[WordEvent, ...]:
+    """The word events of a callback's list: ``(character offset from 0, sample)`` each."""
+    words: list[WordEvent] = []
+    if not events:
+        return ()
+    index = 0
+    while (event := events[index]).type != _EVENT_LIST_TERMINATED:
+        if event.type == _EVENT_WORD:
+            words.append((max(0, event.text_position - 1), max(0, event.sample)))
+        index += 1
+    return tuple(words)
+
+
+def _in_original(sink: PcmSink, kept: list[int], length: int) -> PcmSink:
+    """``sink``, told character offsets in the original text of the offsets espeak counts in the text it was given
+    (``kept``: the original offset of each character given)."""
+
+    def translated(pcm: npt.NDArray[np.int16], words: tuple[WordEvent, ...]) -> bool:
+        moved = tuple((kept[char] if char < len(kept) else length, sample) for char, sample in words)
+        return sink(pcm, moved)
+
+    return translated
 
 
 def _load_cdll(path: Path) -> ctypes.CDLL:

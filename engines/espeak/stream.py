@@ -1,8 +1,9 @@
-"""Turns espeak's blocking, callback-driven synthesis into a generator of PCM chunks.
+"""Turns espeak's blocking, callback-driven synthesis into a generator of PCM chunks and word starts.
 
-``espeak_Synth`` in synchronous mode only returns once the whole text is spoken, calling back with each buffer on
-the way. To hand buffers out as they come, it runs in a helper thread that feeds a bounded queue; the generator
-drains the queue, and tells the helper to abort (the callback returns 1) when it is cancelled or closed.
+``espeak_Synth`` in synchronous mode only returns once the whole text is spoken, calling back with each buffer (and
+the words that start in it) on the way. To hand buffers out as they come, it runs in a helper thread that feeds a
+bounded queue; the generator drains the queue, and tells the helper to abort (the callback returns 1) when it is
+cancelled or closed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from engines.timing import WordStarts
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator
 
@@ -19,7 +22,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from engines.base import CancelToken
-    from engines.espeak.library import PcmSink
+    from engines.espeak.library import PcmSink, WordEvent
 
 __all__ = ["ThreadedSynthesis"]
 
@@ -46,13 +49,14 @@ class ThreadedSynthesis:
     def __init__(self, speak: Callable[[PcmSink], None], chunk_samples: int, max_queued: int) -> None:
         self._speak = speak
         self._chunk_samples = chunk_samples
-        self._queue: queue.Queue[npt.NDArray[np.int16] | _Finished] = queue.Queue(maxsize=max_queued)
+        self._queue: queue.Queue[npt.NDArray[np.int16] | WordStarts | _Finished] = queue.Queue(maxsize=max_queued)
         self._stop = threading.Event()
         # A daemon, so that a hung native call cannot keep the worker process alive on exit.
         self._thread = threading.Thread(target=self._run, name="espeak-synthesis", daemon=True)
 
-    def chunks(self, cancel: CancelToken) -> Generator[npt.NDArray[np.int16], None, None]:
-        """Yield the chunks as espeak produces them; stop early once ``cancel`` is set or the generator is closed.
+    def chunks(self, cancel: CancelToken) -> Generator[npt.NDArray[np.int16] | WordStarts, None, None]:
+        """Yield the chunks as espeak produces them, each buffer's word starts before its chunks; stop early once
+        ``cancel`` is set or the generator is closed.
 
         Raises:
             RuntimeError: espeak failed, or did not stop when asked.
@@ -70,7 +74,7 @@ class ThreadedSynthesis:
         finally:
             self._halt()
 
-    def _next_item(self) -> npt.NDArray[np.int16] | _Finished | None:
+    def _next_item(self) -> npt.NDArray[np.int16] | WordStarts | _Finished | None:
         try:
             return self._queue.get(timeout=_POLL_S)
         except queue.Empty:
@@ -90,13 +94,15 @@ class ThreadedSynthesis:
         else:
             self._put(_Finished())
 
-    def _offer(self, pcm: npt.NDArray[np.int16]) -> bool:
+    def _offer(self, pcm: npt.NDArray[np.int16], words: tuple[WordEvent, ...]) -> bool:
+        if words and not self._put(WordStarts(words)):
+            return True
         for start in range(0, pcm.size, self._chunk_samples):
             if not self._put(pcm[start : start + self._chunk_samples]):
                 break
         return self._stop.is_set()
 
-    def _put(self, item: npt.NDArray[np.int16] | _Finished) -> bool:
+    def _put(self, item: npt.NDArray[np.int16] | WordStarts | _Finished) -> bool:
         # Bounded waits, so that a consumer that went away cannot leave the helper blocked forever.
         while not self._stop.is_set():
             try:

@@ -228,8 +228,9 @@ class RemoteEngine:
             context = tenant_context(tenant, share)
             response = await self._send(endpoint, request, attempt, deadline, context=context, continuing=continuing)
             stream = RemotePcmStream(
-                response, self._info, attempt, first_byte_deadline=deadline, idle_timeout_s=self._options.idle_timeout_s
-            )
+                response, self._info, attempt, text=request.text, first_byte_deadline=deadline,
+                idle_timeout_s=self._options.idle_timeout_s,
+            )  # fmt: skip
             try:
                 yield stream
             finally:

@@ -1,5 +1,9 @@
-"""One upstream response read as a :class:`~engines.backend.PcmStream`: whole samples, bounded silences, and a
-verdict for the endpoint's breaker."""
+"""One upstream response read as a :class:`~engines.backend.PcmStream`: whole samples, bounded silences, estimated
+word marks, and a verdict for the endpoint's breaker.
+
+The hop carries audio only (the upstream is asked for raw ``pcm``): the words are placed here, estimated from the text
+and the audio received (``engines/timing.py``), even when the upstream is an engine node whose own engine placed them
+exactly."""
 
 from __future__ import annotations
 
@@ -9,14 +13,17 @@ import time
 from typing import TYPE_CHECKING
 
 import httpx
+import numpy as np
 
 from engines.errors import SynthesisFailedError
+from engines.timing import JobTiming
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from engines.base import EngineInfo
     from engines.remote.endpoints import EndpointAddress
+    from engines.timing import WordMark
 
 __all__ = ["Attempt", "RemotePcmStream", "describe_error"]
 
@@ -73,11 +80,14 @@ class RemotePcmStream:
         info: EngineInfo,
         attempt: Attempt,
         *,
+        text: str,
         first_byte_deadline: float,
         idle_timeout_s: float,
     ) -> None:
         self.sample_rate = info.sample_rate
         self.info = info
+        self.marks: list[WordMark] = []
+        self._timing: JobTiming | None = JobTiming(text, info.sample_rate)
         self._attempt = attempt
         self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
         self._first_byte_deadline = first_byte_deadline
@@ -95,6 +105,9 @@ class RemotePcmStream:
             data = await self._next_raw()
             if data is None:
                 self._attempt.succeeded()  # a complete (possibly empty) answer
+                if self._timing is not None:
+                    self.marks.extend(self._timing.finish())
+                    self._timing = None
                 raise StopAsyncIteration
             # The upstream's chunks need not hold whole samples: carry an odd byte over to the next one.
             data = self._odd_byte + data
@@ -102,6 +115,8 @@ class RemotePcmStream:
             self._odd_byte = data[whole:]
             if whole:
                 self.produced_bytes += whole
+                if self._timing is not None:
+                    self._timing.add_audio(np.frombuffer(data, dtype="<i2", count=whole // _SAMPLE_BYTES))
                 return data[:whole]
 
     async def aclose(self) -> None:
