@@ -41,7 +41,10 @@ __all__ = ["DEFAULT_REDIS_BUDGET_BYTES", "REFUSAL_PAUSE_S", "SHARDS", "SHRUNK_BU
 
 logger = logging.getLogger("tts_gateway.cache")
 
-_KEY_VERSION = 1  # bump when the key's contents change, so old entries are never served for new requests
+# Bump when the key's contents or the value's format change, so old entries are never served for new requests: 2 when
+# values began to carry word timestamps (``gateway/speech/service.py``), whose header an older replica would have
+# played as audio.
+_KEY_VERSION = 2
 
 
 def cache_key(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 from engines.errors import ConsumerTooSlowError, EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator
+    from collections.abc import AsyncIterator, Callable, Iterator, Sequence
     from contextlib import AbstractAsyncContextManager
 
     from prometheus_client import Counter
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from engines.backend import EngineBackend, PcmStream
     from engines.base import EngineInfo, SynthesisRequest
     from engines.breaker import CircuitBreaker
+    from engines.timing import WordMark
     from gateway.speech.plan import SpeechPlan
     from gateway.speech.routing import ModelRouter
 
@@ -73,6 +74,12 @@ class SpokenStream:
     _first: bytes | None
     _rest: AsyncIterator[bytes] = field(repr=False)
     _breaker: CircuitBreaker | None = field(repr=False)
+    _source: PcmStream | None = field(default=None, repr=False)
+    """The engine's stream: its word marks."""
+
+    @property
+    def marks(self) -> Sequence[WordMark]:
+        return self._source.marks if self._source is not None else ()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         if self._first is None:  # the engine ended without audio
@@ -197,7 +204,7 @@ class Failover:
             raise
         if breaker is not None:
             breaker.record_success()
-        return SpokenStream(plan, tries.retries, pcm.info, pcm.sample_rate, first, chunks, breaker)
+        return SpokenStream(plan, tries.retries, pcm.info, pcm.sample_rate, first, chunks, breaker, pcm)
 
 
 def _candidates(plan: SpeechPlan, engines: tuple[EngineBackend, ...]) -> Iterator[SpeechPlan]:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from engines.backend import PcmStream
     from engines.base import EngineInfo, SynthesisRequest
+    from engines.timing import WordMark
 
 __all__ = ["OpenJob", "SegmentedStream", "clause_ends", "long_cut", "sentence_ends", "speakable", "split_text"]
 
@@ -123,23 +124,34 @@ class SegmentedStream:
     Enter it to open the first segment's job (the engine's errors on entering a stream are raised then: not ready,
     overloaded); leaving it cancels the job in progress, and no later segment is opened. A later segment that
     cannot start or fails raises from the iteration, as a job failing after its first audio does.
+
+    Its word marks are each job's, moved to the whole: characters by the segment's place in the request's text,
+    samples by the audio of the segments before it (exact: the samples each job made).
     """
 
     sample_rate: int
     info: EngineInfo
     _first: PcmStream
 
-    def __init__(self, segments: list[SynthesisRequest], open_job: OpenJob) -> None:
+    def __init__(self, segments: list[SynthesisRequest], open_job: OpenJob, char_offsets: list[int] | None = None):
         self._segments = segments
         self._open_job = open_job
+        self._char_offsets = char_offsets or [0] * len(segments)
         self._job = AsyncExitStack()
         """Holds the job in progress: closed when it ends, before the next is asked for."""
         self._closed = False
+        self.marks: list[WordMark] = []
 
     @classmethod
     def of(cls, request: SynthesisRequest, texts: list[str], open_job: OpenJob) -> SegmentedStream:
-        """``request`` spoken as the segments ``texts`` (same voice, speaker, speed, seed and instructions)."""
-        return cls([replace(request, text=text) for text in texts], open_job)
+        """``request`` spoken as the segments ``texts`` (same voice, speaker, speed, seed and instructions), each a
+        piece of ``request.text`` in order (as :func:`split_text` cuts it)."""
+        offsets, searched = [], 0
+        for text in texts:
+            found = request.text.find(text, searched)
+            offsets.append(max(found, 0))
+            searched = found + len(text) if found >= 0 else searched
+        return cls([replace(request, text=text) for text in texts], open_job, offsets)
 
     async def __aenter__(self) -> SegmentedStream:
         first = await self._job.enter_async_context(self._open_job(self._segments[0]))
@@ -157,14 +169,28 @@ class SegmentedStream:
         await self._job.aclose()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        pcm = self._first
-        for segment in self._segments[1:]:
+        pcm, samples = self._first, 0
+        for index, segment in enumerate(self._segments):
+            if index:
+                # The job before has ended: its slot goes back to the engine's scheduler before this request queues
+                # again.
+                await self._job.aclose()
+                if self._closed:
+                    return
+                pcm = await self._job.enter_async_context(self._open_job(segment, continuing=True))
+            told, chars, before = 0, self._char_offsets[index], samples
             async for chunk in pcm:
+                told = self._take_marks(pcm, told, chars, before)
+                samples += len(chunk) // 2
                 yield chunk
-            # Its job has ended: the slot goes back to the engine's scheduler before this request queues again.
-            await self._job.aclose()
-            if self._closed:
-                return
-            pcm = await self._job.enter_async_context(self._open_job(segment, continuing=True))
-        async for chunk in pcm:
-            yield chunk
+            self._take_marks(pcm, told, chars, before)  # those of the job's end
+
+    def _take_marks(self, pcm: PcmStream, told: int, char_offset: int, sample_offset: int) -> int:
+        """The job's marks from the ``told``-th on, moved to the whole request; returns how many it has told."""
+        marks = pcm.marks
+        self.marks.extend(
+            replace(m, char_start=m.char_start + char_offset, char_end=m.char_end + char_offset,
+                    sample_start=m.sample_start + sample_offset, sample_end=m.sample_end + sample_offset)
+            for m in marks[told:]
+        )  # fmt: skip
+        return len(marks)

@@ -28,18 +28,20 @@ import anyio
 from engines.base import InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.scheduling import TenantShare
+from engines.timing import word_spans
 from gateway.audio import open_encoder
 from gateway.http.errors import ResponseTruncatedError
 from gateway.schemas import EngineNodeSpeechRequest
 from gateway.settings import SpeechSettings
+from gateway.speech.alignment import Alignment, CharacterCursor, SpeechChunk, WordTime, pack_words, unpack_words
 from gateway.speech.cache import cache_key
-from gateway.speech.delivery import AudioClock, encode_stream, speech_usage
+from gateway.speech.delivery import AudioClock, encode_timed, speech_usage
 from gateway.speech.failover import Failover
 from gateway.speech.segments import SegmentedStream, split_text
 from lifecycle import BackgroundTasks
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Callable
+    from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
     from contextlib import AbstractAsyncContextManager
 
     from auth import Principal, Tenant
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from auth.usage import UsageLedger
     from engines.backend import EngineBackend, PcmStream
     from engines.base import EngineInfo, SynthesisRequest
+    from engines.timing import TimestampsKind
     from gateway.http.request_record import RequestRecord
     from gateway.observability.metrics import SpeechMetrics
     from gateway.schemas import SpeechRequest, SpeechUsage
@@ -63,7 +66,12 @@ logger = logging.getLogger("tts_gateway.speech")
 # What can end a stream after its first bytes: the engine failed, its stream was cut, or a later segment could not
 # start. Anything else (a bug) keeps its traceback.
 _ENGINE_ERRORS = (SynthesisFailedError, EngineNotReadyError, EngineOverloadedError, InvalidSynthesisRequestError)
-_CACHE_HEADER = struct.Struct("<d")  # cached value: audio seconds, then the encoded audio
+# A cached value: its format (1), the audio seconds, flags (bit 0: the words were placed exactly), the words
+# (``alignment.pack_words``), then the encoded audio. Format 0 (the audio seconds, then the audio) lived under cache
+# keys of version 1: it is never read, so an older replica sharing the Redis never plays this header as audio either.
+_CACHE_HEADER = struct.Struct("<BdB")
+_CACHE_FORMAT = 1
+_EXACT = 1
 _HIT_CHUNK_BYTES = 32 * 1024
 
 
@@ -79,12 +87,16 @@ class _Outcome:
     clock: AudioClock = field(default_factory=AudioClock)
     retries: int = 0
     """Tries repeated before the first audio (the ``x-retries`` header)."""
+    timestamps: TimestampsKind = "estimated"
+    """How the engine that spoke placed its words."""
+    words: list[WordTime] = field(default_factory=list)
+    """The words' times as produced (stored with the audio in the cache)."""
 
 
 @dataclass
 class SpeechReply:
-    """Audio on its way to one client: iterate :meth:`audio` or :meth:`sse_events` once, or send :attr:`whole` (when
-    it is there).
+    """Audio on its way to one client: iterate :meth:`audio`, :meth:`timed` or :meth:`sse_events` once, or send
+    :attr:`whole` (when it is there).
 
     Whoever called :meth:`SpeechService.speak` owns the reply and releases it, with :meth:`close` or ``async with``:
     the HTTP endpoint after its response, a realtime session when the segment or response ends. Release frees what
@@ -97,8 +109,8 @@ class SpeechReply:
     engine: str
     cache_hit: bool
     outcome: _Outcome
-    _first: bytes
-    _rest: AsyncIterator[bytes]
+    _first: SpeechChunk
+    _rest: AsyncIterator[SpeechChunk]
     _finish: AsyncExitStack = field(repr=False)
     whole: bytes | None = None
     """All of the audio when it was complete before the reply started (a cache hit): it can go out in one body,
@@ -109,6 +121,10 @@ class SpeechReply:
     """Told when the audio ends short after its first bytes (logged and counted there)."""
     tasks: BackgroundTasks = field(kw_only=True, repr=False)
     """Where the release of a reply never iterated runs (its finalizer cannot await)."""
+    alignment: Alignment = field(kw_only=True)
+    """The words of ``request.input`` with their times in this reply's audio (``gateway/speech/alignment.py``):
+    complete from the start for a cache hit (with :attr:`whole`), else growing as :meth:`timed` goes, complete once it
+    has ended."""
 
     def __post_init__(self) -> None:
         loop = asyncio.get_running_loop()
@@ -120,21 +136,39 @@ class SpeechReply:
     async def __aexit__(self, *_: object) -> None:
         await self.close()
 
+    async def timed(self) -> AsyncIterator[SpeechChunk]:
+        """The encoded audio (raw 24 kHz PCM for a ``pcm`` request) in pieces, each with the words that became known
+        with it (a piece may hold words only); :attr:`alignment` grows with them.
+
+        Raises:
+            ResponseTruncatedError: the engine failed after the first bytes; the audio ends short.
+        """
+        alignment = self.alignment
+        growing = alignment.audio_s is None  # a cache hit's is complete already
+        try:
+            if self._first.audio or self._first.words:
+                if growing:
+                    alignment.words.extend(self._first.words)
+                yield self._first
+            async for chunk in self._rest:
+                if growing:
+                    alignment.words.extend(chunk.words)
+                yield chunk
+        except _ENGINE_ERRORS as exc:  # after the first bytes: the response can only end short
+            if self.on_cut is not None:
+                self.on_cut(exc)
+            raise ResponseTruncatedError(str(exc)) from exc
+        alignment.audio_s = self.outcome.clock.seconds
+
     async def audio(self) -> AsyncIterator[bytes]:
         """The encoded audio (raw 24 kHz PCM for a ``pcm`` request).
 
         Raises:
             ResponseTruncatedError: the engine failed after the first bytes; the audio ends short.
         """
-        try:
-            if self._first:
-                yield self._first
-            async for data in self._rest:
-                yield data
-        except _ENGINE_ERRORS as exc:  # after the first bytes: the response can only end short
-            if self.on_cut is not None:
-                self.on_cut(exc)
-            raise ResponseTruncatedError(str(exc)) from exc
+        async for chunk in self.timed():
+            if chunk.audio:
+                yield chunk.audio
 
     async def close(self) -> None:
         """Release what the request holds; the owner calls it once, however the reply ended (twice is harmless)."""
@@ -146,9 +180,16 @@ class SpeechReply:
             await self._finish.aclose()
 
     async def sse_events(self) -> AsyncIterator[str]:
-        """``speech.audio.delta`` events with base64 audio, then ``speech.audio.done`` with usage."""
-        async for data in self.audio():
-            yield json.dumps({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+        """``speech.audio.delta`` events with base64 audio, ``speech.audio.timestamps`` events (this gateway's
+        extension: the words and characters as they become known), then ``speech.audio.done`` with usage."""
+        cursor = CharacterCursor(self.request.input)
+        async for chunk in self.timed():
+            if chunk.audio:
+                yield json.dumps({"type": "speech.audio.delta", "audio": base64.b64encode(chunk.audio).decode("ascii")})
+            if chunk.words and (event := _timestamps_event(chunk.words, cursor, self.alignment)):
+                yield event
+        if event := _timestamps_event((), cursor, self.alignment):  # what follows the last word
+            yield event
         yield json.dumps({"type": "speech.audio.done", "usage": self.usage().model_dump()})
 
     def usage(self) -> SpeechUsage:
@@ -158,6 +199,36 @@ class SpeechReply:
     def retries(self) -> int:
         """Tries the synthesis repeated before its first audio (0 for a cache hit)."""
         return self.outcome.retries
+
+
+def _timestamps_event(words: tuple[WordTime, ...], cursor: CharacterCursor, alignment: Alignment) -> str | None:
+    """``speech.audio.timestamps``: ``words`` and the characters up to the end of the last of them (to the end of the
+    text once the audio has ended); ``None`` when there is nothing new."""
+    characters = cursor.advance(alignment.words, alignment.audio_s)
+    if not words and characters is None:
+        return None
+    text = alignment.text
+    event: dict[str, object] = {
+        "type": "speech.audio.timestamps",
+        "kind": alignment.kind,
+        "words": [
+            {
+                "word": text[w.char_start : w.char_end],
+                "start": round(w.start_s, 3),
+                "end": round(w.end_s, 3),
+                "char_start": w.char_start,
+                "char_end": w.char_end,
+            }
+            for w in words
+        ],
+        "char_start": characters.first if characters is not None else len(text),
+        "alignment": (
+            characters.rest_api()
+            if characters is not None
+            else {"characters": [], "character_start_times_seconds": [], "character_end_times_seconds": []}
+        ),
+    }
+    return json.dumps(event)
 
 
 class SpeechService:
@@ -259,9 +330,9 @@ class SpeechService:
         tenant: Tenant,
     ) -> SpeechReply:
         request, pool = plan.request, plan.pool
-        if cached is not None:
+        reply = self._hit(request, pool.name, cached, finish) if cached is not None else None
+        if reply is not None:
             self.metrics.cache.labels("hit").inc()
-            reply = self._hit(request, pool.name, cached, finish)
         else:
             self.metrics.cache.labels("miss").inc()
             reply = await self._miss(key, plan, finish, tenant)
@@ -278,37 +349,57 @@ class SpeechService:
         scope = "" if self.cache.shared_across_tenants else _tenant_scope(tenant)
         return _key(plan.request, plan.pool.name, plan.info, plan.voice, scope)
 
-    def _hit(self, request: SpeechRequest, engine: str, cached: bytes, finish: AsyncExitStack) -> SpeechReply:
-        outcome = _Outcome(engine, "", AudioClock(_CACHE_HEADER.unpack_from(cached)[0]))
-        audio = memoryview(cached)[_CACHE_HEADER.size :]
-        slices = _slices(audio)  # for server-sent events, which need the audio in pieces; raw audio goes out whole
+    def _hit(self, request: SpeechRequest, engine: str, cached: bytes, finish: AsyncExitStack) -> SpeechReply | None:
+        """The reply of a cached value; ``None`` when it cannot be read or its words do not fit ``request.input`` (a
+        text that reads the same but is cut into other words): then the request is served as a miss."""
+        try:
+            version, seconds, flags = _CACHE_HEADER.unpack_from(cached)
+            if version != _CACHE_FORMAT:
+                return None
+            stored, size = unpack_words(memoryview(cached)[_CACHE_HEADER.size :])
+        except struct.error:
+            return None
+        words = _fitted(request.input, stored)
+        if words is None:
+            return None
+        outcome = _Outcome(engine, "", AudioClock(seconds), timestamps="exact" if flags & _EXACT else "estimated")
+        alignment = Alignment(request.input, outcome.timestamps, words, audio_s=seconds)
+        audio = memoryview(cached)[_CACHE_HEADER.size + size :]
+        slices = _slices(audio, tuple(words))  # for server-sent events, which need the audio in pieces
         finish.push_async_callback(slices.aclose)
         return SpeechReply(
-            request, engine, True, outcome, b"", slices, finish, whole=bytes(audio), tasks=self.background
-        )
+            request, engine, True, outcome, SpeechChunk(b""), slices, finish, whole=bytes(audio),
+            tasks=self.background, alignment=alignment,
+        )  # fmt: skip
 
     async def _miss(self, key: str, plan: SpeechPlan, finish: AsyncExitStack, tenant: Tenant) -> SpeechReply:
         outcome = self._outcomes.setdefault(key, _Outcome(plan.pool.name, key))
         chunks = self.flights.stream(
             key,
             lambda: self._produce(key, plan, outcome, tenant),
-            on_complete=lambda audio: self._store(outcome, audio),
+            on_complete=lambda produced: self._store(outcome, produced),
         )
         finish.push_async_callback(chunks.aclose)  # our share of a single flight ends with this response
-        first = await anext(chunks, b"")
-        return SpeechReply(plan.request, outcome.engine, False, outcome, first, chunks, finish, tasks=self.background)
+        first = await anext(chunks, SpeechChunk(b""))
+        return SpeechReply(
+            plan.request, outcome.engine, False, outcome, first, chunks, finish, tasks=self.background,
+            alignment=Alignment(plan.request.input, outcome.timestamps),
+        )  # fmt: skip
 
-    async def _produce(self, key: str, plan: SpeechPlan, outcome: _Outcome, tenant: Tenant) -> AsyncIterator[bytes]:
+    async def _produce(
+        self, key: str, plan: SpeechPlan, outcome: _Outcome, tenant: Tenant
+    ) -> AsyncIterator[SpeechChunk]:
         started = time.perf_counter()
         try:
             async with self._failover_stream(plan, tenant) as pcm:
                 self._settle(outcome, pcm, tenant)  # before the first bytes go: x-engine and x-retries say it
                 tempo = pcm.plan.tempo
                 encoder = open_encoder(plan.request.response_format, pcm.sample_rate, tempo)
-                async for data in encode_stream(pcm, pcm.sample_rate, tempo, encoder, outcome.clock):
-                    yield data
+                async for chunk in encode_timed(pcm, tempo, encoder, outcome.clock):
+                    outcome.words.extend(chunk.words)
+                    yield chunk
                 if data := encoder.finish():
-                    yield data
+                    yield SpeechChunk(data)
         finally:
             self._outcomes.pop(key, None)
         self._observe(outcome.engine, time.perf_counter() - started, outcome.clock.seconds)
@@ -317,6 +408,7 @@ class SpeechService:
         """Name the engine that spoke, and cache its audio under that engine's key (another engine's audio must not
         answer later requests planned for the first)."""
         outcome.retries = spoken.retries
+        outcome.timestamps = spoken.info.timestamps
         if spoken.plan.pool.name != outcome.engine:
             outcome.engine = spoken.plan.pool.name
             outcome.cache_key = self._cache_key(spoken.plan, tenant)
@@ -394,8 +486,10 @@ class SpeechService:
             },
         )
 
-    async def _store(self, outcome: _Outcome, audio: bytes) -> None:
-        await self.cache.set(outcome.cache_key, _CACHE_HEADER.pack(outcome.clock.seconds) + audio)
+    async def _store(self, outcome: _Outcome, produced: Sequence[SpeechChunk]) -> None:
+        flags = _EXACT if outcome.timestamps == "exact" else 0
+        header = _CACHE_HEADER.pack(_CACHE_FORMAT, outcome.clock.seconds, flags) + pack_words(outcome.words)
+        await self.cache.set(outcome.cache_key, header + b"".join(chunk.audio for chunk in produced))
 
     def _observe(self, engine: str, wall_seconds: float, audio_seconds: float) -> None:
         """Record one synthesis in the metrics."""
@@ -459,6 +553,20 @@ def _key(request: SpeechRequest, engine: str, info: EngineInfo | None, voice: Vo
     )
 
 
-async def _slices(audio: memoryview) -> AsyncGenerator[bytes, None]:
+async def _slices(audio: memoryview, words: tuple[WordTime, ...]) -> AsyncGenerator[SpeechChunk, None]:
+    """A cached reply in pieces, every word with the first: the client has all of the audio at once anyway."""
     for start in range(0, len(audio), _HIT_CHUNK_BYTES):
-        yield bytes(audio[start : start + _HIT_CHUNK_BYTES])
+        yield SpeechChunk(bytes(audio[start : start + _HIT_CHUNK_BYTES]), words if start == 0 else ())
+    if not audio and words:
+        yield SpeechChunk(b"", words)
+
+
+def _fitted(text: str, stored: list[WordTime]) -> list[WordTime] | None:
+    """The stored words on ``text``'s characters: as stored when ``text`` has the same words in the same places, moved
+    onto its words when it has as many (the key's text was normalised: whitespace, NFC), else ``None``."""
+    spans = word_spans(text)
+    if [(w.char_start, w.char_end) for w in stored] == spans:
+        return stored
+    if len(spans) != len(stored):
+        return None
+    return [WordTime(start, end, w.start_s, w.end_s) for (start, end), w in zip(spans, stored, strict=True)]

@@ -1,29 +1,32 @@
-"""Single-flight: identical syntheses in flight on one replica share one producer."""
+"""Single-flight: identical syntheses in flight on one replica share one producer (of any kind of chunk: the speech
+service's are encoded audio with the words' times)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 
 __all__ = ["ProductionCancelledError", "SingleFlight"]
 
 logger = logging.getLogger("tts_gateway.cache")
+
+T = TypeVar("T")
 
 
 class ProductionCancelledError(Exception):
     """A shared synthesis was cancelled from outside (e.g. shutdown) while waiters were still reading it."""
 
 
-class _Flight:
+class _Flight(Generic[T]):
     """One production and the chunks it has made so far."""
 
     def __init__(self) -> None:
-        self.chunks: list[bytes] = []
+        self.chunks: list[T] = []
         self.done = False
         self.error: BaseException | None = None
         self.waiters = 0
@@ -48,22 +51,22 @@ class SingleFlight:
     """
 
     def __init__(self) -> None:
-        self._flights: dict[str, _Flight] = {}
+        self._flights: dict[str, _Flight[Any]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def stream(
         self,
         key: str,
-        produce: Callable[[], AsyncIterator[bytes]],
-        on_complete: Callable[[bytes], Awaitable[None]] | None = None,
-    ) -> AsyncGenerator[bytes, None]:
+        produce: Callable[[], AsyncIterator[T]],
+        on_complete: Callable[[Sequence[T]], Awaitable[None]] | None = None,
+    ) -> AsyncGenerator[T, None]:
         """The chunks of the production for ``key``, started by the first caller.
 
         Args:
             key: requests with equal keys share one production (see :func:`cache_key`).
             produce: makes the chunks; called once per production.
-            on_complete: awaited with the whole audio once the production finished successfully (never for a
-                failed or cancelled one), e.g. to store it in the :class:`AudioCache`. The first caller's is used.
+            on_complete: awaited with every chunk once the production finished successfully (never for a failed or
+                cancelled one), e.g. to store the audio in the :class:`AudioCache`. The first caller's is used.
 
         Raises:
             Exception: whatever ``produce()`` raised, re-raised to every caller.
@@ -79,11 +82,11 @@ class SingleFlight:
     async def _follow(
         self,
         key: str,
-        produce: Callable[[], AsyncIterator[bytes]],
-        on_complete: Callable[[bytes], Awaitable[None]] | None,
-    ) -> AsyncGenerator[bytes, None]:
+        produce: Callable[[], AsyncIterator[T]],
+        on_complete: Callable[[Sequence[T]], Awaitable[None]] | None,
+    ) -> AsyncGenerator[T, None]:
         # Joined on the first ``anext``, not at the call: a stream never iterated starts and holds nothing.
-        flight = self._flights.get(key) or self._start(key, produce, on_complete)
+        flight: _Flight[T] = self._flights.get(key) or self._start(key, produce, on_complete)
         flight.waiters += 1
         try:
             sent = 0
@@ -111,10 +114,10 @@ class SingleFlight:
     def _start(
         self,
         key: str,
-        produce: Callable[[], AsyncIterator[bytes]],
-        on_complete: Callable[[bytes], Awaitable[None]] | None,
-    ) -> _Flight:
-        flight = _Flight()
+        produce: Callable[[], AsyncIterator[T]],
+        on_complete: Callable[[Sequence[T]], Awaitable[None]] | None,
+    ) -> _Flight[T]:
+        flight: _Flight[T] = _Flight()
         self._flights[key] = flight
         flight.task = asyncio.get_running_loop().create_task(self._produce(key, flight, produce, on_complete))
         self._tasks.add(flight.task)
@@ -134,9 +137,9 @@ class SingleFlight:
     async def _produce(
         self,
         key: str,
-        flight: _Flight,
-        produce: Callable[[], AsyncIterator[bytes]],
-        on_complete: Callable[[bytes], Awaitable[None]] | None,
+        flight: _Flight[T],
+        produce: Callable[[], AsyncIterator[T]],
+        on_complete: Callable[[Sequence[T]], Awaitable[None]] | None,
     ) -> None:
         try:
             try:
@@ -152,17 +155,17 @@ class SingleFlight:
             flight.done = True
             flight.publish()
             # Still in the table meanwhile: an identical request arriving now joins the finished flight.
-            await _complete(on_complete, b"".join(flight.chunks))
+            await _complete(on_complete, flight.chunks)
         finally:
             if self._flights.get(key) is flight:
                 del self._flights[key]
             flight.publish()
 
 
-async def _complete(on_complete: Callable[[bytes], Awaitable[None]] | None, audio: bytes) -> None:
+async def _complete(on_complete: Callable[[Sequence[T]], Awaitable[None]] | None, chunks: Sequence[T]) -> None:
     if on_complete is None:
         return
     try:
-        await on_complete(audio)
+        await on_complete(chunks)
     except Exception:  # the audio was delivered; a failed store must not surface anywhere
         logger.exception("storing completed audio failed")

@@ -185,11 +185,16 @@ async def test_sse_through_the_front(front: GatewayProcess) -> None:
             async for line in response.aiter_lines()
             if line.startswith("data: ")
         ]
-    *deltas, done = events
-    assert deltas and all(event["type"] == "speech.audio.delta" for event in deltas)
-    assert done["type"] == "speech.audio.done"
+    *others, done = events
+    deltas = [event for event in others if event["type"] == "speech.audio.delta"]
+    assert deltas and done["type"] == "speech.audio.done"
     audio = decode_audio(b"".join(base64.b64decode(event["audio"]) for event in deltas), "pcm")
     assert audio.duration == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=DURATION_TOLERANCE_S)
+    # The hop carries audio only: the front estimates the words from the audio it got, within it.
+    stamps = [event for event in others if event["type"] == "speech.audio.timestamps"]
+    assert {event["kind"] for event in stamps} == {"estimated"}
+    assert "".join(c for event in stamps for c in event["alignment"]["characters"]) == text
+    assert all(word["end"] <= audio.duration + 0.001 for event in stamps for word in event["words"])
 
 
 async def test_a_realtime_session_over_the_remote_engine(front: GatewayProcess) -> None:

@@ -21,7 +21,7 @@ from gateway.speech.singleflight import SingleFlight
 from storage import connect_redis
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Sequence
 
     from storage import RedisClient
     from tests.redis_server import RedisServer
@@ -434,8 +434,8 @@ async def test_identical_streams_share_one_production() -> None:
     produce = Producer()
     stored: list[bytes] = []
 
-    async def store(audio: bytes) -> None:
-        stored.append(audio)
+    async def store(chunks: Sequence[bytes]) -> None:
+        stored.append(b"".join(chunks))
 
     async def late_reader() -> bytes:
         await produce.first_chunk.wait()  # joins mid-production and still gets everything from the start
@@ -453,8 +453,8 @@ async def test_a_reader_that_leaves_does_not_disturb_the_others() -> None:
     produce = Producer()
     stored: list[bytes] = []
 
-    async def store(audio: bytes) -> None:
-        stored.append(audio)
+    async def store(chunks: Sequence[bytes]) -> None:
+        stored.append(b"".join(chunks))
 
     early, full = await asyncio.gather(
         read(flights.stream("k", produce, store), stop_after=100), read(flights.stream("k", produce, store))
@@ -481,8 +481,8 @@ async def test_production_is_cancelled_when_every_reader_left() -> None:
     produce = Producer(chunks=20)
     stored: list[bytes] = []
 
-    async def store(audio: bytes) -> None:
-        stored.append(audio)
+    async def store(chunks: Sequence[bytes]) -> None:
+        stored.append(b"".join(chunks))
 
     await asyncio.gather(*(read(flights.stream("k", produce, store), stop_after=100) for _ in range(3)))
     await until(lambda: produce.cancelled == 1)
@@ -500,8 +500,8 @@ async def test_producer_error_reaches_every_reader() -> None:
     produce = Producer(fail_after=2)
     stored: list[bytes] = []
 
-    async def store(audio: bytes) -> None:
-        stored.append(audio)
+    async def store(chunks: Sequence[bytes]) -> None:
+        stored.append(b"".join(chunks))
 
     async def read_all() -> tuple[bytes, BaseException | None]:
         received = b""
