@@ -20,6 +20,7 @@ from gateway.realtime.protocol import (
     MAX_MESSAGE_DEPTH,
     audio_delta,
     audio_done,
+    audio_words,
     error_event,
     parse_client_event,
     session_event,
@@ -27,11 +28,14 @@ from gateway.realtime.protocol import (
 from gateway.realtime.vllm_omni import VllmOmniDialect
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from gateway.audio.formats import AudioFormat
     from gateway.http.errors import OpenAIError
     from gateway.realtime.protocol import ClientEvent, SegmentStatus, SessionConfig, SessionUpdate
     from gateway.realtime.segmenter import Granularity
     from gateway.schemas import SpeechUsage
+    from gateway.speech.alignment import WordTime
 
 __all__ = ["Dialect", "Frame", "NativeDialect", "SpokenDialect", "dialect_for"]
 
@@ -76,6 +80,11 @@ class Dialect(Protocol):
 
     def segment_done(self, segment_id: str, text: str, status: SegmentStatus, usage: SpeechUsage) -> list[Frame]: ...
 
+    def words(self, segment_id: str, text: str, words: Sequence[WordTime]) -> list[Frame]:
+        """Words of the segment's ``text`` (the speech request's input) and when they are heard, from the segment's
+        first audio; asked only of a session whose ``word_timestamps`` is on."""
+        ...
+
     def utterance_done(self) -> list[Frame]:
         """Every segment of an ``input.flush`` (or ``input.done``) has been served."""
         ...
@@ -112,6 +121,9 @@ class NativeDialect:
 
     def segment_done(self, segment_id: str, text: str, status: SegmentStatus, usage: SpeechUsage) -> list[Frame]:
         return [audio_done(segment_id, text, status, usage)]
+
+    def words(self, segment_id: str, text: str, words: Sequence[WordTime]) -> list[Frame]:
+        return [audio_words(segment_id, text, words)]
 
     def utterance_done(self) -> list[Frame]:
         return []

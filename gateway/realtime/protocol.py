@@ -17,7 +17,10 @@ from gateway.http.json_depth import json_depth_exceeds
 from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, SpeechRequest, SpeechUsage
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Self
+
+    from gateway.speech.alignment import WordTime
 
 __all__ = [
     "ClientEvent",
@@ -30,6 +33,7 @@ __all__ = [
     "SessionUpdate",
     "audio_delta",
     "audio_done",
+    "audio_words",
     "error_event",
     "parse_client_event",
     "session_event",
@@ -57,6 +61,9 @@ class SessionConfig(BaseModel):
     response_format: AudioFormat = AudioFormat.PCM
     speed: Annotated[float, Field(ge=0.25, le=4.0, strict=True)] = 1.0
     instructions: Annotated[str | None, Field(max_length=MAX_INPUT_CHARS)] = None
+    word_timestamps: bool = False
+    """Send ``audio.words`` events: when each word of a segment is heard (off by default: the events are an addition
+    to the protocol's sequence)."""
 
     def speech_request(self, text: str) -> SpeechRequest:
         """The HTTP endpoint's request for ``text`` spoken this way as raw 24 kHz PCM (one segment is exactly such a
@@ -81,6 +88,7 @@ class _SessionPatch(BaseModel):
     response_format: AudioFormat | None = None
     speed: Annotated[float, Field(ge=0.25, le=4.0, strict=True)] | None = None
     instructions: Annotated[str | None, Field(max_length=MAX_INPUT_CHARS)] = None
+    word_timestamps: Annotated[bool, Field(strict=True)] | None = None
 
 
 class _ClientEventBase(BaseModel):
@@ -186,6 +194,27 @@ def audio_delta(segment_id: str | None, seq: int, audio: bytes) -> str:
 def audio_done(segment_id: str, text: str, status: SegmentStatus, usage: SpeechUsage) -> str:
     return _dump(
         {"type": "audio.done", "segment_id": segment_id, "text": text, "status": status, "usage": usage.model_dump()}
+    )
+
+
+def audio_words(segment_id: str, text: str, words: Sequence[WordTime]) -> str:
+    """``audio.words``: words of a segment's ``text`` and when they are heard, in milliseconds from the segment's first
+    audio."""
+    return _dump(
+        {
+            "type": "audio.words",
+            "segment_id": segment_id,
+            "words": [
+                {
+                    "text": text[w.char_start : w.char_end],
+                    "start_ms": round(w.start_s * 1000),
+                    "end_ms": round(w.end_s * 1000),
+                    "char_start": w.char_start,
+                    "char_end": w.char_end,
+                }
+                for w in words
+            ],
+        }
     )
 
 

@@ -391,10 +391,12 @@ class RealtimeSession:
         request = self._config.speech_request(segment.text)
         async with await self._speech.speak(self._principal, request, record, in_session=True) as reply:
             encoder = self._stream_encoder()
-            async for pcm in reply.audio():
-                segment.clock.seconds += len(pcm) / (2 * _SEGMENT_PCM_RATE)
-                if data := encoder.encode(pcm):
+            async for chunk in reply.timed():
+                segment.clock.seconds += len(chunk.audio) / (2 * _SEGMENT_PCM_RATE)
+                if chunk.audio and (data := encoder.encode(chunk.audio)):
                     await self._send_all(self._dialect.audio(segment.id, data))
+                if chunk.words and self._config.word_timestamps:
+                    await self._send_all(self._dialect.words(segment.id, request.input, chunk.words))
 
     def _stream_encoder(self) -> AudioEncoder:
         if self._encoder is None:

@@ -43,12 +43,14 @@ from gateway.realtime.segmenter import Granularity
 from gateway.schemas import MAX_INPUT_CHARS, CustomVoice
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Self
 
     from gateway.http.errors import OpenAIError
     from gateway.realtime.dialect import Frame
     from gateway.realtime.protocol import ClientEvent, SegmentStatus
     from gateway.schemas import SpeechUsage
+    from gateway.speech.alignment import WordTime
 
 __all__ = ["VllmOmniDialect"]
 
@@ -257,6 +259,9 @@ class VllmOmniDialect:
             "error": status != "completed",
         }
         return [*frames, _dump(done)]
+
+    def words(self, segment_id: str, text: str, words: Sequence[WordTime]) -> list[Frame]:
+        return []  # its sessions never ask: ``word_timestamps`` is refused above (vLLM-Omni's shape for them differs)
 
     def utterance_done(self) -> list[Frame]:
         done = {"type": "session.done", "utterance_index": self._utterance, "total_sentences": self._sentences}
