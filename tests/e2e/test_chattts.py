@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +18,8 @@ import psutil
 import pytest
 
 from engines.chattts.loader import verify_directory
+from engines.timing import word_spans
+from gateway.speech.segments import split_text
 from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess
 from tests.audio_decode import DURATION_TOLERANCE_S, SPEECH_FORMATS, SpeechFormat, decode_audio
 from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
@@ -96,6 +100,33 @@ async def test_concurrent_requests_each_get_their_own_length(gateway: GatewayPro
     metrics = httpx.get(f"{gateway.base_url}/metrics").text
     batched = [line for line in metrics.splitlines() if line.startswith('tts_engine_batches_total{engine="chattts"')]
     assert any(not line.split('size="')[1].startswith('1"') for line in batched), batched  # some ran together
+
+
+def test_timestamps_fall_within_their_segments(gateway: GatewayProcess) -> None:
+    # Over 300 characters: two of the gateway's segments (speech.max_segment_chars), each of whole sentences, and every
+    # sentence exactly TEST_TOKENS tokens of ChatTTS. The words are estimated, and exact where segments meet.
+    text = " ".join(f"Sentence number {n} is here." for n in range(1, 13))
+    segments = split_text(text, 300)
+    assert len(segments) == 2
+    body = {"model": "chattts", "input": text, "voice": "nova", "response_format": "pcm", "stream_format": "sse"}
+    with httpx.stream("POST", f"{gateway.base_url}/v1/audio/speech", json=body, timeout=120) as response:
+        assert response.status_code == 200
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
+    stamps = [e for e in events if e["type"] == "speech.audio.timestamps"]
+    assert {e["kind"] for e in stamps} == {"estimated"}
+    assert "".join(c for e in stamps for c in e["alignment"]["characters"]) == text
+    words = [w for e in stamps for w in e["words"]]
+    assert [(w["char_start"], w["char_end"]) for w in words] == word_spans(text)
+    first_s = segments[0].count(".") * SEGMENT_S  # where the second segment's audio starts
+    total_s = len(pcm) / 2 / 24000
+    assert total_s == pytest.approx(text.count(".") * SEGMENT_S, abs=0.001)
+    cut = text.index(segments[1])
+    for word in words:
+        low, high = (0.0, first_s) if word["char_start"] < cut else (first_s, total_s)
+        assert low - 0.001 <= word["start"] <= word["end"] <= high + 0.001, word
+    second = next(w for w in words if w["char_start"] == cut)
+    assert second["start"] == pytest.approx(first_s, abs=0.05)  # from the second segment's first loud frame
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
