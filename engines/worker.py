@@ -71,7 +71,7 @@ class _Inbox:
         self._queue: queue.Queue[StartJob | EncodeSample | None] = queue.Queue()
         self._jobs: deque[StartJob | None] = deque()
         self._engine = engine
-        self._info = info
+        self.info = info
         self._outbox = outbox
 
     def put(self, message: StartJob | EncodeSample | None) -> None:
@@ -105,7 +105,7 @@ class _Inbox:
 
     def _sort(self, message: StartJob | EncodeSample | None) -> None:
         if isinstance(message, EncodeSample):
-            self._outbox.send(_encode_sample(self._engine, self._info, message))
+            self._outbox.send(_encode_sample(self._engine, self.info, message))
         else:
             self._jobs.append(message)
 
@@ -166,27 +166,26 @@ def _serve(engine: Engine, info: EngineInfo, pipe: WorkerPipe, outbox: _Outbox) 
     reader = threading.Thread(target=_read_control, args=(pipe, outbox, jobs, cancels), daemon=True)
     reader.start()
     if isinstance(engine, BatchingEngine) and info.max_batch > 1:
-        _serve_batches(engine, info.max_batch, jobs, cancels, outbox, info.sample_rate)
+        _serve_batches(engine, info.max_batch, jobs, cancels, outbox)
         return
     while (job := jobs.get()) is not None:
         outbox.send(_run_job(engine, info.sample_rate, job, cancels[job.job_id], outbox, jobs))
         cancels.pop(job.job_id, None)
 
 
-def _serve_batches(  # noqa: PLR0917 - the worker's parts
+def _serve_batches(
     engine: BatchingEngine,
     max_batch: int,
     jobs: _Inbox,
     cancels: dict[int, CancelFlag],
     outbox: _Outbox,
-    sample_rate: int,
 ) -> None:
     stopping = False
     while not stopping:
         batch, stopping = _collect_batch(jobs, max_batch, engine.batch_window_ms / 1000)
         if batch:
             outbox.send(BatchStarted(len(batch)))
-            running = _RunningBatch(batch, jobs, cancels, engine_rate=sample_rate)
+            running = _RunningBatch(batch, jobs, cancels, engine_rate=jobs.info.sample_rate)
             for ended in _run_batch(engine, running, outbox):
                 outbox.send(ended)
             for job in running.jobs:

@@ -11,6 +11,7 @@ import pytest
 from engines.base import CancelFlag, EngineInfo, SynthesisRequest
 from engines.chattts import ChatTTSEngine
 from engines.messages import BatchStarted, EncodeSample, JobChunk, JobEnded, SampleEncoded, StartJob
+from engines.timing import word_spans
 from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
 
 if TYPE_CHECKING:
@@ -208,7 +209,11 @@ def test_the_worker_lets_a_job_join_its_running_batch(engine: ChatTTSEngine) -> 
     assert cast("SampleEncoded", sent[answer]).speaker == engine.speaker_from_sample(
         np.frombuffer(SAMPLE, "<i2"), 24000, "Hello there."
     )
-    assert [m for m in sent if isinstance(m, JobEnded)] == [JobEnded(2), JobEnded(1)]
+    ended = [m for m in sent if isinstance(m, JobEnded)]
+    assert [(m.job_id, m.error) for m in ended] == [(2, None), (1, None)]
+    for end in ended:  # the words of each job's text, estimated from its own audio, come with its end
+        text = (LATE if end.job_id == 2 else LONG).text
+        assert [(m.char_start, m.char_end) for m in end.marks] == word_spans(text)
     for job_id, request in ((1, LONG), (2, LATE)):
         pcm = b"".join(m.pcm for m in sent if isinstance(m, JobChunk) and m.job_id == job_id)
         assert_same_audio([np.frombuffer(pcm, dtype="<i2")], alone(engine, request))
