@@ -44,7 +44,11 @@ async def require_json(request: Request[Any, Any, Any]) -> None:
 
 
 _AUDIO_SCHEMA = Schema(type=OpenAPIType.STRING, format="binary")  # type: ignore[arg-type]
-_EVENT_SCHEMA = Schema(type=OpenAPIType.STRING, description="speech.audio.delta events, then speech.audio.done")
+_EVENT_SCHEMA = Schema(
+    type=OpenAPIType.STRING,
+    description="speech.audio.delta events, then speech.audio.done; between them this gateway's extension "
+    "speech.audio.timestamps events (word and character times, README: Use it)",
+)
 
 
 @dataclass

@@ -78,6 +78,15 @@ class CharacterTimes:
             "character_end_times_seconds": [round(t, 3) for t in self.ends],
         }
 
+    def stream_input(self, since_s: float = 0.0) -> dict[str, Any]:
+        """``{chars, charStartTimesMs, charDurationsMs}``, the times counted from ``since_s`` (ElevenLabs' WebSocket
+        restarts them at zero in every message: the audio's time at the message's start)."""
+        return {
+            "chars": self.characters,
+            "charStartTimesMs": [max(0, round((t - since_s) * 1000)) for t in self.starts],
+            "charDurationsMs": [round((end - start) * 1000) for start, end in zip(self.starts, self.ends, strict=True)],
+        }
+
 
 def word_times(marks: Iterable[WordMark], sample_rate: int, tempo: float, *, char_offset: int = 0,
                offset_s: float = 0.0) -> tuple[WordTime, ...]:  # fmt: skip

@@ -58,6 +58,20 @@ def test_characters_share_their_words_time_and_the_gaps_between_them() -> None:
     assert run.ends == pytest.approx([0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0])
 
 
+def test_elevenlabs_shapes_are_renderings_of_the_characters() -> None:
+    run = character_times("Hi, you!", [WordTime(0, 2, 0.1, 0.3), WordTime(4, 7, 0.5, 0.8)], 1.0, 4, 8)
+    assert run.rest_api() == {
+        "characters": ["y", "o", "u", "!"],
+        "character_start_times_seconds": [0.5, 0.6, 0.7, 0.8],
+        "character_end_times_seconds": [0.6, 0.7, 0.8, 1.0],
+    }
+    assert run.stream_input(since_s=0.5) == {
+        "chars": ["y", "o", "u", "!"],
+        "charStartTimesMs": [0, 100, 200, 300],
+        "charDurationsMs": [100, 100, 100, 200],
+    }
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     text=st.text(alphabet="ab .,!好\n", min_size=0, max_size=40),
