@@ -226,12 +226,15 @@ class JobTiming:
         first = self._settled
         if first >= upto:
             return ()
+        boundary = max(boundary, self._last_end)  # words settled before keep their place: nothing goes back
         threshold = self._envelope.quiet_below()
         starts = self._estimate_starts(first, upto, boundary, threshold)
         marks = []
         for word in range(first, upto):
-            start = starts[word - first]
-            following = starts[word - first + 1] if word + 1 < upto else boundary
+            # An engine may place a word past the audio it then produced (its last word silent, or cut): no mark
+            # outlasts the audio.
+            start = min(starts[word - first], boundary)
+            following = min(starts[word - first + 1], boundary) if word + 1 < upto else boundary
             end = self._word_end(start, following, threshold)
             char_start, char_end = self._spans[word]
             marks.append(WordMark(char_start, char_end, start, end))
@@ -241,14 +244,14 @@ class JobTiming:
     def _estimate_starts(self, first: int, upto: int, boundary: int, threshold: float) -> list[int]:
         """The starts of words ``first`` to ``upto - 1``: placed ones as placed, the others shared out between the
         placed ones (and the voiced audio's ends) by weight, then moved to the quietest point near them."""
+        placed = [(word, self._starts[word]) for word in range(first + 1, upto) if word in self._starts]
         left = self._starts.get(first)
         if left is None:
             voiced = self._envelope.voiced(threshold) if first == 0 else None
             left = voiced[0] if voiced is not None else self._last_end
-            left = min(left, boundary)
-        anchors = [(first, left)]
-        anchors += [(word, self._starts[word]) for word in range(first + 1, upto) if word in self._starts]
-        anchors.append((upto, boundary))
+            # Not after the next word the engine placed (it may place a word in what sounds like silence).
+            left = min(left, boundary, *(sample for _, sample in placed[:1]))
+        anchors = [(first, left), *placed, (upto, boundary)]
         starts: list[int] = []
         for (a, sample_a), (b, sample_b) in itertools.pairwise(anchors):
             starts.append(sample_a)

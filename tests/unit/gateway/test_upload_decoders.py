@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
 import pytest
 
 import gateway
@@ -163,20 +164,18 @@ def _names_used(path: Path) -> set[str]:
 
 def test_decoders_yield_the_cpu_to_speech(start_decoders: Callable[..., DecoderProcesses]) -> None:
     decoders = start_decoders(module="gateway.uploads.decoder")
-    decode(decoders, recording("wav", tone(1.5)))  # started and warm
+    wait_until(lambda: decoders.idle == decoders.size, what="every decoder started and warm")
     ours = os.getpriority(os.PRIO_PROCESS, 0)
     niceness = [
         os.getpriority(os.PRIO_PROCESS, pid) for pid in _child_pids() if b"gateway.uploads.decoder" in _cmdline(pid)
     ]
-    assert niceness == [min(ours + 10, 19)] * decoders.size
+    assert len(niceness) >= decoders.size  # this test's, and any an earlier test's pool has not reaped yet
+    assert set(niceness) == {min(ours + 10, 19)}
 
 
 def _child_pids() -> list[int]:
-    pids: list[int] = []
-    for task in Path("/proc/self/task").iterdir():
-        pids += [int(pid) for pid in (task / "children").read_text().split()]
-    return pids
+    return [child.pid for child in psutil.Process().children()]
 
 
 def _cmdline(pid: int) -> bytes:
-    return Path(f"/proc/{pid}/cmdline").read_bytes()
+    return " ".join(psutil.Process(pid).cmdline()).encode()
