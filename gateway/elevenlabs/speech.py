@@ -1,4 +1,5 @@
-"""``POST /v1/text-to-speech/{voice_id}`` (the whole audio) and ``…/stream`` (the audio as it is spoken).
+"""``POST /v1/text-to-speech/{voice_id}`` (the whole audio) and ``…/stream`` (the audio as it is spoken), each also
+``…/with-timestamps``: the audio in base64 JSON with the times of the text's characters (``timestamps.py``).
 
 Both translate ElevenLabs' request into a :class:`~gateway.schemas.SpeechRequest` for 24 kHz PCM and speak it through
 the one speech pipeline (:meth:`SpeechService.speak`: plan, limits, cache, single flight, fair scheduling, failover,
@@ -8,10 +9,14 @@ spoken through ElevenLabs' routes is a hit for OpenAI's ``pcm``, the realtime se
 The whole-audio route answers once the audio is complete, with ``Content-Length``, as ElevenLabs' does: an engine that
 fails half way gets the client an error status, not a short file. The stream route sends the audio as it comes, and a
 failure after its first bytes can only end it short (``gateway/http/tracking.py``), as on ``POST /v1/audio/speech``.
+
+The times are the reply's own (:attr:`SpeechReply.alignment`: exact at segment boundaries, the engine's inside a
+segment where it places its words, else estimated), the same for a cache hit, since the cache keeps them.
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,12 +30,18 @@ from litestar.status_codes import HTTP_200_OK
 from gateway.audio import AudioFormat, open_encoding, output_sample_rate
 from gateway.elevenlabs.errors import error_responses
 from gateway.elevenlabs.formats import CONTENT_TYPES, DEFAULT_OUTPUT_FORMAT, OutputFormat, encoding_of
-from gateway.elevenlabs.wire import TextToSpeechRequest  # noqa: TC001 - read at runtime, as JSONBody
+from gateway.elevenlabs.timestamps import PendingCharacters, WholeUnits
+from gateway.elevenlabs.wire import (
+    AudioWithTimestamps,
+    CharacterAlignment,
+    TextToSpeechRequest,
+)
 from gateway.http.auth.dependencies import Caller  # noqa: TC001 - read at runtime, as JSONBody
 from gateway.http.disconnect import unless_client_leaves
 from gateway.http.errors import ResponseTruncatedError
 from gateway.http.request_record import RequestRecord, request_record
 from gateway.routes.speech import reply_headers
+from gateway.speech.alignment import CharacterCursor
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
@@ -38,13 +49,16 @@ if TYPE_CHECKING:
 
     from auth import Principal
     from gateway.audio import Encoding
+    from gateway.speech.alignment import CharacterTimes
     from gateway.speech.service import SpeechReply
 
 __all__ = ["TextToSpeechController"]
 
 PIPELINE_RATE = output_sample_rate(AudioFormat.PCM)
 """The rate of the PCM the pipeline speaks for these routes (24 kHz)."""
+PCM_BYTES_PER_SECOND = 2 * PIPELINE_RATE
 PATH = "/v1/text-to-speech"
+JSON_LINES = "application/x-ndjson"
 
 _AUDIO_SCHEMA = Schema(type=OpenAPIType.STRING, format="binary")  # type: ignore[arg-type]
 
@@ -77,13 +91,31 @@ class AudioOperation(Operation):
             self.responses["200"] = OpenAPIResponse(description="The audio, in `output_format`.", content=content)
 
 
-def _route(path: str, operation_id: str, summary: str) -> post:
+@dataclass
+class JsonLinesOperation(Operation):
+    """Declares the stream of JSON objects, one a line, that ``…/stream/with-timestamps`` sends."""
+
+    def __post_init__(self) -> None:
+        if self.responses is not None:
+            line = Schema(
+                type=OpenAPIType.STRING,
+                description="One JSON object a line, each shaped as `AudioWithTimestamps`: a piece of the audio "
+                "(whole samples for pcm, wav and G.711) and the characters whose times start in it (or `null`), "
+                "times counted from the start of the whole audio.",
+            )
+            self.responses["200"] = OpenAPIResponse(
+                description="The audio with its characters' times, as it is spoken.",
+                content={JSON_LINES: OpenAPIMediaType(schema=line)},
+            )
+
+
+def _route(path: str, operation_id: str, summary: str, operation_class: type[Operation] = AudioOperation) -> post:
     return post(
         path,
         status_code=HTTP_200_OK,
         operation_id=operation_id,
         summary=summary,
-        operation_class=AudioOperation,
+        operation_class=operation_class,
         responses=error_responses(400, 401, 403, 404, 413, 422, 429, 503),
     )
 
@@ -136,6 +168,48 @@ class TextToSpeechController(Controller):
             return Response(_encode(reply.whole, encoding), media_type=media_type, headers=headers, background=release)
         return Stream(_encoded(reply.audio(), encoding), media_type=media_type, headers=headers, background=release)
 
+    @_route(
+        "/{voice_id:str}/with-timestamps",
+        "elevenLabsTextToSpeechWithTimestamps",
+        "ElevenLabs: the whole audio of the text in base64, with when each of its characters is heard.",
+        operation_class=Operation,  # the body's own schema
+    )
+    async def convert_with_timestamps(  # noqa: PLR0917 - Litestar's parameters
+        self,
+        request: Request[Any, Any, Any],
+        voice_id: VoiceId,
+        data: JSONBody[TextToSpeechRequest],
+        principal: Caller,
+        output_format: Format = DEFAULT_OUTPUT_FORMAT,
+        optimize_streaming_latency: Latency = None,
+        enable_logging: Logging = None,
+    ) -> Response[AudioWithTimestamps]:
+        encoding = encoding_of(output_format)
+        reply, headers = await _speak(request, principal, voice_id, data, output_format)
+        audio = await unless_client_leaves(request.receive, _whole(reply, encoding))
+        return Response(_with_timestamps(audio, reply.alignment.characters()), headers=headers)
+
+    @_route(
+        "/{voice_id:str}/stream/with-timestamps",
+        "elevenLabsTextToSpeechStreamWithTimestamps",
+        "ElevenLabs: the audio of the text as it is spoken, in JSON lines with its characters' times.",
+        operation_class=JsonLinesOperation,
+    )
+    async def stream_with_timestamps(  # noqa: PLR0917 - Litestar's parameters
+        self,
+        request: Request[Any, Any, Any],
+        voice_id: VoiceId,
+        data: JSONBody[TextToSpeechRequest],
+        principal: Caller,
+        output_format: Format = DEFAULT_OUTPUT_FORMAT,
+        optimize_streaming_latency: Latency = None,
+        enable_logging: Logging = None,
+    ) -> Stream:
+        encoding = encoding_of(output_format)
+        reply, headers = await _speak(request, principal, voice_id, data, output_format)
+        release = BackgroundTask(reply.close)  # as the stream route's
+        return Stream(_timed_lines(reply, encoding), media_type=JSON_LINES, headers=headers, background=release)
+
 
 async def _speak(
     request: Request[Any, Any, Any],
@@ -181,3 +255,43 @@ async def _encoded(pcm: AsyncIterator[bytes], encoding: Encoding) -> AsyncIterat
             yield data
     if tail := encoder.finish():
         yield tail
+
+
+def _with_timestamps(audio: bytes, characters: CharacterTimes | None) -> AudioWithTimestamps:
+    """ElevenLabs' object of a piece of audio and its characters' times; ``normalized_alignment`` the same, since
+    the text is spoken as given."""
+    alignment = CharacterAlignment.model_validate(characters.rest_api()) if characters is not None else None
+    return AudioWithTimestamps(
+        audio_base64=base64.b64encode(audio).decode("ascii"), alignment=alignment, normalized_alignment=alignment
+    )
+
+
+def _line(audio: bytes, characters: CharacterTimes | None) -> bytes:
+    return _with_timestamps(audio, characters).model_dump_json().encode() + b"\n"
+
+
+async def _timed_lines(reply: SpeechReply, encoding: Encoding) -> AsyncIterator[bytes]:
+    """The reply's audio in ``encoding`` as JSON lines: each piece (whole samples where that matters) with the
+    characters that start before the end of the PCM it was encoded from, times from the start of the audio.
+
+    A character is known once its word is (with, or after, the audio in which the word starts); then it goes with
+    the next piece of audio, or the last line.
+    """
+    alignment = reply.alignment
+    cursor = CharacterCursor(alignment.text)
+    pending = PendingCharacters()
+    encoder = open_encoding(encoding, PIPELINE_RATE)
+    units = WholeUnits(encoding)
+    heard_s = 0.0
+    async for chunk in reply.timed():
+        if run := cursor.advance(alignment.words):
+            pending.add(run)
+        heard_s += len(chunk.audio) / PCM_BYTES_PER_SECOND
+        if audio := units.take(encoder.encode(chunk.audio)):
+            yield _line(audio, pending.until(heard_s))
+    if run := cursor.advance(alignment.words, alignment.audio_s):
+        pending.add(run)
+    audio = units.take(encoder.finish()) + units.rest()
+    characters = pending.until()
+    if audio or characters is not None:
+        yield _line(audio, characters)

@@ -17,6 +17,8 @@ from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, SpeechRequest
 __all__ = [
     "CUSTOM_VOICE_PREFIX",
     "DEFAULT_MODEL_ID",
+    "AudioWithTimestamps",
+    "CharacterAlignment",
     "ElevenLabsErrorDetail",
     "ElevenLabsErrorResponse",
     "ElevenLabsModel",
@@ -206,3 +208,22 @@ class ElevenLabsValidationError(BaseModel):
     """A request that failed validation (422), as ElevenLabs' server (FastAPI) reports it."""
 
     detail: list[ValidationProblem]
+
+
+class CharacterAlignment(BaseModel):
+    """When each character of the text is heard: ``characters`` joined are the text (as given: nothing here
+    normalises it), their times in seconds from the start of the response's audio, never going back."""
+
+    characters: list[str]
+    character_start_times_seconds: list[float]
+    character_end_times_seconds: list[float]
+
+
+class AudioWithTimestamps(BaseModel):
+    """``…/with-timestamps``' body, and each line of ``…/stream/with-timestamps`` (its audio and the characters whose
+    times fall in it, or ``null``). ``normalized_alignment`` is ``alignment``: the gateway speaks the text as given."""
+
+    audio_base64: str
+    """The audio in ``output_format``, base64."""
+    alignment: CharacterAlignment | None = None
+    normalized_alignment: CharacterAlignment | None = None

@@ -1,13 +1,14 @@
 """ElevenLabs' REST API (issue #34) through the official ``elevenlabs`` SDK, unchanged but for its base URL.
 
-Three real processes: an open gateway (no tenants), and a front gateway with tenants, API keys and JWTs whose
-``remote`` engine is an engine node's. Every clip is the synthetic engine's tone, decoded with PyAV (or as raw PCM
-and G.711): its sample rate is the format's, its length the text's (``SECONDS_PER_CHAR`` a character, over the
-speed), its pitch the voice's.
+Three real processes: an open gateway (no tenants; it has espeak too, for the timestamps), and a front gateway with
+tenants, API keys and JWTs whose ``remote`` engine is an engine node's. Every clip is the synthetic engine's tone,
+decoded with PyAV (or as raw PCM and G.711): its sample rate is the format's, its length the text's
+(``SECONDS_PER_CHAR`` a character, over the speed), its pitch the voice's.
 """
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -20,14 +21,25 @@ import pytest
 from elevenlabs import ElevenLabs
 from elevenlabs.core.api_error import ApiError
 from elevenlabs.errors import UnprocessableEntityError
-from elevenlabs.types import GetVoicesResponse, GetVoicesV2Response, HttpValidationError, Model, Voice
+from elevenlabs.types import (
+    CharacterAlignmentResponseModel,
+    GetVoicesResponse,
+    GetVoicesV2Response,
+    HttpValidationError,
+    Model,
+    StreamingAudioChunkWithTimestampsResponse,
+    Voice,
+    VoiceSettings,
+)
 
 from auth.keys import generate_api_key, hash_api_key
 from engines.base import OPENAI_VOICES
 from engines.synthetic import voice_frequency
+from engines.timing import word_spans
 from gateway.elevenlabs.formats import OutputFormat, encoding_of
 from harness.gateway_process import GatewayProcess
 from tests.audio_decode import DecodedAudio, decode_audio, decode_g711, dominant_frequency
+from tests.espeak_events import TOLERANCE_S, espeak_events, first_events
 from tests.tenancy import ADMIN_TOKEN, Admin
 
 if TYPE_CHECKING:
@@ -80,7 +92,11 @@ class Gateways:
         }
         self.front = GatewayProcess(front, workdir / "front")
         self.open = GatewayProcess(
-            {"engines": {"tones": tones()}, "aliases": {"eleven_multilingual_v2": ["tones"]}}, workdir / "open"
+            {
+                "engines": {"tones": tones(), "espeak": {"kind": "espeak"}},
+                "aliases": {"eleven_multilingual_v2": ["tones"]},
+            },
+            workdir / "open",
         )
 
     def start(self) -> None:
@@ -344,6 +360,104 @@ def test_through_two_tiers_the_node_speaks_for_the_front(gateways: Gateways) -> 
     heard = decode(custom, OutputFormat.PCM_16000)
     assert heard.duration == pytest.approx(len(TEXT) * SECONDS_PER_CHAR, abs=0.03)
     assert dominant_frequency(heard) == pytest.approx(voice_frequency("", "seed:5"), abs=3)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# timestamps
+
+MP3_FRAME_S = 1152 / 44100
+"""One mp3 frame at 44.1 kHz: how far past the decoded audio a last character's end may reach (padding)."""
+TIMED = [
+    pytest.param("eleven_multilingual_v2", "coral", OutputFormat.MP3_44100_128, id="tones-mp3"),
+    pytest.param("espeak", "nova", OutputFormat.PCM_16000, id="espeak-pcm"),
+]
+
+
+def assert_aligned(alignment: CharacterAlignmentResponseModel | None, text: str, duration: float) -> None:
+    """The characters joined are the text; their times never go back; every end lies within the audio."""
+    assert alignment is not None
+    assert "".join(alignment.characters) == text
+    starts, ends = alignment.character_start_times_seconds, alignment.character_end_times_seconds
+    assert len(starts) == len(ends) == len(text)
+    assert starts == sorted(starts) and ends == sorted(ends)
+    assert all(0 <= start <= end for start, end in zip(starts, ends, strict=True))
+    assert ends[-1] <= duration + MP3_FRAME_S
+
+
+def assert_words_where_espeak_says(alignment: CharacterAlignmentResponseModel, text: str) -> None:
+    """Each word's first character starts within 50 ms of espeak-ng's own event for it."""
+    spans = word_spans(text)
+    for index, seconds in first_events(text, espeak_events(text, "nova", 1.0)).items():
+        start = alignment.character_start_times_seconds[spans[index][0]]
+        assert abs(start - seconds) <= TOLERANCE_S, (text[slice(*spans[index])], start, seconds)
+
+
+def joined(
+    chunks: list[StreamingAudioChunkWithTimestampsResponse], output_format: OutputFormat
+) -> tuple[bytes, CharacterAlignmentResponseModel]:
+    """A stream's audio and its characters, joined as a client joins them: each line's characters start within the
+    audio sent so far, their times counted from the start of the audio."""
+    audio, characters, starts, ends = b"", [], [], []
+    for chunk in chunks:
+        piece = base64.b64decode(chunk.audio_base_64)
+        if output_format.startswith("pcm"):
+            assert len(piece) % 2 == 0  # whole samples
+        audio += piece
+        if (alignment := chunk.alignment) is not None:
+            assert chunk.normalized_alignment == alignment  # the text is spoken as given
+            if output_format.startswith("pcm"):
+                assert max(alignment.character_start_times_seconds) <= decode(audio, output_format).duration + 0.01
+            characters += alignment.characters
+            starts += alignment.character_start_times_seconds
+            ends += alignment.character_end_times_seconds
+    return audio, CharacterAlignmentResponseModel(
+        characters=characters, character_start_times_seconds=starts, character_end_times_seconds=ends
+    )
+
+
+@pytest.mark.parametrize(("model_id", "voice", "output_format"), TIMED)
+def test_convert_and_stream_with_timestamps_align_every_character(
+    open_gateway: GatewayProcess, model_id: str, voice: str, output_format: OutputFormat
+) -> None:
+    text = f"Every character has its time, {voice} says; the {output_format.split('_')[0]} stream agrees."
+    client = sdk(open_gateway, "anything")
+    timed: dict[str, Any] = {"model_id": model_id, "output_format": output_format, "request_options": NO_RETRIES}
+    chunks = list(client.text_to_speech.stream_with_timestamps(voice, text=text, **timed))  # a miss: it speaks
+    response = client.text_to_speech.with_raw_response.convert_with_timestamps(voice, text=text, **timed)
+    cache, whole = response.headers["x-cache"], response.data  # the same request again: a hit
+    again = list(client.text_to_speech.stream_with_timestamps(voice, text=text, **timed))  # a hit, streamed
+
+    assert cache == "hit" and len(chunks) > 1
+    audio, alignment = joined(chunks, output_format)
+    duration = decode(audio, output_format).duration
+    if model_id == "espeak":
+        assert_words_where_espeak_says(alignment, text)
+    else:
+        assert_tone(decode(audio, output_format), text, voice, tolerance_s=0.1)
+    assert_aligned(alignment, text, duration)
+    # After a cache hit, whole or streamed: the same audio, the same times.
+    assert decode(base64.b64decode(whole.audio_base_64), output_format).duration == pytest.approx(duration, abs=0.01)
+    assert whole.alignment == whole.normalized_alignment == alignment
+    assert joined(again, output_format) == (audio, alignment)
+
+
+def test_with_timestamps_are_elevenlabs_errors_and_honour_speed(open_gateway: GatewayProcess) -> None:
+    client = sdk(open_gateway, "anything")
+    error = api_error(lambda: client.text_to_speech.convert_with_timestamps("nobody", text=TEXT))
+    assert (error.status_code, detail(error)["status"]) == (404, "voice_not_found")
+    text = "Slower speech, later times."
+    slow = client.text_to_speech.convert_with_timestamps(
+        "sage",
+        text=text,
+        output_format="pcm_24000",
+        voice_settings=VoiceSettings(speed=0.8),
+        request_options=NO_RETRIES,
+    )
+    audio = decode(base64.b64decode(slow.audio_base_64), OutputFormat.PCM_24000)
+    assert audio.duration == pytest.approx(len(text) * SECONDS_PER_CHAR / 0.8, abs=0.03)
+    assert_aligned(slow.alignment, text, audio.duration)
+    assert slow.alignment is not None
+    assert slow.alignment.character_end_times_seconds[-1] == pytest.approx(audio.duration, abs=0.01)
 
 
 # ----------------------------------------------------------------------------------------------------------------
