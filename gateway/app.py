@@ -106,7 +106,7 @@ def create_app(
         route_handlers=[
             EngineNodeSpeechController if engine_node else SpeechController,
             *([EngineNodeController] if engine_node else []),  # voice samples from the front: nodes only
-            *([] if engine_node else [elevenlabs_router()]),  # ElevenLabs' API: front gateways only
+            *([] if engine_node else [elevenlabs_router(websockets=settings.realtime.enabled)]),  # front gateways only
             ModelsController,
             VoicesController,
             VoiceConsentsController,

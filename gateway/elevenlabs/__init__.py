@@ -14,15 +14,22 @@ from litestar import Router
 from gateway.elevenlabs.errors import EXCEPTION_HANDLERS
 from gateway.elevenlabs.speech import TextToSpeechController
 from gateway.elevenlabs.voices import VoicesController, VoicesV2Controller
+from gateway.elevenlabs.websocket import multi_stream_input
 
 __all__ = ["elevenlabs_router"]
 
 
-def elevenlabs_router() -> Router:
+def elevenlabs_router(*, websockets: bool = True) -> Router:
     """ElevenLabs' routes, answering every error in ElevenLabs' shape (a front gateway's only: an engine node serves
-    its front gateways, which speak OpenAI's API to it)."""
+    its front gateways, which speak OpenAI's API to it); ``websockets``: with its text-to-speech WebSocket (where the
+    realtime endpoints are enabled)."""
     return Router(
         path="/",
-        route_handlers=[TextToSpeechController, VoicesController, VoicesV2Controller],
+        route_handlers=[
+            TextToSpeechController,
+            VoicesController,
+            VoicesV2Controller,
+            *([multi_stream_input] if websockets else []),
+        ],
         exception_handlers=EXCEPTION_HANDLERS,
     )

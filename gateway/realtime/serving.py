@@ -85,10 +85,14 @@ class SessionLog:
 
 @asynccontextmanager
 async def serving(
-    socket: WebSocket[Any, Any, Any], path: str, error_event: Callable[[OpenAIError], str]
+    socket: WebSocket[Any, Any, Any],
+    path: str,
+    error_event: Callable[[OpenAIError], str],
+    refusal: Callable[[OpenAIError], tuple[int, dict[str, Any]]] | None = None,
 ) -> AsyncIterator[SessionLog]:
     """Serve one socket in the block; how the session ended decides how the socket closes (after an ``error`` event
-    rendered by ``error_event`` that says why), and is logged."""
+    rendered by ``error_event`` that says why), and is logged. A refusal at the handshake answers OpenAI's error body
+    with the error's status, or what ``refusal`` makes of the error (another API's status and body)."""
     speech = gateway_state(socket.app).speech
     server_realtime = gateway_state(socket.app).settings.realtime
     log = SessionLog(path)
@@ -105,7 +109,7 @@ async def serving(
         await _close(socket, error_event, SERVICE_RESTART, None, reason="server shutting down; reconnect")
     except SessionRefusedError as refused:
         outcome = f"refused: {refused.error.code}"
-        await _refuse(socket, error_event, refused)
+        await _refuse(socket, error_event, refused, refusal)
     except SlowClientError:
         outcome = "client too slow"
         slow = OpenAIError(400, "The client read audio too slowly.", code="client_too_slow")
@@ -170,7 +174,10 @@ async def admit_session(socket: WebSocket[Any, Any, Any], principal: Principal, 
 
 
 async def _refuse(
-    socket: WebSocket[Any, Any, Any], error_event: Callable[[OpenAIError], str], refused: SessionRefusedError
+    socket: WebSocket[Any, Any, Any],
+    error_event: Callable[[OpenAIError], str],
+    refused: SessionRefusedError,
+    refusal: Callable[[OpenAIError], tuple[int, dict[str, Any]]] | None = None,
 ) -> None:
     """Before the handshake is accepted: an HTTP answer with OpenAI's error body where the server can send one
     (uvicorn's ``websocket.http.response`` extension), else the handshake's plain 403; after it, a close."""
@@ -181,11 +188,16 @@ async def _refuse(
     if "websocket.http.response" not in (socket.scope.get("extensions") or {}):
         await socket.close(refused.close_code)
         return
-    body = json.dumps(error_body(error.message, error.type, error.param, error.code)).encode()
+    status, answer = (
+        (error.status_code, error_body(error.message, error.type, error.param, error.code))
+        if refusal is None
+        else refusal(error)
+    )
+    body = json.dumps(answer).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
     try:
-        await socket.send({"type": "websocket.http.response.start", "status": error.status_code, "headers": headers})
+        await socket.send({"type": "websocket.http.response.start", "status": status, "headers": headers})
         await socket.send({"type": "websocket.http.response.body", "body": body, "more_body": False})
     except (WebSocketDisconnect, OSError):
         pass  # the client is gone

@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-SESSIONS = ("gateway/realtime/session.py", "gateway/realtime/openai/session.py")
+SESSIONS = (
+    "gateway/realtime/session.py",
+    "gateway/realtime/openai/session.py",
+    "gateway/elevenlabs/session.py",
+)
 PUBLIC_OPERATIONS = frozenset({"speak", "check", "open_session"})
 SERVICE_MODULE = "gateway.speech.service"
 _HELD = "_speech"  # the attribute a session keeps the service in

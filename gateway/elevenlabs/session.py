@@ -1,0 +1,459 @@
+"""One ElevenLabs ``multi-stream-input`` WebSocket session: text in, per context, and each context's audio out.
+
+Messages, field for field as the ``elevenlabs`` SDK (2.78) types them (``SendMessageMulti``,
+``ReceiveMessageMulti``) and Pipecat's ``ElevenLabsTTSService`` sends and reads them:
+
+- in: ``{"text": " ", "context_id", "voice_settings"?}`` opens a context; ``{"text", "context_id"}`` appends text,
+  spoken sentence by sentence as it completes (:class:`SentenceBuffer`); ``{"context_id", "flush": true}`` speaks
+  what is buffered; ``{"context_id", "close_context": true}`` closes it; ``{"text": ""}`` keeps the socket alive;
+  ``{"close_socket": true}`` closes everything.
+- out: ``{"audio", "isFinal": null, "contextId", "alignment", "normalizedAlignment"}`` per piece of audio (alignment
+  ``{chars, charStartTimesMs, charDurationsMs}`` counted from the end of the context's previous alignment, which is
+  where this message's audio starts: Pipecat adds each message's last end to its clock), then
+  ``{"isFinal": true, "contextId"}`` once a closed context's audio has ended.
+
+Closing a context drops its text that no flush covered and stops the audio of that text at once (the engine's job is
+cancelled with it): Pipecat's barge-in. What a flush covered is still spoken, then ``isFinal`` follows, as ElevenLabs
+documents ("if it has already been set to flush it will continue flushing"): Pipecat ends every turn with a flush and
+a ``close_context`` at once, and expects the turn's audio to the end.
+
+Every piece of text goes through the one speech pipeline (:meth:`SpeechService.speak`, as 24 kHz PCM, ``in_session``),
+encoded at the edge into ``output_format``. Each context speaks its pieces in order, one at a time; contexts speak
+side by side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from litestar.exceptions import WebSocketDisconnect
+from pydantic import ValidationError
+
+from engines.errors import ConsumerTooSlowError
+from gateway.audio import AudioFormat, open_encoding, output_sample_rate
+from gateway.elevenlabs.wire import TextToSpeechRequest, VoiceSettings
+from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
+from gateway.http.request_record import RequestRecord
+from gateway.realtime.segmenter import SentenceBuffer
+from gateway.realtime.session import SessionDrainedError, SessionIdleError, SessionRevokedError, SlowClientError
+from gateway.speech.alignment import CharacterCursor
+
+if TYPE_CHECKING:
+    from litestar import WebSocket
+
+    from auth import Principal
+    from gateway.audio import AudioEncoder, Encoding
+    from gateway.settings import RealtimeSettings
+    from gateway.speech.alignment import CharacterTimes, WordTime
+    from gateway.speech.service import SpeechService
+
+__all__ = ["DEFAULT_CONTEXT_ID", "MAX_CONTEXTS", "ElevenLabsStreamSession", "error_message"]
+
+logger = logging.getLogger("tts_gateway.realtime")
+
+PIPELINE_RATE = output_sample_rate(AudioFormat.PCM)
+MAX_CONTEXTS = 5
+"""Contexts a socket may have open at once, as on ElevenLabs."""
+DEFAULT_CONTEXT_ID = "default"
+"""The context of a message that names none."""
+
+
+def error_message(error: OpenAIError) -> str:
+    """An error on the socket: ``{"message", "error", "code"}`` (the SDK's WebSocket error payload), ``code`` being
+    the status the same error gets on the REST routes."""
+    return json.dumps({"message": error.message, "error": error.code or "error", "code": error.status_code})
+
+
+def _invalid(message: str, code: str = "invalid_message") -> OpenAIError:
+    return OpenAIError(400, message, code=code)
+
+
+@dataclass(eq=False)
+class _Context:
+    """One context: its text not yet spoken, its pieces waiting, and the task that speaks them."""
+
+    id: str
+    buffer: SentenceBuffer
+    voice_settings: VoiceSettings | None = None
+    pieces: deque[str] = field(default_factory=deque)
+    flushed: int = 0
+    """Of ``pieces``, the first this many are covered by a flush (spoken even once the context closes)."""
+    current_flushed: bool = False
+    """Whether the piece being spoken is covered by a flush."""
+    speaking: bool = False
+    closing: bool = False
+    spoken: int = 0
+    """Pieces spoken so far (the next one's alignment starts with the space between them)."""
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    encoder: AudioEncoder | None = None
+    task: asyncio.Task[None] | None = None
+
+
+class ElevenLabsStreamSession:
+    """Serves one accepted, authenticated ``multi-stream-input`` WebSocket until either side closes it."""
+
+    def __init__(
+        self,
+        socket: WebSocket[Any, Any, Any],
+        speech: SpeechService,
+        principal: Principal,
+        *,
+        voice_id: str,
+        model_id: str | None,
+        encoding: Encoding,
+        settings: RealtimeSettings,
+        send_timeout_s: float,
+        session_id: str,
+    ) -> None:
+        self.id = session_id
+        self._socket = socket
+        self._speech = speech
+        self._principal = principal
+        self._voice_id = voice_id
+        self._model_id = model_id
+        self._encoding = encoding
+        self._limits = settings
+        self._send_timeout_s = send_timeout_s
+        self._contexts: dict[str, _Context] = {}
+        self._send_lock = asyncio.Lock()
+        loop = asyncio.get_running_loop()
+        self._last_activity = loop.time()
+        self._draining = False
+        self._ended_by: asyncio.Future[BaseException] = loop.create_future()
+        self.contexts_opened = 0
+        self.pieces_spoken = 0
+        self.audio_seconds = 0.0
+
+    def speech_request(self, text: str, voice_settings: VoiceSettings | None = None) -> TextToSpeechRequest:
+        return TextToSpeechRequest(text=text, model_id=self._model_id, voice_settings=voice_settings)
+
+    async def check(self) -> None:
+        """Check, before the handshake is accepted, that the model and voice can be served.
+
+        Raises:
+            OpenAIError: a model the tenant may not use, an unknown model or voice.
+        """
+        await self._speech.check(self._principal, self.speech_request("-").speech_request(self._voice_id))
+
+    async def run(self) -> None:
+        """Serve the session; returns when the client closed it (or asked to, with ``close_socket``).
+
+        Raises:
+            SlowClientError, SessionIdleError, SessionRevokedError, SessionDrainedError, WebSocketDisconnect.
+        """
+        receiver = asyncio.create_task(self._receive(), name=f"elevenlabs-receiver-{self.id}")
+        try:
+            watched: set[asyncio.Future[Any]] = {receiver, self._ended_by}
+            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            if self._ended_by in done:
+                raise self._ended_by.result()
+            receiver.result()
+        finally:
+            tasks = [receiver, *(c.task for c in self._contexts.values() if c.task is not None)]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def log_fields(self) -> dict[str, Any]:
+        return {
+            "voice_id": self._voice_id,
+            "contexts": self.contexts_opened,
+            "pieces": self.pieces_spoken,
+            "audio_seconds": round(self.audio_seconds, 3),
+        }
+
+    # ----------------------------------------------------------------- ended by the server
+    def revoke(self, error: OpenAIError) -> None:
+        self._end(SessionRevokedError(error))
+
+    def begin_drain(self) -> None:
+        """Shutdown: take no new text; what is being spoken finishes, then the session ends."""
+        self._draining = True
+        if not self._busy():
+            self._end(SessionDrainedError())
+
+    def stop_draining(self) -> None:
+        self._end(SessionDrainedError())
+
+    def _end(self, reason: BaseException) -> None:
+        if not self._ended_by.done():
+            self._ended_by.set_result(reason)
+
+    def _busy(self) -> bool:
+        return any(c.speaking or c.pieces for c in self._contexts.values())
+
+    # ----------------------------------------------------------------- client messages
+    async def _receive(self) -> None:
+        while True:
+            message = await self._next_message()
+            self._last_activity = asyncio.get_running_loop().time()
+            if message["type"] == "websocket.disconnect":
+                return
+            try:
+                parsed = _parse(message)
+                if parsed.get("close_socket") is True:
+                    await self._close_socket()
+                    return
+                await self._handle(parsed)
+            except OpenAIError as error:
+                await self._send(error_message(error))
+
+    async def _next_message(self) -> dict[str, Any]:
+        """The client's next message, while something happens within the inactivity timeout.
+
+        Raises:
+            SessionIdleError: no message came, and nothing was spoken, for ``inactivity_timeout`` seconds.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                async with asyncio.timeout_at(self._last_activity + self._limits.idle_timeout_s):
+                    return dict(await self._socket.receive())
+            except TimeoutError:
+                if self._busy():
+                    self._last_activity = loop.time()  # a client listening to a long text is not idle
+                elif loop.time() >= self._last_activity + self._limits.idle_timeout_s:
+                    raise SessionIdleError from None
+
+    async def _handle(self, message: dict[str, Any]) -> None:
+        context_id = message.get("context_id", DEFAULT_CONTEXT_ID)
+        if not isinstance(context_id, str) or not context_id or len(context_id) > 256:
+            raise _invalid("context_id must be a string of 1 to 256 characters.")
+        text = message.get("text")
+        if text is not None and not isinstance(text, str):
+            raise _invalid("text must be a string.")
+        if message.get("close_context") is True:
+            await self._close_context(context_id)
+            return
+        flush = message.get("flush") is True
+        if text == "" and not flush:
+            return  # keep-alive: its arrival reset the inactivity clock
+        if self._draining:
+            raise OpenAIError(503, "The server is shutting down: reconnect to go on.", code="server_shutting_down")
+        context = self._contexts.get(context_id)
+        if context is None:
+            if text is None:
+                raise _invalid(f"Context {context_id} is not open: open it with a text message first.")
+            context = self._open(context_id)
+        if message.get("voice_settings") is not None:
+            context.voice_settings = _voice_settings(message["voice_settings"])
+        self._add(context, text or "", flush=flush)
+
+    def _add(self, context: _Context, text: str, *, flush: bool) -> None:
+        """Append ``text`` (its completed sentences wait to be spoken), then, on ``flush``, all that is held."""
+        pieces: list[str] = []
+        if text:
+            if context.buffer.pending_chars + len(text) > self._limits.max_pending_chars:
+                raise OpenAIError(
+                    400,
+                    f"Context {context.id} holds over {self._limits.max_pending_chars} characters not yet spoken: "
+                    "flush it, or wait for its audio.",
+                    code="max_pending_chars_exceeded",
+                )
+            pieces = context.buffer.append(text)
+        if flush:
+            pieces += context.buffer.flush()
+        context.pieces.extend(pieces)
+        if flush:
+            context.flushed = len(context.pieces)
+            context.current_flushed = context.current_flushed or context.speaking
+        context.wake.set()
+
+    def _open(self, context_id: str) -> _Context:
+        if len(self._contexts) >= MAX_CONTEXTS:
+            raise _invalid(
+                f"A socket may have at most {MAX_CONTEXTS} contexts open: close one first.", "max_contexts_exceeded"
+            )
+        context = _Context(context_id, SentenceBuffer(self._limits.max_segment_chars))
+        context.task = asyncio.create_task(self._speak_context(context), name=f"elevenlabs-{self.id}-{context_id}")
+        context.task.add_done_callback(self._context_ended)
+        self._contexts[context_id] = context
+        self.contexts_opened += 1
+        return context
+
+    async def _close_context(self, context_id: str) -> None:
+        """Drop the context's text that no flush covered (stopping its audio at once); what a flush covered is still
+        spoken; ``isFinal`` follows its last audio."""
+        context = self._contexts.get(context_id)
+        if context is None or context.closing:
+            return
+        context.closing = True
+        context.buffer.clear()
+        while len(context.pieces) > context.flushed:
+            context.pieces.pop()
+        if context.speaking and not context.current_flushed and context.task is not None:
+            context.task.cancel()  # barge-in: the engine's job is cancelled with it
+            await asyncio.wait({context.task})
+            if context.task.cancelled():
+                await self._final(context)
+            return
+        context.wake.set()
+
+    async def _close_socket(self) -> None:
+        """Close every context (what a flush covered is spoken), then the socket."""
+        for context_id in list(self._contexts):
+            await self._close_context(context_id)
+        tasks = [c.task for c in self._contexts.values() if c.task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
+        with contextlib.suppress(WebSocketDisconnect, OSError):
+            await self._socket.close(1000)
+
+    # ----------------------------------------------------------------- speaking
+    async def _speak_context(self, context: _Context) -> None:
+        """Speak the context's pieces in order, one at a time, until it is closed and has nothing left."""
+        while True:
+            while not context.pieces and not context.closing:
+                context.wake.clear()
+                await context.wake.wait()
+            if not context.pieces:
+                break
+            text = context.pieces.popleft()
+            context.current_flushed = context.flushed > 0
+            context.flushed = max(0, context.flushed - 1)
+            context.speaking = True
+            try:
+                await self._speak(context, text)
+            except (SlowClientError, WebSocketDisconnect, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # reported to the client; the context goes on
+                await self._send(error_message(_piece_error(exc)))
+            finally:
+                context.speaking = False
+                context.current_flushed = False
+        await self._final(context)
+
+    async def _speak(self, context: _Context, text: str) -> None:
+        record = RequestRecord(f"{self.id}/{context.id}", "WEBSOCKET", "context")  # not logged: the session is
+        request = self.speech_request(text, context.voice_settings).speech_request(self._voice_id)
+        if context.encoder is None:
+            context.encoder = open_encoding(self._encoding, PIPELINE_RATE)
+        encoder = context.encoder
+        cursor = CharacterCursor(text)
+        words: list[WordTime] = []
+        lead = context.spoken > 0  # the space between this piece and the one before
+        since = 0.0
+        seconds = 0.0
+        try:
+            async with await self._speech.speak(self._principal, request, record, in_session=True) as reply:
+                async for chunk in reply.timed():
+                    seconds += len(chunk.audio) / (2 * PIPELINE_RATE)
+                    data = encoder.encode(chunk.audio) if chunk.audio else b""
+                    words.extend(chunk.words)
+                    run = cursor.advance(words) if chunk.words else None
+                    if data or run is not None:
+                        await self._send(_audio_message(context.id, data, run, since, lead=lead and run is not None))
+                        if run is not None:
+                            since, lead = run.ends[-1], False
+                run = cursor.advance(words, audio_s=seconds)
+                tail = encoder.drain()
+                if tail or run is not None:
+                    await self._send(_audio_message(context.id, tail, run, since, lead=lead and run is not None))
+        finally:
+            context.spoken += 1
+            if seconds > 0:
+                self.pieces_spoken += 1
+                self.audio_seconds += seconds
+
+    async def _final(self, context: _Context) -> None:
+        """The context's last audio (what its encoder holds), then ``isFinal``; it is closed."""
+        if self._contexts.get(context.id) is context:
+            del self._contexts[context.id]
+        if context.encoder is not None and (tail := context.encoder.finish()):
+            await self._send(_audio_message(context.id, tail, None, 0.0, lead=False))
+        await self._send(json.dumps({"isFinal": True, "contextId": context.id}))
+        if self._draining and not self._busy():
+            self._end(SessionDrainedError())
+
+    def _context_ended(self, task: asyncio.Task[None]) -> None:
+        """A client too slow or gone ends the session (as would a bug, with its traceback)."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._end(exc)
+
+    # ----------------------------------------------------------------- plumbing
+    async def _send(self, text: str) -> None:
+        """Send one message; a client that does not take it within ``send_timeout_s`` is too slow to serve."""
+        async with self._send_lock:
+            try:
+                async with asyncio.timeout(self._send_timeout_s):
+                    await self._socket.send_text(text)
+            except TimeoutError:
+                raise SlowClientError from None
+            except OSError:  # uvicorn's ClientDisconnected: the transport is gone
+                raise WebSocketDisconnect(detail="client disconnected") from None
+
+
+def _parse(message: dict[str, Any]) -> dict[str, Any]:
+    """A client message as a JSON object.
+
+    Raises:
+        OpenAIError: a binary frame, or not a JSON object (400).
+    """
+    text = message.get("text")
+    if not isinstance(text, str):
+        raise _invalid("Messages are JSON text frames.")
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError):
+        raise _invalid("The message is not valid JSON.") from None
+    if not isinstance(parsed, dict):
+        raise _invalid("A message is a JSON object.")
+    return parsed
+
+
+def _voice_settings(value: object) -> VoiceSettings:
+    """A message's ``voice_settings`` (only ``speed`` changes anything).
+
+    Raises:
+        OpenAIError: not ElevenLabs' voice settings (400).
+    """
+    try:
+        return VoiceSettings.model_validate(value)
+    except ValidationError as exc:
+        raise _invalid(f"Invalid voice_settings: {exc.errors()[0]['msg']}") from None
+
+
+def _audio_message(context_id: str, audio: bytes, run: CharacterTimes | None, since_s: float, *, lead: bool) -> str:
+    """``AudioOutputMulti``: the audio, and the alignment of the characters that became known with it (``lead``: after
+    the space that separates it from the context's previous piece)."""
+    alignment: dict[str, Any] | None = None
+    if run is not None:
+        alignment = run.stream_input(since_s)
+        if lead:
+            alignment = {
+                "chars": [" ", *alignment["chars"]],
+                "charStartTimesMs": [0, *alignment["charStartTimesMs"]],
+                "charDurationsMs": [0, *alignment["charDurationsMs"]],
+            }
+    return json.dumps(
+        {
+            "audio": base64.b64encode(audio).decode(),
+            "isFinal": None,
+            "contextId": context_id,
+            "alignment": alignment,
+            "normalizedAlignment": alignment,
+        }
+    )
+
+
+def _piece_error(exc: Exception) -> OpenAIError:
+    """What a piece that failed reports.
+
+    Raises:
+        SlowClientError: the audio backlog overflowed: the client is not reading, and the session ends.
+    """
+    if isinstance(exc, ResponseTruncatedError) and isinstance(exc.__cause__, Exception):
+        exc = exc.__cause__
+    if isinstance(exc, ConsumerTooSlowError):
+        raise SlowClientError from exc
+    error = as_openai_error(exc)
+    if error.status_code >= 500 and error.code is None:
+        logger.error("elevenlabs context failed", exc_info=exc)
+    return error

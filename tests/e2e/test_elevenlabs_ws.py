@@ -1,0 +1,215 @@
+"""ElevenLabs' text-to-speech WebSocket (``multi-stream-input``), end to end: a real gateway, a ``websockets`` client
+sending what Pipecat's ``ElevenLabsTTSService`` sends (context init ``{"text": " "}``, text, flush, close_context,
+keep-alive), and Pipecat's service itself where it is installed. The audio is the synthetic engine's tone, its length
+the text's (``SECONDS_PER_CHAR`` a character)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from auth.keys import generate_api_key, hash_api_key
+from harness.gateway_process import GatewayProcess
+from tests.audio_decode import decode_g711
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+SECONDS_PER_CHAR = 0.02
+KEY = generate_api_key()
+VOICE = "alloy"
+TEXT = "Hello from the gateway. It speaks ElevenLabs over a socket."
+LONG_TEXT = "This sentence takes several seconds to say at real-time pace, which leaves time to cut in"
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    config = {
+        "server": {"send_timeout_s": 2.0},
+        "auth": {"tenants": [{"name": "acme", "api_key_sha256": [hash_api_key(KEY)]}]},
+        "engines": {
+            "tones": {"kind": "synthetic", "workers": 2, "options": {"seconds_per_char": SECONDS_PER_CHAR}},
+            "paced": {"kind": "synthetic", "workers": 1, "options": {"rtf": 1.0, "seconds_per_char": 0.05}},
+        },
+        "aliases": {"eleven_multilingual_v2": ["tones"], "eleven_flash_v2_5": ["paced"]},
+    }
+    with GatewayProcess(config, tmp_path_factory.mktemp("elevenlabs-ws")) as process:
+        yield process
+
+
+def url(gateway: GatewayProcess, query: str = "model_id=eleven_multilingual_v2&output_format=pcm_24000") -> str:
+    base = gateway.base_url.replace("http://", "ws://")
+    return f"{base}/v1/text-to-speech/{VOICE}/multi-stream-input?{query}&auto_mode=true"
+
+
+def connect_to(gateway: GatewayProcess, query: str | None = None, key: str = KEY) -> connect:
+    target = url(gateway) if query is None else url(gateway, query)
+    return connect(target, additional_headers={"xi-api-key": key}, max_size=None)
+
+
+async def send(socket: ClientConnection, **message: Any) -> None:
+    await socket.send(json.dumps(message))
+
+
+async def until_final(socket: ClientConnection, context_id: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """Every message up to the context's ``isFinal`` (other contexts' too)."""
+    received: list[dict[str, Any]] = []
+    async with asyncio.timeout(timeout_s):
+        while True:
+            received.append(json.loads(await socket.recv()))
+            if received[-1].get("isFinal") is True and received[-1].get("contextId") == context_id:
+                return received
+
+
+def audio_of(received: list[dict[str, Any]], context_id: str) -> bytes:
+    return b"".join(
+        base64.b64decode(m["audio"]) for m in received if m.get("contextId") == context_id and m.get("audio")
+    )
+
+
+def chars_of(received: list[dict[str, Any]], context_id: str) -> str:
+    return "".join(
+        "".join(m["alignment"]["chars"]) for m in received if m.get("contextId") == context_id and m.get("alignment")
+    )
+
+
+async def speak(socket: ClientConnection, context_id: str, *parts: str) -> None:
+    """As Pipecat speaks a turn: open the context, send the text as it comes, flush, close the context."""
+    await send(socket, text=" ", context_id=context_id, voice_settings={"stability": 0.5, "speed": 1.0})
+    for part in parts:
+        await send(socket, text=part, context_id=context_id)
+    await send(socket, context_id=context_id, flush=True)
+    await send(socket, context_id=context_id, close_context=True)
+
+
+async def test_a_turn_is_spoken_with_its_alignment(gateway: GatewayProcess) -> None:
+    async with connect_to(gateway) as socket:
+        await send(socket, text="")  # Pipecat's keep-alive before any context
+        await speak(socket, "turn-1", "Hello from the gateway. ", "It speaks ElevenLabs ", "over a socket.")
+        received = await until_final(socket, "turn-1")
+
+    audio = np.frombuffer(audio_of(received, "turn-1"), dtype="<i2")
+    assert len(audio) / 24000 == pytest.approx(len(TEXT) * SECONDS_PER_CHAR, abs=0.15)
+    assert chars_of(received, "turn-1") == TEXT
+    messages = [m for m in received if "audio" in m]  # words known only at the end come with no audio
+    assert all(set(m) == {"audio", "isFinal", "contextId", "alignment", "normalizedAlignment"} for m in messages)
+    # Pipecat's clock: each message's times from zero, its last end added to the clock, is the audio's duration.
+    clock = 0.0
+    for message in messages:
+        if (alignment := message["alignment"]) is not None:
+            starts, durations = alignment["charStartTimesMs"], alignment["charDurationsMs"]
+            assert len(starts) == len(durations) == len(alignment["chars"])
+            assert min(starts) >= 0 and min(durations) >= 0
+            assert starts == sorted(starts)
+            clock += (starts[-1] + durations[-1]) / 1000
+    assert clock == pytest.approx(len(audio) / 24000, abs=0.05)
+    assert received[-1] == {"isFinal": True, "contextId": "turn-1"}
+
+
+async def test_ulaw_and_two_contexts(gateway: GatewayProcess) -> None:
+    query = "model_id=eleven_multilingual_v2&output_format=ulaw_8000"
+    async with connect_to(gateway, query) as socket:
+        await speak(socket, "a", "First context speaks. ")
+        await speak(socket, "b", "The second one, longer than the first. ")
+        received = await until_final(socket, "a")
+        if not any(m.get("isFinal") and m["contextId"] == "b" for m in received):
+            received += await until_final(socket, "b")
+    for context_id, text in (("a", "First context speaks."), ("b", "The second one, longer than the first.")):
+        decoded = decode_g711(audio_of(received, context_id), "pcmu")
+        assert decoded.sample_rate == 8000
+        assert decoded.duration == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.15)
+        assert chars_of(received, context_id) == text
+
+
+async def test_close_context_cuts_the_speech_short(gateway: GatewayProcess) -> None:
+    query = "model_id=eleven_flash_v2_5&output_format=pcm_24000"
+    async with connect_to(gateway, query) as socket:
+        await send(socket, text=" ", context_id="long")
+        await send(socket, text=LONG_TEXT + ". And more text that is never flushed", context_id="long")
+        first = json.loads(await asyncio.wait_for(socket.recv(), 10))
+        assert first["contextId"] == "long" and first["audio"]
+        await asyncio.sleep(0.5)
+        closed_at = time.perf_counter()
+        await send(socket, context_id="long", close_context=True)
+        received = await until_final(socket, "long", timeout_s=2.0)
+        assert time.perf_counter() - closed_at < 1.0
+        engine = await asyncio.to_thread(gateway.wait_engine, "paced", 3.0, active_jobs=0, queued=0)
+        assert engine["active_jobs"] == 0
+        heard = (len(base64.b64decode(first["audio"])) + len(audio_of(received, "long"))) / 2 / 24000
+        assert heard < len(LONG_TEXT) * 0.05 / 2  # well short of the sentence
+
+        # The socket goes on: a context of the same name is a new one.
+        await speak(socket, "long", "Short again.")
+        again = await until_final(socket, "long")
+        assert chars_of(again, "long") == "Short again."
+
+
+async def test_bad_messages_are_answered_and_the_session_goes_on(gateway: GatewayProcess) -> None:
+    async with connect_to(gateway) as socket:
+        await socket.send("not json")
+        error = json.loads(await socket.recv())
+        assert set(error) == {"message", "error", "code"} and error["code"] == 400
+        await send(socket, text=" ", context_id="x", voice_settings={"speed": 9})
+        assert json.loads(await socket.recv())["error"] == "invalid_message"
+        await send(socket, context_id="nope", flush=True)
+        assert "not open" in json.loads(await socket.recv())["message"]
+        await speak(socket, "ok", "Still fine.")
+        assert chars_of(await until_final(socket, "ok"), "ok") == "Still fine."
+
+
+async def test_close_socket_speaks_what_was_flushed_then_closes(gateway: GatewayProcess) -> None:
+    async with connect_to(gateway) as socket:
+        await send(socket, text=" ", context_id="c")
+        await send(socket, text="Said before the socket closes.", context_id="c", flush=True)
+        await send(socket, close_socket=True)
+        received: list[dict[str, Any]] = []
+        with pytest.raises(ConnectionClosed) as closed:
+            async with asyncio.timeout(10):
+                while True:
+                    received.append(json.loads(await socket.recv()))
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+    assert chars_of(received, "c") == "Said before the socket closes."
+    assert received[-1] == {"isFinal": True, "contextId": "c"}
+
+
+async def test_a_wrong_key_is_refused_at_the_handshake(gateway: GatewayProcess) -> None:
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect_to(gateway, key="sk-wrong"):
+            pass
+    assert refused.value.response.status_code == 401
+    assert json.loads(refused.value.response.body or b"")["detail"]["status"] == "invalid_api_key"
+    with pytest.raises(InvalidStatus) as missing:
+        async with connect(url(gateway)):
+            pass
+    assert json.loads(missing.value.response.body or b"")["detail"]["status"] == "needs_authorization"
+
+
+async def test_an_unknown_voice_or_format_is_refused(gateway: GatewayProcess) -> None:
+    base = gateway.base_url.replace("http://", "ws://")
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(
+            f"{base}/v1/text-to-speech/nobody/multi-stream-input", additional_headers={"xi-api-key": KEY}
+        ):
+            pass
+    assert refused.value.response.status_code == 404
+    assert json.loads(refused.value.response.body or b"")["detail"]["status"] == "voice_not_found"
+    with pytest.raises(InvalidStatus) as bad_format:
+        async with connect_to(gateway, "output_format=pcm_12345"):
+            pass
+    assert bad_format.value.response.status_code == 422
+
+
+async def test_an_idle_socket_is_closed_after_its_inactivity_timeout(gateway: GatewayProcess) -> None:
+    async with connect_to(gateway, "output_format=pcm_16000&inactivity_timeout=1") as socket:
+        error = json.loads(await asyncio.wait_for(socket.recv(), 3))
+        assert error["error"] == "session_idle_timeout"
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(socket.recv(), 2)
