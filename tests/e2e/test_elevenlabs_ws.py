@@ -213,3 +213,24 @@ async def test_an_idle_socket_is_closed_after_its_inactivity_timeout(gateway: Ga
         assert error["error"] == "session_idle_timeout"
         with pytest.raises(ConnectionClosed):
             await asyncio.wait_for(socket.recv(), 2)
+
+
+async def test_pipecats_own_service_speaks_through_the_gateway(gateway: GatewayProcess) -> None:
+    """Pipecat 1.14's ``ElevenLabsTTSService`` (where ``pipecat-ai`` is installed: it is no requirement), pointed at
+    the gateway with ``url``: its audio, its word frames and the ``TTSStoppedFrame`` its ``isFinal`` brings."""
+    frames: Any = pytest.importorskip("pipecat.frames.frames")
+    elevenlabs: Any = pytest.importorskip("pipecat.services.elevenlabs.tts")
+    utils: Any = pytest.importorskip("pipecat.tests.utils")
+    text = "Hello from Pipecat. It speaks through the gateway."
+    tts = elevenlabs.ElevenLabsTTSService(
+        api_key=KEY,
+        url=gateway.base_url.replace("http://", "ws://"),
+        settings=elevenlabs.ElevenLabsTTSService.Settings(voice=VOICE, model="eleven_multilingual_v2"),
+        sample_rate=24000,
+    )
+    down, _ = await utils.run_test(tts, frames_to_send=[frames.TTSSpeakFrame(text), utils.SleepFrame(2)])
+    audio = b"".join(f.audio for f in down if isinstance(f, frames.TTSAudioRawFrame))
+    assert len(audio) / 2 / 24000 == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.15)
+    assert " ".join(f.text for f in down if isinstance(f, frames.TTSTextFrame)) == text
+    assert any(isinstance(f, frames.TTSStoppedFrame) for f in down)
+    assert not any(isinstance(f, frames.ErrorFrame) for f in down)
