@@ -19,6 +19,7 @@ from litestar import WebSocket, websocket
 from gateway.elevenlabs.errors import as_elevenlabs_error
 from gateway.elevenlabs.formats import DEFAULT_OUTPUT_FORMAT, OutputFormat, encoding_of
 from gateway.elevenlabs.session import ElevenLabsStreamSession, error_message
+from gateway.elevenlabs.speech import VoiceId
 from gateway.http.auth.security import presented_authorization
 from gateway.http.errors import OpenAIError
 from gateway.realtime.serving import (
@@ -42,7 +43,7 @@ MAX_INACTIVITY_TIMEOUT_S = 180
 
 
 @websocket(MULTI_STREAM_PATH, name="elevenlabs_multi_stream_input")
-async def multi_stream_input(socket: WebSocket[Any, Any, Any], voice_id: str) -> None:
+async def multi_stream_input(socket: WebSocket[Any, Any, Any], voice_id: VoiceId) -> None:
     """ElevenLabs' multi-context text-to-speech WebSocket: the messages are in ``docs/elevenlabs.md``."""
     state = gateway_state(socket.app)
     headers = socket.headers
