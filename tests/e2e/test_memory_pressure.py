@@ -11,6 +11,7 @@ cache gives way, once per replica, and the control plane keeps writing.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import time
@@ -81,14 +82,16 @@ class Deployment:
 
     def wait_for_cache_writes(self) -> None:
         """Until the cache's entries in Redis stop changing (each is written after its response has gone)."""
-        counts: list[int] = []
+        seen: list[frozenset[bytes]] = []
 
-        def settled() -> bool:
-            entries = [k for k in self.redis.scan_iter(match="tts:audio:*") if not k.endswith((b"index", b"bytes"))]
-            counts.append(len(entries))
-            return len(counts) >= 3 and counts[-1] == counts[-2] == counts[-3]
+        def settled() -> bool:  # the same entries for a quarter of a second
+            seen.append(frozenset(self.redis.scan_iter(match="tts:audio:*")))
+            return len(seen) >= 12 and len(set(seen[-12:])) == 1
 
         wait_until(settled, what="the cache's writes settled")
+
+    def hits(self, n: int, key: str, text: str) -> bool:
+        return self.speak(n, key, text).headers["x-cache"] == "hit"
 
     def speak(self, n: int, key: str, text: str) -> httpx.Response:
         body = {"model": "synthetic", "input": text, "voice": "alloy", "response_format": "pcm"}
@@ -165,6 +168,7 @@ def test_one_tenants_clips_cost_no_other_tenant_anything(deployment: Deployment)
     # Usage was stored: each replica reads what both served from Redis.
     assert [deployment.usage(n, heavy)["requests"] for n in range(2)] == [FLOOD, FLOOD]
     # The cache still answers hits: the newest clips are kept.
+    deployment.wait_for_cache_writes()  # each written after its response
     assert deployment.speak(0, heavy, clip_text(FLOOD - 1)).headers["x-cache"] == "hit"
 
     for replica in deployment.replicas:
@@ -222,8 +226,8 @@ def test_a_redis_filled_by_something_else_costs_the_cache_not_the_control_plane(
     time.sleep(REFUSAL_PAUSE_S + 0.5)
     for n in range(4):
         assert deployment.speak(n, heavy, clip_text(2000 + n)).headers["x-cache"] == "miss"
-    for n in range(4):
-        assert deployment.speak(n + 1, heavy, clip_text(2000 + n)).headers["x-cache"] == "hit"
+    for n in range(4):  # each is written after its response: a hit once it has been
+        wait_until(functools.partial(deployment.hits, n + 1, heavy, clip_text(2000 + n)), what="a hit")
     for replica in deployment.replicas:
         refusals = [line for line in deployment.warnings(replica) if "refuses writes to the cache store" in line]
         assert len(refusals) <= 1, refusals
