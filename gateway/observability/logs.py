@@ -44,14 +44,15 @@ class JsonLogFormatter(logging.Formatter):
 class WebSocketFrameRedactor(logging.Filter):
     """At debug level the ``websockets`` library logs, on uvicorn's error logger, every frame it sends and receives
     (``"< %s"`` with the frame, its text included: appended input, a first message's token) and every handshake header
-    (``"< %s: %s"``: ``Authorization`` included). Frames keep their type and size and lose their content; credential
-    headers lose their value. (The query string's ``?token=`` is ``gateway/realtime/redaction.py``'s.)"""
+    (``"< %s: %s"``: ``Authorization`` and ElevenLabs' ``xi-api-key`` included). Frames keep their type and size and
+    lose their content; credential headers lose their value. (The query string's ``?token=`` is
+    ``gateway/realtime/redaction.py``'s.)"""
 
     _FRAME_LINES = frozenset({"< %s", "> %s"})
     _HEADER_LINES = frozenset({"< %s: %s", "> %s: %s"})
     _SECRET_HEADERS = frozenset(
-        {"authorization", "proxy-authorization", "cookie", "set-cookie", "sec-websocket-protocol"}
-    )  # browsers can only send a token as a subprotocol
+        {"authorization", "proxy-authorization", "cookie", "set-cookie", "sec-websocket-protocol", "xi-api-key"}
+    )  # browsers can only send a token as a subprotocol; ElevenLabs' clients send theirs as xi-api-key
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args

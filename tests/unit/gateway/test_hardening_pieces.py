@@ -103,7 +103,7 @@ def test_websocket_frames_are_logged_without_their_text() -> None:
     assert _redacted("> %s", Frame(Opcode.BINARY, b"\x00" * 10)) == "> BINARY [10 bytes]"
 
 
-@pytest.mark.parametrize("name", ["Authorization", "cookie", "Sec-WebSocket-Protocol"])
+@pytest.mark.parametrize("name", ["Authorization", "cookie", "Sec-WebSocket-Protocol", "xi-api-key"])
 def test_handshake_credentials_are_logged_without_their_value(name: str) -> None:
     assert _redacted("< %s: %s", name, "Bearer sk-secret") == f"< {name}: [redacted]"
 
