@@ -41,12 +41,14 @@ from gateway.audio import AudioFormat, open_encoding, output_sample_rate
 from gateway.elevenlabs.wire import TextToSpeechRequest, VoiceSettings
 from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
 from gateway.http.request_record import RequestRecord
+from gateway.realtime.channel import SessionChannel
 from gateway.realtime.segmenter import SentenceBuffer
-from gateway.realtime.session import SessionDrainedError, SessionIdleError, SessionRevokedError, SlowClientError
+from gateway.realtime.session_errors import SessionDrainedError, SessionRevokedError, SlowClientError
 from gateway.speech.alignment import CharacterCursor
 
 if TYPE_CHECKING:
     from litestar import WebSocket
+    from litestar.types import ReceiveMessage
 
     from auth import Principal
     from gateway.audio import AudioEncoder, Encoding
@@ -113,20 +115,18 @@ class ElevenLabsStreamSession:
         session_id: str,
     ) -> None:
         self.id = session_id
-        self._socket = socket
+        self._channel = SessionChannel(
+            socket, send_timeout_s=send_timeout_s, idle_timeout_s=settings.idle_timeout_s, busy=self._busy
+        )
         self._speech = speech
         self._principal = principal
         self._voice_id = voice_id
         self._model_id = model_id
         self._encoding = encoding
         self._limits = settings
-        self._send_timeout_s = send_timeout_s
         self._contexts: dict[str, _Context] = {}
-        self._send_lock = asyncio.Lock()
-        loop = asyncio.get_running_loop()
-        self._last_activity = loop.time()
         self._draining = False
-        self._ended_by: asyncio.Future[BaseException] = loop.create_future()
+        self._ended_by: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
         self.contexts_opened = 0
         self.pieces_spoken = 0
         self.audio_seconds = 0.0
@@ -187,13 +187,13 @@ class ElevenLabsStreamSession:
             self._ended_by.set_result(reason)
 
     def _busy(self) -> bool:
+        """A context is speaking or has text to speak: a client listening to a long text is not idle."""
         return any(c.speaking or c.pieces for c in self._contexts.values())
 
     # ----------------------------------------------------------------- client messages
     async def _receive(self) -> None:
         while True:
-            message = await self._next_message()
-            self._last_activity = asyncio.get_running_loop().time()
+            message = await self._channel.receive()
             if message["type"] == "websocket.disconnect":
                 return
             try:
@@ -204,23 +204,6 @@ class ElevenLabsStreamSession:
                 await self._handle(parsed)
             except OpenAIError as error:
                 await self._send(error_message(error))
-
-    async def _next_message(self) -> dict[str, Any]:
-        """The client's next message, while something happens within the inactivity timeout.
-
-        Raises:
-            SessionIdleError: no message came, and nothing was spoken, for ``inactivity_timeout`` seconds.
-        """
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                async with asyncio.timeout_at(self._last_activity + self._limits.idle_timeout_s):
-                    return dict(await self._socket.receive())
-            except TimeoutError:
-                if self._busy():
-                    self._last_activity = loop.time()  # a client listening to a long text is not idle
-                elif loop.time() >= self._last_activity + self._limits.idle_timeout_s:
-                    raise SessionIdleError from None
 
     async def _handle(self, message: dict[str, Any]) -> None:
         context_id = message.get("context_id", DEFAULT_CONTEXT_ID)
@@ -304,7 +287,7 @@ class ElevenLabsStreamSession:
         if tasks:
             await asyncio.wait(tasks)
         with contextlib.suppress(WebSocketDisconnect, OSError):
-            await self._socket.close(1000)
+            await self._channel.socket.close(1000)
 
     # ----------------------------------------------------------------- speaking
     async def _speak_context(self, context: _Context) -> None:
@@ -379,18 +362,10 @@ class ElevenLabsStreamSession:
 
     # ----------------------------------------------------------------- plumbing
     async def _send(self, text: str) -> None:
-        """Send one message; a client that does not take it within ``send_timeout_s`` is too slow to serve."""
-        async with self._send_lock:
-            try:
-                async with asyncio.timeout(self._send_timeout_s):
-                    await self._socket.send_text(text)
-            except TimeoutError:
-                raise SlowClientError from None
-            except OSError:  # uvicorn's ClientDisconnected: the transport is gone
-                raise WebSocketDisconnect(detail="client disconnected") from None
+        await self._channel.send(text)
 
 
-def _parse(message: dict[str, Any]) -> dict[str, Any]:
+def _parse(message: ReceiveMessage) -> dict[str, Any]:
     """A client message as a JSON object.
 
     Raises:

@@ -22,7 +22,7 @@ from litestar.exceptions import WebSocketDisconnect
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
 from gateway.http.errors import OpenAIError, as_openai_error, error_body
-from gateway.realtime.session import SessionDrainedError, SessionIdleError, SessionRevokedError, SlowClientError
+from gateway.realtime.session_errors import SessionDrainedError, SessionIdleError, SessionRevokedError, SlowClientError
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:

@@ -25,6 +25,7 @@ from gateway.audio import open_encoder
 from gateway.audio.formats import AudioFormat, output_sample_rate
 from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
 from gateway.http.request_record import RequestRecord
+from gateway.realtime.channel import SessionChannel
 from gateway.realtime.protocol import (
     InputAppend,
     InputFlush,
@@ -35,6 +36,7 @@ from gateway.realtime.protocol import (
     SessionUpdate,
 )
 from gateway.realtime.segmenter import SentenceBuffer
+from gateway.realtime.session_errors import SessionDrainedError, SessionRevokedError, SlowClientError
 from gateway.speech.delivery import AudioClock, speech_usage
 
 if TYPE_CHECKING:
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
     from gateway.settings import RealtimeSettings
     from gateway.speech.service import SpeechService
 
-__all__ = ["RealtimeSession", "SessionDrainedError", "SessionIdleError", "SessionRevokedError", "SlowClientError"]
+__all__ = ["RealtimeSession"]
 
 logger = logging.getLogger("tts_gateway.realtime")
 
@@ -60,27 +62,6 @@ logger = logging.getLogger("tts_gateway.realtime")
 # change between segments.
 _LOCKED_FIELDS = ("response_format",)
 _SEGMENT_PCM_RATE = output_sample_rate(AudioFormat.PCM)
-
-
-class SlowClientError(Exception):
-    """The client stopped reading: an event waited ``server.send_timeout_s``, or the segment's unsent audio
-    outgrew the engine's ``max_buffered_audio_s``."""
-
-
-class SessionIdleError(Exception):
-    """No client event and nothing to speak for ``realtime.idle_timeout_s``."""
-
-
-class SessionRevokedError(Exception):
-    """The session's key was revoked or its tenant deleted (on any replica)."""
-
-    def __init__(self, error: OpenAIError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-class SessionDrainedError(Exception):
-    """The server is shutting down: the session finished its segment (or the grace period ran out)."""
 
 
 _SHUTTING_DOWN = (
@@ -123,10 +104,13 @@ class RealtimeSession:
         self.id = session_id
         self._spoken = spoken
         """The dialect, chosen by the client's first message: where the session reads and writes the wire."""
-        self._send_timeout_s = send_timeout_s
         self._max_json_depth = max_json_depth
         """``server.max_json_depth``: deeper messages get an error event, as deeper HTTP bodies get a 400."""
-        self._socket = socket
+        self._channel = SessionChannel(
+            socket, send_timeout_s=send_timeout_s, idle_timeout_s=settings.idle_timeout_s, busy=self._busy
+        )
+        """The socket: sends within ``send_timeout_s``; idle when no client event came and nothing was queued or
+        spoken for ``idle_timeout_s`` (from the last event or the last segment's end)."""
         self._speech = speech
         self._principal = principal
         self._settings = settings
@@ -138,10 +122,7 @@ class RealtimeSession:
         self._streaming = False
         """Set by the first segment: the fields in ``_LOCKED_FIELDS`` are fixed from then on."""
         self._segment_ids = itertools.count(1)
-        self._send_lock = asyncio.Lock()
         self._closing = False
-        self._last_activity = asyncio.get_running_loop().time()
-        """When the client last sent an event or a segment last ended: the idle timeout counts from there."""
         self._segment_in_hand = False
         """From taking a segment off the queue until its ``audio.done`` is sent: the session is not idle."""
         self._queued_chars = 0
@@ -224,11 +205,10 @@ class RealtimeSession:
 
     # ----------------------------------------------------------------- client events
     async def _receive(self) -> None:
-        while (message := await self._next_message())["type"] != "websocket.disconnect":
+        while (message := await self._channel.receive())["type"] != "websocket.disconnect":
             await self._on_message(message)
 
     async def _on_message(self, message: ReceiveMessage) -> None:
-        self._last_activity = asyncio.get_running_loop().time()
         text = message.get("text")
         if not self._spoken.chosen:  # it came after the route's wait for it: it still chooses
             self._spoken.choose(text if isinstance(text, str) else None)
@@ -252,22 +232,9 @@ class RealtimeSession:
         if self._dialect.ends_on_error:
             self._close_after_queued()
 
-    async def _next_message(self) -> ReceiveMessage:
-        """The client's next message, while the session has something to do within ``idle_timeout_s``.
-
-        Raises:
-            SessionIdleError: no message came, and nothing was queued or spoken, for ``idle_timeout_s``.
-        """
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                async with asyncio.timeout_at(self._last_activity + self._settings.idle_timeout_s):
-                    return await self._socket.receive()
-            except TimeoutError:
-                if self._segment_in_hand or not self._queue.empty():
-                    self._last_activity = loop.time()  # a client listening to long speech is not idle
-                elif loop.time() >= self._last_activity + self._settings.idle_timeout_s:
-                    raise SessionIdleError from None
+    def _busy(self) -> bool:
+        """A segment is being spoken or waits: a client listening to long speech is not idle."""
+        return self._segment_in_hand or not self._queue.empty()
 
     async def _handle(self, event: ClientEvent) -> None:
         if isinstance(event, SessionUpdate):
@@ -378,7 +345,7 @@ class RealtimeSession:
                     self._current = None
             await self._finish_segment(segment, task)
             self._segment_in_hand = False
-            self._last_activity = asyncio.get_running_loop().time()
+            self._channel.active()
         await self._end_stream()
 
     async def _speak(self, segment: _Segment) -> None:
@@ -438,7 +405,7 @@ class RealtimeSession:
             # The shutdown notice goes out before the close, whatever the order the tasks ran in.
             await asyncio.gather(*self._background, return_exceptions=True)
             raise SessionDrainedError  # closed with 1012 by the route
-        await self._socket.close(1000, "session closed")
+        await self._channel.socket.close(1000, "session closed")
 
     # ----------------------------------------------------------------- plumbing
     async def _send_all(self, frames: Iterable[Frame]) -> None:
@@ -446,20 +413,7 @@ class RealtimeSession:
             await self._send(frame)
 
     async def _send(self, frame: Frame) -> None:
-        """Send one frame; a client that does not take it within ``send_timeout_s`` is too slow to serve."""
-        async with self._send_lock:
-            try:
-                # Not asyncio.wait_for: on Python 3.11 it can swallow a cancellation (barge-in) that arrives as
-                # the send completes.
-                async with asyncio.timeout(self._send_timeout_s):
-                    if isinstance(frame, bytes):
-                        await self._socket.send_bytes(frame)
-                    else:
-                        await self._socket.send_text(frame)
-            except TimeoutError:
-                raise SlowClientError from None
-            except OSError:  # uvicorn's ClientDisconnected: the transport is gone
-                raise WebSocketDisconnect(detail="client disconnected") from None
+        await self._channel.send(frame)
 
 
 def _forget_quietly(tasks: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:

@@ -21,6 +21,7 @@ from engines.errors import ConsumerTooSlowError
 from gateway.audio import AudioFormat, open_g711_encoder, output_sample_rate
 from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
 from gateway.http.request_record import RequestRecord
+from gateway.realtime.channel import SessionChannel
 from gateway.realtime.openai import events
 from gateway.realtime.openai.events import (
     ConversationItemCreate,
@@ -39,7 +40,7 @@ from gateway.realtime.openai.events import (
     SessionUpdate,
     Unsupported,
 )
-from gateway.realtime.session import SessionDrainedError, SessionIdleError, SessionRevokedError, SlowClientError
+from gateway.realtime.session_errors import SessionDrainedError, SessionRevokedError, SlowClientError
 from gateway.schemas import MAX_INPUT_CHARS
 from gateway.speech.delivery import speech_usage
 
@@ -108,18 +109,16 @@ class OpenAIRealtimeSession:
         max_json_depth: int = events.MAX_EVENT_DEPTH,
     ) -> None:
         self.id = session_id
-        self._socket = socket
+        self._channel = SessionChannel(
+            socket, send_timeout_s=send_timeout_s, idle_timeout_s=settings.idle_timeout_s, busy=self._responding
+        )
         self._speech = speech
         self._principal = principal
-        self._limits = settings
-        self._send_timeout_s = send_timeout_s
         self._max_json_depth = max_json_depth
         self._settings = SessionSettings(model=model)
         self._conversation_id = events.new_id("conv")
         self._items: list[Item] = []
         self._active: _Response | None = None
-        self._send_lock = asyncio.Lock()
-        self._last_activity = asyncio.get_running_loop().time()
         self._draining = False
         self._ended_by: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
         """Set when the session must end (revocation, shutdown, a client too slow): ``run`` raises what it holds."""
@@ -174,7 +173,7 @@ class OpenAIRealtimeSession:
     def begin_drain(self) -> None:
         """Shutdown: start no new response, let the one in progress finish, then end."""
         self._draining = True
-        if self._active is None or self._active.task.done():
+        if not self._responding():
             self._end(SessionDrainedError())
 
     def stop_draining(self) -> None:
@@ -188,8 +187,7 @@ class OpenAIRealtimeSession:
     # ----------------------------------------------------------------- client events
     async def _receive(self) -> None:
         while True:
-            message = await self._next_message()
-            self._last_activity = asyncio.get_running_loop().time()
+            message = await self._channel.receive()
             if message["type"] == "websocket.disconnect":
                 return
             text = message.get("text")
@@ -200,22 +198,9 @@ class OpenAIRealtimeSession:
             except RealtimeProtocolError as exc:
                 await self._send(events.error_event(exc.error, client_event_id=exc.event_id))
 
-    async def _next_message(self) -> dict[str, Any]:
-        """The client's next message, while the session has something to do within ``idle_timeout_s``.
-
-        Raises:
-            SessionIdleError: no message came, and no response ran, for ``idle_timeout_s``.
-        """
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                async with asyncio.timeout_at(self._last_activity + self._limits.idle_timeout_s):
-                    return dict(await self._socket.receive())
-            except TimeoutError:
-                if self._active is not None and not self._active.task.done():
-                    self._last_activity = loop.time()  # a client listening to a long response is not idle
-                elif loop.time() >= self._last_activity + self._limits.idle_timeout_s:
-                    raise SessionIdleError from None
+    def _responding(self) -> bool:
+        """A response is being spoken: a client listening to a long response is not idle."""
+        return self._active is not None and not self._active.task.done()
 
     async def _handle(self, event: ClientEvent) -> None:
         if isinstance(event, SessionUpdate):
@@ -434,15 +419,7 @@ class OpenAIRealtimeSession:
 
     # ----------------------------------------------------------------- plumbing
     async def _send(self, text: str) -> None:
-        """Send one event; a client that does not take it within ``send_timeout_s`` is too slow to serve."""
-        async with self._send_lock:
-            try:
-                async with asyncio.timeout(self._send_timeout_s):
-                    await self._socket.send_text(text)
-            except TimeoutError:
-                raise SlowClientError from None
-            except OSError:  # uvicorn's ClientDisconnected: the transport is gone
-                raise WebSocketDisconnect(detail="client disconnected") from None
+        await self._channel.send(text)
 
 
 def _encoder(settings: SessionSettings) -> AudioEncoder | None:
