@@ -2,8 +2,9 @@
 #   make serve   set up what serving needs, then serve the gateway on the embedded default (espeak-ng, no Redis, no
 #                weights needed)
 #   make test    set up (the test tools too, and as root the Debian packages), then run the linters and the whole test
-#                suite under coverage (CI runs it)
+#                suite (CI runs it)
 # And for contributors (CONTRIBUTING.md):
+#   make coverage  what make test does, with the suite under coverage, then the figure
 #   make quick   the linters and the unit tests not marked slow (no engine process, no ChatTTS): a minute or two
 #   make fuzz-uploads  tests/e2e/test_upload_fuzz.py at length: a real gateway's upload routes fuzzed with
 #                FUZZ_UPLOADS_EXAMPLES (5000) mutated recordings, a random seed it prints (FUZZ_UPLOADS_SEED=...
@@ -25,7 +26,7 @@ PIP_VERSION := 26.3
 PIP_TOOLS_VERSION := 7.6.2
 PIP_INSTALL := $(BIN)/python -m pip install --quiet $(PIP_EXTRA)
 
-.PHONY: setup serve test quick fuzz-uploads lint lock system-deps
+.PHONY: setup serve test coverage quick fuzz-uploads lint lock system-deps
 
 # The official OpenAI Node SDK for tests/e2e/test_clients.py, from tests/node's lockfile (needs Node.js 20+ and npm).
 # Only `make test` installs it, so that `make serve` still needs nothing but Python.
@@ -69,15 +70,21 @@ lint: $(TESTING)
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports
 
-# The whole suite under coverage ([tool.coverage] in pyproject.toml; `make test COVER_PROCESSES=1` measures the
-# gateway processes of the end-to-end tests too, about 15 % slower), then the figure; `.venv/bin/coverage report` lists
-# it file by file. The suite runs in TEST_WORKERS processes (pytest-xdist), a test file each at a time: its
-# module-scoped gateways start once. `make test TEST_WORKERS=0` runs it in one process.
+# The whole suite in TEST_WORKERS processes (pytest-xdist), a test file each at a time: its module-scoped gateways
+# start once. `make test TEST_WORKERS=0` runs it in one process.
 TEST_WORKERS ?= 2
-COVER_PROCESSES ?= 0
+PYTEST_SUITE := -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 test: system-deps lint $(NODE_SDK)
+	$(BIN)/python $(PYTEST_SUITE)
+
+# The same suite under coverage ([tool.coverage] in pyproject.toml; `make coverage COVER_PROCESSES=1` measures the
+# gateway processes of the end-to-end tests too), then the figure; `.venv/bin/coverage report` lists it file by file.
+# Not what CI runs: coverage's tracer makes ChatTTS's per-token Python loop about 2x slower, and the suite about a
+# quarter (CONTRIBUTING.md).
+COVER_PROCESSES ?= 0
+coverage: system-deps lint $(NODE_SDK)
 	$(BIN)/coverage erase
-	COVER_PROCESSES=$(COVER_PROCESSES) $(BIN)/coverage run -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	COVER_PROCESSES=$(COVER_PROCESSES) $(BIN)/coverage run $(PYTEST_SUITE)
 	$(BIN)/coverage combine --quiet
 	@echo "Coverage: $$($(BIN)/coverage report --format=total) % of the lines and branches of gateway, engines, auth and storage"
 
