@@ -243,9 +243,10 @@ async def test_a_batching_worker_answers_a_sample_while_it_speaks(
         chunks = aiter(stream)
         await anext(chunks)  # the batch runs
         made = await pool.speaker_from_sample(recording().astype("<i2").tobytes(), RATE, TRANSCRIPT)
-        rest = [chunk async for chunk in chunks]
+        # Audio still to come: the synthesis was running when the sample was answered. The rest is not waited for
+        # (three 600-token sentences): leaving the stream cancels it.
+        assert await anext(chunks, None) is not None, "the synthesis ended before the sample was answered"
     assert made == speaker, "the worker's speaker is the engine's"
-    assert rest, "the synthesis was still running when the sample was answered"
     assert pool.status().restarts == 0
 
 
