@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -34,6 +35,13 @@ def free_port() -> int:
 
 
 _HELD_PORTS: list[socket.socket] = []
+
+
+# Closed at exit rather than left to the interpreter's teardown, which reports each as an unclosed socket.
+@atexit.register
+def _close_held_ports() -> None:
+    for sock in _HELD_PORTS:
+        sock.close()
 
 
 def closed_port() -> int:
