@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from litestar import Router
 
+from gateway.elevenlabs.dialogue import TextToDialogueController
 from gateway.elevenlabs.errors import EXCEPTION_HANDLERS
 from gateway.elevenlabs.speech import TextToSpeechController
 from gateway.elevenlabs.voices import VoicesController, VoicesV2Controller
@@ -27,6 +28,7 @@ def elevenlabs_router(*, websockets: bool = True) -> Router:
         path="/",
         route_handlers=[
             TextToSpeechController,
+            TextToDialogueController,
             VoicesController,
             VoicesV2Controller,
             *([multi_stream_input] if websockets else []),

@@ -43,16 +43,28 @@ from gateway.http.request_record import RequestRecord, request_record
 from gateway.routes.speech import reply_headers
 from gateway.speech.alignment import CharacterCursor
 from gateway.state import gateway_state
+from gateway.text import Markup
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from auth import Principal
     from gateway.audio import Encoding
+    from gateway.schemas import SpeechRequest
     from gateway.speech.alignment import CharacterTimes
     from gateway.speech.service import SpeechReply
+    from gateway.text import Script
 
-__all__ = ["TextToSpeechController"]
+__all__ = [
+    "Format",
+    "Logging",
+    "TextToSpeechController",
+    "audio_route",
+    "encoding_of",
+    "speak_pcm",
+    "streamed",
+    "whole_audio",
+]
 
 PIPELINE_RATE = output_sample_rate(AudioFormat.PCM)
 """The rate of the PCM the pipeline speaks for these routes (24 kHz)."""
@@ -79,6 +91,18 @@ Latency = Annotated[
     Parameter(description="Accepted (0 to 4) and ignored: audio always streams as it is spoken.", ge=0, le=4),
 ]
 Logging = Annotated[bool | None, Parameter(description="Accepted and ignored: the gateway keeps no history.")]
+SsmlParsing = Annotated[
+    bool | None,
+    Parameter(
+        description="This gateway's extension, as ElevenLabs' WebSocket takes it: read the text as SSML (the subset of "
+        '`docs/ssml.md`; `<speak>` optional). Without it only `<break time="…"/>` is honoured, as ElevenLabs does.'
+    ),
+]
+
+
+def text_markup(enable_ssml_parsing: bool | None) -> Markup:
+    """The markup ElevenLabs' routes honour: break tags always, the SSML subset when asked for."""
+    return Markup.ELEVENLABS_SSML if enable_ssml_parsing else Markup.BREAKS
 
 
 @dataclass
@@ -109,7 +133,7 @@ class JsonLinesOperation(Operation):
             )
 
 
-def _route(path: str, operation_id: str, summary: str, operation_class: type[Operation] = AudioOperation) -> post:
+def audio_route(path: str, operation_id: str, summary: str, operation_class: type[Operation] = AudioOperation) -> post:
     return post(
         path,
         status_code=HTTP_200_OK,
@@ -124,7 +148,7 @@ class TextToSpeechController(Controller):
     path = PATH
     tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
 
-    @_route(
+    @audio_route(
         "/{voice_id:str}",
         "elevenLabsTextToSpeech",
         "ElevenLabs: the whole audio of the text, once it is complete (with Content-Length).",
@@ -138,13 +162,15 @@ class TextToSpeechController(Controller):
         output_format: Format = DEFAULT_OUTPUT_FORMAT,
         optimize_streaming_latency: Latency = None,
         enable_logging: Logging = None,
+        enable_ssml_parsing: SsmlParsing = None,
     ) -> Response[bytes]:
         encoding = encoding_of(output_format)
-        reply, headers = await _speak(request, principal, voice_id, data, output_format)
-        audio = await unless_client_leaves(request.receive, _whole(reply, encoding))
+        markup, speech_request = text_markup(enable_ssml_parsing), data.speech_request(voice_id)
+        reply, headers = await speak_pcm(request, principal, speech_request, output_format, markup=markup)
+        audio = await unless_client_leaves(request.receive, whole_audio(reply, encoding))
         return Response(audio, media_type=CONTENT_TYPES[encoding.codec], headers=headers)
 
-    @_route(
+    @audio_route(
         "/{voice_id:str}/stream",
         "elevenLabsTextToSpeechStream",
         "ElevenLabs: the audio of the text, streamed as it is spoken.",
@@ -158,17 +184,14 @@ class TextToSpeechController(Controller):
         output_format: Format = DEFAULT_OUTPUT_FORMAT,
         optimize_streaming_latency: Latency = None,
         enable_logging: Logging = None,
+        enable_ssml_parsing: SsmlParsing = None,
     ) -> Response[Any]:
         encoding = encoding_of(output_format)
-        reply, headers = await _speak(request, principal, voice_id, data, output_format)
-        media_type = CONTENT_TYPES[encoding.codec]
-        # Released after the response however it ended, as on POST /v1/audio/speech (gateway/routes/speech.py).
-        release = BackgroundTask(reply.close)
-        if reply.whole is not None:  # a cache hit: complete already
-            return Response(_encode(reply.whole, encoding), media_type=media_type, headers=headers, background=release)
-        return Stream(_encoded(reply.audio(), encoding), media_type=media_type, headers=headers, background=release)
+        markup, speech_request = text_markup(enable_ssml_parsing), data.speech_request(voice_id)
+        reply, headers = await speak_pcm(request, principal, speech_request, output_format, markup=markup)
+        return streamed(reply, encoding, headers)
 
-    @_route(
+    @audio_route(
         "/{voice_id:str}/with-timestamps",
         "elevenLabsTextToSpeechWithTimestamps",
         "ElevenLabs: the whole audio of the text in base64, with when each of its characters is heard.",
@@ -183,13 +206,15 @@ class TextToSpeechController(Controller):
         output_format: Format = DEFAULT_OUTPUT_FORMAT,
         optimize_streaming_latency: Latency = None,
         enable_logging: Logging = None,
+        enable_ssml_parsing: SsmlParsing = None,
     ) -> Response[AudioWithTimestamps]:
         encoding = encoding_of(output_format)
-        reply, headers = await _speak(request, principal, voice_id, data, output_format)
-        audio = await unless_client_leaves(request.receive, _whole(reply, encoding))
+        markup, speech_request = text_markup(enable_ssml_parsing), data.speech_request(voice_id)
+        reply, headers = await speak_pcm(request, principal, speech_request, output_format, markup=markup)
+        audio = await unless_client_leaves(request.receive, whole_audio(reply, encoding))
         return Response(_with_timestamps(audio, reply.alignment.characters()), headers=headers)
 
-    @_route(
+    @audio_route(
         "/{voice_id:str}/stream/with-timestamps",
         "elevenLabsTextToSpeechStreamWithTimestamps",
         "ElevenLabs: the audio of the text as it is spoken, in JSON lines with its characters' times.",
@@ -204,24 +229,30 @@ class TextToSpeechController(Controller):
         output_format: Format = DEFAULT_OUTPUT_FORMAT,
         optimize_streaming_latency: Latency = None,
         enable_logging: Logging = None,
+        enable_ssml_parsing: SsmlParsing = None,
     ) -> Stream:
         encoding = encoding_of(output_format)
-        reply, headers = await _speak(request, principal, voice_id, data, output_format)
+        markup, speech_request = text_markup(enable_ssml_parsing), data.speech_request(voice_id)
+        reply, headers = await speak_pcm(request, principal, speech_request, output_format, markup=markup)
         release = BackgroundTask(reply.close)  # as the stream route's
         return Stream(_timed_lines(reply, encoding), media_type=JSON_LINES, headers=headers, background=release)
 
 
-async def _speak(
+async def speak_pcm(
     request: Request[Any, Any, Any],
     principal: Principal,
-    voice_id: str,
-    data: TextToSpeechRequest,
+    speech_request: SpeechRequest,
     output_format: OutputFormat,
+    *,
+    markup: Markup,
+    script: Script | None = None,
 ) -> tuple[SpeechReply, dict[str, str]]:
-    """Start speaking ``data`` as PCM; the reply (the caller owns it) and the response's headers."""
+    """Start speaking ``speech_request`` (24 kHz PCM) with ``markup`` honoured (or ``script``, read already: a
+    dialogue's); the reply (the caller owns it) and the response's headers."""
     speech = gateway_state(request.app).speech
     record = request_record(request.scope) or RequestRecord("-", "POST", request.url.path)
-    reply = await unless_client_leaves(request.receive, speech.speak(principal, data.speech_request(voice_id), record))
+    spoken = speech.speak(principal, speech_request, record, markup=markup, script=script)
+    reply = await unless_client_leaves(request.receive, spoken)
     record.format = output_format.value  # the access log says what the client got
     headers = reply_headers(reply)
     headers["x-character-count"] = str(len(reply.request.input))  # what ElevenLabs charges, as it says
@@ -229,25 +260,35 @@ async def _speak(
     return reply, headers
 
 
-async def _whole(reply: SpeechReply, encoding: Encoding) -> bytes:
+def streamed(reply: SpeechReply, encoding: Encoding, headers: dict[str, str]) -> Response[Any]:
+    """The response that streams ``reply``'s audio in ``encoding`` as it comes (all at once for a cache hit), the
+    reply released after it however it ended, as on ``POST /v1/audio/speech`` (``gateway/routes/speech.py``)."""
+    media_type = CONTENT_TYPES[encoding.codec]
+    release = BackgroundTask(reply.close)
+    if reply.whole is not None:  # a cache hit: complete already
+        return Response(encode_whole(reply.whole, encoding), media_type=media_type, headers=headers, background=release)
+    return Stream(encoded_audio(reply.audio(), encoding), media_type=media_type, headers=headers, background=release)
+
+
+async def whole_audio(reply: SpeechReply, encoding: Encoding) -> bytes:
     """All of the reply's audio in ``encoding``, the reply released; an engine that fails half way raises its error
     (nothing has been sent: the client gets its status)."""
     async with reply:
         if reply.whole is not None:
-            return _encode(reply.whole, encoding)
+            return encode_whole(reply.whole, encoding)
         try:
-            return b"".join([chunk async for chunk in _encoded(reply.audio(), encoding)])
+            return b"".join([chunk async for chunk in encoded_audio(reply.audio(), encoding)])
         except ResponseTruncatedError as cut:
             cause = cut.__cause__
             raise (cause if isinstance(cause, Exception) else cut) from None
 
 
-def _encode(pcm: bytes, encoding: Encoding) -> bytes:
+def encode_whole(pcm: bytes, encoding: Encoding) -> bytes:
     encoder = open_encoding(encoding, PIPELINE_RATE)
     return encoder.encode(pcm) + encoder.finish()
 
 
-async def _encoded(pcm: AsyncIterator[bytes], encoding: Encoding) -> AsyncIterator[bytes]:
+async def encoded_audio(pcm: AsyncIterator[bytes], encoding: Encoding) -> AsyncIterator[bytes]:
     """The pipeline's PCM in ``encoding``, chunk by chunk as it arrives."""
     encoder = open_encoding(encoding, PIPELINE_RATE)
     async for chunk in pcm:

@@ -13,18 +13,24 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from gateway.audio import AudioFormat
 from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, SpeechRequest
+from gateway.text import MarkupError, Script, Speech
+from gateway.text.breaks import read_breaks
+from gateway.text.script import MAX_PARTS, Part
 
 __all__ = [
     "CUSTOM_VOICE_PREFIX",
     "DEFAULT_MODEL_ID",
     "AudioWithTimestamps",
     "CharacterAlignment",
+    "DialogueInput",
+    "DialogueSettings",
     "ElevenLabsErrorDetail",
     "ElevenLabsErrorResponse",
     "ElevenLabsModel",
     "ElevenLabsValidationError",
     "ElevenLabsVoice",
     "PronunciationDictionaryLocator",
+    "TextToDialogueRequest",
     "TextToSpeechRequest",
     "ValidationProblem",
     "VoicePage",
@@ -34,6 +40,10 @@ __all__ = [
 
 DEFAULT_MODEL_ID = "eleven_multilingual_v2"
 """ElevenLabs' default ``model_id``; a built-in alias here, like every ElevenLabs model id."""
+DEFAULT_DIALOGUE_MODEL_ID = "eleven_v3"
+"""ElevenLabs' default ``model_id`` of a dialogue."""
+MAX_DIALOGUE_VOICES = 10
+"""ElevenLabs' most distinct voices in one dialogue."""
 CUSTOM_VOICE_PREFIX = "voice_"
 """A ``voice_id`` that starts with it names one of the tenant's custom voices; any other names a built-in voice (or
 a custom voice by its name)."""
@@ -116,16 +126,108 @@ class TextToSpeechRequest(BaseModel):
     def speech_request(self, voice_id: str) -> SpeechRequest:
         """The request the speech pipeline serves: the text, as 24 kHz PCM, in ``voice_id``'s voice."""
         speed = self.voice_settings.speed if self.voice_settings is not None else None
-        voice: str | CustomVoice = voice_id
-        if voice_id.startswith(CUSTOM_VOICE_PREFIX):
-            voice = CustomVoice(id=voice_id)
         return SpeechRequest(
             model=self.model_id or DEFAULT_MODEL_ID,
             input=self.text,
-            voice=voice,
+            voice=_voice(voice_id),
             response_format=AudioFormat.PCM,
             speed=1.0 if speed is None else speed,
         )
+
+
+def _voice(voice_id: str) -> str | CustomVoice:
+    """A ``voice_id`` as the pipeline takes it: one of the tenant's custom voices (``voice_…``), else a name."""
+    return CustomVoice(id=voice_id) if voice_id.startswith(CUSTOM_VOICE_PREFIX) else voice_id
+
+
+class DialogueInput(BaseModel):
+    """A turn of a dialogue: its text (break tags honoured, as in a text-to-speech request) in its voice."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    text: Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
+    voice_id: _Id
+
+    @field_validator("text")
+    @classmethod
+    def _text_has_words(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text must contain at least one non-whitespace character")
+        return value
+
+
+class DialogueSettings(BaseModel):
+    """``settings`` of a dialogue: accepted within their bounds and ignored (no engine here has those knobs)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    stability: _Unit | None = None
+    similarity: _Unit | None = None
+    clone_strength: _Unit | None = None
+    use_speaker_boost: bool | None = None
+
+
+class TextToDialogueRequest(BaseModel):
+    """The body of ``POST /v1/text-to-dialogue`` and ``…/stream``: each turn in its voice, one audio in order.
+
+    Spoken: ``inputs`` and ``model_id``. Accepted within ElevenLabs' bounds and ignored: ``settings``,
+    ``language_code``, ``seed``, ``previous_text``/``future_text``, the request ids, ``use_pvc_as_ivc``,
+    ``pronunciation_dictionary_locators`` and ``apply_text_normalization``; ``audio_effects`` must be absent or
+    ``null``.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    inputs: Annotated[list[DialogueInput], Field(min_length=1, max_length=256)]
+    model_id: _Id | None = None
+    language_code: _LanguageCode | None = None
+    settings: DialogueSettings | None = None
+    pronunciation_dictionary_locators: _Locators | None = None
+    seed: Annotated[int, Field(ge=0, le=4_294_967_295)] | None = None
+    previous_text: _Context | None = None
+    future_text: _Context | None = None
+    previous_request_ids: _RequestIds | None = None
+    next_request_ids: _RequestIds | None = None
+    use_pvc_as_ivc: bool | None = None
+    apply_text_normalization: Literal["auto", "on", "off"] | None = None
+    audio_effects: None = None
+
+    @field_validator("inputs")
+    @classmethod
+    def _within_limits(cls, inputs: list[DialogueInput]) -> list[DialogueInput]:
+        if sum(len(turn.text) for turn in inputs) > MAX_INPUT_CHARS:
+            raise ValueError(f"the inputs' texts must total at most {MAX_INPUT_CHARS} characters")
+        if len({turn.voice_id for turn in inputs}) > MAX_DIALOGUE_VOICES:
+            raise ValueError(f"a dialogue may have at most {MAX_DIALOGUE_VOICES} distinct voices")
+        return inputs
+
+    def speech_request(self) -> SpeechRequest:
+        """The request the speech pipeline serves: the turns' texts (what counts as characters), as 24 kHz PCM, in the
+        first turn's voice (each turn names its own in :meth:`script`)."""
+        return SpeechRequest(
+            model=self.model_id or DEFAULT_DIALOGUE_MODEL_ID,
+            input="\n".join(turn.text for turn in self.inputs),
+            voice=_voice(self.inputs[0].voice_id),
+            response_format=AudioFormat.PCM,
+        )
+
+    def script(self) -> Script:
+        """Every turn in its voice, in order, with its break tags as silences (``gateway/text``).
+
+        Raises:
+            MarkupError: more turns and breaks than a script may hold.
+        """
+        first = self.inputs[0].voice_id
+        parts: list[Part] = []
+        for turn in self.inputs:
+            voice = None if turn.voice_id == first else turn.voice_id
+            parts.extend(
+                Speech(part.text.strip(), voice) if isinstance(part, Speech) else part
+                for part in read_breaks(turn.text).parts
+            )
+        if len(parts) > MAX_PARTS:
+            raise MarkupError(f"more than {MAX_PARTS} turns and breaks", 1, 1)
+        return Script(tuple(parts))
 
 
 class ElevenLabsVoice(BaseModel):

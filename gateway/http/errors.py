@@ -32,6 +32,7 @@ from engines.errors import EngineNotReadyError, EngineOverloadedError, Synthesis
 from gateway.http.ratelimit_headers import rate_limit_headers
 from gateway.http.request_record import request_record
 from gateway.schemas import ErrorResponse
+from gateway.text import MarkupError
 from gateway.uploads.errors import TooManyUploadsError, UploadsBusyError
 
 if TYPE_CHECKING:
@@ -243,6 +244,10 @@ def _invalid_for_engine(exc: InvalidSynthesisRequestError) -> OpenAIError:
     return OpenAIError(HTTP_400_BAD_REQUEST, str(exc), param=exc.param, code="invalid_value")
 
 
+def _invalid_markup(exc: MarkupError) -> OpenAIError:
+    return OpenAIError(HTTP_400_BAD_REQUEST, str(exc), param="input", code="invalid_ssml")
+
+
 def _invalid_credentials(exc: InvalidCredentialsError) -> OpenAIError:
     return OpenAIError(HTTP_401_UNAUTHORIZED, str(exc), code="invalid_api_key")
 
@@ -317,6 +322,7 @@ _CONVERSIONS: dict[type[Exception], Callable[[Any], OpenAIError]] = {
     EngineOverloadedError: _overloaded,
     SynthesisFailedError: _synthesis_failed,
     InvalidSynthesisRequestError: _invalid_for_engine,
+    MarkupError: _invalid_markup,
     InvalidCredentialsError: _invalid_credentials,
     UnknownTenantError: _unknown_tenant,
     RateLimitExceededError: _rate_limited,

@@ -363,7 +363,7 @@ class RealtimeSession:
                 if chunk.audio and (data := encoder.encode(chunk.audio)):
                     await self._send_all(self._dialect.audio(segment.id, data))
                 if chunk.words and self._config.word_timestamps:
-                    await self._send_all(self._dialect.words(segment.id, request.input, chunk.words))
+                    await self._send_all(self._dialect.words(segment.id, reply.alignment.text, chunk.words))
 
     def _stream_encoder(self) -> AudioEncoder:
         if self._encoder is None:

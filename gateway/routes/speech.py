@@ -20,6 +20,7 @@ from gateway.http.ratelimit_headers import rate_limit_headers
 from gateway.http.request_record import RequestRecord, request_record
 from gateway.schemas import EngineNodeSpeechRequest, SpeechRequest  # noqa: TC001 - read at runtime, as JSONBody
 from gateway.state import gateway_state
+from gateway.text import Markup
 
 if TYPE_CHECKING:
     from auth import Principal
@@ -116,7 +117,9 @@ async def _speak(request: Request[Any, Any, Any], data: SpeechRequest, principal
     record = request_record(request.scope) or RequestRecord("-", "POST", SpeechController.path)
     # Until the first audio exists nothing else would notice the client hang up, and its queue place, engine job
     # and stream lease would stay taken; once the response streams, Litestar's response listens itself.
-    reply = await unless_client_leaves(request.receive, speech.speak(principal, data, record))
+    # SSML when the input starts with <speak (docs/ssml.md); an engine node's segment is plain text, read by its front.
+    spoken = speech.speak(principal, data, record, markup=Markup.SSML)
+    reply = await unless_client_leaves(request.receive, spoken)
     headers = reply_headers(reply)
     # Released after the response however it ended: a client gone while a write waited on its socket cancels the
     # stream at that ``send``, outside the audio iterator, which Litestar leaves suspended (never closed); its

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
 
     from engines.backend import EngineBackend, PcmStream
-    from engines.base import EngineInfo, SynthesisRequest
+    from engines.base import EngineInfo
     from engines.breaker import CircuitBreaker
     from engines.timing import WordMark
     from gateway.speech.plan import SpeechPlan
@@ -51,8 +51,9 @@ logger = logging.getLogger("tts_gateway.failover")
 RetryReason: TypeAlias = Literal["died", "refused", "timeout", "overloaded", "not_ready", "failed"]
 """Why a try was given up, as the ``reason`` label of ``tts_engine_retries_total`` names it."""
 
-OpenEngineStream: TypeAlias = "Callable[[EngineBackend, SynthesisRequest], AbstractAsyncContextManager[PcmStream]]"
-"""How one try opens its stream on an engine (the speech service's ``engine_stream``, with the tenant's share)."""
+OpenEngineStream: TypeAlias = "Callable[[SpeechPlan], AbstractAsyncContextManager[PcmStream]]"
+"""How one try opens its stream on the engine it is planned for (the speech service's ``engine_stream``, with the
+tenant's share): the plan's text, or each part of its script."""
 
 _RETRYABLE = (EngineNotReadyError, EngineOverloadedError, SynthesisFailedError)
 
@@ -187,7 +188,7 @@ class Failover:
             async with AsyncExitStack() as attempt:
                 async with asyncio.timeout_at(tries.deadline) as timeout:
                     try:
-                        pcm = await attempt.enter_async_context(opener.open(plan.pool, plan.synthesis))
+                        pcm = await attempt.enter_async_context(opener.open(plan))
                         chunks = aiter(pcm)
                         first = await anext(chunks, None)
                     except TimeoutError as exc:

@@ -1,18 +1,22 @@
-"""Planning a request: may the tenant use the model, which engine speaks it, with which voice, at which speed."""
+"""Planning a request: may the tenant use the model, which engine speaks it, with which voice, at which speed; and,
+for a script of several parts (SSML, a dialogue), each part's voice and speed (``gateway/text``)."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, TypeAlias
 
 from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_403_FORBIDDEN, HTTP_404_NOT_FOUND
 
 from engines.base import SynthesisRequest
 from gateway.http.errors import OpenAIError, UnknownVoiceError
-from gateway.schemas import EngineNodeSpeechRequest
+from gateway.schemas import CustomVoice, EngineNodeSpeechRequest
+from gateway.text import Script, Silence
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from auth import Principal, Tenant
     from engines.backend import EngineBackend
     from engines.base import EngineInfo
@@ -20,7 +24,14 @@ if TYPE_CHECKING:
     from gateway.speech.routing import ModelRouter
     from gateway.speech.voices import VoiceStore
 
-__all__ = ["Planner", "SpeechPlan", "Voice"]
+__all__ = ["CUSTOM_VOICE_PREFIX", "Job", "Planner", "SpeechPlan", "Voice"]
+
+CUSTOM_VOICE_PREFIX = "voice_"
+"""How a custom voice's id starts: a script's voice that starts with it names one by id, any other by name."""
+
+Job: TypeAlias = "SynthesisRequest | Silence"
+"""A part of a script as the engine's jobs see it: a span to synthesize, or a silence (in the engine's time: the
+encoder's time-stretch brings it back to what the script asked for)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +54,18 @@ class SpeechPlan:
     synthesis: SynthesisRequest
     tempo: float
     """The time-stretch left for the encoder: requested speed over the speed the engine renders natively."""
+    script: Script | None = None
+    """What the request says, when it is more than its text in its voice (SSML, a dialogue); ``synthesis.text`` is
+    then the script's text."""
+    voices: Mapping[str, Voice] = field(default_factory=dict)
+    """The script's other voices, by the name it gives them."""
+    jobs: tuple[Job, ...] = ()
+    """The script's parts for this engine, in order: a job or a silence each (empty for a text in one voice)."""
+
+    @property
+    def text(self) -> str:
+        """What the request says, as its timestamps refer to it: the script's text, else the input."""
+        return self.synthesis.text
 
     def for_text(self, text: str) -> SynthesisRequest:
         """The same voice and settings speaking other text (a segment of a realtime session)."""
@@ -55,10 +78,13 @@ class SpeechPlan:
         info = pool.info
         if pool is self.pool:
             return self
-        if self.voice.speaker is not None or info is None or not info.offers_voice(self.voice.engine_voice):
+        voices = [self.voice, *self.voices.values()]
+        if info is None or any(v.speaker is not None or not info.offers_voice(v.engine_voice) for v in voices):
             return None
         synthesis, tempo = _engine_request(self.request, info, self.voice)
-        return replace(self, pool=pool, info=info, synthesis=replace(synthesis, text=self.synthesis.text), tempo=tempo)
+        synthesis = replace(synthesis, text=self.synthesis.text)
+        jobs = _script_jobs(self.request.model, self.script, synthesis, info, self.voices, tempo) if self.jobs else ()
+        return replace(self, pool=pool, info=info, synthesis=synthesis, tempo=tempo, jobs=jobs)
 
 
 class Planner:
@@ -68,8 +94,9 @@ class Planner:
         self.router = router
         self._voices = voices
 
-    async def plan(self, principal: Principal, request: SpeechRequest) -> SpeechPlan:
-        """Check that the tenant may use the model, and settle the engine and the voice.
+    async def plan(self, principal: Principal, request: SpeechRequest, script: Script | None = None) -> SpeechPlan:
+        """Check that the tenant may use the model, and settle the engine and the voice; and every voice and speed of
+        ``script``, when it says more than the input in the request's voice.
 
         Raises:
             OpenAIError: a model the tenant may not use (403), unknown model (404) or voice (400, 404).
@@ -86,7 +113,15 @@ class Planner:
         info = pool.info
         voice = await self._resolve_voice(tenant, request, pool.name, info)
         synthesis, tempo = _engine_request(request, info, voice)
-        return SpeechPlan(tenant.name, request, pool, info, voice, synthesis, tempo)
+        if script is None or (script.simple and script.text == request.input):
+            return SpeechPlan(tenant.name, request, pool, info, voice, synthesis, tempo)
+        synthesis = replace(synthesis, text=script.text)
+        if script.simple:
+            return SpeechPlan(tenant.name, request, pool, info, voice, synthesis, tempo, script)
+        voices = {name: await self._resolve_voice(tenant, _in_voice(request, name), pool.name, info)
+                  for name in sorted(script.voices())}  # fmt: skip
+        jobs = _script_jobs(request.model, script, synthesis, info, voices, tempo)
+        return SpeechPlan(tenant.name, request, pool, info, voice, synthesis, tempo, script, voices, jobs)
 
     async def _resolve_voice(
         self,
@@ -126,16 +161,7 @@ def _engine_request(request: SpeechRequest, info: EngineInfo | None, voice: Voic
     if info is not None:
         low, high = info.speed_range
         native = min(max(speed, low), high)
-        if voice.speaker is None and not info.offers_voice(voice.engine_voice):
-            known = sorted({v.id for v in info.voices})
-            raise UnknownVoiceError(
-                HTTP_400_BAD_REQUEST,
-                f"Voice '{voice.engine_voice}' is not available for model "
-                f"'{request.model}'. Voices: {', '.join(known)}.",
-                voice_id=voice.engine_voice,
-                param="voice",
-                code="invalid_value",
-            )
+        _check_offered(request.model, info, voice)
     synthesis = SynthesisRequest(
         text=request.input,
         voice=voice.engine_voice,
@@ -144,3 +170,55 @@ def _engine_request(request: SpeechRequest, info: EngineInfo | None, voice: Voic
         speaker=voice.speaker,
     )
     return synthesis, speed / native
+
+
+def _check_offered(model: str, info: EngineInfo, voice: Voice) -> None:
+    """Refuse a built-in voice the engine does not offer (400)."""
+    if voice.speaker is None and not info.offers_voice(voice.engine_voice):
+        known = sorted({v.id for v in info.voices})
+        raise UnknownVoiceError(
+            HTTP_400_BAD_REQUEST,
+            f"Voice '{voice.engine_voice}' is not available for model '{model}'. Voices: {', '.join(known)}.",
+            voice_id=voice.engine_voice,
+            param="voice",
+            code="invalid_value",
+        )
+
+
+def _in_voice(request: SpeechRequest, name: str) -> SpeechRequest:
+    """``request`` in the voice a script's span names: a custom voice by id (``voice_…``), else by name or built-in."""
+    voice: str | CustomVoice = CustomVoice(id=name) if name.startswith(CUSTOM_VOICE_PREFIX) else name
+    return request.model_copy(update={"voice": voice})
+
+
+def _script_jobs(  # noqa: PLR0917 - the plan's parts a script's jobs come from
+    model: str,
+    script: Script | None,
+    whole: SynthesisRequest,
+    info: EngineInfo | None,
+    voices: Mapping[str, Voice],
+    tempo: float,
+) -> tuple[Job, ...]:
+    """Each part of ``script`` for the engine: a span in its voice at the whole's native speed times its rate (within
+    the engine's native range), a silence lengthened by ``tempo`` (the encoder shortens it back).
+
+    Raises:
+        UnknownVoiceError: a span's voice the engine does not offer (400).
+    """
+    jobs: list[Job] = []
+    for part in script.parts if script is not None else ():
+        if isinstance(part, Silence):
+            jobs.append(Silence(part.seconds * tempo))
+            continue
+        voice = voices[part.voice] if part.voice is not None else None
+        speed = whole.speed * part.rate
+        if info is not None:
+            if voice is not None:
+                _check_offered(model, info, voice)
+            low, high = info.speed_range
+            speed = min(max(speed, low), high)
+        job = replace(whole, text=part.text, speed=speed)
+        if voice is not None:
+            job = replace(job, voice=voice.engine_voice, speaker=voice.speaker)
+        jobs.append(job)
+    return tuple(jobs)

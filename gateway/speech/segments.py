@@ -7,6 +7,8 @@ break, else at a word break, else at the limit (one long word, or CJK text witho
 A request whose input is longer than ``speech.max_segment_chars`` is spoken as a :class:`SegmentedStream`: the job
 of a segment is asked for only once the job before it has ended and given its slot back, so the engine's scheduler
 can hand that slot to another tenant's waiting request first; no request holds a slot for longer than one segment.
+A script (SSML, a dialogue: ``gateway/text``) is spoken the same way, a segment for each of its spans (each in its
+own voice and speed) and PCM zeros for each of its silences (:func:`script_segments`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from __future__ import annotations
 import re
 from contextlib import AsyncExitStack
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
+
+from gateway.text import Silence
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import AsyncIterator, Iterator, Sequence
     from contextlib import AbstractAsyncContextManager
     from types import TracebackType
 
@@ -25,7 +29,22 @@ if TYPE_CHECKING:
     from engines.base import EngineInfo, SynthesisRequest
     from engines.timing import WordMark
 
-__all__ = ["OpenJob", "SegmentedStream", "clause_ends", "long_cut", "sentence_ends", "speakable", "split_text"]
+__all__ = [
+    "OpenJob",
+    "Segment",
+    "SegmentedStream",
+    "clause_ends",
+    "long_cut",
+    "script_segments",
+    "sentence_ends",
+    "speakable",
+    "split_text",
+]
+
+Segment: TypeAlias = "SynthesisRequest | Silence"
+"""A segment of a stream: an engine job, or a silence the gateway makes (in the engine's time)."""
+_SILENCE_CHUNK_S = 0.25
+"""A silence goes out in pieces of this length, as an engine's audio would."""
 
 # A sentence ends at . ! ? or … (with any closing quotes or brackets) followed by whitespace: only then is it
 # known not to be "3.5" or "example.com". CJK full stops end a sentence without a space after them.
@@ -94,6 +113,25 @@ def split_text(text: str, max_chars: int) -> list[str]:
     return [segment for begin, end in _join_unspeakable(text, spans) if (segment := text[begin:end].strip())]
 
 
+def script_segments(jobs: Sequence[Segment], text: str, max_chars: int) -> tuple[list[Segment], list[int]]:
+    """A script's jobs as the segments they are spoken in (a span longer than ``max_chars`` cut as :func:`split_text`
+    cuts a text), each with where its text starts in ``text``, the script's text (a silence: where the text is)."""
+    segments: list[Segment] = []
+    offsets: list[int] = []
+    searched = 0
+    for job in jobs:
+        if isinstance(job, Silence):
+            segments.append(job)
+            offsets.append(searched)
+            continue
+        for piece in split_text(job.text, max_chars):
+            found = text.find(piece, searched)
+            offsets.append(max(found, 0))
+            searched = found + len(piece) if found >= 0 else searched
+            segments.append(replace(job, text=piece))
+    return segments, offsets
+
+
 def speakable(segment: str) -> bool:
     """Whether ``segment`` has anything to say: a letter or a digit."""
     return any(ch.isalnum() for ch in segment)
@@ -119,9 +157,10 @@ def _ends_abbreviation(text: str) -> bool:
 
 class SegmentedStream:
     """The PCM of several segments of one request as one :class:`~engines.backend.PcmStream`: a job each, spoken
-    one after the other, each job opened only once the one before it has ended.
+    one after the other, each job opened only once the one before it has ended; a :class:`~gateway.text.Silence`
+    segment is exact PCM zeros at the engine's rate, no job.
 
-    Enter it to open the first segment's job (the engine's errors on entering a stream are raised then: not ready,
+    Enter it to open the first job (the engine's errors on entering a stream are raised then: not ready,
     overloaded); leaving it cancels the job in progress, and no later segment is opened. A later segment that
     cannot start or fails raises from the iteration, as a job failing after its first audio does.
 
@@ -133,7 +172,7 @@ class SegmentedStream:
     info: EngineInfo
     _first: PcmStream
 
-    def __init__(self, segments: list[SynthesisRequest], open_job: OpenJob, char_offsets: list[int] | None = None):
+    def __init__(self, segments: list[Segment], open_job: OpenJob, char_offsets: list[int] | None = None):
         self._segments = segments
         self._open_job = open_job
         self._char_offsets = char_offsets or [0] * len(segments)
@@ -154,9 +193,9 @@ class SegmentedStream:
         return cls([replace(request, text=text) for text in texts], open_job, offsets)
 
     async def __aenter__(self) -> SegmentedStream:
-        first = await self._job.enter_async_context(self._open_job(self._segments[0]))
-        self.sample_rate, self.info = first.sample_rate, first.info
-        self._first = first
+        first = next(segment for segment in self._segments if not isinstance(segment, Silence))
+        self._first = await self._job.enter_async_context(self._open_job(first))
+        self.sample_rate, self.info = self._first.sample_rate, self._first.info
         return self
 
     async def __aexit__(
@@ -169,13 +208,16 @@ class SegmentedStream:
         await self._job.aclose()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        pcm, samples = self._first, 0
+        pcm: PcmStream | None = self._first
+        samples = 0
         for index, segment in enumerate(self._segments):
-            if index:
-                # The job before has ended: its slot goes back to the engine's scheduler before this request queues
-                # again.
-                await self._job.aclose()
-                if self._closed:
+            if isinstance(segment, Silence):
+                for chunk in self._silence(segment.seconds):
+                    samples += len(chunk) // 2
+                    yield chunk
+                continue
+            if pcm is None:
+                if self._closed:  # the stream was left: no later job is opened
                     return
                 pcm = await self._job.enter_async_context(self._open_job(segment, continuing=True))
             told, chars, before = 0, self._char_offsets[index], samples
@@ -184,6 +226,18 @@ class SegmentedStream:
                 samples += len(chunk) // 2
                 yield chunk
             self._take_marks(pcm, told, chars, before)  # those of the job's end
+            # The job has ended: its slot goes back to the engine's scheduler before this request queues again.
+            await self._job.aclose()
+            pcm = None
+
+    def _silence(self, seconds: float) -> Iterator[bytes]:
+        """``seconds`` of PCM zeros at the engine's rate, in pieces."""
+        left = round(seconds * self.sample_rate)
+        piece = max(1, round(_SILENCE_CHUNK_S * self.sample_rate))
+        while left > 0:
+            count = min(left, piece)
+            left -= count
+            yield bytes(2 * count)
 
     def _take_marks(self, pcm: PcmStream, told: int, char_offset: int, sample_offset: int) -> int:
         """The job's marks from the ``told``-th on, moved to the whole request; returns how many it has told."""

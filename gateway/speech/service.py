@@ -37,7 +37,8 @@ from gateway.speech.alignment import Alignment, CharacterCursor, SpeechChunk, Wo
 from gateway.speech.cache import cache_key
 from gateway.speech.delivery import AudioClock, encode_timed, speech_usage
 from gateway.speech.failover import Failover
-from gateway.speech.segments import SegmentedStream, split_text
+from gateway.speech.segments import SegmentedStream, script_segments, split_text
+from gateway.text import IDENTITY, Markup, read_script
 from lifecycle import BackgroundTasks
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from auth.limits import LimitState
     from auth.usage import UsageLedger
     from engines.backend import EngineBackend, PcmStream
-    from engines.base import EngineInfo, SynthesisRequest
+    from engines.base import SynthesisRequest
     from engines.timing import TimestampsKind
     from gateway.http.request_record import RequestRecord
     from gateway.observability.metrics import SpeechMetrics
@@ -56,8 +57,9 @@ if TYPE_CHECKING:
     from gateway.speech.admission import Admission
     from gateway.speech.cache import AudioCache
     from gateway.speech.failover import SpokenStream
-    from gateway.speech.plan import Planner, SpeechPlan, Voice
+    from gateway.speech.plan import Planner, SpeechPlan
     from gateway.speech.singleflight import SingleFlight
+    from gateway.text import Pronounce, Script
 
 __all__ = ["SpeechReply", "SpeechService", "tenant_share"]
 
@@ -182,7 +184,7 @@ class SpeechReply:
     async def sse_events(self) -> AsyncIterator[str]:
         """``speech.audio.delta`` events with base64 audio, ``speech.audio.timestamps`` events (this gateway's
         extension: the words and characters as they become known), then ``speech.audio.done`` with usage."""
-        cursor = CharacterCursor(self.request.input)
+        cursor = CharacterCursor(self.alignment.text)
         async for chunk in self.timed():
             if chunk.audio:
                 yield json.dumps({"type": "speech.audio.delta", "audio": base64.b64encode(chunk.audio).decode("ascii")})
@@ -266,6 +268,8 @@ class SpeechService:
         record: RequestRecord,
         *,
         in_session: bool = False,
+        markup: Markup = Markup.PLAIN,
+        script: Script | None = None,
     ) -> SpeechReply:
         """Start serving ``request`` for ``principal``: the one way every transport speaks (the HTTP endpoint, each
         realtime session's segments and responses). Returns once the first audio bytes exist; the caller owns the
@@ -274,15 +278,21 @@ class SpeechService:
         Args:
             in_session: The request is a part of a WebSocket session (:meth:`open_session`), which counted as the
                 tenant's request and holds its concurrent stream: only the characters count here.
+            markup: The markup the API honours in ``request.input`` (``gateway/text``): SSML on OpenAI's speech route,
+                break tags on ElevenLabs' routes; a plain text costs one prefix check.
+            script: What the request says, read already (a dialogue's turns, each in its voice): instead of
+                ``request.input``, which then only counts its characters.
 
         Raises:
             OpenAIError: a model the tenant may not use (403), unknown model (404) or voice (400).
+            MarkupError: markup that cannot be read (400).
             RateLimitExceededError: over one of the tenant's limits (429).
             LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
             EngineNotReadyError, EngineOverloadedError, SynthesisFailedError: the engine cannot serve it now.
         """
         _describe(record, principal.tenant, request)
-        plan = await self.planner.plan(principal, request)
+        script = await self._script(principal, request, markup, script)
+        plan = await self.planner.plan(principal, request, script)
         tenant = principal.tenant
         key = self._cache_key(plan, tenant)
         finish = AsyncExitStack()
@@ -299,6 +309,21 @@ class SpeechService:
             raise
         reply.limits = limits
         return reply
+
+    async def _script(
+        self, principal: Principal, request: SpeechRequest, markup: Markup, script: Script | None
+    ) -> Script:
+        """What ``request`` says: ``script``, else its input read under ``markup``; every spoken span through the
+        tenant's pronunciation (:meth:`pronunciation`). An engine node's request is a segment its front has read."""
+        if script is None:
+            plain = isinstance(request, EngineNodeSpeechRequest)
+            script = read_script(request.input, Markup.PLAIN if plain else markup)
+        return script.pronounced(await self.pronunciation(principal, request))
+
+    async def pronunciation(self, principal: Principal, request: SpeechRequest) -> Pronounce:
+        """How the tenant's words are said in ``request``: the one hook every spoken span of every request passes
+        through (``text -> text``), where pronunciation dictionaries apply. As written (:data:`IDENTITY`) here."""
+        return IDENTITY
 
     async def check(self, principal: Principal, request: SpeechRequest) -> None:
         """Check that ``request`` would be served as it is planned now (a realtime session's new settings), without
@@ -330,7 +355,7 @@ class SpeechService:
         tenant: Tenant,
     ) -> SpeechReply:
         request, pool = plan.request, plan.pool
-        reply = self._hit(request, pool.name, cached, finish) if cached is not None else None
+        reply = self._hit(request, plan.text, pool.name, cached, finish) if cached is not None else None
         if reply is not None:
             self.metrics.cache.labels("hit").inc()
         else:
@@ -347,11 +372,14 @@ class SpeechService:
 
     def _cache_key(self, plan: SpeechPlan, tenant: Tenant) -> str:
         scope = "" if self.cache.shared_across_tenants else _tenant_scope(tenant)
-        return _key(plan.request, plan.pool.name, plan.info, plan.voice, scope)
+        return _key(plan, scope)
 
-    def _hit(self, request: SpeechRequest, engine: str, cached: bytes, finish: AsyncExitStack) -> SpeechReply | None:
-        """The reply of a cached value; ``None`` when it cannot be read or its words do not fit ``request.input`` (a
-        text that reads the same but is cut into other words): then the request is served as a miss."""
+    def _hit(
+        self, request: SpeechRequest, text: str, engine: str, cached: bytes, finish: AsyncExitStack
+    ) -> SpeechReply | None:
+        """The reply of a cached value; ``None`` when it cannot be read or its words do not fit ``text``, what the
+        request says (a text that reads the same but is cut into other words): then the request is served as a
+        miss."""
         try:
             version, seconds, flags = _CACHE_HEADER.unpack_from(cached)
             if version != _CACHE_FORMAT:
@@ -359,11 +387,11 @@ class SpeechService:
             stored, size = unpack_words(memoryview(cached)[_CACHE_HEADER.size :])
         except struct.error:
             return None
-        words = _fitted(request.input, stored)
+        words = _fitted(text, stored)
         if words is None:
             return None
         outcome = _Outcome(engine, "", AudioClock(seconds), timestamps="exact" if flags & _EXACT else "estimated")
-        alignment = Alignment(request.input, outcome.timestamps, words, audio_s=seconds)
+        alignment = Alignment(text, outcome.timestamps, words, audio_s=seconds)
         audio = memoryview(cached)[_CACHE_HEADER.size + size :]
         slices = _slices(audio, tuple(words))  # for server-sent events, which need the audio in pieces
         finish.push_async_callback(slices.aclose)
@@ -383,7 +411,7 @@ class SpeechService:
         first = await anext(chunks, SpeechChunk(b""))
         return SpeechReply(
             plan.request, outcome.engine, False, outcome, first, chunks, finish, tasks=self.background,
-            alignment=Alignment(plan.request.input, outcome.timestamps),
+            alignment=Alignment(plan.text, outcome.timestamps),
         )  # fmt: skip
 
     async def _produce(
@@ -417,36 +445,42 @@ class SpeechService:
         """The stream of the first engine of ``plan``'s model that produces audio for it, tried through
         :meth:`_engine_stream` (``gateway/speech/failover.py``)."""
         continuing = _continues_a_stream(plan.request)
-        return self.failover.open_stream(
-            plan, lambda pool, synthesis: self._engine_stream(pool, synthesis, tenant, continuing=continuing)
-        )
+        return self.failover.open_stream(plan, lambda tried: self._engine_stream(tried, tenant, continuing=continuing))
 
     @asynccontextmanager
     async def _engine_stream(
         self,
-        pool: EngineBackend,
-        synthesis: SynthesisRequest,
+        plan: SpeechPlan,
         tenant: Tenant,
         *,
         continuing: bool = False,
     ) -> AsyncIterator[PcmStream]:
         """``pool.open_stream`` for ``tenant``, waiting for a busy engine with the tenant's share of it; a text longer
-        than :attr:`max_segment_chars` as one stream of segments, a job each (``gateway/speech/segments.py``).
-        ``continuing``: the whole request continues a stream under way (an engine node's later segment)."""
-        texts = split_text(synthesis.text, self.max_segment_chars)
-        if len(texts) == 1:  # the common case: one job, nothing in between
-            async with self._job_stream(pool, synthesis, tenant, continuing=continuing) as pcm:
-                yield pcm
-            return
+        than :attr:`max_segment_chars`, or a script of several parts, as one stream of segments, a job each
+        (``gateway/speech/segments.py``). ``continuing``: the whole request continues a stream under way (an engine
+        node's later segment)."""
+        pool, synthesis = plan.pool, plan.synthesis
+        if plan.jobs:
+            segments, offsets = script_segments(plan.jobs, synthesis.text, self.max_segment_chars)
+        else:
+            texts = split_text(synthesis.text, self.max_segment_chars)
+            if len(texts) == 1:  # the common case: one job, nothing in between
+                async with self._job_stream(pool, synthesis, tenant, continuing=continuing) as pcm:
+                    yield pcm
+                return
+            segments = None
 
         whole_continues = continuing
 
         def open_job(segment: SynthesisRequest, *, continuing: bool = False) -> AbstractAsyncContextManager[PcmStream]:
             return self._job_stream(pool, segment, tenant, continuing=continuing or whole_continues)
 
-        segments = SegmentedStream.of(synthesis, texts, open_job)
-        async with segments:
-            yield segments
+        stream = (
+            SegmentedStream(segments, open_job, offsets) if segments is not None
+            else SegmentedStream.of(synthesis, texts, open_job)
+        )  # fmt: skip
+        async with stream:
+            yield stream
 
     @asynccontextmanager
     async def _job_stream(
@@ -537,15 +571,18 @@ def _tenant_scope(tenant: Tenant) -> str:
     return f"{tenant.name}#{tenant.generation}" if tenant.generation else tenant.name
 
 
-def _key(request: SpeechRequest, engine: str, info: EngineInfo | None, voice: Voice, tenant_scope: str) -> str:
+def _key(plan: SpeechPlan, tenant_scope: str) -> str:
+    request, info = plan.request, plan.info
     details = info.details if info is not None else {}
     params: dict[str, object] = {k: v for k, v in details.items() if k != "weights"}
     params["tenant_scope"] = tenant_scope  # empty when tenants share the cache
+    if plan.voices:  # what the script's other voices sound like
+        params["voices"] = {name: voice.identity for name, voice in sorted(plan.voices.items())}
     return cache_key(
-        engine=engine,
+        engine=plan.pool.name,
         weights_id=details.get("weights", ""),
-        text=request.input,
-        voice_id=voice.identity,
+        text=plan.script.cache_text() if plan.script is not None else request.input,
+        voice_id=plan.voice.identity,
         response_format=request.response_format,
         speed=request.speed,
         instructions=request.instructions,

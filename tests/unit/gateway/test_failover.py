@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from engines.backend import EngineBackend
-    from engines.base import SynthesisRequest
     from gateway.speech.failover import SpokenStream
     from gateway.speech.plan import SpeechPlan
 
@@ -80,8 +79,8 @@ class Gateway:
         return value or 0.0
 
 
-def _open(pool: EngineBackend, synthesis: SynthesisRequest) -> Any:
-    return pool.open_stream(synthesis)
+def _open(plan: SpeechPlan) -> Any:
+    return plan.pool.open_stream(plan.synthesis)
 
 
 async def thread_engine(
