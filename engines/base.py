@@ -76,6 +76,9 @@ class SynthesisRequest:
     """An engine-specific speaker description for custom voices (ChatTTS: a ``spk_emb`` string)."""
     seed: int | None = None
     """Makes sampling engines repeatable when set."""
+    control_tokens: bool = False
+    """The caller opted in to the engine's control tokens typed in :attr:`text` (ChatTTS: ``[laugh]``,
+    ``[uv_break]``, ``[oral_2]``, ``[speed_5]`` …); otherwise they are text like any other."""
 
 
 @dataclass(frozen=True, slots=True)

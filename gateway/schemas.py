@@ -84,6 +84,10 @@ class SpeechRequest(BaseModel):
     response_format: AudioFormat = AudioFormat.MP3
     speed: Annotated[float, Field(ge=0.25, le=4.0, strict=True)] = 1.0
     stream_format: Literal["audio", "sse"] = "audio"
+    control_tokens: bool = False
+    """This gateway's extension: read the engine's control tokens typed in ``input`` (ChatTTS: ``[laugh]``,
+    ``[uv_break]``, ``[lbreak]``, ``[oral_0-9]``, ``[laugh_0-2]``, ``[break_0-7]``, ``[speed_0-9]``); without it they
+    are read as their words. Engines without control tokens read the text as written either way."""
 
     @field_validator("input")
     @classmethod

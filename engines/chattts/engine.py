@@ -26,7 +26,14 @@ from engines.base import (
 from engines.chattts.loader import locate_weights
 from engines.chattts.normalize import OFF, active_normalizer, normalize_text
 from engines.chattts.options import ChatTTSOptions
-from engines.chattts.text import control_tags, prepare_text, speed_tag, split_segments
+from engines.chattts.text import (
+    ControlTokens,
+    control_tags,
+    prepare_text,
+    speed_tag,
+    split_control_tokens,
+    split_segments,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
@@ -282,10 +289,14 @@ class ChatTTSEngine:
             seed = random.getrandbits(62)
         suffix = self._tag_ids(["[Ptts]"])
         segments: list[list[int]] = []
-        for number, text in enumerate(split_segments(self._spoken(request.text), self.options.max_segment_chars)):
+        instructions = request.instructions
+        if request.control_tokens:  # the refinement tags the caller typed prompt the refinement too
+            instructions = (instructions or "") + split_control_tokens(request.text).prompt
+        spoken = self._spoken(request.text, control_tokens=request.control_tokens)
+        for number, text in enumerate(split_segments(spoken, self.options.max_segment_chars)):
             if cancel.is_set():
                 break
-            ids = self._text_ids(self._refine(text, request.instructions, seed + number))
+            ids = self._text_ids(self._refine(text, instructions, seed + number))
             if ids:
                 segments.append(prefix + ids + suffix)
         return _Plan(index, segments, speaker, codes, seed % _SEED_MODULUS, cancel)
@@ -303,13 +314,23 @@ class ChatTTSEngine:
 
         assert self._voices is not None
         voice = self._voices.resolve(request.voice, request.speaker)
-        speed = speed_tag(request.speed)
+        typed = split_control_tokens(request.text).speed if request.control_tokens else None
+        speed = typed or speed_tag(request.speed)
         if isinstance(voice, SampleVoice):
             transcript = self._text_ids(self._spoken(voice.transcript))
             return self._tag_ids(["[Stts]", "[empty_spk]"]) + transcript + self._tag_ids([speed]), None, voice.codes
         return self._tag_ids(["[Stts]", "[spk_emb]", speed]), voice, None
 
-    def _spoken(self, text: str) -> str:
+    def _spoken(self, text: str, *, control_tokens: bool = False) -> str:
+        """``text`` as the tokenizer reads it. Brackets are dropped, so a control token a caller typed is read as its
+        words; with ``control_tokens`` (the caller opted in) the inline ones (``[laugh]``, ``[uv_break]`` …) stay,
+        as the tags they are, and the prompt ones (``[oral_N]``, ``[speed_N]`` …) go to the prompts."""
+        if not control_tokens:
+            return self._readable(text)
+        pieces = split_control_tokens(text).pieces
+        return " ".join(piece if ControlTokens.is_token(piece) else self._readable(piece) for piece in pieces)
+
+    def _readable(self, text: str) -> str:
         spoken = prepare_text(text)
         if self.options.normalize:  # digits, money, dates and symbols as words: the tokenizer reads only words
             spoken = normalize_text(spoken)

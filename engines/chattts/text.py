@@ -5,13 +5,17 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from dataclasses import dataclass
 
-__all__ = ["control_tags", "prepare_text", "speed_tag", "split_segments"]
+__all__ = ["ControlTokens", "control_tags", "prepare_text", "speed_tag", "split_control_tokens", "split_segments"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;。！？；])\s+|(?<=[。！？；])|\n+")  # noqa: RUF001
 _SOFT_BREAK = re.compile(r"(?<=[,:，、：])\s*|\s+")  # noqa: RUF001
 _CONTROL_TAG = re.compile(r"\[(oral|laugh|break)_(\d)\]")
 _TAG_LIMITS = {"oral": 9, "laugh": 2, "break": 7}
+# The control tokens a caller may type once opted in: ChatTTS's inline pauses and laughter (kept in the text), its
+# refinement prompt tags and its speed tag (moved to the prompts). Never [spk_emb], [Stts] or the other structural tags.
+_CALLER_TOKEN = re.compile(r"\[(?:laugh|uv_break|v_break|lbreak|llbreak)\]|\[(?:oral|laugh|break|speed)_\d\]")
 _QUOTES = str.maketrans({"“": '"', "”": '"', "‘": "'", "’": "'", "–": "-", "—": "-", "…": "..."})  # noqa: RUF001
 
 
@@ -81,3 +85,39 @@ def control_tags(instructions: str | None) -> str:
     for kind, value in _CONTROL_TAG.findall(instructions or ""):
         found[kind] = min(int(value), _TAG_LIMITS[kind])
     return "".join(f"[{kind}_{found[kind]}]" for kind in ("oral", "laugh", "break") if kind in found)
+
+
+@dataclass(frozen=True, slots=True)
+class ControlTokens:
+    """A caller's text with the ChatTTS control tokens it typed, once it opted in (``control_tokens``)."""
+
+    pieces: tuple[str, ...]
+    """The text in order: plain pieces, and the inline tokens (``[laugh]``, ``[uv_break]``, ``[lbreak]`` …)."""
+    prompt: str
+    """The refinement tags typed (``[oral_N]``, ``[laugh_N]``, ``[break_N]``), as ``control_tags`` reads them."""
+    speed: str | None
+    """The last ``[speed_N]`` typed: the rate prompt instead of the request's speed."""
+
+    @staticmethod
+    def is_token(piece: str) -> bool:
+        return _CALLER_TOKEN.fullmatch(piece) is not None
+
+
+def split_control_tokens(text: str) -> ControlTokens:
+    """``text`` cut at the control tokens a caller may use: the inline ones stay in place, the prompt ones move out."""
+    pieces: list[str] = []
+    prompt: list[str] = []
+    speed: str | None = None
+    start = 0
+    for match in _CALLER_TOKEN.finditer(text):
+        pieces.append(text[start : match.start()])
+        token = match[0]
+        if token.startswith("[speed_"):
+            speed = token
+        elif token[-3] == "_":  # [oral_N], [laugh_N], [break_N]
+            prompt.append(token)
+        else:
+            pieces.append(token)
+        start = match.end()
+    pieces.append(text[start:])
+    return ControlTokens(tuple(piece for piece in pieces if piece.strip()), "".join(prompt), speed)

@@ -25,6 +25,7 @@ from engines.base import OPENAI_VOICES, EngineInfo, InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError
 from engines.remote.context import (
     CONTINUING_FIELD,
+    CONTROL_TOKENS_FIELD,
     SAMPLE_ROUTE,
     SPEAKER_FIELD,
     context_headers,
@@ -262,7 +263,7 @@ class RemoteEngine:
         headers |= self._auth_headers() | {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
         if endpoint.engine_node and context is not None:
             headers |= context_headers(context)
-        body = self._body(request, continuing=continuing and endpoint.engine_node)
+        body = self._body(request, continuing=continuing and endpoint.engine_node, engine_node=endpoint.engine_node)
         upstream = self._client.build_request("POST", url, json=body, headers=headers, extensions=extensions)
         try:
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
@@ -295,8 +296,9 @@ class RemoteEngine:
             raise EngineOverloadedError(self.name, _retry_after_s(response))
         raise attempt.failed(f"HTTP {status}" + (f": {message}" if message else ""))
 
-    def _body(self, request: SynthesisRequest, *, continuing: bool) -> dict[str, Any]:
-        """The upstream request; ``continuing`` (only for an engine node): a later segment of a stream under way."""
+    def _body(self, request: SynthesisRequest, *, continuing: bool, engine_node: bool = False) -> dict[str, Any]:
+        """The upstream request; ``continuing`` (only for an engine node): a later segment of a stream under way. An
+        engine node is told that the caller opted in to control tokens (another server knows no such field)."""
         body: dict[str, Any] = {
             "model": self._options.model,
             "input": request.text,
@@ -310,6 +312,8 @@ class RemoteEngine:
             body[SPEAKER_FIELD] = request.speaker
         if continuing:
             body[CONTINUING_FIELD] = True
+        if request.control_tokens and engine_node:
+            body[CONTROL_TOKENS_FIELD] = True
         return body
 
     # ----------------------------------------------------------------- voice samples

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTINUING_FIELD",
+    "CONTROL_TOKENS_FIELD",
     "ENGINE_NODE_HEADER",
     "MAX_QUEUED_HEADER",
     "MAX_SPEAKER_CHARS",
@@ -67,6 +68,8 @@ SAMPLE_ROUTE = "/engine/speaker_from_sample"
 ENGINE_NODE_HEADER = "x-tts-engine-node"
 SPEAKER_FIELD = "x_tts_speaker"
 CONTINUING_FIELD = "x_tts_continuing"
+CONTROL_TOKENS_FIELD = "control_tokens"
+"""The speech request's own extension field (``SpeechRequest.control_tokens``), passed on to an engine node."""
 _VERSION = "1"
 
 # The pattern of tenant names in auth's settings (engines may not import auth): every tenant a front can serve.

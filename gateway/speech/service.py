@@ -578,6 +578,8 @@ def _key(plan: SpeechPlan, tenant_scope: str) -> str:
     params["tenant_scope"] = tenant_scope  # empty when tenants share the cache
     if plan.voices:  # what the script's other voices sound like
         params["voices"] = {name: voice.identity for name, voice in sorted(plan.voices.items())}
+    if request.control_tokens:  # "[laugh]" read as a laugh, not as the word
+        params["control_tokens"] = True
     return cache_key(
         engine=plan.pool.name,
         weights_id=details.get("weights", ""),

@@ -278,6 +278,35 @@ def test_instructions_tags_run_text_refinement(engine: ChatTTSEngine) -> None:
     assert len(audio) == SAMPLES_PER_SEGMENT
 
 
+def test_control_tokens_typed_by_a_caller_are_words_unless_it_opts_in(engine: ChatTTSEngine) -> None:
+    """The token ids the engine sees: ``[laugh]`` and ``[uv_break]`` typed in the text are the words "laugh" and "uv
+    break" by default, and the tags themselves once the request opts in; ``[speed_7]`` then sets the rate prompt."""
+    text = "Well [laugh] that is [uv_break] funny [speed_7]"
+    tags = engine._tag_ids(["[laugh]", "[uv_break]", "[speed_7]", "[speed_5]"])
+    laugh, uv_break, speed_7, speed_5 = tags
+
+    def ids(control_tokens: bool) -> list[int]:
+        request = SynthesisRequest(text, "alloy", control_tokens=control_tokens, seed=1)
+        (segment,) = engine._plan(0, request, CancelFlag()).segments
+        return segment
+
+    plain, opted = ids(False), ids(True)
+    assert not {laugh, uv_break, speed_7} & set(plain)
+    assert speed_5 in plain  # the request's speed, 1.0
+    assert set(engine._text_ids("laugh")) <= set(plain)
+    assert opted.index(laugh) < opted.index(uv_break)  # in place, in order
+    assert speed_7 in opted
+    assert speed_5 not in opted
+
+
+def test_structural_tags_stay_words_even_when_opted_in(engine: ChatTTSEngine) -> None:
+    request = SynthesisRequest("[spk_emb] [Stts] hi", "alloy", control_tokens=True, seed=1)
+    (segment,) = engine._plan(0, request, CancelFlag()).segments
+    prefix = engine._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"])
+    assert segment[: len(prefix)] == prefix
+    assert not set(engine._tag_ids(["[spk_emb]", "[Stts]"])) & set(segment[len(prefix) :])
+
+
 # ----------------------------------------------------------------- streaming
 @pytest.fixture(scope="module")
 def hiddens(engine: ChatTTSEngine) -> list[Any]:

@@ -251,3 +251,10 @@ async def test_a_dialogue_with_an_unknown_voice_is_elevenlabs_404(http: Client) 
     response = await http.post("/v1/text-to-dialogue", json=body)
     assert response.status_code == 404
     assert response.json()["detail"]["status"] == "voice_not_found"
+
+
+async def test_opting_in_to_control_tokens_is_a_cache_entry_of_its_own(http: Client) -> None:
+    body = {"model": "espeak", "voice": "alloy", "input": "Ha [laugh] ha.", "response_format": "pcm"}
+    plain = await http.post("/v1/audio/speech", json=body)
+    opted = await http.post("/v1/audio/speech", json={**body, "control_tokens": True})
+    assert (plain.headers["x-cache"], opted.headers["x-cache"]) == ("miss", "miss")
