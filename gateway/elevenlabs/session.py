@@ -4,7 +4,9 @@ Messages, field for field as the ``elevenlabs`` SDK (2.78) types them (``SendMes
 ``ReceiveMessageMulti``) and Pipecat's ``ElevenLabsTTSService`` sends and reads them:
 
 - in: ``{"text": " ", "context_id", "voice_settings"?}`` opens a context; ``{"text", "context_id"}`` appends text,
-  spoken sentence by sentence as it completes (:class:`SentenceBuffer`); ``{"context_id", "flush": true}`` speaks
+  spoken sentence by sentence as it completes (:class:`SentenceBuffer`), except a message with markup in it (a
+  ``<break time="1s"/>``; SSML with ``enable_ssml_parsing``), spoken as one piece of its own after what came
+  before; ``{"context_id", "flush": true}`` speaks
   what is buffered; ``{"context_id", "close_context": true}`` closes it; ``{"text": ""}`` keeps the socket alive;
   ``{"close_socket": true}`` closes everything.
 - out: ``{"audio", "isFinal": null, "contextId", "alignment", "normalizedAlignment"}`` per piece of audio (alignment
@@ -29,6 +31,7 @@ import base64
 import contextlib
 import json
 import logging
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,7 +41,7 @@ from pydantic import ValidationError
 
 from engines.errors import ConsumerTooSlowError
 from gateway.audio import AudioFormat, open_encoding, output_sample_rate
-from gateway.elevenlabs.wire import TextToSpeechRequest, VoiceSettings
+from gateway.elevenlabs.wire import TextToSpeechRequest, VoiceSettings, text_markup
 from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
 from gateway.http.request_record import RequestRecord
 from gateway.realtime.channel import SessionChannel
@@ -64,6 +67,8 @@ PIPELINE_RATE = output_sample_rate(AudioFormat.PCM)
 MAX_CONTEXTS = 5
 """Contexts a socket may have open at once, as on ElevenLabs."""
 DEFAULT_CONTEXT_ID = "default"
+_MARKUP = re.compile(r"<[A-Za-z/!?]")
+"""A tag in a message: the message is then spoken as one piece, read as its markup (break tags; SSML when asked)."""
 """The context of a message that names none."""
 
 
@@ -113,8 +118,11 @@ class ElevenLabsStreamSession:
         settings: RealtimeSettings,
         send_timeout_s: float,
         session_id: str,
+        ssml: bool = False,
     ) -> None:
         self.id = session_id
+        self._markup = text_markup(ssml)
+        """Break tags in every piece; the SSML subset too with ``enable_ssml_parsing``."""
         self._channel = SessionChannel(
             socket, send_timeout_s=send_timeout_s, idle_timeout_s=settings.idle_timeout_s, busy=self._busy
         )
@@ -240,7 +248,9 @@ class ElevenLabsStreamSession:
                     "flush it, or wait for its audio.",
                     code="max_pending_chars_exceeded",
                 )
-            pieces = context.buffer.append(text)
+            # A message with markup is a piece of its own (after what came before): no tag is cut between two.
+            markup = _MARKUP.search(text) is not None
+            pieces = [*context.buffer.flush(), text.strip()] if markup else context.buffer.append(text)
         if flush:
             pieces += context.buffer.flush()
         context.pieces.extend(pieces)
@@ -319,13 +329,14 @@ class ElevenLabsStreamSession:
         if context.encoder is None:
             context.encoder = open_encoding(self._encoding, PIPELINE_RATE)
         encoder = context.encoder
-        cursor = CharacterCursor(text)
         words: list[WordTime] = []
         lead = context.spoken > 0  # the space between this piece and the one before
         since = 0.0
         seconds = 0.0
         try:
-            async with await self._speech.speak(self._principal, request, record, in_session=True) as reply:
+            speaking = self._speech.speak(self._principal, request, record, in_session=True, markup=self._markup)
+            async with await speaking as reply:
+                cursor = CharacterCursor(reply.alignment.text)  # the text spoken: markup read, not said
                 async for chunk in reply.timed():
                     seconds += len(chunk.audio) / (2 * PIPELINE_RATE)
                     data = encoder.encode(chunk.audio) if chunk.audio else b""

@@ -35,6 +35,7 @@ from gateway.elevenlabs.wire import (
     AudioWithTimestamps,
     CharacterAlignment,
     TextToSpeechRequest,
+    text_markup,
 )
 from gateway.http.auth.dependencies import Caller  # noqa: TC001 - read at runtime, as JSONBody
 from gateway.http.disconnect import unless_client_leaves
@@ -43,7 +44,6 @@ from gateway.http.request_record import RequestRecord, request_record
 from gateway.routes.speech import reply_headers
 from gateway.speech.alignment import CharacterCursor
 from gateway.state import gateway_state
-from gateway.text import Markup
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from gateway.schemas import SpeechRequest
     from gateway.speech.alignment import CharacterTimes
     from gateway.speech.service import SpeechReply
-    from gateway.text import Script
+    from gateway.text import Markup, Script
 
 __all__ = [
     "Format",
@@ -98,11 +98,6 @@ SsmlParsing = Annotated[
         '`docs/ssml.md`; `<speak>` optional). Without it only `<break time="…"/>` is honoured, as ElevenLabs does.'
     ),
 ]
-
-
-def text_markup(enable_ssml_parsing: bool | None) -> Markup:
-    """The markup ElevenLabs' routes honour: break tags always, the SSML subset when asked for."""
-    return Markup.ELEVENLABS_SSML if enable_ssml_parsing else Markup.BREAKS
 
 
 @dataclass

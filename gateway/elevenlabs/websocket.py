@@ -1,10 +1,11 @@
 """``/v1/text-to-speech/{voice_id}/multi-stream-input``: ElevenLabs' text-to-speech WebSocket, as Pipecat's
 ``ElevenLabsTTSService`` opens it (``docs/elevenlabs.md``; the session is ``session.py``).
 
-The query says ``model_id``, ``output_format`` (ElevenLabs' names; ``mp3_44100_128`` when absent) and
-``inactivity_timeout`` (seconds, 1 to 180, 20 when absent); ``auto_mode``, ``sync_alignment``, ``enable_logging``,
-``enable_ssml_parsing``, ``apply_text_normalization`` and ``language_code`` are accepted and ignored (text is always
-spoken sentence by sentence as it completes, and every audio message carries its alignment). Credentials come in
+The query says ``model_id``, ``output_format`` (ElevenLabs' names; ``mp3_44100_128`` when absent),
+``inactivity_timeout`` (seconds, 1 to 180, 20 when absent) and ``enable_ssml_parsing`` (``true``: each message's SSML
+read, ``docs/ssml.md``; break tags are honoured either way); ``auto_mode``, ``sync_alignment``, ``enable_logging``,
+``apply_text_normalization`` and ``language_code`` are accepted and ignored (text is always spoken sentence by sentence
+as it completes, and every audio message carries its alignment). Credentials come in
 ``xi-api-key`` or ``Authorization``. Every refusal comes before the handshake is accepted, as an HTTP status with
 ElevenLabs' error body ``{"detail": {"status", "message"}}``.
 """
@@ -69,6 +70,7 @@ async def multi_stream_input(socket: WebSocket[Any, Any, Any], voice_id: VoiceId
             settings=log.realtime,
             send_timeout_s=state.settings.server.send_timeout_s,
             session_id=log.session_id,
+            ssml=socket.query_params.get("enable_ssml_parsing", "").lower() == "true",
         )
         try:
             await session.check()

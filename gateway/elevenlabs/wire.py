@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from gateway.audio import AudioFormat
 from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, SpeechRequest
-from gateway.text import MarkupError, Script, Speech
+from gateway.text import Markup, MarkupError, Script, Speech
 from gateway.text.breaks import read_breaks
 from gateway.text.script import MAX_PARTS, Part
 
@@ -36,6 +36,7 @@ __all__ = [
     "VoicePage",
     "VoiceSettings",
     "Voices",
+    "text_markup",
 ]
 
 DEFAULT_MODEL_ID = "eleven_multilingual_v2"
@@ -55,6 +56,11 @@ _Id = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 _Context = Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
 _RequestIds = Annotated[list[_Id], Field(max_length=3)]
 _LanguageCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*$")]
+
+
+def text_markup(enable_ssml_parsing: bool | None) -> Markup:
+    """The markup ElevenLabs' routes and WebSocket honour: break tags always, the SSML subset when asked for."""
+    return Markup.ELEVENLABS_SSML if enable_ssml_parsing else Markup.BREAKS
 
 
 class VoiceSettings(BaseModel):
