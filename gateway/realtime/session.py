@@ -38,6 +38,7 @@ from gateway.realtime.protocol import (
 from gateway.realtime.segmenter import SentenceBuffer
 from gateway.realtime.session_errors import SessionDrainedError, SessionRevokedError, SlowClientError
 from gateway.speech.delivery import AudioClock, speech_usage
+from gateway.text import Markup, is_ssml
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -299,6 +300,9 @@ class RealtimeSession:
                 param="text",
                 event_id=event.event_id,
             )
+        if is_ssml(event.text):  # SSML is a segment of its own, after what came before: never cut in two
+            self._enqueue([*self._buffer.flush(), event.text.strip()])
+            return
         self._enqueue(self._buffer.append(event.text))
 
     def _enqueue(self, texts: list[str]) -> None:
@@ -356,7 +360,8 @@ class RealtimeSession:
         # Not logged (the session has one line of its own); a cut-short segment's warning names it by this id.
         record = RequestRecord(f"{self.id}/{segment.id}", "WEBSOCKET", "segment")
         request = self._config.speech_request(segment.text)
-        async with await self._speech.speak(self._principal, request, record, in_session=True) as reply:
+        speaking = self._speech.speak(self._principal, request, record, in_session=True, markup=Markup.SSML)
+        async with await speaking as reply:
             encoder = self._stream_encoder()
             async for chunk in reply.timed():
                 segment.clock.seconds += len(chunk.audio) / (2 * _SEGMENT_PCM_RATE)

@@ -11,5 +11,6 @@ from __future__ import annotations
 from gateway.text.errors import MarkupError
 from gateway.text.markup import Markup, read_script
 from gateway.text.script import IDENTITY, Pronounce, Script, Silence, Speech
+from gateway.text.ssml import is_ssml
 
-__all__ = ["IDENTITY", "Markup", "MarkupError", "Pronounce", "Script", "Silence", "Speech", "read_script"]
+__all__ = ["IDENTITY", "Markup", "MarkupError", "Pronounce", "Script", "Silence", "Speech", "is_ssml", "read_script"]

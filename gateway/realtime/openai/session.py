@@ -43,6 +43,7 @@ from gateway.realtime.openai.events import (
 from gateway.realtime.session_errors import SessionDrainedError, SessionRevokedError, SlowClientError
 from gateway.schemas import MAX_INPUT_CHARS
 from gateway.speech.delivery import speech_usage
+from gateway.text import Markup
 
 if TYPE_CHECKING:
     from litestar import WebSocket
@@ -334,7 +335,8 @@ class OpenAIRealtimeSession:
     async def _speak(self, active: _Response, settings: SessionSettings) -> None:
         record = RequestRecord(active.state.id, "WEBSOCKET", "response")  # not logged: a truncation's warning names it
         request = settings.speech_request(active.text)
-        async with await self._speech.speak(self._principal, request, record, in_session=True) as reply:
+        speaking = self._speech.speak(self._principal, request, record, in_session=True, markup=Markup.SSML)
+        async with await speaking as reply:
             active.limits = _rate_limits(reply.limits)
             await self._send(events.response_output_item_added(active.state))
             if active.state.conversation_id is not None:
