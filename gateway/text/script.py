@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeAlias
 
+from gateway.text.errors import MarkupError
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
@@ -97,11 +99,18 @@ class Script:
 
     def pronounced(self, pronounce: Pronounce) -> Script:
         """Every span's text as ``pronounce`` says it (unchanged when it is :data:`IDENTITY`); a span left with
-        nothing to say is dropped."""
+        nothing to say is dropped.
+
+        Raises:
+            MarkupError: no span is left with anything to say.
+        """
         if pronounce is IDENTITY:
             return self
         parts = (replace(p, text=pronounce(p.text).strip()) if isinstance(p, Speech) else p for p in self.parts)
-        return Script(tuple(p for p in parts if not isinstance(p, Speech) or p.text))
+        kept = tuple(p for p in parts if not isinstance(p, Speech) or p.text)
+        if not any(isinstance(part, Speech) for part in kept):
+            raise MarkupError("nothing is left to say once the pronunciations apply", 1, 1)
+        return Script(kept)
 
     def cache_text(self) -> str:
         """What stands for the script in the audio cache's key: the text of a simple script (``<speak>Hi</speak>``

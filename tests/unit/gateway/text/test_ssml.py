@@ -179,6 +179,8 @@ def test_the_pronunciation_hook_sees_every_span_and_identity_keeps_the_script() 
     assert script.pronounced(IDENTITY) is script
     said = script.pronounced(lambda text: text.replace("GW", "gateway"))
     assert [p.text for p in said.parts if isinstance(p, Speech)] == ["gateway one", "gateway two"]
+    with pytest.raises(MarkupError, match="nothing is left to say"):
+        script.pronounced(lambda _: " ")
 
 
 _FRAGMENTS = st.sampled_from(
