@@ -359,6 +359,20 @@ async def test_only_an_engine_node_is_told_that_a_request_continues_a_stream(
     assert later.get("x_tts_continuing") is (True if engine_node else None)
 
 
+@pytest.mark.parametrize("engine_node", [True, False], ids=["engine-node", "other-server"])
+async def test_only_an_engine_node_is_told_that_the_caller_opted_in_to_control_tokens(
+    upstreams: Any, engines: Any, engine_node: bool
+) -> None:
+    upstream = await upstreams(chunks=[b"\0\0"], engine_node=engine_node)
+    engine = await engines([upstream.url])
+    await wait_for(lambda: engine.status().state == "ready")
+    for opted in (False, True):
+        await read_all(engine, SynthesisRequest(text="ha [laugh]", voice="v", control_tokens=opted))
+    plain, opted_in = (request["json"] for request in upstream.requests)
+    assert "control_tokens" not in plain
+    assert opted_in.get("control_tokens") is (True if engine_node else None)
+
+
 async def test_a_request_for_no_tenant_goes_to_a_node_without_a_context(upstreams: Any, engines: Any) -> None:
     upstream = await upstreams(chunks=[b"\0\0"], engine_node=True)
     engine = await engines([upstream.url])
