@@ -115,7 +115,8 @@ def split_text(text: str, max_chars: int) -> list[str]:
 
 def script_segments(jobs: Sequence[Segment], text: str, max_chars: int) -> tuple[list[Segment], list[int]]:
     """A script's jobs as the segments they are spoken in (a span longer than ``max_chars`` cut as :func:`split_text`
-    cuts a text), each with where its text starts in ``text``, the script's text (a silence: where the text is)."""
+    cuts a text), each with where its text starts in ``text``, the script's text (a silence: where the text before it
+    ends)."""
     segments: list[Segment] = []
     offsets: list[int] = []
     searched = 0
@@ -210,11 +211,17 @@ class SegmentedStream:
     async def __aiter__(self) -> AsyncIterator[bytes]:
         pcm: PcmStream | None = self._first
         samples = 0
+        # A silence before the engine's first audio waits for it, and goes with it: until then the stream has sent
+        # nothing, so a job failing before its first audio is still retried (gateway/speech/failover.py).
+        lead: bytearray | None = bytearray()
         for index, segment in enumerate(self._segments):
             if isinstance(segment, Silence):
                 for chunk in self._silence(segment.seconds):
                     samples += len(chunk) // 2
-                    yield chunk
+                    if lead is None:
+                        yield chunk
+                    else:
+                        lead += chunk
                 continue
             if pcm is None:
                 if self._closed:  # the stream was left: no later job is opened
@@ -224,11 +231,15 @@ class SegmentedStream:
             async for chunk in pcm:
                 told = self._take_marks(pcm, told, chars, before)
                 samples += len(chunk) // 2
+                if lead is not None:
+                    chunk, lead = bytes(lead) + chunk, None  # noqa: PLW2901 - the silence held goes first
                 yield chunk
             self._take_marks(pcm, told, chars, before)  # those of the job's end
             # The job has ended: its slot goes back to the engine's scheduler before this request queues again.
             await self._job.aclose()
             pcm = None
+        if lead:  # no job made any audio
+            yield bytes(lead)
 
     def _silence(self, seconds: float) -> Iterator[bytes]:
         """``seconds`` of PCM zeros at the engine's rate, in pieces."""

@@ -102,6 +102,12 @@ async def test_a_break_of_1500_ms_is_that_much_silence_between_the_parts(http: C
     assert not middle.any()  # exact zeros, not an engine's near-silence
 
 
+async def test_a_leading_break_goes_out_with_the_first_audio(http: Client) -> None:
+    hi = await speak(http, "Hi.")
+    spoken = await speak(http, '<speak><break time="500ms"/>Hi.</speak>')
+    assert is_made_of(spoken, [np.zeros(RATE // 2, np.int16), hi])
+
+
 async def test_the_words_after_a_break_are_timed_after_it(http: Client) -> None:
     body = {
         "model": "espeak", "voice": "alloy", "input": '<speak>One.<break time="1500ms"/>Two.</speak>',
