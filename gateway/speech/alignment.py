@@ -21,15 +21,19 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from engines.timing import word_spans
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from engines.timing import TimestampsKind, WordMark
+    from gateway.text.lexicon import Respelled
 
 __all__ = [
     "Alignment",
     "CharacterCursor",
     "CharacterTimes",
+    "OnCallerText",
     "SpeechChunk",
     "WordTime",
     "character_times",
@@ -163,6 +167,65 @@ class CharacterCursor:
         run = character_times(self._text, words, audio_s, self._next, stop)
         self._next = stop
         return run
+
+
+class OnCallerText:
+    """The words of a respelled text (``gateway/text/lexicon.py``) moved onto the caller's text, as they come: what
+    a word of an alias was heard at becomes the time of the grapheme it replaced, so that timestamps name the
+    caller's characters, never the alias's.
+
+    The spoken words that fall in one grapheme become one stretch of time, shared among the caller's words there by
+    their characters ("New York" said as "NYC"; "WWW" said as "World Wide Web"). A word is held back until the next
+    one shows it is complete, and :meth:`finish` hands out the last.
+    """
+
+    def __init__(self, respelled: Respelled, text: str) -> None:
+        self._respelled = respelled
+        self._spans = word_spans(text)
+        self._starts = [start for start, _ in self._spans]
+        self._pending: WordTime | None = None
+        self._handed = 0  # the end of the last word handed out: words never go back
+
+    def words(self, spoken: Iterable[WordTime]) -> tuple[WordTime, ...]:
+        """The caller's words complete with these spoken words."""
+        moved: list[WordTime] = []
+        for word in spoken:
+            start, end = self._respelled.original_span(word.char_start, word.char_end)
+            pending = self._pending
+            if pending is not None and start < pending.char_end:  # the same grapheme: one stretch of time
+                self._pending = WordTime(
+                    pending.char_start, max(end, pending.char_end), pending.start_s, max(word.end_s, pending.end_s)
+                )
+                continue
+            if pending is not None:
+                moved += self._onto_words(pending)
+            self._pending = WordTime(start, end, word.start_s, word.end_s)
+        return tuple(moved)
+
+    def finish(self) -> tuple[WordTime, ...]:
+        """The last word, once the audio has ended."""
+        pending, self._pending = self._pending, None
+        return tuple(self._onto_words(pending)) if pending is not None else ()
+
+    def _onto_words(self, stretch: WordTime) -> list[WordTime]:
+        index = max(0, bisect.bisect_right(self._starts, stretch.char_start) - 1)
+        inside: list[tuple[int, int]] = []
+        for start, end in self._spans[index:]:
+            if start >= stretch.char_end:
+                break
+            if end > stretch.char_start and start >= self._handed:
+                inside.append((start, end))
+        if not inside:
+            return []
+        first, last = inside[0][0], inside[-1][1]
+        per_char = (stretch.end_s - stretch.start_s) / max(1, last - first)
+        self._handed = last
+        return [
+            WordTime(
+                start, end, stretch.start_s + (start - first) * per_char, stretch.start_s + (end - first) * per_char
+            )
+            for start, end in inside
+        ]
 
 
 def pack_words(words: Sequence[WordTime]) -> bytes:

@@ -1,0 +1,255 @@
+"""Pronunciation lexicons: rules that respell words of a text before an engine speaks it.
+
+A rule names a grapheme (the written form) and what to say instead: an ``alias`` (other text) or a ``phoneme``
+string in an alphabet (IPA, CMU Arpabet). Matching is as the W3C Pronunciation Lexicon Specification (PLS) and
+ElevenLabs' dictionaries say: case-sensitive unless a rule says otherwise, only where the grapheme stands as whole
+words (unless the rule says otherwise), leftmost and then longest first, never overlapping; among rules of the same
+grapheme the first one wins (the first dictionary named, then the first rule in it).
+
+The scan is linear in the text whatever the rules are: one Aho-Corasick automaton over every grapheme (built once per
+set of dictionary versions, which never change), no regular expression built from a tenant's input. Written here
+because the one maintained implementation (pyahocorasick, a C extension) would add a compiled dependency for some 60
+lines, and the word-boundary check must see every match anyway.
+
+:meth:`Lexicon.respell` returns the text to speak and where each replacement sits in both texts
+(:class:`Respelled`), so that times reported on the spoken text can be placed on the caller's text.
+"""
+
+from __future__ import annotations
+
+import bisect
+import unicodedata
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+__all__ = ["Lexicon", "PhonemeOnlyRuleError", "Replacement", "Respelled", "Rule", "is_word_character"]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One lexicon entry: ``grapheme`` is said as ``alias``, or pronounced as ``phoneme`` (in ``alphabet``)."""
+
+    grapheme: str
+    alias: str | None = None
+    phoneme: str | None = None
+    alphabet: str | None = None
+    case_sensitive: bool = True
+    word_boundaries: bool = True
+
+    @property
+    def kind(self) -> str:
+        """``alias`` or ``phoneme``: what the rule is, as ElevenLabs' API names it (a PLS entry with both is an
+        alias rule that also carries a phoneme)."""
+        return "alias" if self.alias is not None else "phoneme"
+
+
+class PhonemeOnlyRuleError(Exception):
+    """A rule that only gives a phoneme string matched the text, and the engine cannot say phonemes.
+
+    Attributes:
+        grapheme: The matched grapheme.
+        alphabet: The rule's alphabet.
+    """
+
+    def __init__(self, grapheme: str, alphabet: str | None) -> None:
+        super().__init__(
+            f"The pronunciation rule for '{grapheme}' gives only a phoneme string ({alphabet or 'ipa'}), which this "
+            "engine cannot speak; give the rule an alias."
+        )
+        self.grapheme = grapheme
+        self.alphabet = alphabet
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """Characters ``[start, end)`` of the caller's text became ``[spoken_start, spoken_end)`` of the spoken text."""
+
+    start: int
+    end: int
+    spoken_start: int
+    spoken_end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Respelled:
+    """The text to speak, and where it differs from the caller's."""
+
+    text: str
+    replacements: tuple[Replacement, ...] = ()
+    _spoken_starts: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_spoken_starts", tuple(replaced.spoken_start for replaced in self.replacements))
+
+    def original_span(self, start: int, end: int) -> tuple[int, int]:
+        """Characters ``[start, end)`` of the spoken text as characters of the caller's text: a span that touches a
+        replacement covers the whole grapheme it replaced."""
+        if not self.replacements:
+            return start, end
+        return self._from_start(start), max(self._from_start(start), self._from_end(end))
+
+    def _from_start(self, point: int) -> int:
+        index = bisect.bisect_right(self._spoken_starts, point) - 1
+        if index < 0:
+            return point
+        replaced = self.replacements[index]
+        if point < replaced.spoken_end:
+            return replaced.start
+        return replaced.end + point - replaced.spoken_end
+
+    def _from_end(self, point: int) -> int:
+        index = bisect.bisect_left(self._spoken_starts, point) - 1  # the last replacement that starts before it
+        if index < 0:
+            return point
+        replaced = self.replacements[index]
+        if point <= replaced.spoken_end:
+            return replaced.end
+        return replaced.end + point - replaced.spoken_end
+
+
+def is_word_character(character: str) -> bool:
+    """Letters, digits, combining marks and ``_``: what a word-bounded grapheme may not continue into."""
+    return character.isalnum() or character == "_" or unicodedata.category(character).startswith("M")
+
+
+def _starts_a_word(text: str, start: int) -> bool:
+    """Whether a match may begin at ``start``: not between two word characters."""
+    return start == 0 or not (is_word_character(text[start - 1]) and is_word_character(text[start]))
+
+
+def _ends_a_word(text: str, end: int) -> bool:
+    return end == len(text) or not (is_word_character(text[end - 1]) and is_word_character(text[end]))
+
+
+def _folded(text: str) -> str:
+    """``text`` lower-cased character by character (a character whose lower case is longer stays as it is), so that
+    offsets in it are offsets in ``text``."""
+    return "".join(lower if len(lower := character.lower()) == 1 else character for character in text)
+
+
+class _Automaton:
+    """Aho-Corasick over a set of patterns: every occurrence of every pattern, in one pass over the text."""
+
+    def __init__(self, patterns: Sequence[tuple[str, int]]) -> None:
+        self._goto: list[dict[str, int]] = [{}]
+        self._rule: list[int] = [-1]  # the rule whose pattern ends at this node (the first one given), or -1
+        self._depth: list[int] = [0]
+        for pattern, rule in patterns:
+            self._insert(pattern, rule)
+        self._fail = [0] * len(self._goto)
+        self._output = [0] * len(self._goto)  # the nearest node on the fail chain that ends a pattern (0: none)
+        self._link()
+
+    def _insert(self, pattern: str, rule: int) -> None:
+        node = 0
+        for character in pattern:
+            following = self._goto[node].get(character)
+            if following is None:
+                following = len(self._goto)
+                self._goto[node][character] = following
+                self._goto.append({})
+                self._rule.append(-1)
+                self._depth.append(self._depth[node] + 1)
+            node = following
+        if self._rule[node] < 0:
+            self._rule[node] = rule
+
+    def _link(self) -> None:
+        queue = deque(self._goto[0].values())
+        while queue:
+            node = queue.popleft()
+            for character, child in self._goto[node].items():
+                fallback = self._fail[node]
+                while fallback and character not in self._goto[fallback]:
+                    fallback = self._fail[fallback]
+                target = self._goto[fallback].get(character, 0)
+                self._fail[child] = target if target != child else 0
+                self._output[child] = target if self._rule[target] >= 0 else self._output[target]
+                queue.append(child)
+
+    def longest(self, scanned: str, text: str, *, bounded: bool) -> Iterable[tuple[int, int, int]]:
+        """``(start, end, rule)``: at each end in ``scanned`` (``text`` as matched: itself or folded), the longest
+        occurrence; ``bounded``: the longest that neither begins nor ends inside a word of ``text``.
+
+        A shorter occurrence that ends at the same place lies inside the longest one, so leftmost-longest never needs
+        it unless an earlier choice overlaps the longest (then it is missed: a rule of such overlapping graphemes
+        should be one rule). The walk to a bounded occurrence happens only at word ends and passes only occurrences
+        that start inside a word: the scan stays linear in the text for graphemes of bounded length.
+        """
+        node = 0
+        goto, fail, rules, output, depth = self._goto, self._fail, self._rule, self._output, self._depth
+        for index, character in enumerate(scanned):
+            while node and character not in goto[node]:
+                node = fail[node]
+            node = goto[node].get(character, 0)
+            found = node if rules[node] >= 0 else output[node]
+            end = index + 1
+            if not found or (bounded and not _ends_a_word(text, end)):
+                continue
+            while bounded and found and not _starts_a_word(text, end - depth[found]):
+                found = output[found]
+            if found:
+                yield end - depth[found], end, rules[found]
+
+
+class Lexicon:
+    """A set of rules, compiled for matching; immutable, so one instance may serve any number of requests."""
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        self.rules = tuple(rule for rule in rules if rule.grapheme)
+        # One automaton per kind of matching (case, word boundaries) the rules ask for.
+        kinds: dict[tuple[bool, bool], list[tuple[str, int]]] = {}
+        for index, rule in enumerate(self.rules):
+            pattern = rule.grapheme if rule.case_sensitive else _folded(rule.grapheme)
+            kinds.setdefault((rule.case_sensitive, rule.word_boundaries), []).append((pattern, index))
+        self._automata = {kind: _Automaton(patterns) for kind, patterns in kinds.items()}
+
+    def __bool__(self) -> bool:
+        return bool(self.rules)
+
+    def respell(self, text: str) -> Respelled:
+        """``text`` with every matching grapheme replaced by its rule's alias.
+
+        Raises:
+            PhonemeOnlyRuleError: a rule without an alias matched (no engine here says phoneme strings).
+        """
+        chosen = self._chosen(text)
+        if not chosen:
+            return Respelled(text)
+        parts: list[str] = []
+        replacements: list[Replacement] = []
+        position = spoken = 0
+        for start, end, index in chosen:
+            rule = self.rules[index]
+            if rule.alias is None:
+                raise PhonemeOnlyRuleError(rule.grapheme, rule.alphabet)
+            parts += (text[position:start], rule.alias)
+            spoken += start - position
+            replacements.append(Replacement(start, end, spoken, spoken + len(rule.alias)))
+            spoken += len(rule.alias)
+            position = end
+        parts.append(text[position:])
+        return Respelled("".join(parts), tuple(replacements))
+
+    def _chosen(self, text: str) -> list[tuple[int, int, int]]:
+        """The matches to replace: at each start the longest (then the first rule), leftmost first, none
+        overlapping."""
+        best: dict[int, tuple[int, int]] = {}  # start -> (end, rule)
+        folded = _folded(text) if any(not sensitive for sensitive, _ in self._automata) else text
+        for (sensitive, bounded), automaton in self._automata.items():
+            for start, end, index in automaton.longest(text if sensitive else folded, text, bounded=bounded):
+                held = best.get(start)
+                if held is None or end > held[0] or (end == held[0] and index < held[1]):
+                    best[start] = (end, index)
+        chosen: list[tuple[int, int, int]] = []
+        reached = 0
+        for start in sorted(best):
+            if start >= reached:
+                end, index = best[start]
+                chosen.append((start, end, index))
+                reached = end
+        return chosen
