@@ -5,11 +5,23 @@ The gateway's settings (``gateway/settings.py``) compose these; nothing in ``aut
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, field_validator, model_validator
 
-__all__ = ["AuthSettings", "JWTSettings", "LimitsSettings", "TenantLimits", "TenantScheduling", "TenantSettings"]
+__all__ = [
+    "AuthSettings",
+    "DictionaryId",
+    "JWTSettings",
+    "LimitsSettings",
+    "TenantLimits",
+    "TenantScheduling",
+    "TenantSettings",
+]
+
+
+DictionaryId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+"""A pronunciation dictionary's id (``pd_…``)."""
 
 
 class TenantLimits(BaseModel):
@@ -72,6 +84,10 @@ class TenantSettings(BaseModel):
     models: list[str] | None = None
     """Models (engines or aliases) the tenant may use; ``None``: every model."""
     scheduling: TenantScheduling = Field(default_factory=TenantScheduling)
+    pronunciation_dictionaries: list[DictionaryId] = Field(default_factory=list, max_length=3)
+    """The tenant's pronunciation dictionaries (ids, latest version each) that requests which name none are spoken
+    with: every OpenAI and realtime request, and ElevenLabs requests without ``pronunciation_dictionary_locators``.
+    At most 3, as ElevenLabs' locators."""
     api_key_sha256: list[str] = Field(default_factory=list)
     """Hex SHA-256 hashes of API keys issued out of band (``chattts-gateway keys create`` prints one when no
     ``redis_url`` is set); keys are never stored."""

@@ -22,6 +22,7 @@ class Tenant:
             deleted and created again under the same name gets a new one, so what was scoped by it (cached audio)
             is out of reach of the new tenant. Empty for tenants stored before generations existed.
         scheduling: How its requests wait for busy engine workers among other tenants'; treat as read-only.
+        pronunciation_dictionaries: Ids of its pronunciation dictionaries that requests naming none apply.
     """
 
     name: str
@@ -29,6 +30,7 @@ class Tenant:
     models: frozenset[str] | None
     generation: str = field(default="", compare=False)  # store-assigned: two tenants alike in settings are equal
     scheduling: TenantScheduling = field(default_factory=TenantScheduling)
+    pronunciation_dictionaries: tuple[str, ...] = ()
 
     def allows_model(self, model: str) -> bool:
         """Whether the tenant may request ``model`` (the name as the client sent it)."""
@@ -47,4 +49,5 @@ def tenant_from_settings(settings: TenantSettings) -> Tenant:
         limits=settings.limits.model_copy(),
         models=models,
         scheduling=settings.scheduling.model_copy(),
+        pronunciation_dictionaries=tuple(settings.pronunciation_dictionaries),
     )

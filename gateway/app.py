@@ -49,6 +49,7 @@ from gateway.routes.usage import UsageController
 from gateway.services import open_state
 from gateway.settings import Settings, load_settings
 from gateway.speech.consents import ConsentStore  # noqa: TC001
+from gateway.speech.pronunciation import PronunciationDictionaries  # noqa: TC001
 from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import VoiceStore  # noqa: TC001
 from gateway.state import gateway_state, installed
@@ -235,6 +236,10 @@ def _consents(request: Request[Any, Any, Any]) -> ConsentStore:
     return gateway_state(request.app).consents
 
 
+def _pronunciation(request: Request[Any, Any, Any]) -> PronunciationDictionaries:
+    return gateway_state(request.app).pronunciation
+
+
 def _storage(request: Request[Any, Any, Any]) -> StorageProbe:
     return gateway_state(request.app).storage
 
@@ -251,6 +256,7 @@ def _dependencies() -> dict[str, Provide]:
         "usage": Provide(_usage, sync_to_thread=False),
         "voices": Provide(_voices, sync_to_thread=False),
         "consents": Provide(_consents, sync_to_thread=False),
+        "pronunciation": Provide(_pronunciation, sync_to_thread=False),
         "storage": Provide(_storage, sync_to_thread=False),
         "uploads": Provide(_uploads, sync_to_thread=False),
         "principal": Provide(provide_principal),

@@ -2,7 +2,8 @@
 built from the settings in its lifespan.
 
 One Redis client per process (``storage.connect_redis``) is handed to everything that stores: keys, limits, usage,
-custom voices, consent recordings and the audio cache (unless ``cache.redis_url`` gives it a Redis of its own).
+custom voices, consent recordings, pronunciation dictionaries and the audio cache (unless ``cache.redis_url`` gives
+it a Redis of its own).
 Without ``redis_url`` each of them keeps its state in this process's memory.
 Handlers read the state through ``gateway.state.gateway_state``, or are given one service by name (``gateway/app.py``).
 """
@@ -26,10 +27,17 @@ from gateway.speech.admission import Admission
 from gateway.speech.cache import AudioCache
 from gateway.speech.consents import ConsentStore, MemoryConsentStore, RedisConsentStore
 from gateway.speech.plan import Planner
+from gateway.speech.pronunciation import (
+    DictionaryStore,
+    MemoryDictionaryStore,
+    PronunciationDictionaries,
+    RedisDictionaryStore,
+)
 from gateway.speech.service import SpeechService
 from gateway.speech.singleflight import SingleFlight
 from gateway.speech.voices import MemoryVoiceStore, RedisVoiceStore, VoiceStore
 from gateway.state import GatewayState
+from gateway.text.pls import RuleCaps
 from gateway.uploads import DecoderProcesses, Uploads
 from storage import STORAGE_ERRORS, RedisClient, connect_redis, redact_redis_url
 from storage.memory import EvictionPolicyCheck
@@ -91,8 +99,9 @@ async def open_state(
     metrics.write_refusals.watch(*refusals)
     voices: VoiceStore = RedisVoiceStore(redis) if redis is not None else MemoryVoiceStore()
     consents: ConsentStore = RedisConsentStore(redis) if redis is not None else MemoryConsentStore()
+    pronunciation = _pronunciation(settings, redis)
     speech = SpeechService(
-        Planner(router, voices),
+        Planner(router, voices, pronunciation),
         Admission(limiter, usage, metrics),
         cache,
         SingleFlight(),
@@ -118,6 +127,7 @@ async def open_state(
         usage=usage,
         voices=voices,
         consents=consents,
+        pronunciation=pronunciation,
         speech=speech,
         storage=storage,
         revocations=revocations,
@@ -127,6 +137,17 @@ async def open_state(
         credential_throttle=CredentialThrottle.from_settings(settings.server),
         admin_throttle=AdminThrottle(),
         awaiting_credentials=Counter(),
+    )
+
+
+def _pronunciation(settings: Settings, redis: RedisClient | None) -> PronunciationDictionaries:
+    caps = settings.pronunciation
+    store: DictionaryStore = RedisDictionaryStore(redis) if redis is not None else MemoryDictionaryStore()
+    return PronunciationDictionaries(
+        store,
+        max_per_tenant=caps.max_dictionaries_per_tenant,
+        caps=RuleCaps(max_rules=caps.max_rules_per_dictionary),
+        max_file_bytes=caps.max_file_bytes,
     )
 
 

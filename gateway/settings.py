@@ -37,6 +37,7 @@ __all__ = [
     "AliasSettings",
     "CacheSettings",
     "FailoverSettings",
+    "PronunciationSettings",
     "ReadinessSettings",
     "RealtimeSettings",
     "ServerSettings",
@@ -274,6 +275,21 @@ class VoicesSettings(BaseModel):
     also the API's own ceiling."""
 
 
+class PronunciationSettings(BaseModel):
+    """Pronunciation dictionaries (``/v1/pronunciation-dictionaries``): how many a tenant may keep and how large."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_dictionaries_per_tenant: int = Field(default=20, ge=0)
+    """Dictionaries a tenant may keep at once; creating one more is refused (400,
+    ``pronunciation_dictionary_limit_reached``)."""
+    max_rules_per_dictionary: int = Field(default=1000, ge=1, le=100_000)
+    """Rules one version of a dictionary may hold (400 beyond it). Matching costs the same whatever their number
+    (linear in the text); compiling a version's rules is done once per replica."""
+    max_file_bytes: int = Field(default=1_048_576, ge=1024, le=16_777_216)
+    """Largest PLS file ``add-from-file`` reads (400 beyond it)."""
+
+
 #: The engines and aliases every gateway starts from: the lowest-priority settings source, so YAML files and
 #: environment variables merge into them (``engines: {chattts: null}`` removes one).
 BUILT_IN_ENGINES: dict[str, dict[str, Any]] = {"chattts": {"kind": "chattts"}, "espeak": {"kind": "espeak"}}
@@ -372,6 +388,7 @@ class Settings(BaseSettings):
     speech: SpeechSettings = Field(default_factory=SpeechSettings)
     realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
     voices: VoicesSettings = Field(default_factory=VoicesSettings)
+    pronunciation: PronunciationSettings = Field(default_factory=PronunciationSettings)
     uploads: UploadSettings = Field(default_factory=UploadSettings)
 
     _redis_url_is_usable = field_validator("redis_url")(_usable_redis_url)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from gateway.realtime.registry import SessionRegistry
     from gateway.settings import Settings
     from gateway.speech.consents import ConsentStore
+    from gateway.speech.pronunciation import PronunciationDictionaries
     from gateway.speech.routing import ModelRouter
     from gateway.speech.service import SpeechService
     from gateway.speech.voices import VoiceStore
@@ -58,6 +59,8 @@ class GatewayState:
     usage: UsageLedger
     voices: VoiceStore
     consents: ConsentStore
+    pronunciation: PronunciationDictionaries
+    """Tenants' pronunciation dictionaries (their store, caps and compiled lexicons)."""
     speech: SpeechService
     storage: StorageProbe
     """Whether the shared Redis answers, for ``/readyz``."""

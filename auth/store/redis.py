@@ -140,6 +140,7 @@ def _tenant_to_json(tenant: Tenant, generation: str) -> str:
             "limits": tenant.limits.model_dump(),
             "models": models,
             "scheduling": tenant.scheduling.model_dump(),
+            "pronunciation_dictionaries": list(tenant.pronunciation_dictionaries),
         }
     )
 
@@ -155,6 +156,7 @@ def _tenant_from_json(name: str, raw: bytes | str) -> Tenant:
         models=None if models is None else frozenset(models),
         generation=data.get("generation", ""),
         scheduling=scheduling,
+        pronunciation_dictionaries=tuple(data.get("pronunciation_dictionaries", ())),
     )
 
 
@@ -189,7 +191,8 @@ class RedisAuthStore:
     Layout (``P`` is the prefix; its ``{auth}`` hash tag keeps every key in one Redis Cluster slot, which the
     multi-key scripts need):
 
-    * ``P tenants`` — hash: tenant name -> JSON ``{"generation", "limits", "models", "scheduling"}``
+    * ``P tenants`` — hash: tenant name -> JSON ``{"generation", "limits", "models", "scheduling",
+      "pronunciation_dictionaries"}``
     * ``P tenant-names`` — sorted set of the names (all scored 0): pages in name order
     * ``P key:<sha256>`` — hash: ``id``, ``tenant``, ``key_hash``, ``created_at``, ``revoked`` (``0``/``1``), ``hint``
     * ``P key-id:<id>`` — string: the key's sha256 (revocation by id)

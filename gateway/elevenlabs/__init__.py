@@ -1,5 +1,6 @@
-"""ElevenLabs' API (issue #34): its REST text-to-speech and voice routes, so that code written for ElevenLabs (its SDKs,
-the voice stacks built on them) works here with only its base URL changed. ``docs/elevenlabs.md`` says what works.
+"""ElevenLabs' API (issue #34): its REST text-to-speech, voice and pronunciation dictionary routes, so that code
+written for ElevenLabs (its SDKs, the voice stacks built on them) works here with only its base URL changed.
+``docs/elevenlabs.md`` says what works.
 
 A protocol adapter, as every transport is: the routes translate ElevenLabs' requests into the gateway's own and speak
 through the one speech pipeline (:meth:`SpeechService.speak`); their errors go through one table of their own
@@ -12,6 +13,7 @@ from __future__ import annotations
 from litestar import Router
 
 from gateway.elevenlabs.dialogue import TextToDialogueController
+from gateway.elevenlabs.dictionaries import PronunciationDictionariesController
 from gateway.elevenlabs.errors import EXCEPTION_HANDLERS
 from gateway.elevenlabs.speech import TextToSpeechController
 from gateway.elevenlabs.voices import VoicesController, VoicesV2Controller
@@ -31,6 +33,7 @@ def elevenlabs_router(*, websockets: bool = True) -> Router:
             TextToDialogueController,
             VoicesController,
             VoicesV2Controller,
+            PronunciationDictionariesController,
             *([multi_stream_input] if websockets else []),
         ],
         exception_handlers=EXCEPTION_HANDLERS,

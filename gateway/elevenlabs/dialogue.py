@@ -76,5 +76,11 @@ async def _speak(
 ) -> tuple[SpeechReply, dict[str, str]]:
     """Start speaking the dialogue, every turn in its voice; the reply (the caller owns it) and the headers."""
     return await speak_pcm(
-        request, principal, data.speech_request(), output_format, markup=Markup.PLAIN, script=data.script()
+        request,
+        principal,
+        data.speech_request(),
+        output_format,
+        markup=Markup.PLAIN,
+        script=data.script(),
+        dictionaries=data.dictionaries(),
     )

@@ -161,7 +161,9 @@ class TextToSpeechController(Controller):
     ) -> Response[bytes]:
         encoding = encoding_of(output_format)
         markup, speech_request = text_markup(enable_ssml_parsing), data.speech_request(voice_id)
-        reply, headers = await speak_pcm(request, principal, speech_request, output_format, markup=markup)
+        reply, headers = await speak_pcm(
+            request, principal, speech_request, output_format, markup=markup, dictionaries=data.dictionaries()
+        )
         audio = await unless_client_leaves(request.receive, whole_audio(reply, encoding))
         return Response(audio, media_type=CONTENT_TYPES[encoding.codec], headers=headers)
 
@@ -183,7 +185,9 @@ class TextToSpeechController(Controller):
     ) -> Response[Any]:
         encoding = encoding_of(output_format)
         markup, speech_request = text_markup(enable_ssml_parsing), data.speech_request(voice_id)
-        reply, headers = await speak_pcm(request, principal, speech_request, output_format, markup=markup)
+        reply, headers = await speak_pcm(
+            request, principal, speech_request, output_format, markup=markup, dictionaries=data.dictionaries()
+        )
         return streamed(reply, encoding, headers)
 
     @audio_route(
@@ -205,7 +209,9 @@ class TextToSpeechController(Controller):
     ) -> Response[AudioWithTimestamps]:
         encoding = encoding_of(output_format)
         markup, speech_request = text_markup(enable_ssml_parsing), data.speech_request(voice_id)
-        reply, headers = await speak_pcm(request, principal, speech_request, output_format, markup=markup)
+        reply, headers = await speak_pcm(
+            request, principal, speech_request, output_format, markup=markup, dictionaries=data.dictionaries()
+        )
         audio = await unless_client_leaves(request.receive, whole_audio(reply, encoding))
         return Response(_with_timestamps(audio, reply.alignment.characters()), headers=headers)
 
@@ -228,7 +234,9 @@ class TextToSpeechController(Controller):
     ) -> Stream:
         encoding = encoding_of(output_format)
         markup, speech_request = text_markup(enable_ssml_parsing), data.speech_request(voice_id)
-        reply, headers = await speak_pcm(request, principal, speech_request, output_format, markup=markup)
+        reply, headers = await speak_pcm(
+            request, principal, speech_request, output_format, markup=markup, dictionaries=data.dictionaries()
+        )
         release = BackgroundTask(reply.close)  # as the stream route's
         return Stream(_timed_lines(reply, encoding), media_type=JSON_LINES, headers=headers, background=release)
 
@@ -241,13 +249,15 @@ async def speak_pcm(
     *,
     markup: Markup,
     script: Script | None = None,
+    dictionaries: list[tuple[str, str | None]] | None = None,
 ) -> tuple[SpeechReply, dict[str, str]]:
     """Start speaking ``speech_request`` (24 kHz PCM) with ``markup`` honoured (or ``script``, read already: a
-    dialogue's); the reply (the caller owns it) and the response's headers."""
+    dialogue's) and the pronunciation ``dictionaries`` named (``None``: the tenant's defaults); the reply (the caller
+    owns it) and the response's headers."""
     speech = gateway_state(request.app).speech
     record = request_record(request.scope) or RequestRecord("-", "POST", request.url.path)
-    spoken = speech.speak(principal, speech_request, record, markup=markup, script=script)
-    reply = await unless_client_leaves(request.receive, spoken)
+    speaking = speech.speak(principal, speech_request, record, markup=markup, script=script, dictionaries=dictionaries)
+    reply = await unless_client_leaves(request.receive, speaking)
     record.format = output_format.value  # the access log says what the client got
     headers = reply_headers(reply)
     headers["x-character-count"] = str(len(reply.request.input))  # what ElevenLabs charges, as it says

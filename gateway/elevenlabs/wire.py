@@ -36,6 +36,7 @@ __all__ = [
     "VoicePage",
     "VoiceSettings",
     "Voices",
+    "named_dictionaries",
     "text_markup",
 ]
 
@@ -93,12 +94,21 @@ class PronunciationDictionaryLocator(BaseModel):
 _Locators = Annotated[list[PronunciationDictionaryLocator], Field(max_length=3)]
 
 
+def named_dictionaries(locators: list[PronunciationDictionaryLocator] | None) -> list[tuple[str, str | None]] | None:
+    """The pronunciation dictionaries ``locators`` name, ``(id, version id or None: the latest)`` each; ``None``: none
+    named (the tenant's defaults apply)."""
+    if not locators:
+        return None
+    return [(locator.pronunciation_dictionary_id, locator.version_id) for locator in locators]
+
+
 class TextToSpeechRequest(BaseModel):
     """The body of ``POST /v1/text-to-speech/{voice_id}`` and ``…/stream``.
 
-    Spoken: ``text``, ``model_id`` and ``voice_settings.speed``. Accepted within ElevenLabs' bounds and ignored:
-    the other voice settings, ``language_code``, ``seed``, ``previous_text``/``next_text``, the request ids,
-    ``pronunciation_dictionary_locators``, ``use_pvc_as_ivc`` and the text normalization switches. ``audio_effects``
+    Spoken: ``text``, ``model_id``, ``voice_settings.speed`` and ``pronunciation_dictionary_locators`` (the tenant's
+    own dictionaries, applied in order; absent: the tenant's default dictionaries). Accepted within ElevenLabs' bounds
+    and ignored: the other voice settings, ``language_code``, ``seed``, ``previous_text``/``next_text``, the request
+    ids, ``use_pvc_as_ivc`` and the text normalization switches. ``audio_effects``
     must be absent or ``null``: no effect can be applied here.
     """
 
@@ -128,6 +138,10 @@ class TextToSpeechRequest(BaseModel):
         if not value.strip():
             raise ValueError("text must contain at least one non-whitespace character")
         return value
+
+    def dictionaries(self) -> list[tuple[str, str | None]] | None:
+        """The pronunciation dictionaries named (:func:`named_dictionaries`)."""
+        return named_dictionaries(self.pronunciation_dictionary_locators)
 
     def speech_request(self, voice_id: str) -> SpeechRequest:
         """The request the speech pipeline serves: the text, as 24 kHz PCM, in ``voice_id``'s voice."""
@@ -176,10 +190,9 @@ class DialogueSettings(BaseModel):
 class TextToDialogueRequest(BaseModel):
     """The body of ``POST /v1/text-to-dialogue`` and ``…/stream``: each turn in its voice, one audio in order.
 
-    Spoken: ``inputs`` and ``model_id``. Accepted within ElevenLabs' bounds and ignored: ``settings``,
-    ``language_code``, ``seed``, ``previous_text``/``future_text``, the request ids, ``use_pvc_as_ivc``,
-    ``pronunciation_dictionary_locators`` and ``apply_text_normalization``; ``audio_effects`` must be absent or
-    ``null``.
+    Spoken: ``inputs`` and ``model_id``, every turn through the ``pronunciation_dictionary_locators`` named. Accepted
+    within ElevenLabs' bounds and ignored: ``settings``, ``language_code``, ``seed``, ``previous_text``/``future_text``,
+    the request ids, ``use_pvc_as_ivc`` and ``apply_text_normalization``; ``audio_effects`` must be absent or ``null``.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -206,6 +219,10 @@ class TextToDialogueRequest(BaseModel):
         if len({turn.voice_id for turn in inputs}) > MAX_DIALOGUE_VOICES:
             raise ValueError(f"a dialogue may have at most {MAX_DIALOGUE_VOICES} distinct voices")
         return inputs
+
+    def dictionaries(self) -> list[tuple[str, str | None]] | None:
+        """The pronunciation dictionaries named (:func:`named_dictionaries`)."""
+        return named_dictionaries(self.pronunciation_dictionary_locators)
 
     def speech_request(self) -> SpeechRequest:
         """The request the speech pipeline serves: the turns' texts (what counts as characters), as 24 kHz PCM, in the

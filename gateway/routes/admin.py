@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from litestar import Controller, delete, get, post
 from litestar.params import FromPath, JSONBody, Parameter
-from litestar.status_codes import HTTP_201_CREATED, HTTP_404_NOT_FOUND
+from litestar.status_codes import HTTP_201_CREATED, HTTP_400_BAD_REQUEST, HTTP_404_NOT_FOUND
 from pydantic import BaseModel, ConfigDict, Field
 
 from auth import ApiKeyRecord, Tenant, TenantNotFoundError, tenant_from_settings
-from auth.settings import TenantLimits, TenantScheduling, TenantSettings
-from gateway.http.auth.dependencies import AuthStoreDep, ConsentsDep, UsageDep, VoicesDep
+from auth.settings import DictionaryId, TenantLimits, TenantScheduling, TenantSettings
+from gateway.http.auth.dependencies import AuthStoreDep, ConsentsDep, PronunciationDep, UsageDep, VoicesDep
 from gateway.http.auth.security import require_admin
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.schemas import ListPage
@@ -40,6 +40,9 @@ class TenantCreate(BaseModel):
     models: list[str] | None = None
     scheduling: TenantScheduling = Field(default_factory=TenantScheduling)
     """Weight, priority class and cap on waiting requests when engines are busy."""
+    pronunciation_dictionaries: list[DictionaryId] = Field(default_factory=list, max_length=3)
+    """Ids of the tenant's own pronunciation dictionaries that its requests naming none are spoken with (each must
+    exist: 400 otherwise)."""
 
 
 class TenantObject(BaseModel):
@@ -53,6 +56,8 @@ class TenantObject(BaseModel):
     models: list[str] | None
     """Models (engines or aliases) it may use; ``null``: every model."""
     scheduling: TenantScheduling
+    pronunciation_dictionaries: list[str]
+    """Its default pronunciation dictionaries (ids)."""
 
 
 TenantList = ListPage[TenantObject]
@@ -141,7 +146,12 @@ Limit = Annotated[int, Parameter(description="Records per page.", ge=1, le=MAX_P
 def _tenant(tenant: Tenant) -> TenantObject:
     models = sorted(tenant.models) if tenant.models is not None else None
     return TenantObject(
-        id=tenant.name, name=tenant.name, limits=tenant.limits, models=models, scheduling=tenant.scheduling
+        id=tenant.name,
+        name=tenant.name,
+        limits=tenant.limits,
+        models=models,
+        scheduling=tenant.scheduling,
+        pronunciation_dictionaries=list(tenant.pronunciation_dictionaries),
     )
 
 
@@ -184,12 +194,26 @@ class AdminController(Controller):
         return TenantList(data=[_tenant(t) for t in page.data], first_id=first, last_id=last, has_more=page.has_more)
 
     @post("/tenants", status_code=HTTP_201_CREATED, operation_id="adminCreateTenant", responses=_ERRORS)
-    async def create_tenant(self, data: JSONBody[TenantCreate], auth_store: AuthStoreDep) -> TenantObject:
+    async def create_tenant(
+        self, data: JSONBody[TenantCreate], auth_store: AuthStoreDep, pronunciation: PronunciationDep
+    ) -> TenantObject:
         # Validated as a configuration entry would be (name pattern, limits).
-        tenant = tenant_from_settings(
-            TenantSettings(name=data.name, limits=data.limits, models=data.models, scheduling=data.scheduling)
+        settings = TenantSettings(
+            name=data.name,
+            limits=data.limits,
+            models=data.models,
+            scheduling=data.scheduling,
+            pronunciation_dictionaries=data.pronunciation_dictionaries,
         )
-        return _tenant(await auth_store.put_tenant(tenant))
+        for dictionary_id in data.pronunciation_dictionaries:
+            if await pronunciation.store.get(data.name, dictionary_id) is None:
+                raise OpenAIError(
+                    HTTP_400_BAD_REQUEST,
+                    f"Tenant '{data.name}' has no pronunciation dictionary '{dictionary_id}'.",
+                    param="pronunciation_dictionaries",
+                    code="pronunciation_dictionary_not_found",
+                )
+        return _tenant(await auth_store.put_tenant(tenant_from_settings(settings)))
 
     @delete(
         "/tenants/{name:str}",
@@ -197,23 +221,25 @@ class AdminController(Controller):
         operation_id="adminDeleteTenant",
         responses=_ERRORS,
         description="Deletes the tenant's keys, closes its realtime sessions on every replica and deletes its "
-        "voices and consent recordings; its usage is retired (kept apart, with what its streams still in flight "
-        "add: `GET /admin/retired-usage/{name}`) and its cached audio becomes unreachable. A tenant created again "
-        "under the same name starts empty.",
+        "voices, consent recordings and pronunciation dictionaries; its usage is retired (kept apart, with what its "
+        "streams still in flight add: `GET /admin/retired-usage/{name}`) and its cached audio becomes unreachable. "
+        "A tenant created again under the same name starts empty.",
     )
-    async def delete_tenant(
+    async def delete_tenant(  # noqa: PLR0917 - Litestar's parameters
         self,
         name: FromPath[str],
         auth_store: AuthStoreDep,
         voices: VoicesDep,
         consents: ConsentsDep,
         usage: UsageDep,
+        pronunciation: PronunciationDep,
     ) -> TenantDeleted:
         tenant = await auth_store.get_tenant(name)
         if tenant is None or not await auth_store.delete_tenant(name):
             raise _no_tenant(name)
         await voices.forget_tenant(name)
         await consents.forget_tenant(name)
+        await pronunciation.store.forget_tenant(name)
         await usage.retire(tenant)
         return TenantDeleted(id=name, name=name, deleted=True)
 

@@ -1,5 +1,7 @@
-"""Planning a request: may the tenant use the model, which engine speaks it, with which voice, at which speed; and,
-for a script of several parts (SSML, a dialogue), each part's voice and speed (``gateway/text``)."""
+"""Planning a request: may the tenant use the model, which engine speaks it, with which voice, at which speed, and
+what text it says: the caller's text respelled by the tenant's pronunciation dictionaries (the one place every
+transport's text passes through them: ``gateway/speech/pronunciation.py``); for a script of several parts (SSML, a
+dialogue), each part's voice and speed, and each part respelled (``gateway/text``)."""
 
 from __future__ import annotations
 
@@ -12,15 +14,18 @@ from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_403_FORBIDDEN, HTTP
 from engines.base import SynthesisRequest
 from gateway.http.errors import OpenAIError, UnknownVoiceError
 from gateway.schemas import CustomVoice, EngineNodeSpeechRequest
+from gateway.speech.pronunciation import NO_LEXICON, AppliedLexicon
 from gateway.text import Script, Silence
+from gateway.text.lexicon import PhonemeOnlyRuleError, Respelled
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from auth import Principal, Tenant
     from engines.backend import EngineBackend
     from engines.base import EngineInfo
     from gateway.schemas import SpeechRequest
+    from gateway.speech.pronunciation import PronunciationDictionaries
     from gateway.speech.routing import ModelRouter
     from gateway.speech.voices import VoiceStore
 
@@ -56,16 +61,24 @@ class SpeechPlan:
     """The time-stretch left for the encoder: requested speed over the speed the engine renders natively."""
     script: Script | None = None
     """What the request says, when it is more than its text in its voice (SSML, a dialogue); ``synthesis.text`` is
-    then the script's text."""
+    then the script's text (each span respelled)."""
     voices: Mapping[str, Voice] = field(default_factory=dict)
     """The script's other voices, by the name it gives them."""
     jobs: tuple[Job, ...] = ()
     """The script's parts for this engine, in order: a job or a silence each (empty for a text in one voice)."""
+    pronunciation: tuple[tuple[str, str], ...] = ()
+    """The pronunciation dictionary versions applied, ``(id, version id)`` each (part of the audio cache key)."""
+    respelled: Respelled = field(default_factory=lambda: Respelled(""))
+    """The text the engine says (``synthesis.text``) and where it differs from :attr:`text`, for a text in one voice
+    (a script of several parts is respelled span by span, and its timestamps name the respelled text)."""
+    caller_text: str | None = None
+    """What the caller wrote, when the engine says it respelled."""
 
     @property
     def text(self) -> str:
-        """What the request says, as its timestamps refer to it: the script's text, else the input."""
-        return self.synthesis.text
+        """What the request says, as its timestamps refer to it: the caller's text (the input, or a simple script's
+        text) before its respelling, else the script's text."""
+        return self.caller_text if self.caller_text is not None else self.synthesis.text
 
     def for_text(self, text: str) -> SynthesisRequest:
         """The same voice and settings speaking other text (a segment of a realtime session)."""
@@ -90,16 +103,32 @@ class SpeechPlan:
 class Planner:
     """Settles the engine and voice of requests: the models a tenant may use, aliases, built-in and custom voices."""
 
-    def __init__(self, router: ModelRouter, voices: VoiceStore) -> None:
+    def __init__(
+        self, router: ModelRouter, voices: VoiceStore, pronunciation: PronunciationDictionaries | None = None
+    ) -> None:
         self.router = router
         self._voices = voices
+        self._pronunciation = pronunciation
 
-    async def plan(self, principal: Principal, request: SpeechRequest, script: Script | None = None) -> SpeechPlan:
-        """Check that the tenant may use the model, and settle the engine and the voice; and every voice and speed of
-        ``script``, when it says more than the input in the request's voice.
+    async def plan(
+        self,
+        principal: Principal,
+        request: SpeechRequest,
+        script: Script | None = None,
+        *,
+        dictionaries: Sequence[tuple[str, str | None]] | None = None,
+    ) -> SpeechPlan:
+        """Check that the tenant may use the model, settle the engine and the voice, and respell the text; and every
+        voice and speed of ``script``, when it says more than the input in the request's voice.
+
+        Args:
+            script: What the request says, read from its markup (``None``: its input, as written).
+            dictionaries: The pronunciation dictionaries the request names, ``(id, version id or None for the
+                latest)`` each; ``None``: the tenant's default dictionaries (those it no longer has are skipped).
 
         Raises:
-            OpenAIError: a model the tenant may not use (403), unknown model (404) or voice (400, 404).
+            OpenAIError: a model the tenant may not use (403), unknown model (404) or voice (400, 404), a dictionary
+                the tenant does not have (404), a phoneme-only rule that matched (400).
         """
         tenant = principal.tenant
         if not tenant.allows_model(request.model):
@@ -113,15 +142,36 @@ class Planner:
         info = pool.info
         voice = await self._resolve_voice(tenant, request, pool.name, info)
         synthesis, tempo = _engine_request(request, info, voice)
-        if script is None or (script.simple and script.text == request.input):
-            return SpeechPlan(tenant.name, request, pool, info, voice, synthesis, tempo)
+        applied = await self._lexicon(tenant, dictionaries)
+        versions = applied.versions
+        if script is None or script.simple:
+            said = request.input if script is None else script.text
+            respelled = _respelled(applied, said)
+            synthesis = replace(synthesis, text=respelled.text)
+            caller_text = said if respelled.replacements else None
+            kept = None if script is None or said == request.input else script
+            return SpeechPlan(
+                tenant.name, request, pool, info, voice, synthesis, tempo, kept,
+                pronunciation=versions, respelled=respelled, caller_text=caller_text,
+            )  # fmt: skip
+        if applied.lexicon:
+            script = script.pronounced(lambda text: _respelled(applied, text).text)
         synthesis = replace(synthesis, text=script.text)
-        if script.simple:
-            return SpeechPlan(tenant.name, request, pool, info, voice, synthesis, tempo, script)
         voices = {name: await self._resolve_voice(tenant, _in_voice(request, name), pool.name, info)
                   for name in sorted(script.voices())}  # fmt: skip
         jobs = _script_jobs(request.model, script, synthesis, info, voices, tempo)
-        return SpeechPlan(tenant.name, request, pool, info, voice, synthesis, tempo, script, voices, jobs)
+        return SpeechPlan(
+            tenant.name, request, pool, info, voice, synthesis, tempo, script, voices, jobs, pronunciation=versions
+        )
+
+    async def _lexicon(self, tenant: Tenant, named: Sequence[tuple[str, str | None]] | None) -> AppliedLexicon:
+        if self._pronunciation is None:
+            return NO_LEXICON
+        generation = tenant.generation
+        if named is not None:
+            return await self._pronunciation.lexicon(tenant.name, named, generation=generation)
+        defaults = [(dictionary_id, None) for dictionary_id in tenant.pronunciation_dictionaries]
+        return await self._pronunciation.lexicon(tenant.name, defaults, missing_ok=True, generation=generation)
 
     async def _resolve_voice(
         self,
@@ -223,3 +273,20 @@ def _script_jobs(  # noqa: PLR0917 - the plan's parts a script's jobs come from
             job = replace(job, voice=voice.engine_voice, speaker=voice.speaker)
         jobs.append(job)
     return tuple(jobs)
+
+
+def _respelled(applied: AppliedLexicon, text: str) -> Respelled:
+    """``text`` as the engine says it, by ``applied``'s rules.
+
+    Raises:
+        OpenAIError: a rule that gives only a phoneme string matched (400): no engine here takes IPA or Arpabet
+            (espeak-ng reads its own phoneme mnemonics, not IPA), so such a rule needs an alias.
+    """
+    if not applied.lexicon:
+        return Respelled(text)
+    try:
+        return applied.lexicon.respell(text)
+    except PhonemeOnlyRuleError as exc:
+        raise OpenAIError(
+            HTTP_400_BAD_REQUEST, str(exc), param="pronunciation_dictionary_locators", code="phoneme_not_supported"
+        ) from None

@@ -33,12 +33,20 @@ from gateway.audio import open_encoder
 from gateway.http.errors import ResponseTruncatedError
 from gateway.schemas import EngineNodeSpeechRequest
 from gateway.settings import SpeechSettings
-from gateway.speech.alignment import Alignment, CharacterCursor, SpeechChunk, WordTime, pack_words, unpack_words
+from gateway.speech.alignment import (
+    Alignment,
+    CharacterCursor,
+    OnCallerText,
+    SpeechChunk,
+    WordTime,
+    pack_words,
+    unpack_words,
+)
 from gateway.speech.cache import cache_key
 from gateway.speech.delivery import AudioClock, encode_timed, speech_usage
 from gateway.speech.failover import Failover
 from gateway.speech.segments import SegmentedStream, script_segments, split_text
-from gateway.text import IDENTITY, Markup, read_script
+from gateway.text import Markup, read_script
 from lifecycle import BackgroundTasks
 
 if TYPE_CHECKING:
@@ -59,7 +67,7 @@ if TYPE_CHECKING:
     from gateway.speech.failover import SpokenStream
     from gateway.speech.plan import Planner, SpeechPlan
     from gateway.speech.singleflight import SingleFlight
-    from gateway.text import Pronounce, Script
+    from gateway.text import Script
 
 __all__ = ["SpeechReply", "SpeechService", "tenant_share"]
 
@@ -270,6 +278,7 @@ class SpeechService:
         in_session: bool = False,
         markup: Markup = Markup.PLAIN,
         script: Script | None = None,
+        dictionaries: Sequence[tuple[str, str | None]] | None = None,
     ) -> SpeechReply:
         """Start serving ``request`` for ``principal``: the one way every transport speaks (the HTTP endpoint, each
         realtime session's segments and responses). Returns once the first audio bytes exist; the caller owns the
@@ -282,17 +291,20 @@ class SpeechService:
                 break tags on ElevenLabs' routes; a plain text costs one prefix check.
             script: What the request says, read already (a dialogue's turns, each in its voice): instead of
                 ``request.input``, which then only counts its characters.
+            dictionaries: The pronunciation dictionaries the request names (``(id, version id or None)`` each);
+                ``None``: the tenant's defaults. Timestamps name the caller's characters all the same.
 
         Raises:
-            OpenAIError: a model the tenant may not use (403), unknown model (404) or voice (400).
-            MarkupError: markup that cannot be read (400).
+            OpenAIError: a model the tenant may not use (403), unknown model (404) or voice (400), a pronunciation
+                dictionary the tenant does not have (404) or a phoneme-only rule that matched (400).
+            MarkupError: markup that cannot be read, or a script its pronunciations leave silent (400).
             RateLimitExceededError: over one of the tenant's limits (429).
             LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
             EngineNotReadyError, EngineOverloadedError, SynthesisFailedError: the engine cannot serve it now.
         """
         _describe(record, principal.tenant, request)
-        script = await self._script(principal, request, markup, script)
-        plan = await self.planner.plan(principal, request, script)
+        script = self._script(request, markup, script)
+        plan = await self.planner.plan(principal, request, script, dictionaries=dictionaries)
         tenant = principal.tenant
         key = self._cache_key(plan, tenant)
         finish = AsyncExitStack()
@@ -310,20 +322,15 @@ class SpeechService:
         reply.limits = limits
         return reply
 
-    async def _script(
-        self, principal: Principal, request: SpeechRequest, markup: Markup, script: Script | None
-    ) -> Script:
-        """What ``request`` says: ``script``, else its input read under ``markup``; every spoken span through the
-        tenant's pronunciation (:meth:`pronunciation`). An engine node's request is a segment its front has read."""
-        if script is None:
-            plain = isinstance(request, EngineNodeSpeechRequest)
-            script = read_script(request.input, Markup.PLAIN if plain else markup)
-        return script.pronounced(await self.pronunciation(principal, request))
-
-    async def pronunciation(self, principal: Principal, request: SpeechRequest) -> Pronounce:
-        """How the tenant's words are said in ``request``: the one hook every spoken span of every request passes
-        through (``text -> text``), where pronunciation dictionaries apply. As written (:data:`IDENTITY`) here."""
-        return IDENTITY
+    @staticmethod
+    def _script(request: SpeechRequest, markup: Markup, script: Script | None) -> Script | None:
+        """What ``request`` says: ``script``, else its input read under ``markup`` (``None``: plain text, as
+        written). An engine node's request is a segment its front has read. The tenant's pronunciation dictionaries
+        apply in the planner, span by span."""
+        if script is not None or isinstance(request, EngineNodeSpeechRequest):
+            return script
+        read = read_script(request.input, markup)
+        return None if read.simple and read.text == request.input else read
 
     async def check(self, principal: Principal, request: SpeechRequest) -> None:
         """Check that ``request`` would be served as it is planned now (a realtime session's new settings), without
@@ -423,11 +430,16 @@ class SpeechService:
                 self._settle(outcome, pcm, tenant)  # before the first bytes go: x-engine and x-retries say it
                 tempo = pcm.plan.tempo
                 encoder = open_encoder(plan.request.response_format, pcm.sample_rate, tempo)
+                caller = OnCallerText(plan.respelled, plan.text) if plan.respelled.replacements else None
                 async for chunk in encode_timed(pcm, tempo, encoder, outcome.clock):
+                    if caller is not None:
+                        chunk = SpeechChunk(chunk.audio, caller.words(chunk.words))  # noqa: PLW2901 - moved words
                     outcome.words.extend(chunk.words)
                     yield chunk
-                if data := encoder.finish():
-                    yield SpeechChunk(data)
+                last = caller.finish() if caller is not None else ()
+                outcome.words.extend(last)
+                if (data := encoder.finish()) or last:
+                    yield SpeechChunk(data, last)
         finally:
             self._outcomes.pop(key, None)
         self._observe(outcome.engine, time.perf_counter() - started, outcome.clock.seconds)
@@ -580,6 +592,8 @@ def _key(plan: SpeechPlan, tenant_scope: str) -> str:
         params["voices"] = {name: voice.identity for name, voice in sorted(plan.voices.items())}
     if request.control_tokens:  # "[laugh]" read as a laugh, not as the word
         params["control_tokens"] = True
+    if plan.pronunciation:  # a new version of a dictionary is new audio (absent otherwise: keys stay as they were)
+        params["pronunciation"] = [list(version) for version in plan.pronunciation]
     return cache_key(
         engine=plan.pool.name,
         weights_id=details.get("weights", ""),

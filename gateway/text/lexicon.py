@@ -144,6 +144,10 @@ class _Automaton:
         self._output = [0] * len(self._goto)  # the nearest node on the fail chain that ends a pattern (0: none)
         self._link()
 
+    @property
+    def size(self) -> int:
+        return len(self._goto)
+
     def _insert(self, pattern: str, rule: int) -> None:
         node = 0
         for character in pattern:
@@ -207,6 +211,8 @@ class Lexicon:
             pattern = rule.grapheme if rule.case_sensitive else _folded(rule.grapheme)
             kinds.setdefault((rule.case_sensitive, rule.word_boundaries), []).append((pattern, index))
         self._automata = {kind: _Automaton(patterns) for kind, patterns in kinds.items()}
+        self.size = sum(automaton.size for automaton in self._automata.values())
+        """The automata's states: what the compiled lexicon costs in memory (about 200 bytes each)."""
 
     def __bool__(self) -> bool:
         return bool(self.rules)

@@ -165,7 +165,9 @@ def test_the_custom_voice_examples_run(tmp_path: Path, served: list[subprocess.P
         run_example(example, tmp_path, served)
 
 
-@pytest.mark.parametrize("document", ["README.md", "docs/realtime.md", "docs/elevenlabs.md", "docs/ssml.md"])
+@pytest.mark.parametrize(
+    "document", ["README.md", "docs/realtime.md", "docs/elevenlabs.md", "docs/ssml.md", "docs/pronunciation.md"]
+)
 def test_the_examples_against_a_served_gateway_run(
     document: str,
     tmp_path: Path,

@@ -10,12 +10,23 @@ from litestar.params import SkipValidationMarker
 from auth import AuthStore, Principal
 from auth.usage import UsageLedger
 from gateway.speech.consents import ConsentStore
+from gateway.speech.pronunciation import PronunciationDictionaries
 from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import VoiceStore
 from gateway.uploads import Uploads
 from storage.probe import StorageProbe
 
-__all__ = ["AuthStoreDep", "Caller", "ConsentsDep", "Router", "StorageDep", "UploadsDep", "UsageDep", "VoicesDep"]
+__all__ = [
+    "AuthStoreDep",
+    "Caller",
+    "ConsentsDep",
+    "PronunciationDep",
+    "Router",
+    "StorageDep",
+    "UploadsDep",
+    "UsageDep",
+    "VoicesDep",
+]
 
 Caller: TypeAlias = NamedDependency[Principal]
 """The authenticated caller (provided as ``principal``)."""
@@ -30,6 +41,8 @@ VoicesDep: TypeAlias = Annotated[VoiceStore, Dependency(kind="named"), SkipValid
 """Custom voices (provided as ``voices``)."""
 ConsentsDep: TypeAlias = Annotated[ConsentStore, Dependency(kind="named"), SkipValidationMarker()]
 """Consent recordings (provided as ``consents``)."""
+PronunciationDep: TypeAlias = Annotated[PronunciationDictionaries, Dependency(kind="named"), SkipValidationMarker()]
+"""Pronunciation dictionaries (provided as ``pronunciation``)."""
 StorageDep: TypeAlias = Annotated[StorageProbe, Dependency(kind="named"), SkipValidationMarker()]
 """Whether the shared Redis answers, for ``/readyz`` (provided as ``storage``)."""
 UploadsDep: TypeAlias = Annotated[Uploads, Dependency(kind="named"), SkipValidationMarker()]

@@ -1,0 +1,363 @@
+"""ElevenLabs' pronunciation dictionaries (``/v1/pronunciation-dictionaries``), each the tenant's own.
+
+Created from rules (JSON) or from a W3C PLS file (multipart); listed in cursor pages; read with their latest rules;
+changed by adding, removing or setting rules, each change a new ``version_id``; any kept version downloaded as PLS.
+Requests apply them with ``pronunciation_dictionary_locators`` (``wire.py``); OpenAI and realtime callers through the
+tenant's default dictionaries (``docs/pronunciation.md``). ``workspace_access``, ``sort``, ``sort_direction`` and
+``include_archived`` are accepted and ignored: dictionaries belong to one tenant and list oldest first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from litestar import Controller, Response, get, post
+from litestar.datastructures import UploadFile  # noqa: TC002 - read at runtime, in the form's type
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, FromPath, JSONBody, Parameter
+from litestar.status_codes import HTTP_200_OK, HTTP_400_BAD_REQUEST
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from gateway.elevenlabs.errors import error_responses
+from gateway.http.auth.dependencies import Caller, PronunciationDep
+from gateway.http.errors import OpenAIError
+from gateway.text.lexicon import Rule
+from gateway.text.pls import ALPHABETS, PLSError, read_pls, write_pls
+from storage import MAX_PAGE
+
+if TYPE_CHECKING:
+    from gateway.speech.pronunciation import DictionaryRecord, PronunciationDictionaries
+
+__all__ = ["PronunciationDictionariesController"]
+
+PLS_MEDIA_TYPE = "application/pls+xml"
+
+_Name = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+_Description = Annotated[str, StringConstraints(max_length=4096)]
+_Grapheme = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+_Replacement = Annotated[str, StringConstraints(max_length=1024)]
+_ERRORS = error_responses(400, 401, 404, 422)
+
+
+class AliasRule(BaseModel):
+    """Say ``string_to_replace`` as ``alias``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["alias"]
+    string_to_replace: _Grapheme
+    alias: _Replacement
+    case_sensitive: bool | None = None
+    """Default ``true``."""
+    word_boundaries: bool | None = None
+    """Default ``true``: only where ``string_to_replace`` stands as whole words."""
+
+
+class PhonemeRule(BaseModel):
+    """Pronounce ``string_to_replace`` as ``phoneme`` (in ``alphabet``): no engine here says phoneme strings, so a
+    request whose text such a rule matches is refused (400 ``phoneme_not_supported``); give it an alias instead."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["phoneme"]
+    string_to_replace: _Grapheme
+    phoneme: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+    alphabet: Literal[ALPHABETS]  # type: ignore[valid-type]  # a tuple of literals
+    case_sensitive: bool | None = None
+    word_boundaries: bool | None = None
+
+
+PronunciationRule = Annotated[AliasRule | PhonemeRule, Field(discriminator="type")]
+_Rules = Annotated[list[PronunciationRule], Field(max_length=100_000)]
+
+
+class AddFromRules(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: _Name
+    rules: _Rules
+    description: _Description | None = None
+    workspace_access: str | None = None
+    """Accepted and ignored."""
+
+
+@dataclass
+class AddFromFile:
+    """The form of ``add-from-file``: a PLS lexicon and a name."""
+
+    name: str
+    file: UploadFile | None = None
+    description: str | None = None
+    workspace_access: str | None = None
+
+
+class AddRules(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    rules: _Rules
+
+
+class RemoveRules(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    rule_strings: Annotated[list[_Grapheme], Field(max_length=100_000)]
+
+
+class AddedDictionary(BaseModel):
+    """ElevenLabs' ``AddPronunciationDictionaryResponseModel``."""
+
+    id: str
+    name: str
+    created_by: str
+    """The tenant."""
+    creation_time_unix: int
+    version_id: str
+    version_rules_num: int
+    description: str | None
+    permission_on_resource: Literal["admin"] = "admin"
+
+
+class DictionaryMetadata(BaseModel):
+    """ElevenLabs' ``GetPronunciationDictionaryMetadataResponse``."""
+
+    id: str
+    latest_version_id: str
+    latest_version_rules_num: int
+    name: str
+    permission_on_resource: Literal["admin"] = "admin"
+    created_by: str
+    creation_time_unix: int
+    archived_time_unix: int | None = None
+    description: str | None
+
+
+class AliasRuleOut(BaseModel):
+    type: Literal["alias"] = "alias"
+    string_to_replace: str
+    case_sensitive: bool
+    word_boundaries: bool
+    alias: str
+
+
+class PhonemeRuleOut(BaseModel):
+    type: Literal["phoneme"] = "phoneme"
+    string_to_replace: str
+    case_sensitive: bool
+    word_boundaries: bool
+    phoneme: str
+    alphabet: str
+
+
+class DictionaryWithRules(DictionaryMetadata):
+    """ElevenLabs' ``GetPronunciationDictionaryWithRulesResponseModel``: a PLS lexeme with both an alias and a
+    phoneme is shown as its alias rule."""
+
+    rules: list[AliasRuleOut | PhonemeRuleOut]
+
+
+class DictionaryPage(BaseModel):
+    """ElevenLabs' ``GetPronunciationDictionariesMetadataResponseModel``: the next page is ``?cursor=<next_cursor>``
+    while ``has_more``."""
+
+    pronunciation_dictionaries: list[DictionaryMetadata]
+    next_cursor: str | None
+    has_more: bool
+
+
+class RulesChanged(BaseModel):
+    """ElevenLabs' ``PronunciationDictionaryRulesResponseModel``: the new version."""
+
+    id: str
+    version_id: str
+    version_rules_num: int
+
+
+def _rule(rule: AliasRule | PhonemeRule) -> Rule:
+    sensitive, bounded = rule.case_sensitive is not False, rule.word_boundaries is not False
+    if isinstance(rule, AliasRule):
+        return Rule(rule.string_to_replace, alias=rule.alias, case_sensitive=sensitive, word_boundaries=bounded)
+    return Rule(
+        rule.string_to_replace,
+        phoneme=rule.phoneme,
+        alphabet=rule.alphabet,
+        case_sensitive=sensitive,
+        word_boundaries=bounded,
+    )
+
+
+def _rule_out(rule: Rule) -> AliasRuleOut | PhonemeRuleOut:
+    sensitive, bounded = rule.case_sensitive, rule.word_boundaries
+    if rule.alias is not None:
+        return AliasRuleOut(
+            string_to_replace=rule.grapheme, alias=rule.alias, case_sensitive=sensitive, word_boundaries=bounded
+        )
+    return PhonemeRuleOut(
+        string_to_replace=rule.grapheme,
+        phoneme=rule.phoneme or "",
+        alphabet=rule.alphabet or "ipa",
+        case_sensitive=sensitive,
+        word_boundaries=bounded,
+    )
+
+
+def _added(record: DictionaryRecord) -> AddedDictionary:
+    return AddedDictionary(
+        id=record.id,
+        name=record.name,
+        created_by=record.tenant,
+        creation_time_unix=int(record.created_at),
+        version_id=record.version_id,
+        version_rules_num=len(record.rules),
+        description=record.description,
+    )
+
+
+def _metadata(record: DictionaryRecord) -> DictionaryMetadata:
+    return DictionaryMetadata(
+        id=record.id,
+        latest_version_id=record.version_id,
+        latest_version_rules_num=len(record.rules),
+        name=record.name,
+        created_by=record.tenant,
+        creation_time_unix=int(record.created_at),
+        description=record.description,
+    )
+
+
+def _changed(record: DictionaryRecord) -> RulesChanged:
+    return RulesChanged(id=record.id, version_id=record.version_id, version_rules_num=len(record.rules))
+
+
+async def _read_file(upload: UploadFile | None, dictionaries: PronunciationDictionaries) -> list[Rule]:
+    max_bytes = dictionaries.max_file_bytes
+    if upload is None:
+        raise OpenAIError(HTTP_400_BAD_REQUEST, "A PLS file is required (form field `file`).", param="file")
+    data = await upload.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise OpenAIError(
+            HTTP_400_BAD_REQUEST, f"The PLS file is over {max_bytes} bytes.", param="file", code="file_too_large"
+        )
+    try:
+        return read_pls(data, dictionaries.caps)
+    except PLSError as exc:
+        raise OpenAIError(HTTP_400_BAD_REQUEST, f"Invalid PLS file: {exc}", param="file", code="invalid_pls") from None
+
+
+DictionaryPath = Annotated[str, Parameter(description="The dictionary's id (`pd_…`).", max_length=256)]
+Cursor = Annotated[str | None, Parameter(description="A page's `next_cursor`.", max_length=256)]
+Ignored = Annotated[str | None, Parameter(description="Accepted and ignored: oldest first.", max_length=64)]
+PageSize = Annotated[int, Parameter(description="Dictionaries per page.", ge=1, le=MAX_PAGE)]
+
+
+class PronunciationDictionariesController(Controller):
+    path = "/v1/pronunciation-dictionaries"
+    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
+
+    @post(
+        "/add-from-rules", status_code=HTTP_200_OK, operation_id="elevenLabsAddDictionaryFromRules", responses=_ERRORS
+    )
+    async def add_from_rules(
+        self, data: JSONBody[AddFromRules], principal: Caller, pronunciation: PronunciationDep
+    ) -> AddedDictionary:
+        rules = [_rule(rule) for rule in data.rules]
+        tenant = principal.tenant.name
+        return _added(await pronunciation.create(tenant, data.name, data.description, rules))
+
+    @post("/add-from-file", status_code=HTTP_200_OK, operation_id="elevenLabsAddDictionaryFromFile", responses=_ERRORS)
+    async def add_from_file(
+        self,
+        data: Annotated[AddFromFile, Body(media_type=RequestEncodingType.MULTI_PART)],
+        principal: Caller,
+        pronunciation: PronunciationDep,
+    ) -> AddedDictionary:
+        if not 1 <= len(data.name) <= 256:
+            raise OpenAIError(HTTP_400_BAD_REQUEST, "`name` must have 1 to 256 characters.", param="name")
+        rules = await _read_file(data.file, pronunciation)
+        description = (data.description or None) and data.description[:4096]
+        return _added(await pronunciation.create(principal.tenant.name, data.name, description, rules))
+
+    @get("/", operation_id="elevenLabsListDictionaries", responses=_ERRORS)
+    async def list_dictionaries(  # noqa: PLR0917 - Litestar's parameters
+        self,
+        principal: Caller,
+        pronunciation: PronunciationDep,
+        cursor: Cursor = None,
+        page_size: PageSize = 30,
+        sort: Ignored = None,
+        sort_direction: Ignored = None,
+        include_archived: Annotated[bool | None, Parameter(description="Accepted and ignored.")] = None,
+    ) -> DictionaryPage:
+        page = await pronunciation.store.page(principal.tenant.name, after=cursor, limit=page_size)
+        next_cursor = page.data[-1].id if page.has_more and page.data else None
+        return DictionaryPage(
+            pronunciation_dictionaries=[_metadata(r) for r in page.data],
+            next_cursor=next_cursor,
+            has_more=page.has_more,
+        )
+
+    @get("/{dictionary_id:str}", operation_id="elevenLabsGetDictionary", responses=_ERRORS)
+    async def get_dictionary(
+        self, dictionary_id: DictionaryPath, principal: Caller, pronunciation: PronunciationDep
+    ) -> DictionaryWithRules:
+        record = await pronunciation.get(principal.tenant.name, dictionary_id)
+        return DictionaryWithRules(**_metadata(record).model_dump(), rules=[_rule_out(r) for r in record.rules])
+
+    @post(
+        "/{dictionary_id:str}/add-rules", status_code=HTTP_200_OK, operation_id="elevenLabsAddRules", responses=_ERRORS
+    )
+    async def add_rules(
+        self,
+        dictionary_id: DictionaryPath,
+        data: JSONBody[AddRules],
+        principal: Caller,
+        pronunciation: PronunciationDep,
+    ) -> RulesChanged:
+        rules = [_rule(rule) for rule in data.rules]
+        return _changed(await pronunciation.add_rules(principal.tenant.name, dictionary_id, rules))
+
+    @post(
+        "/{dictionary_id:str}/set-rules", status_code=HTTP_200_OK, operation_id="elevenLabsSetRules", responses=_ERRORS
+    )
+    async def set_rules(
+        self,
+        dictionary_id: DictionaryPath,
+        data: JSONBody[AddRules],
+        principal: Caller,
+        pronunciation: PronunciationDep,
+    ) -> RulesChanged:
+        rules = [_rule(rule) for rule in data.rules]
+        return _changed(await pronunciation.set_rules(principal.tenant.name, dictionary_id, rules))
+
+    @post(
+        "/{dictionary_id:str}/remove-rules",
+        status_code=HTTP_200_OK,
+        operation_id="elevenLabsRemoveRules",
+        responses=_ERRORS,
+    )
+    async def remove_rules(
+        self,
+        dictionary_id: DictionaryPath,
+        data: JSONBody[RemoveRules],
+        principal: Caller,
+        pronunciation: PronunciationDep,
+    ) -> RulesChanged:
+        record = await pronunciation.remove_rules(principal.tenant.name, dictionary_id, data.rule_strings)
+        return _changed(record)
+
+    @get(
+        "/{dictionary_id:str}/{version_id:str}/download",
+        operation_id="elevenLabsDownloadDictionary",
+        responses=_ERRORS,
+        media_type=PLS_MEDIA_TYPE,
+    )
+    async def download(
+        self,
+        dictionary_id: FromPath[str],
+        version_id: FromPath[str],
+        principal: Caller,
+        pronunciation: PronunciationDep,
+    ) -> Response[bytes]:
+        rules = await pronunciation.version_rules(principal.tenant.name, dictionary_id, version_id)
+        headers = {"content-disposition": f'attachment; filename="{dictionary_id}-{version_id}.pls"'}
+        return Response(write_pls(rules), media_type=PLS_MEDIA_TYPE, headers=headers)

@@ -1,0 +1,405 @@
+"""Tenant-scoped pronunciation dictionaries (ElevenLabs' ``/v1/pronunciation-dictionaries``): named sets of rules in
+versions, and the lexicon a request is spoken with.
+
+Every change of a dictionary's rules makes a new version with a new ``version_id``; a version never changes, so the
+versions a request applies are part of its audio cache key (``gateway/speech/service.py``) and a compiled lexicon of
+a set of versions can be kept in memory for as long as wanted. A dictionary keeps its last :data:`KEPT_VERSIONS`
+versions (a locator or a download naming an older one gets 404).
+
+A tenant only ever sees its own dictionaries: another tenant's id answers "not found", so ids do not leak. In Redis
+(shared by the replicas) a tenant's dictionaries live under one hash tag (``{<tenant>}``: one Redis Cluster slot for
+the scripts): ``P pron:{t}`` (hash: id -> the dictionary's JSON, with the latest rules), ``P pron-ids:{t}`` (sorted
+set of ids, for pages; ids sort by creation) and ``P pron-rules:{t}`` (hash: ``<id>/<version_id>`` -> that version's
+rules). A new version is written only if the dictionary's latest version is still the one it was made from (a script
+compares), so concurrent changes on any replicas are applied one after the other, none lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio.to_thread
+from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_404_NOT_FOUND, HTTP_409_CONFLICT
+
+from gateway.http.errors import OpenAIError
+from gateway.text.lexicon import Lexicon, Rule
+from gateway.text.pls import PLSError, RuleCaps, check_rules
+from storage import Page, sortable_id
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+    from storage import RedisClient
+
+__all__ = [
+    "KEPT_VERSIONS",
+    "AppliedLexicon",
+    "DictionaryRecord",
+    "DictionaryStore",
+    "MemoryDictionaryStore",
+    "PronunciationDictionaries",
+    "RedisDictionaryStore",
+]
+
+logger = logging.getLogger("tts_gateway.pronunciation")
+
+KEPT_VERSIONS = 10
+"""Versions a dictionary keeps (its latest and the nine before it)."""
+_STATES_KEPT = 2_000_000
+"""Automaton states of the compiled lexicons a replica keeps (about 400 MB at most; least recently used out first). A
+lexicon is compiled from versions, which never change, so it is kept for as long as it is used."""
+_COMPILE_IN_THREAD = 200
+"""Rules from which a lexicon is compiled in a worker thread, off the event loop (3,000 rules take about a second)."""
+_UPDATE_TRIES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class DictionaryRecord:
+    """A dictionary and its latest version's rules."""
+
+    id: str
+    tenant: str
+    name: str
+    description: str | None
+    created_at: float
+    version_id: str
+    rules: tuple[Rule, ...]
+    versions: tuple[str, ...]
+    """The kept version ids, oldest first (the last is :attr:`version_id`)."""
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "rules": [asdict(rule) for rule in self.rules]})
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> DictionaryRecord:
+        fields: dict[str, Any] = json.loads(raw)
+        fields["rules"] = _rules_from(fields["rules"])
+        fields["versions"] = tuple(fields["versions"])
+        return cls(**fields)
+
+
+def _rules_from(raw: Sequence[dict[str, Any]]) -> tuple[Rule, ...]:
+    return tuple(Rule(**rule) for rule in raw)
+
+
+def _rules_json(rules: Iterable[Rule]) -> str:
+    return json.dumps([asdict(rule) for rule in rules])
+
+
+class DictionaryStore(Protocol):
+    async def add(self, record: DictionaryRecord, *, max_per_tenant: int) -> bool:
+        """Store a new dictionary unless its tenant has ``max_per_tenant`` already (then ``False``)."""
+        ...
+
+    async def get(self, tenant: str, dictionary_id: str) -> DictionaryRecord | None: ...
+
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[DictionaryRecord]:
+        """The tenant's dictionaries by id (oldest first), the first ``limit`` after the id ``after``."""
+        ...
+
+    async def rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...] | None:
+        """The rules of a kept version; ``None`` when the dictionary or the version is unknown."""
+        ...
+
+    async def replace(self, updated: DictionaryRecord, *, made_from: str, dropped: Sequence[str]) -> bool | None:
+        """Store ``updated`` (a new latest version) if the dictionary's latest version is still ``made_from``,
+        deleting the ``dropped`` versions' rules. ``None``: the dictionary is gone; ``False``: it changed meanwhile."""
+        ...
+
+    async def forget_tenant(self, tenant: str) -> None:
+        """Delete every dictionary of the tenant (the tenant was deleted)."""
+        ...
+
+
+class MemoryDictionaryStore:
+    """Dictionaries of one process (the embedded default)."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, dict[str, DictionaryRecord]] = {}
+        self._rules: dict[tuple[str, str, str], tuple[Rule, ...]] = {}
+
+    async def add(self, record: DictionaryRecord, *, max_per_tenant: int) -> bool:
+        records = self._records.setdefault(record.tenant, {})
+        if len(records) >= max_per_tenant:
+            return False
+        records[record.id] = record
+        self._rules[record.tenant, record.id, record.version_id] = record.rules
+        return True
+
+    async def get(self, tenant: str, dictionary_id: str) -> DictionaryRecord | None:
+        return self._records.get(tenant, {}).get(dictionary_id)
+
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[DictionaryRecord]:
+        ids = sorted(i for i in self._records.get(tenant, {}) if after is None or i > after)
+        return Page.of([self._records[tenant][i] for i in ids[: limit + 1]], limit)
+
+    async def rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...] | None:
+        return self._rules.get((tenant, dictionary_id, version_id))
+
+    async def replace(self, updated: DictionaryRecord, *, made_from: str, dropped: Sequence[str]) -> bool | None:
+        current = await self.get(updated.tenant, updated.id)
+        if current is None:
+            return None
+        if current.version_id != made_from:
+            return False
+        self._records[updated.tenant][updated.id] = updated
+        self._rules[updated.tenant, updated.id, updated.version_id] = updated.rules
+        for version in dropped:
+            self._rules.pop((updated.tenant, updated.id, version), None)
+        return True
+
+    async def forget_tenant(self, tenant: str) -> None:
+        self._records.pop(tenant, None)
+        for key in [key for key in self._rules if key[0] == tenant]:
+            del self._rules[key]
+
+
+# Adds a dictionary while the tenant has fewer than ARGV[4]. KEYS: records, ids, rules. ARGV: id, record, version
+# field, limit, rules. Returns 1, or 0 at the limit.
+_ADD_LUA = """
+if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], 0, ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[3], ARGV[5])
+return 1
+"""
+# Writes a new latest version if the latest is still ARGV[2]. KEYS: records, rules. ARGV: id, made from, record,
+# version field, rules, then the version fields to delete. Returns 1, 0 (changed meanwhile) or -1 (gone).
+_REPLACE_LUA = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current then return -1 end
+if cjson.decode(current)['version_id'] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
+for i = 6, #ARGV do redis.call('HDEL', KEYS[2], ARGV[i]) end
+return 1
+"""
+# One page of records in id order. KEYS: records, ids. ARGV: lower bound (BYLEX), count.
+_PAGE_LUA = """
+local ids = redis.call('ZRANGE', KEYS[2], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, tonumber(ARGV[2]))
+if #ids == 0 then return {} end
+return redis.call('HMGET', KEYS[1], unpack(ids))
+"""
+
+
+class RedisDictionaryStore:
+    """Dictionaries shared by every replica (layout in the module's docstring)."""
+
+    def __init__(self, client: RedisClient, prefix: str = "tts:") -> None:
+        self._client = client
+        self._prefix = prefix
+        self._add = client.register_script(_ADD_LUA)
+        self._replace = client.register_script(_REPLACE_LUA)
+        self._page = client.register_script(_PAGE_LUA)
+
+    def _keys(self, tenant: str) -> tuple[str, str, str]:
+        """The tenant's records, ordered ids and versions' rules."""
+        tag = f"{{{tenant}}}"
+        return f"{self._prefix}pron:{tag}", f"{self._prefix}pron-ids:{tag}", f"{self._prefix}pron-rules:{tag}"
+
+    async def add(self, record: DictionaryRecord, *, max_per_tenant: int) -> bool:
+        field = f"{record.id}/{record.version_id}"
+        args: list[str | int] = [record.id, record.to_json(), field, max_per_tenant, _rules_json(record.rules)]
+        return bool(int(await self._add(keys=self._keys(record.tenant), args=args)))
+
+    async def get(self, tenant: str, dictionary_id: str) -> DictionaryRecord | None:
+        raw = await self._client.hget(self._keys(tenant)[0], dictionary_id)
+        return DictionaryRecord.from_json(raw) if raw else None
+
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[DictionaryRecord]:
+        records, ids, _ = self._keys(tenant)
+        lower = "-" if after is None else f"({after}"
+        raw = await self._page(keys=[records, ids], args=[lower, limit + 1])
+        return Page.of([DictionaryRecord.from_json(item) for item in raw if item], limit)
+
+    async def rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...] | None:
+        raw = await self._client.hget(self._keys(tenant)[2], f"{dictionary_id}/{version_id}")
+        return _rules_from(json.loads(raw)) if raw else None
+
+    async def replace(self, updated: DictionaryRecord, *, made_from: str, dropped: Sequence[str]) -> bool | None:
+        records, _, rules = self._keys(updated.tenant)
+        field = f"{updated.id}/{updated.version_id}"
+        args = [updated.id, made_from, updated.to_json(), field, _rules_json(updated.rules)]
+        args += [f"{updated.id}/{version}" for version in dropped]
+        done = int(await self._replace(keys=[records, rules], args=args))
+        return None if done < 0 else bool(done)
+
+    async def forget_tenant(self, tenant: str) -> None:
+        await self._client.delete(*self._keys(tenant))
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedLexicon:
+    """The lexicon a request is spoken with, and the versions it was compiled from (for the cache key)."""
+
+    versions: tuple[tuple[str, str], ...]
+    """``(dictionary id, version id)`` in the order applied."""
+    lexicon: Lexicon
+
+
+NO_LEXICON = AppliedLexicon((), Lexicon(()))
+
+
+def _not_found(dictionary_id: str, version_id: str | None = None) -> OpenAIError:
+    what = f"version '{version_id}' of " if version_id else ""
+    return OpenAIError(
+        HTTP_404_NOT_FOUND,
+        f"The {what}pronunciation dictionary '{dictionary_id}' was not found.",
+        param="pronunciation_dictionary_id",
+        code="pronunciation_dictionary_not_found",
+    )
+
+
+def _invalid_rules(exc: PLSError) -> OpenAIError:
+    return OpenAIError(HTTP_400_BAD_REQUEST, str(exc), param="rules", code="invalid_pronunciation_rules")
+
+
+class PronunciationDictionaries:
+    """Creates and changes a tenant's dictionaries within its caps, and compiles the lexicon of a request.
+
+    Raises (every method that changes or reads by id):
+        OpenAIError: 404 for an id (or version) the tenant does not have; 400 for rules over the caps or malformed,
+            or one dictionary more than ``max_per_tenant``.
+    """
+
+    def __init__(
+        self, store: DictionaryStore, *, max_per_tenant: int, caps: RuleCaps, max_file_bytes: int = 1 << 20
+    ) -> None:
+        self.store = store
+        self.max_per_tenant = max_per_tenant
+        self.caps = caps
+        self.max_file_bytes = max_file_bytes
+        """The largest PLS file read (``pronunciation.max_file_bytes``)."""
+        self._lexicons: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], Lexicon] = OrderedDict()
+        self._states = 0
+
+    async def create(self, tenant: str, name: str, description: str | None, rules: Sequence[Rule]) -> DictionaryRecord:
+        self.check(rules)
+        version = sortable_id("")
+        record = DictionaryRecord(
+            id=sortable_id("pd_"), tenant=tenant, name=name, description=description, created_at=time.time(),
+            version_id=version, rules=tuple(rules), versions=(version,),
+        )  # fmt: skip
+        if not await self.store.add(record, max_per_tenant=self.max_per_tenant):
+            raise OpenAIError(
+                HTTP_400_BAD_REQUEST,
+                f"Your tenant has {self.max_per_tenant} pronunciation dictionaries, the most it may keep.",
+                code="pronunciation_dictionary_limit_reached",
+            )
+        return record
+
+    def check(self, rules: Sequence[Rule]) -> None:
+        """Refuse rules over the caps or malformed (400)."""
+        try:
+            check_rules(rules, self.caps)
+        except PLSError as exc:
+            raise _invalid_rules(exc) from None
+
+    async def get(self, tenant: str, dictionary_id: str) -> DictionaryRecord:
+        record = await self.store.get(tenant, dictionary_id)
+        if record is None:
+            raise _not_found(dictionary_id)
+        return record
+
+    async def version_rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...]:
+        rules = await self.store.rules(tenant, dictionary_id, version_id)
+        if rules is None:
+            raise _not_found(dictionary_id, version_id)
+        return rules
+
+    async def add_rules(self, tenant: str, dictionary_id: str, rules: Sequence[Rule]) -> DictionaryRecord:
+        """A new version with ``rules`` added; a rule of a grapheme the dictionary has replaces it (as ElevenLabs)."""
+        added = {rule.grapheme for rule in rules}
+        return await self._change(
+            tenant, dictionary_id, lambda old: (*(r for r in old if r.grapheme not in added), *rules)
+        )
+
+    async def set_rules(self, tenant: str, dictionary_id: str, rules: Sequence[Rule]) -> DictionaryRecord:
+        """A new version with exactly ``rules``."""
+        return await self._change(tenant, dictionary_id, lambda _: tuple(rules))
+
+    async def remove_rules(self, tenant: str, dictionary_id: str, graphemes: Sequence[str]) -> DictionaryRecord:
+        """A new version without the rules of ``graphemes`` (``rule_strings`` in ElevenLabs' words)."""
+        removed = set(graphemes)
+        return await self._change(tenant, dictionary_id, lambda old: tuple(r for r in old if r.grapheme not in removed))
+
+    async def _change(
+        self, tenant: str, dictionary_id: str, change: Callable[[tuple[Rule, ...]], tuple[Rule, ...]]
+    ) -> DictionaryRecord:
+        for _ in range(_UPDATE_TRIES):
+            current = await self.get(tenant, dictionary_id)
+            rules = change(current.rules)
+            self.check(rules)
+            version = sortable_id("")
+            kept = (*current.versions, version)
+            updated = replace(current, version_id=version, rules=rules, versions=kept[-KEPT_VERSIONS:])
+            done = await self.store.replace(
+                updated, made_from=current.version_id, dropped=kept[: max(0, len(kept) - KEPT_VERSIONS)]
+            )
+            if done is None:
+                raise _not_found(dictionary_id)
+            if done:
+                return updated
+        raise OpenAIError(
+            HTTP_409_CONFLICT,
+            f"The pronunciation dictionary '{dictionary_id}' is being changed by other requests; try again.",
+            code="conflict",
+        )
+
+    async def lexicon(
+        self,
+        tenant: str,
+        locators: Sequence[tuple[str, str | None]],
+        *,
+        missing_ok: bool = False,
+        generation: str = "",
+    ) -> AppliedLexicon:
+        """The lexicon of the dictionaries ``locators`` name (``(id, version id or None for the latest)``), in order;
+        ``missing_ok``: a dictionary the tenant does not have is skipped (a tenant's defaults), with a warning;
+        ``generation``: the tenant's (a tenant deleted and made again never reaches what the old one compiled).
+
+        Raises:
+            OpenAIError: 404 for a dictionary or version the tenant does not have.
+        """
+        if not locators:
+            return NO_LEXICON
+        versions: list[tuple[str, str]] = []
+        latest: dict[str, DictionaryRecord] = {}
+        for dictionary_id, pinned in locators:
+            if pinned is not None:
+                versions.append((dictionary_id, pinned))
+                continue
+            record = await self.store.get(tenant, dictionary_id)
+            if record is None and missing_ok:
+                logger.warning("tenant %s has no pronunciation dictionary %s (a default)", tenant, dictionary_id)
+                continue
+            latest[dictionary_id] = record or await self.get(tenant, dictionary_id)
+            versions.append((dictionary_id, latest[dictionary_id].version_id))
+        if not versions:
+            return NO_LEXICON
+        key = (f"{tenant}#{generation}", tuple(versions))
+        if (compiled := self._lexicons.get(key)) is not None:
+            self._lexicons.move_to_end(key)
+            return AppliedLexicon(key[1], compiled)
+        rules: list[Rule] = []
+        for dictionary_id, version_id in versions:
+            record = latest.get(dictionary_id)
+            kept = record.rules if record is not None and record.version_id == version_id else None
+            rules += kept if kept is not None else await self.version_rules(tenant, dictionary_id, version_id)
+        compiled = Lexicon(rules) if len(rules) < _COMPILE_IN_THREAD else await anyio.to_thread.run_sync(Lexicon, rules)
+        self._keep(key, compiled)
+        return AppliedLexicon(key[1], compiled)
+
+    def _keep(self, key: tuple[str, tuple[tuple[str, str], ...]], compiled: Lexicon) -> None:
+        if (replaced := self._lexicons.pop(key, None)) is not None:  # compiled twice by concurrent requests
+            self._states -= replaced.size
+        self._lexicons[key] = compiled
+        self._states += compiled.size
+        while self._states > _STATES_KEPT and len(self._lexicons) > 1:
+            _, evicted = self._lexicons.popitem(last=False)
+            self._states -= evicted.size
