@@ -13,7 +13,7 @@ from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_403_FORBIDDEN, HTTP
 
 from engines.base import SynthesisRequest
 from gateway.http.errors import OpenAIError, UnknownVoiceError
-from gateway.schemas import CustomVoice, EngineNodeSpeechRequest
+from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, EngineNodeSpeechRequest
 from gateway.speech.pronunciation import NO_LEXICON, AppliedLexicon
 from gateway.text import Script, Silence
 from gateway.text.lexicon import PhonemeOnlyRuleError, Respelled
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from gateway.speech.routing import ModelRouter
     from gateway.speech.voices import VoiceStore
 
-__all__ = ["CUSTOM_VOICE_PREFIX", "Job", "Planner", "SpeechPlan", "Voice"]
+__all__ = ["CUSTOM_VOICE_PREFIX", "MAX_SPOKEN_CHARS", "Job", "Planner", "SpeechPlan", "Voice"]
 
 CUSTOM_VOICE_PREFIX = "voice_"
 """How a custom voice's id starts: a script's voice that starts with it names one by id, any other by name."""
@@ -37,6 +37,11 @@ CUSTOM_VOICE_PREFIX = "voice_"
 Job: TypeAlias = "SynthesisRequest | Silence"
 """A part of a script as the engine's jobs see it: a span to synthesize, or a silence (in the engine's time: the
 encoder's time-stretch brings it back to what the script asked for)."""
+
+MAX_SPOKEN_CHARS = 4 * MAX_INPUT_CHARS
+"""The longest text a request may become once its pronunciation dictionaries respelled it: aliases may be longer than
+what they replace, but a request is counted (and limited) by the caller's characters, so engine time must stay
+within a small multiple of them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +159,9 @@ class Planner:
                 tenant.name, request, pool, info, voice, synthesis, tempo, kept,
                 pronunciation=versions, respelled=respelled, caller_text=caller_text,
             )  # fmt: skip
-        if applied.lexicon:
+        if applied.lexicon:  # span by span, and the whole within the same bound
             script = script.pronounced(lambda text: _respelled(applied, text).text)
+            _check_spoken(script.text)
         synthesis = replace(synthesis, text=script.text)
         voices = {name: await self._resolve_voice(tenant, _in_voice(request, name), pool.name, info)
                   for name in sorted(script.voices())}  # fmt: skip
@@ -280,13 +286,28 @@ def _respelled(applied: AppliedLexicon, text: str) -> Respelled:
 
     Raises:
         OpenAIError: a rule that gives only a phoneme string matched (400): no engine here takes IPA or Arpabet
-            (espeak-ng reads its own phoneme mnemonics, not IPA), so such a rule needs an alias.
+            (espeak-ng reads its own phoneme mnemonics, not IPA), so such a rule needs an alias; or the respelled
+            text is over :data:`MAX_SPOKEN_CHARS` (400).
     """
     if not applied.lexicon:
         return Respelled(text)
     try:
-        return applied.lexicon.respell(text)
+        respelled = applied.lexicon.respell(text)
     except PhonemeOnlyRuleError as exc:
         raise OpenAIError(
             HTTP_400_BAD_REQUEST, str(exc), param="pronunciation_dictionary_locators", code="phoneme_not_supported"
         ) from None
+    _check_spoken(respelled.text)
+    return respelled
+
+
+def _check_spoken(text: str) -> None:
+    """Refuse a respelled ``text`` over :data:`MAX_SPOKEN_CHARS` (400)."""
+    if len(text) > MAX_SPOKEN_CHARS:
+        raise OpenAIError(
+            HTTP_400_BAD_REQUEST,
+            f"The text becomes {len(text)} characters once its pronunciation dictionaries respell it; at "
+            f"most {MAX_SPOKEN_CHARS} may be spoken in one request.",
+            param="input",
+            code="string_above_max_length",
+        )

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from tests.redis_server import RedisServer
 
 KEYS = {name: generate_api_key() for name in ("acme", "beta")}
-MAX_DICTIONARIES = 4
+MAX_DICTIONARIES = 5
 MAX_RULES = 5
 MAX_FILE_BYTES = 2048
 RATE = 24_000
@@ -217,6 +217,16 @@ def test_a_new_version_is_never_served_from_the_cache(gateway: GatewayProcess, a
     changed = httpx.post(url, json=body, headers=headers, timeout=30)
     assert changed.headers["x-cache"] == "miss"
     assert len(changed.content) > len(first.content) * 1.2  # the new alias is heard
+
+
+def test_a_text_respelled_too_long_is_refused(acme: ElevenLabs) -> None:
+    dictionary = acme.pronunciation_dictionaries.create_from_rules(
+        name="long", rules=[{"type": "alias", "string_to_replace": "x", "alias": "y" * 1024}]
+    )
+    with pytest.raises(ApiError) as refused:  # 2,000 characters become over 2 million: engine time is bounded
+        _pcm(acme, "x " * 1000, pronunciation_dictionary_locators=_locator(dictionary))
+    assert refused.value.status_code == 400
+    assert "respell" in refused.value.body["detail"]["message"]
 
 
 def test_timestamps_name_the_callers_characters(acme: ElevenLabs, gw_dictionary: Any) -> None:
