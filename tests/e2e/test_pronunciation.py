@@ -2,9 +2,10 @@
 official ``elevenlabs`` SDK (its ``pronunciation_dictionaries`` client, unchanged but for its base URL), the OpenAI SDK
 and httpx.
 
-espeak speaks the same text as the same PCM, so "a dictionary alias sounds like the alias" is measured: the audio of
-a text with a grapheme in it, spoken with the dictionary, lasts as long as the text with the alias written out
-(within 8 %) and its loudness follows the same course (energy envelopes correlated at 0.9 or more).
+espeak speaks the same text as nearly the same PCM (samples correlated at 0.998 here, not bit for bit), so "a
+dictionary alias sounds like the alias" is measured: the audio of a text with a grapheme in it, spoken with the
+dictionary, lasts as long as the text with the alias written out (within 8 %) and its loudness follows the same
+course (energy envelopes correlated at 0.9 or more), while the text read as written does not.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def test_an_alias_sounds_like_the_alias_for_its_tenant_only(
     as_written = _pcm(beta, TEXT)
     assert _sounds_alike(with_dictionary, written_out)
     assert not _sounds_alike(with_dictionary, as_written)  # the test can fail: "GW" read as letters differs
-    assert np.array_equal(_pcm(beta, TEXT), as_written)  # beta's requests are as they were
+    assert _sounds_alike(_pcm(acme, TEXT), as_written)  # applied only where named (acme has no defaults here)
 
     with pytest.raises(ApiError) as refused:  # another tenant's dictionary is not found, whatever its id
         _pcm(beta, TEXT, pronunciation_dictionary_locators=_locator(gw_dictionary))
