@@ -3,11 +3,12 @@
 Messages, field for field as the ``elevenlabs`` SDK (2.78) types them (``SendMessageMulti``,
 ``ReceiveMessageMulti``) and Pipecat's ``ElevenLabsTTSService`` sends and reads them:
 
-- in: ``{"text": " ", "context_id", "voice_settings"?}`` opens a context; ``{"text", "context_id"}`` appends text,
-  spoken sentence by sentence as it completes (:class:`SentenceBuffer`), except a message with markup in it (a
-  ``<break time="1s"/>``; SSML with ``enable_ssml_parsing``), spoken as one piece of its own after what came
-  before; ``{"context_id", "flush": true}`` speaks
-  what is buffered; ``{"context_id", "close_context": true}`` closes it; ``{"text": ""}`` keeps the socket alive;
+- in: ``{"text": " ", "context_id", "voice_settings"?, "pronunciation_dictionary_locators"?}`` opens a context (its
+  locators: the tenant's own dictionaries its text is spoken with; absent, the tenant's default dictionaries);
+  ``{"text", "context_id"}`` appends text, spoken sentence by sentence as it completes (:class:`SentenceBuffer`),
+  except a message with markup in it (a ``<break time="1s"/>``; SSML with ``enable_ssml_parsing``), spoken as one
+  piece of its own after what came before; ``{"context_id", "flush": true}`` speaks what is buffered;
+  ``{"context_id", "close_context": true}`` closes it; ``{"text": ""}`` keeps the socket alive;
   ``{"close_socket": true}`` closes everything.
 - out: ``{"audio", "isFinal": null, "contextId", "alignment", "normalizedAlignment"}`` per piece of audio (alignment
   ``{chars, charStartTimesMs, charDurationsMs}`` counted from the end of the context's previous alignment, which is
@@ -89,6 +90,8 @@ class _Context:
     id: str
     buffer: SentenceBuffer
     voice_settings: VoiceSettings | None = None
+    dictionaries: list[tuple[str, str | None]] | None = None
+    """The pronunciation dictionaries its first message named; ``None``: the tenant's defaults."""
     pieces: deque[str] = field(default_factory=deque)
     flushed: int = 0
     """Of ``pieces``, the first this many are covered by a flush (spoken even once the context closes)."""
@@ -233,6 +236,7 @@ class ElevenLabsStreamSession:
             if text is None:
                 raise _invalid(f"Context {context_id} is not open: open it with a text message first.")
             context = self._open(context_id)
+            context.dictionaries = _dictionaries(message.get("pronunciation_dictionary_locators"))
         if message.get("voice_settings") is not None:
             context.voice_settings = _voice_settings(message["voice_settings"])
         self._add(context, text or "", flush=flush)
@@ -334,7 +338,14 @@ class ElevenLabsStreamSession:
         since = 0.0
         seconds = 0.0
         try:
-            speaking = self._speech.speak(self._principal, request, record, in_session=True, markup=self._markup)
+            speaking = self._speech.speak(
+                self._principal,
+                request,
+                record,
+                in_session=True,
+                markup=self._markup,
+                dictionaries=context.dictionaries,
+            )
             async with await speaking as reply:
                 cursor = CharacterCursor(reply.alignment.text)  # the text spoken: markup read, not said
                 async for chunk in reply.timed():
@@ -392,6 +403,21 @@ def _parse(message: ReceiveMessage) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise _invalid("A message is a JSON object.")
     return parsed
+
+
+def _dictionaries(value: object) -> list[tuple[str, str | None]] | None:
+    """A context's first message's ``pronunciation_dictionary_locators`` (as on the REST routes).
+
+    Raises:
+        OpenAIError: not a list of at most 3 locators (400).
+    """
+    if value is None:
+        return None
+    try:
+        locators = TextToSpeechRequest.model_validate({"text": "-", "pronunciation_dictionary_locators": value})
+    except ValidationError as exc:
+        raise _invalid(f"Invalid pronunciation_dictionary_locators: {exc.errors()[0]['msg']}") from None
+    return locators.dictionaries()
 
 
 def _voice_settings(value: object) -> VoiceSettings:

@@ -10,7 +10,10 @@ course (energy envelopes correlated at 0.9 or more), while the text read as writ
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import io
+import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +24,7 @@ import pytest
 from elevenlabs import ElevenLabs
 from elevenlabs.core.api_error import ApiError
 from elevenlabs.types import PronunciationDictionaryVersionLocator
+from websockets.asyncio.client import connect
 
 from auth.keys import generate_api_key, hash_api_key
 from gateway.text.pls import RuleCaps, read_pls
@@ -218,6 +222,27 @@ def test_a_new_version_is_never_served_from_the_cache(gateway: GatewayProcess, a
     changed = httpx.post(url, json=body, headers=headers, timeout=30)
     assert changed.headers["x-cache"] == "miss"
     assert len(changed.content) > len(first.content) * 1.2  # the new alias is heard
+
+
+async def test_the_websocket_applies_a_contexts_dictionaries(
+    gateway: GatewayProcess, beta: ElevenLabs, gw_dictionary: Any
+) -> None:
+    """ElevenLabs' multi-stream-input: a context's first message names the dictionaries its text is spoken with."""
+    url = gateway.base_url.replace("http://", "ws://") + "/v1/text-to-speech/alloy/multi-stream-input"
+    locators = [{"pronunciation_dictionary_id": gw_dictionary.id}]
+    audio = bytearray()
+    characters = []
+    async with connect(f"{url}?output_format=pcm_24000", additional_headers={"xi-api-key": KEYS["acme"]}) as socket:
+        await socket.send(json.dumps({"text": " ", "context_id": "c", "pronunciation_dictionary_locators": locators}))
+        await socket.send(json.dumps({"text": TEXT, "context_id": "c", "flush": True}))
+        await socket.send(json.dumps({"context_id": "c", "close_context": True}))
+        async with asyncio.timeout(10):
+            while not (message := json.loads(await socket.recv())).get("isFinal"):
+                audio += base64.b64decode(message.get("audio") or "")
+                characters += (message.get("alignment") or {}).get("chars", [])
+    spoken = np.frombuffer(bytes(audio), dtype="<i2").astype(np.float64) / 32768
+    assert _sounds_alike(spoken, _pcm(beta, SPOKEN))
+    assert "".join(characters) == TEXT  # the caller's characters, not the alias's
 
 
 def test_a_text_respelled_too_long_is_refused(acme: ElevenLabs) -> None:
