@@ -9,9 +9,11 @@ versions (a locator or a download naming an older one gets 404).
 A tenant only ever sees its own dictionaries: another tenant's id answers "not found", so ids do not leak. In Redis
 (shared by the replicas) a tenant's dictionaries live under one hash tag (``{<tenant>}``: one Redis Cluster slot for
 the scripts): ``P pron:{t}`` (hash: id -> the dictionary's JSON, with the latest rules), ``P pron-ids:{t}`` (sorted
-set of ids, for pages; ids sort by creation) and ``P pron-rules:{t}`` (hash: ``<id>/<version_id>`` -> that version's
-rules). A new version is written only if the dictionary's latest version is still the one it was made from (a script
-compares), so concurrent changes on any replicas are applied one after the other, none lost.
+set of ids, for pages; ids sort by creation), ``P pron-rules:{t}`` (hash: ``<id>/<version_id>`` -> that version's
+rules) and ``P pron-latest:{t}`` (hash: id -> its latest version id: what a request reads, one small ``HMGET`` for
+all the dictionaries it applies, before it finds their compiled lexicon in memory). A new version is written only if
+the dictionary's latest version is still the one it was made from (a script compares), so concurrent changes on any
+replicas are applied one after the other, none lost.
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ def _rules_from(raw: Sequence[dict[str, Any]]) -> tuple[Rule, ...]:
     return tuple(Rule(**rule) for rule in raw)
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def _rules_json(rules: Iterable[Rule]) -> str:
     return json.dumps([asdict(rule) for rule in rules])
 
@@ -104,6 +110,10 @@ class DictionaryStore(Protocol):
 
     async def rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...] | None:
         """The rules of a kept version; ``None`` when the dictionary or the version is unknown."""
+        ...
+
+    async def latest_versions(self, tenant: str, dictionary_ids: Sequence[str]) -> list[str | None]:
+        """Each dictionary's latest version id (``None``: the tenant has no such dictionary), in one round trip."""
         ...
 
     async def replace(self, updated: DictionaryRecord, *, made_from: str, dropped: Sequence[str]) -> bool | None:
@@ -141,6 +151,10 @@ class MemoryDictionaryStore:
     async def rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...] | None:
         return self._rules.get((tenant, dictionary_id, version_id))
 
+    async def latest_versions(self, tenant: str, dictionary_ids: Sequence[str]) -> list[str | None]:
+        records = self._records.get(tenant, {})
+        return [record.version_id if (record := records.get(i)) is not None else None for i in dictionary_ids]
+
     async def replace(self, updated: DictionaryRecord, *, made_from: str, dropped: Sequence[str]) -> bool | None:
         current = await self.get(updated.tenant, updated.id)
         if current is None:
@@ -159,24 +173,26 @@ class MemoryDictionaryStore:
             del self._rules[key]
 
 
-# Adds a dictionary while the tenant has fewer than ARGV[4]. KEYS: records, ids, rules. ARGV: id, record, version
-# field, limit, rules. Returns 1, or 0 at the limit.
+# Adds a dictionary while the tenant has fewer than ARGV[4]. KEYS: records, ids, rules, latest. ARGV: id, record,
+# version id, limit, rules. Returns 1, or 0 at the limit.
 _ADD_LUA = """
 if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
-redis.call('HSET', KEYS[3], ARGV[3], ARGV[5])
+redis.call('HSET', KEYS[3], ARGV[1] .. '/' .. ARGV[3], ARGV[5])
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
 return 1
 """
-# Writes a new latest version if the latest is still ARGV[2]. KEYS: records, rules. ARGV: id, made from, record,
-# version field, rules, then the version fields to delete. Returns 1, 0 (changed meanwhile) or -1 (gone).
+# Writes a new latest version if the latest is still ARGV[2]. KEYS: records, rules, latest. ARGV: id, made from,
+# record, version id, rules, then the version ids to delete. Returns 1, 0 (changed meanwhile) or -1 (gone).
 _REPLACE_LUA = """
-local current = redis.call('HGET', KEYS[1], ARGV[1])
+local current = redis.call('HGET', KEYS[3], ARGV[1])
 if not current then return -1 end
-if cjson.decode(current)['version_id'] ~= ARGV[2] then return 0 end
+if current ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
-for i = 6, #ARGV do redis.call('HDEL', KEYS[2], ARGV[i]) end
+redis.call('HSET', KEYS[2], ARGV[1] .. '/' .. ARGV[4], ARGV[5])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])
+for i = 6, #ARGV do redis.call('HDEL', KEYS[2], ARGV[1] .. '/' .. ARGV[i]) end
 return 1
 """
 # One page of records in id order. KEYS: records, ids. ARGV: lower bound (BYLEX), count.
@@ -197,14 +213,20 @@ class RedisDictionaryStore:
         self._replace = client.register_script(_REPLACE_LUA)
         self._page = client.register_script(_PAGE_LUA)
 
-    def _keys(self, tenant: str) -> tuple[str, str, str]:
-        """The tenant's records, ordered ids and versions' rules."""
+    def _keys(self, tenant: str) -> tuple[str, str, str, str]:
+        """The tenant's records, ordered ids, versions' rules and latest versions."""
         tag = f"{{{tenant}}}"
-        return f"{self._prefix}pron:{tag}", f"{self._prefix}pron-ids:{tag}", f"{self._prefix}pron-rules:{tag}"
+        prefix = self._prefix
+        return (
+            f"{prefix}pron:{tag}",
+            f"{prefix}pron-ids:{tag}",
+            f"{prefix}pron-rules:{tag}",
+            f"{prefix}pron-latest:{tag}",
+        )
 
     async def add(self, record: DictionaryRecord, *, max_per_tenant: int) -> bool:
-        field = f"{record.id}/{record.version_id}"
-        args: list[str | int] = [record.id, record.to_json(), field, max_per_tenant, _rules_json(record.rules)]
+        args: list[str | int] = [record.id, record.to_json(), record.version_id, max_per_tenant]
+        args.append(_rules_json(record.rules))
         return bool(int(await self._add(keys=self._keys(record.tenant), args=args)))
 
     async def get(self, tenant: str, dictionary_id: str) -> DictionaryRecord | None:
@@ -212,7 +234,7 @@ class RedisDictionaryStore:
         return DictionaryRecord.from_json(raw) if raw else None
 
     async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[DictionaryRecord]:
-        records, ids, _ = self._keys(tenant)
+        records, ids, _, _ = self._keys(tenant)
         lower = "-" if after is None else f"({after}"
         raw = await self._page(keys=[records, ids], args=[lower, limit + 1])
         return Page.of([DictionaryRecord.from_json(item) for item in raw if item], limit)
@@ -221,12 +243,14 @@ class RedisDictionaryStore:
         raw = await self._client.hget(self._keys(tenant)[2], f"{dictionary_id}/{version_id}")
         return _rules_from(json.loads(raw)) if raw else None
 
+    async def latest_versions(self, tenant: str, dictionary_ids: Sequence[str]) -> list[str | None]:
+        found = await self._client.hmget(self._keys(tenant)[3], list(dictionary_ids))
+        return [_text(version) if version else None for version in found]
+
     async def replace(self, updated: DictionaryRecord, *, made_from: str, dropped: Sequence[str]) -> bool | None:
-        records, _, rules = self._keys(updated.tenant)
-        field = f"{updated.id}/{updated.version_id}"
-        args = [updated.id, made_from, updated.to_json(), field, _rules_json(updated.rules)]
-        args += [f"{updated.id}/{version}" for version in dropped]
-        done = int(await self._replace(keys=[records, rules], args=args))
+        records, _, rules, latest = self._keys(updated.tenant)
+        args = [updated.id, made_from, updated.to_json(), updated.version_id, _rules_json(updated.rules), *dropped]
+        done = int(await self._replace(keys=[records, rules, latest], args=args))
         return None if done < 0 else bool(done)
 
     async def forget_tenant(self, tenant: str) -> None:
@@ -368,18 +392,19 @@ class PronunciationDictionaries:
         """
         if not locators:
             return NO_LEXICON
+        unpinned = [dictionary_id for dictionary_id, pinned in locators if pinned is None]
+        latest = (
+            dict(zip(unpinned, await self.store.latest_versions(tenant, unpinned), strict=True)) if unpinned else {}
+        )
         versions: list[tuple[str, str]] = []
-        latest: dict[str, DictionaryRecord] = {}
         for dictionary_id, pinned in locators:
-            if pinned is not None:
-                versions.append((dictionary_id, pinned))
-                continue
-            record = await self.store.get(tenant, dictionary_id)
-            if record is None and missing_ok:
+            version_id = pinned or latest[dictionary_id]
+            if version_id is not None:
+                versions.append((dictionary_id, version_id))
+            elif missing_ok:
                 logger.warning("tenant %s has no pronunciation dictionary %s (a default)", tenant, dictionary_id)
-                continue
-            latest[dictionary_id] = record or await self.get(tenant, dictionary_id)
-            versions.append((dictionary_id, latest[dictionary_id].version_id))
+            else:
+                raise _not_found(dictionary_id)
         if not versions:
             return NO_LEXICON
         key = (f"{tenant}#{generation}", tuple(versions))
@@ -388,9 +413,7 @@ class PronunciationDictionaries:
             return AppliedLexicon(key[1], compiled)
         rules: list[Rule] = []
         for dictionary_id, version_id in versions:
-            record = latest.get(dictionary_id)
-            kept = record.rules if record is not None and record.version_id == version_id else None
-            rules += kept if kept is not None else await self.version_rules(tenant, dictionary_id, version_id)
+            rules += await self.version_rules(tenant, dictionary_id, version_id)
         compiled = Lexicon(rules) if len(rules) < _COMPILE_IN_THREAD else await anyio.to_thread.run_sync(Lexicon, rules)
         self._keep(key, compiled)
         return AppliedLexicon(key[1], compiled)

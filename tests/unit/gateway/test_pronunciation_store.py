@@ -84,6 +84,8 @@ async def test_another_tenant_sees_nothing_of_a_dictionary(dictionaries: Pronunc
             await attempt
         assert refused.value.status_code == 404
     assert (await dictionaries.store.page("globex", after=None, limit=10)).data == []
+    assert await dictionaries.store.latest_versions("globex", [created.id]) == [None]
+    assert await dictionaries.store.latest_versions("acme", [created.id]) == [created.version_id]
     skipped = await dictionaries.lexicon("globex", [(created.id, None)], missing_ok=True)
     assert not skipped.lexicon  # a tenant's default it does not have is skipped
 
