@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     import numpy.typing as npt
+    from openai.types.realtime import RealtimeConversationItemUserMessageParam, RealtimeResponseCreateParamsParam
 
     from tests.redis_server import RedisServer
 
@@ -67,7 +68,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer)
             "tenants": [{"name": name, "api_key_sha256": [hash_api_key(key)]} for name, key in KEYS.items()],
         },
         "engines": {"espeak": {"kind": "espeak"}},
-        "aliases": {"eleven_multilingual_v2": ["espeak"], "tts-1": ["espeak"]},
+        "aliases": {"eleven_multilingual_v2": ["espeak"], "tts-1": ["espeak"], "gpt-realtime-2.1-mini": ["espeak"]},
         "pronunciation": {
             "max_dictionaries_per_tenant": MAX_DICTIONARIES,
             "max_rules_per_dictionary": MAX_RULES,
@@ -184,7 +185,32 @@ def test_an_alias_sounds_like_the_alias_for_its_tenant_only(
     assert refused.value.status_code == 404
 
 
-def test_openai_callers_get_their_tenants_default_dictionaries(
+async def _realtime_pcm(gateway: GatewayProcess, text: str) -> npt.NDArray[np.float64]:
+    """``text`` spoken by OpenAI's Realtime API as acme, as a speech caller migrating to it writes it."""
+    ws_base = gateway.base_url.replace("http://", "ws://") + "/v1"
+    client = openai.AsyncOpenAI(api_key=KEYS["acme"], base_url=f"{gateway.base_url}/v1", websocket_base_url=ws_base)
+    message: RealtimeConversationItemUserMessageParam = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": text}],
+    }
+    response: RealtimeResponseCreateParamsParam = {
+        "conversation": "none",
+        "input": [message],
+        "audio": {"output": {"voice": "alloy"}},
+    }
+    audio = bytearray()
+    async with client.realtime.connect(model="gpt-realtime-2.1-mini") as connection:
+        await connection.response.create(response=response)
+        async with asyncio.timeout(10):
+            while (event := await connection.recv()).type != "response.done":
+                if event.type == "response.output_audio.delta":
+                    audio += base64.b64decode(event.delta)
+    await client.close()
+    return np.frombuffer(bytes(audio), dtype="<i2").astype(np.float64) / 32768
+
+
+async def test_openai_callers_get_their_tenants_default_dictionaries(
     gateway: GatewayProcess, beta: ElevenLabs, gw_dictionary: Any
 ) -> None:
     admin = Admin(gateway.base_url)
@@ -202,6 +228,7 @@ def test_openai_callers_get_their_tenants_default_dictionaries(
             pcm = client.audio.speech.create(model="tts-1", voice="alloy", input=TEXT, response_format="pcm").content
         spoken = np.frombuffer(pcm, dtype="<i2").astype(np.float64) / 32768
         assert _sounds_alike(spoken, _pcm(beta, SPOKEN))
+        assert _sounds_alike(await _realtime_pcm(gateway, TEXT), _pcm(beta, SPOKEN))  # the realtime API too
     finally:
         admin.http.post("/admin/tenants", json={"name": "acme"})  # no defaults again
         admin.close()
