@@ -185,6 +185,15 @@ def test_an_alias_sounds_like_the_alias_for_its_tenant_only(
     assert refused.value.status_code == 404
 
 
+def test_a_script_of_several_parts_is_respelled_span_by_span(acme: ElevenLabs, gw_dictionary: Any) -> None:
+    # A break tag makes the text a script of two spans and a silence (docs/ssml.md): each span meets the dictionary.
+    pause = '<break time="0.4s"/>'
+    with_dictionary = _pcm(acme, f"{TEXT} {pause} {TEXT}", pronunciation_dictionary_locators=_locator(gw_dictionary))
+    written_out = _pcm(acme, f"{SPOKEN} {pause} {SPOKEN}")
+    assert _sounds_alike(with_dictionary, written_out)
+    assert not _sounds_alike(with_dictionary, _pcm(acme, f"{TEXT} {pause} {TEXT}"))
+
+
 async def _realtime_pcm(gateway: GatewayProcess, text: str) -> npt.NDArray[np.float64]:
     """``text`` spoken by OpenAI's Realtime API as acme, as a speech caller migrating to it writes it."""
     ws_base = gateway.base_url.replace("http://", "ws://") + "/v1"
