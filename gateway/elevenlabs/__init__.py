@@ -17,14 +17,14 @@ from gateway.elevenlabs.dictionaries import PronunciationDictionariesController
 from gateway.elevenlabs.errors import EXCEPTION_HANDLERS
 from gateway.elevenlabs.speech import TextToSpeechController
 from gateway.elevenlabs.voices import VoicesController, VoicesV2Controller
-from gateway.elevenlabs.websocket import multi_stream_input
+from gateway.elevenlabs.websocket import multi_stream_input, stream_input
 
 __all__ = ["elevenlabs_router"]
 
 
 def elevenlabs_router(*, websockets: bool = True) -> Router:
     """ElevenLabs' routes, answering every error in ElevenLabs' shape (a front gateway's only: an engine node serves
-    its front gateways, which speak OpenAI's API to it); ``websockets``: with its text-to-speech WebSocket (where the
+    its front gateways, which speak OpenAI's API to it); ``websockets``: with its text-to-speech WebSockets (where the
     realtime endpoints are enabled)."""
     return Router(
         path="/",
@@ -34,7 +34,7 @@ def elevenlabs_router(*, websockets: bool = True) -> Router:
             VoicesController,
             VoicesV2Controller,
             PronunciationDictionariesController,
-            *([multi_stream_input] if websockets else []),
+            *([multi_stream_input, stream_input] if websockets else []),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
     )

@@ -1,4 +1,7 @@
-"""One ElevenLabs ``multi-stream-input`` WebSocket session: text in, per context, and each context's audio out.
+"""One ElevenLabs text-to-speech WebSocket session: text in, per context, and each context's audio out.
+
+:class:`ElevenLabsStreamSession` serves ``multi-stream-input``; :class:`SingleContextSession`, ``stream-input``: the
+same session with one implicit context (below).
 
 Messages, field for field as the ``elevenlabs`` SDK (2.78) types them (``SendMessageMulti``,
 ``ReceiveMessageMulti``) and Pipecat's ``ElevenLabsTTSService`` sends and reads them:
@@ -19,6 +22,15 @@ Closing a context drops its text that no flush covered and stops the audio of th
 cancelled with it): Pipecat's barge-in. What a flush covered is still spoken, then ``isFinal`` follows, as ElevenLabs
 documents ("if it has already been set to flush it will continue flushing"): Pipecat ends every turn with a flush and
 a ``close_context`` at once, and expects the turn's audio to the end.
+
+With ``auto_mode`` (the URL's), each message's text is spoken as it arrives, without waiting for its sentence to end
+(ElevenLabs: "disabling chunk schedule and buffers", for clients that send whole sentences or phrases); a flush still
+decides what ``close_context`` spares.
+
+``stream-input`` (``SendMessage``, ``ReceiveMessage`` in the SDK) is one context that needs no opening: every message
+speaks to it, whatever ``context_id`` it carries; ``{"text": ""}`` ends the input (what was sent is spoken, ``isFinal``
+follows, then the server closes the socket with 1000, which the SDK's ``convert_realtime`` waits for); messages out
+carry no ``contextId``.
 
 Every piece of text goes through the one speech pipeline (:meth:`SpeechService.speak`, as 24 kHz PCM, ``in_session``),
 encoded at the edge into ``output_format``. Each context speaks its pieces in order, one at a time; contexts speak
@@ -60,7 +72,7 @@ if TYPE_CHECKING:
     from gateway.speech.alignment import CharacterTimes, WordTime
     from gateway.speech.service import SpeechService
 
-__all__ = ["DEFAULT_CONTEXT_ID", "MAX_CONTEXTS", "ElevenLabsStreamSession", "error_message"]
+__all__ = ["DEFAULT_CONTEXT_ID", "MAX_CONTEXTS", "ElevenLabsStreamSession", "SingleContextSession", "error_message"]
 
 logger = logging.getLogger("tts_gateway.realtime")
 
@@ -122,6 +134,7 @@ class ElevenLabsStreamSession:
         send_timeout_s: float,
         session_id: str,
         ssml: bool = False,
+        auto_mode: bool = False,
     ) -> None:
         self.id = session_id
         self._markup = text_markup(ssml)
@@ -135,6 +148,7 @@ class ElevenLabsStreamSession:
         self._model_id = model_id
         self._encoding = encoding
         self._limits = settings
+        self._auto_mode = auto_mode
         self._contexts: dict[str, _Context] = {}
         self._draining = False
         self._ended_by: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
@@ -153,13 +167,14 @@ class ElevenLabsStreamSession:
         """
         await self._speech.check(self._principal, self.speech_request("-").speech_request(self._voice_id))
 
-    async def run(self) -> None:
-        """Serve the session; returns when the client closed it (or asked to, with ``close_socket``).
+    async def run(self, first: dict[str, Any] | None = None) -> None:
+        """Serve the session; returns when the client closed it (or asked to, with ``close_socket``). ``first``: the
+        client's first message, when it was read already (for the credentials it carried).
 
         Raises:
             SlowClientError, SessionIdleError, SessionRevokedError, SessionDrainedError, WebSocketDisconnect.
         """
-        receiver = asyncio.create_task(self._receive(), name=f"elevenlabs-receiver-{self.id}")
+        receiver = asyncio.create_task(self._receive(first), name=f"elevenlabs-receiver-{self.id}")
         try:
             watched: set[asyncio.Future[Any]] = {receiver, self._ended_by}
             done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
@@ -202,24 +217,53 @@ class ElevenLabsStreamSession:
         return any(c.speaking or c.pieces for c in self._contexts.values())
 
     # ----------------------------------------------------------------- client messages
-    async def _receive(self) -> None:
+    async def _receive(self, first: dict[str, Any] | None) -> None:
+        if first is not None and await self._take(first):
+            return
         while True:
             message = await self._channel.receive()
             if message["type"] == "websocket.disconnect":
                 return
             try:
                 parsed = _parse(message)
-                if parsed.get("close_socket") is True:
-                    await self._close_socket()
-                    return
-                await self._handle(parsed)
             except OpenAIError as error:
                 await self._send(error_message(error))
+                continue
+            if await self._take(parsed):
+                return
 
-    async def _handle(self, message: dict[str, Any]) -> None:
+    async def _take(self, message: dict[str, Any]) -> bool:
+        """Handle one message (a bad one is answered, and the session goes on); whether it closed the socket."""
+        try:
+            if self._ends_socket(message):
+                await self._close_socket()
+                return True
+            await self._handle(message)
+        except OpenAIError as error:
+            await self._send(error_message(error))
+        return False
+
+    # The dialect: what the single-context session changes.
+    def _ends_socket(self, message: dict[str, Any]) -> bool:
+        return message.get("close_socket") is True
+
+    def _context_id(self, message: dict[str, Any]) -> str:
+        """The context a message is for: its ``context_id``, or the default one.
+
+        Raises:
+            OpenAIError: not a context id (400).
+        """
         context_id = message.get("context_id", DEFAULT_CONTEXT_ID)
         if not isinstance(context_id, str) or not context_id or len(context_id) > 256:
             raise _invalid("context_id must be a string of 1 to 256 characters.")
+        return context_id
+
+    def _tag(self, context_id: str) -> dict[str, Any]:
+        """What names the context in a message out."""
+        return {"contextId": context_id}
+
+    async def _handle(self, message: dict[str, Any]) -> None:
+        context_id = self._context_id(message)
         text = message.get("text")
         if text is not None and not isinstance(text, str):
             raise _invalid("text must be a string.")
@@ -242,7 +286,8 @@ class ElevenLabsStreamSession:
         self._add(context, text or "", flush=flush)
 
     def _add(self, context: _Context, text: str, *, flush: bool) -> None:
-        """Append ``text`` (its completed sentences wait to be spoken), then, on ``flush``, all that is held."""
+        """Append ``text`` (its completed sentences wait to be spoken), then, on ``flush`` (or in ``auto_mode``), all
+        that is held."""
         pieces: list[str] = []
         if text:
             if context.buffer.pending_chars + len(text) > self._limits.max_pending_chars:
@@ -255,7 +300,7 @@ class ElevenLabsStreamSession:
             # A message with markup is a piece of its own (after what came before): no tag is cut between two.
             markup = _MARKUP.search(text) is not None
             pieces = [*context.buffer.flush(), text.strip()] if markup else context.buffer.append(text)
-        if flush:
+        if flush or (self._auto_mode and text):
             pieces += context.buffer.flush()
         context.pieces.extend(pieces)
         if flush:
@@ -333,6 +378,7 @@ class ElevenLabsStreamSession:
         if context.encoder is None:
             context.encoder = open_encoding(self._encoding, PIPELINE_RATE)
         encoder = context.encoder
+        tag = self._tag(context.id)
         words: list[WordTime] = []
         lead = context.spoken > 0  # the space between this piece and the one before
         since = 0.0
@@ -354,13 +400,13 @@ class ElevenLabsStreamSession:
                     words.extend(chunk.words)
                     run = cursor.advance(words) if chunk.words else None
                     if data or run is not None:
-                        await self._send(_audio_message(context.id, data, run, since, lead=lead and run is not None))
+                        await self._send(_audio_message(tag, data, run, since, lead=lead and run is not None))
                         if run is not None:
                             since, lead = run.ends[-1], False
                 run = cursor.advance(words, audio_s=seconds)
                 tail = encoder.drain()
                 if tail or run is not None:
-                    await self._send(_audio_message(context.id, tail, run, since, lead=lead and run is not None))
+                    await self._send(_audio_message(tag, tail, run, since, lead=lead and run is not None))
         finally:
             context.spoken += 1
             if seconds > 0:
@@ -372,8 +418,8 @@ class ElevenLabsStreamSession:
         if self._contexts.get(context.id) is context:
             del self._contexts[context.id]
         if context.encoder is not None and (tail := context.encoder.finish()):
-            await self._send(_audio_message(context.id, tail, None, 0.0, lead=False))
-        await self._send(json.dumps({"isFinal": True, "contextId": context.id}))
+            await self._send(_audio_message(self._tag(context.id), tail, None, 0.0, lead=False))
+        await self._send(json.dumps({"isFinal": True, **self._tag(context.id)}))
         if self._draining and not self._busy():
             self._end(SessionDrainedError())
 
@@ -385,6 +431,27 @@ class ElevenLabsStreamSession:
     # ----------------------------------------------------------------- plumbing
     async def _send(self, text: str) -> None:
         await self._channel.send(text)
+
+
+class SingleContextSession(ElevenLabsStreamSession):
+    """Serves one ``stream-input`` WebSocket: the multi-context session with one context, which every message speaks
+    to; ``{"text": ""}`` (without ``flush``) ends the input."""
+
+    def _ends_socket(self, message: dict[str, Any]) -> bool:
+        end_of_input = message.get("text") == "" and message.get("flush") is not True
+        return end_of_input or super()._ends_socket(message)
+
+    def _context_id(self, message: dict[str, Any]) -> str:
+        return DEFAULT_CONTEXT_ID
+
+    def _tag(self, context_id: str) -> dict[str, Any]:
+        return {}
+
+    async def _close_socket(self) -> None:
+        """The end of the input: everything sent is spoken (as if flushed), then ``isFinal``, then the close."""
+        if (context := self._contexts.get(DEFAULT_CONTEXT_ID)) is not None and not context.closing:
+            self._add(context, "", flush=True)
+        await super()._close_socket()
 
 
 def _parse(message: ReceiveMessage) -> dict[str, Any]:
@@ -432,9 +499,9 @@ def _voice_settings(value: object) -> VoiceSettings:
         raise _invalid(f"Invalid voice_settings: {exc.errors()[0]['msg']}") from None
 
 
-def _audio_message(context_id: str, audio: bytes, run: CharacterTimes | None, since_s: float, *, lead: bool) -> str:
-    """``AudioOutputMulti``: the audio, and the alignment of the characters that became known with it (``lead``: after
-    the space that separates it from the context's previous piece)."""
+def _audio_message(tag: dict[str, Any], audio: bytes, run: CharacterTimes | None, since_s: float, *, lead: bool) -> str:
+    """``AudioOutputMulti`` (``AudioOutput`` without ``tag``): the audio, and the alignment of the characters that
+    became known with it (``lead``: after the space that separates it from the context's previous piece)."""
     alignment: dict[str, Any] | None = None
     if run is not None:
         alignment = run.stream_input(since_s)
@@ -448,7 +515,7 @@ def _audio_message(context_id: str, audio: bytes, run: CharacterTimes | None, si
         {
             "audio": base64.b64encode(audio).decode(),
             "isFinal": None,
-            "contextId": context_id,
+            **tag,
             "alignment": alignment,
             "normalizedAlignment": alignment,
         }

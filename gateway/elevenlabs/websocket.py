@@ -1,25 +1,32 @@
-"""``/v1/text-to-speech/{voice_id}/multi-stream-input``: ElevenLabs' text-to-speech WebSocket, as Pipecat's
-``ElevenLabsTTSService`` opens it (``docs/elevenlabs.md``; the session is ``session.py``).
+"""ElevenLabs' text-to-speech WebSockets (``docs/elevenlabs.md``): ``/v1/text-to-speech/{voice_id}/multi-stream-input``,
+as Pipecat's ``ElevenLabsTTSService`` and LiveKit's ``elevenlabs.TTS`` open it, and the single-context
+``…/stream-input``, as the SDK's ``convert_realtime`` does; one serving path, the session's class apart
+(``session.py``).
 
 The query says ``model_id``, ``output_format`` (ElevenLabs' names; ``mp3_44100_128`` when absent),
-``inactivity_timeout`` (seconds, 1 to 180, 20 when absent) and ``enable_ssml_parsing`` (``true``: each message's SSML
-read, ``docs/ssml.md``; break tags are honoured either way); ``auto_mode``, ``sync_alignment``, ``enable_logging``,
-``apply_text_normalization`` and ``language_code`` are accepted and ignored (text is always spoken sentence by sentence
-as it completes, and every audio message carries its alignment). Credentials come in
-``xi-api-key`` or ``Authorization``. Every refusal comes before the handshake is accepted, as an HTTP status with
-ElevenLabs' error body ``{"detail": {"status", "message"}}``.
+``inactivity_timeout`` (seconds, 1 to 180, 20 when absent), ``auto_mode`` (``true``: text is spoken as it arrives)
+and ``enable_ssml_parsing`` (``true``: each message's SSML read, ``docs/ssml.md``; break tags are honoured either
+way); ``sync_alignment``, ``enable_logging``, ``apply_text_normalization``, ``language_code`` and ``seed`` are
+accepted and ignored (every audio message carries the alignment known with it).
+Credentials come in ``xi-api-key`` or ``Authorization``, the query's ``authorization``, or else the first message's
+``xi-api-key`` (``xi_api_key``) or ``authorization``, as ElevenLabs takes them. A refusal comes before the handshake is
+accepted, as an HTTP status with ElevenLabs' error body ``{"detail": {"status", "message"}}``; once it was accepted (to
+read credentials from the first message), as an error message and a close (1008).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 from litestar import WebSocket, websocket
+from litestar.exceptions import WebSocketDisconnect
 
 from gateway.elevenlabs.errors import as_elevenlabs_error
 from gateway.elevenlabs.formats import DEFAULT_OUTPUT_FORMAT, OutputFormat, encoding_of
-from gateway.elevenlabs.session import ElevenLabsStreamSession, error_message
+from gateway.elevenlabs.session import ElevenLabsStreamSession, SingleContextSession, error_message
 from gateway.elevenlabs.speech import VoiceId
 from gateway.http.auth.security import presented_authorization
 from gateway.http.errors import OpenAIError
@@ -28,6 +35,7 @@ from gateway.realtime.serving import (
     SessionRefusedError,
     admit_session,
     authenticated,
+    awaiting_credentials,
     serving,
     tenant_realtime,
 )
@@ -36,16 +44,40 @@ from gateway.state import gateway_state
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["DEFAULT_INACTIVITY_TIMEOUT_S", "MAX_INACTIVITY_TIMEOUT_S", "MULTI_STREAM_PATH", "multi_stream_input"]
+    from auth import Principal
+    from gateway.settings import RealtimeSettings
+
+__all__ = [
+    "DEFAULT_INACTIVITY_TIMEOUT_S",
+    "MAX_INACTIVITY_TIMEOUT_S",
+    "MULTI_STREAM_PATH",
+    "STREAM_INPUT_PATH",
+    "multi_stream_input",
+    "stream_input",
+]
 
 MULTI_STREAM_PATH = "/v1/text-to-speech/{voice_id:str}/multi-stream-input"
+STREAM_INPUT_PATH = "/v1/text-to-speech/{voice_id:str}/stream-input"
 DEFAULT_INACTIVITY_TIMEOUT_S = 20
 MAX_INACTIVITY_TIMEOUT_S = 180
+_FIRST_MESSAGE_CREDENTIALS = ("xi-api-key", "xi_api_key", "authorization")
 
 
 @websocket(MULTI_STREAM_PATH, name="elevenlabs_multi_stream_input")
 async def multi_stream_input(socket: WebSocket[Any, Any, Any], voice_id: VoiceId) -> None:
     """ElevenLabs' multi-context text-to-speech WebSocket: the messages are in ``docs/elevenlabs.md``."""
+    await _serve(socket, voice_id, ElevenLabsStreamSession, "/v1/text-to-speech/multi-stream-input")
+
+
+@websocket(STREAM_INPUT_PATH, name="elevenlabs_stream_input")
+async def stream_input(socket: WebSocket[Any, Any, Any], voice_id: VoiceId) -> None:
+    """ElevenLabs' single-context text-to-speech WebSocket: the messages are in ``docs/elevenlabs.md``."""
+    await _serve(socket, voice_id, SingleContextSession, "/v1/text-to-speech/stream-input")
+
+
+async def _serve(
+    socket: WebSocket[Any, Any, Any], voice_id: str, session_type: type[ElevenLabsStreamSession], path: str
+) -> None:
     state = gateway_state(socket.app)
     headers = socket.headers
 
@@ -53,14 +85,13 @@ async def multi_stream_input(socket: WebSocket[Any, Any, Any], voice_id: VoiceId
         answer = as_elevenlabs_error(error, headers)
         return answer.status_code, answer.body()
 
-    path = "/v1/text-to-speech/multi-stream-input"
     async with serving(socket, path, error_message, refusal) as log, AsyncExitStack() as held:
         output_format, inactivity_s = _query(socket.query_params)
-        principal = await authenticated(socket, presented_authorization(headers))
+        principal, first = await _caller(socket, state.settings.realtime)
         log.tenant = principal.tenant.name
         realtime = tenant_realtime(state.settings.realtime, principal.tenant)
         log.realtime = realtime.model_copy(update={"idle_timeout_s": float(inactivity_s)})
-        log.session = session = ElevenLabsStreamSession(
+        log.session = session = session_type(
             socket,
             state.speech,
             principal,
@@ -71,15 +102,86 @@ async def multi_stream_input(socket: WebSocket[Any, Any, Any], voice_id: VoiceId
             send_timeout_s=state.settings.server.send_timeout_s,
             session_id=log.session_id,
             ssml=socket.query_params.get("enable_ssml_parsing", "").lower() == "true",
+            auto_mode=socket.query_params.get("auto_mode") == "true",
         )
         try:
             await session.check()
         except OpenAIError as exc:
             raise SessionRefusedError(exc, POLICY_VIOLATION) from None
         await admit_session(socket, principal, held)
-        await socket.accept()
+        if socket.connection_state == "init":
+            await socket.accept()
         with state.sessions.registered(session, principal):
-            await session.run()
+            await session.run(first)
+
+
+async def _caller(
+    socket: WebSocket[Any, Any, Any], settings: RealtimeSettings
+) -> tuple[Principal, dict[str, Any] | None]:
+    """The caller, by the credentials of the handshake (headers, or the query's ``authorization``), or else of the
+    first message (the socket is accepted to read it, within ``auth_timeout_s``); each through the address's credential
+    throttle. A gateway that runs open takes a socket without any.
+
+    Returns:
+        The principal; the first message, without its credentials, when it was read for them.
+
+    Raises:
+        SessionRefusedError: no credentials, or bad ones (1008, or 401 before the handshake is accepted).
+    """
+    authorization = presented_authorization(socket.headers) or _bearer(socket.query_params.get("authorization"))
+    if authorization is not None:
+        return await authenticated(socket, authorization), None
+    try:
+        return await authenticated(socket, None), None  # anyone, when the gateway runs open
+    except SessionRefusedError:
+        await socket.accept()
+        with awaiting_credentials(socket, settings):
+            first = await _first_message(socket, settings.auth_timeout_s)
+    credentials = [first.pop(name, None) for name in _FIRST_MESSAGE_CREDENTIALS]
+    presented = next((_bearer(value) for value in credentials if isinstance(value, str) and value.strip()), None)
+    if presented is None:
+        raise SessionRefusedError(_missing_credentials(), POLICY_VIOLATION)
+    return await authenticated(socket, presented), first
+
+
+async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float) -> dict[str, Any]:
+    """The client's first message, a JSON object.
+
+    Raises:
+        SessionRefusedError: none within ``timeout_s``, or not a JSON object (1008).
+        WebSocketDisconnect: the client left.
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            message = await socket.receive()
+    except TimeoutError:
+        raise SessionRefusedError(_missing_credentials(), POLICY_VIOLATION) from None
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(detail="client disconnected")
+    text = message.get("text")
+    try:
+        parsed = json.loads(text) if isinstance(text, str) else None
+    except (ValueError, RecursionError):
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise SessionRefusedError(_missing_credentials(), POLICY_VIOLATION)
+    return parsed
+
+
+def _missing_credentials() -> OpenAIError:
+    return OpenAIError(
+        401,
+        "No credentials: send the xi-api-key header, or 'xi-api-key' in the first message.",
+        code="needs_authorization",
+    )
+
+
+def _bearer(credential: str | None) -> str | None:
+    """A credential as an ``Authorization`` value: as given when it names its scheme, else a bearer token."""
+    if credential is None or not credential.strip():
+        return None
+    credential = credential.strip()
+    return credential if credential.lower().startswith("bearer ") else f"Bearer {credential}"
 
 
 def _query(query: Mapping[str, str]) -> tuple[OutputFormat, int]:

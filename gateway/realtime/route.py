@@ -9,17 +9,15 @@ from typing import TYPE_CHECKING, Any
 from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
 
-from gateway.http.client_address import address_key
-from gateway.http.errors import SERVER_ERROR, OpenAIError
-from gateway.observability.refusals import counted
+from gateway.http.errors import OpenAIError
 from gateway.realtime.dialect import NativeDialect, SpokenDialect
 from gateway.realtime.protocol import ProtocolError, SessionUpdate, parse_client_event
 from gateway.realtime.serving import (
     POLICY_VIOLATION,
-    TRY_AGAIN_LATER,
     SessionRefusedError,
     admit_session,
     authenticated,
+    awaiting_credentials,
     serving,
     tenant_realtime,
 )
@@ -119,24 +117,8 @@ async def _first_message_within_cap(
 ) -> SessionUpdate:
     """The first message, if fewer than ``max_unauthenticated`` sockets wait for theirs, and fewer than
     ``max_unauthenticated_per_address`` from this socket's address (else refused at once)."""
-    waiting = gateway_state(socket.app).awaiting_credentials
-    address = address_key(socket.client.host if socket.client else "unknown")
-    if waiting.total() >= settings.max_unauthenticated or waiting[address] >= settings.max_unauthenticated_per_address:
-        busy = OpenAIError(
-            503,
-            "Too many connections are waiting to authenticate: send the credentials in the Authorization header, "
-            "or retry soon.",
-            type=SERVER_ERROR,
-            code="too_many_connections",
-        )
-        raise SessionRefusedError(counted("connection", busy), TRY_AGAIN_LATER)
-    waiting[address] += 1
-    try:
+    with awaiting_credentials(socket, settings):
         return await _first_message(socket, settings.auth_timeout_s, spoken)
-    finally:
-        waiting[address] -= 1
-        if waiting[address] <= 0:
-            del waiting[address]
 
 
 async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float, spoken: SpokenDialect) -> SessionUpdate:

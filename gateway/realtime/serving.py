@@ -13,7 +13,7 @@ import json
 import logging
 import time
 import uuid
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,12 +21,14 @@ from litestar.exceptions import WebSocketDisconnect
 
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
-from gateway.http.errors import OpenAIError, as_openai_error, error_body
+from gateway.http.client_address import address_key
+from gateway.http.errors import SERVER_ERROR, OpenAIError, as_openai_error, error_body
+from gateway.observability.refusals import counted
 from gateway.realtime.session_errors import SessionDrainedError, SessionIdleError, SessionRevokedError, SlowClientError
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Iterator
     from contextlib import AsyncExitStack
 
     from litestar import WebSocket
@@ -42,6 +44,7 @@ __all__ = [
     "SessionRefusedError",
     "admit_session",
     "authenticated",
+    "awaiting_credentials",
     "serving",
     "tenant_realtime",
 ]
@@ -155,6 +158,35 @@ async def authenticated(socket: WebSocket[Any, Any, Any], authorization: str | N
         raise SessionRefusedError(as_openai_error(exc), TRY_AGAIN_LATER) from None
     except OpenAIError as throttled:  # the address is throttled for refused credentials: 429
         raise SessionRefusedError(throttled, TRY_AGAIN_LATER) from None
+
+
+@contextmanager
+def awaiting_credentials(socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Iterator[None]:
+    """Hold, while the block waits for credentials in the client's first message, one of the places of the accepted
+    sockets that wait for theirs: at most ``max_unauthenticated`` of them, ``max_unauthenticated_per_address`` from one
+    address, so that unauthenticated sockets cannot pile up.
+
+    Raises:
+        SessionRefusedError: no place is free (503 ``too_many_connections``, 1013).
+    """
+    waiting = gateway_state(socket.app).awaiting_credentials
+    address = address_key(socket.client.host if socket.client else "unknown")
+    if waiting.total() >= settings.max_unauthenticated or waiting[address] >= settings.max_unauthenticated_per_address:
+        busy = OpenAIError(
+            503,
+            "Too many connections are waiting to authenticate: send the credentials in the Authorization header, "
+            "or retry soon.",
+            type=SERVER_ERROR,
+            code="too_many_connections",
+        )
+        raise SessionRefusedError(counted("connection", busy), TRY_AGAIN_LATER)
+    waiting[address] += 1
+    try:
+        yield
+    finally:
+        waiting[address] -= 1
+        if waiting[address] <= 0:
+            del waiting[address]
 
 
 async def admit_session(socket: WebSocket[Any, Any, Any], principal: Principal, held: AsyncExitStack) -> None:

@@ -15,15 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
+from elevenlabs import ElevenLabs
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from auth.keys import generate_api_key, hash_api_key
 from harness.gateway_process import GatewayProcess
-from tests.audio_decode import decode_g711
+from tests.audio_decode import decode_audio, decode_g711
+from tests.tls_proxy import TlsProxy
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 SECONDS_PER_CHAR = 0.02
 KEY = generate_api_key()
@@ -52,6 +55,11 @@ def url(gateway: GatewayProcess, query: str = "model_id=eleven_multilingual_v2&o
     return f"{base}/v1/text-to-speech/{VOICE}/multi-stream-input?{query}&auto_mode=true"
 
 
+def single_url(gateway: GatewayProcess, query: str = "model_id=eleven_multilingual_v2&output_format=pcm_24000") -> str:
+    base = gateway.base_url.replace("http://", "ws://")
+    return f"{base}/v1/text-to-speech/{VOICE}/stream-input?{query}"
+
+
 def connect_to(gateway: GatewayProcess, query: str | None = None, key: str = KEY) -> connect:
     target = url(gateway) if query is None else url(gateway, query)
     return connect(target, additional_headers={"xi-api-key": key}, max_size=None)
@@ -71,13 +79,25 @@ async def until_final(socket: ClientConnection, context_id: str, timeout_s: floa
                 return received
 
 
-def audio_of(received: list[dict[str, Any]], context_id: str) -> bytes:
+async def until_closed(socket: ClientConnection, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """Every message until the server closes the socket, which it must do with 1000."""
+    received: list[dict[str, Any]] = []
+    with pytest.raises(ConnectionClosed) as closed:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                received.append(json.loads(await socket.recv()))
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+    return received
+
+
+def audio_of(received: list[dict[str, Any]], context_id: str | None) -> bytes:
+    """The audio of a context (``None``: of ``stream-input``'s messages, which name none)."""
     return b"".join(
         base64.b64decode(m["audio"]) for m in received if m.get("contextId") == context_id and m.get("audio")
     )
 
 
-def chars_of(received: list[dict[str, Any]], context_id: str) -> str:
+def chars_of(received: list[dict[str, Any]], context_id: str | None) -> str:
     return "".join(
         "".join(m["alignment"]["chars"]) for m in received if m.get("contextId") == context_id and m.get("alignment")
     )
@@ -154,6 +174,15 @@ async def test_close_context_cuts_the_speech_short(gateway: GatewayProcess) -> N
         assert chars_of(again, "long") == "Short again."
 
 
+async def test_messages_without_a_context_id_speak_in_the_default_context(gateway: GatewayProcess) -> None:
+    async with connect_to(gateway) as socket:
+        await send(socket, text=" ")
+        await send(socket, text="No context named.", flush=True)
+        await send(socket, context_id="default", close_context=True)
+        received = await until_final(socket, "default")
+    assert chars_of(received, "default") == "No context named."
+
+
 async def test_bad_messages_are_answered_and_the_session_goes_on(gateway: GatewayProcess) -> None:
     async with connect_to(gateway) as socket:
         await socket.send("not json")
@@ -188,10 +217,27 @@ async def test_a_wrong_key_is_refused_at_the_handshake(gateway: GatewayProcess) 
             pass
     assert refused.value.response.status_code == 401
     assert json.loads(refused.value.response.body or b"")["detail"]["status"] == "invalid_api_key"
-    with pytest.raises(InvalidStatus) as missing:
-        async with connect(url(gateway)):
-            pass
-    assert json.loads(missing.value.response.body or b"")["detail"]["status"] == "needs_authorization"
+
+
+async def test_without_a_header_the_credentials_come_in_the_first_message(gateway: GatewayProcess) -> None:
+    """As ElevenLabs takes them: ``xi-api-key`` (or ``authorization``) in the first message, or refused then."""
+    async with connect(url(gateway)) as socket:
+        await send(socket, text=" ", context_id="c")
+        error = json.loads(await asyncio.wait_for(socket.recv(), 5))
+        assert error["error"] == "needs_authorization" and error["code"] == 401
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(socket.recv(), 2)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    async with connect(single_url(gateway)) as socket:
+        await socket.send(json.dumps({"text": " ", "xi-api-key": KEY}))
+        await send(socket, text="Keyed in the message.")
+        await send(socket, text="")
+        received = await until_closed(socket)
+    assert chars_of(received, None) == "Keyed in the message."
+    async with connect(single_url(gateway, "output_format=pcm_16000&authorization=" + KEY)) as socket:
+        await send(socket, text="Keyed in the query.", flush=True)
+        await send(socket, text="")
+        assert chars_of(await until_closed(socket), None) == "Keyed in the query."
 
 
 async def test_an_unknown_voice_or_format_is_refused(gateway: GatewayProcess) -> None:
@@ -240,3 +286,56 @@ async def test_pipecats_own_service_speaks_through_the_gateway(gateway: GatewayP
     assert " ".join(f.text for f in down if isinstance(f, frames.TTSTextFrame)) == text
     assert any(isinstance(f, frames.TTSStoppedFrame) for f in down)
     assert not any(isinstance(f, frames.ErrorFrame) for f in down)
+
+
+async def test_stream_input_speaks_what_was_sent_then_final_then_closes(gateway: GatewayProcess) -> None:
+    """``stream-input``: one context that needs no name; ``{"text": ""}`` ends the input."""
+    async with connect(single_url(gateway), additional_headers={"xi-api-key": KEY}) as socket:
+        opening = {"text": " ", "voice_settings": {"speed": 1.0}, "generation_config": {"chunk_length_schedule": [50]}}
+        await socket.send(json.dumps(opening))
+        for part in ("Hello from the gateway. ", "It speaks ElevenLabs ", "over a socket. "):
+            await send(socket, text=part, try_trigger_generation=True)
+        await send(socket, text="")
+        received = await until_closed(socket)
+    audio = np.frombuffer(audio_of(received, None), dtype="<i2")
+    assert len(audio) / 24000 == pytest.approx(len(TEXT) * SECONDS_PER_CHAR, abs=0.15)
+    assert chars_of(received, None) == TEXT
+    assert all(set(m) == {"audio", "isFinal", "alignment", "normalizedAlignment"} for m in received[:-1])
+    assert received[-1] == {"isFinal": True}
+
+
+async def test_stream_input_in_auto_mode_speaks_each_message_at_once(gateway: GatewayProcess) -> None:
+    """``auto_mode=true``: a message's text is spoken when it comes, its sentence unfinished (without it, the
+    gateway waits for the sentence's end, or a flush)."""
+    query = "model_id=eleven_flash_v2_5&output_format=pcm_24000&auto_mode=true"
+    async with connect(single_url(gateway, query), additional_headers={"xi-api-key": KEY}) as socket:
+        await send(socket, text=" ")
+        await send(socket, text="No full stop yet ")
+        first = json.loads(await asyncio.wait_for(socket.recv(), 5))
+        assert first["audio"]
+        await send(socket, text="")
+        received = [first, *await until_closed(socket)]
+    assert chars_of(received, None) == "No full stop yet"
+
+
+# The SDK reads the close code by websockets' deprecated ConnectionClosed.code.
+@pytest.mark.filterwarnings("ignore:ConnectionClosed.code is deprecated:DeprecationWarning")
+async def test_the_sdks_convert_realtime_speaks_through_tls(
+    gateway: GatewayProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``elevenlabs`` SDK's own ``stream-input`` client: it turns any base URL into ``wss://``, so TLS in front
+    (as an ingress); it reads until the server closes the socket with 1000."""
+    port = int(gateway.base_url.rsplit(":", 1)[1])
+    parts = ["Hello from the SDK, ", "through the gateway."]
+    with TlsProxy(port, tmp_path) as tls:
+        monkeypatch.setenv("SSL_CERT_FILE", str(tls.certificate))  # what the SDK's default TLS context trusts
+        client = ElevenLabs(api_key=KEY, base_url=tls.base_url)
+        chunks = await asyncio.to_thread(
+            lambda: list(
+                client.text_to_speech.convert_realtime(
+                    VOICE, text=iter(parts), model_id="eleven_multilingual_v2", output_format="mp3_44100_128"
+                )
+            )
+        )
+    decoded = decode_audio(b"".join(chunks), "mp3")
+    assert decoded.duration == pytest.approx(len("".join(parts)) * SECONDS_PER_CHAR, abs=0.2)

@@ -28,6 +28,7 @@ from gateway.http.errors import EXCEPTION_HANDLERS, OpenAIError
 from gateway.http.json_depth import json_depth_exceeds, json_depth_middleware
 from gateway.observability.logs import JsonLogFormatter, WebSocketFrameRedactor
 from gateway.realtime.protocol import ProtocolError, parse_client_event
+from gateway.realtime.redaction import QueryTokenRedactor
 from gateway.settings import ServerSettings, Settings
 
 
@@ -106,6 +107,17 @@ def test_websocket_frames_are_logged_without_their_text() -> None:
 @pytest.mark.parametrize("name", ["Authorization", "cookie", "Sec-WebSocket-Protocol", "xi-api-key"])
 def test_handshake_credentials_are_logged_without_their_value(name: str) -> None:
     assert _redacted("< %s: %s", name, "Bearer sk-secret") == f"< {name}: [redacted]"
+
+
+@pytest.mark.parametrize("name", ["token", "authorization", "Authorization"])
+def test_query_credentials_are_logged_without_their_value(name: str) -> None:
+    record = logging.LogRecord(
+        "uvicorn.error", logging.INFO, __file__, 1, '%s - "WebSocket %s" [accepted]', ("127.0.0.1:5", ""), None
+    )
+    record.args = ("127.0.0.1:5", f"/v1/text-to-speech/nova/stream-input?model_id=m&{name}=sk-secret&x=1")
+    QueryTokenRedactor().filter(record)
+    assert "sk-secret" not in record.getMessage()
+    assert f"{name}=[redacted]&x=1" in record.getMessage()
 
 
 def test_other_lines_pass_unchanged() -> None:
