@@ -1,6 +1,8 @@
-"""One way to speak, four transports: ``POST /v1/audio/speech`` (httpx), the stream WebSocket
-``/v1/audio/speech/stream`` (``websockets``), OpenAI's Realtime API on ``/v1/realtime`` (the official SDK) and
-ElevenLabs' ``POST /v1/text-to-speech/{voice_id}/stream`` (the official ``elevenlabs`` SDK).
+"""One way to speak, five transports: ``POST /v1/audio/speech`` (httpx), the stream WebSocket
+``/v1/audio/speech/stream`` (``websockets``), OpenAI's Realtime API on ``/v1/realtime`` (the official SDK),
+ElevenLabs' ``POST /v1/text-to-speech/{voice_id}/stream`` (the official ``elevenlabs`` SDK) and its
+``/v1/text-to-speech/{voice_id}/stream-input`` WebSocket (``websockets``, as the SDK's ``convert_realtime`` speaks it;
+the multi-context socket is the same session).
 
 Each asks a real gateway for 24 kHz PCM and reports what a client of it sees, so that one test can state a rule of the
 speech pipeline once and check it on every transport. A module, not a test module: test modules import from here.
@@ -20,6 +22,7 @@ import openai
 from elevenlabs import AsyncElevenLabs
 from elevenlabs.core.api_error import ApiError
 from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 if TYPE_CHECKING:
     from openai.resources.realtime.realtime import AsyncRealtimeConnection
@@ -58,7 +61,8 @@ class Spoken:
         return len(self.audio) / 48_000
 
     def __repr__(self) -> str:  # what a failed assertion shows: no audio, and the events by type
-        kinds = [event["type"] for event in self.events if not event["type"].endswith("audio.delta")]
+        kinds = [str(event.get("type", sorted(event))) for event in self.events]
+        kinds = [kind for kind in kinds if not kind.endswith("audio.delta")]
         return f"Spoken({self.outcome}, error={self.error}, status={self.status_code}, {self.seconds:.2f} s, {kinds})"
 
 
@@ -254,5 +258,35 @@ class ElevenLabsRest(_Client):
         return Spoken("completed", b"".join(received))
 
 
-TRANSPORTS: tuple[Transport, ...] = (Http(), StreamSocket(), OpenAIRealtime(), ElevenLabsRest())
+class ElevenLabsSocket(_Client):
+    """ElevenLabs' ``stream-input`` WebSocket, asking for ``pcm_24000`` with the key as ``xi-api-key``:
+    ``{"text": " "}``, the text, then ``{"text": ""}`` to end it (the server closes the socket after ``isFinal``);
+    cancelling is hanging up after the first audio, the protocol having no other way."""
+
+    name = "elevenlabs-ws"
+
+    async def _speak(
+        self, gateway: GatewayProcess, key: str, model: str, voice: Voice, text: str, *, cancel: bool
+    ) -> Spoken:
+        voice_id = voice if isinstance(voice, str) else voice["id"]
+        base = gateway.base_url.replace("http://", "ws://")
+        url = f"{base}/v1/text-to-speech/{voice_id}/stream-input?model_id={model}&output_format=pcm_24000"
+        messages: list[dict[str, Any]] = []
+        try:
+            async with connect(url, additional_headers={"xi-api-key": key}) as socket, asyncio.timeout(_TIMEOUT_S):
+                for opening in (" ", text, ""):
+                    await _send(socket, text=opening)
+                async for message in socket:  # until the server closes the socket
+                    messages.append(json.loads(message))
+                    if cancel and messages[-1].get("audio"):
+                        break  # leaving the block hangs up
+        except InvalidStatus as refused:
+            return Spoken("failed", b"", json.loads(refused.response.body or b"")["detail"]["status"])
+        audio = b"".join(base64.b64decode(m["audio"]) for m in messages if m.get("audio"))
+        error = next((str(m["error"]) for m in messages if "error" in m), None)
+        outcome: Outcome = "cancelled" if cancel else "failed" if error is not None else "completed"
+        return Spoken(outcome, audio, error, events=[m for m in messages if "audio" not in m])
+
+
+TRANSPORTS: tuple[Transport, ...] = (Http(), StreamSocket(), OpenAIRealtime(), ElevenLabsRest(), ElevenLabsSocket())
 """Every transport, for ``pytest.mark.parametrize(..., ids=lambda t: t.name)``."""

@@ -1,6 +1,6 @@
 """Every rule of the speech pipeline holds on every transport: ``POST /v1/audio/speech``, the stream WebSocket,
-OpenAI's Realtime API and ElevenLabs' streamed text-to-speech (``tests/transports.py``), against one real gateway and
-the engine node behind it.
+OpenAI's Realtime API, ElevenLabs' streamed text-to-speech and its ``stream-input`` WebSocket
+(``tests/transports.py``), against one real gateway and the engine node behind it.
 
 The gateway is also a front: its ``remote`` engine is the node's ``tones``. Each test makes a tenant of its own
 through the admin API, so that its limits, usage and cache are its alone whatever ran before it.
