@@ -1,7 +1,9 @@
-"""ElevenLabs' text-to-speech WebSocket (``multi-stream-input``), end to end: a real gateway, a ``websockets`` client
-sending what Pipecat's ``ElevenLabsTTSService`` sends (context init ``{"text": " "}``, text, flush, close_context,
-keep-alive), and Pipecat's service itself where it is installed. The audio is the synthetic engine's tone, its length
-the text's (``SECONDS_PER_CHAR`` a character)."""
+"""ElevenLabs' text-to-speech WebSockets (``multi-stream-input`` and ``stream-input``), end to end: a real gateway, a
+``websockets`` client sending what Pipecat's ``ElevenLabsTTSService`` sends (context init ``{"text": " "}``, text,
+flush, close_context, keep-alive), and the voice stacks' own ElevenLabs clients, unchanged but for their base URL:
+the SDK's ``convert_realtime``, Pipecat's ``ElevenLabsTTSService`` and ``ElevenLabsHttpTTSService`` (the REST stream
+with timestamps), LiveKit's ``elevenlabs.TTS``. The audio is the synthetic engine's tone, its length the text's
+(``SECONDS_PER_CHAR`` a character)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import numpy as np
 import pytest
 from elevenlabs import ElevenLabs
@@ -339,3 +342,68 @@ async def test_the_sdks_convert_realtime_speaks_through_tls(
         )
     decoded = decode_audio(b"".join(chunks), "mp3")
     assert decoded.duration == pytest.approx(len("".join(parts)) * SECONDS_PER_CHAR, abs=0.2)
+
+
+async def test_pipecats_http_service_speaks_with_word_times(gateway: GatewayProcess) -> None:
+    """Pipecat 1.14's ``ElevenLabsHttpTTSService(base_url=…)``: ``…/stream/with-timestamps``, one request a sentence;
+    its word frames come from the alignment, their times (``pts``) in order within the audio."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        frames: Any = importlib.import_module("pipecat.frames.frames")
+        elevenlabs: Any = importlib.import_module("pipecat.services.elevenlabs.tts")
+        utils: Any = importlib.import_module("pipecat.tests.utils")
+    text = "Hello from Pipecat. It speaks through the gateway."
+    async with aiohttp.ClientSession() as session:
+        tts = elevenlabs.ElevenLabsHttpTTSService(
+            api_key=KEY,
+            aiohttp_session=session,
+            base_url=gateway.base_url,
+            settings=elevenlabs.ElevenLabsHttpTTSService.Settings(voice=VOICE, model="eleven_multilingual_v2"),
+            sample_rate=24000,
+        )
+        down, _ = await utils.run_test(tts, frames_to_send=[frames.TTSSpeakFrame(text), utils.SleepFrame(1)])
+    audio = b"".join(f.audio for f in down if isinstance(f, frames.TTSAudioRawFrame))
+    seconds = len(audio) / 2 / 24000
+    assert seconds == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.15)
+    words = [f for f in down if isinstance(f, frames.TTSTextFrame)]
+    assert " ".join(f.text for f in words) == text
+    spans = [(f.pts - words[0].pts) / 1e9 for f in words]
+    assert spans == sorted(set(spans)) and seconds / 2 < spans[-1] < seconds  # each word its own time, in the audio
+    assert not any(isinstance(f, frames.ErrorFrame) for f in down)
+
+
+async def test_livekits_tts_synthesizes_and_streams_with_word_times(gateway: GatewayProcess) -> None:
+    """LiveKit Agents 1.8's ``elevenlabs.TTS(base_url=…)``, driven directly (an ``AgentSession`` needs a LiveKit
+    server): ``synthesize()`` is the REST stream, in MP3 that LiveKit decodes with PyAV; ``stream()`` is the
+    ``multi-stream-input`` WebSocket (``auto_mode``, ``sync_alignment``), its frames carrying the words' times."""
+    from livekit.plugins import elevenlabs
+
+    text = "Hello from LiveKit. It speaks through the gateway."
+    async with aiohttp.ClientSession() as session:
+        tts = elevenlabs.TTS(
+            api_key=KEY,
+            base_url=f"{gateway.base_url}/v1",
+            voice_id=VOICE,
+            model="eleven_multilingual_v2",
+            encoding="mp3_44100_128",
+            http_session=session,
+        )
+        try:
+            synthesized = [event.frame async for event in tts.synthesize(text)]
+            stream = tts.stream()
+            stream.push_text(text)
+            stream.end_input()
+            streamed = [event.frame async for event in stream]
+        finally:
+            await tts.aclose()
+    for frames in (synthesized, streamed):
+        assert {frame.sample_rate for frame in frames} == {44100}
+        seconds = sum(frame.samples_per_channel for frame in frames) / 44100
+        assert seconds == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.2)
+    words = [word for frame in streamed for word in frame.userdata.get("lk.timed_transcripts", [])]
+    assert "".join(str(word) for word in words).split() == text.split()
+    # LiveKit keeps each message's times as they come; they restart at zero in every message (what Pipecat's clock
+    # adds up), and each sentence of its auto mode is a message here: its words' starts go up within each sentence.
+    for sentence in (words[:3], words[3:]):
+        starts = [word.start_time for word in sentence]
+        assert starts == sorted(set(starts)) and starts[-1] < seconds
