@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Gateway benchmarks on loopback: overhead, pool efficiency, the naive Flask baseline, time to first byte, ChatTTS
 batching, soak, realtime (flush to first audio on the WebSocket), openai-realtime (OpenAI's Realtime API against the
-HTTP endpoint's first byte).
+HTTP endpoint's first byte); when named, remote and elevenlabs-ws (ElevenLabs' WebSockets against its HTTP stream).
 
     .venv/bin/python bench/run.py                 # all eight, about 19 minutes
     .venv/bin/python bench/run.py overhead        # or one: overhead | pool | baseline (each about 2 minutes),
@@ -9,6 +9,7 @@ HTTP endpoint's first byte).
                                                   # | soak (about 1.5) | realtime (about 4, ChatTTS included)
                                                   # | openai-realtime (about 1.5, ChatTTS on tiny weights included)
     .venv/bin/python bench/run.py remote          # only when named: the remote hop (bench/remote.py), about 5
+    .venv/bin/python bench/run.py elevenlabs-ws   # only when named: ElevenLabs' WebSockets, about 2
 
 Every server binds 127.0.0.1; every run is bounded by a duration and a request count. By default the servers are
 pinned to CPU 1 and the load generator to CPU 0 (``--no-pin`` to let them share both), so ratios compare servers on
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from bench import chattts_batching, plots, wrkcheck
+from bench import elevenlabs_ws as elevenlabs_ws_bench
 from bench import openai_realtime as openai_realtime_bench
 from bench import realtime as realtime_bench
 from bench import remote as remote_bench
@@ -517,6 +519,10 @@ def remote(args: argparse.Namespace) -> None:
     run_module("remote", remote_bench, args)
 
 
+def elevenlabs_ws(args: argparse.Namespace) -> None:
+    run_module("elevenlabs_ws", elevenlabs_ws_bench, args)
+
+
 def run_module(name: str, module: Any, args: argparse.Namespace) -> None:
     """A benchmark module's ``measure``, then its ``plot`` and ``markdown`` under the common report header."""
     report = new_report(args, name)
@@ -529,9 +535,11 @@ def run_module(name: str, module: Any, args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 BENCHMARKS = {"overhead": overhead, "pool": pool, "baseline": baseline, "ttfb": ttfb, "batching": batching,
-              "soak": soak, "realtime": realtime, "openai-realtime": openai_realtime, "remote": remote}  # fmt: skip
-# Run only when named (about 5 minutes): the remote hop (bench/remote.py) is not part of the default eight.
-DEFAULT = [name for name in BENCHMARKS if name != "remote"]
+              "soak": soak, "realtime": realtime, "openai-realtime": openai_realtime, "remote": remote,
+              "elevenlabs-ws": elevenlabs_ws}  # fmt: skip
+# Run only when named: the remote hop (bench/remote.py, about 5 minutes) and ElevenLabs' WebSockets
+# (bench/elevenlabs_ws.py, about 2) are not part of the default eight.
+DEFAULT = [name for name in BENCHMARKS if name not in {"remote", "elevenlabs-ws"}]
 
 
 def wait_quiet(limit: float, timeout_s: float) -> None:
@@ -545,7 +553,9 @@ def wait_quiet(limit: float, timeout_s: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("benchmarks", nargs="*", metavar="|".join(BENCHMARKS), help="default: all but remote")
+    parser.add_argument(
+        "benchmarks", nargs="*", metavar="|".join(BENCHMARKS), help="default: all but remote and elevenlabs-ws"
+    )
     parser.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin servers and client to CPUs")
     parser.add_argument("--wait-quiet", action="store_true", help="wait (≤ 10 min) for a load average below 1.5")
     parser.add_argument("--workers", type=int, default=2, help="engine workers / gunicorn workers (P)")
@@ -645,6 +655,8 @@ def add_openai_realtime_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--openai-rounds", type=int, default=100, help="rounds per side, for each engine")
     g.add_argument("--openai-chattts-assets", type=Path, default=openai_realtime_bench.DEFAULT_TINY_ASSETS,
                    help="tiny ChatTTS assets; generated there when missing")  # fmt: skip
+    g = parser.add_argument_group("elevenlabs-ws (takes the openai-realtime engine options)")
+    g.add_argument("--elevenlabs-rounds", type=int, default=100, help="rounds per side, for each engine")
 
 
 if __name__ == "__main__":
