@@ -312,7 +312,7 @@ async def test_stream_input_speaks_what_was_sent_then_final_then_closes(gateway:
 async def test_stream_input_in_auto_mode_speaks_each_message_at_once(gateway: GatewayProcess) -> None:
     """``auto_mode=true``: a message's text is spoken when it comes, its sentence unfinished (without it, the
     gateway waits for the sentence's end, or a flush)."""
-    query = "model_id=eleven_flash_v2_5&output_format=pcm_24000&auto_mode=true"
+    query = "model_id=eleven_multilingual_v2&output_format=pcm_24000&auto_mode=true"
     async with connect(single_url(gateway, query), additional_headers={"xi-api-key": KEY}) as socket:
         await send(socket, text=" ")
         await send(socket, text="No full stop yet ")
