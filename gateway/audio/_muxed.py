@@ -86,6 +86,7 @@ class MuxedEncoder:
         self._close.atexit = False
         self._stream = _add_audio_stream(self._container, spec, output_rate)
         self._held_samples = spec.held_samples
+        self.drained_s = 0.0
         self._time_base = Fraction(1, output_rate)
         self._samples = 0
         self._stage = TempoResampler(
@@ -99,7 +100,8 @@ class MuxedEncoder:
 
     def drain(self) -> bytes:
         """Emit everything fed so far, keeping the stream open; see ``AudioEncoder.drain``."""
-        return drain_with_silence(self._stage, self.encode, self._held_samples)
+        data, self.drained_s = drain_with_silence(self._stage, self.encode, self._held_samples)
+        return data
 
     def finish(self) -> bytes:
         """Flush codec and muxer; see ``AudioEncoder.finish``."""

@@ -97,6 +97,7 @@ class TempoResampler:
         self._pushed = 0
         self._emitted = 0
         self._odd_byte = b""
+        self.tempo = tempo
         self._graph = _build_graph(input_rate, output_rate, atempo_steps(tempo), sample_format, frame_size)
         self._output_per_input = output_rate / input_rate / tempo
         # atempo's output runs a few milliseconds behind the nominal ratio at the edges.
@@ -173,6 +174,7 @@ class _DrainableStage(Protocol):
     """What :func:`drain_with_silence` reads of a stage."""
 
     input_rate: int
+    tempo: float
     margin_samples: int
 
     @property
@@ -201,6 +203,7 @@ class UnchangedS16:
 
     def __init__(self, rate: int) -> None:
         self.input_rate = rate
+        self.tempo = 1.0
         self.margin_samples = 0
         self._pushed = 0
         self._odd_byte = b""
@@ -244,7 +247,9 @@ def _s16_bytes(frames: Iterable[AudioFrame]) -> bytes:
     return b"".join(frame.to_ndarray().tobytes() for frame in frames)
 
 
-def drain_with_silence(stage: _DrainableStage, encode: Callable[[bytes], bytes], held_samples: int) -> bytes:
+def drain_with_silence(
+    stage: _DrainableStage, encode: Callable[[bytes], bytes], held_samples: int
+) -> tuple[bytes, float]:
     """Push silence through ``encode`` until everything fed to ``stage`` so far has left the encoder.
 
     Ending a stream (``flush``) would do that too, but it closes the stream; this keeps it open, so that audio fed
@@ -256,10 +261,11 @@ def drain_with_silence(stage: _DrainableStage, encode: Callable[[bytes], bytes],
         held_samples: Output samples the codec and container hold back after the stage (their delay).
 
     Returns:
-        The bytes ``encode`` returned on the way.
+        The bytes ``encode`` returned on the way, and the seconds of silence added to the stream's audio (all of it
+        is heard: what did not come out now comes out before the next audio).
     """
     if not stage.pushed_samples:
-        return b""  # nothing to complete; silence now would only delay the stream's first sound
+        return b"", 0.0  # nothing to complete; silence now would only delay the stream's first sound
     target = stage.emitted_samples + stage.pending_samples() + held_samples + stage.margin_samples
     step = bytes(_SAMPLE_BYTES * round(stage.input_rate * _DRAIN_STEP_S))
     out: list[bytes] = []
@@ -267,7 +273,8 @@ def drain_with_silence(stage: _DrainableStage, encode: Callable[[bytes], bytes],
         if stage.emitted_samples >= target:
             break
         out.append(encode(step))
-    return b"".join(out)
+    silence_s = len(out) * len(step) / (_SAMPLE_BYTES * stage.input_rate) / stage.tempo
+    return b"".join(out), silence_s
 
 
 def _build_graph(input_rate: int, output_rate: int, steps: list[float], sample_format: str, frame_size: int) -> Graph:

@@ -90,6 +90,12 @@ class AudioEncoder(Protocol):
         """
         ...
 
+    @property
+    def drained_s(self) -> float:
+        """Seconds of silence the last ``drain`` added to the audio (0 before any): where a stream's time runs
+        ahead of the audio fed (the alignment of the next speech after it)."""
+        ...
+
     def finish(self) -> bytes:
         """Flush everything the encoder holds.
 
@@ -203,12 +209,14 @@ class _PcmEncoder:
     def __init__(self, stage: S16Stage, header: bytes) -> None:
         self._stage = stage
         self._header = header
+        self.drained_s = 0.0
 
     def encode(self, pcm: bytes) -> bytes:
         return self._take_header() + self._stage.push_s16(pcm)
 
     def drain(self) -> bytes:
-        return drain_with_silence(self._stage, self.encode, 0)
+        data, self.drained_s = drain_with_silence(self._stage, self.encode, 0)
+        return data
 
     def finish(self) -> bytes:
         return self._take_header() + self._stage.flush_s16()
@@ -232,12 +240,14 @@ class _Mp3Encoder:
         self._lame.set_quality(_MP3_QUALITY)
         self._lame.silence()
         self._started = False
+        self.drained_s = 0.0
 
     def encode(self, pcm: bytes) -> bytes:
         return self._encode(self._stage.push_s16(pcm))
 
     def drain(self) -> bytes:
-        return drain_with_silence(self._stage, self.encode, self._held_samples if self._started else 0)
+        data, self.drained_s = drain_with_silence(self._stage, self.encode, self._held_samples if self._started else 0)
+        return data
 
     def finish(self) -> bytes:
         tail = self._encode(self._stage.flush_s16())

@@ -102,12 +102,14 @@ class _G711Encoder:
     def __init__(self, stage: S16Stage, table: npt.NDArray[np.uint8]) -> None:
         self._stage = stage
         self._table = table
+        self.drained_s = 0.0
 
     def encode(self, pcm: bytes) -> bytes:
         return self._compand(self._stage.push_s16(pcm))
 
     def drain(self) -> bytes:
-        return drain_with_silence(self._stage, self.encode, 0)
+        data, self.drained_s = drain_with_silence(self._stage, self.encode, 0)
+        return data
 
     def finish(self) -> bytes:
         return self._compand(self._stage.flush_s16())

@@ -113,6 +113,9 @@ class _Context:
     closing: bool = False
     spoken: int = 0
     """Pieces spoken so far (the next one's alignment starts with the space between them)."""
+    gap_s: float = 0.0
+    """The silence the encoder added after the last piece (its drain): the space before the next one lasts that
+    long, so that the alignment's clock stays the audio's."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     encoder: AudioEncoder | None = None
     task: asyncio.Task[None] | None = None
@@ -380,7 +383,7 @@ class ElevenLabsStreamSession:
         encoder = context.encoder
         tag = self._tag(context.id)
         words: list[WordTime] = []
-        lead = context.spoken > 0  # the space between this piece and the one before
+        lead = context.gap_s if context.spoken > 0 else None  # the space between this piece and the one before
         since = 0.0
         seconds = 0.0
         try:
@@ -400,13 +403,14 @@ class ElevenLabsStreamSession:
                     words.extend(chunk.words)
                     run = cursor.advance(words) if chunk.words else None
                     if data or run is not None:
-                        await self._send(_audio_message(tag, data, run, since, lead=lead and run is not None))
+                        await self._send(_audio_message(tag, data, run, since, lead=lead if run else None))
                         if run is not None:
-                            since, lead = run.ends[-1], False
+                            since, lead = run.ends[-1], None
                 run = cursor.advance(words, audio_s=seconds)
                 tail = encoder.drain()
+                context.gap_s = encoder.drained_s
                 if tail or run is not None:
-                    await self._send(_audio_message(tag, tail, run, since, lead=lead and run is not None))
+                    await self._send(_audio_message(tag, tail, run, since, lead=lead if run else None))
         finally:
             context.spoken += 1
             if seconds > 0:
@@ -418,7 +422,7 @@ class ElevenLabsStreamSession:
         if self._contexts.get(context.id) is context:
             del self._contexts[context.id]
         if context.encoder is not None and (tail := context.encoder.finish()):
-            await self._send(_audio_message(self._tag(context.id), tail, None, 0.0, lead=False))
+            await self._send(_audio_message(self._tag(context.id), tail, None, 0.0, lead=None))
         await self._send(json.dumps({"isFinal": True, **self._tag(context.id)}))
         if self._draining and not self._busy():
             self._end(SessionDrainedError())
@@ -499,17 +503,20 @@ def _voice_settings(value: object) -> VoiceSettings:
         raise _invalid(f"Invalid voice_settings: {exc.errors()[0]['msg']}") from None
 
 
-def _audio_message(tag: dict[str, Any], audio: bytes, run: CharacterTimes | None, since_s: float, *, lead: bool) -> str:
+def _audio_message(
+    tag: dict[str, Any], audio: bytes, run: CharacterTimes | None, since_s: float, *, lead: float | None
+) -> str:
     """``AudioOutputMulti`` (``AudioOutput`` without ``tag``): the audio, and the alignment of the characters that
-    became known with it (``lead``: after the space that separates it from the context's previous piece)."""
+    became known with it; ``lead``: after the space that separates them from the context's previous piece, which lasts
+    that many seconds (the silence the encoder put between the two)."""
     alignment: dict[str, Any] | None = None
     if run is not None:
-        alignment = run.stream_input(since_s)
-        if lead:
+        alignment = run.stream_input(since_s - (lead or 0.0))
+        if lead is not None:
             alignment = {
                 "chars": [" ", *alignment["chars"]],
                 "charStartTimesMs": [0, *alignment["charStartTimesMs"]],
-                "charDurationsMs": [0, *alignment["charDurationsMs"]],
+                "charDurationsMs": [round(lead * 1000), *alignment["charDurationsMs"]],
             }
     return json.dumps(
         {

@@ -156,6 +156,24 @@ async def test_ulaw_and_two_contexts(gateway: GatewayProcess) -> None:
         assert chars_of(received, context_id) == text
 
 
+async def test_the_alignment_clock_keeps_to_compressed_audio(gateway: GatewayProcess) -> None:
+    """In MP3 each sentence's end pads the audio with the encoder's delay; the space before the next sentence lasts
+    as long, so that Pipecat's clock (each message's last end added up) stays the audio's. What is left is the tail
+    after the last character (the last drain, the encoder's flush): about 0.18 s here whatever the sentences, where it
+    grew by 0.11 s a sentence before."""
+    sentences = ["One sentence here.", "Another one follows it.", "And a third."]
+    async with connect_to(gateway, "model_id=eleven_multilingual_v2&output_format=mp3_22050_32") as socket:
+        await send(socket, text=" ", context_id="m")
+        for sentence in sentences:
+            await send(socket, text=sentence + " ", context_id="m", flush=True)
+        await send(socket, context_id="m", close_context=True)
+        received = await until_final(socket, "m")
+    alignments = [m["alignment"] for m in received if m.get("alignment")]
+    clock = sum((a["charStartTimesMs"][-1] + a["charDurationsMs"][-1]) / 1000 for a in alignments)
+    assert chars_of(received, "m") == " ".join(sentences)
+    assert 0 <= decode_audio(audio_of(received, "m"), "mp3").duration - clock < 0.25
+
+
 async def test_close_context_cuts_the_speech_short(gateway: GatewayProcess) -> None:
     query = "model_id=eleven_flash_v2_5&output_format=pcm_24000"
     async with connect_to(gateway, query) as socket:

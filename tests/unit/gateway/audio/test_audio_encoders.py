@@ -275,6 +275,21 @@ def test_drain_emits_everything_fed_so_far_and_the_stream_goes_on(
 
 
 @pytest.mark.parametrize("fmt", list(AudioFormat), ids=str)
+def test_drained_s_is_the_silence_a_drain_puts_before_what_follows(fmt: AudioFormat) -> None:
+    """What the ElevenLabs WebSocket's alignment counts between two sentences: the gap heard between two tones."""
+    rate = 22050
+    encoder = open_encoder(fmt, rate)
+    segment = chunks(tone(rate, 0.4), rate, 0.05)
+    data = b"".join(encoder.encode(piece) for piece in segment) + encoder.drain()
+    gap_s = encoder.drained_s
+    data += b"".join(encoder.encode(piece) for piece in segment) + encoder.finish()
+    decoded = decode(fmt, data)
+    loud = np.nonzero(np.abs(decoded.samples) > TONE_PEAK / 32768 / 4)[0]
+    heard_gap_s = float(np.max(np.diff(loud)) - 1) / decoded.sample_rate  # the longest quiet run between the tones
+    assert heard_gap_s == pytest.approx(gap_s, abs=DRAIN_EDGE_S)
+
+
+@pytest.mark.parametrize("fmt", list(AudioFormat), ids=str)
 def test_drain_before_any_audio_adds_nothing(fmt: AudioFormat) -> None:
     encoder = open_encoder(fmt, 24000)
     assert len(encoder.drain()) <= len(wav_header(24000))

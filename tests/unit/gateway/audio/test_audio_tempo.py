@@ -81,10 +81,12 @@ def test_draining_a_pass_through_stage_pushes_exactly_the_codec_delay_in_silence
         return b""
 
     encode(_ramp(1000))
-    assert drain_with_silence(stage, encode, held_samples=300) == b""
+    data, silence_s = drain_with_silence(stage, encode, held_samples=300)
+    assert data == b""
     silence = b"".join(encoded)[2000:]
     assert set(silence) == {0}
     assert 300 <= len(silence) // 2 < 300 + 240  # whole 10 ms steps of silence
+    assert silence_s == len(silence) / 2 / 24000
 
 
 def test_frames_come_in_the_requested_size_and_format() -> None:
