@@ -49,6 +49,13 @@ class TenantLimits(BaseModel):
     session_idle_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """How long the tenant's realtime sessions (every WebSocket dialect) may sit idle, with no client event and
     nothing to speak, before they are closed; read when a session opens. ``None``: ``realtime.idle_timeout_s``."""
+    job_input_characters: int | None = Field(default=None, ge=1)
+    """The longest ``input`` of one of the tenant's speech jobs (``POST /v1/audio/speech/jobs``); longer: 400.
+    ``None``: ``jobs.max_input_chars`` (500,000)."""
+    job_storage_bytes: int | None = Field(default=None, ge=0)
+    """The audio the tenant's speech jobs may keep stored at once (their results until they expire or are deleted);
+    a job is refused (429 ``insufficient_quota``) while the tenant's stored results reach it. ``None``:
+    ``jobs.storage_quota_bytes``."""
 
     @classmethod
     def unlimited(cls) -> TenantLimits:

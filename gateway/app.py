@@ -43,6 +43,7 @@ from gateway.routes.consents import VoiceConsentsController
 from gateway.routes.docs import docs_assets_router, docs_render_plugin
 from gateway.routes.engine_node import EngineNodeController
 from gateway.routes.health import HealthController
+from gateway.routes.jobs import jobs_router
 from gateway.routes.playground import playground_handlers
 from gateway.routes.speech import EngineNodeSpeechController, SpeechController
 from gateway.routes.usage import UsageController
@@ -106,6 +107,7 @@ def create_app(
     return Litestar(
         route_handlers=[
             EngineNodeSpeechController if engine_node else SpeechController,
+            *([jobs_router(settings.jobs)] if settings.jobs.enabled and not engine_node else []),
             *([EngineNodeController] if engine_node else []),  # voice samples from the front: nodes only
             *([] if engine_node else [elevenlabs_router(websockets=settings.realtime.enabled)]),  # front gateways only
             ModelsController,

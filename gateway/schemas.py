@@ -11,6 +11,7 @@ from gateway.audio.formats import AudioFormat
 
 __all__ = [
     "MAX_INPUT_CHARS",
+    "MAX_JOB_INPUT_CHARS",
     "CustomVoice",
     "EndpointReadiness",
     "EngineNodeSpeechRequest",
@@ -21,6 +22,11 @@ __all__ = [
     "ModelList",
     "ModelObject",
     "Readiness",
+    "SpeechJobCreate",
+    "SpeechJobDeleted",
+    "SpeechJobList",
+    "SpeechJobObject",
+    "SpeechJobProgress",
     "SpeechRequest",
     "SpeechUsage",
     "TenantUsage",
@@ -284,3 +290,56 @@ class Readiness(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     """What an operator should fix about Redis memory without the gateway being unready: an eviction policy that may
     evict API keys, tenants, voices and usage, and each episode of refused writes with what the store does meanwhile."""
+
+
+MAX_JOB_INPUT_CHARS = 5_000_000
+"""The longest ``input`` any speech job may have (``jobs.max_input_chars`` and tenants' caps stay below it)."""
+
+JobMetadata = dict[
+    Annotated[str, StringConstraints(min_length=1, max_length=64)], Annotated[str, StringConstraints(max_length=512)]
+]
+
+
+class SpeechJobCreate(SpeechRequest):
+    """``POST /v1/audio/speech/jobs``: the speech body, with an ``input`` up to the tenant's job cap (500,000
+    characters unless configured otherwise), and OpenAI-style ``metadata``. Formats: mp3, aac, wav, pcm."""
+
+    input: Annotated[str, Field(max_length=MAX_JOB_INPUT_CHARS)]
+    """The text to speak; at most the tenant's job cap (``limits.job_input_characters``, else
+    ``jobs.max_input_chars``)."""
+    metadata: Annotated[JobMetadata | None, Field(max_length=16)] = None
+    """Up to 16 key-value pairs of your own, kept with the job (keys up to 64 characters, values up to 512)."""
+
+
+class SpeechJobProgress(BaseModel):
+    characters_done: int
+    characters_total: int
+    audio_seconds: float
+
+
+class SpeechJobObject(BaseModel):
+    """A speech job: its status, how far it got, and when its audio expires."""
+
+    id: str
+    object: Literal["audio.speech.job"] = "audio.speech.job"
+    status: Literal["queued", "running", "completed", "failed", "cancelled", "expired"]
+    progress: SpeechJobProgress
+    model: str
+    response_format: str
+    created_at: int
+    completed_at: int | None
+    """When it completed, failed or was cancelled."""
+    expires_at: int | None
+    """When its audio is deleted (set once it ended)."""
+    error: str | None
+    metadata: JobMetadata | None = None
+
+
+SpeechJobList = ListPage[SpeechJobObject]
+"""A page of speech jobs, oldest first."""
+
+
+class SpeechJobDeleted(BaseModel):
+    id: str
+    object: Literal["audio.speech.job.deleted"] = "audio.speech.job.deleted"
+    deleted: bool = True

@@ -21,6 +21,10 @@ from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocatio
 from auth.usage import MemoryUsageLedger, RedisUsageLedger, UsageLedger
 from gateway.http.auth.credential_throttle import AdminThrottle, CredentialThrottle
 from gateway.http.auth.service_token import ServiceTokenAuthenticator
+from gateway.jobs.dispatch import JobDispatch, LocalDispatch, QueueDispatch
+from gateway.jobs.runner import JobRunner
+from gateway.jobs.service import SpeechJobs
+from gateway.jobs.store import JobStore, MemoryJobStore, RedisJobStore
 from gateway.legacy import move_legacy_layout
 from gateway.realtime.registry import SessionRegistry
 from gateway.speech.admission import Admission
@@ -108,8 +112,10 @@ async def open_state(
         usage,
         metrics,
         max_segment_chars=settings.speech.max_segment_chars,
+        job_priority=settings.jobs.priority,
     )
     stack.push_async_callback(speech.background.close)
+    jobs = _speech_jobs(settings, redis, speech, store, stack)
     storage = StorageProbe(
         redis,
         required=settings.limits.fail_mode == "closed",
@@ -129,6 +135,7 @@ async def open_state(
         consents=consents,
         pronunciation=pronunciation,
         speech=speech,
+        jobs=jobs,
         storage=storage,
         revocations=revocations,
         sessions=sessions,
@@ -149,6 +156,27 @@ def _pronunciation(settings: Settings, redis: RedisClient | None) -> Pronunciati
         caps=RuleCaps(max_rules=caps.max_rules_per_dictionary),
         max_file_bytes=caps.max_file_bytes,
     )
+
+
+def _speech_jobs(
+    settings: Settings, redis: RedisClient | None, speech: SpeechService, tenants: AuthStore, stack: AsyncExitStack
+) -> SpeechJobs | None:
+    """Speech jobs in Redis, queued for whichever replica runs them; without Redis, this process's own (not
+    durable). Their dispatch stops before the speech service: the jobs it runs go back to the queue."""
+    config = settings.jobs
+    if not config.enabled or settings.server.profile == "engine":
+        return None
+    store: JobStore = RedisJobStore(redis, config.ttl_s) if redis is not None else MemoryJobStore(config.ttl_s)
+    runner = JobRunner(store, speech, tenants, segment_attempts=config.segment_attempts)
+    dispatch: JobDispatch
+    if redis is not None:
+        queued = QueueDispatch(redis, runner, config)
+        queued.start()
+        dispatch = queued
+    else:
+        dispatch = LocalDispatch(runner, config.concurrency)
+    stack.push_async_callback(dispatch.close)
+    return SpeechJobs(store, dispatch, speech, config)
 
 
 def _start_decoders(settings: Settings, stack: AsyncExitStack) -> DecoderProcesses:

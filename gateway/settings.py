@@ -37,6 +37,7 @@ __all__ = [
     "AliasSettings",
     "CacheSettings",
     "FailoverSettings",
+    "JobsSettings",
     "PronunciationSettings",
     "ReadinessSettings",
     "RealtimeSettings",
@@ -181,6 +182,45 @@ class SpeechSettings(BaseModel):
     cut at a clause or word), one engine job each, one after the other: between two segments the engine's slot goes
     back to its scheduler, so a long input holds it for one segment at a time while other requests wait. The audio
     still streams as one. 4096 (the longest input) turns segmenting off."""
+
+
+class JobsSettings(BaseModel):
+    """Speech jobs (``POST /v1/audio/speech/jobs``, ``docs/jobs.md``): long inputs spoken in the background, segment by
+    segment, their progress committed per segment so that another replica resumes a job whose replica died."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    """Serve the jobs routes (a front gateway only; an engine node never does)."""
+    run: bool = True
+    """This replica runs jobs (takes them from the queue). ``false``: it accepts jobs and serves their progress and
+    audio, and another deployment of the gateway with ``run: true`` speaks them (Helm: ``jobs.runner: dedicated``).
+    Without ``redis_url`` every replica runs its own jobs, whatever this says."""
+    concurrency: int = Field(default=2, ge=1, le=256)
+    """Jobs one replica speaks at once (each one segment at a time)."""
+    max_input_chars: int = Field(default=500_000, ge=1, le=5_000_000)
+    """The longest ``input`` of a job, unless the tenant's ``limits.job_input_characters`` says otherwise."""
+    storage_quota_bytes: int = Field(default=2 * 1024**3, ge=0)
+    """The audio one tenant's jobs may keep stored at once, unless the tenant's ``limits.job_storage_bytes`` says
+    otherwise: a new job is refused (429) while the tenant's stored results reach it."""
+    max_jobs_per_tenant: int = Field(default=1000, ge=1, le=100_000)
+    """Jobs (of any status, until they expire or are deleted) one tenant may hold; one more gets 429."""
+    ttl_s: int = Field(default=24 * 3600, ge=1)
+    """How long a job's audio is kept after it ended (and how long a job may take: its first segments expire after
+    this long). Its record says ``expired`` for as long again, then the job is gone (404)."""
+    priority: Literal["high", "normal", "low"] | None = "low"
+    """The engines' priority class of job segments (``engines/scheduling``): ``low`` lets every interactive request,
+    the same tenant's included, go first. ``None``: the tenant's own class (``scheduling.priority``), where its jobs
+    and its interactive requests take turns fairly."""
+    heartbeat_s: int = Field(default=10, ge=1)
+    """A running job's replica proves it is alive at least this often; a job without a sign for this long is taken
+    over by another replica, from its last committed segment."""
+    sweep_s: int = Field(default=5, ge=1)
+    """How often one of the replicas looks for jobs whose replica died."""
+    poll_s: float = Field(default=0.25, gt=0, le=5)
+    """How often a reader following a job (its audio or its events) looks for new segments."""
+    segment_attempts: int = Field(default=3, ge=1, le=10)
+    """Tries of one segment that failed (an engine error) before the job fails."""
 
 
 class RealtimeSettings(BaseModel):
@@ -387,6 +427,7 @@ class Settings(BaseSettings):
     cache: CacheSettings = Field(default_factory=CacheSettings)
     speech: SpeechSettings = Field(default_factory=SpeechSettings)
     realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
+    jobs: JobsSettings = Field(default_factory=JobsSettings)
     voices: VoicesSettings = Field(default_factory=VoicesSettings)
     pronunciation: PronunciationSettings = Field(default_factory=PronunciationSettings)
     uploads: UploadSettings = Field(default_factory=UploadSettings)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from auth.revocations import RevocationBus
     from auth.usage import UsageLedger
     from gateway.http.auth.credential_throttle import AdminThrottle, CredentialThrottle
+    from gateway.jobs.service import SpeechJobs
     from gateway.realtime.registry import SessionRegistry
     from gateway.settings import Settings
     from gateway.speech.consents import ConsentStore
@@ -62,6 +63,8 @@ class GatewayState:
     pronunciation: PronunciationDictionaries
     """Tenants' pronunciation dictionaries (their store, caps and compiled lexicons)."""
     speech: SpeechService
+    jobs: SpeechJobs | None
+    """Speech jobs (``gateway/jobs/``); ``None`` where they are off (``jobs.enabled``, an engine node)."""
     storage: StorageProbe
     """Whether the shared Redis answers, for ``/readyz``."""
     revocations: RevocationBus

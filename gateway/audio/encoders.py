@@ -175,7 +175,7 @@ def _check_rate(codec: Codec, rate: int, rates: frozenset[int] | set[int]) -> No
         raise ValueError(msg)
 
 
-def wav_header(sample_rate: int) -> bytes:
+def wav_header(sample_rate: int, data_bytes: int | None = None) -> bytes:
     """Return the 44-byte header of a streamed mono 16-bit PCM WAV file.
 
     Both sizes are 0xFFFFFFFF, which decoders read as "until the end of the data"; a size of 0 would read as
@@ -183,6 +183,7 @@ def wav_header(sample_rate: int) -> bytes:
 
     Args:
         sample_rate: Samples per second.
+        data_bytes: The size of the data when it is known (a file written whole); ``None``: streamed.
 
     Returns:
         The RIFF/WAVE header, ``fmt `` chunk and ``data`` chunk header.
@@ -199,8 +200,10 @@ def wav_header(sample_rate: int) -> bytes:
         channels * sample_bytes,
         8 * sample_bytes,
     )
-    riff = struct.pack("<4sI4s", b"RIFF", _STREAMED_SIZE, b"WAVE")
-    return riff + fmt_chunk + struct.pack("<4sI", b"data", _STREAMED_SIZE)
+    data_size = _STREAMED_SIZE if data_bytes is None else data_bytes
+    riff_size = _STREAMED_SIZE if data_bytes is None else 4 + len(fmt_chunk) + 8 + data_bytes
+    riff = struct.pack("<4sI4s", b"RIFF", riff_size, b"WAVE")
+    return riff + fmt_chunk + struct.pack("<4sI", b"data", data_size)
 
 
 class _PcmEncoder:

@@ -110,8 +110,11 @@ _ERROR_DESCRIPTIONS = {
     403: "The tenant may not use this model, or the token names an unknown tenant.",
     404: "Unknown model, voice, tenant or key.",
     405: "Method not allowed on this route.",
+    409: "Not in this state: a speech job that failed or was cancelled has no audio.",
+    410: "The resource has expired (a speech job's audio after its TTL).",
     413: "Request body over the size limit.",
     415: "The body is not application/json.",
+    416: "The Range lies beyond the end of the file.",
     429: "Over a tenant limit; see Retry-After and the x-ratelimit-* headers.",
     503: "Overloaded, not ready, engine failure before the first byte, or a backend unreachable; see Retry-After.",
 }

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import functools
 import json
 import logging
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from auth.usage import UsageLedger
     from engines.backend import EngineBackend, PcmStream
     from engines.base import SynthesisRequest
+    from engines.scheduling import Priority
     from engines.timing import TimestampsKind
     from gateway.http.request_record import RequestRecord
     from gateway.observability.metrics import SpeechMetrics
@@ -254,6 +256,7 @@ class SpeechService:
         metrics: SpeechMetrics,
         *,
         max_segment_chars: int = SpeechSettings().max_segment_chars,
+        job_priority: Priority | None = "low",
     ) -> None:
         self.planner = planner
         self.admission = admission
@@ -265,6 +268,8 @@ class SpeechService:
         self.failover = Failover(planner.router, metrics.retries)
         self.max_segment_chars = max_segment_chars
         """A longer text is spoken in segments, a job each (``speech.max_segment_chars``)."""
+        self.job_priority = job_priority
+        """The engines' priority class of a speech job's segments (``jobs.priority``; ``None``: the tenant's own)."""
         self.background = BackgroundTasks("the speech service")
         """The releases of replies abandoned before they were sent (closing an exit stack twice is harmless: after a
         normal end the finalizer finds nothing left to release)."""
@@ -279,6 +284,7 @@ class SpeechService:
         markup: Markup = Markup.PLAIN,
         script: Script | None = None,
         dictionaries: Sequence[tuple[str, str | None]] | None = None,
+        of_job: bool = False,
     ) -> SpeechReply:
         """Start serving ``request`` for ``principal``: the one way every transport speaks (the HTTP endpoint, each
         realtime session's segments and responses). Returns once the first audio bytes exist; the caller owns the
@@ -293,6 +299,8 @@ class SpeechService:
                 ``request.input``, which then only counts its characters.
             dictionaries: The pronunciation dictionaries the request names (``(id, version id or None)`` each);
                 ``None``: the tenant's defaults. Timestamps name the caller's characters all the same.
+            of_job: The request is a segment of a speech job (``gateway/jobs/``), admitted and counted in usage once
+                for the whole job: neither happens here, and its engine jobs wait in the jobs' priority class.
 
         Raises:
             OpenAIError: a model the tenant may not use (403), unknown model (404) or voice (400), a pronunciation
@@ -309,13 +317,16 @@ class SpeechService:
         key = self._cache_key(plan, tenant)
         finish = AsyncExitStack()
         try:
-            # Admission (limits and stream lease: one script) and the cache lookup travel together: one round trip
-            # to Redis before the first byte of a cache hit. A refused request's lookup is simply not used.
-            admitted = self.admission.admit(
-                tenant, len(request.input), count_request=not in_session, hold_stream=None if in_session else finish
-            )
-            limits, cached = await asyncio.gather(admitted, self.cache.get(key))
-            reply = await self._start(plan, key, cached, finish, record, tenant)
+            if of_job:
+                limits, cached = None, await self.cache.get(key)
+            else:
+                # Admission (limits and stream lease: one script) and the cache lookup travel together: one round
+                # trip to Redis before the first byte of a cache hit. A refused request's lookup is simply not used.
+                admitted = self.admission.admit(
+                    tenant, len(request.input), count_request=not in_session, hold_stream=None if in_session else finish
+                )
+                limits, cached = await asyncio.gather(admitted, self.cache.get(key))
+            reply = await self._start(plan, key, cached, finish, record, tenant, of_job=of_job)
         except BaseException:
             await finish.aclose()
             raise
@@ -360,6 +371,8 @@ class SpeechService:
         finish: AsyncExitStack,
         record: RequestRecord,
         tenant: Tenant,
+        *,
+        of_job: bool,
     ) -> SpeechReply:
         request, pool = plan.request, plan.pool
         reply = self._hit(request, plan.text, pool.name, cached, finish) if cached is not None else None
@@ -367,9 +380,11 @@ class SpeechService:
             self.metrics.cache.labels("hit").inc()
         else:
             self.metrics.cache.labels("miss").inc()
-            reply = await self._miss(key, plan, finish, tenant)
-        # Usage counts requests that were served (a stream cut short included), not ones that failed to start.
-        finish.callback(self._account_reply, request, reply.outcome, record, tenant, reply.cache_hit)
+            reply = await self._miss(key, plan, finish, tenant, self._share(tenant, of_job=of_job))
+        # Usage counts requests that were served (a stream cut short included), not ones that failed to start; a
+        # job's segments count once, with the job (``gateway/jobs/runner.py``).
+        if not of_job:
+            finish.callback(self._account_reply, request, reply.outcome, record, tenant, reply.cache_hit)
         reply.on_cut = functools.partial(self._cut, reply, record)
         record.engine, record.cache = reply.engine, "hit" if reply.cache_hit else "miss"
         record.ttfb_ms = round((time.perf_counter() - record.started) * 1000, 2)
@@ -407,11 +422,20 @@ class SpeechService:
             tasks=self.background, alignment=alignment,
         )  # fmt: skip
 
-    async def _miss(self, key: str, plan: SpeechPlan, finish: AsyncExitStack, tenant: Tenant) -> SpeechReply:
+    def _share(self, tenant: Tenant, *, of_job: bool) -> TenantShare:
+        """The tenant's share of a busy engine; a job's segments wait in the jobs' class (``jobs.priority``)."""
+        share = tenant_share(tenant)
+        if of_job and self.job_priority is not None:
+            return dataclasses.replace(share, priority=self.job_priority)
+        return share
+
+    async def _miss(
+        self, key: str, plan: SpeechPlan, finish: AsyncExitStack, tenant: Tenant, share: TenantShare
+    ) -> SpeechReply:
         outcome = self._outcomes.setdefault(key, _Outcome(plan.pool.name, key))
         chunks = self.flights.stream(
             key,
-            lambda: self._produce(key, plan, outcome, tenant),
+            lambda: self._produce(key, plan, outcome, tenant, share),
             on_complete=lambda produced: self._store(outcome, produced),
         )
         finish.push_async_callback(chunks.aclose)  # our share of a single flight ends with this response
@@ -422,11 +446,11 @@ class SpeechService:
         )  # fmt: skip
 
     async def _produce(
-        self, key: str, plan: SpeechPlan, outcome: _Outcome, tenant: Tenant
+        self, key: str, plan: SpeechPlan, outcome: _Outcome, tenant: Tenant, share: TenantShare
     ) -> AsyncIterator[SpeechChunk]:
         started = time.perf_counter()
         try:
-            async with self._failover_stream(plan, tenant) as pcm:
+            async with self._failover_stream(plan, tenant, share) as pcm:
                 self._settle(outcome, pcm, tenant)  # before the first bytes go: x-engine and x-retries say it
                 tempo = pcm.plan.tempo
                 encoder = open_encoder(plan.request.response_format, pcm.sample_rate, tempo)
@@ -453,17 +477,22 @@ class SpeechService:
             outcome.engine = spoken.plan.pool.name
             outcome.cache_key = self._cache_key(spoken.plan, tenant)
 
-    def _failover_stream(self, plan: SpeechPlan, tenant: Tenant) -> AbstractAsyncContextManager[SpokenStream]:
+    def _failover_stream(
+        self, plan: SpeechPlan, tenant: Tenant, share: TenantShare
+    ) -> AbstractAsyncContextManager[SpokenStream]:
         """The stream of the first engine of ``plan``'s model that produces audio for it, tried through
         :meth:`_engine_stream` (``gateway/speech/failover.py``)."""
         continuing = _continues_a_stream(plan.request)
-        return self.failover.open_stream(plan, lambda tried: self._engine_stream(tried, tenant, continuing=continuing))
+        return self.failover.open_stream(
+            plan, lambda tried: self._engine_stream(tried, tenant, share, continuing=continuing)
+        )
 
     @asynccontextmanager
     async def _engine_stream(
         self,
         plan: SpeechPlan,
         tenant: Tenant,
+        share: TenantShare,
         *,
         continuing: bool = False,
     ) -> AsyncIterator[PcmStream]:
@@ -477,7 +506,7 @@ class SpeechService:
         else:
             texts = split_text(synthesis.text, self.max_segment_chars)
             if len(texts) == 1:  # the common case: one job, nothing in between
-                async with self._job_stream(pool, synthesis, tenant, continuing=continuing) as pcm:
+                async with self._job_stream(pool, synthesis, tenant, share, continuing=continuing) as pcm:
                     yield pcm
                 return
             segments = None
@@ -485,7 +514,7 @@ class SpeechService:
         whole_continues = continuing
 
         def open_job(segment: SynthesisRequest, *, continuing: bool = False) -> AbstractAsyncContextManager[PcmStream]:
-            return self._job_stream(pool, segment, tenant, continuing=continuing or whole_continues)
+            return self._job_stream(pool, segment, tenant, share, continuing=continuing or whole_continues)
 
         stream = (
             SegmentedStream(segments, open_job, offsets) if segments is not None
@@ -500,6 +529,7 @@ class SpeechService:
         pool: EngineBackend,
         synthesis: SynthesisRequest,
         tenant: Tenant,
+        share: TenantShare,
         *,
         continuing: bool = False,
     ) -> AsyncIterator[PcmStream]:
@@ -509,7 +539,7 @@ class SpeechService:
             started = time.perf_counter()
             try:
                 pcm = await stack.enter_async_context(
-                    pool.open_stream(synthesis, tenant=tenant.name, share=tenant_share(tenant), continuing=continuing)
+                    pool.open_stream(synthesis, tenant=tenant.name, share=share, continuing=continuing)
                 )
             finally:
                 self.metrics.queue_wait.labels(pool.name, tenant.name).observe(time.perf_counter() - started)
@@ -549,6 +579,11 @@ class SpeechService:
     ) -> None:
         record.audio_seconds = round(outcome.clock.seconds, 3)
         self._account(tenant, len(request.input), outcome.clock.seconds, cache_hit=hit)
+
+    def account_job(self, tenant: Tenant, characters: int, audio_seconds: float) -> None:
+        """Record a completed speech job in the tenant's usage and the metrics: once, as one request with all of its
+        characters and audio (its segments, spoken ``of_job``, were not counted)."""
+        self._account(tenant, characters, audio_seconds, cache_hit=False)
 
     def _account(self, tenant: Tenant, characters: int, audio_seconds: float, *, cache_hit: bool) -> None:
         """Record one served request (or a session's segment or response) in the tenant's usage (written in the

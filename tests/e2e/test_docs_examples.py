@@ -166,7 +166,8 @@ def test_the_custom_voice_examples_run(tmp_path: Path, served: list[subprocess.P
 
 
 @pytest.mark.parametrize(
-    "document", ["README.md", "docs/realtime.md", "docs/elevenlabs.md", "docs/ssml.md", "docs/pronunciation.md"]
+    "document",
+    ["README.md", "docs/realtime.md", "docs/elevenlabs.md", "docs/ssml.md", "docs/pronunciation.md", "docs/jobs.md"],
 )
 def test_the_examples_against_a_served_gateway_run(
     document: str,

@@ -1,0 +1,108 @@
+"""Speaking one job: its segments in order, each through the one speech operation (:meth:`SpeechService.speak`), each
+committed to the store before the next starts.
+
+Whoever runs a job (a queue worker on any replica, or this process's tasks without Redis) calls :meth:`JobRunner.run`;
+a job taken over after its replica died runs again from its first segment not committed. A commit refused means the
+job was cancelled or deleted meanwhile (or another runner holds it): the run stops there.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from auth import ANONYMOUS, Principal
+from engines.base import InvalidSynthesisRequestError
+from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from gateway.http.errors import OpenAIError, ResponseTruncatedError
+from gateway.http.request_record import RequestRecord
+from gateway.jobs.records import SEGMENT_FORMATS, JobRecord
+from gateway.jobs.store import SpokenSegment
+from gateway.schemas import SpeechRequest
+
+if TYPE_CHECKING:
+    from auth import AuthStore, Tenant
+    from gateway.jobs.store import JobStore
+    from gateway.speech.service import SpeechService
+
+__all__ = ["JOBS_PATH", "JobRunner"]
+
+logger = logging.getLogger("tts_gateway.jobs")
+
+JOBS_PATH = "/v1/audio/speech/jobs"
+# What makes one try of a segment fail without ending the job at once: the engine could not serve it then.
+_RETRIED = (SynthesisFailedError, EngineNotReadyError, EngineOverloadedError, ResponseTruncatedError)
+
+
+class _JobFailedError(Exception):
+    """The job cannot go on: its message is the job's ``error``."""
+
+
+class JobRunner:
+    """Speaks jobs of the store through the speech service, counting each in its tenant's usage once it completed."""
+
+    def __init__(self, store: JobStore, speech: SpeechService, tenants: AuthStore, *, segment_attempts: int) -> None:
+        self.store = store
+        self._speech = speech
+        self._tenants = tenants
+        self._attempts = segment_attempts
+
+    async def run(self, tenant_name: str, job_id: str) -> None:
+        """Speak the job from its first segment not committed to its end (or until it is cancelled or deleted)."""
+        record = await self.store.start(tenant_name, job_id)
+        if record is None:
+            return  # cancelled or deleted while it waited, or ended by a runner that was thought dead
+        try:
+            tenant = await self._tenant(tenant_name)
+            if await self._speak_all(Principal(tenant, "job"), record):
+                await self._complete(tenant, job_id)
+        except _JobFailedError as exc:
+            logger.warning("speech job failed", extra={"record": {"job_id": job_id, "tenant": tenant_name}})
+            await self.store.finish(tenant_name, job_id, "failed", str(exc))
+
+    async def _tenant(self, name: str) -> Tenant:
+        if name == ANONYMOUS.name:
+            return ANONYMOUS
+        tenant = await self._tenants.get_tenant(name)
+        if tenant is None:
+            raise _JobFailedError("The job's tenant no longer exists.")
+        return tenant
+
+    async def _speak_all(self, principal: Principal, record: JobRecord) -> bool:
+        """Every segment not committed yet; ``False`` when a commit was refused (the job is no longer this run's)."""
+        segments = await self.store.segments(record.tenant, record.id)
+        for index in range(record.segments_done, len(segments)):
+            text = segments[index]
+            audio, seconds = await self._segment(principal, record, text)
+            spoken = SpokenSegment(audio, len(text), round(seconds * 1000))
+            if not await self.store.commit(record.tenant, record.id, index, spoken):
+                return False
+        return True
+
+    async def _segment(self, principal: Principal, record: JobRecord, text: str) -> tuple[bytes, float]:
+        """One segment's audio in the job's stored format, and its seconds; tried up to ``segment_attempts`` times."""
+        request = SpeechRequest.model_validate(
+            {**record.request, "input": text, "response_format": SEGMENT_FORMATS[record.response_format]}
+        )
+        for attempt in range(1, self._attempts + 1):
+            try:
+                return await self._speak(principal, request, record.id)
+            except _RETRIED as exc:
+                if attempt == self._attempts:
+                    raise _JobFailedError(f"A segment could not be spoken: {exc}") from exc
+            except (OpenAIError, InvalidSynthesisRequestError) as exc:  # a voice deleted, a model no longer allowed
+                raise _JobFailedError(str(exc)) from exc
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _speak(self, principal: Principal, request: SpeechRequest, job_id: str) -> tuple[bytes, float]:
+        record = RequestRecord(job_id, "JOB", JOBS_PATH)
+        async with await self._speech.speak(principal, request, record, of_job=True) as reply:
+            audio = reply.whole if reply.whole is not None else b"".join([part async for part in reply.audio()])
+            return audio, reply.outcome.clock.seconds
+
+    async def _complete(self, tenant: Tenant, job_id: str) -> None:
+        if not await self.store.finish(tenant.name, job_id, "completed"):
+            return
+        record = await self.store.get(tenant.name, job_id)
+        if record is not None:  # counted once, when it completed: its characters and all of its audio
+            self._speech.account_job(tenant, record.characters_total, record.audio_ms / 1000)

@@ -1,0 +1,167 @@
+"""Speech jobs as their routes use them: create one (checked, admitted, stored, queued), read, list, cancel, delete.
+
+A job is admitted as one request of its tenant (``requests_per_minute``) when it is created; its characters are
+bounded by the tenant's job cap rather than by the per-minute character budget (which a book would exceed at once),
+and its usage is recorded once, when it completes (``gateway/jobs/runner.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_404_NOT_FOUND, HTTP_429_TOO_MANY_REQUESTS
+
+from gateway.http.errors import OpenAIError
+from gateway.jobs.records import ACTIVE, SEGMENT_FORMATS, JobRecord, now_s
+from gateway.schemas import SpeechJobObject, SpeechJobProgress, SpeechRequest
+from gateway.speech.segments import split_text
+from storage import sortable_id
+
+if TYPE_CHECKING:
+    from auth import Principal, Tenant
+    from gateway.jobs.dispatch import JobDispatch
+    from gateway.jobs.store import JobStore
+    from gateway.schemas import SpeechJobCreate
+    from gateway.settings import JobsSettings
+    from gateway.speech.service import SpeechService
+    from storage import Page
+
+__all__ = ["SpeechJobs", "shown"]
+
+_NOT_IN_RECORD = frozenset({"input", "metadata", "stream_format"})
+
+
+class SpeechJobs:
+    """The jobs of every tenant of this gateway, whichever replica speaks them."""
+
+    def __init__(self, store: JobStore, dispatch: JobDispatch, speech: SpeechService, settings: JobsSettings) -> None:
+        self.store = store
+        self.dispatch = dispatch
+        self.settings = settings
+        self._speech = speech
+
+    async def create(self, principal: Principal, body: SpeechJobCreate) -> JobRecord:
+        """Check, admit, store and queue a new job.
+
+        Raises:
+            OpenAIError: a body the jobs do not take (400), a model or voice the tenant may not use (403/404/400),
+                too many jobs or too much stored audio (429).
+            RateLimitExceededError: over the tenant's requests per minute (429).
+        """
+        tenant = principal.tenant
+        self._check(tenant, body)
+        segments = split_text(body.input, self._speech.max_segment_chars)
+        request = body.model_dump(mode="json", exclude=set(_NOT_IN_RECORD))
+        await self._speech.check(principal, SpeechRequest.model_validate({**request, "input": segments[0]}))
+        await self._speech.admission.admit(tenant, 0)  # one request of the tenant's, whatever its length
+        record = JobRecord(
+            id=sortable_id("job_"),
+            tenant=tenant.name,
+            request=request,
+            characters_total=len(body.input),
+            segments_total=len(segments),
+            created_at=int(now_s()),
+            metadata=body.metadata,
+        )
+        refusal = await self.store.create(
+            record, segments, quota_bytes=self.quota_bytes(tenant), max_jobs=self.settings.max_jobs_per_tenant
+        )
+        if refusal is not None:
+            raise _refused(refusal.reason, refusal.held, self.quota_bytes(tenant), self.settings.max_jobs_per_tenant)
+        await self.dispatch.submit(tenant.name, record.id)
+        return record
+
+    def max_input_chars(self, tenant: Tenant) -> int:
+        return tenant.limits.job_input_characters or self.settings.max_input_chars
+
+    def quota_bytes(self, tenant: Tenant) -> int:
+        stored = tenant.limits.job_storage_bytes
+        return self.settings.storage_quota_bytes if stored is None else stored
+
+    def _check(self, tenant: Tenant, body: SpeechJobCreate) -> None:
+        if body.stream_format != "audio":
+            raise OpenAIError(
+                HTTP_400_BAD_REQUEST,
+                "A job's audio is fetched from its content; follow its progress at its events.",
+                param="stream_format",
+                code="unsupported_value",
+            )
+        if body.response_format not in SEGMENT_FORMATS:
+            raise OpenAIError(
+                HTTP_400_BAD_REQUEST,
+                f"Jobs are spoken in {', '.join(SEGMENT_FORMATS)}; not in {body.response_format}.",
+                param="response_format",
+                code="unsupported_value",
+            )
+        cap = self.max_input_chars(tenant)
+        if len(body.input) > cap:
+            raise OpenAIError(
+                HTTP_400_BAD_REQUEST,
+                f"input holds {len(body.input)} characters; a job of your tenant may hold at most {cap}.",
+                param="input",
+                code="string_above_max_length",
+            )
+
+    async def get(self, tenant: str, job_id: str) -> JobRecord:
+        """The tenant's job (another tenant's is not found either).
+
+        Raises:
+            OpenAIError: no such job (404).
+        """
+        record = await self.store.get(tenant, job_id)
+        if record is None:
+            raise _not_found(job_id)
+        return record
+
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[JobRecord]:
+        return await self.store.page(tenant, after=after, limit=limit)
+
+    async def cancel_or_delete(self, tenant: str, job_id: str) -> JobRecord | None:
+        """Cancel the job if it is queued or running (its engine work stops now) and return it; else delete it and
+        its audio and return ``None``.
+
+        Raises:
+            OpenAIError: no such job (404).
+        """
+        record = await self.get(tenant, job_id)
+        if record.status in ACTIVE and await self.store.finish(tenant, job_id, "cancelled"):
+            await self.dispatch.cancel(tenant, job_id)
+            return await self.get(tenant, job_id)
+        if not await self.store.delete(tenant, job_id):
+            raise _not_found(job_id)
+        return None
+
+
+def shown(record: JobRecord) -> SpeechJobObject:
+    """The job as the API shows it."""
+    return SpeechJobObject(
+        id=record.id,
+        status=record.shown_status(now_s()),
+        progress=SpeechJobProgress(
+            characters_done=record.characters_done,
+            characters_total=record.characters_total,
+            audio_seconds=round(record.audio_ms / 1000, 3),
+        ),
+        model=record.request["model"],
+        response_format=record.request["response_format"],
+        created_at=record.created_at,
+        completed_at=record.completed_at,
+        expires_at=record.expires_at,
+        error=record.error,
+        metadata=record.metadata,
+    )
+
+
+def _not_found(job_id: str) -> OpenAIError:
+    return OpenAIError(HTTP_404_NOT_FOUND, f"Speech job '{job_id}' was not found.", param="job_id", code="not_found")
+
+
+def _refused(reason: str, held: int, quota_bytes: int, max_jobs: int) -> OpenAIError:
+    if reason == "too_many_jobs":
+        message = f"Your tenant holds {held} jobs, the most it may; delete finished ones or wait for them to expire."
+    else:
+        message = (
+            f"Your tenant's jobs keep {held} bytes of audio, at or above its quota of {quota_bytes}; delete finished "
+            "jobs or wait for them to expire."
+        )
+    return OpenAIError(HTTP_429_TOO_MANY_REQUESTS, message, type="insufficient_quota", code=f"job_{reason}")

@@ -1,0 +1,395 @@
+"""Where speech jobs live: their records, segments and committed audio, in this process's memory or in Redis.
+
+The one rule that keeps a job whole across replicas is in :meth:`JobStore.commit`: a segment's audio is taken only
+when it is the next one the job is missing and the job still runs, in one atomic step. A replica that resumes a job
+starts from ``segments_done``; a replica that was thought dead and wakes up finds its segment taken or the job over,
+and stops. No segment is missing (each is committed before the next starts) or doubled (a second commit of the same
+index is refused).
+
+Expiry: a job's audio lives ``ttl_s`` after the job ended; its record says ``expired`` for as long again, then it is
+gone. In Redis every key expires by itself (no sweeper needed); a running job's keys are renewed at each commit.
+In Redis a tenant's jobs share one hash slot (``{tenant}`` in every key): on a Redis Cluster each script keeps to one
+slot, and a tenant's stored audio sits on one node (bounded by its quota).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from gateway.jobs.records import ACTIVE, JobRecord, JobStatus, now_s
+from storage import Page
+
+if TYPE_CHECKING:
+    from storage import RedisClient
+
+__all__ = ["JobStore", "MemoryJobStore", "RedisJobStore", "Refusal", "SpokenSegment"]
+
+
+@dataclass(frozen=True, slots=True)
+class SpokenSegment:
+    """One segment's stored audio, and what it adds to the job's progress."""
+
+    audio: bytes
+    characters: int
+    audio_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a new job was not stored: the tenant holds ``max_jobs`` jobs, or its stored audio reached its quota."""
+
+    reason: str
+    """``too_many_jobs`` or ``storage_quota``."""
+    held: int
+
+
+class JobStore(Protocol):
+    """The jobs of every tenant; each method is scoped to one tenant (another tenant's job is "not there")."""
+
+    ttl_s: int
+
+    async def create(
+        self, record: JobRecord, segments: list[str], *, quota_bytes: int, max_jobs: int
+    ) -> Refusal | None:
+        """Store a new job, unless the tenant's jobs or stored audio reach their caps (checked first, not atomically
+        with the write: two creations at the same instant may both pass)."""
+        ...
+
+    async def get(self, tenant: str, job_id: str) -> JobRecord | None: ...
+
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[JobRecord]:
+        """Up to ``limit`` of the tenant's jobs whose id sorts after ``after``, oldest first."""
+        ...
+
+    async def segments(self, tenant: str, job_id: str) -> list[str]:
+        """The texts of the job's segments, in order (empty once it ended)."""
+        ...
+
+    async def start(self, tenant: str, job_id: str) -> JobRecord | None:
+        """Mark a queued (or resumed) job running; ``None`` when it is gone or over."""
+        ...
+
+    async def commit(self, tenant: str, job_id: str, index: int, spoken: SpokenSegment) -> bool:
+        """Add segment ``index``'s audio, if the job runs and ``index`` is its next segment; ``False`` otherwise."""
+        ...
+
+    async def sizes(self, tenant: str, job_id: str) -> list[int]:
+        """The stored bytes of each committed segment, in order."""
+        ...
+
+    async def chunk(self, tenant: str, job_id: str, index: int) -> bytes | None:
+        """Segment ``index``'s audio; ``None`` when it is not (or no longer) there."""
+        ...
+
+    async def finish(self, tenant: str, job_id: str, status: JobStatus, error: str | None = None) -> bool:
+        """End an active job as ``status`` (completed, failed, cancelled); ``False`` when it was not active. A job that
+        did not complete gives its stored audio up."""
+        ...
+
+    async def delete(self, tenant: str, job_id: str) -> bool:
+        """Forget the job and its audio; ``False`` when there was none."""
+        ...
+
+
+def _ended(record: JobRecord, status: JobStatus, error: str | None, ttl_s: int) -> JobRecord:
+    now = now_s()
+    kept = status == "completed"
+    return replace(
+        record,
+        status=status,
+        error=error,
+        completed_at=int(now),
+        expires_at=int(now) + ttl_s,
+        stored_bytes=record.stored_bytes if kept else 0,
+        characters_done=record.characters_total if kept else record.characters_done,
+    )
+
+
+class MemoryJobStore:
+    """The jobs of one process (without ``redis_url``): lost when it stops; expired ones are dropped as they are met."""
+
+    def __init__(self, ttl_s: int) -> None:
+        self.ttl_s = ttl_s
+        self._records: dict[str, dict[str, JobRecord]] = {}
+        self._segments: dict[tuple[str, str], list[str]] = {}
+        self._audio: dict[tuple[str, str], list[bytes]] = {}
+
+    async def create(
+        self, record: JobRecord, segments: list[str], *, quota_bytes: int, max_jobs: int
+    ) -> Refusal | None:
+        jobs = self._live(record.tenant)
+        if len(jobs) >= max_jobs:
+            return Refusal("too_many_jobs", len(jobs))
+        held = sum(job.stored_bytes for job in jobs.values())
+        if held >= quota_bytes:
+            return Refusal("storage_quota", held)
+        jobs[record.id] = record
+        self._segments[record.tenant, record.id] = segments
+        self._audio[record.tenant, record.id] = []
+        return None
+
+    async def get(self, tenant: str, job_id: str) -> JobRecord | None:
+        return self._live(tenant).get(job_id)
+
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[JobRecord]:
+        jobs = sorted((job for job in self._live(tenant).values() if after is None or job.id > after), key=_by_id)
+        return Page.of(jobs[: limit + 1], limit)
+
+    async def segments(self, tenant: str, job_id: str) -> list[str]:
+        return self._segments.get((tenant, job_id), [])
+
+    async def start(self, tenant: str, job_id: str) -> JobRecord | None:
+        record = await self.get(tenant, job_id)
+        if record is None or record.status not in ACTIVE:
+            return None
+        record = self._records[tenant][job_id] = replace(record, status="running")
+        return record
+
+    async def commit(self, tenant: str, job_id: str, index: int, spoken: SpokenSegment) -> bool:
+        record = await self.get(tenant, job_id)
+        if record is None or record.status != "running" or record.segments_done != index:
+            return False
+        self._audio[tenant, job_id].append(spoken.audio)
+        self._records[tenant][job_id] = replace(
+            record,
+            segments_done=index + 1,
+            characters_done=record.characters_done + spoken.characters,
+            audio_ms=record.audio_ms + spoken.audio_ms,
+            stored_bytes=record.stored_bytes + len(spoken.audio),
+        )
+        return True
+
+    async def sizes(self, tenant: str, job_id: str) -> list[int]:
+        return [len(audio) for audio in self._audio.get((tenant, job_id), [])]
+
+    async def chunk(self, tenant: str, job_id: str, index: int) -> bytes | None:
+        audio = self._audio.get((tenant, job_id), [])
+        return audio[index] if index < len(audio) else None
+
+    async def finish(self, tenant: str, job_id: str, status: JobStatus, error: str | None = None) -> bool:
+        record = await self.get(tenant, job_id)
+        if record is None or record.status not in ACTIVE:
+            return False
+        self._records[tenant][job_id] = _ended(record, status, error, self.ttl_s)
+        self._segments.pop((tenant, job_id), None)
+        if status != "completed":
+            self._audio.pop((tenant, job_id), None)
+        return True
+
+    async def delete(self, tenant: str, job_id: str) -> bool:
+        self._segments.pop((tenant, job_id), None)
+        self._audio.pop((tenant, job_id), None)
+        return self._records.get(tenant, {}).pop(job_id, None) is not None
+
+    def _live(self, tenant: str) -> dict[str, JobRecord]:
+        """The tenant's jobs, those past both their TTLs dropped (their audio at the first TTL)."""
+        jobs = self._records.setdefault(tenant, {})
+        now = now_s()
+        for job in list(jobs.values()):
+            if job.expires_at is None:
+                continue
+            if now >= job.expires_at + self.ttl_s:
+                del jobs[job.id]
+            if now >= job.expires_at:
+                self._audio.pop((tenant, job.id), None)
+        return jobs
+
+
+def _by_id(record: JobRecord) -> str:
+    return record.id
+
+
+# Takes segment ARGV[1]'s audio if the job runs and misses exactly that segment. KEYS: record, the segment's audio,
+# sizes, segments. ARGV: index, audio, characters, audio ms, TTL of the job's keys while it runs. Returns 1 or 0.
+_COMMIT_LUA = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+if tonumber(redis.call('HGET', KEYS[1], 'done')) ~= tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[5])
+redis.call('RPUSH', KEYS[3], string.len(ARGV[2]))
+redis.call('HINCRBY', KEYS[1], 'done', 1)
+redis.call('HINCRBY', KEYS[1], 'chars', ARGV[3])
+redis.call('HINCRBY', KEYS[1], 'audio_ms', ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'bytes', string.len(ARGV[2]))
+for i = 1, 4 do if i ~= 2 then redis.call('EXPIRE', KEYS[i], ARGV[5]) end end
+return 1
+"""
+# Marks an active job ARGV[1] (running), or ends it. KEYS: record, segments, sizes. ARGV: status, error, ended at,
+# expires at, TTL of the record, TTL of the sizes. Returns 1, or 0 when the job is gone or over. A completed job has
+# spoken all of its characters (its segments' lengths leave out the whitespace between them).
+_MOVE_LUA = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= 'queued' and status ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[1])
+if ARGV[1] == 'running' then return 1 end
+redis.call('HSET', KEYS[1], 'error', ARGV[2], 'completed_at', ARGV[3], 'expires_at', ARGV[4])
+if ARGV[1] == 'completed' then
+  redis.call('HSET', KEYS[1], 'chars', cjson.decode(redis.call('HGET', KEYS[1], 'meta'))['characters_total'])
+else
+  redis.call('HSET', KEYS[1], 'bytes', 0)
+end
+redis.call('DEL', KEYS[2])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('EXPIRE', KEYS[3], ARGV[6])
+return 1
+"""
+_FIELDS = ("meta", "status", "done", "chars", "audio_ms", "bytes", "completed_at", "expires_at", "error")
+
+
+class RedisJobStore:
+    """Jobs shared by every replica. Per tenant (one hash slot): an index of job ids (a sorted set, by id), and per
+    job a hash (its record), its segments' texts (JSON, until it ends), the sizes of its committed segments (a list)
+    and one string per segment's audio."""
+
+    def __init__(self, client: RedisClient, ttl_s: int, prefix: str = "tts:jobs:") -> None:
+        self._client = client
+        self.ttl_s = ttl_s
+        self._prefix = prefix
+        self._commit = client.register_script(_COMMIT_LUA)
+        self._move = client.register_script(_MOVE_LUA)
+
+    def _key(self, tenant: str, *parts: str) -> str:
+        return ":".join((f"{self._prefix}{{{tenant}}}", *parts))
+
+    def _job_keys(self, tenant: str, job_id: str) -> tuple[str, str, str]:
+        """The record, the segments' texts and the sizes of one job."""
+        return self._key(tenant, "job", job_id), self._key(tenant, "texts", job_id), self._key(tenant, "sizes", job_id)
+
+    def _audio_key(self, tenant: str, job_id: str, index: int) -> str:
+        return self._key(tenant, "audio", job_id, str(index))
+
+    async def create(
+        self, record: JobRecord, segments: list[str], *, quota_bytes: int, max_jobs: int
+    ) -> Refusal | None:
+        tenant = record.tenant
+        held_jobs, held_bytes = await self._holdings(tenant)
+        if held_jobs >= max_jobs:
+            return Refusal("too_many_jobs", held_jobs)
+        if held_bytes >= quota_bytes:
+            return Refusal("storage_quota", held_bytes)
+        job, texts, _ = self._job_keys(tenant, record.id)
+        running_ttl = 2 * self.ttl_s
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.hset(job, mapping=_fields(record))  # type: ignore[arg-type]  # redis-py's Mapping is invariant
+            pipe.expire(job, running_ttl)
+            pipe.set(texts, json.dumps(segments), ex=running_ttl)
+            pipe.zadd(self._key(tenant, "index"), {record.id: 0})
+            pipe.expire(self._key(tenant, "index"), 3 * self.ttl_s)  # renewed by every new job; pruned as it is read
+            await pipe.execute()
+        return None
+
+    async def _holdings(self, tenant: str) -> tuple[int, int]:
+        """The tenant's jobs and their stored bytes; ids whose records expired leave the index."""
+        ids = _texts(await self._client.zrange(self._key(tenant, "index"), 0, -1))
+        async with self._client.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hget(self._key(tenant, "job", job_id), "bytes")
+            stored = await pipe.execute()
+        gone = [job_id for job_id, size in zip(ids, stored, strict=True) if size is None]
+        if gone:
+            await self._client.zrem(self._key(tenant, "index"), *gone)
+        return len(ids) - len(gone), sum(int(size) for size in stored if size is not None)
+
+    async def get(self, tenant: str, job_id: str) -> JobRecord | None:
+        values = await self._client.hmget(self._key(tenant, "job", job_id), list(_FIELDS))
+        return _record(cast("list[bytes | None]", values))
+
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[JobRecord]:
+        index = self._key(tenant, "index")
+        records: list[JobRecord] = []
+        lower = f"({after}" if after else "-"
+        while len(records) <= limit:  # records that expired meanwhile are skipped (and leave the index)
+            ids = _texts(await self._client.zrange(index, lower, "+", bylex=True, offset=0, num=limit + 1))
+            if not ids:
+                break
+            async with self._client.pipeline(transaction=False) as pipe:
+                for job_id in ids:
+                    pipe.hmget(self._key(tenant, "job", job_id), list(_FIELDS))
+                found = [_record(values) for values in await pipe.execute()]
+            if gone := [job_id for job_id, record in zip(ids, found, strict=True) if record is None]:
+                await self._client.zrem(index, *gone)
+            records.extend(record for record in found if record is not None)
+            lower = f"({ids[-1]}"
+        return Page.of(records[: limit + 1], limit)
+
+    async def segments(self, tenant: str, job_id: str) -> list[str]:
+        raw = await self._client.get(self._key(tenant, "texts", job_id))
+        return list(json.loads(raw)) if raw is not None else []
+
+    async def start(self, tenant: str, job_id: str) -> JobRecord | None:
+        keys = self._job_keys(tenant, job_id)
+        if not await self._move(keys=list(keys), args=["running", "", 0, 0, 0, 0]):
+            return None
+        return await self.get(tenant, job_id)
+
+    async def commit(self, tenant: str, job_id: str, index: int, spoken: SpokenSegment) -> bool:
+        job, texts, sizes = self._job_keys(tenant, job_id)
+        keys = [job, self._audio_key(tenant, job_id, index), sizes, texts]
+        args: list[bytes | int] = [index, spoken.audio, spoken.characters, spoken.audio_ms, 2 * self.ttl_s]
+        return bool(await self._commit(keys=keys, args=args))
+
+    async def sizes(self, tenant: str, job_id: str) -> list[int]:
+        return [int(size) for size in await self._client.lrange(self._key(tenant, "sizes", job_id), 0, -1)]
+
+    async def chunk(self, tenant: str, job_id: str, index: int) -> bytes | None:
+        return cast("bytes | None", await self._client.get(self._audio_key(tenant, job_id, index)))
+
+    async def finish(self, tenant: str, job_id: str, status: JobStatus, error: str | None = None) -> bool:
+        now = int(now_s())
+        keys = list(self._job_keys(tenant, job_id))
+        args: list[str | int] = [status, error or "", now, now + self.ttl_s, 2 * self.ttl_s, self.ttl_s]
+        if not await self._move(keys=keys, args=args):
+            return False
+        done = int(await self._client.hget(keys[0], "done") or 0)
+        async with self._client.pipeline(transaction=False) as pipe:
+            for index in range(done):
+                audio = self._audio_key(tenant, job_id, index)
+                pipe.expire(audio, self.ttl_s) if status == "completed" else pipe.delete(audio)
+            await pipe.execute()
+        return True
+
+    async def delete(self, tenant: str, job_id: str) -> bool:
+        job, texts, sizes = self._job_keys(tenant, job_id)
+        done = int(await self._client.hget(job, "done") or 0)
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.delete(job)
+            pipe.delete(texts, sizes, *(self._audio_key(tenant, job_id, i) for i in range(done + 1)))
+            pipe.zrem(self._key(tenant, "index"), job_id)
+            deleted, *_ = await pipe.execute()
+        return bool(deleted)
+
+
+def _fields(record: JobRecord) -> dict[str, str | int]:
+    meta = {
+        key: value
+        for key, value in asdict(record).items()
+        if key in {"id", "tenant", "request", "characters_total", "segments_total", "created_at", "metadata"}
+    }
+    return {"meta": json.dumps(meta), "status": record.status, "done": 0, "chars": 0, "audio_ms": 0, "bytes": 0}
+
+
+def _record(values: list[bytes | None]) -> JobRecord | None:
+    meta, status, done, chars, audio_ms, stored, completed_at, expires_at, error = values
+    if meta is None or status is None:
+        return None
+    return JobRecord(
+        **json.loads(meta),
+        status=status.decode(),  # type: ignore[arg-type]  # written by this module only
+        segments_done=int(done or 0),
+        characters_done=int(chars or 0),
+        audio_ms=int(audio_ms or 0),
+        stored_bytes=int(stored or 0),
+        completed_at=_int_or_none(completed_at),
+        expires_at=_int_or_none(expires_at),
+        error=error.decode() if error else None,
+    )
+
+
+def _texts(raw: Any) -> list[str]:
+    """Members as read (bytes: the client does not decode, ``storage/redis.py``)."""
+    return [member.decode() for member in raw]
+
+
+def _int_or_none(value: bytes | None) -> int | None:
+    return int(value) if value else None

@@ -1,0 +1,204 @@
+"""``/v1/audio/speech/jobs``: long inputs spoken in the background (``docs/jobs.md``, ``gateway/jobs/``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Annotated, Any
+
+from litestar import Controller, Request, Response, Router, delete, get, post
+from litestar.params import FromPath, JSONBody, Parameter
+from litestar.response import ServerSentEvent, Stream
+from litestar.response.sse import ServerSentEventMessage
+from litestar.status_codes import (
+    HTTP_200_OK,
+    HTTP_202_ACCEPTED,
+    HTTP_206_PARTIAL_CONTENT,
+    HTTP_409_CONFLICT,
+    HTTP_410_GONE,
+    HTTP_416_REQUESTED_RANGE_NOT_SATISFIABLE,
+)
+
+from gateway.audio.formats import CONTENT_TYPES
+from gateway.http.auth.dependencies import Caller
+from gateway.http.errors import OpenAIError, error_responses
+from gateway.jobs.content import RangeNotSatisfiableError, complete_file, file_header, follow, requested_range
+from gateway.jobs.records import ACTIVE, TERMINAL, JobRecord, now_s
+from gateway.jobs.service import shown
+from gateway.routes.speech import require_json
+from gateway.schemas import (
+    SpeechJobCreate,
+    SpeechJobDeleted,
+    SpeechJobList,
+    SpeechJobObject,
+)
+from gateway.state import gateway_state
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from gateway.jobs.service import SpeechJobs
+    from gateway.settings import JobsSettings
+
+__all__ = ["SpeechJobsController", "jobs_router"]
+
+_JOB_ID = Annotated[str, Parameter(max_length=128)]
+
+
+def jobs_router(settings: JobsSettings) -> Router:
+    """The routes, taking bodies as long as the longest ``input`` a job may have (JSON may spell a character in up to
+    six bytes) rather than the server's ``max_body_bytes``."""
+    return Router(
+        path="/",
+        route_handlers=[SpeechJobsController],
+        request_max_body_size=settings.max_input_chars * 6 + 64 * 1024,
+    )
+
+
+def _jobs(request: Request[Any, Any, Any]) -> SpeechJobs:
+    jobs = gateway_state(request.app).jobs
+    assert jobs is not None  # the routes exist only where jobs are enabled
+    return jobs
+
+
+class SpeechJobsController(Controller):
+    path = "/v1/audio/speech/jobs"
+    tags = ["Audio"]  # noqa: RUF012 - Litestar's declared type
+
+    @post(
+        status_code=HTTP_202_ACCEPTED,
+        operation_id="createSpeechJob",
+        before_request=require_json,
+        summary="Speak a long input in the background (up to 500,000 characters unless configured otherwise).",
+        description="Counts as one request against your tenant's `requests_per_minute`; formats mp3, aac, wav, pcm.",
+        responses=error_responses(400, 401, 403, 404, 413, 415, 429, 503),
+    )
+    async def create_job(
+        self, request: Request[Any, Any, Any], data: JSONBody[SpeechJobCreate], principal: Caller
+    ) -> SpeechJobObject:
+        return shown(await _jobs(request).create(principal, data))
+
+    @get(
+        operation_id="listSpeechJobs",
+        summary="Your speech jobs, oldest first, a page at a time.",
+        responses=error_responses(400, 401, 503),
+    )
+    async def list_jobs(
+        self,
+        request: Request[Any, Any, Any],
+        principal: Caller,
+        after: Annotated[str | None, Parameter(description="Start after this job id.", max_length=128)] = None,
+        limit: Annotated[int, Parameter(description="Jobs per page.", ge=1, le=100)] = 20,
+    ) -> SpeechJobList:
+        page = await _jobs(request).page(principal.tenant.name, after=after, limit=limit)
+        data = [shown(record) for record in page.data]
+        first, last = (data[0].id, data[-1].id) if data else (None, None)
+        return SpeechJobList(data=data, first_id=first, last_id=last, has_more=page.has_more)
+
+    @get(
+        "/{job_id:str}",
+        operation_id="retrieveSpeechJob",
+        summary="One of your speech jobs: its status and progress.",
+        responses=error_responses(401, 404, 503),
+    )
+    async def retrieve_job(
+        self, request: Request[Any, Any, Any], job_id: FromPath[_JOB_ID], principal: Caller
+    ) -> SpeechJobObject:
+        return shown(await _jobs(request).get(principal.tenant.name, job_id))
+
+    @delete(
+        "/{job_id:str}",
+        status_code=HTTP_200_OK,
+        operation_id="deleteSpeechJob",
+        summary="Cancel a queued or running job (its engine work stops at once), or delete an ended one and its audio.",
+        responses=error_responses(401, 404, 503),
+    )
+    async def delete_job(
+        self, request: Request[Any, Any, Any], job_id: FromPath[_JOB_ID], principal: Caller
+    ) -> SpeechJobObject | SpeechJobDeleted:
+        cancelled = await _jobs(request).cancel_or_delete(principal.tenant.name, job_id)
+        return shown(cancelled) if cancelled is not None else SpeechJobDeleted(id=job_id)
+
+    @get(
+        "/{job_id:str}/content",
+        operation_id="retrieveSpeechJobContent",
+        summary="The job's audio as one file; while it runs, what is done streams and the response follows it.",
+        description="A completed job honours a single `Range` (206); a job under way streams from the start.",
+        responses=error_responses(401, 404, 409, 410, 416, 503),
+    )
+    async def job_content(
+        self, request: Request[Any, Any, Any], job_id: FromPath[_JOB_ID], principal: Caller
+    ) -> Response[Any]:
+        jobs = _jobs(request)
+        record = await jobs.get(principal.tenant.name, job_id)
+        _check_content(record)
+        media_type = CONTENT_TYPES[record.response_format]
+        if record.status in ACTIVE:
+            audio = follow(jobs.store, record, jobs.settings.poll_s)
+            return Stream(audio, media_type=media_type, headers={"x-job-status": record.status})
+        return await _complete_file(jobs, record, request.headers.get("range"), media_type)
+
+    @get(
+        "/{job_id:str}/events",
+        operation_id="retrieveSpeechJobEvents",
+        summary="The job's progress as server-sent events, to its end.",
+        description="`audio.speech.job.progress` events with the job object whenever it advanced, then one "
+        "`audio.speech.job.completed`, `.failed`, `.cancelled` or `.expired`.",
+        responses=error_responses(401, 404, 503),
+    )
+    async def job_events(
+        self, request: Request[Any, Any, Any], job_id: FromPath[_JOB_ID], principal: Caller
+    ) -> ServerSentEvent:
+        jobs = _jobs(request)
+        record = await jobs.get(principal.tenant.name, job_id)
+        return ServerSentEvent(_events(jobs, record))
+
+
+def _check_content(record: JobRecord) -> None:
+    status = record.shown_status(now_s())
+    if status == "expired":
+        raise OpenAIError(HTTP_410_GONE, f"The audio of job '{record.id}' has expired.", code="job_expired")
+    if status in TERMINAL and status != "completed":
+        raise OpenAIError(
+            HTTP_409_CONFLICT, f"Job '{record.id}' {status}: it has no audio.", param="job_id", code=f"job_{status}"
+        )
+
+
+async def _complete_file(
+    jobs: SpeechJobs, record: JobRecord, range_header: str | None, media_type: str
+) -> Response[Any]:
+    sizes = await jobs.store.sizes(record.tenant, record.id)
+    total = len(file_header(record.response_format, 0)) + sum(sizes)
+    try:
+        wanted = requested_range(range_header, total)
+    except RangeNotSatisfiableError:
+        raise OpenAIError(
+            HTTP_416_REQUESTED_RANGE_NOT_SATISFIABLE,
+            f"The range lies beyond the {total} bytes of the job's audio.",
+            param="range",
+            code="range_not_satisfiable",
+            headers={"content-range": f"bytes */{total}"},
+        ) from None
+    headers = {"accept-ranges": "bytes", "x-job-status": record.status}
+    body = complete_file(jobs.store, record, sizes, wanted)
+    if wanted is None:
+        return Stream(body, media_type=media_type, headers={**headers, "content-length": str(total)})
+    headers |= {"content-length": str(wanted.length), "content-range": f"bytes {wanted.first}-{wanted.last}/{total}"}
+    return Stream(body, media_type=media_type, headers=headers, status_code=HTTP_206_PARTIAL_CONTENT)
+
+
+async def _events(jobs: SpeechJobs, record: JobRecord | None) -> AsyncIterator[ServerSentEventMessage]:
+    """The job whenever it changed, polled every ``jobs.poll_s``, until it ended (or vanished)."""
+    last: str | None = None
+    while record is not None:
+        job = shown(record)
+        ended = job.status not in ACTIVE
+        kind = job.status if ended else "progress"
+        data = job.model_dump_json()
+        if data != last or ended:
+            yield ServerSentEventMessage(data=json.dumps({"type": f"audio.speech.job.{kind}", "job": json.loads(data)}))
+            last = data
+        if ended:
+            return
+        await asyncio.sleep(jobs.settings.poll_s)
+        record = await jobs.store.get(record.tenant, record.id)

@@ -1,0 +1,145 @@
+"""Job stores, one contract for both (in memory, and a real redis-server): a segment is committed once and in order
+(a second runner's commit of it is refused), a cancelled job takes no more, audio comes back byte for byte, results
+expire after their TTL and the record a TTL later, quotas refuse, pages follow their cursor, tenants stay apart."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+from redis.asyncio import Redis
+
+from gateway.jobs.records import JobRecord, now_s
+from gateway.jobs.store import JobStore, MemoryJobStore, RedisJobStore, SpokenSegment
+from storage import sortable_id
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+EVERY_BYTE = bytes(range(256)) * 16
+TTL_S = 1
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[JobStore]:
+    if request.param == "memory":
+        yield MemoryJobStore(TTL_S)
+        return
+    client = Redis.from_url(request.getfixturevalue("redis_url"))
+    yield RedisJobStore(client, TTL_S)
+    await client.aclose()
+
+
+async def create(store: JobStore, tenant: str = "acme", segments: int = 3, quota: int = 10**9) -> str | None:
+    record = JobRecord(
+        id=sortable_id("job_"),
+        tenant=tenant,
+        request={"model": "tts-1", "voice": "alloy", "response_format": "mp3"},
+        characters_total=10 * segments + segments - 1,
+        segments_total=segments,
+        created_at=int(now_s()),
+    )
+    refusal = await store.create(record, [f"segment {i:2d}" for i in range(segments)], quota_bytes=quota, max_jobs=3)
+    return record.id if refusal is None else None
+
+
+def spoken(index: int) -> SpokenSegment:
+    return SpokenSegment(EVERY_BYTE + bytes([index]), 10, 500)
+
+
+async def test_segments_are_committed_once_and_in_order(store: JobStore) -> None:
+    job = await create(store)
+    assert job is not None
+    assert await store.segments("acme", job) == ["segment  0", "segment  1", "segment  2"]
+    assert not await store.commit("acme", job, 0, spoken(0))  # queued: nobody runs it yet
+    assert await store.start("acme", job) is not None
+    assert await store.commit("acme", job, 0, spoken(0))
+    # Two runners of the same job (one was thought dead): only one commit of segment 1 is taken, none skips ahead.
+    results = await asyncio.gather(store.commit("acme", job, 1, spoken(1)), store.commit("acme", job, 1, spoken(1)))
+    assert sorted(results) == [False, True]
+    assert not await store.commit("acme", job, 0, spoken(0))
+    assert not await store.commit("acme", job, 3, spoken(3))
+    assert await store.commit("acme", job, 2, spoken(2))
+    record = await store.get("acme", job)
+    assert record is not None
+    assert (record.segments_done, record.characters_done, record.audio_ms) == (3, 30, 1500)
+    assert await store.sizes("acme", job) == [len(EVERY_BYTE) + 1] * 3
+    assert [await store.chunk("acme", job, i) for i in range(3)] == [spoken(i).audio for i in range(3)]
+    assert await store.finish("acme", job, "completed")
+    assert not await store.finish("acme", job, "cancelled")  # over: it stays completed
+    record = await store.get("acme", job)
+    assert record is not None
+    assert (record.status, record.characters_done) == ("completed", record.characters_total)
+
+
+async def test_a_cancelled_job_takes_no_more_and_gives_its_audio_up(store: JobStore) -> None:
+    job = await create(store)
+    assert job is not None
+    await store.start("acme", job)
+    assert await store.commit("acme", job, 0, spoken(0))
+    assert await store.finish("acme", job, "cancelled")
+    assert not await store.commit("acme", job, 1, spoken(1))
+    assert await store.start("acme", job) is None  # a runner that took it over stops at once
+    assert await store.chunk("acme", job, 0) is None
+    record = await store.get("acme", job)
+    assert record is not None
+    assert (record.status, record.stored_bytes) == ("cancelled", 0)
+
+
+async def test_results_expire_after_their_ttl_and_the_record_after_another(store: JobStore) -> None:
+    job = await create(store, segments=1)
+    assert job is not None
+    await store.start("acme", job)
+    await store.commit("acme", job, 0, spoken(0))
+    await store.finish("acme", job, "completed")
+    record = await store.get("acme", job)
+    assert record is not None
+    assert record.shown_status(now_s()) == "completed"
+    await eventually(lambda: _expired(store, job))
+    await eventually(lambda: _gone(store, job))
+    assert (await store.page("acme", after=None, limit=10)).data == []
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        assert time.monotonic() < deadline, "not within the time the TTLs allow"
+        await asyncio.sleep(0.05)
+
+
+async def _expired(store: JobStore, job: str) -> bool:
+    record = await store.get("acme", job)
+    chunk = await store.chunk("acme", job, 0)
+    return record is not None and record.shown_status(now_s()) == "expired" and chunk is None
+
+
+async def _gone(store: JobStore, job: str) -> bool:
+    return await store.get("acme", job) is None
+
+
+async def test_caps_refuse_new_jobs(store: JobStore) -> None:
+    assert [await create(store) for _ in range(3)].count(None) == 0
+    assert await create(store) is None  # max_jobs = 3
+    first = await create(store, tenant="globex")
+    assert first is not None
+    await store.start("globex", first)
+    await store.commit("globex", first, 0, spoken(0))
+    assert await create(store, tenant="globex", quota=len(EVERY_BYTE)) is None  # its stored audio reached the quota
+    assert await create(store, tenant="globex", quota=10 * len(EVERY_BYTE)) is not None
+
+
+async def test_pages_follow_their_cursor_and_tenants_stay_apart(store: JobStore) -> None:
+    jobs = [await create(store) for _ in range(3)]
+    first = await store.page("acme", after=None, limit=2)
+    assert [r.id for r in first.data] == jobs[:2]
+    assert first.has_more
+    rest = await store.page("acme", after=jobs[1], limit=2)
+    assert ([r.id for r in rest.data], rest.has_more) == (jobs[2:], False)
+    assert jobs[0] is not None
+    assert await store.get("globex", jobs[0]) is None
+    assert (await store.page("globex", after=None, limit=10)).data == []
+    assert not await store.delete("globex", jobs[0])
+    assert await store.delete("acme", jobs[0])
+    assert await store.get("acme", jobs[0]) is None
