@@ -1082,3 +1082,46 @@ def test_a_password_in_the_plain_cache_redis_url_is_refused(schema: dict[str, An
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({"cacheRedis": {"url": refused}}, schema)
     jsonschema.validate({"cacheRedis": {"url": "rediss://user@cache:6379/0"}}, schema)
+
+
+JOBS_FULLNAME = f"{FULLNAME}-jobs"
+
+
+def test_jobs_run_on_the_fronts_by_default(render: Any) -> None:
+    rendered = render({"redis": {"host": "redis"}})
+    assert [d["metadata"]["name"] for d in rendered.all("Deployment")] == [FULLNAME]
+    assert "TTS_GATEWAY_JOBS__RUN" not in rendered.env  # jobs.run defaults to true: every pod speaks jobs
+    jobs = yaml.safe_load(rendered.one("ConfigMap")["data"]["config.yaml"])["jobs"]
+    assert jobs == {"concurrency": 2, "ttl_s": 86400, "max_input_chars": 500000, "storage_quota_bytes": 2147483648}
+
+
+def test_dedicated_jobs_run_in_a_deployment_of_their_own_outside_the_service(
+    render: Any, tmp_path: Path, clean_environment: pytest.MonkeyPatch
+) -> None:
+    values = {
+        "redis": {"host": "redis"},
+        "jobs": {"runner": "dedicated", "replicas": 3, "ttlSeconds": 3600, "concurrency": 4},
+        "config": {"jobs": {"priority": "normal"}},
+    }
+    rendered = render(values)
+    assert sorted(d["metadata"]["name"] for d in rendered.all("Deployment")) == [FULLNAME, JOBS_FULLNAME]
+    jobs = rendered.one("Deployment", JOBS_FULLNAME)
+    assert jobs["spec"]["replicas"] == 3
+    front_pod = rendered.deployment["spec"]["template"]["metadata"]["labels"]
+    jobs_pod = jobs["spec"]["template"]["metadata"]["labels"]
+    assert _selects(jobs["spec"]["selector"]["matchLabels"], jobs_pod)
+    for kind in ("Service", "Deployment"):
+        doc = rendered.one(kind)
+        selector = doc["spec"]["selector"] if kind == "Service" else doc["spec"]["selector"]["matchLabels"]
+        assert _selects(selector, front_pod) and not _selects(selector, jobs_pod), kind
+    jobs_container = jobs["spec"]["template"]["spec"]["containers"][0]
+    assert _env(jobs_container)["TTS_GATEWAY_JOBS__RUN"]["value"] == "true"
+    assert rendered.env["TTS_GATEWAY_JOBS__RUN"]["value"] == "false"
+    assert _env(jobs_container)["TTS_GATEWAY_REDIS_URL"] == rendered.env["TTS_GATEWAY_REDIS_URL"]
+    config_file, secret_file = tmp_path / "config.yaml", tmp_path / "secret.yaml"
+    config_file.write_text(rendered.one("ConfigMap")["data"]["config.yaml"])
+    secret_file.write_bytes(base64.b64decode(rendered.one("Secret")["data"]["secret.yaml"]))
+    clean_environment.setenv("TTS_GATEWAY_JOBS__RUN", "false")
+    settings = load_settings([config_file, secret_file])
+    assert (settings.jobs.run, settings.jobs.ttl_s, settings.jobs.concurrency) == (False, 3600, 4)
+    assert settings.jobs.priority == "normal"  # config.jobs wins over the jobs values

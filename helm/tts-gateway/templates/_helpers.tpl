@@ -333,6 +333,9 @@ calls it on the engine tier, so aliases and model names stay as they are.
 {{- $_ := set $uploads "max_spooled_mb" (max 16 (div (include "tts-gateway.mebibytes" .Values.tmpSizeLimit | int) 2)) }}
 {{- end }}
 {{- $_ := set $config "uploads" $uploads }}
+{{- /* Speech jobs (docs/jobs.md) from the jobs values; config.jobs wins where it sets the same field. */}}
+{{- $jobs := dict "concurrency" (int .Values.jobs.concurrency) "ttl_s" (int .Values.jobs.ttlSeconds) "max_input_chars" (int .Values.jobs.maxInputChars) "storage_quota_bytes" (int64 .Values.jobs.storageQuotaBytes) }}
+{{- $_ := set $config "jobs" (mergeOverwrite $jobs ($config.jobs | default dict)) }}
 {{- toYaml $config }}
 {{- end }}
 
@@ -412,6 +415,28 @@ Full name of the engine tier's resources.
 */}}
 {{- define "tts-gateway.engineTier.fullname" -}}
 {{- printf "%s-engine" (include "tts-gateway.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Selector labels of the jobs' own pods (jobs.runner dedicated); a name of their own, as the engine pods have.
+*/}}
+{{- define "tts-gateway.jobs.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-jobs" (include "tts-gateway.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Labels of the jobs' own pods (jobs.runner dedicated): not the gateway's selector labels, so the Service, PDB and HPA
+never select them.
+*/}}
+{{- define "tts-gateway.jobs.labels" -}}
+helm.sh/chart: {{ include "tts-gateway.chart" . }}
+{{ include "tts-gateway.jobs.selectorLabels" . }}
+app.kubernetes.io/component: jobs
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
