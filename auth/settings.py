@@ -49,6 +49,9 @@ class TenantLimits(BaseModel):
     session_idle_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """How long the tenant's realtime sessions (every WebSocket dialect) may sit idle, with no client event and
     nothing to speak, before they are closed; read when a session opens. ``None``: ``realtime.idle_timeout_s``."""
+    speech_input_characters: int | None = Field(default=None, ge=1)
+    """The longest ``input`` of the tenant's ``POST /v1/audio/speech`` (streamed segment by segment as any long
+    input), within the server's ``speech.max_input_chars``. ``None``: OpenAI's 4096."""
     job_input_characters: int | None = Field(default=None, ge=1)
     """The longest ``input`` of one of the tenant's speech jobs (``POST /v1/audio/speech/jobs``); longer: 400.
     ``None``: ``jobs.max_input_chars`` (500,000)."""

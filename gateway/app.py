@@ -45,7 +45,7 @@ from gateway.routes.engine_node import EngineNodeController
 from gateway.routes.health import HealthController
 from gateway.routes.jobs import jobs_router
 from gateway.routes.playground import playground_handlers
-from gateway.routes.speech import EngineNodeSpeechController, SpeechController
+from gateway.routes.speech import EngineNodeSpeechController, speech_routes
 from gateway.routes.usage import UsageController
 from gateway.services import open_state
 from gateway.settings import Settings, load_settings
@@ -106,7 +106,7 @@ def create_app(
     engine_node = settings.server.profile == "engine"
     return Litestar(
         route_handlers=[
-            EngineNodeSpeechController if engine_node else SpeechController,
+            EngineNodeSpeechController if engine_node else speech_routes(settings.speech, settings.server),
             *([jobs_router(settings.jobs)] if settings.jobs.enabled and not engine_node else []),
             *([EngineNodeController] if engine_node else []),  # voice samples from the front: nodes only
             *([] if engine_node else [elevenlabs_router(websockets=settings.realtime.enabled)]),  # front gateways only

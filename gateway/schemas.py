@@ -12,6 +12,7 @@ from gateway.audio.formats import AudioFormat
 __all__ = [
     "MAX_INPUT_CHARS",
     "MAX_JOB_INPUT_CHARS",
+    "MAX_RAISED_INPUT_CHARS",
     "CustomVoice",
     "EndpointReadiness",
     "EngineNodeSpeechRequest",
@@ -39,6 +40,10 @@ __all__ = [
 ]
 
 MAX_INPUT_CHARS = 4096
+"""OpenAI's longest ``input``: the cap of ``/v1/audio/speech`` unless a tenant is allowed more."""
+MAX_RAISED_INPUT_CHARS = 100_000
+"""The longest ``input`` ``/v1/audio/speech`` parses at all (``speech.max_input_chars`` stays below it); each
+request is then held to its tenant's cap (``limits.speech_input_characters``, else 4096) by the speech service."""
 
 ItemT = TypeVar("ItemT")
 
@@ -81,8 +86,11 @@ class SpeechRequest(BaseModel):
 
     model: Annotated[str, StringConstraints(min_length=1, max_length=256)]
     """A model or alias from ``GET /v1/models`` (``tts-1``, ``tts-1-hd``, ``gpt-4o-mini-tts``, ``chattts``, ...)."""
-    input: Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
-    """The text to speak, 1 to 4096 characters after trimming."""
+    # OpenAI's maximum in the API document (and every tenant's default); the speech service holds each request to
+    # its tenant's cap.
+    input: Annotated[str, Field(max_length=MAX_RAISED_INPUT_CHARS, json_schema_extra={"maxLength": MAX_INPUT_CHARS})]
+    """The text to speak, 1 to 4096 characters after trimming (more for a tenant allowed more:
+    ``limits.speech_input_characters``)."""
     voice: Annotated[str, StringConstraints(min_length=1, max_length=256)] | CustomVoice
     """A built-in voice name, or ``{"id": ...}`` for a custom voice."""
     instructions: Annotated[str | None, Field(max_length=MAX_INPUT_CHARS)] = None

@@ -112,6 +112,7 @@ async def open_state(
         usage,
         metrics,
         max_segment_chars=settings.speech.max_segment_chars,
+        max_input_chars=settings.speech.max_input_chars,
         job_priority=settings.jobs.priority,
     )
     stack.push_async_callback(speech.background.close)

@@ -182,6 +182,10 @@ class SpeechSettings(BaseModel):
     cut at a clause or word), one engine job each, one after the other: between two segments the engine's slot goes
     back to its scheduler, so a long input holds it for one segment at a time while other requests wait. The audio
     still streams as one. 4096 (the longest input) turns segmenting off."""
+    max_input_chars: int = Field(default=4096, ge=4096, le=100_000)
+    """The most any tenant's ``limits.speech_input_characters`` may allow on ``POST /v1/audio/speech`` (whatever a
+    tenant says, its cap is at most this); above 4096 the route also takes bodies of up to six bytes per character of
+    it (JSON's longest spelling of one) beyond ``server.max_body_bytes``."""
 
 
 class JobsSettings(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from litestar import Controller, Request, Response, post
+from litestar import Controller, Request, Response, Router, post
 from litestar.background_tasks import BackgroundTask
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
 from litestar.params import JSONBody  # noqa: TC002 - Litestar reads the hints of handlers at runtime
@@ -18,15 +18,20 @@ from gateway.http.disconnect import unless_client_leaves
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.http.ratelimit_headers import rate_limit_headers
 from gateway.http.request_record import RequestRecord, request_record
-from gateway.schemas import EngineNodeSpeechRequest, SpeechRequest  # noqa: TC001 - read at runtime, as JSONBody
+from gateway.schemas import (
+    MAX_INPUT_CHARS,
+    EngineNodeSpeechRequest,
+    SpeechRequest,
+)
 from gateway.state import gateway_state
 from gateway.text import Markup
 
 if TYPE_CHECKING:
     from auth import Principal
+    from gateway.settings import ServerSettings, SpeechSettings
     from gateway.speech.service import SpeechReply
 
-__all__ = ["EngineNodeSpeechController", "SpeechController", "reply_headers"]
+__all__ = ["EngineNodeSpeechController", "SpeechController", "reply_headers", "speech_routes"]
 
 
 async def require_json(request: Request[Any, Any, Any]) -> None:
@@ -131,6 +136,15 @@ async def _speak(request: Request[Any, Any, Any], data: SpeechRequest, principal
     if reply.whole is not None:  # complete already: one body, without a streaming response's task group
         return Response(reply.whole, media_type=media_type, headers=headers, background=release)
     return Stream(reply.audio(), media_type=media_type, headers=headers, background=release)
+
+
+def speech_routes(settings: SpeechSettings, server: ServerSettings) -> type[Controller] | Router:
+    """The speech route; where tenants may send more than 4096 characters (``speech.max_input_chars``), behind a
+    router that takes bodies long enough for them (JSON may spell a character in up to six bytes)."""
+    if settings.max_input_chars <= MAX_INPUT_CHARS:
+        return SpeechController
+    longest = max(server.max_body_bytes, settings.max_input_chars * 6 + 16 * 1024)
+    return Router(path="/", route_handlers=[SpeechController], request_max_body_size=longest)
 
 
 def reply_headers(reply: SpeechReply) -> dict[str, str]:

@@ -25,14 +25,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import anyio
+from litestar.status_codes import HTTP_400_BAD_REQUEST
 
 from engines.base import InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.scheduling import TenantShare
 from engines.timing import word_spans
 from gateway.audio import open_encoder
-from gateway.http.errors import ResponseTruncatedError
-from gateway.schemas import EngineNodeSpeechRequest
+from gateway.http.errors import OpenAIError, ResponseTruncatedError
+from gateway.schemas import MAX_INPUT_CHARS, EngineNodeSpeechRequest
 from gateway.settings import SpeechSettings
 from gateway.speech.alignment import (
     Alignment,
@@ -256,6 +257,7 @@ class SpeechService:
         metrics: SpeechMetrics,
         *,
         max_segment_chars: int = SpeechSettings().max_segment_chars,
+        max_input_chars: int = SpeechSettings().max_input_chars,
         job_priority: Priority | None = "low",
     ) -> None:
         self.planner = planner
@@ -268,6 +270,8 @@ class SpeechService:
         self.failover = Failover(planner.router, metrics.retries)
         self.max_segment_chars = max_segment_chars
         """A longer text is spoken in segments, a job each (``speech.max_segment_chars``)."""
+        self.max_input_chars = max_input_chars
+        """The most any tenant's input cap may allow (``speech.max_input_chars``)."""
         self.job_priority = job_priority
         """The engines' priority class of a speech job's segments (``jobs.priority``; ``None``: the tenant's own)."""
         self.background = BackgroundTasks("the speech service")
@@ -303,14 +307,17 @@ class SpeechService:
                 for the whole job: neither happens here, and its engine jobs wait in the jobs' priority class.
 
         Raises:
-            OpenAIError: a model the tenant may not use (403), unknown model (404) or voice (400), a pronunciation
-                dictionary the tenant does not have (404) or a phoneme-only rule that matched (400).
+            OpenAIError: an input over the tenant's cap (400), a model the tenant may not use (403), unknown model
+                (404) or voice (400), a pronunciation dictionary the tenant does not have (404) or a phoneme-only rule
+                that matched (400).
             MarkupError: markup that cannot be read, or a script its pronunciations leave silent (400).
             RateLimitExceededError: over one of the tenant's limits (429).
             LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
             EngineNotReadyError, EngineOverloadedError, SynthesisFailedError: the engine cannot serve it now.
         """
         _describe(record, principal.tenant, request)
+        if not (in_session or of_job):  # a session's parts and a job's segments are capped by their own rules
+            self._check_input(principal.tenant, request)
         script = self._script(request, markup, script)
         plan = await self.planner.plan(principal, request, script, dictionaries=dictionaries)
         tenant = principal.tenant
@@ -421,6 +428,17 @@ class SpeechService:
             request, engine, True, outcome, SpeechChunk(b""), slices, finish, whole=bytes(audio),
             tasks=self.background, alignment=alignment,
         )  # fmt: skip
+
+    def input_cap(self, tenant: Tenant) -> int:
+        """The longest input of one of ``tenant``'s requests: OpenAI's 4096, or what the tenant is allowed, within
+        ``speech.max_input_chars``."""
+        return min(tenant.limits.speech_input_characters or MAX_INPUT_CHARS, self.max_input_chars)
+
+    def _check_input(self, tenant: Tenant, request: SpeechRequest) -> None:
+        cap = self.input_cap(tenant)
+        if len(request.input) > cap:  # worded as the body's own validation words it
+            message = f"Invalid value for 'input': String should have at most {cap} characters"
+            raise OpenAIError(HTTP_400_BAD_REQUEST, message, param="input", code="invalid_value")
 
     def _share(self, tenant: Tenant, *, of_job: bool) -> TenantShare:
         """The tenant's share of a busy engine; a job's segments wait in the jobs' class (``jobs.priority``)."""
