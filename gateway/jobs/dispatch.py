@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from saq import Job, Queue, Worker
-from saq.job import TERMINAL_STATUSES
+from saq.job import TERMINAL_STATUSES, Status
 from saq.queue.redis import RedisQueue
 
 from lifecycle import BackgroundTasks
@@ -47,6 +47,12 @@ _DEQUEUE_WAIT_S = 0.5
 """How long a worker's blocking take from the queue waits: below the Redis client's socket timeout (1 s)."""
 _TAKEOVERS = 20
 """How often one job may be taken over (its replica died or shut down) before it is given up."""
+
+
+def _queue_key(job_id: str) -> str:
+    """The key of a job in SAQ's queue: its id, under the queue's hash tag, which SAQ's abort key (``saq:abort:`` and
+    the key) would otherwise lack: on a Cluster its enqueue script refused the keys (all must share a slot)."""
+    return f"{QUEUE_NAME}{job_id}"
 
 
 class JobDispatch(Protocol):
@@ -96,6 +102,7 @@ class _Queue(RedisQueue):
       client's 1 s socket timeout would break every second; only the sweep listens (for a swept job's abort).
     - ``version`` is known rather than read with ``INFO`` (an ACL user may not run it; on a Cluster it answers per
       node): the gateway needs Redis 6.2 or newer, whose ``BLMOVE`` the queue uses.
+    - ``abort`` announces outside its transaction (a Cluster's pipeline refuses ``PUBLISH``).
     - ``disconnect`` leaves the client open: the composition root owns and closes it.
     """
 
@@ -121,6 +128,25 @@ class _Queue(RedisQueue):
 
     async def sweep(self, lock: int = 60, abort: float = 5.0) -> list[str]:
         return await super().sweep(lock, abort=1.0)  # a swept job's worker is gone: waiting for its answer is moot
+
+    async def abort(self, job: Job, error: str, ttl: float = 5) -> None:
+        """SAQ's abort, with its announcement sent after its transaction rather than in it: redis-py's Cluster
+        pipeline refuses ``PUBLISH``. Nothing here subscribes (``listen`` polls); it is kept for SAQ's other users."""
+        async with self._op_sem:
+            job.status = Status.ABORTING
+            job.error = error
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.lrem(self._queued, 0, job.id)
+                pipe.zrem(self._incomplete, job.id)
+                pipe.set(job.id, self.serialize(job))
+                pipe.set(job.abort_id, error, ex=max(1, round(ttl)))
+                dequeued, *_ = await pipe.execute()
+            await self.notify(job)
+            if dequeued:
+                await self.finish(job, Status.ABORTED, error=error)
+                await self.redis.delete(job.abort_id)
+            else:
+                await self.redis.lrem(self._active, 0, job.id)
 
     async def disconnect(self) -> None:
         return None
@@ -165,7 +191,7 @@ class QueueDispatch:
         job = Job(
             _FUNCTION,
             kwargs={"tenant": tenant, "job_id": job_id},
-            key=job_id,
+            key=_queue_key(job_id),
             timeout=0,  # a book takes hours: the heartbeat, not a timeout, tells a dead runner
             heartbeat=self._settings.heartbeat_s,
             retries=_TAKEOVERS,
@@ -174,7 +200,7 @@ class QueueDispatch:
         await self.queue.enqueue(job)
 
     async def cancel(self, tenant: str, job_id: str) -> None:
-        job = await self.queue.job(job_id)
+        job = await self.queue.job(_queue_key(job_id))
         if job is not None and job.status not in TERMINAL_STATUSES:
             await self.queue.abort(job, "cancelled")
 
