@@ -8,6 +8,7 @@ job was cancelled or deleted meanwhile (or another runner holds it): the run sto
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -69,29 +70,39 @@ class JobRunner:
         return tenant
 
     async def _speak_all(self, principal: Principal, record: JobRecord) -> bool:
-        """Every segment not committed yet; ``False`` when a commit was refused (the job is no longer this run's)."""
-        segments = await self.store.segments(record.tenant, record.id)
-        for index in range(record.segments_done, len(segments)):
-            text = segments[index]
-            audio, seconds = await self._segment(principal, record, text)
-            spoken = SpokenSegment(audio, len(text), round(seconds * 1000))
-            if not await self.store.commit(record.tenant, record.id, index, spoken):
-                return False
-        return True
+        """Every segment not committed yet; ``False`` when a commit was refused (the job is no longer this run's).
 
-    async def _segment(self, principal: Principal, record: JobRecord, text: str) -> tuple[bytes, float]:
-        """One segment's audio in the job's stored format, and its seconds; tried up to ``segment_attempts`` times."""
+        A segment's commit overlaps the next segment's synthesis, so the engine never waits for the store; the commits
+        still go in order, each awaited before the next is sent.
+        """
+        segments = await self.store.segments(record.tenant, record.id)
+        committing: asyncio.Task[bool] | None = None
+        try:
+            for index in range(record.segments_done, len(segments)):
+                spoken = await self._segment(principal, record, segments[index])
+                if committing is not None and not await committing:
+                    return False
+                committing = asyncio.ensure_future(self.store.commit(record.tenant, record.id, index, spoken))
+            return committing is None or await committing
+        finally:
+            if committing is not None and not committing.done():
+                committing.cancel()
+
+    async def _segment(self, principal: Principal, record: JobRecord, text: str) -> SpokenSegment:
+        """One segment's audio in the job's stored format; tried up to ``segment_attempts`` times."""
         request = SpeechRequest.model_validate(
             {**record.request, "input": text, "response_format": SEGMENT_FORMATS[record.response_format]}
         )
         for attempt in range(1, self._attempts + 1):
             try:
-                return await self._speak(principal, request, record.id)
+                audio, seconds = await self._speak(principal, request, record.id)
             except _RETRIED as exc:
                 if attempt == self._attempts:
                     raise _JobFailedError(f"A segment could not be spoken: {exc}") from exc
             except (OpenAIError, InvalidSynthesisRequestError) as exc:  # a voice deleted, a model no longer allowed
                 raise _JobFailedError(str(exc)) from exc
+            else:
+                return SpokenSegment(audio, len(text), round(seconds * 1000))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _speak(self, principal: Principal, request: SpeechRequest, job_id: str) -> tuple[bytes, float]:

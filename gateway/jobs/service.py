@@ -50,7 +50,7 @@ class SpeechJobs:
         """
         tenant = principal.tenant
         self._check(tenant, body)
-        segments = split_text(body.input, self._speech.max_segment_chars)
+        segments = split_text(body.input, self.settings.segment_chars)
         request = body.model_dump(mode="json", exclude=set(_NOT_IN_RECORD))
         await self._speech.check(principal, SpeechRequest.model_validate({**request, "input": segments[0]}))
         await self._speech.admission.admit(tenant, 0)  # one request of the tenant's, whatever its length

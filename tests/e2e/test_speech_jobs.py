@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 ACME, GLOBEX, SMALL = generate_api_key(), generate_api_key(), generate_api_key()
 JOBS = "/v1/audio/speech/jobs"
-SEGMENT_CHARS = 300  # speech.max_segment_chars (the default)
+SEGMENT_CHARS = 300  # jobs.segment_chars here, and speech.max_segment_chars (the default): one engine job a segment
 # Tones of 0.05 s per character at a twentieth of real time: a 300-character segment takes 0.75 s of engine work.
 TONES = {"kind": "synthetic", "workers": 1, "options": {"rtf": 0.05, "chunk_ms": 100}}
 # At 0.4 of real time: a segment keeps the engine busy for 6 s, unless it is cancelled.
@@ -60,7 +60,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayP
         },
         "engines": {"espeak": {"kind": "espeak", "workers": 1}, "tones": TONES, "slow": SLOW},
         "aliases": {"tts-1": ["espeak"]},
-        "jobs": {"heartbeat_s": 2, "sweep_s": 1, "poll_s": 0.1},
+        "jobs": {"heartbeat_s": 2, "sweep_s": 1, "poll_s": 0.1, "segment_chars": SEGMENT_CHARS},
     }
     processes = [GatewayProcess(config, tmp_path_factory.mktemp(f"jobs{i}")) for i in range(2)]
     try:
