@@ -17,6 +17,7 @@ replica never sees it), documented in ``docs/jobs.md``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -25,11 +26,12 @@ from saq.job import TERMINAL_STATUSES, Status
 from saq.queue.redis import RedisQueue
 
 from lifecycle import BackgroundTasks
+from storage import STORAGE_ERRORS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from saq.types import ListenCallback, PartialTimersDict, VersionTuple
+    from saq.types import ListenCallback, PartialTimersDict, VersionTuple, WorkerInfo
 
     from gateway.jobs.runner import JobRunner
     from gateway.settings import JobsSettings
@@ -45,6 +47,8 @@ _ABORT_CHECK_S = 0.2
 """How often a worker looks whether one of its jobs was cancelled: the engine work stops within about this long."""
 _DEQUEUE_WAIT_S = 0.5
 """How long a worker's blocking take from the queue waits: below the Redis client's socket timeout (1 s)."""
+_OUTAGE_PAUSE_S = 1.0
+"""How long a worker waits before it tries the queue again when Redis is out of reach."""
 _TAKEOVERS = 20
 """How often one job may be taken over (its replica died or shut down) before it is given up."""
 
@@ -104,10 +108,32 @@ class _Queue(RedisQueue):
       node): the gateway needs Redis 6.2 or newer, whose ``BLMOVE`` the queue uses.
     - ``abort`` announces outside its transaction (a Cluster's pipeline refuses ``PUBLISH``).
     - ``disconnect`` leaves the client open: the composition root owns and closes it.
+    - Through a Redis outage a worker pauses between takes, and its upkeep stays quiet.
     """
 
     async def version(self) -> VersionTuple:
         return (6, 2, 0)
+
+    async def dequeue(self, timeout: float = 0.0, poll_interval: float = 0.0) -> Job | None:  # noqa: ASYNC109
+        """SAQ's take, pausing when Redis is out of reach: SAQ's worker asks again at once after a failed take, a
+        loop that spun a core for as long as Redis was down."""
+        try:
+            return await super().dequeue(timeout, poll_interval)
+        except STORAGE_ERRORS as exc:
+            logger.debug("the jobs' queue is out of reach: %r", exc)
+            await asyncio.sleep(_OUTAGE_PAUSE_S)
+            return None
+
+    async def schedule(self, lock: int = 1) -> list[str]:
+        """SAQ's upkeep, quiet through an outage (its worker logs a traceback for every failure, every second)."""
+        try:
+            return await super().schedule(lock)
+        except STORAGE_ERRORS:
+            return []
+
+    async def write_worker_info(self, worker_id: str, info: WorkerInfo, ttl: int) -> None:
+        with contextlib.suppress(*STORAGE_ERRORS):
+            await super().write_worker_info(worker_id, info, ttl)
 
     async def listen(
         self,
@@ -127,7 +153,10 @@ class _Queue(RedisQueue):
         raise TimeoutError
 
     async def sweep(self, lock: int = 60, abort: float = 5.0) -> list[str]:
-        return await super().sweep(lock, abort=1.0)  # a swept job's worker is gone: waiting for its answer is moot
+        try:
+            return await super().sweep(lock, abort=1.0)  # a swept job's worker is gone: waiting for it is moot
+        except STORAGE_ERRORS:
+            return []
 
     async def abort(self, job: Job, error: str, ttl: float = 5) -> None:
         """SAQ's abort, with its announcement sent after its transaction rather than in it: redis-py's Cluster
