@@ -24,7 +24,7 @@ from gateway.http.auth.service_token import ServiceTokenAuthenticator
 from gateway.jobs.dispatch import JobDispatch, LocalDispatch, QueueDispatch
 from gateway.jobs.runner import JobRunner
 from gateway.jobs.service import SpeechJobs
-from gateway.jobs.store import JobStore, MemoryJobStore, RedisJobStore
+from gateway.jobs.store import AudioFiles, JobStore, MemoryJobStore, RedisJobStore
 from gateway.legacy import move_legacy_layout
 from gateway.realtime.registry import SessionRegistry
 from gateway.speech.admission import Admission
@@ -43,6 +43,7 @@ from gateway.speech.voices import MemoryVoiceStore, RedisVoiceStore, VoiceStore
 from gateway.state import GatewayState
 from gateway.text.pls import RuleCaps
 from gateway.uploads import DecoderProcesses, Uploads
+from lifecycle import BackgroundTasks
 from storage import STORAGE_ERRORS, RedisClient, connect_redis, redact_redis_url
 from storage.memory import EvictionPolicyCheck
 from storage.probe import StorageProbe
@@ -167,7 +168,7 @@ def _speech_jobs(
     config = settings.jobs
     if not config.enabled or settings.server.profile == "engine":
         return None
-    store: JobStore = RedisJobStore(redis, config.ttl_s) if redis is not None else MemoryJobStore(config.ttl_s)
+    store = _job_store(settings, redis, stack)
     runner = JobRunner(store, speech, tenants, segment_attempts=config.segment_attempts)
     dispatch: JobDispatch
     if redis is not None:
@@ -178,6 +179,22 @@ def _speech_jobs(
         dispatch = LocalDispatch(runner, config.concurrency)
     stack.push_async_callback(dispatch.close)
     return SpeechJobs(store, dispatch, speech, config)
+
+
+def _job_store(settings: Settings, redis: RedisClient | None, stack: AsyncExitStack) -> JobStore:
+    """The jobs in Redis (their audio too, or in ``jobs.directory``, swept of expired jobs by every replica), or in
+    this process's memory."""
+    config = settings.jobs
+    if redis is None:
+        return MemoryJobStore(config.ttl_s)
+    if config.directory is None:
+        return RedisJobStore(redis, config.ttl_s)
+    files = AudioFiles(config.directory)
+    store = RedisJobStore(redis, config.ttl_s, files=files)
+    sweeping = BackgroundTasks("the jobs' audio files")
+    sweeping.spawn(files.sweep_forever(store, min(config.ttl_s, 600)))
+    stack.push_async_callback(sweeping.close)
+    return store
 
 
 def _start_decoders(settings: Settings, stack: AsyncExitStack) -> DecoderProcesses:

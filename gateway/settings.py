@@ -223,6 +223,10 @@ class JobsSettings(BaseModel):
     """How often one of the replicas looks for jobs whose replica died."""
     poll_s: float = Field(default=0.25, gt=0, le=5)
     """How often a reader following a job (its audio or its events) looks for new segments."""
+    directory: Path | None = None
+    """Keep the jobs' audio as files in this directory, one per segment, instead of in Redis: a volume every replica
+    mounts (a ReadWriteMany PersistentVolumeClaim); records and progress stay in Redis. Every replica removes the
+    files of expired jobs every ``min(ttl_s, 600)`` seconds. Needs ``redis_url`` (ignored without it)."""
     segment_chars: int = Field(default=1200, ge=20, le=4096)
     """A job is spoken and committed in segments of at most this many characters (whole sentences where they fit),
     each one call of the speech service, which speaks it in engine jobs of ``speech.max_segment_chars`` as any long

@@ -14,17 +14,25 @@ slot, and a tenant's stored audio sits on one node (bounded by its quota).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import os
+import re
+import secrets
+import shutil
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gateway.jobs.records import ACTIVE, JobRecord, JobStatus, now_s
-from storage import Page
+from storage import STORAGE_ERRORS, Page
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from storage import RedisClient
 
-__all__ = ["JobStore", "MemoryJobStore", "RedisJobStore", "Refusal", "SpokenSegment"]
+__all__ = ["AudioFiles", "JobStore", "MemoryJobStore", "RedisJobStore", "Refusal", "SpokenSegment"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,16 +210,18 @@ def _by_id(record: JobRecord) -> str:
 
 
 # Takes segment ARGV[1]'s audio if the job runs and misses exactly that segment. KEYS: record, the segment's audio,
-# sizes, segments. ARGV: index, audio, characters, audio ms, TTL of the job's keys while it runs. Returns 1 or 0.
+# sizes, segments. ARGV: index, audio, characters, audio ms, TTL of the job's keys while it runs, the audio's size
+# (with its file's name after a colon when it is in a file), whether the audio is kept here (1) or in a file written
+# before (0). Returns 1 or 0.
 _COMMIT_LUA = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
 if tonumber(redis.call('HGET', KEYS[1], 'done')) ~= tonumber(ARGV[1]) then return 0 end
-redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[5])
-redis.call('RPUSH', KEYS[3], string.len(ARGV[2]))
+if ARGV[7] == '1' then redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[5]) end
+redis.call('RPUSH', KEYS[3], ARGV[6])
 redis.call('HINCRBY', KEYS[1], 'done', 1)
 redis.call('HINCRBY', KEYS[1], 'chars', ARGV[3])
 redis.call('HINCRBY', KEYS[1], 'audio_ms', ARGV[4])
-redis.call('HINCRBY', KEYS[1], 'bytes', string.len(ARGV[2]))
+redis.call('HINCRBY', KEYS[1], 'bytes', tonumber((string.gsub(ARGV[6], ':.*', ''))))
 for i = 1, 4 do if i ~= 2 then redis.call('EXPIRE', KEYS[i], ARGV[5]) end end
 return 1
 """
@@ -237,15 +247,92 @@ return 1
 _FIELDS = ("meta", "status", "done", "chars", "audio_ms", "bytes", "completed_at", "expires_at", "error")
 
 
+class AudioFiles:
+    """Segments' audio as files under a directory every replica mounts (``jobs.directory``: a ReadWriteMany volume),
+    one per segment at ``<root>/<tenant>/<job id>/<index>.<name>``, written whole (a temporary name, then renamed)
+    before its commit, which records the name: a runner whose commit is refused (the segment was taken) removes its
+    own file and never replaces the one committed. Files do not expire by themselves: :meth:`sweep` removes those of
+    jobs whose audio expired or is gone."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, tenant: str, job_id: str, index: int | None = None, name: str = "") -> Path:
+        if not (_SAFE_NAME.match(tenant) and _SAFE_NAME.match(job_id) and (not name or _SAFE_NAME.match(name))):
+            raise ValueError("a tenant, job id or file name that is no plain file name")
+        folder = self.root / tenant / job_id
+        return folder if index is None else folder / f"{index:06d}.{name}"
+
+    async def put(self, tenant: str, job_id: str, index: int, audio: bytes) -> str:
+        """Write the segment's audio under a new name, and return the name."""
+        name = secrets.token_hex(8)
+        await asyncio.to_thread(_write_whole, self._path(tenant, job_id, index, name), audio)
+        return name
+
+    async def discard(self, tenant: str, job_id: str, index: int, name: str) -> None:
+        await asyncio.to_thread(self._path(tenant, job_id, index, name).unlink, True)
+
+    async def get(self, tenant: str, job_id: str, index: int, name: str) -> bytes | None:
+        return await asyncio.to_thread(_read_or_none, self._path(tenant, job_id, index, name))
+
+    async def drop(self, tenant: str, job_id: str) -> None:
+        await asyncio.to_thread(shutil.rmtree, self._path(tenant, job_id), True)
+
+    async def sweep(self, store: JobStore) -> int:
+        """Remove the files of every job whose record is gone or whose audio expired; returns how many jobs."""
+        removed = 0
+        for tenant, job_id in await asyncio.to_thread(self._jobs):
+            record = await store.get(tenant, job_id)
+            if record is None or (record.expires_at is not None and now_s() >= record.expires_at):
+                await self.drop(tenant, job_id)
+                removed += 1
+        return removed
+
+    async def sweep_forever(self, store: JobStore, every_s: float) -> None:
+        """:meth:`sweep` every ``every_s`` (on every replica: each removal is idempotent), until cancelled."""
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self.sweep(store)
+            except STORAGE_ERRORS as exc:  # Redis or the volume (an OSError) out of reach: the next round tries again
+                logger.warning("could not sweep the jobs' audio files: %r", exc)
+
+    def _jobs(self) -> list[tuple[str, str]]:
+        if not self.root.is_dir():
+            return []
+        return [(t.name, j.name) for t in self.root.iterdir() if t.is_dir() for j in t.iterdir() if j.is_dir()]
+
+
+logger = logging.getLogger("tts_gateway.jobs")
+_SAFE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+
+
+def _write_whole(path: Path, audio: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(audio)
+    temporary.replace(path)  # a reader sees the whole file or none
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
 class RedisJobStore:
     """Jobs shared by every replica. Per tenant (one hash slot): an index of job ids (a sorted set, by id), and per
     job a hash (its record), its segments' texts (JSON, until it ends), the sizes of its committed segments (a list)
-    and one string per segment's audio."""
+    and one string per segment's audio (or, with ``files``, one file per segment: :class:`AudioFiles`)."""
 
-    def __init__(self, client: RedisClient, ttl_s: int, prefix: str = "tts:jobs:") -> None:
+    def __init__(
+        self, client: RedisClient, ttl_s: int, prefix: str = "tts:jobs:", *, files: AudioFiles | None = None
+    ) -> None:
         self._client = client
         self.ttl_s = ttl_s
         self._prefix = prefix
+        self.files = files
         self._commit = client.register_script(_COMMIT_LUA)
         self._move = client.register_script(_MOVE_LUA)
 
@@ -326,14 +413,40 @@ class RedisJobStore:
     async def commit(self, tenant: str, job_id: str, index: int, spoken: SpokenSegment) -> bool:
         job, texts, sizes = self._job_keys(tenant, job_id)
         keys = [job, self._audio_key(tenant, job_id, index), sizes, texts]
-        args: list[bytes | int] = [index, spoken.audio, spoken.characters, spoken.audio_ms, 2 * self.ttl_s]
-        return bool(await self._commit(keys=keys, args=args))
+        audio, size = spoken.audio, str(len(spoken.audio))
+        name = None
+        if self.files is not None:  # written first: a commit names only audio that is there
+            name = await self.files.put(tenant, job_id, index, audio)
+            audio, size = b"", f"{size}:{name}"
+        in_redis = int(self.files is None)
+        args: list[bytes | int | str] = [
+            index,
+            audio,
+            spoken.characters,
+            spoken.audio_ms,
+            2 * self.ttl_s,
+            size,
+            in_redis,
+        ]
+        committed = bool(await self._commit(keys=keys, args=args))
+        if not committed and self.files is not None and name is not None:
+            await self.files.discard(tenant, job_id, index, name)
+        return committed
 
     async def sizes(self, tenant: str, job_id: str) -> list[int]:
-        return [int(size) for size in await self._client.lrange(self._key(tenant, "sizes", job_id), 0, -1)]
+        entries = _texts(await self._client.lrange(self._key(tenant, "sizes", job_id), 0, -1))
+        return [int(entry.partition(":")[0]) for entry in entries]
 
     async def chunk(self, tenant: str, job_id: str, index: int) -> bytes | None:
-        return cast("bytes | None", await self._client.get(self._audio_key(tenant, job_id, index)))
+        if self.files is None:
+            return cast("bytes | None", await self._client.get(self._audio_key(tenant, job_id, index)))
+        expires_at = await self._client.hget(self._key(tenant, "job", job_id), "expires_at")
+        if expires_at and now_s() >= int(expires_at):
+            return None  # expired: the files wait for the sweep
+        entry = cast("bytes | None", await self._client.lindex(self._key(tenant, "sizes", job_id), index))
+        if entry is None:
+            return None
+        return await self.files.get(tenant, job_id, index, entry.decode().partition(":")[2])
 
     async def finish(self, tenant: str, job_id: str, status: JobStatus, error: str | None = None) -> bool:
         now = int(now_s())
@@ -341,6 +454,8 @@ class RedisJobStore:
         args: list[str | int] = [status, error or "", now, now + self.ttl_s, 2 * self.ttl_s, self.ttl_s]
         if not await self._move(keys=keys, args=args):
             return False
+        if self.files is not None and status != "completed":
+            await self.files.drop(tenant, job_id)
         done = int(await self._client.hget(keys[0], "done") or 0)
         async with self._client.pipeline(transaction=False) as pipe:
             for index in range(done):
@@ -357,6 +472,8 @@ class RedisJobStore:
             pipe.delete(texts, sizes, *(self._audio_key(tenant, job_id, i) for i in range(done + 1)))
             pipe.zrem(self._key(tenant, "index"), job_id)
             deleted, *_ = await pipe.execute()
+        if self.files is not None:
+            await self.files.drop(tenant, job_id)
         return bool(deleted)
 
 

@@ -1100,7 +1100,13 @@ def test_dedicated_jobs_run_in_a_deployment_of_their_own_outside_the_service(
 ) -> None:
     values = {
         "redis": {"host": "redis"},
-        "jobs": {"runner": "dedicated", "replicas": 3, "ttlSeconds": 3600, "concurrency": 4},
+        "jobs": {
+            "runner": "dedicated",
+            "replicas": 3,
+            "ttlSeconds": 3600,
+            "concurrency": 4,
+            "volume": {"existingClaim": "jobs-audio"},
+        },
         "config": {"jobs": {"priority": "normal"}},
     }
     rendered = render(values)
@@ -1118,6 +1124,10 @@ def test_dedicated_jobs_run_in_a_deployment_of_their_own_outside_the_service(
     assert _env(jobs_container)["TTS_GATEWAY_JOBS__RUN"]["value"] == "true"
     assert rendered.env["TTS_GATEWAY_JOBS__RUN"]["value"] == "false"
     assert _env(jobs_container)["TTS_GATEWAY_REDIS_URL"] == rendered.env["TTS_GATEWAY_REDIS_URL"]
+    for deployment in (rendered.deployment, jobs):  # both read and write the jobs' audio files
+        pod = deployment["spec"]["template"]["spec"]
+        assert {"name": "jobs", "persistentVolumeClaim": {"claimName": "jobs-audio"}} in pod["volumes"]
+        assert {"name": "jobs", "mountPath": "/var/lib/tts-jobs"} in pod["containers"][0]["volumeMounts"]
     config_file, secret_file = tmp_path / "config.yaml", tmp_path / "secret.yaml"
     config_file.write_text(rendered.one("ConfigMap")["data"]["config.yaml"])
     secret_file.write_bytes(base64.b64decode(rendered.one("Secret")["data"]["secret.yaml"]))
@@ -1125,3 +1135,4 @@ def test_dedicated_jobs_run_in_a_deployment_of_their_own_outside_the_service(
     settings = load_settings([config_file, secret_file])
     assert (settings.jobs.run, settings.jobs.ttl_s, settings.jobs.concurrency) == (False, 3600, 4)
     assert settings.jobs.priority == "normal"  # config.jobs wins over the jobs values
+    assert str(settings.jobs.directory) == "/var/lib/tts-jobs"

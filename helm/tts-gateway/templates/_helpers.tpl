@@ -335,6 +335,9 @@ calls it on the engine tier, so aliases and model names stay as they are.
 {{- $_ := set $config "uploads" $uploads }}
 {{- /* Speech jobs (docs/jobs.md) from the jobs values; config.jobs wins where it sets the same field. */}}
 {{- $jobs := dict "concurrency" (int .Values.jobs.concurrency) "ttl_s" (int .Values.jobs.ttlSeconds) "max_input_chars" (int .Values.jobs.maxInputChars) "storage_quota_bytes" (int64 .Values.jobs.storageQuotaBytes) }}
+{{- if .Values.jobs.volume.existingClaim }}
+{{- $_ := set $jobs "directory" .Values.jobs.volume.mountPath }}
+{{- end }}
 {{- $_ := set $config "jobs" (mergeOverwrite $jobs ($config.jobs | default dict)) }}
 {{- toYaml $config }}
 {{- end }}

@@ -12,23 +12,25 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.jobs.records import JobRecord, now_s
-from gateway.jobs.store import JobStore, MemoryJobStore, RedisJobStore, SpokenSegment
+from gateway.jobs.store import AudioFiles, JobStore, MemoryJobStore, RedisJobStore, SpokenSegment
 from storage import sortable_id
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
+    from pathlib import Path
 
 EVERY_BYTE = bytes(range(256)) * 16
 TTL_S = 1
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[JobStore]:
+@pytest.fixture(params=["memory", "redis", "redis+directory"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobStore]:
     if request.param == "memory":
         yield MemoryJobStore(TTL_S)
         return
     client = Redis.from_url(request.getfixturevalue("redis_url"))
-    yield RedisJobStore(client, TTL_S)
+    files = AudioFiles(tmp_path / "jobs") if request.param == "redis+directory" else None
+    yield RedisJobStore(client, TTL_S, files=files)
     await client.aclose()
 
 
@@ -143,3 +145,29 @@ async def test_pages_follow_their_cursor_and_tenants_stay_apart(store: JobStore)
     assert not await store.delete("globex", jobs[0])
     assert await store.delete("acme", jobs[0])
     assert await store.get("acme", jobs[0]) is None
+
+
+async def test_the_directory_holds_each_segment_once_and_the_sweep_empties_it(redis_url: str, tmp_path: Path) -> None:
+    client = Redis.from_url(redis_url)
+    files = AudioFiles(tmp_path / "jobs")
+    store = RedisJobStore(client, TTL_S, files=files)
+    try:
+        kept, cancelled = await create(store), await create(store)
+        assert kept is not None and cancelled is not None
+        for job in (kept, cancelled):
+            await store.start("acme", job)
+            assert await store.commit("acme", job, 0, spoken(0))
+        assert not await store.commit("acme", kept, 0, spoken(9))  # refused: the file keeps the first audio
+        assert [p.name[:7] for p in (tmp_path / "jobs" / "acme" / kept).iterdir()] == ["000000."]  # one file
+        assert await store.chunk("acme", kept, 0) == spoken(0).audio
+        await store.finish("acme", kept, "completed")
+        await store.finish("acme", cancelled, "cancelled")
+        assert not (tmp_path / "jobs" / "acme" / cancelled).exists()  # gave its audio up at once
+        assert await files.sweep(store) == 0  # the completed job's audio has not expired
+        await eventually(lambda: _expired(store, kept))
+        assert await files.sweep(store) == 1
+        assert not (tmp_path / "jobs" / "acme" / kept).exists()
+        with pytest.raises(ValueError, match="no plain file name"):
+            await files.get("acme", "../../etc", 0, "passwd")
+    finally:
+        await client.aclose()
