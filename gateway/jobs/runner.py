@@ -17,7 +17,7 @@ from engines.base import InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from gateway.http.errors import OpenAIError, ResponseTruncatedError
 from gateway.http.request_record import RequestRecord
-from gateway.jobs.records import SEGMENT_FORMATS, JobRecord
+from gateway.jobs.records import SEGMENT_FORMATS, JobRecord, JobStatus
 from gateway.jobs.store import SpokenSegment
 from gateway.schemas import SpeechRequest
 
@@ -53,13 +53,17 @@ class JobRunner:
         record = await self.store.start(tenant_name, job_id)
         if record is None:
             return  # cancelled or deleted while it waited, or ended by a runner that was thought dead
+        tenant: Tenant | None = None
         try:
             tenant = await self._tenant(tenant_name)
             if await self._speak_all(Principal(tenant, "job"), record):
-                await self._complete(tenant, job_id)
+                await self._end(tenant, job_id, "completed")
         except _JobFailedError as exc:
             logger.warning("speech job failed", extra={"record": {"job_id": job_id, "tenant": tenant_name}})
-            await self.store.finish(tenant_name, job_id, "failed", str(exc))
+            if tenant is None:
+                await self.store.finish(tenant_name, job_id, "failed", str(exc))
+            else:
+                await self._end(tenant, job_id, "failed", str(exc))
 
     async def _tenant(self, name: str) -> Tenant:
         if name == ANONYMOUS.name:
@@ -111,9 +115,11 @@ class JobRunner:
             audio = reply.whole if reply.whole is not None else b"".join([part async for part in reply.audio()])
             return audio, reply.outcome.clock.seconds
 
-    async def _complete(self, tenant: Tenant, job_id: str) -> None:
-        if not await self.store.finish(tenant.name, job_id, "completed"):
+    async def _end(self, tenant: Tenant, job_id: str, status: JobStatus, error: str | None = None) -> None:
+        """End the job and count it in the tenant's usage, once: all of it when it completed, what it spoke when it
+        failed (a cancel is counted by whoever cancels it)."""
+        if not await self.store.finish(tenant.name, job_id, status, error):
             return
         record = await self.store.get(tenant.name, job_id)
-        if record is not None:  # counted once, when it completed: its characters and all of its audio
-            self._speech.account_job(tenant, record.characters_total, record.audio_ms / 1000)
+        if record is not None:
+            self._speech.account_job(tenant, record.characters_done, record.audio_ms / 1000)

@@ -2,7 +2,8 @@
 
 A job is admitted as one request of its tenant (``requests_per_minute``) when it is created; its characters are
 bounded by the tenant's job cap rather than by the per-minute character budget (which a book would exceed at once),
-and its usage is recorded once, when it completes (``gateway/jobs/runner.py``).
+and its usage is recorded once, when it ends: all of it when it completes (``gateway/jobs/runner.py``), what it spoke
+when it fails or is cancelled.
 """
 
 from __future__ import annotations
@@ -116,18 +117,20 @@ class SpeechJobs:
     async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[JobRecord]:
         return await self.store.page(tenant, after=after, limit=limit)
 
-    async def cancel_or_delete(self, tenant: str, job_id: str) -> JobRecord | None:
-        """Cancel the job if it is queued or running (its engine work stops now) and return it; else delete it and
-        its audio and return ``None``.
+    async def cancel_or_delete(self, tenant: Tenant, job_id: str) -> JobRecord | None:
+        """Cancel the job if it is queued or running (its engine work stops now; what it spoke is counted in the
+        tenant's usage) and return it; else delete it and its audio and return ``None``.
 
         Raises:
             OpenAIError: no such job (404).
         """
-        record = await self.get(tenant, job_id)
-        if record.status in ACTIVE and await self.store.finish(tenant, job_id, "cancelled"):
-            await self.dispatch.cancel(tenant, job_id)
-            return await self.get(tenant, job_id)
-        if not await self.store.delete(tenant, job_id):
+        record = await self.get(tenant.name, job_id)
+        if record.status in ACTIVE and await self.store.finish(tenant.name, job_id, "cancelled"):
+            await self.dispatch.cancel(tenant.name, job_id)
+            cancelled = await self.get(tenant.name, job_id)
+            self._speech.account_job(tenant, cancelled.characters_done, cancelled.audio_ms / 1000)
+            return cancelled
+        if not await self.store.delete(tenant.name, job_id):
             raise _not_found(job_id)
         return None
 

@@ -116,7 +116,7 @@ class SpeechJobsController(Controller):
     async def delete_job(
         self, request: Request[Any, Any, Any], job_id: FromPath[_JOB_ID], principal: Caller
     ) -> SpeechJobObject | SpeechJobDeleted:
-        cancelled = await _jobs(request).cancel_or_delete(principal.tenant.name, job_id)
+        cancelled = await _jobs(request).cancel_or_delete(principal.tenant, job_id)
         return shown(cancelled) if cancelled is not None else SpeechJobDeleted(id=job_id)
 
     @get(

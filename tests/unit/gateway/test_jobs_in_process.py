@@ -84,3 +84,18 @@ async def test_a_cancel_stops_the_job_and_its_audio_is_gone(client: AsyncTestCli
     assert quick.elapsed.total_seconds() < 1.5
     assert (await client.get(f"{JOBS}/{job['id']}/content")).status_code == 409
     assert (await client.delete(f"{JOBS}/{job['id']}")).json()["deleted"] is True
+
+
+async def test_a_job_counts_once_in_usage(client: AsyncTestClient[Any]) -> None:
+    job = await create(client, response_format="pcm")
+    await client.get(f"{JOBS}/{job['id']}/content")
+    spoken_s = (await client.get(f"{JOBS}/{job['id']}")).json()["progress"]["audio_seconds"]
+    usage: dict[str, Any] = {}
+    for _ in range(100):  # the ledger writes in the background
+        usage = (await client.get("/v1/usage")).json()
+        if usage["requests"]:
+            break
+        await asyncio.sleep(0.02)
+    # One request, with every character and all of the audio: not one per segment (15 were spoken).
+    assert (usage["requests"], usage["input_characters"]) == (1, len(TEXT))
+    assert usage["audio_seconds"] == pytest.approx(spoken_s, abs=0.01)
