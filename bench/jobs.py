@@ -1,7 +1,7 @@
 """Speech jobs (issue #36): a long job's throughput against the same text sent in pieces, and an interactive request's
 first byte while the tenant's job runs.
 
-    .venv/bin/python -m bench.jobs                      # 100,000 characters, about 6 minutes on 2 busy cores
+    .venv/bin/python -m bench.jobs                      # 100,000 characters, about 2 minutes on 2 busy cores
     .venv/bin/python -m bench.jobs --chars 10000        # a smoke run
 
 A ``redis-server`` of its own and one real gateway (``chattts-gateway serve``) with espeak (``--workers`` worker
