@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from gateway.speech.routing import ModelRouter
     from gateway.speech.voices import VoiceStore
 
-__all__ = ["CUSTOM_VOICE_PREFIX", "MAX_SPOKEN_CHARS", "Job", "Planner", "SpeechPlan", "Voice"]
+__all__ = ["CUSTOM_VOICE_PREFIX", "SPOKEN_CHARS_PER_INPUT_CHAR", "Job", "Planner", "SpeechPlan", "Voice"]
 
 CUSTOM_VOICE_PREFIX = "voice_"
 """How a custom voice's id starts: a script's voice that starts with it names one by id, any other by name."""
@@ -38,10 +38,10 @@ Job: TypeAlias = "SynthesisRequest | Silence"
 """A part of a script as the engine's jobs see it: a span to synthesize, or a silence (in the engine's time: the
 encoder's time-stretch brings it back to what the script asked for)."""
 
-MAX_SPOKEN_CHARS = 4 * MAX_INPUT_CHARS
-"""The longest text a request may become once its pronunciation dictionaries respelled it: aliases may be longer than
-what they replace, but a request is counted (and limited) by the caller's characters, so engine time must stay
-within a small multiple of them."""
+SPOKEN_CHARS_PER_INPUT_CHAR = 4
+"""How much longer than the caller's text (4,096 characters at least) a request may become once its pronunciation
+dictionaries respelled it: aliases may be longer than what they replace, but a request is counted (and limited) by the
+caller's characters, so engine time must stay within a small multiple of them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +151,7 @@ class Planner:
         versions = applied.versions
         if script is None or script.simple:
             said = request.input if script is None else script.text
-            respelled = _respelled(applied, said)
+            respelled = _respelled(applied, said, _spoken_bound(request))
             synthesis = replace(synthesis, text=respelled.text)
             caller_text = said if respelled.replacements else None
             kept = None if script is None or said == request.input else script
@@ -160,8 +160,9 @@ class Planner:
                 pronunciation=versions, respelled=respelled, caller_text=caller_text,
             )  # fmt: skip
         if applied.lexicon:  # span by span, and the whole within the same bound
-            script = script.pronounced(lambda text: _respelled(applied, text).text)
-            _check_spoken(script.text)
+            bound = _spoken_bound(request)
+            script = script.pronounced(lambda text: _respelled(applied, text, bound).text)
+            _check_spoken(script.text, bound)
         synthesis = replace(synthesis, text=script.text)
         voices = {name: await self._resolve_voice(tenant, _in_voice(request, name), pool.name, info)
                   for name in sorted(script.voices())}  # fmt: skip
@@ -281,13 +282,18 @@ def _script_jobs(  # noqa: PLR0917 - the plan's parts a script's jobs come from
     return tuple(jobs)
 
 
-def _respelled(applied: AppliedLexicon, text: str) -> Respelled:
+def _spoken_bound(request: SpeechRequest) -> int:
+    """The longest text ``request`` may become once respelled (:data:`SPOKEN_CHARS_PER_INPUT_CHAR`)."""
+    return SPOKEN_CHARS_PER_INPUT_CHAR * max(MAX_INPUT_CHARS, len(request.input))
+
+
+def _respelled(applied: AppliedLexicon, text: str, bound: int) -> Respelled:
     """``text`` as the engine says it, by ``applied``'s rules.
 
     Raises:
         OpenAIError: a rule that gives only a phoneme string matched (400): no engine here takes IPA or Arpabet
             (espeak-ng reads its own phoneme mnemonics, not IPA), so such a rule needs an alias; or the respelled
-            text is over :data:`MAX_SPOKEN_CHARS` (400).
+            text is over ``bound`` characters (400).
     """
     if not applied.lexicon:
         return Respelled(text)
@@ -297,17 +303,17 @@ def _respelled(applied: AppliedLexicon, text: str) -> Respelled:
         raise OpenAIError(
             HTTP_400_BAD_REQUEST, str(exc), param="pronunciation_dictionary_locators", code="phoneme_not_supported"
         ) from None
-    _check_spoken(respelled.text)
+    _check_spoken(respelled.text, bound)
     return respelled
 
 
-def _check_spoken(text: str) -> None:
-    """Refuse a respelled ``text`` over :data:`MAX_SPOKEN_CHARS` (400)."""
-    if len(text) > MAX_SPOKEN_CHARS:
+def _check_spoken(text: str, bound: int) -> None:
+    """Refuse a respelled ``text`` over ``bound`` characters (400)."""
+    if len(text) > bound:
         raise OpenAIError(
             HTTP_400_BAD_REQUEST,
             f"The text becomes {len(text)} characters once its pronunciation dictionaries respell it; at "
-            f"most {MAX_SPOKEN_CHARS} may be spoken in one request.",
+            f"most {bound} may be spoken in this request.",
             param="input",
             code="string_above_max_length",
         )
