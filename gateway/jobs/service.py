@@ -16,6 +16,7 @@ from gateway.http.errors import OpenAIError
 from gateway.jobs.records import ACTIVE, SEGMENT_FORMATS, JobRecord, now_s
 from gateway.schemas import SpeechJobObject, SpeechJobProgress, SpeechRequest
 from gateway.speech.segments import split_text
+from gateway.text import is_ssml
 from storage import sortable_id
 
 if TYPE_CHECKING:
@@ -92,6 +93,13 @@ class SpeechJobs:
                 HTTP_400_BAD_REQUEST,
                 f"Jobs are spoken in {', '.join(SEGMENT_FORMATS)}; not in {body.response_format}.",
                 param="response_format",
+                code="unsupported_value",
+            )
+        if is_ssml(body.input):  # cut into segments by sentence, a document would be cut between its tags
+            raise OpenAIError(
+                HTTP_400_BAD_REQUEST,
+                "A job's input is plain text: SSML is read by /v1/audio/speech, not by jobs.",
+                param="input",
                 code="unsupported_value",
             )
         cap = self.max_input_chars(tenant)

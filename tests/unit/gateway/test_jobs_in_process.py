@@ -61,6 +61,14 @@ async def test_a_job_comes_back_whole_in_each_format(client: AsyncTestClient[Any
     assert done["progress"]["audio_seconds"] == pytest.approx(expected_s, abs=0.01)
 
 
+async def test_an_ssml_input_is_refused_not_read_out(client: AsyncTestClient[Any]) -> None:
+    body = {"model": "tts-1", "voice": "alloy", "input": f"<speak>{TEXT}</speak>"}
+    refused = await client.post(JOBS, json=body)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "input"
+    assert (await client.post(JOBS, json={**body, "input": f"a < b. {TEXT}"})).status_code == 202  # plain text
+
+
 async def test_a_complete_wav_says_its_sizes(client: AsyncTestClient[Any]) -> None:
     job = await create(client)
     await client.get(f"{JOBS}/{job['id']}/content")
