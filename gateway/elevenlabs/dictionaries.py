@@ -10,7 +10,7 @@ tenant's default dictionaries (``docs/pronunciation.md``). ``workspace_access``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from litestar import Controller, Response, get, post
 from litestar.datastructures import UploadFile  # noqa: TC002 - read at runtime, in the form's type
@@ -19,7 +19,7 @@ from litestar.params import Body, FromPath, JSONBody, Parameter
 from litestar.status_codes import HTTP_200_OK, HTTP_400_BAD_REQUEST
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from gateway.elevenlabs.errors import error_responses
+from gateway.elevenlabs.errors import error_response, error_responses
 from gateway.http.auth.dependencies import Caller, PronunciationDep
 from gateway.http.errors import OpenAIError
 from gateway.text.lexicon import Rule
@@ -27,6 +27,8 @@ from gateway.text.pls import ALPHABETS, PLSError, read_pls, write_pls
 from storage import MAX_PAGE
 
 if TYPE_CHECKING:
+    from litestar import Request
+
     from gateway.speech.pronunciation import DictionaryRecord, PronunciationDictionaries
 
 __all__ = ["PronunciationDictionariesController"]
@@ -250,6 +252,14 @@ Ignored = Annotated[str | None, Parameter(description="Accepted and ignored: old
 PageSize = Annotated[int, Parameter(description="Dictionaries per page.", ge=1, le=MAX_PAGE)]
 
 
+def _form_text_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """Litestar decodes the form's text fields before the handler runs: one not in its charset (or in a charset Python
+    does not know) is the caller's 400, not a 500. Any other lookup error is answered as it would be elsewhere."""
+    if isinstance(exc, UnicodeDecodeError) or "unknown encoding" in str(exc):
+        exc = OpenAIError(HTTP_400_BAD_REQUEST, "A text field of the form is not valid text.")
+    return error_response(request, exc)
+
+
 class PronunciationDictionariesController(Controller):
     path = "/v1/pronunciation-dictionaries"
     tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
@@ -264,7 +274,13 @@ class PronunciationDictionariesController(Controller):
         tenant = principal.tenant.name
         return _added(await pronunciation.create(tenant, data.name, data.description, rules))
 
-    @post("/add-from-file", status_code=HTTP_200_OK, operation_id="elevenLabsAddDictionaryFromFile", responses=_ERRORS)
+    @post(
+        "/add-from-file",
+        status_code=HTTP_200_OK,
+        operation_id="elevenLabsAddDictionaryFromFile",
+        responses=_ERRORS,
+        exception_handlers=dict.fromkeys([UnicodeDecodeError, LookupError], _form_text_error),
+    )
     async def add_from_file(
         self,
         data: Annotated[AddFromFile, Body(media_type=RequestEncodingType.MULTI_PART)],
