@@ -98,6 +98,9 @@ class TenantSettings(BaseModel):
     """The tenant's pronunciation dictionaries (ids, latest version each) that requests which name none are spoken
     with: every OpenAI and realtime request, and ElevenLabs requests without ``pronunciation_dictionary_locators``.
     At most 3, as ElevenLabs' locators."""
+    control_tokens: bool = False
+    """Read the engine's control tokens typed in every request's text (ChatTTS's ``[laugh]``, ``[uv_break]``...), as
+    a request's own ``control_tokens: true`` does; off, a request still opts in by itself (``docs/ssml.md``)."""
     api_key_sha256: list[str] = Field(default_factory=list)
     """Hex SHA-256 hashes of API keys issued out of band (``chattts-gateway keys create`` prints one when no
     ``redis_url`` is set); keys are never stored."""

@@ -23,6 +23,7 @@ class Tenant:
             is out of reach of the new tenant. Empty for tenants stored before generations existed.
         scheduling: How its requests wait for busy engine workers among other tenants'; treat as read-only.
         pronunciation_dictionaries: Ids of its pronunciation dictionaries that requests naming none apply.
+        control_tokens: Its requests read the engine's control tokens typed in their text, opted in or not.
     """
 
     name: str
@@ -31,6 +32,7 @@ class Tenant:
     generation: str = field(default="", compare=False)  # store-assigned: two tenants alike in settings are equal
     scheduling: TenantScheduling = field(default_factory=TenantScheduling)
     pronunciation_dictionaries: tuple[str, ...] = ()
+    control_tokens: bool = False
 
     def allows_model(self, model: str) -> bool:
         """Whether the tenant may request ``model`` (the name as the client sent it)."""
@@ -50,4 +52,5 @@ def tenant_from_settings(settings: TenantSettings) -> Tenant:
         models=models,
         scheduling=settings.scheduling.model_copy(),
         pronunciation_dictionaries=tuple(settings.pronunciation_dictionaries),
+        control_tokens=settings.control_tokens,
     )

@@ -43,6 +43,8 @@ class TenantCreate(BaseModel):
     pronunciation_dictionaries: list[DictionaryId] = Field(default_factory=list, max_length=3)
     """Ids of the tenant's own pronunciation dictionaries that its requests naming none are spoken with (each must
     exist: 400 otherwise)."""
+    control_tokens: bool = False
+    """Every request of the tenant reads the engine's control tokens typed in its text (``docs/ssml.md``)."""
 
 
 class TenantObject(BaseModel):
@@ -58,6 +60,8 @@ class TenantObject(BaseModel):
     scheduling: TenantScheduling
     pronunciation_dictionaries: list[str]
     """Its default pronunciation dictionaries (ids)."""
+    control_tokens: bool
+    """Whether its requests read the engine's control tokens typed in their text."""
 
 
 TenantList = ListPage[TenantObject]
@@ -152,6 +156,7 @@ def _tenant(tenant: Tenant) -> TenantObject:
         models=models,
         scheduling=tenant.scheduling,
         pronunciation_dictionaries=list(tenant.pronunciation_dictionaries),
+        control_tokens=tenant.control_tokens,
     )
 
 
@@ -204,6 +209,7 @@ class AdminController(Controller):
             models=data.models,
             scheduling=data.scheduling,
             pronunciation_dictionaries=data.pronunciation_dictionaries,
+            control_tokens=data.control_tokens,
         )
         for dictionary_id in data.pronunciation_dictionaries:
             if await pronunciation.store.get(data.name, dictionary_id) is None:

@@ -136,6 +136,8 @@ class Planner:
                 the tenant does not have (404), a phoneme-only rule that matched (400).
         """
         tenant = principal.tenant
+        if tenant.control_tokens and not request.control_tokens:  # the tenant opted in for all its requests
+            request = request.model_copy(update={"control_tokens": True})
         if not tenant.allows_model(request.model):
             raise OpenAIError(
                 HTTP_403_FORBIDDEN,
