@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
     from engines.base import BatchItem, CancelToken, JobSource, SynthesisRequest
     from engines.chattts.generation import CodeBatch, CodeRequest, Sampling, StepEvent
+    from engines.chattts.loader import WeightsLocation
+    from engines.chattts.onnx_step import DecodeGraph
     from engines.chattts.streaming import StreamDecoder
     from engines.chattts.voices import SpeakerBank
 
@@ -88,6 +90,8 @@ class ChatTTSEngine:
         self._chat: Any = None
         self._voices: SpeakerBank | None = None
         self._generated = False
+        self._graph: DecodeGraph | None = None
+        """The decode step through ONNX Runtime (``decoder``), or ``None``: in torch."""
 
     # ----------------------------------------------------------------- loading
     def load(self) -> EngineInfo:
@@ -111,6 +115,7 @@ class ChatTTSEngine:
         self._chat = load_chat(location, device, dtype)
         if device.type == "cpu":  # a few rows per decode step: measured, the faster product for each row count
             use_small_batch_linear(self._chat.gpt.gpt, blocked=options.blocked_weights)
+        self._graph = self._decode_graph(location, device)
         gpt = self._chat.config.gpt
         self._voices = SpeakerBank(
             self._chat.speaker, num_vq=gpt.num_vq, num_audio_tokens=gpt.num_audio_tokens,
@@ -122,10 +127,36 @@ class ChatTTSEngine:
         voices = tuple(VoiceInfo(name, "ChatTTS speaker sampled from the voice name") for name in OPENAI_VOICES)
         details = {"weights": location.description, "path": str(location.path), "device": str(device),
                    "dtype": str(dtype).removeprefix("torch."),
-                   "text_normalizer": active_normalizer() if options.normalize else OFF}  # fmt: skip
+                   "text_normalizer": active_normalizer() if options.normalize else OFF,
+                   "decoder": "torch" if self._graph is None else "onnxruntime"}  # fmt: skip
         # Weights without the DVAE's encoder (ChatTTS's own decode-only builds) cannot encode a sample.
         clones = hasattr(self._chat.dvae, "encoder")
         return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, options.max_batch, details, clones_voices=clones)
+
+    def _decode_graph(self, location: WeightsLocation, device: torch.device) -> DecodeGraph | None:
+        """The decode graph where ``decoder`` asks for it (``auto``: on CPU), else ``None`` (torch steps)."""
+        wanted = self.options.decoder
+        if wanted == "torch" or (wanted == "auto" and device.type != "cpu"):
+            return None
+        import torch
+
+        from engines.chattts.generation import stacked_audio_heads
+        from engines.chattts.onnx_step import graph_key, graph_path, load_decode_graph
+
+        if device.type != "cpu":
+            logger.warning("decoder onnxruntime runs on CPU only here (the device is %s): decode steps stay in torch",
+                           device)  # fmt: skip
+            return None
+        key = graph_key(location.hashes, self._chat.gpt.gpt.dtype)
+        try:
+            path = graph_path(location.path, Path(self.options.cache_dir).expanduser(), key)
+        except OSError as exc:
+            logger.warning("decoder onnxruntime unavailable, decode steps stay in torch: %s", exc)
+            return None
+        graph = load_decode_graph(self._chat, stacked_audio_heads(self._chat), path, torch.get_num_threads())
+        if graph is not None:
+            logger.info("decode steps through ONNX Runtime (%s)", graph.path)
+        return graph
 
     def _device(self, torch_module: Any) -> torch.device:
         wanted = self.options.device
@@ -183,7 +214,7 @@ class ChatTTSEngine:
             raise EngineUnavailableError("the ChatTTS engine is not loaded")
         from engines.chattts.generation import CodeBatch
 
-        codes = CodeBatch(self._chat, self._sampling(), self.options.prefill_chunk_tokens)
+        codes = CodeBatch(self._chat, self._sampling(), self.options.prefill_chunk_tokens, self._graph)
         live: dict[int, _Plan] = {}
         indices = itertools.count()
         yield from self._admit(zip(requests, cancels, strict=True), indices, live)

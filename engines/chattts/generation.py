@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from engines.base import CancelToken
+    from engines.chattts.onnx_step import DecodeGraph
 
-__all__ = ["CodeBatch", "CodeRequest", "Sampling", "StepEvent", "generate_codes"]
+__all__ = ["CodeBatch", "CodeRequest", "Sampling", "StepEvent", "generate_codes", "stacked_audio_heads"]
 
 _LARGE_PREFILL_TOKENS = 1 << 30
 """A prefill budget no prompt reaches: every waiting prompt whole in the next pass."""
@@ -234,7 +235,9 @@ class CodeBatch:
     however long it is: there is no decode step then whose weight reads it could share.
     """
 
-    def __init__(self, chat: Any, sampling: Sampling, prefill_chunk_tokens: int | None = None) -> None:
+    def __init__(
+        self, chat: Any, sampling: Sampling, prefill_chunk_tokens: int | None = None, graph: DecodeGraph | None = None
+    ) -> None:
         from ChatTTS.model import gen_logits
 
         self._chat = chat
@@ -246,10 +249,9 @@ class CodeBatch:
         self._warpers: list[Any] = warpers
         self._processors: list[Any] = processors
         self._prefill_budget = prefill_chunk_tokens or _LARGE_PREFILL_TOKENS
-        with torch.inference_mode(), parametrize.cached():
-            # The audio heads' weights are weight-normed on every access: computed once here, and the heads of the
-            # ``num_vq`` codes stacked so that a step computes their logits in one product.
-            self._heads = torch.cat([head.weight for head in chat.embed.head_code]).to(chat.device, torch.float32)
+        self._heads = stacked_audio_heads(chat)
+        self._graph = graph
+        """The decode step through ONNX Runtime (``engines/chattts/onnx_step.py``); ``None``: in torch."""
         self._rows: _Rows | None = None
         self._waiting: list[_Rows] = []
         """Sequences whose prompts are not yet wholly prefilled, one ``_Rows`` each, first come first."""
@@ -271,14 +273,14 @@ class CodeBatch:
         parts = self._parts()
         if not parts:
             return events
-        hiddens = self._forward(parts)
+        outputs = self._forward(parts)
         for rows, columns in parts:
             rows.consume(columns)
         running, completed = self._rows, []
-        for (rows, _), hidden in zip(parts, hiddens, strict=True):
+        for (rows, _), (hidden, logits) in zip(parts, outputs, strict=True):
             if rows is not running and rows.inputs.size(1):
                 continue  # its prompt goes on in the next pass
-            events += self._sample_and_advance(rows, hidden)
+            events += self._sample_and_advance(rows, hidden, logits)
             if rows is not running:
                 self._waiting.remove(rows)
                 completed.append(rows)
@@ -316,10 +318,11 @@ class CodeBatch:
                 break  # the rest of this prompt comes first in the next pass
         return parts
 
-    def _sample_and_advance(self, rows: _Rows, hidden: torch.Tensor) -> list[StepEvent]:
-        """Sample each row's token from its last hidden state; drop the rows that ended; make the tokens the inputs."""
+    def _sample_and_advance(self, rows: _Rows, hidden: torch.Tensor, logits: torch.Tensor | None) -> list[StepEvent]:
+        """Sample each row's token from its last hidden state (or the heads' ``logits`` of it, where the step computed
+        them); drop the rows that ended; make the tokens the inputs."""
         hidden = hidden.to(self._chat.device, dtype=torch.float32)
-        tokens = self._sample(hidden, rows)
+        tokens = self._sample(hidden, rows, logits)
         events, kept = self._events(rows, hidden, tokens)
         if len(kept) < len(rows):
             rows.keep(kept)
@@ -328,7 +331,26 @@ class CodeBatch:
             rows.advance(self._chat, tokens)
         return events
 
-    def _forward(self, parts: list[tuple[_Rows, int]]) -> list[torch.Tensor]:
+    def _forward(self, parts: list[tuple[_Rows, int]]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """The backbone over the next input columns of each part; returns each part's last hidden state per row
+        ``(rows, hidden)``, and the audio heads' logits of it where the decode graph computed them."""
+        if self._graph is not None and len(parts) == 1 and parts[0] == (self._rows, 1):
+            return [self._graph_step(parts[0][0])]
+        return [(hidden, None) for hidden in self._torch_forward(parts)]
+
+    def _graph_step(self, rows: _Rows) -> tuple[torch.Tensor, torch.Tensor]:
+        """A decode step of the running rows through the decode graph: their new key and value columns go into their
+        cache as the torch pass would put them there."""
+        assert self._graph is not None
+        hidden = rows.inputs[:, 0].to(torch.float32)
+        cos, sin = self._backbone.rotary_emb(hidden.unsqueeze(1), rows.positions)  # each (rows, 1, head_dim)
+        bias = torch.zeros(rows.mask.shape).masked_fill_(rows.mask == 0, torch.finfo(torch.float32).min)
+        outputs = self._graph.step(hidden, cos[:, 0], sin[:, 0], bias, _cache_tensors(rows.cache))
+        for index, (keys, values) in enumerate(outputs.columns):
+            rows.cache.update(keys, values, index)
+        return outputs.hidden, outputs.logits
+
+    def _torch_forward(self, parts: list[tuple[_Rows, int]]) -> list[torch.Tensor]:
         """The backbone over the next input columns of each part, packed into one batch of tokens for the weight
         products; returns each part's last hidden state per row ``(rows, hidden)``."""
         backbone = self._backbone
@@ -348,9 +370,11 @@ class CodeBatch:
             for (rows, columns), part in zip(parts, hidden.split(sizes), strict=True)
         ]
 
-    def _sample(self, hidden: torch.Tensor, rows: _Rows) -> torch.Tensor:
+    def _sample(self, hidden: torch.Tensor, rows: _Rows, logits: torch.Tensor | None = None) -> torch.Tensor:
         num_vq = self._num_vq
-        logits = F.linear(hidden, self._heads).view(len(hidden), num_vq, -1)  # (B, vq, V)
+        if logits is None:
+            logits = F.linear(hidden, self._heads)
+        logits = logits.view(len(hidden), num_vq, -1)  # (B, vq, V)
         logits = self._penalise_repetition(logits.reshape(-1, logits.size(-1)).float() / self._temperature, rows)
         for warper in self._warpers:
             logits = warper(None, logits)
@@ -454,6 +478,14 @@ def _attend(
         queries, keys, values, attn_mask=mask, scale=attention.scaling, enable_gqa=keys.size(1) != queries.size(1)
     )
     return attended.transpose(1, 2).reshape(len(rows) * columns, -1)
+
+
+@torch.inference_mode()
+def stacked_audio_heads(chat: Any) -> torch.Tensor:
+    """The ``num_vq`` audio heads' weights stacked ``(num_vq * num_audio_tokens, hidden)``, so that a step computes
+    their logits in one product. The heads are weight-normed on every access: computed once, here."""
+    with parametrize.cached():
+        return torch.cat([head.weight for head in chat.embed.head_code]).to(chat.device, torch.float32)
 
 
 def generate_codes(chat: Any, requests: Sequence[CodeRequest], sampling: Sampling) -> Iterator[list[StepEvent]]:

@@ -14,7 +14,7 @@ import copy
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +49,8 @@ class WeightsLocation:
     generated: bool
     """Random weights from ``generate_assets`` (recognised by the marker file)."""
     description: str
+    hashes: dict[str, str] = field(default_factory=dict)
+    """Each weight file's sha256 (ChatTTS's keys, ``ASSET_FILES``), as verified."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +88,7 @@ def verify_directory(path: Path) -> WeightsLocation:
             raise EngineUnavailableError(f"ChatTTS weights in {path} are incomplete: {relative} is missing")
         if key not in expected or sha256_file(file) != expected[key]:
             raise EngineUnavailableError(f"ChatTTS weights in {path}: {relative} does not match {reference}")
-    return WeightsLocation(path, generated, description)
+    return WeightsLocation(path, generated, description, {key: expected[key] for key in ASSET_FILES})
 
 
 def hub_snapshot(cache_dir: Path) -> Path | None:

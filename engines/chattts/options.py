@@ -15,6 +15,7 @@ __all__ = ["ChatTTSOptions"]
 Source = Literal["hub", "dir"]
 Device = Literal["auto", "cpu", "cuda"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
+Decoder = Literal["auto", "torch", "onnxruntime"]
 
 
 class ChatTTSOptions(BaseModel):
@@ -40,6 +41,12 @@ class ChatTTSOptions(BaseModel):
     per decode step and, on a CPU with bfloat16 arithmetic (AVX512-BF16, AMX), multiplies faster too (BENCHMARKS.md,
     "The backbone in bfloat16"); on other CPUs torch has no fast path for it, nor for float16 on any CPU (a warning at
     load)."""
+    decoder: Decoder = "auto"
+    """What runs the decode steps (one new token per running sequence): ``torch``, or ``onnxruntime`` (the backbone
+    with its KV cache and the audio heads as one ONNX graph, exported from the loaded weights on first use and kept
+    beside them: ``engines/chattts/onnx_step.py``; 1.4-1.9x faster on 2 CPU cores, issue #37). ``auto``:
+    onnxruntime on CPU with a float32 backbone, torch otherwise. Where the graph cannot be exported or run, the
+    engine logs why and steps in torch. Prefill, sampling and everything else run in torch on both."""
     threads: int | None = Field(default=None, ge=1, le=256)
     """torch CPU threads per worker (default: torch's choice)."""
     blocked_weights: bool = True

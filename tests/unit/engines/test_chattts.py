@@ -37,6 +37,17 @@ def engine() -> ChatTTSEngine:
     return loaded
 
 
+@pytest.fixture(scope="module", params=["onnxruntime", "torch"])
+def any_decoder(request: pytest.FixtureRequest, engine: ChatTTSEngine) -> ChatTTSEngine:
+    """The engine with each decoder (``engine`` itself steps through ONNX Runtime: ``auto`` on CPU)."""
+    if request.param == "onnxruntime":
+        assert engine._graph is not None
+        return engine
+    loaded = ChatTTSEngine(chattts_engine_options(decoder=request.param))
+    loaded.load()
+    return loaded
+
+
 def speak(engine: ChatTTSEngine, text: str, **fields: Any) -> np.ndarray:
     request = SynthesisRequest(text=text, voice=fields.pop("voice", "alloy"), **fields)
     chunks = list(engine.synthesize(request, CancelFlag()))
@@ -267,10 +278,10 @@ def test_an_embedding_of_the_wrong_size_is_an_invalid_request(engine: ChatTTSEng
         speak(engine, "Hello.", voice="custom", speaker=wrong)
 
 
-def test_same_seed_same_audio_other_seed_other_audio(engine: ChatTTSEngine) -> None:
-    first, second = speak(engine, "Hello there.", seed=7), speak(engine, "Hello there.", seed=7)
+def test_same_seed_same_audio_other_seed_other_audio(any_decoder: ChatTTSEngine) -> None:
+    first, second = speak(any_decoder, "Hello there.", seed=7), speak(any_decoder, "Hello there.", seed=7)
     assert np.array_equal(first, second)
-    assert not np.array_equal(first, speak(engine, "Hello there.", seed=8))
+    assert not np.array_equal(first, speak(any_decoder, "Hello there.", seed=8))
 
 
 def test_instructions_tags_run_text_refinement(engine: ChatTTSEngine) -> None:
@@ -379,28 +390,28 @@ def test_decoding_cost_is_linear(engine: ChatTTSEngine, hiddens: list[Any]) -> N
 
 
 # ----------------------------------------------------------------- batching
-def test_batched_requests_get_their_own_audio(engine: ChatTTSEngine) -> None:
+def test_batched_requests_get_their_own_audio(any_decoder: ChatTTSEngine) -> None:
     requests = [
         SynthesisRequest("One sentence.", "alloy", seed=1),
         SynthesisRequest("Three sentences. Here they are. Really.", "nova", seed=2),
         SynthesisRequest("Two sentences. Yes.", "onyx", seed=3),
     ]
-    items = run_batch(engine, requests, [CancelFlag() for _ in requests])
+    items = run_batch(any_decoder, requests, [CancelFlag() for _ in requests])
     for index, segments in enumerate((1, 3, 2)):
         assert items[index][-1] is None
         audio = np.concatenate(items[index][:-1])
         assert len(audio) == segments * SAMPLES_PER_SEGMENT
-        alone = speak(engine, requests[index].text, voice=requests[index].voice, seed=requests[index].seed)
+        alone = speak(any_decoder, requests[index].text, voice=requests[index].voice, seed=requests[index].seed)
         assert np.allclose(audio, alone, atol=2), "batching must not change a seeded request's audio"
 
 
-def test_a_cancelled_request_does_not_disturb_the_others(engine: ChatTTSEngine) -> None:
+def test_a_cancelled_request_does_not_disturb_the_others(any_decoder: ChatTTSEngine) -> None:
     voices = ("echo", "sage", "verse")
     requests = [SynthesisRequest("First sentence. Second one.", voice, seed=i) for i, voice in enumerate(voices)]
-    reference = run_batch(engine, requests, [CancelFlag() for _ in requests])
+    reference = run_batch(any_decoder, requests, [CancelFlag() for _ in requests])
     cancels = [CancelFlag() for _ in requests]
     items: dict[int, list[Any]] = {i: [] for i in range(3)}
-    for index, item in engine.synthesize_batch(requests, cancels):
+    for index, item in any_decoder.synthesize_batch(requests, cancels):
         items[index].append(item)
         if index == 1 and len(items[1]) == 1:
             cancels[1].set()

@@ -69,8 +69,8 @@ class RecordingBatch(CodeBatch):
         super().__init__(*args)
         self.tokens: list[torch.Tensor] = []
 
-    def _sample(self, hidden: torch.Tensor, rows: Any) -> torch.Tensor:
-        tokens = super()._sample(hidden, rows)
+    def _sample(self, hidden: torch.Tensor, rows: Any, logits: torch.Tensor | None = None) -> torch.Tensor:
+        tokens = super()._sample(hidden, rows, logits)
         self.tokens.append(tokens.clone())
         return tokens
 

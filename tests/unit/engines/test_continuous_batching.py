@@ -240,9 +240,11 @@ def hiddens_by_key(batches: Any) -> dict[int, list[Any]]:
     return found
 
 
-@pytest.mark.parametrize("prefill_chunk_tokens", [None, 16, 3])
+@pytest.mark.parametrize(
+    ("prefill_chunk_tokens", "decoder"), [(None, "torch"), (16, "torch"), (3, "torch"), (None, "onnxruntime")]
+)
 def test_joined_sequences_compute_what_they_would_alone(
-    engine: ChatTTSEngine, prefill_chunk_tokens: int | None
+    engine: ChatTTSEngine, prefill_chunk_tokens: int | None, decoder: str
 ) -> None:
     # Hidden states are far more sensitive than audio on random weights: this checks the packed passes, the chunked
     # prefill (3 tokens a step: each prompt over several steps, two prompts in one step) and the cache merge.
@@ -255,7 +257,9 @@ def test_joined_sequences_compute_what_they_would_alone(
         code_request(engine, 1, "short", "nova", 30),  # joins with a shorter prompt: its side is padded
         code_request(engine, 2, "a much much longer prompt than the others have, by far", "onyx", 12),
     ]
-    batch = CodeBatch(engine._chat, Sampling(), prefill_chunk_tokens)
+    graph = engine._graph if decoder == "onnxruntime" else None  # the engine's own: ``decoder: auto`` on CPU
+    assert decoder == "torch" or graph is not None
+    batch = CodeBatch(engine._chat, Sampling(), prefill_chunk_tokens, graph)
     batch.join(requests[:1])
     steps = [batch.step() for _ in range(6)]
     batch.join(requests[1:])
