@@ -92,6 +92,7 @@ class ChatTTSEngine:
         self._generated = False
         self._graph: DecodeGraph | None = None
         """The decode step through ONNX Runtime (``decoder``), or ``None``: in torch."""
+        self._max_batch = self.options.max_batch if isinstance(self.options.max_batch, int) else 1
 
     # ----------------------------------------------------------------- loading
     def load(self) -> EngineInfo:
@@ -116,6 +117,7 @@ class ChatTTSEngine:
         if device.type == "cpu":  # a few rows per decode step: measured, the faster product for each row count
             use_small_batch_linear(self._chat.gpt.gpt, blocked=options.blocked_weights)
         self._graph = self._decode_graph(location, device)
+        batch = self._batch_size()
         gpt = self._chat.config.gpt
         self._voices = SpeakerBank(
             self._chat.speaker, num_vq=gpt.num_vq, num_audio_tokens=gpt.num_audio_tokens,
@@ -128,10 +130,10 @@ class ChatTTSEngine:
         details = {"weights": location.description, "path": str(location.path), "device": str(device),
                    "dtype": str(dtype).removeprefix("torch."),
                    "text_normalizer": active_normalizer() if options.normalize else OFF,
-                   "decoder": "torch" if self._graph is None else "onnxruntime"}  # fmt: skip
+                   "decoder": "torch" if self._graph is None else "onnxruntime", "max_batch": batch}  # fmt: skip
         # Weights without the DVAE's encoder (ChatTTS's own decode-only builds) cannot encode a sample.
         clones = hasattr(self._chat.dvae, "encoder")
-        return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, options.max_batch, details, clones_voices=clones)
+        return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, self._max_batch, details, clones_voices=clones)
 
     def _decode_graph(self, location: WeightsLocation, device: torch.device) -> DecodeGraph | None:
         """The decode graph where ``decoder`` asks for it (``auto``: on CPU), else ``None`` (torch steps)."""
@@ -157,6 +159,18 @@ class ChatTTSEngine:
         if graph is not None:
             logger.info("decode steps through ONNX Runtime (%s)", graph.path)
         return graph
+
+    def _batch_size(self) -> str:
+        """Settle ``max_batch`` (measured where ``auto``); returns how it was chosen, for the engine's details."""
+        if isinstance(self.options.max_batch, int):
+            self._max_batch = self.options.max_batch
+            return str(self._max_batch)
+        from engines.chattts.batch_size import measure_batch
+
+        choice = measure_batch(self._chat, self._graph, self.options)
+        self._max_batch = choice.size
+        logger.info("max_batch %s", choice.describe())
+        return choice.describe()
 
     def _device(self, torch_module: Any) -> torch.device:
         wanted = self.options.device
@@ -243,7 +257,7 @@ class ChatTTSEngine:
 
     def _room(self, live: dict[int, _Plan]) -> int:
         """How many more requests may join the running batch now."""
-        return max(0, self.options.max_batch - len(live)) if self.options.continuous_batching else 0
+        return max(0, self._max_batch - len(live)) if self.options.continuous_batching else 0
 
     @staticmethod
     def _end_idle(live: dict[int, _Plan]) -> Generator[BatchItem, None, None]:

@@ -65,8 +65,18 @@ class ChatTTSOptions(BaseModel):
     """Run ChatTTS's text-refinement pass before speaking (adds latency); also runs when the instructions carry
     ``[oral_N]``, ``[laugh_N]`` or ``[break_N]``."""
     refine_max_new_token: int = Field(default=384, ge=1)
-    max_batch: int = Field(default=4, ge=1, le=64)
-    """Requests one worker generates together (dynamic batching)."""
+    max_batch: int | Literal["auto"] = Field(default="auto", ge=1, le=64)
+    """Requests one worker generates together (dynamic batching). ``auto``: measured at load, the decode step timed
+    at 1, 2, 4, 8 and 16 rows, and the largest taken whose step keeps up with playback (``auto_batch_realtime_share``)
+    or costs at most ``auto_batch_max_slowdown`` times one row's, within the memory the rows' KV caches may need
+    (``engines/chattts/batch_size.py``); the choice is logged and shown in the engine's details (``/readyz``)."""
+    auto_batch_realtime_share: float = Field(default=1.0, gt=0)
+    """``max_batch: auto`` admits a batch whose decode step takes at most this share of the audio one token makes
+    (21.3 ms): every sequence of it generates at least as fast as it plays (at 1.0)."""
+    auto_batch_max_slowdown: float = Field(default=2.0, ge=1)
+    """``max_batch: auto`` also admits a batch whose step takes at most this many times a one-row step (each of its
+    sequences then generates at least half as fast as alone at 2.0): what decides on a machine that keeps up with
+    playback at no batch size."""
     batch_window_ms: float = Field(default=10.0, ge=0)
     """How long an idle worker waits for more requests before it starts a batch."""
     continuous_batching: bool = True

@@ -1,4 +1,4 @@
-"""The ChatTTS decode step through ONNX Runtime (``decoder``), on tiny random-weight assets:
+"""The ChatTTS decode step through ONNX Runtime (``decoder``) and ``max_batch: auto``, on tiny random-weight assets:
 the graph computes torch's logits, is cached per weights, falls back to torch when it cannot run, and both decoders
 speak the same audio."""
 
@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 
-from engines.base import CancelFlag, SynthesisRequest
+from engines.base import CancelFlag, EngineInfo, SynthesisRequest
 from engines.chattts import ChatTTSEngine
+from engines.chattts.batch_size import TOKEN_S, choose_batch
 from engines.chattts.loader import verify_directory
 from engines.chattts.onnx_step import graph_key, graph_path, load_decode_graph
 from tests.chattts_assets import chattts_engine_options, tiny_assets_dir
@@ -22,14 +23,23 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
 
+REALTIME_MS = TOKEN_S * 1000
+
 
 @pytest.fixture(scope="module")
-def engines() -> dict[str, ChatTTSEngine]:
-    loaded = {}
+def loaded() -> dict[str, tuple[ChatTTSEngine, EngineInfo]]:
+    found = {}
     for decoder in ("torch", "onnxruntime"):
-        loaded[decoder] = ChatTTSEngine(chattts_engine_options(decoder=decoder, max_batch=4))
-        assert loaded[decoder].load().details["decoder"] == decoder
-    return loaded
+        engine = ChatTTSEngine(chattts_engine_options(decoder=decoder, max_batch=4))
+        found[decoder] = engine, engine.load()
+    return found
+
+
+@pytest.fixture(scope="module")
+def engines(loaded: dict[str, tuple[ChatTTSEngine, EngineInfo]]) -> dict[str, ChatTTSEngine]:
+    for decoder, (_, info) in loaded.items():
+        assert info.details["decoder"] == decoder
+    return {decoder: engine for decoder, (engine, _) in loaded.items()}
 
 
 def test_the_graph_gives_torchs_logits(engines: dict[str, ChatTTSEngine]) -> None:
@@ -99,7 +109,7 @@ def test_the_graph_is_kept_per_weights(tmp_path: Path) -> None:
     from engines.chattts.assets import generate_assets
     from engines.chattts.generation import stacked_audio_heads
 
-    engine = ChatTTSEngine(chattts_engine_options(decoder="torch"))
+    engine = ChatTTSEngine(chattts_engine_options(decoder="torch", max_batch=1))
     engine.load()
     other = tmp_path / "other"
     generate_assets(other, "tiny", seed=1)
@@ -131,7 +141,7 @@ def test_a_graph_that_cannot_run_falls_back_to_torch(tmp_path: Path, caplog: pyt
     path = graph_path(assets, tmp_path, graph_key(verify_directory(assets).hashes, torch.float32))
     path.write_bytes(b"not an onnx graph")
     with caplog.at_level(logging.WARNING, logger="tts_gateway.chattts"):
-        engine = ChatTTSEngine(chattts_engine_options(path=str(assets), decoder="onnxruntime"))
+        engine = ChatTTSEngine(chattts_engine_options(path=str(assets), decoder="onnxruntime", max_batch=1))
         info = engine.load()
     assert info.details["decoder"] == "torch"
     warnings = [r.getMessage() for r in caplog.records if r.name == "tts_gateway.chattts"]
@@ -142,5 +152,38 @@ def test_a_graph_that_cannot_run_falls_back_to_torch(tmp_path: Path, caplog: pyt
 
 
 def test_auto_steps_in_torch_where_the_backbone_is_not_float32() -> None:
-    info = ChatTTSEngine(chattts_engine_options(dtype="bfloat16")).load()
+    info = ChatTTSEngine(chattts_engine_options(dtype="bfloat16", max_batch=1)).load()
     assert info.details["decoder"] == "torch"
+
+
+# ----------------------------------------------------------------- max_batch: auto
+@pytest.mark.parametrize(
+    ("step_ms", "memory_rows", "chosen"),
+    [
+        ({1: 45.0, 2: 50.0, 4: 70.0, 8: 88.0, 16: 140.0}, 64, 8),  # a 2-core CPU: slower than playback at any size
+        ({1: 45.0, 2: 50.0, 4: 70.0, 8: 88.0, 16: 140.0}, 5, 4),  # memory for 5 rows
+        ({1: 8.0, 2: 8.5, 4: 9.0, 8: 12.0, 16: 20.0}, 64, 16),  # a GPU: every size keeps up with playback
+        ({1: 45.0, 2: 100.0}, 64, 1),
+    ],
+)
+def test_auto_takes_the_largest_batch_within_the_limits(step_ms: dict[int, float], memory_rows: int,
+                                                        chosen: int) -> None:  # fmt: skip
+    assert choose_batch(step_ms, memory_rows, realtime_share=1.0, max_slowdown=2.0) == chosen
+
+
+def test_a_batch_that_keeps_up_with_playback_qualifies_however_slow_for_its_size() -> None:
+    steps = {1: 2.0, 2: 2.5, 4: 10.0, 8: REALTIME_MS * 0.9, 16: REALTIME_MS * 1.2}
+    assert choose_batch(steps, 64, realtime_share=1.0, max_slowdown=2.0) == 8
+
+
+def test_auto_batch_is_measured_at_load_and_shown() -> None:
+    engine = ChatTTSEngine(chattts_engine_options())
+    info = engine.load()
+    assert info.details["decoder"] == "onnxruntime"
+    assert info.details["max_batch"].startswith(f"{info.max_batch} (auto; step at 1: ")
+    assert info.max_batch in (1, 2, 4, 8, 16)
+
+
+def test_a_number_overrides_auto(loaded: dict[str, tuple[ChatTTSEngine, EngineInfo]]) -> None:
+    _, info = loaded["onnxruntime"]
+    assert (info.max_batch, info.details["max_batch"]) == (4, "4")

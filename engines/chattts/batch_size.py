@@ -1,0 +1,141 @@
+# ruff: noqa: PLC0415 - torch is imported lazily: the server process never loads it
+"""``max_batch: auto``: the batch size a worker takes, measured on its own machine at load.
+
+A decode step reads every weight once whatever the rows, so more rows cost little until the products stop being bound
+by memory; where that happens depends on the machine (2 cores: about 1.1x at 2 rows, 1.8x at 8; a GPU: nearly flat).
+A fixed ``max_batch`` leaves either throughput or latency on the table. At load, the step (the decode graph or torch,
+whichever the engine steps with) is timed at :data:`BATCH_SIZES` rows, and the largest size is taken whose step
+
+- keeps up with playback: it takes at most ``auto_batch_realtime_share`` of the audio one token makes (21.3 ms),
+  so that a streamed segment never waits for its tokens; or
+- costs at most ``auto_batch_max_slowdown`` times a one-row step: each sequence of a full batch then generates at
+  least that share as fast as alone (what decides on a CPU that keeps up with playback at no batch size),
+
+and whose rows' KV caches fit in half the memory available at load (each row at its longest: the longest prompt and
+``max_new_token`` tokens, with the cache's spare room). Sizes are timed in order and the timing stops at the first
+that qualifies on neither count (larger batches are slower still): on the tiny test weights this takes milliseconds,
+on the full model about two seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+
+    from engines.chattts.onnx_step import DecodeGraph
+
+__all__ = ["BATCH_SIZES", "TOKEN_S", "BatchChoice", "choose_batch", "kv_bytes_per_row", "measure_batch"]
+
+logger = logging.getLogger("tts_gateway.chattts")
+
+BATCH_SIZES = (1, 2, 4, 8, 16)
+TOKEN_S = 512 / 24000
+"""The audio one token makes: 512 samples at 24 kHz."""
+_MEMORY_SHARE = 0.5
+"""Of the memory available at load, what the rows' KV caches may take (the rest: other workers, audio, buffers)."""
+_SAMPLE_TOKENS_PER_S = 47
+"""Prompt positions per second of a voice sample (its audio codes)."""
+_SPARE_ROOM = 1.5
+"""The KV cache's buffers hold up to half again what they use (``engines/chattts/kv_cache.py``)."""
+_PROMPT_TOKENS = 8
+_TIMED_STEPS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class BatchChoice:
+    size: int
+    step_ms: dict[int, float]
+    """The measured step per batch size."""
+    memory_rows: int
+    """The most rows whose KV caches fit."""
+
+    def describe(self) -> str:
+        steps = ", ".join(f"{rows}: {ms:.1f} ms" for rows, ms in self.step_ms.items())
+        return f"{self.size} (auto; step at {steps}; memory for {self.memory_rows} rows)"
+
+
+def qualifies(step_ms: float, one_row_ms: float, realtime_share: float, max_slowdown: float) -> bool:
+    """Whether a batch whose step takes ``step_ms`` is admitted (see the module's docstring)."""
+    return step_ms <= realtime_share * TOKEN_S * 1000 or step_ms <= max_slowdown * one_row_ms
+
+
+def choose_batch(step_ms: dict[int, float], memory_rows: int, realtime_share: float, max_slowdown: float) -> int:
+    """The largest measured size that qualifies and fits in memory (at least 1)."""
+    one_row = step_ms[min(step_ms)]
+    fitting = [
+        rows for rows, ms in step_ms.items()
+        if rows <= memory_rows and qualifies(ms, one_row, realtime_share, max_slowdown)
+    ]  # fmt: skip
+    return max(fitting, default=1)
+
+
+def measure_batch(chat: Any, graph: DecodeGraph | None, options: Any) -> BatchChoice:
+    """Time the decode step at each of :data:`BATCH_SIZES` (until one does not qualify) and choose."""
+    memory_rows = rows_in_memory(chat, options)
+    step_ms: dict[int, float] = {}
+    for rows in BATCH_SIZES:
+        if rows > memory_rows and step_ms:
+            break
+        step_ms[rows] = _step_ms(chat, graph, rows)
+        if not qualifies(step_ms[rows], step_ms[1], options.auto_batch_realtime_share, options.auto_batch_max_slowdown):
+            break
+    size = choose_batch(step_ms, memory_rows, options.auto_batch_realtime_share, options.auto_batch_max_slowdown)
+    return BatchChoice(size, step_ms, memory_rows)
+
+
+def _step_ms(chat: Any, graph: DecodeGraph | None, rows: int) -> float:
+    """The best of a few decode steps of ``rows`` running sequences (after their prefill and one step to warm up)."""
+    from engines.base import CancelFlag
+    from engines.chattts.generation import CodeBatch, CodeRequest, Sampling
+
+    batch = CodeBatch(chat, Sampling(), graph=graph)
+    tokens = _TIMED_STEPS + 2
+    prompt = list(range(1, _PROMPT_TOKENS + 1))
+    batch.join([CodeRequest(row, prompt, None, row, tokens, tokens, CancelFlag()) for row in range(rows)])
+    batch.step()  # the prefill and each row's first token
+    batch.step()
+    return 1000 * min(_timed(batch.step) for _ in range(_TIMED_STEPS))
+
+
+def _timed(call: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
+
+
+def kv_bytes_per_row(chat: Any, options: Any) -> int:
+    """A row's KV cache at its longest: every layer's keys and values over the longest prompt (a segment's text and
+    tags, and a voice sample's codes) and ``max_new_token`` tokens, with the cache's spare room."""
+    config = chat.gpt.gpt.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    per_column = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * chat.gpt.gpt.dtype.itemsize
+    columns = options.max_new_token + options.max_segment_chars + 16 + options.max_sample_s * _SAMPLE_TOKENS_PER_S
+    return int(per_column * columns * _SPARE_ROOM)
+
+
+def rows_in_memory(chat: Any, options: Any) -> int:
+    """How many rows' KV caches fit in the memory share (:data:`_MEMORY_SHARE`) available now on the model's device."""
+    return max(1, int(_MEMORY_SHARE * _available_bytes(chat.device_gpt) // kv_bytes_per_row(chat, options)))
+
+
+def _available_bytes(device: torch.device) -> int:
+    import torch
+
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        # Linux: MemAvailable counts the page cache the kernel may reclaim.
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
