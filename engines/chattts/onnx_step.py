@@ -169,6 +169,7 @@ def export_decode_graph(chat: Any, heads: torch.Tensor, path: Path) -> None:
                 output_names=["logits", "hidden_out", *new], dynamic_axes=dynamic, opset_version=_OPSET,
                 dynamo=False,
             )  # fmt: skip
+        Path(temporary).chmod(0o644)  # mkstemp's 0600 would hide it from workers running as another user
         Path(temporary).replace(path)
     finally:
         Path(temporary).unlink(missing_ok=True)
