@@ -1,0 +1,155 @@
+"""The decode step on each decoder (``torch``, ``onnxruntime``), per batch size, against the machine's memory bound.
+
+    .venv/bin/python -m bench.chattts_decoder --assets /tmp/chattts-full    # about 3 minutes on 2 cores
+
+Loads the engine once with ``decoder: onnxruntime`` (the graph exported on first use, then cached beside the
+assets); the torch step is the same engine's token loop without the graph, on the same weights. For each batch size,
+``--steps`` decode steps of a running batch are timed per decoder, the two alternating over ``--rounds`` rounds so
+that the machine's drift falls on both alike; the medians are printed with the weights' bytes per step over the step
+time (GB/s) beside the machine's copy rate measured in the same run (bytes per second that a large ``copy_`` reads),
+the memory bound (bytes per step over the copy rate), and, over ``--compare-steps`` steps of two batches started
+alike (the graph's and torch's), the largest logits difference and the share of (row, codebook) argmax tokens that
+agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from bench.chattts_join import PROMPTS, prompt_ids, request
+from engines.chattts.engine import ChatTTSEngine
+from engines.chattts.generation import CodeBatch, Sampling
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+__all__ = ["main"]
+
+_COPY_BYTES = 512 * 2**20
+
+
+def copy_rate() -> float:
+    """Bytes per second that copying a buffer far larger than the CPU's caches reads (best of 5)."""
+    source = torch.ones(_COPY_BYTES // 4)
+    target = torch.empty_like(source)
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        target.copy_(source)
+        best = min(best, time.perf_counter() - started)
+    return _COPY_BYTES / best
+
+
+def weight_bytes(engine: ChatTTSEngine) -> int:
+    """What a decode step reads: every weight of the backbone's layers and final norm, and the audio heads."""
+    backbone = engine._chat.gpt.gpt
+    layers = sum(p.numel() * p.element_size() for p in backbone.layers.parameters())
+    norm = sum(p.numel() * p.element_size() for p in backbone.norm.parameters())
+    heads = CodeBatch(engine._chat, Sampling())._heads
+    return int(layers + norm + heads.numel() * heads.element_size())
+
+
+def running(engine: ChatTTSEngine, prompt: list[int], rows: int, graph: Any) -> CodeBatch:
+    """``rows`` sequences past their prefill and a few steps (the steps that allocate)."""
+    codes = CodeBatch(engine._chat, Sampling(), graph=graph)
+    codes.join([request(engine, prompt, row) for row in range(rows)])
+    for _ in range(3):
+        codes.step()
+    return codes
+
+
+def step_ms(engine: ChatTTSEngine, prompt: list[int], rows: int, steps: int, graph: Any) -> float:
+    codes = running(engine, prompt, rows, graph)
+    started = time.perf_counter()
+    for _ in range(steps):
+        codes.step()
+    return (time.perf_counter() - started) / steps * 1000
+
+
+def logits_of(engine: ChatTTSEngine, prompt: list[int], rows: int, steps: int, graph: Any) -> list[torch.Tensor]:
+    """Every step's logits of a batch of ``rows`` after its prefills (each decoder samples its own tokens: where
+    they differ, so do the later steps, which the argmax share then shows). The prompts are prefilled over the first
+    steps (the first alone, then the others beside its steps), in torch on both."""
+    codes = CodeBatch(engine._chat, Sampling(), graph=graph)
+    found: list[torch.Tensor] = []
+    sample = codes._sample
+
+    def recording(hidden: torch.Tensor, batch_rows: Any, logits: torch.Tensor | None = None) -> torch.Tensor:
+        found.append(torch.nn.functional.linear(hidden, codes._heads) if logits is None else logits.clone())
+        return sample(hidden, batch_rows, logits)
+
+    codes._sample = recording  # type: ignore[method-assign,assignment]
+    codes.join([request(engine, prompt, row) for row in range(rows)])
+    for _ in range(steps + 2):
+        codes.step()
+    return found[2:]  # the first two steps held the prefills, torch's on both
+
+
+def compare(engine: ChatTTSEngine, prompt: list[int], rows: int, steps: int) -> tuple[float, float]:
+    """The largest logits difference between the graph and torch, and the share of argmax tokens that agree."""
+    with torch.inference_mode():
+        theirs = logits_of(engine, prompt, rows, steps, None)
+        ours = logits_of(engine, prompt, rows, steps, engine._graph)
+    num_vq, vocabulary = engine._chat.config.gpt.num_vq, engine._chat.config.gpt.num_audio_tokens
+    largest, agree, total = 0.0, 0, 0
+    for reference, graph in zip(theirs, ours, strict=True):
+        largest = max(largest, float((reference - graph).abs().max()))
+        same = reference.view(-1, num_vq, vocabulary).argmax(-1) == graph.view(-1, num_vq, vocabulary).argmax(-1)
+        agree, total = agree + int(same.sum()), total + same.numel()
+    return largest, agree / total
+
+
+def alternating(measures: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """The median of each measure, taken in turns over ``rounds`` rounds after one unrecorded round."""
+    samples: dict[str, list[float]] = {name: [] for name in measures}
+    for index in range(rounds + 1):
+        for name, measure in measures.items():
+            value = measure()
+            if index:
+                samples[name].append(value)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--assets", required=True, help="a ChatTTS directory (chattts-gateway assets generate ...)")
+    parser.add_argument("--batches", default="1,2,4,8,16", help="batch sizes")
+    parser.add_argument("--steps", type=int, default=10, help="decode steps timed per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--compare-steps", type=int, default=32, help="steps whose logits are compared")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    engine = ChatTTSEngine({"source": "dir", "path": args.assets, "device": "cpu", "threads": args.threads,
+                            "decoder": "onnxruntime", "max_batch": 1})  # fmt: skip
+    engine.load()
+    if engine._graph is None:
+        raise SystemExit("the decode graph could not be built here (see the log): nothing to compare")
+    prompt = prompt_ids(engine, PROMPTS[1])
+    weights, rate = weight_bytes(engine), copy_rate()
+    bound_ms = weights / rate * 1000
+    print(f"weights read per step {weights / 1e6:.1f} MB; copy rate {rate / 1e9:.1f} GB/s; memory bound "
+          f"{bound_ms:.1f} ms per step; medians of {args.rounds} alternating rounds of {args.steps} steps; "
+          f"prompts of {len(prompt)} tokens; {args.threads} threads")  # fmt: skip
+    print("| batch | torch (ms) | onnxruntime (ms) | speed-up | torch GB/s | onnxruntime GB/s | onnxruntime / bound "
+          "| max logits diff | argmax agree |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for rows in (int(size) for size in args.batches.split(",")):
+        measures = {name: partial(step_ms, engine, prompt, rows, args.steps, graph)
+                    for name, graph in (("torch", None), ("onnxruntime", engine._graph))}  # fmt: skip
+        step = alternating(measures, args.rounds)
+        largest, agree = compare(engine, prompt, rows, args.compare_steps)
+        torch_ms, graph_ms = step["torch"], step["onnxruntime"]
+        print(f"| {rows} | {torch_ms:.1f} | {graph_ms:.1f} | {torch_ms / graph_ms:.2f}x | "
+              f"{weights / torch_ms / 1e6:.1f} | {weights / graph_ms / 1e6:.1f} | {graph_ms / bound_ms:.2f}x | "
+              f"{largest:.1e} | {agree:.1%} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
