@@ -136,12 +136,14 @@ class ChatTTSEngine:
         return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, self._max_batch, details, clones_voices=clones)
 
     def _decode_graph(self, location: WeightsLocation, device: torch.device) -> DecodeGraph | None:
-        """The decode graph where ``decoder`` asks for it (``auto``: on CPU), else ``None`` (torch steps)."""
-        wanted = self.options.decoder
-        if wanted == "torch" or (wanted == "auto" and device.type != "cpu"):
-            return None
+        """The decode graph where ``decoder`` asks for it (``auto``: on CPU with a float32 backbone), else ``None``
+        (torch steps)."""
         import torch
 
+        wanted = self.options.decoder
+        on_cpu_in_float32 = device.type == "cpu" and self._chat.gpt.gpt.dtype == torch.float32
+        if wanted == "torch" or (wanted == "auto" and not on_cpu_in_float32):
+            return None
         from engines.chattts.generation import stacked_audio_heads
         from engines.chattts.onnx_step import graph_key, graph_path, load_decode_graph
 

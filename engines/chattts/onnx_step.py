@@ -2,10 +2,10 @@
 """The decode step through ONNX Runtime: the backbone's layers over one new token per row, with the KV cache, and
 the audio heads, as one graph.
 
-A decode step on CPU is bound by reading the weights (762.8 MB for the full model, fp32); torch spends about as long
-again between and around its products (Python, dispatch, small element-wise ops). ONNX Runtime's CPU provider runs
-the same step, exported from the loaded weights, within about 1.1-1.4x of the memory bound (measured on 2 CPU
-cores: 36-50 ms a step at batch 1 against torch's 55-96 ms; issue #37).
+A decode step on CPU is bound by reading the weights (762.8 MB for the full model, fp32); torch adds time between and
+around its products (Python, dispatch, small element-wise ops), up to as long again on some CPUs. ONNX Runtime's CPU
+provider runs the same step, exported from the loaded weights, at 1.16x the memory bound at batch 1 (BENCHMARKS.md,
+"Decode steps through ONNX Runtime": 1.16x torch's speed there, 1.93x on a CPU where torch's products are slower).
 
 The graph takes each row's new input embedding, the rotary ``cos``/``sin`` at its position, an additive attention
 bias over the cache's columns and the new one, and every layer's cached keys and values; it returns the audio heads'
@@ -41,7 +41,15 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-__all__ = ["EXPORTER_VERSION", "DecodeGraph", "DecodeOutputs", "export_decode_graph", "graph_key", "load_decode_graph"]
+__all__ = [
+    "EXPORTER_VERSION",
+    "DecodeGraph",
+    "DecodeOutputs",
+    "export_decode_graph",
+    "graph_key",
+    "graph_path",
+    "load_decode_graph",
+]
 
 logger = logging.getLogger("tts_gateway.chattts")
 
@@ -189,7 +197,6 @@ class DecodeGraph:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.path = path
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self._layers = sum(1 for name in self._session.get_inputs() if name.name.startswith("past_keys_"))
 
     def step(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor,
              cache: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> DecodeOutputs:  # fmt: skip

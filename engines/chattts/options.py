@@ -44,7 +44,7 @@ class ChatTTSOptions(BaseModel):
     decoder: Decoder = "auto"
     """What runs the decode steps (one new token per running sequence): ``torch``, or ``onnxruntime`` (the backbone
     with its KV cache and the audio heads as one ONNX graph, exported from the loaded weights on first use and kept
-    beside them: ``engines/chattts/onnx_step.py``; 1.4-1.9x faster on 2 CPU cores, issue #37). ``auto``:
+    beside them: ``engines/chattts/onnx_step.py``; 1.16-1.9x faster at batch 1 on 2 CPU cores, BENCHMARKS.md). ``auto``:
     onnxruntime on CPU with a float32 backbone, torch otherwise. Where the graph cannot be exported or run, the
     engine logs why and steps in torch. Prefill, sampling and everything else run in torch on both."""
     threads: int | None = Field(default=None, ge=1, le=256)
