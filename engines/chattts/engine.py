@@ -130,7 +130,8 @@ class ChatTTSEngine:
         details = {"weights": location.description, "path": str(location.path), "device": str(device),
                    "dtype": str(dtype).removeprefix("torch."),
                    "text_normalizer": active_normalizer() if options.normalize else OFF,
-                   "decoder": "torch" if self._graph is None else "onnxruntime", "max_batch": batch}  # fmt: skip
+                   "decoder": "torch" if self._graph is None else "onnxruntime", "max_batch": batch,
+                   "decode_weights": "float32" if self._graph is None else self.options.weights}  # fmt: skip
         # Weights without the DVAE's encoder (ChatTTS's own decode-only builds) cannot encode a sample.
         clones = hasattr(self._chat.dvae, "encoder")
         return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, self._max_batch, details, clones_voices=clones)
@@ -151,13 +152,17 @@ class ChatTTSEngine:
             logger.warning("decoder onnxruntime runs on CPU only here (the device is %s): decode steps stay in torch",
                            device)  # fmt: skip
             return None
-        key = graph_key(location.hashes, self._chat.gpt.gpt.dtype)
+        dtype, cache_dir = self._chat.gpt.gpt.dtype, Path(self.options.cache_dir).expanduser()
         try:
-            path = graph_path(location.path, Path(self.options.cache_dir).expanduser(), key)
-        except OSError as exc:
+            path = graph_path(location.path, cache_dir, graph_key(location.hashes, dtype))
+            int8_path = None
+            if self.options.weights == "int8":
+                int8_path = graph_path(location.path, cache_dir, graph_key(location.hashes, dtype, int8=True))
+        except (OSError, ImportError) as exc:
             logger.warning("decoder onnxruntime unavailable, decode steps stay in torch: %s", exc)
             return None
-        graph = load_decode_graph(self._chat, stacked_audio_heads(self._chat), path, torch.get_num_threads())
+        heads = stacked_audio_heads(self._chat)
+        graph = load_decode_graph(self._chat, heads, path, torch.get_num_threads(), int8_path)
         if graph is not None:
             logger.info("decode steps through ONNX Runtime (%s)", graph.path)
         return graph

@@ -16,6 +16,7 @@ Source = Literal["hub", "dir"]
 Device = Literal["auto", "cpu", "cuda"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 Decoder = Literal["auto", "torch", "onnxruntime"]
+Weights = Literal["float32", "int8"]
 
 
 class ChatTTSOptions(BaseModel):
@@ -47,6 +48,11 @@ class ChatTTSOptions(BaseModel):
     beside them: ``engines/chattts/onnx_step.py``; 1.16-1.9x faster at batch 1 on 2 CPU cores, BENCHMARKS.md). ``auto``:
     onnxruntime on CPU with a float32 backbone, torch otherwise. Where the graph cannot be exported or run, the
     engine logs why and steps in torch. Prefill, sampling and everything else run in torch on both."""
+    weights: Weights = "float32"
+    """With the ``onnxruntime`` decoder: ``int8`` stores the decode graph's weight matrices in 8 bits (ONNX Runtime's
+    ``MatMulNBits``, blocks of 32 with a scale each), reading a quarter of the bytes per step, for operators who trade
+    exactness for speed: its tokens differ from float32's (BENCHMARKS.md), and its audio has not been judged by ear.
+    Prefill stays float32 in torch."""
     threads: int | None = Field(default=None, ge=1, le=256)
     """torch CPU threads per worker (default: torch's choice)."""
     blocked_weights: bool = True

@@ -16,12 +16,14 @@ from engines.chattts import ChatTTSEngine
 from engines.chattts.batch_size import TOKEN_S, choose_batch
 from engines.chattts.loader import verify_directory
 from engines.chattts.onnx_step import graph_key, graph_path, load_decode_graph
-from tests.chattts_assets import chattts_engine_options, tiny_assets_dir
+from tests.chattts_assets import TEST_TOKENS, chattts_engine_options, tiny_assets_dir
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
+
+SAMPLES_PER_SEGMENT = TEST_TOKENS * 512 - 256  # every segment is exactly TEST_TOKENS tokens long here
 
 REALTIME_MS = TOKEN_S * 1000
 
@@ -154,6 +156,24 @@ def test_a_graph_that_cannot_run_falls_back_to_torch(tmp_path: Path, caplog: pyt
 def test_auto_steps_in_torch_where_the_backbone_is_not_float32() -> None:
     info = ChatTTSEngine(chattts_engine_options(dtype="bfloat16", max_batch=1)).load()
     assert info.details["decoder"] == "torch"
+
+
+def test_int8_weights_run_a_quantized_graph_beside_the_float32_one(tmp_path: Path) -> None:
+    import onnx
+
+    assets = tmp_path / "assets"
+    shutil.copytree(tiny_assets_dir(), assets, ignore=shutil.ignore_patterns("onnx"))
+    engine = ChatTTSEngine(chattts_engine_options(path=str(assets), decoder="onnxruntime", weights="int8", max_batch=1))
+    info = engine.load()
+    assert (info.details["decoder"], info.details["decode_weights"]) == ("onnxruntime", "int8")
+    assert engine._graph is not None
+    graphs = {path.name: path for path in (assets / "onnx").glob("*.onnx")}
+    assert len(graphs) == 2, "the float32 graph, and the 8-bit one made from it"
+    operators = {node.op_type for node in onnx.load(str(engine._graph.path)).graph.node}
+    assert "MatMulNBits" in operators
+    audio = np.concatenate(list(engine.synthesize(SynthesisRequest("Eight bits.", "alloy"), CancelFlag())))
+    assert len(audio) == SAMPLES_PER_SEGMENT
+    assert np.abs(audio.astype(np.int32)).max() > 0
 
 
 # ----------------------------------------------------------------- max_batch: auto
