@@ -9,7 +9,9 @@ that the machine's drift falls on both alike; the medians are printed with the w
 time (GB/s) beside the machine's copy rate measured in the same run (bytes per second that a large ``copy_`` reads),
 the memory bound (bytes per step over the copy rate), and, over ``--compare-steps`` steps of two batches started
 alike (the graph's and torch's), the largest logits difference and the share of (row, codebook) argmax tokens that
-agree.
+agree. With ``--int8``, the same for the 8-bit graph (``weights: int8``) against the float32 graph: its step, and the
+share of (row, codebook) argmax tokens that agree over ``--int8-steps`` steps in which both graphs see the same inputs
+(the float32 graph's outputs drive the batch).
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ import argparse
 import statistics
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from bench.chattts_join import PROMPTS, prompt_ids, request
 from engines.chattts.engine import ChatTTSEngine
 from engines.chattts.generation import CodeBatch, Sampling
+from engines.chattts.loader import verify_directory
+from engines.chattts.onnx_step import DecodeGraph, DecodeOutputs, graph_key, graph_path, load_decode_graph
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -105,6 +110,60 @@ def compare(engine: ChatTTSEngine, prompt: list[int], rows: int, steps: int) -> 
     return largest, agree / total
 
 
+class ShadowedGraph:
+    """The float32 graph, with the 8-bit one run on the same inputs each step; their logits are kept in pairs."""
+
+    def __init__(self, main: DecodeGraph, shadow: DecodeGraph) -> None:
+        self.main, self.shadow = main, shadow
+        self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def step(self, *inputs: Any) -> DecodeOutputs:
+        outputs = self.main.step(*inputs)
+        self.pairs.append((outputs.logits, self.shadow.step(*inputs).logits))
+        return outputs
+
+
+def int8_graph(engine: ChatTTSEngine, assets: str, threads: int) -> DecodeGraph:
+    """The engine's graph quantized to 8 bits (made beside the float32 one on first use)."""
+    location, dtype = verify_directory(Path(assets)), engine._chat.gpt.gpt.dtype
+    cache = Path(engine.options.cache_dir).expanduser()
+    path = graph_path(location.path, cache, graph_key(location.hashes, dtype))
+    int8_path = graph_path(location.path, cache, graph_key(location.hashes, dtype, int8=True))
+    graph = load_decode_graph(engine._chat, CodeBatch(engine._chat, Sampling())._heads, path, threads, int8_path)
+    if graph is None:
+        raise SystemExit("the 8-bit graph could not be built here (see the log)")
+    return graph
+
+
+def int8_agreement(engine: ChatTTSEngine, prompt: list[int], rows: int, steps: int, int8: DecodeGraph) -> float:
+    """The share of (row, codebook) argmax tokens of the 8-bit graph equal to the float32 graph's, same inputs."""
+    assert engine._graph is not None
+    shadowed = ShadowedGraph(engine._graph, int8)
+    codes = CodeBatch(engine._chat, Sampling(), graph=cast("DecodeGraph", shadowed))
+    codes.join([request(engine, prompt, row) for row in range(rows)])
+    with torch.inference_mode():
+        for _ in range(steps + 2):
+            codes.step()
+    num_vq, vocabulary = engine._chat.config.gpt.num_vq, engine._chat.config.gpt.num_audio_tokens
+    same = [(a.view(-1, num_vq, vocabulary).argmax(-1) == b.view(-1, num_vq, vocabulary).argmax(-1))
+            for a, b in shadowed.pairs]  # fmt: skip
+    return float(sum(int(s.sum()) for s in same)) / sum(s.numel() for s in same)
+
+
+def print_int8(engine: ChatTTSEngine, prompt: list[int], args: argparse.Namespace, weights: int) -> None:
+    int8 = int8_graph(engine, args.assets, args.threads)
+    print(f"\n8-bit weights (MatMulNBits): argmax agreement with float32 over {args.int8_steps} steps, same inputs")
+    print("| batch | float32 graph (ms) | int8 graph (ms) | speed-up | int8 GB/s of float32 bytes | argmax agree |")
+    print("|---|---|---|---|---|---|")
+    for rows in (int(size) for size in args.batches.split(",")):
+        measures = {name: partial(step_ms, engine, prompt, rows, args.steps, graph)
+                    for name, graph in (("float32", engine._graph), ("int8", int8))}  # fmt: skip
+        step = alternating(measures, args.rounds)
+        agree = int8_agreement(engine, prompt, rows, args.int8_steps, int8)
+        print(f"| {rows} | {step['float32']:.1f} | {step['int8']:.1f} | {step['float32'] / step['int8']:.2f}x | "
+              f"{weights / step['int8'] / 1e6:.1f} | {agree:.1%} |")  # fmt: skip
+
+
 def alternating(measures: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, float]:
     """The median of each measure, taken in turns over ``rounds`` rounds after one unrecorded round."""
     samples: dict[str, list[float]] = {name: [] for name in measures}
@@ -124,6 +183,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compare-steps", type=int, default=32, help="steps whose logits are compared")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--int8", action="store_true", help="also the 8-bit graph (weights: int8)")
+    parser.add_argument("--int8-steps", type=int, default=512, help="steps whose int8 argmax tokens are compared")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     engine = ChatTTSEngine({"source": "dir", "path": args.assets, "device": "cpu", "threads": args.threads,
@@ -149,6 +210,8 @@ def main() -> None:
         print(f"| {rows} | {torch_ms:.1f} | {graph_ms:.1f} | {torch_ms / graph_ms:.2f}x | "
               f"{weights / torch_ms / 1e6:.1f} | {weights / graph_ms / 1e6:.1f} | {graph_ms / bound_ms:.2f}x | "
               f"{largest:.1e} | {agree:.1%} |")  # fmt: skip
+    if args.int8:
+        print_int8(engine, prompt, args, weights)
 
 
 if __name__ == "__main__":
