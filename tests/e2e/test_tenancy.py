@@ -20,6 +20,7 @@ from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess
 from tests.audio_decode import decode_audio, dominant_frequency
 from tests.redis_server import RedisServer, disconnected
 from tests.tenancy import AUDIENCE, JWT_SECRET, Admin, speak, tenancy_config
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -350,7 +351,15 @@ def test_redis_outage_fails_open_and_loses_no_usage(
     admin = Admin(lonely_replica.base_url)
     key = admin.key(admin.tenant(requests_per_minute=100))["key"]
     admin.close()
+
+    def requests_counted() -> int:
+        usage = httpx.get(f"{lonely_replica.base_url}/v1/usage", headers={"authorization": f"Bearer {key}"}).json()
+        return int(usage["requests"])
+
+    # A request is counted in the background once its response has ended, which the client may see a moment before
+    # the gateway does: the snapshot Redis comes back with must hold the first request's count.
     assert speak(lonely_replica, key, "before").status_code == 200
+    wait_until(lambda: requests_counted() >= 1, 5, "the first request counted")
     snapshot(outage_redis)
     outage_redis.stop()
     during = [speak(lonely_replica, key, f"during {n}").status_code for n in range(3)]
@@ -361,8 +370,8 @@ def test_redis_outage_fails_open_and_loses_no_usage(
     assert "tts_redis_pool_exhausted_total 0.0" in metrics  # an outage, not a pool run dry
     outage_redis.start()
     assert speak(lonely_replica, key, "after").status_code == 200
-    usage = httpx.get(f"{lonely_replica.base_url}/v1/usage", headers={"authorization": f"Bearer {key}"}).json()
-    assert usage["requests"] == 5
+    wait_until(lambda: requests_counted() >= 5, 5, "the five requests counted")
+    assert requests_counted() == 5
 
 
 def test_redis_outage_fails_closed_when_configured(
