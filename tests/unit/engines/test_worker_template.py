@@ -62,6 +62,8 @@ async def test_workers_are_forked_from_a_template_that_imported_the_engine(
     pool = await make_pool(workers=2)
     template = templates.of("synthetic")
     assert template.pid is not None
+    # The pool is ready with its first worker; the second may still be forking.
+    await wait_for(lambda: len(pool.status().pids) == 2, 30, "both workers forked")
     assert [parent_of(pid) for pid in pool.status().pids] == [template.pid, template.pid]
     maps = Path(f"/proc/{template.pid}/maps").read_text()
     assert "numpy" in maps, "the template imported the engine's modules before forking"
