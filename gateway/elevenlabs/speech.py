@@ -160,10 +160,7 @@ class TextToSpeechController(Controller):
         enable_ssml_parsing: SsmlParsing = None,
     ) -> Response[bytes]:
         encoding = encoding_of(output_format)
-        markup, speech_request = text_markup(enable_ssml_parsing), data.speech_request(voice_id)
-        reply, headers = await speak_pcm(
-            request, principal, speech_request, output_format, markup=markup, dictionaries=data.dictionaries()
-        )
+        reply, headers = await _speak_text(request, principal, voice_id, data, output_format, enable_ssml_parsing)
         audio = await unless_client_leaves(request.receive, whole_audio(reply, encoding))
         return Response(audio, media_type=CONTENT_TYPES[encoding.codec], headers=headers)
 
@@ -184,10 +181,7 @@ class TextToSpeechController(Controller):
         enable_ssml_parsing: SsmlParsing = None,
     ) -> Response[Any]:
         encoding = encoding_of(output_format)
-        markup, speech_request = text_markup(enable_ssml_parsing), data.speech_request(voice_id)
-        reply, headers = await speak_pcm(
-            request, principal, speech_request, output_format, markup=markup, dictionaries=data.dictionaries()
-        )
+        reply, headers = await _speak_text(request, principal, voice_id, data, output_format, enable_ssml_parsing)
         return streamed(reply, encoding, headers)
 
     @audio_route(
@@ -208,10 +202,7 @@ class TextToSpeechController(Controller):
         enable_ssml_parsing: SsmlParsing = None,
     ) -> Response[AudioWithTimestamps]:
         encoding = encoding_of(output_format)
-        markup, speech_request = text_markup(enable_ssml_parsing), data.speech_request(voice_id)
-        reply, headers = await speak_pcm(
-            request, principal, speech_request, output_format, markup=markup, dictionaries=data.dictionaries()
-        )
+        reply, headers = await _speak_text(request, principal, voice_id, data, output_format, enable_ssml_parsing)
         audio = await unless_client_leaves(request.receive, whole_audio(reply, encoding))
         return Response(_with_timestamps(audio, reply.alignment.characters()), headers=headers)
 
@@ -233,12 +224,29 @@ class TextToSpeechController(Controller):
         enable_ssml_parsing: SsmlParsing = None,
     ) -> Stream:
         encoding = encoding_of(output_format)
-        markup, speech_request = text_markup(enable_ssml_parsing), data.speech_request(voice_id)
-        reply, headers = await speak_pcm(
-            request, principal, speech_request, output_format, markup=markup, dictionaries=data.dictionaries()
-        )
+        reply, headers = await _speak_text(request, principal, voice_id, data, output_format, enable_ssml_parsing)
         release = BackgroundTask(reply.close)  # as the stream route's
         return Stream(_timed_lines(reply, encoding), media_type=JSON_LINES, headers=headers, background=release)
+
+
+async def _speak_text(  # noqa: PLR0917 - a route's parameters, passed on
+    request: Request[Any, Any, Any],
+    principal: Principal,
+    voice_id: str,
+    data: TextToSpeechRequest,
+    output_format: OutputFormat,
+    enable_ssml_parsing: bool | None,
+) -> tuple[SpeechReply, dict[str, str]]:
+    """Start speaking a text-to-speech body (:func:`speak_pcm`) in ``voice_id``'s voice, with the markup the query
+    asks for and the dictionaries the body names."""
+    return await speak_pcm(
+        request,
+        principal,
+        data.speech_request(voice_id),
+        output_format,
+        markup=text_markup(enable_ssml_parsing),
+        dictionaries=data.dictionaries(),
+    )
 
 
 async def speak_pcm(
