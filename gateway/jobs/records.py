@@ -7,11 +7,12 @@ whatever its own ``speech.max_segment_chars``.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from gateway.audio.formats import AudioFormat
+from gateway.audio.formats import AudioFormat, output_sample_rate
 
 __all__ = [
     "ACTIVE",
@@ -20,6 +21,7 @@ __all__ = [
     "JobRecord",
     "JobStatus",
     "now_s",
+    "reservation_bytes",
 ]
 
 JobStatus: TypeAlias = Literal["queued", "running", "completed", "failed", "cancelled", "expired"]
@@ -39,8 +41,24 @@ numbered pages with running granule positions) and FLAC (one STREAMINFO header f
 them is refused (400)."""
 
 
+_SPOKEN_CHARACTERS_PER_S = 15.0
+"""How many characters of text one second of speech holds at ``speed`` 1 (about 170 words a minute, a usual reading
+pace): what a job's reservation of storage is estimated by."""
+_COMPRESSED_BYTES_PER_S = 64_000 // 8
+"""MP3 and AAC are encoded at 64 kbit/s (``gateway/audio/encoders.py``)."""
+
+
 def now_s() -> float:
     return time.time()
+
+
+def reservation_bytes(characters: int, fmt: AudioFormat, speed: float) -> int:
+    """The stored audio a new job is expected to need (and reserves from its tenant's quota): its text spoken at
+    :data:`_SPOKEN_CHARACTERS_PER_S` times ``speed``, in its stored format."""
+    seconds = characters / (_SPOKEN_CHARACTERS_PER_S * speed)
+    pcm = SEGMENT_FORMATS[fmt] is AudioFormat.PCM
+    bytes_per_s = 2 * output_sample_rate(AudioFormat.PCM) if pcm else _COMPRESSED_BYTES_PER_S
+    return math.ceil(seconds * bytes_per_s)
 
 
 @dataclass(slots=True)
@@ -63,6 +81,8 @@ class JobRecord:
     completed_at: int | None = None
     expires_at: int | None = None
     error: str | None = None
+    reserved_bytes: int = 0
+    """The stored audio the job reserved from its tenant's quota when it was created (:func:`reservation_bytes`)."""
 
     @property
     def response_format(self) -> AudioFormat:
@@ -73,3 +93,11 @@ class JobRecord:
         if self.status in TERMINAL and self.expires_at is not None and now >= self.expires_at:
             return "expired"
         return self.status
+
+    def held_bytes(self, now: float) -> int:
+        """What the job holds of its tenant's storage quota: while it runs, its reservation (or what it stored, once
+        that is more); once completed, what it stored, until its audio expires; else nothing. The Redis store's
+        creation script (``_CREATE_LUA``) counts the same way."""
+        if self.status in ACTIVE:
+            return max(self.reserved_bytes, self.stored_bytes)
+        return self.stored_bytes if self.shown_status(now) == "completed" else 0

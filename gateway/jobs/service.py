@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_404_NOT_FOUND, HTTP_429_TOO_MANY_REQUESTS
 
 from gateway.http.errors import OpenAIError
-from gateway.jobs.records import ACTIVE, SEGMENT_FORMATS, JobRecord, now_s
+from gateway.jobs.records import ACTIVE, SEGMENT_FORMATS, JobRecord, now_s, reservation_bytes
 from gateway.schemas import SpeechJobObject, SpeechJobProgress, SpeechRequest
 from gateway.speech.segments import split_text
 from gateway.text import is_ssml
@@ -22,7 +22,7 @@ from storage import sortable_id
 if TYPE_CHECKING:
     from auth import Principal, Tenant
     from gateway.jobs.dispatch import JobDispatch
-    from gateway.jobs.store import JobStore
+    from gateway.jobs.store import JobStore, Refusal
     from gateway.schemas import SpeechJobCreate
     from gateway.settings import JobsSettings
     from gateway.speech.service import SpeechService
@@ -64,12 +64,12 @@ class SpeechJobs:
             segments_total=len(segments),
             created_at=int(now_s()),
             metadata=body.metadata,
+            reserved_bytes=reservation_bytes(len(body.input), body.response_format, body.speed),
         )
-        refusal = await self.store.create(
-            record, segments, quota_bytes=self.quota_bytes(tenant), max_jobs=self.settings.max_jobs_per_tenant
-        )
+        quota, max_jobs = self.quota_bytes(tenant), self.settings.max_jobs_per_tenant
+        refusal = await self.store.create(record, segments, quota_bytes=quota, max_jobs=max_jobs)
         if refusal is not None:
-            raise _refused(refusal.reason, refusal.held, self.quota_bytes(tenant), self.settings.max_jobs_per_tenant)
+            raise _refused(refusal, record.reserved_bytes, quota)
         await self.dispatch.submit(tenant.name, record.id)
         return record
 
@@ -167,12 +167,12 @@ def _not_found(job_id: str) -> OpenAIError:
     return OpenAIError(HTTP_404_NOT_FOUND, f"Speech job '{job_id}' was not found.", param="job_id", code="not_found")
 
 
-def _refused(reason: str, held: int, quota_bytes: int, max_jobs: int) -> OpenAIError:
-    if reason == "too_many_jobs":
-        message = f"Your tenant holds {held} jobs, the most it may; delete finished ones or wait for them to expire."
+def _refused(refusal: Refusal, reserved: int, quota_bytes: int) -> OpenAIError:
+    if refusal.reason == "too_many_jobs":
+        message = f"Your tenant holds {refusal.held} jobs, the most it may; delete ended ones or let them expire."
     else:
         message = (
-            f"Your tenant's jobs keep {held} bytes of audio, at or above its quota of {quota_bytes}; delete finished "
-            "jobs or wait for them to expire."
+            f"This job needs about {reserved} bytes of stored audio, and your tenant's jobs hold {refusal.held} of its "
+            f"quota of {quota_bytes}; delete finished jobs, wait for them to expire, or send a shorter input."
         )
-    return OpenAIError(HTTP_429_TOO_MANY_REQUESTS, message, type="insufficient_quota", code=f"job_{reason}")
+    return OpenAIError(HTTP_429_TOO_MANY_REQUESTS, message, type="insufficient_quota", code=f"job_{refusal.reason}")

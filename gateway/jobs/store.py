@@ -61,8 +61,11 @@ class JobStore(Protocol):
     async def create(
         self, record: JobRecord, segments: list[str], *, quota_bytes: int, max_jobs: int
     ) -> Refusal | None:
-        """Store a new job, unless the tenant's jobs or stored audio reach their caps (checked first, not atomically
-        with the write: two creations at the same instant may both pass)."""
+        """Store a new job, unless the tenant holds ``max_jobs`` jobs or the job's reservation
+        (``record.reserved_bytes``) does not fit in ``quota_bytes`` beside what the tenant's jobs hold
+        (:meth:`JobRecord.held_bytes`). The check and the write are one atomic step: of creations at the same
+        instant, never more are stored than fit. What a job holds is read from its record, so it is given back
+        when the job is cancelled, fails, is deleted or its audio expires, with nothing to release by hand."""
         ...
 
     async def get(self, tenant: str, job_id: str) -> JobRecord | None: ...
@@ -127,11 +130,13 @@ class MemoryJobStore:
     async def create(
         self, record: JobRecord, segments: list[str], *, quota_bytes: int, max_jobs: int
     ) -> Refusal | None:
+        # No await from the check to the write: no other creation runs in between (one event loop, no lock needed).
         jobs = self._live(record.tenant)
         if len(jobs) >= max_jobs:
             return Refusal("too_many_jobs", len(jobs))
-        held = sum(job.stored_bytes for job in jobs.values())
-        if held >= quota_bytes:
+        now = now_s()
+        held = sum(job.held_bytes(now) for job in jobs.values())
+        if held + record.reserved_bytes > quota_bytes:
             return Refusal("storage_quota", held)
         jobs[record.id] = record
         self._segments[record.tenant, record.id] = segments
@@ -209,6 +214,37 @@ def _by_id(record: JobRecord) -> str:
     return record.id
 
 
+# Stores a new job unless its tenant holds ARGV[3] jobs or the job's reservation does not fit in the quota beside what
+# the tenant's jobs hold (as ``JobRecord.held_bytes`` counts it), in one step: concurrent creations cannot all pass.
+# Ids whose records expired leave the index. KEYS: the tenant's index, the job's record, its segments' texts (all in
+# the tenant's slot; the other jobs' records, read by name, are in it too). ARGV: the prefix of the tenant's records'
+# keys, now, max jobs, quota, the job's id, its reservation, its record's fields (JSON), its segments (JSON), the TTL of
+# its keys while it runs, the index's TTL. Returns {0, held}, {1, jobs held} or {2, bytes held}.
+_CREATE_LUA = """
+local now, held, jobs = tonumber(ARGV[2]), 0, 0
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local f = redis.call('HMGET', ARGV[1] .. id, 'status', 'bytes', 'reserved', 'expires_at')
+  if not f[1] then
+    redis.call('ZREM', KEYS[1], id)
+  else
+    jobs = jobs + 1
+    local stored = tonumber(f[2]) or 0
+    if f[1] == 'queued' or f[1] == 'running' then
+      held = held + math.max(stored, tonumber(f[3]) or 0)
+    elseif f[1] == 'completed' and (tonumber(f[4]) or 0) > now then
+      held = held + stored
+    end
+  end
+end
+if jobs >= tonumber(ARGV[3]) then return {1, jobs} end
+if held + tonumber(ARGV[6]) > tonumber(ARGV[4]) then return {2, held} end
+for field, value in pairs(cjson.decode(ARGV[7])) do redis.call('HSET', KEYS[2], field, value) end
+redis.call('EXPIRE', KEYS[2], ARGV[9])
+redis.call('SET', KEYS[3], ARGV[8], 'EX', ARGV[9])
+redis.call('ZADD', KEYS[1], 0, ARGV[5])
+redis.call('EXPIRE', KEYS[1], ARGV[10])
+return {0, held}
+"""
 # Takes segment ARGV[1]'s audio if the job runs and misses exactly that segment. KEYS: record, the segment's audio,
 # sizes, segments. ARGV: index, audio, characters, audio ms, TTL of the job's keys while it runs, the audio's size
 # (with its file's name after a colon when it is in a file), whether the audio is kept here (1) or in a file written
@@ -244,7 +280,7 @@ redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('EXPIRE', KEYS[3], ARGV[6])
 return 1
 """
-_FIELDS = ("meta", "status", "done", "chars", "audio_ms", "bytes", "completed_at", "expires_at", "error")
+_FIELDS = ("meta", "status", "done", "chars", "audio_ms", "bytes", "completed_at", "expires_at", "error", "reserved")
 
 
 class AudioFiles:
@@ -333,6 +369,7 @@ class RedisJobStore:
         self.ttl_s = ttl_s
         self._prefix = prefix
         self.files = files
+        self._create = client.register_script(_CREATE_LUA)
         self._commit = client.register_script(_COMMIT_LUA)
         self._move = client.register_script(_MOVE_LUA)
 
@@ -349,34 +386,23 @@ class RedisJobStore:
     async def create(
         self, record: JobRecord, segments: list[str], *, quota_bytes: int, max_jobs: int
     ) -> Refusal | None:
-        tenant = record.tenant
-        held_jobs, held_bytes = await self._holdings(tenant)
-        if held_jobs >= max_jobs:
-            return Refusal("too_many_jobs", held_jobs)
-        if held_bytes >= quota_bytes:
-            return Refusal("storage_quota", held_bytes)
-        job, texts, _ = self._job_keys(tenant, record.id)
-        running_ttl = 2 * self.ttl_s
-        async with self._client.pipeline(transaction=True) as pipe:
-            pipe.hset(job, mapping=_fields(record))  # type: ignore[arg-type]  # redis-py's Mapping is invariant
-            pipe.expire(job, running_ttl)
-            pipe.set(texts, json.dumps(segments), ex=running_ttl)
-            pipe.zadd(self._key(tenant, "index"), {record.id: 0})
-            pipe.expire(self._key(tenant, "index"), 3 * self.ttl_s)  # renewed by every new job; pruned as it is read
-            await pipe.execute()
-        return None
-
-    async def _holdings(self, tenant: str) -> tuple[int, int]:
-        """The tenant's jobs and their stored bytes; ids whose records expired leave the index."""
-        ids = _texts(await self._client.zrange(self._key(tenant, "index"), 0, -1))
-        async with self._client.pipeline(transaction=False) as pipe:
-            for job_id in ids:
-                pipe.hget(self._key(tenant, "job", job_id), "bytes")
-            stored = await pipe.execute()
-        gone = [job_id for job_id, size in zip(ids, stored, strict=True) if size is None]
-        if gone:
-            await self._client.zrem(self._key(tenant, "index"), *gone)
-        return len(ids) - len(gone), sum(int(size) for size in stored if size is not None)
+        job, texts, _ = self._job_keys(record.tenant, record.id)
+        args: list[str | int | float] = [
+            self._key(record.tenant, "job", ""),
+            now_s(),
+            max_jobs,
+            quota_bytes,
+            record.id,
+            record.reserved_bytes,
+            json.dumps({field: str(value) for field, value in _fields(record).items()}),
+            json.dumps(segments),
+            2 * self.ttl_s,
+            3 * self.ttl_s,  # the index's, renewed by every new job; pruned as it is read
+        ]
+        outcome, held = await self._create(keys=[self._key(record.tenant, "index"), job, texts], args=args)
+        if outcome == 0:
+            return None
+        return Refusal("too_many_jobs" if outcome == 1 else "storage_quota", int(held))
 
     async def get(self, tenant: str, job_id: str) -> JobRecord | None:
         values = await self._client.hmget(self._key(tenant, "job", job_id), list(_FIELDS))
@@ -483,11 +509,19 @@ def _fields(record: JobRecord) -> dict[str, str | int]:
         for key, value in asdict(record).items()
         if key in {"id", "tenant", "request", "characters_total", "segments_total", "created_at", "metadata"}
     }
-    return {"meta": json.dumps(meta), "status": record.status, "done": 0, "chars": 0, "audio_ms": 0, "bytes": 0}
+    return {
+        "meta": json.dumps(meta),
+        "status": record.status,
+        "done": 0,
+        "chars": 0,
+        "audio_ms": 0,
+        "bytes": 0,
+        "reserved": record.reserved_bytes,
+    }
 
 
 def _record(values: list[bytes | None]) -> JobRecord | None:
-    meta, status, done, chars, audio_ms, stored, completed_at, expires_at, error = values
+    meta, status, done, chars, audio_ms, stored, completed_at, expires_at, error, reserved = values
     if meta is None or status is None:
         return None
     return JobRecord(
@@ -500,6 +534,7 @@ def _record(values: list[bytes | None]) -> JobRecord | None:
         completed_at=_int_or_none(completed_at),
         expires_at=_int_or_none(expires_at),
         error=error.decode() if error else None,
+        reserved_bytes=int(reserved or 0),
     )
 
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pytest
 from redis.asyncio import Redis
 
-from gateway.jobs.records import JobRecord, now_s
+from gateway.audio.formats import AudioFormat
+from gateway.jobs.records import JobRecord, now_s, reservation_bytes
 from gateway.jobs.store import AudioFiles, JobStore, MemoryJobStore, RedisJobStore, SpokenSegment
 from storage import sortable_id
 
@@ -34,7 +35,15 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     await client.aclose()
 
 
-async def create(store: JobStore, tenant: str = "acme", segments: int = 3, quota: int = 10**9) -> str | None:
+async def create(
+    store: JobStore,
+    tenant: str = "acme",
+    *,
+    segments: int = 3,
+    quota: int = 10**9,
+    reserved: int = 0,
+    max_jobs: int = 3,
+) -> str | None:
     record = JobRecord(
         id=sortable_id("job_"),
         tenant=tenant,
@@ -42,8 +51,10 @@ async def create(store: JobStore, tenant: str = "acme", segments: int = 3, quota
         characters_total=10 * segments + segments - 1,
         segments_total=segments,
         created_at=int(now_s()),
+        reserved_bytes=reserved,
     )
-    refusal = await store.create(record, [f"segment {i:2d}" for i in range(segments)], quota_bytes=quota, max_jobs=3)
+    texts = [f"segment {i:2d}" for i in range(segments)]
+    refusal = await store.create(record, texts, quota_bytes=quota, max_jobs=max_jobs)
     return record.id if refusal is None else None
 
 
@@ -124,12 +135,64 @@ async def _gone(store: JobStore, job: str) -> bool:
 async def test_caps_refuse_new_jobs(store: JobStore) -> None:
     assert [await create(store) for _ in range(3)].count(None) == 0
     assert await create(store) is None  # max_jobs = 3
-    first = await create(store, tenant="globex")
+    quota = 10 * len(EVERY_BYTE)
+    first = await create(store, tenant="globex", quota=quota, reserved=len(EVERY_BYTE))
     assert first is not None
     await store.start("globex", first)
-    await store.commit("globex", first, 0, spoken(0))
-    assert await create(store, tenant="globex", quota=len(EVERY_BYTE)) is None  # its stored audio reached the quota
-    assert await create(store, tenant="globex", quota=10 * len(EVERY_BYTE)) is not None
+    for index in range(3):  # stores more than it reserved: it holds what it stored
+        assert await store.commit("globex", first, index, spoken(index))
+    assert await create(store, tenant="globex", quota=quota, reserved=7 * len(EVERY_BYTE) - 2) is None
+    assert await create(store, tenant="globex", quota=quota, reserved=7 * len(EVERY_BYTE) - 3) is not None
+    assert await create(store, tenant="initech", quota=quota, reserved=quota + 1) is None  # alone, still too big
+
+
+async def test_concurrent_creations_never_reserve_more_than_the_quota(store: JobStore) -> None:
+    """Twenty creations at the same instant (each its own Redis connection), room for five: five are stored."""
+    reserved = 1000
+    created = await asyncio.gather(
+        *(create(store, quota=5 * reserved + 999, reserved=reserved, max_jobs=100) for _ in range(20))
+    )
+    assert len([job for job in created if job is not None]) == 5
+    assert len((await store.page("acme", after=None, limit=100)).data) == 5
+    over_count = await asyncio.gather(*(create(store, tenant="globex", max_jobs=4) for _ in range(12)))
+    assert len([job for job in over_count if job is not None]) == 4
+
+
+async def test_reservations_are_given_back_when_jobs_end_or_go(store: JobStore) -> None:
+    """Two jobs fill the quota; each way a job ends or goes gives its room back (a completed job keeps only what it
+    stored, until its audio expires), and a third job fits each time it should, never before."""
+    room = len(EVERY_BYTE) + 1  # one segment's audio
+    quota = 2 * 4 * room
+
+    async def fits() -> bool:
+        job = await create(store, quota=quota, reserved=4 * room, max_jobs=100)
+        return job is not None and await store.delete("acme", job)
+
+    jobs = [await create(store, quota=quota, reserved=4 * room, max_jobs=100) for _ in range(2)]
+    assert None not in jobs
+    cancelled, failed = cast("list[str]", jobs)
+    assert not await fits()
+    await store.start("acme", cancelled)
+    assert await store.commit("acme", cancelled, 0, spoken(0))
+    assert await store.finish("acme", cancelled, "cancelled")
+    assert await fits()
+    completed = await create(store, quota=quota, reserved=4 * room, max_jobs=100)
+    assert completed is not None
+    await store.start("acme", failed)
+    assert await store.finish("acme", failed, "failed", "the engine broke")
+    assert await fits()
+    deleted = await create(store, quota=quota, reserved=4 * room, max_jobs=100)
+    assert deleted is not None
+    assert not await fits()
+    await store.start("acme", completed)
+    assert await store.commit("acme", completed, 0, spoken(0))
+    assert await store.finish("acme", completed, "completed")  # now holds one segment, not four
+    assert not await fits()  # 4 + 1 of 8 segments' room held: 4 more do not fit
+    assert await store.delete("acme", deleted)
+    assert await fits()
+    assert await create(store, quota=quota, reserved=8 * room, max_jobs=100) is None
+    await eventually(lambda: _expired(store, completed))
+    assert await create(store, quota=quota, reserved=8 * room, max_jobs=100) is not None
 
 
 async def test_pages_follow_their_cursor_and_tenants_stay_apart(store: JobStore) -> None:
@@ -171,3 +234,10 @@ async def test_the_directory_holds_each_segment_once_and_the_sweep_empties_it(re
             await files.get("acme", "../../etc", 0, "passwd")
     finally:
         await client.aclose()
+
+
+def test_a_reservation_is_the_text_spoken_at_a_reading_pace_in_its_stored_format() -> None:
+    assert reservation_bytes(15, AudioFormat.WAV, 1.0) == 48_000  # one second of 24 kHz 16-bit PCM
+    assert reservation_bytes(15, AudioFormat.PCM, 2.0) == 24_000
+    assert reservation_bytes(150, AudioFormat.MP3, 1.0) == 80_000  # ten seconds at 64 kbit/s
+    assert reservation_bytes(1, AudioFormat.AAC, 4.0) == 134

@@ -46,6 +46,11 @@ async def test_the_store_keeps_to_one_slot(any_redis_url: str) -> None:
         assert await store.finish("acme", record.id, "completed")
         assert await store.chunk("acme", record.id, 0) == b"\x00\x01" * 100
         assert [job.id for job in (await store.page("acme", after=None, limit=5)).data] == [record.id]
+        # A creation reads the tenant's other records (by name, in its slot) to count what they hold: 200 bytes here.
+        second = JobRecord(sortable_id("job_"), "acme", record.request, 5, 1, int(now_s()), reserved_bytes=1)
+        refusal = await store.create(second, ["Hello"], quota_bytes=200, max_jobs=10)
+        assert refusal is not None and (refusal.reason, refusal.held) == ("storage_quota", 200)
+        assert await store.create(second, ["Hello"], quota_bytes=201, max_jobs=10) is None
         assert await store.delete("acme", record.id)
     finally:
         await redis.aclose()
