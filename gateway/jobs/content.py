@@ -2,13 +2,16 @@
 
 A completed job's file has a known length, so a byte range of it is served from the segments it falls in. A job still
 under way streams what is committed and follows it, segment by segment, to its end (a WAV header then says "until
-the end", as the speech endpoint's streamed WAV does).
+the end", as the speech endpoint's streamed WAV does); a byte range of it is served the same way, from its first byte
+and up to its last, as RFC 8673 (HTTP random access and live content) has it: the file's length is ``*``, and an open
+range runs to the "very large" last position its live clients send (:data:`LIVE_END`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,14 +20,26 @@ from gateway.audio.formats import AudioFormat, output_sample_rate
 from gateway.jobs.records import ACTIVE
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncGenerator, AsyncIterator
 
     from gateway.jobs.records import JobRecord
     from gateway.jobs.store import JobStore
 
-__all__ = ["ByteRange", "RangeNotSatisfiableError", "complete_file", "file_header", "follow", "requested_range"]
+__all__ = [
+    "LIVE_END",
+    "ByteRange",
+    "RangeNotSatisfiableError",
+    "complete_file",
+    "file_header",
+    "follow",
+    "range_under_way",
+    "requested_range",
+]
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+LIVE_END = 2**53 - 1
+"""The last byte of an open range of a job under way: RFC 8673's "very large" position (the largest integer a
+JavaScript number holds exactly), which its clients send to follow a growing file to its end."""
 
 
 class RangeNotSatisfiableError(Exception):
@@ -92,19 +107,53 @@ async def complete_file(
             return
 
 
-async def follow(store: JobStore, record: JobRecord, poll_s: float) -> AsyncIterator[bytes]:
-    """The file of a job under way: what is committed, then each segment as it is committed, to the job's end (or
-    until it fails or is cancelled: the file ends there)."""
-    yield file_header(record.response_format, None)
+def range_under_way(header: str | None) -> ByteRange | None:
+    """The one range of a ``Range`` header on the file of a job under way (an open one up to :data:`LIVE_END`);
+    ``None`` for the whole file: no header, ``bytes=0-`` (a browser's first request), the last bytes of a file whose
+    end is not known yet, or a form this server does not split (RFC 9110 lets a server ignore those)."""
+    match = _RANGE.match(header.strip()) if header else None
+    if match is None or not match.group(1):
+        return None
+    first, last = int(match.group(1)), int(match.group(2) or LIVE_END)
+    if last < first or (first == 0 and last == LIVE_END):
+        return None
+    return ByteRange(first, last)
+
+
+async def follow(
+    store: JobStore, record: JobRecord, poll_s: float, wanted: ByteRange | None = None
+) -> AsyncIterator[bytes]:
+    """The file of a job under way (the bytes ``wanted`` of it, or all): what is committed, then each segment as it is
+    committed, until the last byte wanted or the job's end (when it fails or is cancelled, the file ends there)."""
+    first, last = (wanted.first, wanted.last) if wanted else (0, LIVE_END)
+    header = file_header(record.response_format, None)
+    if first < len(header):
+        yield header[first : last + 1]
+    offset = len(header)
+    async with aclosing(_committed(store, record, poll_s)) as committed:
+        async for index, size in committed:
+            begin, end = max(first - offset, 0), min(last - offset, size - 1)
+            if begin <= end:
+                audio = await store.chunk(record.tenant, record.id, index)
+                if audio is None:
+                    return
+                yield audio[begin : end + 1]
+            offset += size
+            if offset > last:
+                return
+
+
+async def _committed(store: JobStore, record: JobRecord, poll_s: float) -> AsyncGenerator[tuple[int, int]]:
+    """Each segment's index and size as it is committed, to the job's end; only sizes are read (a range skips the
+    segments before it without reading their audio)."""
     index = 0
     current: JobRecord | None = record
     while current is not None:
-        while index < current.segments_done:
-            audio = await store.chunk(record.tenant, record.id, index)
-            if audio is None:
-                return
-            yield audio
-            index += 1
+        if index < current.segments_done:
+            sizes = await store.sizes(record.tenant, record.id)
+            for size in sizes[index : current.segments_done]:
+                yield index, size
+                index += 1
         if current.status not in ACTIVE:
             return
         await asyncio.sleep(poll_s)

@@ -22,7 +22,14 @@ from litestar.status_codes import (
 from gateway.audio.formats import CONTENT_TYPES
 from gateway.http.auth.dependencies import Caller
 from gateway.http.errors import OpenAIError, error_responses
-from gateway.jobs.content import RangeNotSatisfiableError, complete_file, file_header, follow, requested_range
+from gateway.jobs.content import (
+    RangeNotSatisfiableError,
+    complete_file,
+    file_header,
+    follow,
+    range_under_way,
+    requested_range,
+)
 from gateway.jobs.records import ACTIVE, TERMINAL, JobRecord, now_s
 from gateway.jobs.service import shown
 from gateway.routes.speech import require_json
@@ -123,7 +130,8 @@ class SpeechJobsController(Controller):
         "/{job_id:str}/content",
         operation_id="retrieveSpeechJobContent",
         summary="The job's audio as one file; while it runs, what is done streams and the response follows it.",
-        description="A completed job honours a single `Range` (206); a job under way streams from the start.",
+        description="A single `Range` is honoured (206): of a completed job's file, within its length; of a job "
+        "under way, from its first byte to its last as they are committed (the length `*`, as RFC 8673 has it).",
         responses=error_responses(401, 404, 409, 410, 416, 503),
     )
     async def job_content(
@@ -134,8 +142,7 @@ class SpeechJobsController(Controller):
         _check_content(record)
         media_type = CONTENT_TYPES[record.response_format]
         if record.status in ACTIVE:
-            audio = follow(jobs.store, record, jobs.settings.poll_s)
-            return Stream(audio, media_type=media_type, headers={"x-job-status": record.status})
+            return await _file_under_way(jobs, record, request.headers.get("range"), media_type)
         return await _complete_file(jobs, record, request.headers.get("range"), media_type)
 
     @get(
@@ -162,6 +169,23 @@ def _check_content(record: JobRecord) -> None:
         raise OpenAIError(
             HTTP_409_CONFLICT, f"Job '{record.id}' {status}: it has no audio.", param="job_id", code=f"job_{status}"
         )
+
+
+async def _file_under_way(
+    jobs: SpeechJobs, record: JobRecord, range_header: str | None, media_type: str
+) -> Response[Any]:
+    """The file so far, following the job: a range of it answered at once (``206`` with its length) when it lies
+    within what is committed, else as its bytes are committed, with no length (the job may end before its last)."""
+    headers = {"accept-ranges": "bytes", "x-job-status": record.status}
+    wanted = range_under_way(range_header)
+    body = follow(jobs.store, record, jobs.settings.poll_s, wanted)
+    if wanted is None:
+        return Stream(body, media_type=media_type, headers=headers)
+    headers["content-range"] = f"bytes {wanted.first}-{wanted.last}/*"
+    sizes = await jobs.store.sizes(record.tenant, record.id)
+    if wanted.last < len(file_header(record.response_format, None)) + sum(sizes[: record.segments_done]):
+        headers["content-length"] = str(wanted.length)
+    return Stream(body, media_type=media_type, headers=headers, status_code=HTTP_206_PARTIAL_CONTENT)
 
 
 async def _complete_file(

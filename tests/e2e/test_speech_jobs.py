@@ -172,6 +172,35 @@ def test_the_segments_are_in_order_none_missing_or_doubled(replicas: list[Gatewa
     assert content(other, job["id"], range=f"bytes={len(audio)}-").status_code == 416
 
 
+def test_ranges_of_a_running_job_come_as_they_are_committed(replicas: list[GatewayProcess]) -> None:
+    """RFC 8673's way: a range within what is committed at once with its length, one past it as its bytes come; the
+    length is ``*`` while the job runs. The bytes are the completed file's, and decode."""
+    one, other = replicas
+    text = BOOK[:2400]  # eight segments of 0.75 s of engine work, 15 s of audio each (720,000 bytes of PCM)
+    job = create(one, input=text, model="tones", response_format="wav").json()
+    wait_until(lambda: job_of(other, job["id"])["progress"]["characters_done"] > 0, what="a first segment")
+    early = content(other, job["id"], range="bytes=100-199")
+    assert (early.status_code, early.headers["x-job-status"]) == (206, "running")
+    assert (early.headers["content-range"], early.headers["content-length"]) == ("bytes 100-199/*", "100")
+    url = f"{other.base_url}{JOBS}/{job['id']}/content"
+    with (
+        httpx.Client(headers=bearer(ACME), timeout=60) as client,
+        client.stream("GET", url, headers={"range": "bytes=44-"}) as open_range,
+        client.stream("GET", url, headers={"range": "bytes=2000000-2999999"}) as past,  # not committed yet
+    ):
+        for response in (open_range, past):
+            assert (response.status_code, response.headers["x-job-status"]) == (206, "running")
+            assert "content-length" not in response.headers  # the job may end before the range's last byte
+        assert open_range.headers["content-range"] == f"bytes 44-{2**53 - 1}/*"
+        assert past.headers["content-range"] == "bytes 2000000-2999999/*"
+        pcm, later = open_range.read(), past.read()  # each follows the job: to its end, and to byte 2,999,999
+    assert job_of(other, job["id"])["status"] == "completed"
+    whole = content(one, job["id"]).content
+    assert (early.content, later, pcm) == (whole[100:200], whole[2_000_000:3_000_000], whole[44:])
+    expected_s = sum(0.05 * len(segment) for segment in split_text(text, SEGMENT_CHARS))
+    assert decode_audio(pcm, "pcm").duration == pytest.approx(expected_s, abs=0.01)
+
+
 def test_a_job_whose_replica_is_killed_completes_elsewhere_whole(replicas: list[GatewayProcess]) -> None:
     text = BOOK[:1500]  # five segments of 0.75 s of engine work each
     job = create(replicas[0], input=text, model="tones", response_format="wav").json()
