@@ -1,5 +1,6 @@
 """Gateway processes on a Sentinel-managed Redis and on a Redis Cluster (``tests/redis_topologies.py``): every kind of
-state each keeps there, and two replicas living through a failover of each with traffic running."""
+state each keeps there, and two replicas handing a speech job from one to the other, then living through a failover
+of each with traffic running."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.speech.segments import split_text
 from harness.gateway_process import GatewayProcess
 from harness.recordings import recording, tone
 from tests.audio_decode import decode_audio
@@ -95,6 +97,29 @@ def _every_store(gateway: GatewayProcess, admin: Admin) -> None:
     assert admin.http.delete(f"/admin/tenants/{limited}").status_code == 200
     retired = admin.http.get(f"/admin/retired-usage/{limited}").json()["data"]
     assert [entry["requests"] for entry in retired] == [1]
+
+
+JOB_TEXT = "The fox ran. It stopped at the river. It listened, and went on. The dogs slept all day long."
+JOB_SEGMENT_CHARS = 20  # jobs.segment_chars at its least: five segments, five commits through the topology
+
+
+def _job_handed_over(replicas: list[GatewayProcess], key: str) -> None:
+    """A speech job made on the first replica, which only takes jobs (``jobs.run: false``): the queue on the topology
+    hands it to the second, which speaks it segment by segment and serves its audio, followed while it runs and
+    decoded whole."""
+    one, other = replicas
+    auth = {"authorization": f"Bearer {key}"}
+    body = {"model": "synthetic", "voice": "alloy", "input": JOB_TEXT, "response_format": "wav"}
+    created = httpx.post(f"{one.base_url}/v1/audio/speech/jobs", json=body, headers=auth, timeout=30)
+    assert created.status_code == 202, created.text
+    job = f"/v1/audio/speech/jobs/{created.json()['id']}"
+    audio = httpx.get(f"{other.base_url}{job}/content", headers=auth, timeout=60)  # follows it to its end
+    assert audio.status_code == 200, audio.text
+    assert httpx.get(f"{one.base_url}{job}", headers=auth, timeout=10).json()["status"] == "completed"
+    spoke = "Processing Job<function: speak_job"  # SAQ's worker's line
+    assert spoke not in one.log() and spoke in other.log()
+    expected_s = sum(0.02 * len(segment) for segment in split_text(JOB_TEXT, JOB_SEGMENT_CHARS))
+    assert decode_audio(audio.content, "wav").duration == pytest.approx(expected_s, abs=0.01)
 
 
 class Traffic:
@@ -200,9 +225,10 @@ def failover(request: pytest.FixtureRequest) -> Failover:
 
 @pytest.fixture
 def replicas(failover: Failover, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayProcess]]:
-    """Two replicas on the topology; limits fail open."""
-    config = tenancy_config(failover.url)
-    processes = [GatewayProcess(config, tmp_path_factory.mktemp(f"replica{n}")) for n in range(2)]
+    """Two replicas on the topology; limits fail open; the first takes speech jobs and the second speaks them."""
+    config = tenancy_config(failover.url) | {"jobs": {"poll_s": 0.1, "segment_chars": JOB_SEGMENT_CHARS}}
+    front = config | {"jobs": {**config["jobs"], "run": False}}
+    processes = [GatewayProcess(c, tmp_path_factory.mktemp(f"replica{n}")) for n, c in enumerate((front, config))]
     try:
         with ThreadPoolExecutor(2) as starting:
             list(starting.map(GatewayProcess.start, processes))
@@ -217,6 +243,7 @@ def test_two_replicas_live_through_a_failover(replicas: list[GatewayProcess], fa
     admin = Admin(replicas[0].base_url)
     try:
         busy = admin.key(admin.tenant(failover.tenant()))["key"]
+        _job_handed_over(replicas, admin.key(admin.tenant(failover.tenant()))["key"])  # counted apart from the rest
         limited = admin.key(admin.tenant(failover.tenant(), requests_per_minute=4))["key"]
         untouched = admin.key(admin.tenant(failover.tenant()))  # created before the kill, first used after it
         for replica in replicas:  # each replica has seen the busy key: it serves it from memory through the outage
