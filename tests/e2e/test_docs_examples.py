@@ -92,13 +92,17 @@ def served() -> Iterator[list[subprocess.Popen[bytes]]]:
     processes: list[subprocess.Popen[bytes]] = []
     yield processes
     for process in processes:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(5)
+        stop(process)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
 
 
 def serve(command: str, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -165,24 +169,33 @@ def test_the_custom_voice_examples_run(tmp_path: Path, served: list[subprocess.P
         run_example(example, tmp_path, served)
 
 
+@pytest.fixture(scope="module")
+def make_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """What a reader has after the README's first command: `make serve`, i.e. `chattts-gateway serve` on port 8000,
+    and for the tenants example a Redis at its default address. One for the documents below, which run one after the
+    other against it: each names its own files, tenants and keys (it starts last in this module, after the tests
+    above that serve on port 8000 themselves)."""
+    home = tmp_path_factory.mktemp("make-serve")
+    redis = RedisServer(port=6379)
+    redis.start()
+    gateway = serve("chattts-gateway serve", home, home / "make-serve.log")
+    try:
+        wait_ready(8000, gateway)
+        yield
+    finally:
+        stop(gateway)
+        redis.remove()
+
+
 @pytest.mark.parametrize(
     "document",
     ["README.md", "docs/realtime.md", "docs/elevenlabs.md", "docs/ssml.md", "docs/pronunciation.md", "docs/jobs.md"],
 )
+@pytest.mark.usefixtures("make_serve")
 def test_the_examples_against_a_served_gateway_run(
     document: str,
     tmp_path: Path,
     served: list[subprocess.Popen[bytes]],
 ) -> None:
-    # What a reader has after the README's first command: `make serve`, i.e. `chattts-gateway serve` on port 8000,
-    # and for the tenants example a Redis at its default address.
-    redis = RedisServer(port=6379)
-    redis.start()
-    try:
-        gateway = serve("chattts-gateway serve", tmp_path, tmp_path / "make-serve.log")
-        served.append(gateway)
-        wait_ready(8000, gateway)
-        for example in examples(document):
-            run_example(example, tmp_path, served)
-    finally:
-        redis.remove()
+    for example in examples(document):
+        run_example(example, tmp_path, served)
