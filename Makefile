@@ -70,6 +70,12 @@ lint: $(TESTING)
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports
 
+# Where the environment sets PYTHONDONTWRITEBYTECODE (this machine's environment does), nothing caches compiled code:
+# each pytest worker rewrote and compiled every test module again (about 7 s of CPU each), and each of the hundreds of
+# processes the suite starts (gateways, engine workers, decoders) compiled the project's modules again. The test
+# targets write bytecode (`__pycache__/`, which git ignores); the installed packages' is written by pip either way.
+test coverage quick fuzz-uploads: export PYTHONDONTWRITEBYTECODE :=
+
 # The whole suite in TEST_WORKERS processes (pytest-xdist), a test file each at a time: its module-scoped gateways
 # start once. `make test TEST_WORKERS=0` runs it in one process.
 TEST_WORKERS ?= 2
