@@ -16,7 +16,8 @@ four attacking tenants and a bystander. Two parts:
 - **bystander**: the other tenant's speech (a short ``pcm`` request, streamed, from the synthetic engine or, with
   ``--bystander-model espeak``, from espeak, whose speech takes real work), ``--speech`` requests one after
   another: its time to first byte when idle; while one attacker sends the hostile files back to back; while eight
-  do at once (two per attacking tenant, within a tenant's uploads in flight). Percentiles, and the median over
+  do at once (two per attacking tenant, within a tenant's uploads in flight). The attackers run in a process of their
+  own, so that their threads do not slow the bench's own timing of the bystander. Percentiles, and the median over
   idle's median: what the attack costs a tenant who is not attacking.
 
 Prints Markdown tables and writes every figure to ``bench/results/hostile_uploads.json`` (``--output`` elsewhere).
@@ -28,6 +29,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import multiprocessing
 import platform
 import statistics
 import tempfile
@@ -57,6 +59,8 @@ from harness.recordings import recording
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from multiprocessing.queues import Queue
+    from multiprocessing.synchronize import Event
 
 __all__ = ["Answer", "Arena", "BystanderRow", "UploadRow", "main", "measure_bystander", "measure_uploads"]
 
@@ -262,7 +266,7 @@ def first_byte_s(client: httpx.Client, number: int, model: str) -> float | None:
     return first
 
 
-def _attack(client: UploadClient, files: list[bytes], start: int, stop: threading.Event, answers: list[Answer]) -> None:
+def _attack(client: UploadClient, files: list[bytes], start: int, stop: Event, answers: list[Answer]) -> None:
     """The hostile files back to back, both routes in turn, until ``stop``."""
     for index in itertools.count(start):
         if stop.is_set():
@@ -270,34 +274,68 @@ def _attack(client: UploadClient, files: list[bytes], start: int, stop: threadin
         answers.append(send(client, ROUTES[index % len(ROUTES)], files[index % len(files)]))
 
 
-@contextlib.contextmanager
-def attacked(arena: Arena, attackers: int, files: list[bytes]) -> Iterator[list[Answer]]:
-    """``attackers`` threads sending ``files`` for as long as the block runs, spread over the attacking tenants; the
-    answers they got so far."""
-    stop = threading.Event()
+def _attackers(
+    *,
+    base_url: str,
+    keys: list[str],
+    names: list[str],
+    count: int,
+    ready: Event,
+    stop: Event,
+    out: Queue[list[tuple[float, int | None, str | None]]],
+) -> None:
+    """The attacking process: ``count`` threads over the attacking tenants' clients until ``stop``; the answers
+    they got are put on ``out``. Apart from the bench's process, so that the attackers' Python threads do not hold the
+    GIL the bystander's timing needs: the server's cost is what is measured, not the client's."""
+    files = [HOSTILE_UPLOADS[name]() for name in names]
+    clients = [UploadClient(base_url, key) for key in keys]
     answers: list[Answer] = []
     threads = [
-        threading.Thread(target=_attack, args=(arena.attackers[i % ATTACKERS], files, i, stop, answers))
-        for i in range(attackers)
+        threading.Thread(target=_attack, args=(clients[i % len(clients)], files, i, stop, answers))
+        for i in range(count)
     ]
     for thread in threads:
         thread.start()
+    ready.set()
+    for thread in threads:
+        thread.join()
+    for client in clients:
+        client.close()
+    out.put([(answer.seconds, answer.status, answer.code) for answer in answers])  # plain tuples: run as __main__,
+    # this module's classes would not unpickle by name in the other process
+
+
+@contextlib.contextmanager
+def attacked(arena: Arena, attackers: int, names: list[str]) -> Iterator[list[Answer]]:
+    """``attackers`` threads, in a process of their own, sending the files ``names`` for as long as the block runs,
+    spread over the attacking tenants; the answers they got, once the block has ended."""
+    answers: list[Answer] = []
+    if attackers == 0:
+        yield answers
+        return
+    context = multiprocessing.get_context("spawn")
+    ready, stop, out = context.Event(), context.Event(), context.Queue()
+    keys = [arena.keys[f"attacker-{i}"] for i in range(ATTACKERS)]
+    plan = {"base_url": arena.gateway.base_url, "keys": keys, "names": names, "count": attackers}
+    process = context.Process(target=_attackers, kwargs={**plan, "ready": ready, "stop": stop, "out": out})
+    process.start()
     try:
+        if not ready.wait(120):
+            raise RuntimeError("the attackers never started")
         yield answers
     finally:
         stop.set()
-        for thread in threads:
-            thread.join()
+        answers += [Answer(*answer) for answer in out.get(timeout=300)]
+        process.join(30)
 
 
 def measure_bystander(arena: Arena, names: list[str], requests: int) -> list[BystanderRow]:
     """The bystander's time to first byte idle, under one attacker, under :data:`VOLLEY` at once."""
-    files = [HOSTILE_UPLOADS[name]() for name in names]
     rows: list[BystanderRow] = []
     for load, attackers in (("idle", 0), ("back to back", 1), ("at once", VOLLEY)):
-        with attacked(arena, attackers, files) as answers:
+        with attacked(arena, attackers, names) as answers:
             firsts = [arena.first_byte_s() for _ in range(requests)]
-            statuses = Counter(str(answer.status).lower() for answer in answers)
+        statuses = Counter(str(answer.status).lower() for answer in answers)
         served = [first * 1000 for first in firsts if first is not None]
         figures = percentiles(served)
         idle = rows[0].first_byte_ms["p50"] if rows else figures["p50"]
