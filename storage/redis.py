@@ -38,6 +38,8 @@ client's connection pool (a cluster client has one per node)."""
 
 REDIS_TIMEOUT_S = 1.0
 _HEALTH_CHECK_INTERVAL_S = 10
+# How many times ``redis_pool.wait_s`` a command may wait for a connection while connections keep coming back.
+_MOST_WAITS = 5
 
 
 def connect_redis(url: str, pool: RedisPoolSettings | None = None) -> RedisClient:
@@ -68,20 +70,40 @@ def pool_exhaustions(client: RedisClient) -> int:
 
 
 class _WaitingPool(BlockingConnectionPool):
-    """redis-py's pool that waits for a free connection, counting the waits that ended empty-handed."""
+    """redis-py's pool that waits for a free connection while connections keep coming back, counting the waits that
+    ended empty-handed.
+
+    redis-py's own wait is one deadline from the moment a command starts waiting. On a busy event loop that fails
+    commands while Redis is healthy: a connection is back in the pool only once the coroutine that used it has run
+    again, and with a thousand requests on the loop that can take longer than the deadline (1,000 requests at once on
+    a loaded host: 34 failed as if Redis were down). What the deadline is for is a pool that no longer moves (Redis
+    hung: every connection held until its socket timeout), so a command waits again while some connection came back
+    during its last wait, up to :data:`_MOST_WAITS` waits in all."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.exhaustions = 0
+        self._returned = 0  # connections given back since the start: whether the pool moved during a wait
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Connection:
-        try:
-            connection: Connection = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
-        except RedisConnectionError as exc:
-            if isinstance(exc.__cause__, TimeoutError):  # not a failed connect: no connection came free in time
-                self.exhaustions += 1
-            raise
-        return connection
+        waits = 1
+        while True:
+            returned_before = self._returned
+            try:
+                connection: Connection = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+            except RedisConnectionError as exc:
+                if not isinstance(exc.__cause__, TimeoutError):  # a failed connect, not a wait
+                    raise
+                if self._returned == returned_before or waits == _MOST_WAITS:
+                    self.exhaustions += 1
+                    raise
+                waits += 1
+            else:
+                return connection
+
+    async def release(self, connection: Connection) -> None:  # type: ignore[override]
+        self._returned += 1
+        await super().release(connection)
 
 
 class _WaitingSentinelPool(SentinelConnectionPool, _WaitingPool):

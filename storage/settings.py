@@ -21,6 +21,7 @@ class RedisPoolSettings(BaseModel):
     ``maxclients`` (10,000) divided by the replicas that share it; ``server.max_connections`` (1,000) client
     connections need far fewer, for each holds one only during a round trip."""
     wait_s: float = Field(default=2.0, gt=0)
-    """How long a command waits for a free connection when all ``max_connections`` are in use before it fails as
-    if Redis were unreachable (counted in ``tts_redis_pool_exhausted_total``). A Redis Cluster client does not wait:
+    """How long a command waits for a free connection when all ``max_connections`` are in use and none comes back
+    meanwhile, before it fails as if Redis were unreachable (counted in ``tts_redis_pool_exhausted_total``); while
+    connections do come back it waits again, up to five times this in all. A Redis Cluster client does not wait:
     redis-py's cluster pools refuse at once when full."""
