@@ -30,6 +30,7 @@ import contextlib
 import itertools
 import json
 import multiprocessing
+import os
 import platform
 import statistics
 import tempfile
@@ -286,7 +287,9 @@ def _attackers(
 ) -> None:
     """The attacking process: ``count`` threads over the attacking tenants' clients until ``stop``; the answers
     they got are put on ``out``. Apart from the bench's process, so that the attackers' Python threads do not hold the
-    GIL the bystander's timing needs: the server's cost is what is measured, not the client's."""
+    GIL the bystander's timing needs: the server's cost is what is measured, not the client's. At the lowest CPU
+    priority, for the same reason: on a real server the attackers' clients run on other machines, not on its cores."""
+    os.nice(19)
     files = [HOSTILE_UPLOADS[name]() for name in names]
     clients = [UploadClient(base_url, key) for key in keys]
     answers: list[Answer] = []
