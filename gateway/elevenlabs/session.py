@@ -58,8 +58,9 @@ from gateway.elevenlabs.wire import TextToSpeechRequest, VoiceSettings, text_mar
 from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
 from gateway.http.request_record import RequestRecord
 from gateway.realtime.channel import SessionChannel
+from gateway.realtime.ending import EndedByServer
 from gateway.realtime.segmenter import SentenceBuffer
-from gateway.realtime.session_errors import SessionDrainedError, SessionRevokedError, SlowClientError
+from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
 from gateway.speech.alignment import CharacterCursor
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ class _Context:
     task: asyncio.Task[None] | None = None
 
 
-class ElevenLabsStreamSession:
+class ElevenLabsStreamSession(EndedByServer):
     """Serves one accepted, authenticated ``multi-stream-input`` WebSocket until either side closes it."""
 
     def __init__(
@@ -139,6 +140,7 @@ class ElevenLabsStreamSession:
         ssml: bool = False,
         auto_mode: bool = False,
     ) -> None:
+        super().__init__()
         self.id = session_id
         self._markup = text_markup(ssml)
         """Break tags in every piece; the SSML subset too with ``enable_ssml_parsing``."""
@@ -153,8 +155,6 @@ class ElevenLabsStreamSession:
         self._limits = settings
         self._auto_mode = auto_mode
         self._contexts: dict[str, _Context] = {}
-        self._draining = False
-        self._ended_by: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
         self.contexts_opened = 0
         self.pieces_spoken = 0
         self.audio_seconds = 0.0
@@ -179,11 +179,7 @@ class ElevenLabsStreamSession:
         """
         receiver = asyncio.create_task(self._receive(first), name=f"elevenlabs-receiver-{self.id}")
         try:
-            watched: set[asyncio.Future[Any]] = {receiver, self._ended_by}
-            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-            if self._ended_by in done:
-                raise self._ended_by.result()
-            receiver.result()
+            await self._until_ended(receiver)
         finally:
             tasks = [receiver, *(c.task for c in self._contexts.values() if c.task is not None)]
             for task in tasks:
@@ -199,22 +195,6 @@ class ElevenLabsStreamSession:
         }
 
     # ----------------------------------------------------------------- ended by the server
-    def revoke(self, error: OpenAIError) -> None:
-        self._end(SessionRevokedError(error))
-
-    def begin_drain(self) -> None:
-        """Shutdown: take no new text; what is being spoken finishes, then the session ends."""
-        self._draining = True
-        if not self._busy():
-            self._end(SessionDrainedError())
-
-    def stop_draining(self) -> None:
-        self._end(SessionDrainedError())
-
-    def _end(self, reason: BaseException) -> None:
-        if not self._ended_by.done():
-            self._ended_by.set_result(reason)
-
     def _busy(self) -> bool:
         """A context is speaking or has text to speak: a client listening to a long text is not idle."""
         return any(c.speaking or c.pieces for c in self._contexts.values())

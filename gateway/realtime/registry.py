@@ -34,7 +34,7 @@ _AFTER_GRACE_S = 1.0
 
 
 class LiveSession(Protocol):
-    """What the registry asks of a session (:class:`~gateway.realtime.session.RealtimeSession`)."""
+    """What the registry asks of a session (every session is an :class:`~gateway.realtime.ending.EndedByServer`)."""
 
     def revoke(self, error: OpenAIError) -> None:
         """End the session now: its credentials no longer hold."""

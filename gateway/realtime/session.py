@@ -26,6 +26,7 @@ from gateway.audio.formats import AudioFormat, output_sample_rate
 from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
 from gateway.http.request_record import RequestRecord
 from gateway.realtime.channel import SessionChannel
+from gateway.realtime.ending import EndedByServer
 from gateway.realtime.protocol import (
     InputAppend,
     InputFlush,
@@ -36,7 +37,7 @@ from gateway.realtime.protocol import (
     SessionUpdate,
 )
 from gateway.realtime.segmenter import SentenceBuffer
-from gateway.realtime.session_errors import SessionDrainedError, SessionRevokedError, SlowClientError
+from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
 from gateway.speech.delivery import AudioClock, speech_usage
 from gateway.text import Markup, is_ssml
 
@@ -87,7 +88,7 @@ class _Segment:
         return speech_usage(len(self.text), self.audio_seconds)
 
 
-class RealtimeSession:
+class RealtimeSession(EndedByServer):
     """Serves one accepted, authenticated WebSocket until either side closes it."""
 
     def __init__(
@@ -102,6 +103,7 @@ class RealtimeSession:
         spoken: SpokenDialect,
         max_json_depth: int = 32,
     ) -> None:
+        super().__init__()  # ``run`` raises what the server ends the session with (revocation, shutdown)
         self.id = session_id
         self._spoken = spoken
         """The dialect, chosen by the client's first message: where the session reads and writes the wire."""
@@ -128,9 +130,6 @@ class RealtimeSession:
         """From taking a segment off the queue until its ``audio.done`` is sent: the session is not idle."""
         self._queued_chars = 0
         """Characters of the segments waiting to be spoken: they count against ``max_pending_chars`` too."""
-        self._draining = False
-        self._ended_by: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
-        """Set when the server ends the session (revocation, shutdown): ``run`` raises what it holds."""
         self._background: set[asyncio.Task[None]] = set()
         self.segments_spoken = 0
         """Segments that produced audio (completed or cut short), for the session's log line."""
@@ -160,12 +159,7 @@ class RealtimeSession:
         try:
             # The receiver ends when the client leaves; the speaker when a session.close has been served (or the
             # session drained); the server ends it when its credentials are revoked.
-            watched: set[asyncio.Future[Any]] = {receiver, speaker, self._ended_by}
-            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-            if self._ended_by in done:
-                raise self._ended_by.result()
-            for task in done:
-                task.result()
+            await self._until_ended(receiver, speaker)
         finally:
             for running in (self._current, speaker, receiver, *self._background):
                 if running is not None:
@@ -180,12 +174,9 @@ class RealtimeSession:
         return self._spoken.current
 
     # ----------------------------------------------------------------- ended by the server
-    def revoke(self, error: OpenAIError) -> None:
-        """End the session at once: its key was revoked or its tenant deleted."""
-        self._end(SessionRevokedError(error))
-
     def begin_drain(self) -> None:
-        """Shutdown: refuse new text, drop what is queued, finish the segment in progress, then end."""
+        """Shutdown: refuse new text, drop what is queued, finish the segment in progress, then end (a queued end
+        of session, after it)."""
         if self._draining:
             return
         self._draining = self._closing = True
@@ -195,14 +186,6 @@ class RealtimeSession:
         notice = asyncio.create_task(self._send(self._dialect.error(shutting_down)))
         self._background.add(notice)
         notice.add_done_callback(_forget_quietly(self._background))
-
-    def stop_draining(self) -> None:
-        """The shutdown's grace period is over: end now, mid-segment if need be."""
-        self._end(SessionDrainedError())
-
-    def _end(self, reason: BaseException) -> None:
-        if not self._ended_by.done():
-            self._ended_by.set_result(reason)
 
     # ----------------------------------------------------------------- client events
     async def _receive(self) -> None:

@@ -22,6 +22,7 @@ from gateway.audio import AudioFormat, open_g711_encoder, output_sample_rate
 from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
 from gateway.http.request_record import RequestRecord
 from gateway.realtime.channel import SessionChannel
+from gateway.realtime.ending import EndedByServer
 from gateway.realtime.openai import events
 from gateway.realtime.openai.events import (
     ConversationItemCreate,
@@ -40,7 +41,7 @@ from gateway.realtime.openai.events import (
     SessionUpdate,
     Unsupported,
 )
-from gateway.realtime.session_errors import SessionDrainedError, SessionRevokedError, SlowClientError
+from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
 from gateway.schemas import MAX_INPUT_CHARS
 from gateway.speech.delivery import speech_usage
 from gateway.text import Markup
@@ -94,7 +95,7 @@ class _Response:
         return speech_usage(len(self.text), self.seconds) if self.state.transcript else None
 
 
-class OpenAIRealtimeSession:
+class OpenAIRealtimeSession(EndedByServer):
     """Serves one accepted, authenticated ``/v1/realtime`` WebSocket until either side closes it."""
 
     def __init__(
@@ -109,9 +110,10 @@ class OpenAIRealtimeSession:
         session_id: str,
         max_json_depth: int = events.MAX_EVENT_DEPTH,
     ) -> None:
+        super().__init__()  # ``run`` raises what the session is ended with (revocation, shutdown, a client too slow)
         self.id = session_id
         self._channel = SessionChannel(
-            socket, send_timeout_s=send_timeout_s, idle_timeout_s=settings.idle_timeout_s, busy=self._responding
+            socket, send_timeout_s=send_timeout_s, idle_timeout_s=settings.idle_timeout_s, busy=self._busy
         )
         self._speech = speech
         self._principal = principal
@@ -120,9 +122,6 @@ class OpenAIRealtimeSession:
         self._conversation_id = events.new_id("conv")
         self._items: list[Item] = []
         self._active: _Response | None = None
-        self._draining = False
-        self._ended_by: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
-        """Set when the session must end (revocation, shutdown, a client too slow): ``run`` raises what it holds."""
         self.responses = 0
         """Responses that produced audio (completed or cut short), for the session's log line."""
         self.audio_seconds = 0.0
@@ -148,11 +147,7 @@ class OpenAIRealtimeSession:
         await self._send(events.session_created(self.id, self._settings))
         receiver = asyncio.create_task(self._receive(), name=f"openai-realtime-receiver-{self.id}")
         try:
-            watched: set[asyncio.Future[Any]] = {receiver, self._ended_by}
-            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-            if self._ended_by in done:
-                raise self._ended_by.result()
-            receiver.result()
+            await self._until_ended(receiver)
         finally:
             tasks = [receiver] if self._active is None else [receiver, self._active.task]
             for task in tasks:
@@ -165,25 +160,6 @@ class OpenAIRealtimeSession:
             "responses": self.responses,
             "audio_seconds": round(self.audio_seconds, 3),
         }
-
-    # ----------------------------------------------------------------- ended by the server
-    def revoke(self, error: OpenAIError) -> None:
-        """End the session at once: its key was revoked or its tenant deleted."""
-        self._end(SessionRevokedError(error))
-
-    def begin_drain(self) -> None:
-        """Shutdown: start no new response, let the one in progress finish, then end."""
-        self._draining = True
-        if not self._responding():
-            self._end(SessionDrainedError())
-
-    def stop_draining(self) -> None:
-        """The shutdown's grace period is over: end now, mid-response if need be."""
-        self._end(SessionDrainedError())
-
-    def _end(self, reason: BaseException) -> None:
-        if not self._ended_by.done():
-            self._ended_by.set_result(reason)
 
     # ----------------------------------------------------------------- client events
     async def _receive(self) -> None:
@@ -199,7 +175,7 @@ class OpenAIRealtimeSession:
             except RealtimeProtocolError as exc:
                 await self._send(events.error_event(exc.error, client_event_id=exc.event_id))
 
-    def _responding(self) -> bool:
+    def _busy(self) -> bool:
         """A response is being spoken: a client listening to a long response is not idle."""
         return self._active is not None and not self._active.task.done()
 
