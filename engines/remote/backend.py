@@ -1,9 +1,10 @@
 """``kind: openai``: an engine whose audio comes from upstream servers that speak OpenAI's ``POST /v1/audio/speech``.
 
 Another chattts-gateway running as an engine node, vLLM-Omni, Kokoro-FastAPI or OpenAI itself. The upstream is asked for
-streamed ``pcm`` at speed 1.0, so the gateway's own encoders, time-stretch, SSE, cache and realtime sessions work on
-top of it unchanged. Each request goes to the usable endpoint address with the fewest requests in flight; a
-background task resolves host names and probes every address; each address has a circuit breaker. A voice sample
+streamed ``pcm`` at speed 1.0 (an engine node in server-sent events, with its engine's word marks), so the gateway's
+own encoders, time-stretch, SSE, cache and realtime sessions work on top of it unchanged. Each request goes to the
+usable endpoint address with the fewest requests in flight; a background task resolves host names and probes every
+address; each address has a circuit breaker. A voice sample
 goes to an engine node's own route (``SAMPLE_ROUTE``, ``engines/remote/context.py``), whose engine makes the speaker;
 the node keeps nothing, the front stores the result.
 """
@@ -260,7 +261,8 @@ class RemoteEngine:
         if request.speaker is not None and not endpoint.engine_node:
             raise self._no_custom_voices()  # the endpoints may have changed since the check in open_stream
         url, headers, extensions = endpoint.target(endpoint.api_path("/audio/speech"))
-        headers |= self._auth_headers() | {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
+        accept = "text/event-stream" if endpoint.engine_node else "application/octet-stream"
+        headers |= self._auth_headers() | {"Accept": accept, "Accept-Encoding": "identity"}
         if endpoint.engine_node and context is not None:
             headers |= context_headers(context)
         body = self._body(request, continuing=continuing and endpoint.engine_node, engine_node=endpoint.engine_node)
@@ -298,7 +300,8 @@ class RemoteEngine:
 
     def _body(self, request: SynthesisRequest, *, continuing: bool, engine_node: bool = False) -> dict[str, Any]:
         """The upstream request; ``continuing`` (only for an engine node): a later segment of a stream under way. An
-        engine node is told that the caller opted in to control tokens (another server knows no such field)."""
+        engine node is asked for server-sent events, and told that the caller opted in to control tokens (another
+        server knows no such field)."""
         body: dict[str, Any] = {
             "model": self._options.model,
             "input": request.text,
@@ -306,6 +309,8 @@ class RemoteEngine:
             "response_format": "pcm",
             "speed": 1.0,  # speed_range is (1, 1): the gateway time-stretches, the same for every upstream
         }
+        if engine_node:  # its engine's word marks come with the audio (engines/remote/node_events.py)
+            body["stream_format"] = "sse"
         if request.instructions is not None:
             body["instructions"] = request.instructions
         if request.speaker is not None:  # only ever sent to an engine node (_send checks)

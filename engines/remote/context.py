@@ -11,6 +11,12 @@ text: too large for a header under ``server.max_header_bytes``), and ``x_tts_con
 of a long input whose audio is already streaming (the node then neither refuses it for a full queue nor times it out,
 as the front's own scheduler does not: ``EngineBackend.open_stream``).
 
+The front asks an engine node for its audio as server-sent events (``stream_format: "sse"``, ``response_format:
+"pcm"``) and the node says in the ``X-TTS-Timestamps`` header of its answer how its engine placed the words (``exact``
+or ``estimated``): the words' times then cross the hop with the audio (``engines/remote/node_events.py``), and the
+front reports an espeak-ng node's marks as exact. A node of an older version answers without the header: the front then
+places the words itself, from the audio.
+
 An engine node also makes voices from samples for its fronts, on a route of its own (``POST /v1`` +
 :data:`SAMPLE_ROUTE`, ``gateway/routes/engine_node.py``): a JSON body ``{"model", "transcript", "sample_rate", "pcm"}``
 (``pcm``: base64 of mono int16 little-endian samples) answered ``{"speaker": "..."}``. It keeps nothing; the front
@@ -49,6 +55,7 @@ __all__ = [
     "SAMPLE_ROUTE",
     "SPEAKER_FIELD",
     "TENANT_HEADER",
+    "TIMESTAMPS_HEADER",
     "WEIGHT_HEADER",
     "InvalidTenantContextError",
     "TenantContext",
@@ -68,6 +75,8 @@ SAMPLE_ROUTE = "/engine/speaker_from_sample"
 ENGINE_NODE_HEADER = "x-tts-engine-node"
 SPEAKER_FIELD = "x_tts_speaker"
 CONTINUING_FIELD = "x_tts_continuing"
+TIMESTAMPS_HEADER = "x-tts-timestamps"
+"""An engine node's answer: how its engine placed the words of its ``speech.audio.timestamps`` events."""
 CONTROL_TOKENS_FIELD = "control_tokens"
 """The speech request's own extension field (``SpeechRequest.control_tokens``), passed on to an engine node."""
 _VERSION = "1"

@@ -1,21 +1,26 @@
-"""One upstream response read as a :class:`~engines.backend.PcmStream`: whole samples, bounded silences, estimated
-word marks, and a verdict for the endpoint's breaker.
+"""One upstream response read as a :class:`~engines.backend.PcmStream`: whole samples, bounded silences, word marks,
+and a verdict for the endpoint's breaker.
 
-The hop carries audio only (the upstream is asked for raw ``pcm``): the words are placed here, estimated from the text
-and the audio received (``engines/timing.py``), even when the upstream is an engine node whose own engine placed them
-exactly."""
+An engine node answers in server-sent events that carry its engine's word marks with the audio
+(``engines/remote/node_events.py``): they are used as the node placed them, exact for espeak-ng. Any other upstream
+is asked for raw ``pcm`` only (as is an engine node of an older version, which sends no marks): the words are then
+placed here, estimated from the text and the audio received (``engines/timing.py``)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
 
 from engines.errors import SynthesisFailedError
+from engines.remote.context import TIMESTAMPS_HEADER
+from engines.remote.node_events import MalformedEventsError, NodeEvents
 from engines.timing import JobTiming
 
 if TYPE_CHECKING:
@@ -23,13 +28,17 @@ if TYPE_CHECKING:
 
     from engines.base import EngineInfo
     from engines.remote.endpoints import EndpointAddress
-    from engines.timing import WordMark
+    from engines.remote.node_events import NodeItem
+    from engines.timing import TimestampsKind, WordMark
 
 __all__ = ["Attempt", "RemotePcmStream", "describe_error"]
 
 logger = logging.getLogger("tts_gateway.remote")
 
 _SAMPLE_BYTES = 2  # s16le mono
+_EVENT_STREAM = "text/event-stream"
+_KINDS: dict[str, TimestampsKind] = {"exact": "exact", "estimated": "estimated"}
+"""The values of an engine node's ``X-TTS-Timestamps``: its answer carries its engine's word marks."""
 
 
 def describe_error(exc: BaseException) -> str:
@@ -85,15 +94,20 @@ class RemotePcmStream:
         idle_timeout_s: float,
     ) -> None:
         self.sample_rate = info.sample_rate
-        self.info = info
         self.marks: list[WordMark] = []
-        self._timing: JobTiming | None = JobTiming(text, info.sample_rate)
+        node_events = response.headers.get("content-type", "").startswith(_EVENT_STREAM)
+        kind = _KINDS.get(response.headers.get(TIMESTAMPS_HEADER, "").strip()) if node_events else None
+        self._events = NodeEvents(len(text), info.sample_rate, marks=kind is not None) if node_events else None
+        self.info = info if kind is None else dataclasses.replace(info, timestamps=kind)
+        # The words are placed here unless the node sends its own.
+        self._timing: JobTiming | None = JobTiming(text, info.sample_rate) if kind is None else None
         self._attempt = attempt
         self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
         self._first_byte_deadline = first_byte_deadline
         self._idle_timeout_s = idle_timeout_s
         self._started = False
         self._odd_byte = b""
+        self._items: deque[NodeItem] = deque()
         self.produced_bytes = 0
         """PCM bytes handed on so far (what the scheduler charges the tenant once the request ends)."""
 
@@ -102,7 +116,7 @@ class RemotePcmStream:
 
     async def __anext__(self) -> bytes:
         while True:
-            data = await self._next_raw()
+            data = await self._next_pcm()
             if data is None:
                 self._attempt.succeeded()  # a complete (possibly empty) answer
                 if self._timing is not None:
@@ -118,6 +132,28 @@ class RemotePcmStream:
                 if self._timing is not None:
                     self._timing.add_audio(np.frombuffer(data, dtype="<i2", count=whole // _SAMPLE_BYTES))
                 return data[:whole]
+
+    async def _next_pcm(self) -> bytes | None:
+        """The next PCM of the answer (``None`` at its end); a node's marks are taken as they come, after the audio
+        they lie in."""
+        events = self._events
+        if events is None:
+            return await self._next_raw()
+        while not self._items:
+            data = await self._next_raw()
+            if data is None:
+                if not events.done:
+                    raise self._attempt.failed("stream cut: its events ended before speech.audio.done")
+                return None
+            try:
+                self._items.extend(events.feed(data))
+            except MalformedEventsError as exc:
+                raise self._attempt.failed(f"malformed answer: {exc}") from None
+        item = self._items.popleft()
+        if isinstance(item, bytes):
+            return item
+        self.marks.extend(item)
+        return b""  # no audio: the loop above asks again
 
     async def aclose(self) -> None:
         await self._chunks.aclose()  # type: ignore[attr-defined]

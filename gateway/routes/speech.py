@@ -12,6 +12,7 @@ from litestar.params import JSONBody  # noqa: TC002 - Litestar reads the hints o
 from litestar.response import ServerSentEvent, Stream
 from litestar.status_codes import HTTP_200_OK, HTTP_415_UNSUPPORTED_MEDIA_TYPE
 
+from engines.remote.context import TIMESTAMPS_HEADER
 from gateway.audio.formats import CONTENT_TYPES
 from gateway.http.auth.dependencies import Caller  # noqa: TC001 - read at runtime, as JSONBody
 from gateway.http.disconnect import unless_client_leaves
@@ -99,8 +100,8 @@ class SpeechController(Controller):
 
 
 class EngineNodeSpeechController(Controller):
-    """The route on an engine node (``server.profile: engine``): the same, and the front gateway's extension of the
-    body (``x_tts_speaker``, ``engines/remote/context.py``)."""
+    """The route on an engine node (``server.profile: engine``): the same, and the front gateway's extension
+    (``engines/remote/context.py``): ``x_tts_speaker`` in the body, ``X-TTS-Timestamps`` on the answer."""
 
     path = SpeechController.path
     tags = SpeechController.tags
@@ -112,10 +113,12 @@ class EngineNodeSpeechController(Controller):
         data: JSONBody[EngineNodeSpeechRequest],
         principal: Caller,
     ) -> Response[Any]:
-        return await _speak(request, data, principal)
+        return await _speak(request, data, principal, engine_node=True)
 
 
-async def _speak(request: Request[Any, Any, Any], data: SpeechRequest, principal: Principal) -> Response[Any]:
+async def _speak(
+    request: Request[Any, Any, Any], data: SpeechRequest, principal: Principal, *, engine_node: bool = False
+) -> Response[Any]:
     # The service straight from the state: as a second dependency beside ``principal`` Litestar would resolve
     # the two in a task group, a few tasks per request for nothing.
     speech = gateway_state(request.app).speech
@@ -126,6 +129,8 @@ async def _speak(request: Request[Any, Any, Any], data: SpeechRequest, principal
     spoken = speech.speak(principal, data, record, markup=Markup.SSML)
     reply = await unless_client_leaves(request.receive, spoken)
     headers = reply_headers(reply)
+    if engine_node:  # how the words of its timestamps events were placed, for the front (engines/remote/context.py)
+        headers[TIMESTAMPS_HEADER] = reply.alignment.kind
     # Released after the response however it ended: a client gone while a write waited on its socket cancels the
     # stream at that ``send``, outside the audio iterator, which Litestar leaves suspended (never closed); its
     # ``finally`` would run only when a garbage collection found it, the synthesis going on meanwhile.
