@@ -102,18 +102,25 @@ async def test_concurrent_requests_each_get_their_own_length(gateway: GatewayPro
     assert any(not line.split('size="')[1].startswith('1"') for line in batched), batched  # some ran together
 
 
-def test_timestamps_fall_within_their_segments(gateway: GatewayProcess) -> None:
+def test_timestamps_fall_within_their_segments_and_stay_after_a_cache_hit(gateway: GatewayProcess) -> None:
     # Over 300 characters: two of the gateway's segments (speech.max_segment_chars), each of whole sentences, and every
     # sentence exactly TEST_TOKENS tokens of ChatTTS. The words are estimated, and exact where segments meet.
     text = " ".join(f"Sentence number {n} is here." for n in range(1, 13))
     segments = split_text(text, 300)
     assert len(segments) == 2
     body = {"model": "chattts", "input": text, "voice": "nova", "response_format": "pcm", "stream_format": "sse"}
-    with httpx.stream("POST", f"{gateway.base_url}/v1/audio/speech", json=body, timeout=120) as response:
-        assert response.status_code == 200
-        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    answers = []
+    for _ in range(2):  # the second from the cache, which keeps the words
+        with httpx.stream("POST", f"{gateway.base_url}/v1/audio/speech", json=body, timeout=120) as response:
+            assert response.status_code == 200
+            events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+        answers.append((response.headers["x-cache"], events))
+    assert [cache for cache, _ in answers] == ["miss", "hit"]
+    events = answers[0][1]
     pcm = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
     stamps = [e for e in events if e["type"] == "speech.audio.timestamps"]
+    hit = [e for e in answers[1][1] if e["type"] == "speech.audio.timestamps"]
+    assert [w for e in hit for w in e["words"]] == [w for e in stamps for w in e["words"]]
     assert {e["kind"] for e in stamps} == {"estimated"}
     assert "".join(c for e in stamps for c in e["alignment"]["characters"]) == text
     words = [w for e in stamps for w in e["words"]]
