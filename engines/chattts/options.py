@@ -6,7 +6,7 @@ out-of-range value stops the start with a message naming the option, before any 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -71,7 +71,8 @@ class ChatTTSOptions(BaseModel):
     """Run ChatTTS's text-refinement pass before speaking (adds latency); also runs when the instructions carry
     ``[oral_N]``, ``[laugh_N]`` or ``[break_N]``."""
     refine_max_new_token: int = Field(default=384, ge=1)
-    max_batch: int | Literal["auto"] = Field(default="auto", ge=1, le=64)
+    # The bounds on the number only: on the whole union pydantic applied them to "auto" as well (a TypeError at start).
+    max_batch: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = "auto"
     """Requests one worker generates together (dynamic batching). ``auto``: measured at load, the decode step timed
     at 1, 2, 4, 8 and 16 rows, and the largest taken whose step keeps up with playback (``auto_batch_realtime_share``)
     or costs at most ``auto_batch_max_slowdown`` times one row's, within the memory the rows' KV caches may need

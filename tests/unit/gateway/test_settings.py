@@ -112,6 +112,19 @@ def test_environment_variables_merge_into_the_built_in_engines(monkeypatch: pyte
     assert (espeak.workers, espeak.options.chunk_ms) == (2, 50)
 
 
+@pytest.mark.parametrize("how", ["yaml", "env"])
+def test_max_batch_auto_may_be_written_out(how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the bounds of the number were applied to ``auto`` as well, so a configuration that named the default
+    stopped the start with a TypeError from pydantic."""
+    config = tmp_path / "auto.yaml"
+    config.write_text("engines: {chattts: {options: {max_batch: auto}}}\n" if how == "yaml" else "{}\n")
+    if how == "env":
+        monkeypatch.setenv("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "auto")
+    chattts = load_settings(config).engines["chattts"]
+    assert chattts.kind == "chattts"
+    assert chattts.options.max_batch == "auto"
+
+
 def test_a_file_with_one_alias_keeps_the_built_in_ones(tmp_path: Path) -> None:
     config = tmp_path / "aliases.yaml"
     config.write_text("aliases: {x: [chattts, espeak]}\n")
@@ -156,6 +169,7 @@ def test_an_alias_of_ones_own_must_still_name_engines_that_exist(tmp_path: Path)
         ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCHH", "8", "max_batchh"),
         ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "lots", "max_batch"),
         ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "0", "max_batch"),
+        ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "65", "max_batch"),
         ("TTS_GATEWAY_ENGINES__ESPEAK__OPTIONS__CHUNK_MS", "5", "chunk_ms"),
         ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__SOURCE", "ftp", "source"),
     ],
