@@ -3,6 +3,7 @@ first byte while the tenant's job runs.
 
     .venv/bin/python -m bench.jobs                      # 100,000 characters, about 2 minutes on 2 busy cores
     .venv/bin/python -m bench.jobs --chars 10000        # a smoke run
+    .venv/bin/python -m bench.jobs --runner dedicated   # the jobs spoken by a second gateway at nice 10
 
 A ``redis-server`` of its own and one real gateway (``chattts-gateway serve``) with espeak (``--workers`` worker
 processes, 2 by default), its audio cache off (the pieces must be spoken, not found), ``jobs.concurrency`` 1.
@@ -16,19 +17,26 @@ processes, 2 by default), its audio cache off (the pieces must be spoken, not fo
    engines' ``low`` class, so an interactive request takes the next free worker first; but a segment on a worker runs
    to its end (no preemption): with one worker, a request that arrives while a segment runs waits for it.
 
-Prints a Markdown table and writes every figure to ``bench/results/jobs.json``.
+``--runner dedicated`` measures the chart's ``jobs.runner: dedicated`` on one machine: the gateway the bench talks to
+accepts jobs and serves their audio (``jobs.run: false``), and a second gateway on the same Redis speaks them
+(``--runner-workers`` espeak workers, 1 by default), started under ``nice -n --runner-niceness`` (10): the CPU the
+separate pods of a cluster would give each, one machine can give only by priority.
+
+Prints a Markdown table and writes every figure to ``bench/results/jobs.json`` (``jobs_dedicated.json`` for
+``--runner dedicated``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -36,6 +44,9 @@ from bench.held_connections import RedisProcess
 from bench.servers import GatewayProcess
 from gateway.schemas import MAX_INPUT_CHARS
 from gateway.speech.segments import split_text
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["main", "measure"]
 
@@ -116,19 +127,37 @@ def first_byte_under_a_job(client: httpx.Client, args: argparse.Namespace) -> di
     }
 
 
+def gateway_config(redis_url: str, workers: int, *, runs_jobs: bool) -> dict[str, Any]:
+    return {
+        "redis_url": redis_url,
+        "cache": {"enabled": False},
+        "engines": {"espeak": {"kind": "espeak", "workers": workers}},
+        "aliases": {},
+        "jobs": {"concurrency": 1, "run": runs_jobs},
+    }
+
+
+@contextlib.contextmanager
+def gateways(args: argparse.Namespace, workdir: Path, redis_url: str) -> Iterator[GatewayProcess]:
+    """The gateway the bench talks to; with ``--runner dedicated``, a second one beside it speaks the jobs (what
+    the chart's ``jobs.runner: dedicated`` deploys), started under ``nice -n --runner-niceness``."""
+    fronts_run_jobs = args.runner == "fronts"
+    (workdir / "front").mkdir()
+    front = GatewayProcess(gateway_config(redis_url, args.workers, runs_jobs=fronts_run_jobs), workdir / "front")
+    with contextlib.ExitStack() as stack:
+        if not fronts_run_jobs:
+            (workdir / "runner").mkdir()
+            config = gateway_config(redis_url, args.runner_workers, runs_jobs=True)
+            stack.enter_context(GatewayProcess(config, workdir / "runner", niceness=args.runner_niceness))
+        yield stack.enter_context(front)
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as workdir:
         redis = RedisProcess(Path(workdir))
         try:
-            config = {
-                "redis_url": redis.url,
-                "cache": {"enabled": False},
-                "engines": {"espeak": {"kind": "espeak", "workers": args.workers}},
-                "aliases": {},
-                "jobs": {"concurrency": 1},
-            }
             with (
-                GatewayProcess(config, Path(workdir)) as gateway,
+                gateways(args, Path(workdir), redis.url) as gateway,
                 httpx.Client(base_url=gateway.base_url, timeout=3600) as client,
             ):
                 text = book(args.chars, "measured")
@@ -141,6 +170,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "machine": platform.node(),
         "chars": args.chars,
         "workers": args.workers,
+        "runner": args.runner,
+        "runner_workers": args.runner_workers if args.runner == "dedicated" else None,
+        "runner_niceness": args.runner_niceness if args.runner == "dedicated" else None,
         "job": job,
         "pieces": pieces,
         "throughput_ratio": job["audio_s_per_s"] / pieces["audio_s_per_s"],
@@ -170,9 +202,19 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="espeak worker processes")
     parser.add_argument("--probes", type=int, default=20, help="interactive requests per series")
     parser.add_argument("--gap-s", type=float, default=0.5, help="pause between interactive requests")
-    result = measure(parser.parse_args())
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    parser.add_argument(
+        "--runner",
+        choices=("fronts", "dedicated"),
+        default="fronts",
+        help="fronts: the measured gateway speaks the jobs; dedicated: a second gateway (jobs.run) speaks them",
+    )
+    parser.add_argument("--runner-workers", type=int, default=1, help="the dedicated runner's espeak workers")
+    parser.add_argument("--runner-niceness", type=int, default=10, help="the dedicated runner's nice -n")
+    args = parser.parse_args()
+    result = measure(args)
+    results = RESULTS if args.runner == "fronts" else RESULTS.with_name("jobs_dedicated.json")
+    results.parent.mkdir(exist_ok=True)
+    results.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result))
 
 

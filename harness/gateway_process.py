@@ -70,8 +70,13 @@ class GatewayProcess:
     The config runs exactly the engines it lists (:func:`exact_engines`) when it lists any.
     """
 
-    def __init__(self, config: dict[str, Any], workdir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, config: dict[str, Any], workdir: Path, env: dict[str, str] | None = None, *, niceness: int = 0
+    ) -> None:
+        """``niceness``: started under ``nice -n`` (its worker processes inherit it), as a process that must yield
+        the CPU to the others on the machine."""
         self.port = free_port()
+        self.niceness = niceness
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.config_path = workdir / "gateway.yaml"
         self.config_path.write_text(yaml.safe_dump(exact_engines(config)))
@@ -82,9 +87,12 @@ class GatewayProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60.0) -> GatewayProcess:
+        command = [str(CONSOLE_SCRIPT), "serve", "--port", str(self.port), "--config", str(self.config_path)]
+        if self.niceness:
+            command = ["nice", "-n", str(self.niceness), *command]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [str(CONSOLE_SCRIPT), "serve", "--port", str(self.port), "--config", str(self.config_path)],
+                command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.env,
