@@ -13,7 +13,6 @@ the front.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import importlib
 import json
@@ -34,13 +33,13 @@ from engines.timing import word_spans
 from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio
 from tests.espeak_events import TOLERANCE_S, espeak_events, first_events
+from tests.livekit_agent import say_through_an_agent_session
 from tests.realtime_client import Session
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from livekit import rtc
 
 SECONDS_PER_CHAR = 0.02
 SERVICE_TOKEN = "svc-" + uuid.uuid4().hex * 2
@@ -235,60 +234,13 @@ async def test_a_livekit_agent_session_through_two_tiers(front: GatewayProcess, 
     """LiveKit Agents' ``AgentSession`` with ``elevenlabs.TTS(base_url=…)`` (its ``multi-stream-input`` WebSocket),
     its audio and transcript outputs the test's own sinks (no LiveKit server is reachable here), the transcript
     aligned to the audio by the gateway's timestamps."""
-    from livekit.agents import Agent, AgentSession
-    from livekit.agents.voice import io
-    from livekit.plugins import elevenlabs
-
-    class Speaker(io.AudioOutput):
-        def __init__(self) -> None:
-            super().__init__(label="test", capabilities=io.AudioOutputCapabilities(pause=False))
-            self.frames: list[rtc.AudioFrame] = []
-
-        async def capture_frame(self, frame: rtc.AudioFrame) -> None:
-            await super().capture_frame(frame)
-            self.frames.append(frame)
-
-        def flush(self) -> None:
-            super().flush()
-            self.on_playback_finished(playback_position=sum(f.duration for f in self.frames), interrupted=False)
-
-        def clear_buffer(self) -> None:
-            pass
-
-    class Captions(io.TextOutput):
-        def __init__(self) -> None:
-            super().__init__(label="test", next_in_chain=None)
-            self.words: list[Any] = []
-
-        async def capture_text(self, text: str) -> None:
-            self.words.append(text)
-
-        def flush(self) -> None:
-            pass
-
     text = "Hello from a LiveKit agent. It speaks through two tiers."
-    async with aiohttp.ClientSession() as http:
-        tts = elevenlabs.TTS(
-            api_key=key,
-            base_url=f"{front.base_url}/v1",
-            voice_id=VOICE,
-            model="eleven_multilingual_v2",
-            encoding="mp3_44100_128",
-            http_session=http,
-        )
-        session: AgentSession[None] = AgentSession(tts=tts, use_tts_aligned_transcript=True)
-        session.output.audio, session.output.transcription = speaker, captions = Speaker(), Captions()
-        try:
-            await session.start(Agent(instructions="Say what you are told."), record=False)
-            await asyncio.wait_for(session.say(text).wait_for_playout(), 10)
-        finally:
-            await session.aclose()
-            await tts.aclose()
-    assert {frame.sample_rate for frame in speaker.frames} == {44100}  # MP3, decoded by LiveKit with PyAV
-    seconds = sum(frame.duration for frame in speaker.frames)
+    frames, words = await say_through_an_agent_session(front.base_url, key, VOICE, text, "mp3_44100_128")
+    assert {frame.sample_rate for frame in frames} == {44100}  # MP3, decoded by LiveKit with PyAV
+    seconds = sum(frame.duration for frame in frames)
     assert seconds == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.2)  # each sentence's MP3 has its padding
-    assert "".join(str(word) for word in captions.words).split() == text.split()
-    starts = [word.start_time for word in captions.words]
+    assert "".join(str(word) for word in words).split() == text.split()
+    starts = [word.start_time for word in words]
     assert all(0 <= start < seconds for start in starts)
 
 

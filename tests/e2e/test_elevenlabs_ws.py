@@ -25,13 +25,13 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from auth.keys import generate_api_key, hash_api_key
 from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio, decode_g711
+from tests.livekit_agent import say_through_an_agent_session
 from tests.tls_proxy import TlsProxy
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from livekit import rtc
 
 SECONDS_PER_CHAR = 0.02
 KEY = generate_api_key()
@@ -433,58 +433,9 @@ async def test_a_livekit_agent_session_says_a_text_through_the_gateway(gateway: 
     """An ``AgentSession`` with that TTS, as an agent speaks: no room (no LiveKit server is reachable here), its audio
     and transcript outputs set to sinks of the test's own, ``session.say()`` awaited until played out, with the
     transcript aligned to the audio by the gateway's timestamps (``use_tts_aligned_transcript``)."""
-    from livekit.agents import Agent, AgentSession
-    from livekit.agents.voice import io
-    from livekit.plugins import elevenlabs
-
-    class Speaker(io.AudioOutput):
-        """Plays each frame at once; a flush ends the playout."""
-
-        def __init__(self) -> None:
-            super().__init__(label="test", capabilities=io.AudioOutputCapabilities(pause=False))
-            self.frames: list[rtc.AudioFrame] = []
-
-        async def capture_frame(self, frame: rtc.AudioFrame) -> None:
-            await super().capture_frame(frame)
-            self.frames.append(frame)
-
-        def flush(self) -> None:
-            super().flush()
-            self.on_playback_finished(playback_position=sum(f.duration for f in self.frames), interrupted=False)
-
-        def clear_buffer(self) -> None:
-            pass
-
-    class Captions(io.TextOutput):
-        def __init__(self) -> None:
-            super().__init__(label="test", next_in_chain=None)
-            self.words: list[Any] = []
-
-        async def capture_text(self, text: str) -> None:
-            self.words.append(text)
-
-        def flush(self) -> None:
-            pass
-
     text = "Hello from a LiveKit agent. It speaks through the gateway."
-    async with aiohttp.ClientSession() as http:
-        tts = elevenlabs.TTS(
-            api_key=KEY,
-            base_url=f"{gateway.base_url}/v1",
-            voice_id=VOICE,
-            model="eleven_multilingual_v2",
-            encoding="pcm_24000",
-            http_session=http,
-        )
-        session: AgentSession[None] = AgentSession(tts=tts, use_tts_aligned_transcript=True)
-        session.output.audio, session.output.transcription = speaker, captions = Speaker(), Captions()
-        try:
-            await session.start(Agent(instructions="Say what you are told."), record=False)
-            await asyncio.wait_for(session.say(text).wait_for_playout(), 10)
-        finally:
-            await session.aclose()
-            await tts.aclose()
-    seconds = sum(frame.duration for frame in speaker.frames)
+    frames, words = await say_through_an_agent_session(gateway.base_url, KEY, VOICE, text, "pcm_24000")
+    seconds = sum(frame.duration for frame in frames)
     assert seconds == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.1)
-    assert "".join(str(word) for word in captions.words).split() == text.split()
-    assert all(0 <= word.start_time < seconds for word in captions.words)
+    assert "".join(str(word) for word in words).split() == text.split()
+    assert all(0 <= word.start_time < seconds for word in words)
