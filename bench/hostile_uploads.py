@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.hostile_uploads --rounds 5             # more timed uploads per file and route
     .venv/bin/python -m bench.hostile_uploads --only wav_380mhz      # some files only (repeat --only)
     .venv/bin/python -m bench.hostile_uploads --bystander-model espeak --output bench/results/hostile_espeak.json
+    .venv/bin/python -m bench.hostile_uploads --decoder-priority low  # decoders at niceness +10, not SCHED_IDLE
 
 One ``chattts-gateway serve`` (``harness.hostile_uploads.upload_gateway_config``: the synthetic engine, no Redis) with
 four attacking tenants and a bystander. Two parts:
@@ -121,9 +122,10 @@ class Arena:
     """The gateway under attack, with its attacking tenants' clients and the bystander's; started again when an upload
     kills it (a gateway without the fix)."""
 
-    def __init__(self, workdir: Path, bystander_model: str) -> None:
+    def __init__(self, workdir: Path, bystander_model: str, decoder_priority: str) -> None:
         self.workdir = workdir
         self.bystander_model = bystander_model
+        self.decoder_priority = decoder_priority
         self.keys = {"bystander": generate_api_key()} | {f"attacker-{i}": generate_api_key() for i in range(ATTACKERS)}
         self.restarts = 0
         self.speech_numbers = itertools.count()
@@ -133,6 +135,7 @@ class Arena:
         run = self.workdir / f"run{self.restarts}"
         run.mkdir(parents=True)
         config = upload_gateway_config(self.keys, espeak=self.bystander_model == "espeak")
+        config["uploads"] = {"decoder_priority": self.decoder_priority}
         self.gateway = GatewayProcess(config, run).start()
         self.attackers = [UploadClient(self.gateway.base_url, self.keys[f"attacker-{i}"]) for i in range(ATTACKERS)]
         headers = {"authorization": f"Bearer {self.keys['bystander']}"}
@@ -391,10 +394,16 @@ def main() -> None:
         default=CLONING_MODEL,
         help="the engine the other tenant's speech asks for (espeak: the embedded default's, real work per request)",
     )
+    parser.add_argument(
+        "--decoder-priority",
+        choices=["idle", "low"],
+        default="idle",
+        help="the gateway's uploads.decoder_priority (idle: its default)",
+    )
     args = parser.parse_args()
     names: list[str] = args.only or list(HOSTILE_UPLOADS)
     with tempfile.TemporaryDirectory(prefix="hostile-uploads-") as workdir:
-        arena = Arena(Path(workdir), args.bystander_model)
+        arena = Arena(Path(workdir), args.bystander_model, args.decoder_priority)
         try:
             uploads = measure_uploads(arena, names, args.rounds)
             bystander = measure_bystander(arena, names, args.speech)
@@ -407,6 +416,7 @@ def main() -> None:
         "speech_requests": args.speech,
         "restarts": arena.restarts,
         "bystander_model": args.bystander_model,
+        "decoder_priority": args.decoder_priority,
         "uploads": [asdict(row) for row in uploads],
         "bystander": [asdict(row) for row in bystander],
     }

@@ -1,16 +1,18 @@
 """A decoder process: decodes uploads sent by the server, one at a time, under caps (``python -m
 gateway.uploads.decoder CONFIG``; started by :class:`~gateway.uploads.processes.DecoderProcesses`).
 
-It imports PyAV and warms it up with a decoding of its own, then caps itself before it reads any upload: its address
-space at what it holds plus ``memory_mb`` (an allocation past it fails: a ``MemoryError``, or FFmpeg's ENOMEM), no
-core files, no files written; and before each decoding, its CPU time at what it has used plus the request's
-``cpu_s`` (the kernel ends it with SIGXCPU past it). A crash, a kill or an exhausted cap ends this process only: the
-server answers that upload with a 400 and starts another decoder.
+It lowers its CPU priority under the server's (``priority``: ``idle`` or ``low``), imports PyAV and warms it up with
+a decoding of its own, then caps itself before it reads any upload: its address space at what it holds plus
+``memory_mb`` (an allocation past it fails: a ``MemoryError``, or FFmpeg's ENOMEM), no core files, no files written;
+and before each decoding, its CPU time at what it has used plus the request's ``cpu_s`` (the kernel ends it with
+SIGXCPU past it). A crash, a kill or an exhausted cap ends this process only: the server answers that upload with a
+400 and starts another decoder.
 
-Messages (``gateway/uploads/wire.py``): first ``{"ready": true}`` (or ``{"ready": false, "reason"}``); then for each
-request ``{"min_s", "max_s", "cpu_s"}`` with the upload as payload, ``{"ok": true, "container", "codec"}`` with the
-PCM as payload, or ``{"ok": false, "problem", "message", "retire"}``: ``retire`` when this process should not be
-trusted with another upload (it ran out of memory, or failed in a way nobody planned for) and exits after saying it.
+Messages (``gateway/uploads/wire.py``): first ``{"ready": true, "priority"}`` (the priority it got) or ``{"ready":
+false, "reason"}``; then for each request ``{"min_s", "max_s", "cpu_s"}`` with the upload as payload, ``{"ok": true,
+"container", "codec"}`` with the PCM as payload, or ``{"ok": false, "problem", "message", "retire"}``: ``retire`` when
+this process should not be trusted with another upload (it ran out of memory, or failed in a way nobody planned for)
+and exits after saying it.
 """
 
 from __future__ import annotations
@@ -48,16 +50,32 @@ def main(argv: list[str]) -> int:
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must never corrupt the pipe
     try:
-        # An upload is never as urgent as speech being streamed: on a busy machine the server and the engines'
-        # workers get the CPU first, and a decoder takes what they leave.
-        os.nice(_NICENESS)
+        priority = _lower_priority(str(config.get("priority", "idle")))
         _warm_up()
         _cap_resources(int(config.get("memory_mb", 256)))
     except Exception as exc:
         write_message(replies, {"ready": False, "reason": f"{type(exc).__name__}: {exc}"})
         return 1
-    write_message(replies, {"ready": True})
+    write_message(replies, {"ready": True, "priority": priority})
     return _serve(requests, replies)
+
+
+def _lower_priority(priority: str) -> str:
+    """Yield the CPU to speech, as ``priority`` says (``idle`` or ``low``, :class:`UploadSettings`); the priority
+    this process got: ``low`` where ``SCHED_IDLE`` is not to be had (not Linux, or a sandbox that forbids it).
+
+    An upload is never as urgent as speech being streamed. Niceness alone gives a decoder a tenth of a core that
+    speech wants, but the kernel lets it finish its slice before a woken server or engine worker runs: a millisecond
+    or so at each of the several wake-ups one first byte takes. An idle-class process is preempted at once.
+    """
+    os.nice(_NICENESS)
+    if priority != "idle" or not hasattr(os, "SCHED_IDLE"):
+        return "low"
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except OSError:
+        return "low"
+    return "idle"
 
 
 def _serve(requests: BinaryIO, replies: BinaryIO) -> int:

@@ -4,7 +4,10 @@ Blocking and thread-safe: :meth:`DecoderProcesses.decode` runs in a thread (the 
 limit, is :class:`~gateway.uploads.Uploads`), so one set of processes may serve several event loops (the in-process
 tests share one). Each process decodes one upload at a time; a process that crashed, was killed at its deadline, ran
 out of memory or has served ``decodes_per_decoder`` uploads is retired and a new one started in the background, warm
-(PyAV imported and used) before it takes an upload.
+(PyAV imported and used) before it takes an upload. A decoding that passes its deadline because the machine had no CPU
+to give it (decoders yield to speech, ``decoder_priority``) is the machine's doing, not the upload's: it is told
+apart by the decoder still wanting to run at the deadline with less than half of it spent running (Linux's
+``/proc/PID/stat``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast, get_args
 
 from gateway.audio.samples import (
@@ -34,7 +38,7 @@ from gateway.uploads.wire import WireError, read_message, write_message
 if TYPE_CHECKING:
     from gateway.uploads.settings import UploadSettings
 
-__all__ = ["DecoderProcesses", "NoDecoderError"]
+__all__ = ["DecoderProcesses", "DecoderStarvedError", "NoDecoderError"]
 
 logger = logging.getLogger("tts_gateway.uploads")
 
@@ -42,10 +46,15 @@ _START_TIMEOUT_S = 30.0
 _MAX_RESTART_BACKOFF_S = 30.0
 _PCM_SLACK_S = 1.0  # a reply's PCM may exceed the longest recording by this much (the decoder's own padding)
 _CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE})
+_STARVED_SHARE = 0.5  # a decoding still runnable at its deadline that ran less than this share of it was starved
 
 
 class NoDecoderError(Exception):
     """No decoder process became free within the wait."""
+
+
+class DecoderStarvedError(Exception):
+    """A decoding passed its deadline waiting for the CPU: the machine was busy, the upload was not at fault."""
 
 
 class _Decoder:
@@ -55,6 +64,21 @@ class _Decoder:
         self.process = process
         self.decodes = 0
         self.deadline_passed = False
+        self.priority = ""
+        """The CPU priority the process says it got (``UploadSettings.decoder_priority``)."""
+        self.cpu_s_at_start: float | None = None
+        self.ran_s: float | None = None
+        """CPU seconds the decoding that passed its deadline had, when it still wanted to run then."""
+
+    def scheduling(self) -> tuple[str, float] | None:
+        """The process's state (``R``: running or waiting for a CPU, ``S``: asleep, ...) and the CPU seconds it has
+        had; ``None`` where the kernel does not say (not Linux, or a process already reaped)."""
+        try:
+            stat = Path(f"/proc/{self.process.pid}/stat").read_text(encoding="ascii")
+            fields = stat[stat.rindex(")") + 2 :].split()  # after the command's name, which may hold anything
+            return fields[0], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return None
 
     @property
     def requests(self) -> BinaryIO:
@@ -92,6 +116,7 @@ class DecoderProcesses:
         self._running: set[_Decoder] = set()
         self._stopped = False
         self._failed_starts = 0
+        self._priority_noted = False
         self.replaced = 0
         """Decoders retired and started anew since the start: crashed, killed, out of memory, or worn out."""
 
@@ -128,6 +153,7 @@ class DecoderProcesses:
             RecordingError: what decoding found (``decoder_failed`` when the decoder crashed, ran out of memory or
                 time: the message says which).
             NoDecoderError: no decoder was free within ``wait_s``.
+            DecoderStarvedError: the decoding passed its deadline waiting for the CPU.
         """
         decoder = self._take(wait_s)
         reply: dict[str, Any] = {"retire": True}
@@ -159,11 +185,16 @@ class DecoderProcesses:
         request = {"min_s": min_s, "max_s": max_s, "cpu_s": settings.decoder_cpu_s}
         max_pcm_bytes = int((max_s + _PCM_SLACK_S) * SAMPLE_RATE) * 2
         timer = threading.Timer(settings.decode_timeout_s, _at_deadline, args=(decoder,))
+        now = decoder.scheduling()
+        decoder.cpu_s_at_start = None if now is None else now[1]
         timer.start()
         try:
             write_message(decoder.requests, request, upload)
             reply, pcm = read_message(decoder.replies, max_payload_bytes=max_pcm_bytes)
         except WireError:
+            ran_s = decoder.ran_s
+            if decoder.deadline_passed and ran_s is not None and ran_s < _STARVED_SHARE * settings.decode_timeout_s:
+                raise self._starved(decoder, ran_s) from None
             raise RecordingError("decoder_failed", self._failure(decoder)) from None
         finally:
             timer.cancel()
@@ -185,6 +216,16 @@ class DecoderProcesses:
             why = f"the decoder ended ({_describe_status(status)})"
         logger.warning("an upload decoder ended while decoding: %s", why)
         return f"The recording could not be decoded: {why}."
+
+    def _starved(self, decoder: _Decoder, ran_s: float) -> DecoderStarvedError:
+        decoder.end()  # killed at the deadline
+        timeout_s = self.settings.decode_timeout_s
+        logger.warning(
+            "an upload decoder ran %.2f s of its %g s, waiting for the CPU (the machine is busy): the upload gets 503",
+            ran_s,
+            timeout_s,
+        )
+        return DecoderStarvedError(f"the decoding ran {ran_s:.2f} s of its {timeout_s:g} s, waiting for the CPU")
 
     def _give_back(self, decoder: _Decoder, healthy: bool) -> None:
         if healthy and not self._stopped:
@@ -215,6 +256,7 @@ class DecoderProcesses:
         failure = _wait_ready(decoder)
         if failure is None:
             self._failed_starts = 0
+            self._note_priority(decoder)
             self._idle.put(decoder)
             return
         decoder.end()
@@ -227,8 +269,16 @@ class DecoderProcesses:
         logger.error("an upload decoder failed to start: %s; trying again in %g s", failure, backoff)
         self._replace_soon(backoff)
 
+    def _note_priority(self, decoder: _Decoder) -> None:
+        """Say once when decoders run at another priority than the settings ask (``SCHED_IDLE`` refused)."""
+        asked = self.settings.decoder_priority
+        if decoder.priority != asked and not self._priority_noted:
+            self._priority_noted = True
+            logger.warning("upload decoders asked for %r CPU priority run at %r", asked, decoder.priority)
+
     def _spawn(self) -> subprocess.Popen[bytes]:
-        config = json.dumps({"memory_mb": self.settings.decoder_memory_mb})
+        settings = self.settings
+        config = json.dumps({"memory_mb": settings.decoder_memory_mb, "priority": settings.decoder_priority})
         return subprocess.Popen(
             [sys.executable, "-B", "-m", self._module, config],
             stdin=subprocess.PIPE,
@@ -239,6 +289,9 @@ class DecoderProcesses:
 
 
 def _at_deadline(decoder: _Decoder) -> None:
+    now, cpu_s_at_start = decoder.scheduling(), decoder.cpu_s_at_start  # before the kill: a reaped process says none
+    if now is not None and cpu_s_at_start is not None and now[0] == "R":
+        decoder.ran_s = now[1] - cpu_s_at_start
     decoder.deadline_passed = True
     decoder.kill()
 
@@ -253,7 +306,10 @@ def _wait_ready(decoder: _Decoder) -> str | None:
         return f"it ended ({_describe_status(decoder.end())})"
     finally:
         timer.cancel()
-    return None if reply.get("ready") is True else str(reply.get("reason", "it said it is not ready"))[:500]
+    if reply.get("ready") is not True:
+        return str(reply.get("reason", "it said it is not ready"))[:500]
+    decoder.priority = str(reply.get("priority", ""))[:16]
+    return None
 
 
 def _recording(reply: dict[str, Any], pcm: bytes) -> DecodedRecording:

@@ -11,7 +11,7 @@ import anyio
 import anyio.to_thread
 
 from gateway.uploads.errors import TooManyUploadsError, UploadsBusyError
-from gateway.uploads.processes import NoDecoderError
+from gateway.uploads.processes import DecoderStarvedError, NoDecoderError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -72,7 +72,8 @@ class Uploads:
 
         Raises:
             RecordingError: not audio, unsupported, too short or too long, or its decoding ended badly.
-            UploadsBusyError: no decoder was free within ``queue_timeout_s`` (503).
+            UploadsBusyError: no decoder was free within ``queue_timeout_s``, or the machine too busy to give one the
+                CPU within ``decode_timeout_s`` (503).
         """
         wait_s = self._settings.queue_timeout_s
         busy = UploadsBusyError(f"Every upload decoder was busy for {wait_s:g} s; retry soon.", _RETRY_AFTER_S)
@@ -87,5 +88,9 @@ class Uploads:
             return await anyio.to_thread.run_sync(decode)
         except NoDecoderError:
             raise busy from None
+        except DecoderStarvedError:
+            timeout_s = self._decoders.settings.decode_timeout_s  # the decoders' own, which set the deadline
+            message = f"The gateway was too busy to decode the upload within {timeout_s:g} s; retry soon."
+            raise UploadsBusyError(message, _RETRY_AFTER_S) from None
         finally:
             self._decoding.release()

@@ -3,6 +3,8 @@ what uploads may hold at once."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["UploadSettings"]
@@ -26,6 +28,13 @@ class UploadSettings(BaseModel):
     decode_timeout_s: float = Field(default=10.0, gt=0)
     """Wall-clock time one decoding may take, sending the upload to its decoder included: beyond it the decoder is
     killed, the upload gets 400 ``invalid_audio``."""
+    decoder_priority: Literal["idle", "low"] = "idle"
+    """How decoders share the CPU with speech. ``idle`` (Linux's ``SCHED_IDLE``): a decoder runs only on CPU the
+    server and the engines leave, and gives it up the moment they want it, so uploads cost speech's first byte almost
+    nothing; on a machine kept busy by synthesis an upload then waits, and one that waited for the CPU through most of
+    ``decode_timeout_s`` gets 503 with ``Retry-After``, not a 400. ``low``: a niceness 10 above the server's, and
+    nothing else: a decoder gets about a tenth of a core that speech wants, so uploads finish on a saturated machine,
+    at some cost to the first byte of the speech streaming beside them."""
     decodes_per_decoder: int = Field(default=200, ge=1)
     """Decodings a decoder serves before it is replaced by a fresh one (nothing one upload left behind lasts)."""
     queue_timeout_s: float = Field(default=15.0, gt=0)

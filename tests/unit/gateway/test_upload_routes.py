@@ -1,6 +1,7 @@
 """The upload routes in process (the real app, engines in threads, real decoder processes): ordinary multichannel
-recordings are taken, a decoder's crash is one upload's 400, and what a tenant and the replica may have in flight
-is bounded before a body is read (429 and 503 with Retry-After, in OpenAI's shape)."""
+recordings are taken, a decoder's crash is one upload's 400 and a decoder starved of CPU one upload's 503, and what a
+tenant and the replica may have in flight is bounded before a body is read (429 and 503 with Retry-After, in
+OpenAI's shape)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from gateway.app import create_app
 from gateway.settings import Settings
 from gateway.uploads import DecoderProcesses, UploadSettings
 from harness.recordings import recording, tone
+from tests.cpu_starvation import children_running, starved_of_cpu
 from tests.inprocess import ThreadBackend, in_process_app
-from tests.upload_faults import CRASH
+from tests.upload_faults import CRASH, SPIN
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -83,6 +86,27 @@ async def test_a_crashed_decoder_is_one_uploads_400_and_the_next_is_served() -> 
             error = crashed.json()["error"]
             assert (error["code"], error["param"]) == ("invalid_audio", "recording")
             assert error["message"] == "The recording could not be decoded: it crashed the decoder (signal SIGSEGV)."
+            served = await consent(client, recording("wav", tone(1.5)))
+            assert served.status_code == 201, served.text
+    finally:
+        decoders.stop()
+
+
+async def test_a_decoder_starved_of_cpu_is_one_uploads_503_not_its_fault() -> None:
+    # Decoders run at idle priority: on a machine whose cores synthesis keeps busy one may not run before its
+    # deadline. That upload did nothing wrong: it is told to come back (503), not that it is no audio (400). The
+    # decoding it was given would spin until its deadline if it ran, so only the waiting tells the two apart.
+    settings = UploadSettings(decoders=1, decode_timeout_s=1.0, decoder_cpu_s=30, decoder_priority="idle")
+    decoders = DecoderProcesses(settings, module="tests.upload_faults")
+    decoders.start()
+    app = create_app(Settings(engines=ENGINES, aliases={}), pool_factory=ThreadBackend, decoders=decoders)
+    try:
+        async with AsyncTestClient(app=app) as client:
+            wait_until(lambda: decoders.idle == 1, what="the decoder started")
+            with starved_of_cpu(children_running("tests.upload_faults")):
+                starved = await consent(client, SPIN + bytes(64))
+            assert_refused(starved, 503, "uploads_busy")
+            assert "too busy to decode the upload within 1 s" in starved.json()["error"]["message"]
             served = await consent(client, recording("wav", tone(1.5)))
             assert served.status_code == 201, served.text
     finally:
