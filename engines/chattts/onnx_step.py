@@ -14,8 +14,8 @@ appends those to its own KV cache (``engines/chattts/kv_cache.py``): the graph n
 one, and attention reads the cached columns and the new one separately (two products whose scores are joined), so
 nothing the size of the cache is written per step. Prefill stays in torch (``CodeBatch``): a prefill graph of its own
 was 15-28 ms faster for a segment's prompt and level for long ones, but its session would hold the weights a third
-time (``bench/chattts_prefill.py``; BENCHMARKS.md, "Prefill through ONNX Runtime"), and a prompt that joins running rows
-shares their torch pass.
+time, and this graph taking several tokens per row made every decode step 1-3 % slower (BENCHMARKS.md, "Prefill
+through ONNX Runtime"); a prompt that joins running rows shares their torch pass.
 
 The graph is exported on first use and kept beside the weights (``onnx/`` in the model directory, or in
 ``cache_dir`` where that is read-only), named by a key over the weight files' sha256 values, the backbone's number
