@@ -27,7 +27,8 @@ class UploadSettings(BaseModel):
     """CPU seconds one decoding may take: beyond it the decoder is killed, the upload gets 400 ``invalid_audio``."""
     decode_timeout_s: float = Field(default=10.0, gt=0)
     """Wall-clock time one decoding may take, sending the upload to its decoder included: beyond it the decoder is
-    killed, the upload gets 400 ``invalid_audio``."""
+    killed, the upload gets 400 ``invalid_audio`` (503 ``uploads_busy`` where the decoder was still waiting for the CPU
+    then, having run for less than half of it: the machine was busy, not the upload at fault)."""
     decoder_priority: Literal["idle", "low"] = "idle"
     """How decoders share the CPU with speech. ``idle`` (Linux's ``SCHED_IDLE``): a decoder runs only on CPU the
     server and the engines leave, and gives it up the moment they want it, so uploads cost speech's first byte almost
