@@ -233,11 +233,23 @@ class VoiceConsentDeleted(BaseModel):
     deleted: bool
 
 
+class ModelEngine(BaseModel):
+    """The engine that would serve a model now, as it reported itself when it loaded."""
+
+    name: str
+    """The engine's name in the configuration (an alias names the engine it routes to now)."""
+    max_batch: int
+    """Requests one of its workers runs together: ChatTTS's ``max_batch``, as measured at load where it is ``auto``."""
+
+
 class ModelObject(BaseModel):
     id: str
     object: Literal["model"] = "model"
     created: int = 0
     owned_by: str = "tts-gateway"
+    engine: ModelEngine | None = None
+    """A gateway extension (OpenAI's model objects have no such field; its SDKs keep it as an extra): ``null`` while
+    the engine has not loaded."""
 
 
 class ModelList(BaseModel):

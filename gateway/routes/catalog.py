@@ -31,7 +31,7 @@ from gateway.http.auth.dependencies import Caller, ConsentsDep, Router, UploadsD
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.routes._forms import FORM, JSON, content_type_of, decode_upload, form_body, json_body, open_form
 from gateway.routes.consents import UPLOAD_BODY_BYTES
-from gateway.schemas import BuiltInVoice, ModelList, ModelObject, VoiceDeleted, VoiceList, VoiceObject
+from gateway.schemas import BuiltInVoice, ModelEngine, ModelList, ModelObject, VoiceDeleted, VoiceList, VoiceObject
 from gateway.speech.voices import SEED_SPEAKER_PREFIX, CustomVoiceRecord, VoiceNameTakenError, new_voice
 from gateway.state import gateway_state
 from storage import MAX_PAGE
@@ -131,7 +131,7 @@ class ModelsController(Controller):
         names = [n for n in router.model_names() if principal.tenant.allows_model(n)]
         if is_elevenlabs_client(request.headers):
             return elevenlabs_models(router, names)
-        return ModelList(data=[ModelObject(id=name) for name in names])
+        return ModelList(data=[_model(router, name) for name in names])
 
     @get(
         "/{model:str}",
@@ -142,7 +142,14 @@ class ModelsController(Controller):
     async def retrieve_model(self, model: FromPath[str], router: Router, principal: Caller) -> ModelObject:
         if model not in router.model_names() or not principal.tenant.allows_model(model):
             raise _model_not_found(model)
-        return ModelObject(id=model)
+        return _model(router, model)
+
+
+def _model(router: Router, name: str) -> ModelObject:
+    """``name`` in OpenAI's shape, with the engine that would serve it now (its figures once it has loaded)."""
+    pool = router.resolve(name)
+    info = pool.info
+    return ModelObject(id=name, engine=None if info is None else ModelEngine(name=pool.name, max_batch=info.max_batch))
 
 
 class VoicesController(Controller):

@@ -125,3 +125,16 @@ def test_espeak_cannot_clone_beside_chattts(client: openai.OpenAI, consent: str)
             extra_body={"transcript": SAMPLE_TEXT, "model": "espeak"},
         )
     assert refused.value.response.json()["error"]["code"] == "voice_cloning_unsupported"
+
+
+def test_the_measured_batch_size_is_shown_with_the_model(client: openai.OpenAI, gateway: GatewayProcess) -> None:
+    # max_batch: auto (the default here) times the decode step at load; the choice, logged and in /readyz's details
+    # ("8 (auto; step at 1: ...)"), is in the model list too, for callers sizing their concurrency.
+    detail = gateway.engine("chattts")["details"]["max_batch"]
+    chosen, how = detail.split(" ", 1)
+    assert how.startswith("(auto; step at 1: ")
+    model = client.models.retrieve("chattts")
+    assert model.model_extra == {"engine": {"name": "chattts", "max_batch": int(chosen)}}
+    assert int(chosen) in (1, 2, 4, 8, 16)
+    listed = {entry.id: entry.model_extra for entry in client.models.list()}
+    assert listed["chattts"] == model.model_extra
