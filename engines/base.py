@@ -105,6 +105,9 @@ class EngineInfo:
     clones_voices: bool = False
     """The engine makes speakers from recordings (:class:`CloningEngine`); the gateway refuses a sample for an engine
     that does not before decoding it."""
+    remote: bool = False
+    """The engine runs elsewhere (an upstream API, engine nodes): :attr:`max_batch` is not its batch size, which only
+    its own servers know."""
     timestamps: TimestampsKind = "estimated"
     """How the word marks of its streams are made (``engines/timing.py``): ``"exact"``, the engine places its words as
     it synthesizes (:class:`MarkingEngine`); ``"estimated"``, from the text and the audio it produced."""

@@ -238,8 +238,9 @@ class ModelEngine(BaseModel):
 
     name: str
     """The engine's name in the configuration (an alias names the engine it routes to now)."""
-    max_batch: int
-    """Requests one of its workers runs together: ChatTTS's ``max_batch``, as measured at load where it is ``auto``."""
+    max_batch: int | None
+    """Requests one of its workers runs together: ChatTTS's ``max_batch``, as measured at load where it is ``auto``;
+    ``null`` for an engine that runs elsewhere (a remote engine: its servers batch as they are configured)."""
 
 
 class ModelObject(BaseModel):

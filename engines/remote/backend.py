@@ -487,6 +487,7 @@ def _engine_info(name: str, settings: RemoteEngineSettings) -> EngineInfo:
         voices=tuple(VoiceInfo(voice) for voice in voices),
         speed_range=(1.0, 1.0),
         details={"upstream": "openai", "model": options.model, "endpoints": str(len(options.endpoints))},
+        remote=True,
     )
 
 

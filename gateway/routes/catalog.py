@@ -148,8 +148,9 @@ class ModelsController(Controller):
 def _model(router: Router, name: str) -> ModelObject:
     """``name`` in OpenAI's shape, with the engine that would serve it now (its figures once it has loaded)."""
     pool = router.resolve(name)
-    info = pool.info
-    return ModelObject(id=name, engine=None if info is None else ModelEngine(name=pool.name, max_batch=info.max_batch))
+    if (info := pool.info) is None:
+        return ModelObject(id=name)
+    return ModelObject(id=name, engine=ModelEngine(name=pool.name, max_batch=None if info.remote else info.max_batch))
 
 
 class VoicesController(Controller):

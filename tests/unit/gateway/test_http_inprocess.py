@@ -3,6 +3,7 @@ client with real engines in threads (``tests/inprocess.py``) and the official Op
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -10,16 +11,21 @@ import openai
 import pytest
 from litestar.testing import AsyncTestClient
 
+from engines.factory import create_backend
 from engines.synthetic import voice_frequency
+from gateway.app import create_app
 from gateway.http.ratelimit_headers import UNLIMITED
-from gateway.settings import OPENAI_MODEL_NAMES
+from gateway.settings import OPENAI_MODEL_NAMES, Settings
 from tests.audio_decode import decode_audio, dominant_frequency
-from tests.inprocess import in_process_app
+from tests.inprocess import ThreadBackend, in_process_app, shared_decoders
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from litestar import Litestar
+
+    from engines.backend import EngineBackend
+    from engines.settings import AnyEngineSettings
 
 ADMIN_TOKEN = "in-process-admin-token-0123456789abcdef"
 CONFIG: dict[str, Any] = {
@@ -203,3 +209,17 @@ async def test_admin_api_with_its_token_issues_keys_that_work() -> None:
 def test_in_process_client_is_an_httpx_client() -> None:
     # The OpenAI SDK takes it as its http_client: the same client code that runs against a real server.
     assert issubclass(AsyncTestClient, httpx.AsyncClient)
+
+
+async def test_a_remote_engine_lists_no_batch_size_of_its_own() -> None:
+    # Its servers batch as they are configured; the front's figure for it would be a guess.
+    upstream = {"kind": "openai", "options": {"endpoints": ["http://127.0.0.1:9/v1"]}}
+    settings = Settings.model_validate({"engines": {"chattts": None, "upstream": upstream}, "aliases": {}})
+    local = partial(ThreadBackend, capacity=1)
+
+    def factory(name: str, engine: AnyEngineSettings) -> EngineBackend:
+        return create_backend(name, engine) if engine.kind == "openai" else local(name, engine)
+
+    async with AsyncTestClient(app=create_app(settings, pool_factory=factory, decoders=shared_decoders())) as client:
+        listed = (await client.get("/v1/models")).json()["data"]
+    assert {model["id"]: model["engine"] for model in listed}["upstream"] == {"name": "upstream", "max_batch": None}
