@@ -17,21 +17,17 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnxruntime as ort
+
+from engines.chattts.onnx_step import open_session
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 __all__ = ["main"]
-
-
-def session(path: str, threads: int) -> ort.InferenceSession:
-    """A session as the engine's ``DecodeGraph`` opens one."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
 def step_inputs(graph: ort.InferenceSession, rows: int, cached: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -69,7 +65,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="steps timed per graph and batch size")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    graphs = [session(args.old, args.threads), session(args.new, args.threads)]
+    graphs = [open_session(Path(args.old), args.threads), open_session(Path(args.new), args.threads)]
     print("| rows | old (ms) | new (ms) | new / old |")
     print("|---|---|---|---|")
     for rows in (int(size) for size in args.batches.split(",")):

@@ -33,7 +33,11 @@ from torch import nn
 from bench.chattts_join import PROMPTS, prompt_ids, request
 from engines.chattts.engine import ChatTTSEngine
 from engines.chattts.generation import CodeBatch, Sampling
-from engines.chattts.onnx_step import _linear, _rotary  # the decode graph's own products and rotary embedding
+from engines.chattts.onnx_step import (  # the decode graph's own products and rotary embedding
+    _linear,
+    _rotary,
+    open_session,
+)
 
 __all__ = ["PrefillStep", "main"]
 
@@ -100,15 +104,6 @@ def export_prefill(engine: ChatTTSEngine, path: Path) -> None:
         )  # fmt: skip
 
 
-def prefill_session(path: Path) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = torch.get_num_threads()
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
 def waiting_prompt(engine: ChatTTSEngine, prompt: list[int]) -> tuple[CodeBatch, list[Any]]:
     """A batch with ``prompt`` waiting for its prefill and nothing running, and the pass that would prefill it."""
     codes = CodeBatch(engine._chat, Sampling())
@@ -157,7 +152,7 @@ def main() -> None:
         export_prefill(engine, path)
         gc.collect()
         before = psutil.Process().memory_info().rss
-        session = prefill_session(path)
+        session = open_session(path, torch.get_num_threads())
         gc.collect()
         grown_mb = (psutil.Process().memory_info().rss - before) / 2**20
         for prompt in prompts:

@@ -34,7 +34,7 @@ from harness.recordings import CONTAINERS, recording, speech
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["Row", "main", "measure"]
+__all__ = ["SECONDS", "Row", "main", "measure", "voice_sample"]
 
 RESULTS = Path(__file__).resolve().parent / "results" / "upload_decoders.json"
 SECONDS = 10.0
@@ -56,7 +56,8 @@ class Row:
     """Uploads decoded per second, ``AT_ONCE`` at a time, by the default decoder processes (median of rounds)."""
 
 
-def _sample() -> tuple[np.ndarray, int]:
+def voice_sample() -> tuple[np.ndarray, int]:
+    """``SECONDS`` of espeak's speech, as a voice sample would last: its PCM and rate."""
     pcm, rate = speech(TEXT)
     return np.tile(pcm, int(np.ceil(SECONDS * rate / len(pcm))))[: int(SECONDS * rate)], rate
 
@@ -83,7 +84,7 @@ def measure(rounds: int) -> list[Row]:
 
     rows: list[Row] = []
     try:
-        pcm, rate = _sample()
+        pcm, rate = voice_sample()
         with ThreadPoolExecutor(AT_ONCE) as pool:
             for kind in CONTAINERS:
                 upload = recording(kind, pcm, rate)

@@ -24,29 +24,19 @@ from collections import Counter
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Literal
 
-import numpy as np
-
+from bench.upload_decoders import SECONDS, voice_sample
 from gateway.audio.samples import RecordingError
 from gateway.uploads import DecoderProcesses, UploadSettings
 from gateway.uploads.processes import DecoderStarvedError
-from harness.recordings import recording, speech
+from harness.recordings import recording
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 __all__ = ["main"]
 
-SECONDS = 10.0
-TEXT = "I am the owner of this voice, and I consent to its use for synthetic speech. "
 _SPIN = "while True:\n    pass\n"
 PRIORITIES: tuple[Literal["idle", "low"], ...] = ("low", "idle")
-
-
-def sample() -> bytes:
-    """A 10-second mp3 of speech, as a voice sample would be uploaded."""
-    pcm, rate = speech(TEXT)
-    whole = np.tile(pcm, int(np.ceil(SECONDS * rate / len(pcm))))[: int(SECONDS * rate)]
-    return recording("mp3", whole, rate)
 
 
 @contextmanager
@@ -94,7 +84,7 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=os.cpu_count() or 1, help="processes kept computing")
     parser.add_argument("--rounds", type=int, default=3, help="decodings per priority and load")
     args = parser.parse_args()
-    upload = sample()
+    upload = recording("mp3", *voice_sample())
     print(f"a {SECONDS:g} s mp3 of {len(upload) / 1024:.0f} KiB; {os.cpu_count()} cores\n")
     print("| decoder priority | busy processes | answers | median s to the answer |")
     print("|---|---|---|---|")

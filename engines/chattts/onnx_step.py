@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     import numpy as np
+    from onnxruntime import InferenceSession
 
 __all__ = [
     "EXPORTER_VERSION",
@@ -51,6 +52,7 @@ __all__ = [
     "graph_key",
     "graph_path",
     "load_decode_graph",
+    "open_session",
     "quantize_graph",
 ]
 
@@ -199,16 +201,8 @@ class DecodeGraph:
     """An ONNX Runtime session over the exported decode step."""
 
     def __init__(self, path: Path, threads: int) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Between steps the process samples and decodes audio in torch: ORT's threads must not spin meanwhile.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.path = path
-        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._session = open_session(path, threads)
 
     def step(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor,
              cache: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> DecodeOutputs:  # fmt: skip
@@ -222,6 +216,19 @@ class DecodeGraph:
             feeds[f"past_keys_{index}"], feeds[f"past_values_{index}"] = _array(keys), _array(values)
         logits, hidden_out, *new = (torch.from_numpy(array) for array in self._session.run(None, feeds))
         return DecodeOutputs(logits, hidden_out, list(zip(new[::2], new[1::2], strict=True)))
+
+
+def open_session(path: Path, threads: int) -> InferenceSession:
+    """An ONNX Runtime session over the graph at ``path`` on ``threads`` threads, as the engine runs its graphs."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Between steps the process samples and decodes audio in torch: ORT's threads must not spin meanwhile.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:
