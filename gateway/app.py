@@ -35,6 +35,7 @@ from gateway.http.errors import EXCEPTION_HANDLERS
 from gateway.http.json_depth import json_depth_middleware
 from gateway.http.tracking import request_tracking_middleware
 from gateway.observability.metrics import PoolCollector, SpeechMetrics
+from gateway.observability.tracing import Tracing
 from gateway.realtime import openai_realtime, realtime_speech
 from gateway.realtime.redaction import QueryTokenRedactor
 from gateway.routes.admin import AdminController
@@ -104,6 +105,7 @@ def create_app(
     """
     settings = settings or load_settings()
     engine_node = settings.server.profile == "engine"
+    tracing = Tracing(settings.tracing)
     return Litestar(
         route_handlers=[
             EngineNodeSpeechController if engine_node else speech_routes(settings.speech, settings.server),
@@ -128,13 +130,14 @@ def create_app(
         ],
         dependencies=_dependencies(),
         middleware=[
-            request_tracking_middleware(_PROMETHEUS),
+            request_tracking_middleware(_PROMETHEUS, tracing),
             send_timeout_middleware(settings.server.send_timeout_s),
             json_depth_middleware(settings.server.max_json_depth),
             *_engine_node_door(settings),
             credentials_before_body_middleware,
         ],
         exception_handlers=EXCEPTION_HANDLERS,
+        on_shutdown=[tracing.close],  # the last requests' spans go out too
         request_max_body_size=settings.server.max_body_bytes,
         plugins=[PydanticPlugin()],
         # An engine node says so on every answer: its front gateways read it from the /readyz probe and only then

@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from auth.settings import AuthSettings, LimitsSettings
 from engines.settings import EngineSettings
+from gateway.observability.tracing import TracingSettings
 from gateway.uploads.settings import UploadSettings
 from storage.redis_url import parse_redis_url
 from storage.settings import RedisPoolSettings
@@ -445,6 +446,7 @@ class Settings(BaseSettings):
     voices: VoicesSettings = Field(default_factory=VoicesSettings)
     pronunciation: PronunciationSettings = Field(default_factory=PronunciationSettings)
     uploads: UploadSettings = Field(default_factory=UploadSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     _redis_url_is_usable = field_validator("redis_url")(_usable_redis_url)
 

@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from opentelemetry import propagate
 
 from engines.base import OPENAI_VOICES, EngineInfo, InvalidSynthesisRequestError, VoiceInfo
 from engines.errors import EngineNotReadyError, EngineOverloadedError
@@ -263,6 +264,7 @@ class RemoteEngine:
         url, headers, extensions = endpoint.target(endpoint.api_path("/audio/speech"))
         accept = "text/event-stream" if endpoint.engine_node else "application/octet-stream"
         headers |= self._auth_headers() | {"Accept": accept, "Accept-Encoding": "identity"}
+        propagate.inject(headers)  # the request's trace (``traceparent``): the node's log lines name it too
         if endpoint.engine_node and context is not None:
             headers |= context_headers(context)
         body = self._body(request, continuing=continuing and endpoint.engine_node, engine_node=endpoint.engine_node)

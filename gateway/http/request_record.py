@@ -23,6 +23,8 @@ class RequestRecord:
     request_id: str
     method: str
     path: str
+    trace_id: str | None = None
+    """The W3C trace the request belongs to (its caller's ``traceparent``, or one made for it)."""
     started: float = field(default_factory=time.perf_counter, repr=False)
     status: int = 0
     duration_ms: float = 0.0

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from litestar.types import ASGIApp, ExceptionHandler, HTTPScope, Message, Receive, Scope, Send
 
     from gateway.observability.http_metrics import Span
+    from gateway.observability.tracing import RequestTrace, Tracing
 
 __all__ = ["REQUEST_ID_HEADER", "log_access", "request_tracking_middleware"]
 
@@ -47,9 +48,10 @@ def _request_id(scope: Scope) -> str:
     return uuid.uuid4().hex
 
 
-def request_tracking_middleware(prometheus: PrometheusConfig) -> Callable[[ASGIApp], ASGIApp]:
-    """Litestar middleware: accept or make a request id and echo it, log one JSON line when the response is
-    complete, and count the request in the ``<prefix>_request*`` metrics of Litestar's Prometheus middleware.
+def request_tracking_middleware(prometheus: PrometheusConfig, tracing: Tracing) -> Callable[[ASGIApp], ASGIApp]:
+    """Litestar middleware: accept or make a request id and echo it, make the caller's trace (``traceparent``) or a
+    new one current for the request's task, log one JSON line when the response is complete, and count the request
+    in the ``<prefix>_request*`` metrics of Litestar's Prometheus middleware.
 
     One layer instead of two, and the metrics' labelled children looked up once per label set, because this runs
     on every request: the cost of a cache hit is mostly what surrounds it.
@@ -59,9 +61,11 @@ def request_tracking_middleware(prometheus: PrometheusConfig) -> Callable[[ASGIA
     def wrap(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] == ScopeType.HTTP:
-                await _tracked(app, scope, receive, send, metrics.measure(scope, scope["method"]))
-            elif scope["type"] == ScopeType.WEBSOCKET and (span := metrics.measure(scope, "websocket")) is not None:
-                await _measured(app, scope, receive, send, span)
+                request_trace = tracing.begin(scope["headers"], f"{scope['method']} {scope['path_template']}")
+                await _tracked(app, scope, receive, send, metrics.measure(scope, scope["method"]), request_trace)
+            elif scope["type"] == ScopeType.WEBSOCKET:
+                request_trace = tracing.begin(scope["headers"], f"WEBSOCKET {scope['path_template']}")
+                await _measured(app, scope, receive, send, metrics.measure(scope, "websocket"), request_trace)
             else:
                 await app(scope, receive, send)
 
@@ -70,8 +74,10 @@ def request_tracking_middleware(prometheus: PrometheusConfig) -> Callable[[ASGIA
     return wrap
 
 
-async def _tracked(app: ASGIApp, scope: HTTPScope, receive: Receive, send: Send, span: Span | None) -> None:
-    record = RequestRecord(_request_id(scope), scope["method"], scope["path"])
+async def _tracked(  # noqa: PLR0917 - one request's parts
+    app: ASGIApp, scope: HTTPScope, receive: Receive, send: Send, span: Span | None, request_trace: RequestTrace
+) -> None:
+    record = RequestRecord(_request_id(scope), scope["method"], scope["path"], trace_id=request_trace.trace_id)
     scope.setdefault("state", {})[RECORD_KEY] = record
     tracked = _TrackedSend(send, record, span)
     try:
@@ -94,6 +100,7 @@ async def _tracked(app: ASGIApp, scope: HTTPScope, receive: Receive, send: Send,
         if span is not None:
             span.end(record.status or 200)
         log_access(record)
+        request_trace.end(record.status or 200)
 
 
 async def _answer(exc: Exception, scope: HTTPScope, receive: Receive, send: Send) -> None:
@@ -125,11 +132,15 @@ def _is_truncation(exc: BaseException | None) -> bool:
     return False
 
 
-async def _measured(app: ASGIApp, scope: Scope, receive: Receive, send: Send, span: Span) -> None:
+async def _measured(  # noqa: PLR0917 - one socket's parts
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, span: Span | None, request_trace: RequestTrace
+) -> None:
     try:
         await app(scope, receive, send)
     finally:
-        span.end(200)  # as Litestar's middleware counts a WebSocket: no HTTP status, no response body
+        if span is not None:
+            span.end(200)  # as Litestar's middleware counts a WebSocket: no HTTP status, no response body
+        request_trace.end(101)
 
 
 class _TrackedSend:

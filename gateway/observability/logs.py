@@ -7,6 +7,8 @@ import json
 import logging
 from typing import Any
 
+from gateway.observability.tracing import current_trace_id
+
 __all__ = ["UNFINISHED_RESPONSE_LOGGED", "JsonLogFormatter", "LoggedTruncationFilter", "WebSocketFrameRedactor"]
 
 UNFINISHED_RESPONSE_LOGGED: contextvars.ContextVar[bool] = contextvars.ContextVar("unfinished_logged", default=False)
@@ -29,6 +31,8 @@ class JsonLogFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         entry.update(getattr(record, "record", {}))
+        if "trace_id" not in entry and (trace_id := current_trace_id()) is not None:
+            entry["trace_id"] = trace_id  # any line written while a request is served names its trace
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return _ENCODER.encode(entry)

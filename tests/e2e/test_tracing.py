@@ -1,0 +1,192 @@
+"""W3C trace context across two tiers, and OpenTelemetry spans exported over OTLP/HTTP to a receiver of the test's.
+
+A front gateway speaks through an engine node (real processes on loopback). One pair exports spans to the receiver,
+one pair exports nothing (the default): in both, a request's trace id is on every tier's log lines.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from harness.gateway_process import GatewayProcess
+from tests.waiting import wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+SERVICE_TOKEN = "svc-" + "0123456789abcdef" * 3
+
+
+class Receiver(ThreadingHTTPServer):
+    """An OTLP/HTTP traces receiver: keeps every span it is sent, with its service's name."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _ExportHandler)
+        self.spans: list[tuple[str, Any]] = []
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
+
+    def of_trace(self, trace_id: str) -> list[tuple[str, Any]]:
+        with self.lock:
+            return [(service, span) for service, span in self.spans if span.trace_id.hex() == trace_id]
+
+
+class _ExportHandler(BaseHTTPRequestHandler):
+    server: Receiver
+
+    def do_POST(self) -> None:
+        export = ExportTraceServiceRequest.FromString(self.rfile.read(int(self.headers["Content-Length"])))
+        with self.server.lock:
+            for resource_spans in export.resource_spans:
+                attributes = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+                for scope_spans in resource_spans.scope_spans:
+                    self.server.spans.extend((attributes["service.name"], s) for s in scope_spans.spans)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+class Tiers:
+    def __init__(self, workdir: Path, otlp_endpoint: str | None) -> None:
+        def tracing(service: str) -> dict[str, Any]:
+            if otlp_endpoint is None:
+                return {}
+            return {"tracing": {"otlp_endpoint": otlp_endpoint, "service_name": service, "export_delay_ms": 50}}
+
+        node = {
+            "server": {"profile": "engine"},
+            "auth": {"service_token": SERVICE_TOKEN},
+            "engines": {"tones": {"kind": "synthetic", "workers": 1}},
+            **tracing("node"),
+        }
+        (workdir / "node").mkdir()
+        self.node = GatewayProcess(node, workdir / "node")
+        options = {
+            "endpoints": [f"{self.node.base_url}/v1"],
+            "model": "tones",
+            "api_key": SERVICE_TOKEN,
+            "probe_interval_s": 0.2,
+        }
+        front = {"engines": {"tones": {"kind": "openai", "options": options}}, **tracing("front")}
+        self.front = GatewayProcess(front, workdir)
+
+    def __enter__(self) -> Tiers:
+        self.node.start()
+        self.front.start()
+        self.front.wait_engine("tones", state="ready")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for process in (self.front, self.node):
+            if process.process is not None:
+                process.stop()
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def exporting(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[Tiers]:
+    with Tiers(tmp_path_factory.mktemp("exporting"), receiver.url) as tiers:
+        yield tiers
+
+
+@pytest.fixture(scope="module")
+def quiet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiers]:
+    with Tiers(tmp_path_factory.mktemp("quiet"), None) as tiers:
+        yield tiers
+
+
+def traceparent() -> tuple[str, str, str]:
+    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
+    return f"00-{trace_id}-{span_id}-01", trace_id, span_id
+
+
+def speak(tiers: Tiers, headers: dict[str, str]) -> httpx.Response:
+    # A text of its own each time: a cached answer would never reach the node.
+    body = {"model": "tones", "input": f"Trace me {secrets.token_hex(4)}.", "voice": "alloy", "response_format": "pcm"}
+    response = httpx.post(f"{tiers.front.base_url}/v1/audio/speech", json=body, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.content
+    return response
+
+
+def access_lines(process: GatewayProcess, path: str = "/v1/audio/speech") -> list[dict[str, Any]]:
+    lines = [json.loads(line) for line in process.log().splitlines() if line.startswith("{")]
+    return [line for line in lines if line.get("message") == "request" and line.get("path") == path]
+
+
+def trace_ids(process: GatewayProcess) -> list[str]:
+    return [line.get("trace_id", "") for line in access_lines(process)]
+
+
+@pytest.mark.parametrize("tiers_name", ["quiet", "exporting"])
+def test_a_callers_trace_id_is_on_both_tiers_log_lines(tiers_name: str, request: pytest.FixtureRequest) -> None:
+    tiers: Tiers = request.getfixturevalue(tiers_name)
+    header, trace_id, _ = traceparent()
+    speak(tiers, {"traceparent": header})
+    wait_until(lambda: trace_id in trace_ids(tiers.front) and trace_id in trace_ids(tiers.node), timeout_s=10)
+
+
+@pytest.mark.parametrize("tiers_name", ["quiet", "exporting"])
+def test_a_request_without_one_gets_a_trace_of_its_own(tiers_name: str, request: pytest.FixtureRequest) -> None:
+    tiers: Tiers = request.getfixturevalue(tiers_name)
+    for request_id in ("untraced-1", "untraced-2"):
+        speak(tiers, {"x-request-id": request_id})
+
+    def front_traces() -> dict[str, str]:
+        return {line["request_id"]: line.get("trace_id", "") for line in access_lines(tiers.front)}
+
+    wait_until(lambda: {"untraced-1", "untraced-2"} <= front_traces().keys(), timeout_s=10)
+    made = [front_traces()[request_id] for request_id in ("untraced-1", "untraced-2")]
+    assert all(len(trace_id) == 32 and int(trace_id, 16) for trace_id in made)
+    assert made[0] != made[1]
+    wait_until(lambda: set(made) <= set(trace_ids(tiers.node)), timeout_s=10)  # the node joins each of them
+
+
+def test_no_spans_are_exported_by_default(quiet: Tiers, receiver: Receiver) -> None:
+    header, trace_id, _ = traceparent()
+    speak(quiet, {"traceparent": header})
+    wait_until(lambda: trace_id in trace_ids(quiet.node), timeout_s=10)
+    assert receiver.of_trace(trace_id) == []
+
+
+def test_spans_of_both_tiers_join_the_callers_trace(exporting: Tiers, receiver: Receiver) -> None:
+    header, trace_id, caller_span = traceparent()
+    speak(exporting, {"traceparent": header})
+
+    def both_servers() -> bool:
+        names = {(service, span.name) for service, span in receiver.of_trace(trace_id)}
+        return {("front", "POST /v1/audio/speech"), ("node", "POST /v1/audio/speech")} <= names
+
+    wait_until(both_servers, timeout_s=15)
+    spans = receiver.of_trace(trace_id)
+    front_server = next(s for service, s in spans if service == "front" and s.name == "POST /v1/audio/speech")
+    node_server = next(s for service, s in spans if service == "node" and s.name == "POST /v1/audio/speech")
+    assert front_server.parent_span_id.hex() == caller_span
+    front_ids = {s.span_id.hex() for service, s in spans if service == "front"}
+    assert node_server.parent_span_id.hex() in front_ids  # the node's part hangs under the front's
+    assert {attribute.key for attribute in front_server.attributes} >= {"http.response.status_code"}
