@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from harness.gateway_process import GatewayProcess
+from harness.otlp_receiver import OtlpReceiver
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -24,42 +22,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 SERVICE_TOKEN = "svc-" + "0123456789abcdef" * 3
-
-
-class Receiver(ThreadingHTTPServer):
-    """An OTLP/HTTP traces receiver: keeps every span it is sent, with its service's name."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _ExportHandler)
-        self.spans: list[tuple[str, Any]] = []
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
-
-    def of_trace(self, trace_id: str) -> list[tuple[str, Any]]:
-        with self.lock:
-            return [(service, span) for service, span in self.spans if span.trace_id.hex() == trace_id]
-
-
-class _ExportHandler(BaseHTTPRequestHandler):
-    server: Receiver
-
-    def do_POST(self) -> None:
-        export = ExportTraceServiceRequest.FromString(self.rfile.read(int(self.headers["Content-Length"])))
-        with self.server.lock:
-            for resource_spans in export.resource_spans:
-                attributes = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
-                for scope_spans in resource_spans.scope_spans:
-                    self.server.spans.extend((attributes["service.name"], s) for s in scope_spans.spans)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *_: Any) -> None:
-        pass
 
 
 class Tiers:
@@ -99,17 +61,13 @@ class Tiers:
 
 
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def receiver() -> Iterator[OtlpReceiver]:
+    with OtlpReceiver() as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
-def exporting(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[Tiers]:
+def exporting(tmp_path_factory: pytest.TempPathFactory, receiver: OtlpReceiver) -> Iterator[Tiers]:
     with Tiers(tmp_path_factory.mktemp("exporting"), receiver.url) as tiers:
         yield tiers
 
@@ -167,14 +125,14 @@ def test_a_request_without_one_gets_a_trace_of_its_own(tiers_name: str, request:
     wait_until(lambda: set(made) <= set(trace_ids(tiers.node)), timeout_s=10)  # the node joins each of them
 
 
-def test_no_spans_are_exported_by_default(quiet: Tiers, receiver: Receiver) -> None:
+def test_no_spans_are_exported_by_default(quiet: Tiers, receiver: OtlpReceiver) -> None:
     header, trace_id, _ = traceparent()
     speak(quiet, {"traceparent": header})
     wait_until(lambda: trace_id in trace_ids(quiet.node), timeout_s=10)
     assert receiver.of_trace(trace_id) == []
 
 
-def test_spans_of_both_tiers_join_the_callers_trace(exporting: Tiers, receiver: Receiver) -> None:
+def test_spans_of_both_tiers_join_the_callers_trace(exporting: Tiers, receiver: OtlpReceiver) -> None:
     header, trace_id, caller_span = traceparent()
     speak(exporting, {"traceparent": header})
 
