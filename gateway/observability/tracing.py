@@ -12,7 +12,7 @@ span objects, no exporter; a request costs a header lookup and two context switc
 from __future__ import annotations
 
 import secrets
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from opentelemetry import context, trace
@@ -21,7 +21,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Iterator
 
     from opentelemetry.trace import Span, Tracer
 
@@ -93,10 +93,26 @@ class Tracing:
             self._shutdown()
 
 
-def span(name: str) -> AbstractContextManager[object]:
-    """A child span of the current request's, when its span is exported; nothing otherwise."""
+@contextmanager
+def span(name: str, *, current: bool = True) -> Iterator[None]:
+    """A child span of the current request's around the block, when its spans are exported; nothing otherwise.
+
+    ``current=False`` for a block that yields (an async generator or context manager that hands its caller control
+    while open): its span is not made current, which would leak into the caller's context; what the block calls
+    then hangs under the request's span, not this one.
+    """
     tracer: Tracer | None = context.get_value(_TRACER_KEY)  # type: ignore[assignment]  # only begin sets it
-    return nullcontext() if tracer is None else tracer.start_as_current_span(name)
+    if tracer is None:
+        yield
+    elif current:
+        with tracer.start_as_current_span(name):
+            yield
+    else:
+        child = tracer.start_span(name)
+        try:
+            yield
+        finally:
+            child.end()
 
 
 def current_trace_id() -> str | None:

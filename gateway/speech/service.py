@@ -33,6 +33,7 @@ from engines.scheduling import TenantShare
 from engines.timing import word_spans
 from gateway.audio import open_encoder
 from gateway.http.errors import OpenAIError, ResponseTruncatedError
+from gateway.observability.tracing import span
 from gateway.schemas import MAX_INPUT_CHARS, EngineNodeSpeechRequest
 from gateway.settings import SpeechSettings
 from gateway.speech.alignment import (
@@ -319,7 +320,8 @@ class SpeechService:
         if not (in_session or of_job):  # a session's parts and a job's segments are capped by their own rules
             self._check_input(principal.tenant, request)
         script = self._script(request, markup, script)
-        plan = await self.planner.plan(principal, request, script, dictionaries=dictionaries)
+        with span("speech.plan"):
+            plan = await self.planner.plan(principal, request, script, dictionaries=dictionaries)
         tenant = principal.tenant
         key = self._cache_key(plan, tenant)
         finish = AsyncExitStack()
@@ -332,7 +334,8 @@ class SpeechService:
                 admitted = self.admission.admit(
                     tenant, len(request.input), count_request=not in_session, hold_stream=None if in_session else finish
                 )
-                limits, cached = await asyncio.gather(admitted, self.cache.get(key))
+                with span("speech.admission"):
+                    limits, cached = await asyncio.gather(admitted, self.cache.get(key))
             reply = await self._start(plan, key, cached, finish, record, tenant, of_job=of_job)
         except BaseException:
             await finish.aclose()
@@ -457,7 +460,8 @@ class SpeechService:
             on_complete=lambda produced: self._store(outcome, produced),
         )
         finish.push_async_callback(chunks.aclose)  # our share of a single flight ends with this response
-        first = await anext(chunks, SpeechChunk(b""))
+        with span("speech.first_audio"):
+            first = await anext(chunks, SpeechChunk(b""))
         return SpeechReply(
             plan.request, outcome.engine, False, outcome, first, chunks, finish, tasks=self.background,
             alignment=Alignment(plan.text, outcome.timestamps),
@@ -554,11 +558,13 @@ class SpeechService:
         """One engine job (``continuing``: a later segment of a stream under way); how long it waited for a worker
         (also when it then got a 503) goes in the metrics."""
         async with AsyncExitStack() as stack:
+            stack.enter_context(span("speech.segment", current=False))  # it yields: its span is never current
             started = time.perf_counter()
             try:
-                pcm = await stack.enter_async_context(
-                    pool.open_stream(synthesis, tenant=tenant.name, share=share, continuing=continuing)
-                )
+                with span("speech.queue_wait"):
+                    pcm = await stack.enter_async_context(
+                        pool.open_stream(synthesis, tenant=tenant.name, share=share, continuing=continuing)
+                    )
             finally:
                 self.metrics.queue_wait.labels(pool.name, tenant.name).observe(time.perf_counter() - started)
             yield pcm

@@ -148,3 +148,26 @@ def test_spans_of_both_tiers_join_the_callers_trace(exporting: Tiers, receiver: 
     front_ids = {s.span_id.hex() for service, s in spans if service == "front"}
     assert node_server.parent_span_id.hex() in front_ids  # the node's part hangs under the front's
     assert {attribute.key for attribute in front_server.attributes} >= {"http.response.status_code"}
+
+
+def test_the_speech_operations_steps_are_spans_of_each_tier(exporting: Tiers, receiver: OtlpReceiver) -> None:
+    header, trace_id, _ = traceparent()
+    speak(exporting, {"traceparent": header})
+    steps = {"authenticate", "speech.plan", "speech.admission", "speech.first_audio", "speech.queue_wait"}
+    steps |= {"speech.segment"}
+
+    def names(service: str) -> set[str]:
+        return {span.name for name, span in receiver.of_trace(trace_id) if name == service}
+
+    wait_until(lambda: steps <= names("front") and steps <= names("node"), timeout_s=15)
+    spans = receiver.of_trace(trace_id)
+    front_server = next(s for service, s in spans if service == "front" and s.name == "POST /v1/audio/speech")
+    front = {s.span_id: s for service, s in spans if service == "front"}
+    for step in front.values():  # every step hangs, through its parents, under the front's server span
+        root = step
+        while root.parent_span_id in front:
+            root = front[root.parent_span_id]
+        assert root.span_id == front_server.span_id
+    queue_wait = next(s for s in front.values() if s.name == "speech.queue_wait")
+    node_server = next(s for service, s in spans if service == "node" and s.name == "POST /v1/audio/speech")
+    assert node_server.parent_span_id == queue_wait.span_id  # the node's part is the front's wait for an engine

@@ -13,6 +13,7 @@ from gateway.http.auth.service_token import ServiceTokenAuthenticator
 from gateway.http.errors import OpenAIError
 from gateway.http.request_record import request_record
 from gateway.observability.refusals import counted
+from gateway.observability.tracing import span
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
@@ -70,12 +71,13 @@ async def authenticate_request(request: Request[Any, Any, Any]) -> Principal:
     state = gateway_state(request.app)
     authenticator = state.authenticator
     principal: Principal
-    if isinstance(authenticator, ServiceTokenAuthenticator):  # an engine node: its caller speaks for a tenant
-        principal = await authenticator.authenticate_front(request.headers.get("authorization"), request.headers)
-    else:  # a front gateway: a tenant's context headers are never read, so they can claim nothing
-        client = request.client.host if request.client else None
-        authorization = presented_authorization(request.headers)
-        principal = await state.credential_throttle.authenticate(client, authorization, authenticator.authenticate)
+    with span("authenticate"):
+        if isinstance(authenticator, ServiceTokenAuthenticator):  # an engine node: its caller speaks for a tenant
+            principal = await authenticator.authenticate_front(request.headers.get("authorization"), request.headers)
+        else:  # a front gateway: a tenant's context headers are never read, so they can claim nothing
+            client = request.client.host if request.client else None
+            authorization = presented_authorization(request.headers)
+            principal = await state.credential_throttle.authenticate(client, authorization, authenticator.authenticate)
     if (record := request_record(request.scope)) is not None:
         record.tenant = principal.tenant.name
     if state.settings.server.profile == "engine" and (
