@@ -2,10 +2,10 @@
 # chattts-gateway: the OpenAI-compatible speech gateway with ChatTTS and espeak-ng (docs/deployment.md).
 #
 # CPU image (default):
-#   docker build -t tts-gateway:0.1.0 .
+#   docker build -t chattts-gateway:0.1.0 .
 # CUDA image: PyTorch's CUDA wheel index (the cu12x wheels bring the CUDA runtime libraries; the NVIDIA container
 # toolkit on the node brings the driver), optionally on an nvidia/cuda runtime base that has Python 3.11:
-#   docker build -t tts-gateway:0.1.0-cuda --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 .
+#   docker build -t chattts-gateway:0.1.0-cuda --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 .
 # then deploy with the chart's gpu.enabled=true (docs/deployment.md).
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE}

@@ -13,9 +13,9 @@ import yaml
 __all__ = ["CHART", "FULLNAME", "RELEASE", "ROOT", "Rendered", "UniqueKeyLoader", "merge"]
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm" / "tts-gateway"
+CHART = ROOT / "helm" / "chattts-gateway"
 RELEASE = "rel"
-FULLNAME = "rel-tts-gateway"
+FULLNAME = "rel-chattts-gateway"
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -58,7 +58,7 @@ class Rendered:
         return found[0]
 
     def text(self, template: str) -> str:
-        return self.files[f"tts-gateway/templates/{template}"]
+        return self.files[f"chattts-gateway/templates/{template}"]
 
     @property
     def deployment(self) -> dict[str, Any]:

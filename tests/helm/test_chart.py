@@ -1,4 +1,4 @@
-"""The Helm chart (helm/tts-gateway), checked offline: no helm binary and no cluster are needed.
+"""The Helm chart (helm/chattts-gateway), checked offline: no helm binary and no cluster are needed.
 
 helm-python-sdk (Helm's Go SDK in a bundled library) lints and renders the chart, kubernetes-validate checks every
 rendered manifest against the Kubernetes 1.30 schemas, jsonschema/check-jsonschema check values against
@@ -39,8 +39,8 @@ EVERYTHING = HERE / "values-everything.yaml"
 ENGINE_TIER = HERE / "values-engine-tier.yaml"
 BAD = HERE / "values-bad.yaml"
 KUBE_VERSION = "1.30.0"
-CONFIG_PATH = "/etc/tts-gateway/config.yaml"
-SECRET_PATH = "/etc/tts-gateway/secret/secret.yaml"
+CONFIG_PATH = "/etc/chattts-gateway/config.yaml"
+SECRET_PATH = "/etc/chattts-gateway/secret/secret.yaml"
 TENANT = {
     "name": "acme",
     "models": ["tts-1"],
@@ -500,7 +500,7 @@ def test_network_policy(render: Any) -> None:
     peers = policy["ingress"][0]["from"]
     assert {
         "podSelector": {
-            "matchLabels": {"app.kubernetes.io/name": "tts-gateway-test", "app.kubernetes.io/instance": RELEASE}
+            "matchLabels": {"app.kubernetes.io/name": "chattts-gateway-test", "app.kubernetes.io/instance": RELEASE}
         }
     } in peers
     egress_ports = [port["port"] for rule in policy["egress"] for port in rule["ports"]]
@@ -638,12 +638,12 @@ def test_sentinel_values_render_a_sentinel_url_the_gateway_takes(
     url = rendered.env["TTS_GATEWAY_REDIS_URL"]["value"]
     hosts = ",".join(SENTINEL_HOSTS)
     assert (
-        url == f"rediss+sentinel://:$(REDIS_PASSWORD)@{hosts}/mymaster/0?ssl_ca_certs=/etc/tts-gateway/redis-ca/ca.crt"
+        url == f"rediss+sentinel://:$(REDIS_PASSWORD)@{hosts}/mymaster/0?ssl_ca_certs=/etc/chattts-gateway/redis-ca/ca.crt"
     )
     assert rendered.env["REDIS_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "redis", "key": "redis-password"}}
     assert "REDIS_SENTINEL_PASSWORD" not in rendered.env  # auth redis: the sentinels are sent Redis's password
     mounts = {mount["name"]: mount for mount in rendered.container["volumeMounts"]}
-    assert mounts["redis-ca"] == {"name": "redis-ca", "mountPath": "/etc/tts-gateway/redis-ca", "readOnly": True}
+    assert mounts["redis-ca"] == {"name": "redis-ca", "mountPath": "/etc/chattts-gateway/redis-ca", "readOnly": True}
     volumes = {volume["name"]: volume for volume in rendered.pod["volumes"]}
     assert volumes["redis-ca"]["secret"] == {"secretName": "redis-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
 
@@ -655,7 +655,7 @@ def test_sentinel_values_render_a_sentinel_url_the_gateway_takes(
         ("redis-node-2.redis-headless", 26379),
     )
     assert (target.password, target.sentinel_password) == ("pw", "pw")
-    assert target.tls_options == (("ssl_ca_certs", "/etc/tts-gateway/redis-ca/ca.crt"),)
+    assert target.tls_options == (("ssl_ca_certs", "/etc/chattts-gateway/redis-ca/ca.crt"),)
 
 
 @pytest.mark.parametrize(
@@ -730,7 +730,7 @@ def test_redis_egress_reaches_the_sentinels_and_the_cluster_nodes(render: Any) -
 
 def test_notes_warn_only_without_any_redis(render: Any) -> None:
     for name, warned in (("default", True), ("sentinel", False), ("cluster", False), ("single", False)):
-        notes = render(VALUE_SETS[name]).files["tts-gateway/templates/NOTES.txt"]
+        notes = render(VALUE_SETS[name]).files["chattts-gateway/templates/NOTES.txt"]
         assert ("no Redis is configured" in notes) is warned, name
 
 
@@ -845,7 +845,7 @@ def test_gateway_calls_the_engine_tier_through_a_remote_engine(render: Any) -> N
     assert engines["chattts"] == {
         "kind": "openai",
         "options": {
-            "endpoints": ["http://rel-tts-gateway-engine.speech.svc.cluster.example:8000/v1"],
+            "endpoints": ["http://rel-chattts-gateway-engine.speech.svc.cluster.example:8000/v1"],
             "model": "chattts",
             "api_key_env": "TTS_ENGINE_SERVICE_TOKEN",
             **TWO_TIER_SETS["engine-tier-everything"]["engineTier"]["remoteOptions"],
@@ -854,7 +854,7 @@ def test_gateway_calls_the_engine_tier_through_a_remote_engine(render: Any) -> N
     assert engines["espeak"]["kind"] == "espeak"  # cheap, stays local: the aliases' fallback
     assert rendered.config["aliases"] == render().config["aliases"]  # model names route as in one tier
     default = render(TWO_TIER_SETS["engine-tier"]).config["engines"]["chattts"]["options"]
-    assert default["endpoints"] == ["http://rel-tts-gateway-engine.speech.svc.cluster.local:8000/v1"]
+    assert default["endpoints"] == ["http://rel-chattts-gateway-engine.speech.svc.cluster.local:8000/v1"]
 
 
 def test_engine_nodes_run_the_moved_engines_with_the_engine_profile(render: Any) -> None:
@@ -975,9 +975,9 @@ def test_network_policies_let_only_the_gateway_reach_the_engines(render: Any) ->
 
 
 def test_notes_describe_the_engine_tier(render: Any) -> None:
-    notes = render(TWO_TIER_SETS["engine-tier"]).files["tts-gateway/templates/NOTES.txt"]
-    assert "http://rel-tts-gateway-engine.speech.svc.cluster.local:8000/v1" in notes
-    assert "Engine tier" not in render().files["tts-gateway/templates/NOTES.txt"]
+    notes = render(TWO_TIER_SETS["engine-tier"]).files["chattts-gateway/templates/NOTES.txt"]
+    assert "http://rel-chattts-gateway-engine.speech.svc.cluster.local:8000/v1" in notes
+    assert "Engine tier" not in render().files["chattts-gateway/templates/NOTES.txt"]
 
 
 def test_removed_built_in_engine_stays_removed(
@@ -1041,7 +1041,7 @@ def test_the_deployment_guide_two_tier_examples_match_the_chart(chart: helm.Char
     values = _deployment_doc_block("# two-tiers.yaml")
     chart.validate_schema(values)
     rendered = Rendered(chart.render(values, name="tts", namespace="speech", is_install=True))
-    assert rendered.one("Deployment", "tts-tts-gateway-engine")
+    assert rendered.one("Deployment", "tts-chattts-gateway-engine")
     # The guide's two config excerpts are what the chart renders with the weights on a claim and a GPU.
     excerpt_values = {
         "engineTier": {"enabled": True},
@@ -1049,8 +1049,8 @@ def test_the_deployment_guide_two_tier_examples_match_the_chart(chart: helm.Char
         "weights": {"source": "dir", "persistentVolumeClaim": {"enabled": True}},
     }
     rendered = Rendered(chart.render(excerpt_values, name="tts", namespace="speech", is_install=True))
-    front = yaml.safe_load(rendered.one("ConfigMap", "tts-tts-gateway")["data"]["config.yaml"])
-    engine = yaml.safe_load(rendered.one("ConfigMap", "tts-tts-gateway-engine")["data"]["config.yaml"])
+    front = yaml.safe_load(rendered.one("ConfigMap", "tts-chattts-gateway")["data"]["config.yaml"])
+    engine = yaml.safe_load(rendered.one("ConfigMap", "tts-chattts-gateway-engine")["data"]["config.yaml"])
     assert _deployment_doc_block("# front gateway")["engines"] == front["engines"]
     assert _deployment_doc_block("# engine node")["engines"] == engine["engines"]
 
@@ -1136,3 +1136,14 @@ def test_dedicated_jobs_run_in_a_deployment_of_their_own_outside_the_service(
     assert (settings.jobs.run, settings.jobs.ttl_s, settings.jobs.concurrency) == (False, 3600, 4)
     assert settings.jobs.priority == "normal"  # config.jobs wins over the jobs values
     assert str(settings.jobs.directory) == "/var/lib/tts-jobs"
+
+
+def test_a_release_of_the_former_chart_name_keeps_its_names(chart: helm.Chart) -> None:
+    """``nameOverride: tts-gateway`` (docs/deployment.md): a release of the former chart name upgrades in place."""
+    values = {"nameOverride": "tts-gateway", "engineTier": {"enabled": True}}
+    rendered = Rendered(chart.render(values, name="tts", namespace="speech", is_install=True))
+    for kind in ("Deployment", "Service", "ConfigMap"):
+        assert rendered.one(kind, "tts-tts-gateway")
+        assert rendered.one(kind, "tts-tts-gateway-engine")
+    labels = rendered.one("Deployment", "tts-tts-gateway")["spec"]["selector"]["matchLabels"]
+    assert labels["app.kubernetes.io/name"] == "tts-gateway"

@@ -1,7 +1,7 @@
 {{/*
 Expand the name of the chart.
 */}}
-{{- define "tts-gateway.name" -}}
+{{- define "chattts-gateway.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
@@ -10,7 +10,7 @@ Create a default fully qualified app name.
 We truncate at 63 chars because some Kubernetes name fields are limited to this (by the DNS naming spec).
 If release name contains chart name it will be used as a full name.
 */}}
-{{- define "tts-gateway.fullname" -}}
+{{- define "chattts-gateway.fullname" -}}
 {{- if .Values.fullnameOverride }}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
 {{- else }}
@@ -26,16 +26,16 @@ If release name contains chart name it will be used as a full name.
 {{/*
 Create chart name and version as used by the chart label.
 */}}
-{{- define "tts-gateway.chart" -}}
+{{- define "chattts-gateway.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{/*
 Common labels
 */}}
-{{- define "tts-gateway.labels" -}}
-helm.sh/chart: {{ include "tts-gateway.chart" . }}
-{{ include "tts-gateway.selectorLabels" . }}
+{{- define "chattts-gateway.labels" -}}
+helm.sh/chart: {{ include "chattts-gateway.chart" . }}
+{{ include "chattts-gateway.selectorLabels" . }}
 {{- if .Chart.AppVersion }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end }}
@@ -45,17 +45,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 Selector labels
 */}}
-{{- define "tts-gateway.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "tts-gateway.name" . }}
+{{- define "chattts-gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "chattts-gateway.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
 Labels of the helm test pod: not the selector labels, so the Service, PDB and NetworkPolicy never select it.
 */}}
-{{- define "tts-gateway.testLabels" -}}
-helm.sh/chart: {{ include "tts-gateway.chart" . }}
-app.kubernetes.io/name: {{ printf "%s-test" (include "tts-gateway.name" .) | trunc 63 | trimSuffix "-" }}
+{{- define "chattts-gateway.testLabels" -}}
+helm.sh/chart: {{ include "chattts-gateway.chart" . }}
+app.kubernetes.io/name: {{ printf "%s-test" (include "chattts-gateway.name" .) | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: test
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -64,9 +64,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 Create the name of the service account to use
 */}}
-{{- define "tts-gateway.serviceAccountName" -}}
+{{- define "chattts-gateway.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
-{{- default (include "tts-gateway.fullname" .) .Values.serviceAccount.name }}
+{{- default (include "chattts-gateway.fullname" .) .Values.serviceAccount.name }}
 {{- else }}
 {{- default "default" .Values.serviceAccount.name }}
 {{- end }}
@@ -75,36 +75,36 @@ Create the name of the service account to use
 {{/*
 The image reference; the tag defaults to the chart's appVersion.
 */}}
-{{- define "tts-gateway.image" -}}
+{{- define "chattts-gateway.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
 
 {{/*
 Name of the Secret holding secret.yaml: the user's existingSecret, else the chart's own.
 */}}
-{{- define "tts-gateway.secretName" -}}
-{{- default (include "tts-gateway.fullname" .) .Values.auth.existingSecret }}
+{{- define "chattts-gateway.secretName" -}}
+{{- default (include "chattts-gateway.fullname" .) .Values.auth.existingSecret }}
 {{- end }}
 
 {{/*
 Whether the chart renders its own Secret ("true" or empty).
 */}}
-{{- define "tts-gateway.createSecret" -}}
+{{- define "chattts-gateway.createSecret" -}}
 {{- if not .Values.auth.existingSecret }}true{{- end }}
 {{- end }}
 
 {{/*
 Name of the PersistentVolumeClaim mounted at /models.
 */}}
-{{- define "tts-gateway.claimName" -}}
-{{- default (printf "%s-models" (include "tts-gateway.fullname" .)) .Values.weights.persistentVolumeClaim.existingClaim }}
+{{- define "chattts-gateway.claimName" -}}
+{{- default (printf "%s-models" (include "chattts-gateway.fullname" .)) .Values.weights.persistentVolumeClaim.existingClaim }}
 {{- end }}
 
 {{/*
 Whether the gateway has a Redis ("true" or empty): redis.host for mode standalone, redis.sentinel.hosts for sentinel,
 redis.cluster.nodes for cluster.
 */}}
-{{- define "tts-gateway.redisEnabled" -}}
+{{- define "chattts-gateway.redisEnabled" -}}
 {{- $redis := .Values.redis }}
 {{- if eq $redis.mode "sentinel" }}
 {{- if not $redis.sentinel.hosts }}
@@ -121,21 +121,21 @@ redis.cluster.nodes for cluster.
 {{/*
 Where the Redis password comes from: a dict with "name" and "key", or empty when there is none.
 */}}
-{{- define "tts-gateway.redisPasswordRef" -}}
+{{- define "chattts-gateway.redisPasswordRef" -}}
 {{- if .Values.redis.existingSecret }}
 {{- dict "name" .Values.redis.existingSecret "key" .Values.redis.existingSecretPasswordKey | toJson }}
 {{- else if .Values.redis.password }}
 {{- if .Values.auth.existingSecret }}
 {{- fail "redis.password is rendered into the chart's Secret, which auth.existingSecret turns off: use redis.existingSecret" }}
 {{- end }}
-{{- dict "name" (include "tts-gateway.fullname" .) "key" "redis-password" | toJson }}
+{{- dict "name" (include "chattts-gateway.fullname" .) "key" "redis-password" | toJson }}
 {{- end }}
 {{- end }}
 
 {{/*
 Where the sentinels' own password comes from (redis.sentinel.auth own): a dict with "name" and "key", or empty.
 */}}
-{{- define "tts-gateway.redisSentinelPasswordRef" -}}
+{{- define "chattts-gateway.redisSentinelPasswordRef" -}}
 {{- $sentinel := .Values.redis.sentinel }}
 {{- if and (eq .Values.redis.mode "sentinel") (eq $sentinel.auth "own") }}
 {{- if $sentinel.existingSecret }}
@@ -144,7 +144,7 @@ Where the sentinels' own password comes from (redis.sentinel.auth own): a dict w
 {{- if .Values.auth.existingSecret }}
 {{- fail "redis.sentinel.password is rendered into the chart's Secret, which auth.existingSecret turns off: use redis.sentinel.existingSecret" }}
 {{- end }}
-{{- dict "name" (include "tts-gateway.fullname" .) "key" "redis-sentinel-password" | toJson }}
+{{- dict "name" (include "chattts-gateway.fullname" .) "key" "redis-sentinel-password" | toJson }}
 {{- else }}
 {{- fail "redis.sentinel.auth own needs redis.sentinel.password or redis.sentinel.existingSecret" }}
 {{- end }}
@@ -154,18 +154,18 @@ Where the sentinels' own password comes from (redis.sentinel.auth own): a dict w
 {{/*
 Where redis.tlsCASecret is mounted.
 */}}
-{{- define "tts-gateway.redisCADir" -}}
-/etc/tts-gateway/redis-ca
+{{- define "chattts-gateway.redisCADir" -}}
+/etc/chattts-gateway/redis-ca
 {{- end }}
 
 {{/*
 The gateway's redis_url (its schemes: docs/configuration.md), with $(REDIS_PASSWORD) and $(REDIS_SENTINEL_PASSWORD)
 expanded by the kubelet from the env vars of those names.
 */}}
-{{- define "tts-gateway.redisURL" -}}
+{{- define "chattts-gateway.redisURL" -}}
 {{- $redis := .Values.redis }}
 {{- $userinfo := "" }}
-{{- if include "tts-gateway.redisPasswordRef" . }}
+{{- if include "chattts-gateway.redisPasswordRef" . }}
 {{- $userinfo = printf "%s:$(REDIS_PASSWORD)@" $redis.username }}
 {{- else if $redis.username }}
 {{- $userinfo = printf "%s@" $redis.username }}
@@ -176,13 +176,13 @@ expanded by the kubelet from the env vars of those names.
 {{- if not $redis.tls }}
 {{- fail "redis.tlsCASecret needs redis.tls" }}
 {{- end }}
-{{- $options = append $options (printf "ssl_ca_certs=%s/%s" (include "tts-gateway.redisCADir" .) $redis.tlsCASecretKey) }}
+{{- $options = append $options (printf "ssl_ca_certs=%s/%s" (include "chattts-gateway.redisCADir" .) $redis.tlsCASecretKey) }}
 {{- end }}
 {{- $url := "" }}
 {{- if eq $redis.mode "sentinel" }}
 {{- if eq $redis.sentinel.auth "none" }}
 {{- $options = append $options "sentinel_password=" }}
-{{- else if include "tts-gateway.redisSentinelPasswordRef" . }}
+{{- else if include "chattts-gateway.redisSentinelPasswordRef" . }}
 {{- $options = append $options "sentinel_password=$(REDIS_SENTINEL_PASSWORD)" }}
 {{- end }}
 {{- $url = printf "%s+sentinel://%s%s/%s/%d" $scheme $userinfo (join "," $redis.sentinel.hosts) $redis.sentinel.masterSet (int $redis.db) }}
@@ -201,7 +201,7 @@ expanded by the kubelet from the env vars of those names.
 The TCP ports the gateway reaches Redis on, as a JSON list: redis.port, and the sentinels' or the startup nodes' ports
 (26379 or 6379 where an entry names none).
 */}}
-{{- define "tts-gateway.redisPorts" -}}
+{{- define "chattts-gateway.redisPorts" -}}
 {{- $redis := .Values.redis }}
 {{- $ports := list (int $redis.port) }}
 {{- if ne $redis.mode "standalone" }}
@@ -219,7 +219,7 @@ The TCP ports the gateway reaches Redis on, as a JSON list: redis.port, and the 
 The options the chart adds to every engine of kind chattts (as JSON): the weights location, and device cuda with
 gpu.enabled. Options set in values win over these.
 */}}
-{{- define "tts-gateway.weightsOptions" -}}
+{{- define "chattts-gateway.weightsOptions" -}}
 {{- $weights := .Values.weights }}
 {{- $derived := dict }}
 {{- if eq $weights.source "dir" }}
@@ -247,7 +247,7 @@ The gateway's built-in engines (gateway/settings.py BUILT_IN_ENGINES; tests/helm
 config must name each one it does not run as null: the gateway merges its config into the built-ins, and Helm drops
 keys set to null in values, so a `config.engines.chattts=null` never reaches the rendered file by itself.
 */}}
-{{- define "tts-gateway.builtInEngines" -}}
+{{- define "chattts-gateway.builtInEngines" -}}
 {{- list "chattts" "espeak" | toJson }}
 {{- end }}
 
@@ -255,7 +255,7 @@ keys set to null in values, so a `config.engines.chattts=null` never reaches the
 The gateway's built-in aliases, OpenAI's model names and ElevenLabs' (gateway/settings.py BUILT_IN_MODEL_NAMES;
 tests/helm checks the two agree). As for engines, a rendered config names each one it does not serve as null.
 */}}
-{{- define "tts-gateway.builtInAliases" -}}
+{{- define "chattts-gateway.builtInAliases" -}}
 {{- list "tts-1" "tts-1-hd" "tts-1-1106" "tts-1-hd-1106" "gpt-4o-mini-tts" "gpt-4o-mini-tts-2025-03-20" "gpt-4o-mini-tts-2025-12-15" "gpt-realtime" "gpt-realtime-2025-08-28" "gpt-realtime-1.5" "gpt-realtime-2" "gpt-realtime-2.1" "gpt-realtime-2.1-mini" "gpt-realtime-mini" "gpt-realtime-mini-2025-10-06" "gpt-realtime-mini-2025-12-15" "eleven_multilingual_v2" "eleven_flash_v2_5" "eleven_turbo_v2_5" "eleven_v3" "eleven_monolingual_v1" "eleven_multilingual_v1" "eleven_flash_v2" "eleven_turbo_v2" | toJson }}
 {{- end }}
 
@@ -264,7 +264,7 @@ The gateway's aliases (as JSON): each of config.aliases in the mapping form, wit
 where it sets none itself (the gateway's own default is true, which the chart must not inherit unseen), and every
 built-in alias missing from config.aliases set to null.
 */}}
-{{- define "tts-gateway.aliases" -}}
+{{- define "chattts-gateway.aliases" -}}
 {{- $aliases := dict }}
 {{- range $name, $alias := (.Values.config.aliases | default dict) }}
 {{- if $alias }}
@@ -280,7 +280,7 @@ built-in alias missing from config.aliases set to null.
 {{- $_ := set $aliases $name $mapping }}
 {{- end }}
 {{- end }}
-{{- range (include "tts-gateway.builtInAliases" . | fromJsonArray) }}
+{{- range (include "chattts-gateway.builtInAliases" . | fromJsonArray) }}
 {{- if not (hasKey $aliases .) }}
 {{- $_ := set $aliases . nil }}
 {{- end }}
@@ -292,7 +292,7 @@ built-in alias missing from config.aliases set to null.
 Names of the engines that run on the engine tier (as JSON): every engine of kind chattts in config.engines, the
 ones that need weights and a GPU. Empty when engineTier is off.
 */}}
-{{- define "tts-gateway.engineTier.engineNames" -}}
+{{- define "chattts-gateway.engineTier.engineNames" -}}
 {{- $names := list }}
 {{- if .Values.engineTier.enabled }}
 {{- range $name, $engine := (.Values.config.engines | default dict) }}
@@ -312,25 +312,25 @@ The gateway configuration (config.yaml): .Values.config with the weights options
 chattts. With engineTier on, each of those engines is replaced by a remote engine (kind openai) of the same name that
 calls it on the engine tier, so aliases and model names stay as they are.
 */}}
-{{- define "tts-gateway.config" -}}
+{{- define "chattts-gateway.config" -}}
 {{- $config := deepCopy .Values.config }}
 {{- $engines := $config.engines | default dict }}
 {{- $_ := set $config "engines" $engines }}
-{{- $derived := include "tts-gateway.weightsOptions" . | fromJson }}
-{{- $remote := include "tts-gateway.engineTier.engineNames" . | fromJsonArray }}
+{{- $derived := include "chattts-gateway.weightsOptions" . | fromJson }}
+{{- $remote := include "chattts-gateway.engineTier.engineNames" . | fromJsonArray }}
 {{- range $name, $engine := $engines }}
 {{- if has $name $remote }}
-{{- $_ := set $engines $name (include "tts-gateway.engineTier.remoteEngine" (list $ $name) | fromJson) }}
+{{- $_ := set $engines $name (include "chattts-gateway.engineTier.remoteEngine" (list $ $name) | fromJson) }}
 {{- else if and $engine (eq (toString $engine.kind) "chattts") }}
 {{- $_ := set $engine "options" (mergeOverwrite (deepCopy $derived) ($engine.options | default dict)) }}
 {{- end }}
 {{- end }}
-{{- include "tts-gateway.nullMissingBuiltIns" $engines }}
-{{- $_ := set $config "aliases" (include "tts-gateway.aliases" . | fromJson) }}
+{{- include "chattts-gateway.nullMissingBuiltIns" $engines }}
+{{- $_ := set $config "aliases" (include "chattts-gateway.aliases" . | fromJson) }}
 {{- $uploads := $config.uploads | default dict }}
 {{- if not (hasKey $uploads "max_spooled_mb") }}
 {{- /* Upload bodies over 1 MiB are spooled to /tmp while they wait: half of it for them, the rest for the rest. */}}
-{{- $_ := set $uploads "max_spooled_mb" (max 16 (div (include "tts-gateway.mebibytes" .Values.tmpSizeLimit | int) 2)) }}
+{{- $_ := set $uploads "max_spooled_mb" (max 16 (div (include "chattts-gateway.mebibytes" .Values.tmpSizeLimit | int) 2)) }}
 {{- end }}
 {{- $_ := set $config "uploads" $uploads }}
 {{- /* Speech jobs (docs/jobs.md) from the jobs values; config.jobs wins where it sets the same field. */}}
@@ -345,7 +345,7 @@ calls it on the engine tier, so aliases and model names stay as they are.
 {{/*
 A Kubernetes quantity (values.schema.json's pattern: 512Mi, 1Gi, 2G, 1048576) in whole mebibytes.
 */}}
-{{- define "tts-gateway.mebibytes" -}}
+{{- define "chattts-gateway.mebibytes" -}}
 {{- $quantity := toString . }}
 {{- $digits := regexFind "^[0-9]+(\\.[0-9]+)?" $quantity }}
 {{- $perUnit := dict "" 1.0 "m" 0.001 "k" 1e3 "Ki" 1024.0 "M" 1e6 "Mi" 1048576.0 "G" 1e9 "Gi" 1073741824.0 "T" 1e12 "Ti" 1099511627776.0 "P" 1e15 "Pi" 1125899906842624.0 "E" 1e18 "Ei" 1152921504606846976.0 }}
@@ -353,11 +353,11 @@ A Kubernetes quantity (values.schema.json's pattern: 512Mi, 1Gi, 2G, 1048576) in
 {{- end }}
 
 {{/*
-Sets every built-in engine missing from the given engines mapping to null (see tts-gateway.builtInEngines).
+Sets every built-in engine missing from the given engines mapping to null (see chattts-gateway.builtInEngines).
 */}}
-{{- define "tts-gateway.nullMissingBuiltIns" -}}
+{{- define "chattts-gateway.nullMissingBuiltIns" -}}
 {{- $engines := . }}
-{{- range (include "tts-gateway.builtInEngines" . | fromJsonArray) }}
+{{- range (include "chattts-gateway.builtInEngines" . | fromJsonArray) }}
 {{- if not (hasKey $engines .) }}
 {{- $_ := set $engines . nil }}
 {{- end }}
@@ -368,14 +368,14 @@ Sets every built-in engine missing from the given engines mapping to null (see t
 The admin token: the value, else the one in the release's existing Secret (kept across upgrades), else a random one
 generated once per render (memoized so the Secret and its checksum agree).
 */}}
-{{- define "tts-gateway.adminToken" -}}
+{{- define "chattts-gateway.adminToken" -}}
 {{- if .Values.auth.adminToken }}
 {{- .Values.auth.adminToken }}
 {{- else }}
 {{- $memo := .Values.auth }}
 {{- if not (index $memo "_generatedAdminToken") }}
 {{- $token := "" }}
-{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "tts-gateway.fullname" .) }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "chattts-gateway.fullname" .) }}
 {{- if and $existing $existing.data (index $existing.data "secret.yaml") }}
 {{- $previous := index $existing.data "secret.yaml" | b64dec | fromYaml }}
 {{- $token = dig "auth" "admin_token" "" $previous }}
@@ -389,8 +389,8 @@ generated once per render (memoized so the Secret and its checksum agree).
 {{/*
 The chart Secret's secret.yaml: the credentials part of the gateway configuration.
 */}}
-{{- define "tts-gateway.secretConfig" -}}
-{{- $auth := dict "admin_token" (include "tts-gateway.adminToken" .) }}
+{{- define "chattts-gateway.secretConfig" -}}
+{{- $auth := dict "admin_token" (include "chattts-gateway.adminToken" .) }}
 {{- with .Values.auth.tenants }}
 {{- $_ := set $auth "tenants" . }}
 {{- end }}
@@ -404,7 +404,7 @@ The chart Secret's secret.yaml: the credentials part of the gateway configuratio
 terminationGracePeriodSeconds: the preStop sleep, then the streams' grace (config.server.shutdown_grace_s), then time
 for the engine workers to stop.
 */}}
-{{- define "tts-gateway.terminationGracePeriodSeconds" -}}
+{{- define "chattts-gateway.terminationGracePeriodSeconds" -}}
 {{- $grace := dig "server" "shutdown_grace_s" 30 .Values.config }}
 {{- add (int .Values.preStopSleepSeconds) (int $grace) (int .Values.terminationGraceExtraSeconds) }}
 {{- end }}
@@ -416,15 +416,15 @@ for the engine workers to stop.
 {{/*
 Full name of the engine tier's resources.
 */}}
-{{- define "tts-gateway.engineTier.fullname" -}}
-{{- printf "%s-engine" (include "tts-gateway.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- define "chattts-gateway.engineTier.fullname" -}}
+{{- printf "%s-engine" (include "chattts-gateway.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{/*
 Selector labels of the jobs' own pods (jobs.runner dedicated); a name of their own, as the engine pods have.
 */}}
-{{- define "tts-gateway.jobs.selectorLabels" -}}
-app.kubernetes.io/name: {{ printf "%s-jobs" (include "tts-gateway.name" .) | trunc 63 | trimSuffix "-" }}
+{{- define "chattts-gateway.jobs.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-jobs" (include "chattts-gateway.name" .) | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
@@ -432,9 +432,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 Labels of the jobs' own pods (jobs.runner dedicated): not the gateway's selector labels, so the Service, PDB and HPA
 never select them.
 */}}
-{{- define "tts-gateway.jobs.labels" -}}
-helm.sh/chart: {{ include "tts-gateway.chart" . }}
-{{ include "tts-gateway.jobs.selectorLabels" . }}
+{{- define "chattts-gateway.jobs.labels" -}}
+helm.sh/chart: {{ include "chattts-gateway.chart" . }}
+{{ include "chattts-gateway.jobs.selectorLabels" . }}
 app.kubernetes.io/component: jobs
 {{- if .Chart.AppVersion }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
@@ -446,17 +446,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 Selector labels of the engine pods. The name differs from the gateway's, so the gateway's Service, PDB,
 NetworkPolicy and ServiceMonitor (which select name + instance) never select an engine pod.
 */}}
-{{- define "tts-gateway.engineTier.selectorLabels" -}}
-app.kubernetes.io/name: {{ printf "%s-engine" (include "tts-gateway.name" .) | trunc 63 | trimSuffix "-" }}
+{{- define "chattts-gateway.engineTier.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-engine" (include "chattts-gateway.name" .) | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
 Labels of the engine tier's resources.
 */}}
-{{- define "tts-gateway.engineTier.labels" -}}
-helm.sh/chart: {{ include "tts-gateway.chart" . }}
-{{ include "tts-gateway.engineTier.selectorLabels" . }}
+{{- define "chattts-gateway.engineTier.labels" -}}
+helm.sh/chart: {{ include "chattts-gateway.chart" . }}
+{{ include "chattts-gateway.engineTier.selectorLabels" . }}
 app.kubernetes.io/component: engine
 {{- if .Chart.AppVersion }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
@@ -469,8 +469,8 @@ Base URL of the engine tier for the gateway's remote engines: the headless Servi
 address of every ready engine pod (the remote engine counts each address as one endpoint and re-resolves it). A
 fully qualified name, so resolution needs no trip through the search list.
 */}}
-{{- define "tts-gateway.engineTier.baseURL" -}}
-{{- printf "http://%s.%s.svc.%s:%d/v1" (include "tts-gateway.engineTier.fullname" .) .Release.Namespace .Values.engineTier.clusterDomain (int .Values.containerPort) }}
+{{- define "chattts-gateway.engineTier.baseURL" -}}
+{{- printf "http://%s.%s.svc.%s:%d/v1" (include "chattts-gateway.engineTier.fullname" .) .Release.Namespace .Values.engineTier.clusterDomain (int .Values.containerPort) }}
 {{- end }}
 
 {{/*
@@ -478,11 +478,11 @@ The gateway's remote engine (as JSON) standing in for engine $name of the engine
 It asks the engine nodes for the engine by its own name and authenticates with the service token from the
 environment variable TTS_ENGINE_SERVICE_TOKEN (set from the Secret, never written into the ConfigMap).
 */}}
-{{- define "tts-gateway.engineTier.remoteEngine" -}}
+{{- define "chattts-gateway.engineTier.remoteEngine" -}}
 {{- $root := index . 0 }}
 {{- $name := index . 1 }}
 {{- $options := deepCopy ($root.Values.engineTier.remoteOptions | default dict) }}
-{{- $_ := set $options "endpoints" (list (include "tts-gateway.engineTier.baseURL" $root)) }}
+{{- $_ := set $options "endpoints" (list (include "chattts-gateway.engineTier.baseURL" $root)) }}
 {{- $_ := set $options "model" $name }}
 {{- $_ := set $options "api_key_env" "TTS_ENGINE_SERVICE_TOKEN" }}
 {{- dict "kind" "openai" "options" $options | toJson }}
@@ -494,12 +494,12 @@ engines that moved off the gateway (with their weights options); every other eng
 An engine pod is ready when every moved engine is (readiness.engines): the front gateways call each by its name.
 No tenants, limits, cache or Redis: the front gateways do those. The service token comes from the environment.
 */}}
-{{- define "tts-gateway.engineTier.config" -}}
+{{- define "chattts-gateway.engineTier.config" -}}
 {{- $server := deepCopy (.Values.config.server | default dict) }}
 {{- $_ := set $server "profile" "engine" }}
 {{- $_ := set $server "playground" false }}
-{{- $derived := include "tts-gateway.weightsOptions" . | fromJson }}
-{{- $moved := include "tts-gateway.engineTier.engineNames" . | fromJsonArray }}
+{{- $derived := include "chattts-gateway.weightsOptions" . | fromJson }}
+{{- $moved := include "chattts-gateway.engineTier.engineNames" . | fromJsonArray }}
 {{- $engines := dict }}
 {{- range $name, $engine := (.Values.config.engines | default dict) }}
 {{- if has $name $moved }}
@@ -510,21 +510,21 @@ No tenants, limits, cache or Redis: the front gateways do those. The service tok
 {{- $_ := set $engines $name nil }}
 {{- end }}
 {{- end }}
-{{- include "tts-gateway.nullMissingBuiltIns" $engines }}
+{{- include "chattts-gateway.nullMissingBuiltIns" $engines }}
 {{- toYaml (dict "server" $server "engines" $engines "readiness" (dict "engines" $moved)) }}
 {{- end }}
 
 {{/*
 Name of the Secret holding the service token: engineTier.existingSecret, else the chart's own.
 */}}
-{{- define "tts-gateway.engineTier.secretName" -}}
-{{- default (include "tts-gateway.engineTier.fullname" .) .Values.engineTier.existingSecret }}
+{{- define "chattts-gateway.engineTier.secretName" -}}
+{{- default (include "chattts-gateway.engineTier.fullname" .) .Values.engineTier.existingSecret }}
 {{- end }}
 
 {{/*
 Key of the service token in that Secret.
 */}}
-{{- define "tts-gateway.engineTier.secretKey" -}}
+{{- define "chattts-gateway.engineTier.secretKey" -}}
 {{- ternary .Values.engineTier.existingSecretKey "service-token" (ne .Values.engineTier.existingSecret "") }}
 {{- end }}
 
@@ -533,7 +533,7 @@ The service token the chart renders into its Secret: engineTier.serviceToken, el
 Secret (kept across upgrades), else a random 48-character one generated once per render (memoized so the Secret and
 the pods' checksum agree).
 */}}
-{{- define "tts-gateway.engineTier.serviceToken" -}}
+{{- define "chattts-gateway.engineTier.serviceToken" -}}
 {{- $tier := .Values.engineTier }}
 {{- if $tier.serviceToken }}
 {{- if lt (len $tier.serviceToken) 32 }}
@@ -543,7 +543,7 @@ the pods' checksum agree).
 {{- else }}
 {{- if not (index $tier "_generatedServiceToken") }}
 {{- $token := "" }}
-{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "tts-gateway.engineTier.fullname" .) }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "chattts-gateway.engineTier.fullname" .) }}
 {{- if and $existing $existing.data (index $existing.data "service-token") }}
 {{- $token = index $existing.data "service-token" | b64dec }}
 {{- end }}
@@ -557,9 +557,9 @@ the pods' checksum agree).
 Pod annotation that rolls the pods of both tiers when the service token the chart renders changes (the token reaches
 them as an environment variable, read once at start). Nothing with an existing Secret: roll them yourself.
 */}}
-{{- define "tts-gateway.engineTier.tokenChecksum" -}}
+{{- define "chattts-gateway.engineTier.tokenChecksum" -}}
 {{- if not .Values.engineTier.existingSecret -}}
-checksum/service-token: {{ include "tts-gateway.engineTier.serviceToken" . | sha256sum }}
+checksum/service-token: {{ include "chattts-gateway.engineTier.serviceToken" . | sha256sum }}
 {{- end }}
 {{- end }}
 
@@ -567,23 +567,23 @@ checksum/service-token: {{ include "tts-gateway.engineTier.serviceToken" . | sha
 The env entry of container $name (TTS_ENGINE_SERVICE_TOKEN in the gateway, the engine nodes' auth.service_token
 override there) reading the service token from the Secret; called with (list $ $name).
 */}}
-{{- define "tts-gateway.engineTier.tokenEnv" -}}
+{{- define "chattts-gateway.engineTier.tokenEnv" -}}
 {{- $root := index . 0 -}}
 - name: {{ index . 1 }}
   valueFrom:
     secretKeyRef:
-      name: {{ include "tts-gateway.engineTier.secretName" $root }}
-      key: {{ include "tts-gateway.engineTier.secretKey" $root }}
+      name: {{ include "chattts-gateway.engineTier.secretName" $root }}
+      key: {{ include "chattts-gateway.engineTier.secretKey" $root }}
 {{- end }}
 
 {{/*
 The /models volume (the weights): the claim when weights.persistentVolumeClaim.enabled, else a size-limited emptyDir.
 */}}
-{{- define "tts-gateway.modelsVolume" -}}
+{{- define "chattts-gateway.modelsVolume" -}}
 - name: models
   {{- if .Values.weights.persistentVolumeClaim.enabled }}
   persistentVolumeClaim:
-    claimName: {{ include "tts-gateway.claimName" . }}
+    claimName: {{ include "chattts-gateway.claimName" . }}
   {{- else }}
   emptyDir:
     sizeLimit: {{ .Values.weights.emptyDirSizeLimit }}
@@ -594,7 +594,7 @@ The /models volume (the weights): the claim when weights.persistentVolumeClaim.e
 An autoscaling/v2 HorizontalPodAutoscaler spec scaling Deployment "target" by the "autoscaling" values; called with
 (dict "target" NAME "autoscaling" VALUES).
 */}}
-{{- define "tts-gateway.hpaSpec" -}}
+{{- define "chattts-gateway.hpaSpec" -}}
 scaleTargetRef:
   apiVersion: apps/v1
   kind: Deployment
@@ -631,7 +631,7 @@ behavior:
 A PodDisruptionBudget spec from the "budget" values (minAvailable, or maxUnavailable when set) selecting "selector"
 (YAML labels); called with (dict "budget" VALUES "selector" LABELS).
 */}}
-{{- define "tts-gateway.pdbSpec" -}}
+{{- define "chattts-gateway.pdbSpec" -}}
 {{- if not (kindIs "invalid" .budget.maxUnavailable) -}}
 maxUnavailable: {{ .budget.maxUnavailable }}
 {{- else -}}
