@@ -265,6 +265,17 @@ class RealtimeSettings(BaseModel):
     """How long a session waits for the client's first message before it sends ``session.created``. That message
     chooses the dialect, and vLLM-Omni's clients (whose ``session.config`` comes first) expect no greeting; a client
     that waits for ``session.created`` gets it this much later. 0 greets at once."""
+    max_socket_messages_per_s: float = Field(default=200.0, gt=0)
+    """Messages a client may send on one realtime socket a second, on every protocol (``gateway/realtime/budget.py``);
+    ``socket_burst_s`` of them at once. One more: the protocol's error (``rate_limit_exceeded``), then close 1008."""
+    max_socket_bytes_per_s: int = Field(default=256 * 1024, ge=1024)
+    """Bytes a client may send on one realtime socket a second (the server's echoes of what it sent count too);
+    ``socket_burst_s`` of them at once, and at least one message of ``server.max_body_bytes``. Over it, as above."""
+    socket_burst_s: float = Field(default=2.0, gt=0, le=60)
+    """How many seconds of the two socket rates a client may send at once, after a pause."""
+    max_conversation_chars: int = Field(default=32768, ge=4096, le=1048576)
+    """Characters of text one ``/v1/realtime`` conversation keeps: older items drop to make room (as past 64 items);
+    an item longer than this alone is refused with an ``error`` event."""
 
 
 class FailoverSettings(BaseModel):

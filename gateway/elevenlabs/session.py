@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 
     from auth import Principal
     from gateway.audio import AudioEncoder, Encoding
+    from gateway.realtime.budget import SocketBudget
     from gateway.settings import RealtimeSettings
     from gateway.speech.alignment import CharacterTimes, WordTime
     from gateway.speech.service import SpeechService
@@ -139,13 +140,18 @@ class ElevenLabsStreamSession(EndedByServer):
         session_id: str,
         ssml: bool = False,
         auto_mode: bool = False,
+        budget: SocketBudget | None = None,
     ) -> None:
         super().__init__()
         self.id = session_id
         self._markup = text_markup(ssml)
         """Break tags in every piece; the SSML subset too with ``enable_ssml_parsing``."""
         self._channel = SessionChannel(
-            socket, send_timeout_s=send_timeout_s, idle_timeout_s=settings.idle_timeout_s, busy=self._busy
+            socket,
+            send_timeout_s=send_timeout_s,
+            idle_timeout_s=settings.idle_timeout_s,
+            busy=self._busy,
+            budget=budget,  # every message paid for before it is parsed (``gateway/realtime/budget.py``)
         )
         self._speech = speech
         self._principal = principal

@@ -37,6 +37,7 @@ from gateway.realtime.serving import (
     authenticated,
     awaiting_credentials,
     serving,
+    socket_budget,
     tenant_realtime,
 )
 from gateway.state import gateway_state
@@ -103,6 +104,7 @@ async def _serve(
             session_id=log.session_id,
             ssml=socket.query_params.get("enable_ssml_parsing", "").lower() == "true",
             auto_mode=socket.query_params.get("auto_mode") == "true",
+            budget=socket_budget(socket, log),
         )
         try:
             await session.check()

@@ -1,5 +1,5 @@
 """A session's WebSocket, as every realtime session uses it: one frame sent at a time within the send timeout, and
-the client's next message while the session is not idle."""
+the client's next message while the session is not idle, paid for in the socket's budget before anyone parses it."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
     from litestar import WebSocket
     from litestar.types import ReceiveMessage
+
+    from gateway.realtime.budget import SocketBudget
 
 __all__ = ["SessionChannel"]
 
@@ -33,11 +35,14 @@ class SessionChannel:
         send_timeout_s: float,
         idle_timeout_s: float,
         busy: Callable[[], bool],
+        budget: SocketBudget | None = None,
     ) -> None:
         self.socket = socket
         self._send_timeout_s = send_timeout_s
         self._idle_timeout_s = idle_timeout_s
         self._busy = busy
+        self.budget = budget
+        """What the client may send a second (``gateway/realtime/budget.py``); ``None``: unbounded."""
         self._send_lock = asyncio.Lock()
         self._last_activity = asyncio.get_running_loop().time()
 
@@ -46,10 +51,11 @@ class SessionChannel:
         self._last_activity = asyncio.get_running_loop().time()
 
     async def receive(self) -> ReceiveMessage:
-        """The client's next message (which counts as activity).
+        """The client's next message (which counts as activity), paid for in the socket's budget.
 
         Raises:
             SessionIdleError: no message came, and the session was not busy, for ``idle_timeout_s``.
+            SocketBudgetExceededError: the message is over the socket's budget (it was not parsed).
         """
         loop = asyncio.get_running_loop()
         while True:
@@ -63,6 +69,8 @@ class SessionChannel:
                     raise SessionIdleError from None
                 continue
             self._last_activity = loop.time()
+            if self.budget is not None:
+                self.budget.charge(message)
             return message
 
     async def send(self, frame: str | bytes) -> None:

@@ -19,6 +19,7 @@ from gateway.realtime.serving import (
     authenticated,
     awaiting_credentials,
     serving,
+    socket_budget,
     tenant_realtime,
 )
 from gateway.realtime.session import RealtimeSession
@@ -56,6 +57,7 @@ async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
             send_timeout_s=state.settings.server.send_timeout_s,  # one timeout for every slow reader
             spoken=spoken,
             max_json_depth=state.settings.server.max_json_depth,
+            budget=socket_budget(socket, log),
         )
         with state.sessions.registered(session, principal):
             await session.run(first, opening)

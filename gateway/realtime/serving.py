@@ -24,7 +24,14 @@ from auth.limits import LimitsUnavailableError, RateLimitExceededError
 from gateway.http.client_address import address_key
 from gateway.http.errors import SERVER_ERROR, OpenAIError, as_openai_error, error_body
 from gateway.observability.refusals import counted
-from gateway.realtime.session_errors import SessionDrainedError, SessionIdleError, SessionRevokedError, SlowClientError
+from gateway.realtime.budget import SOCKET_BUDGET_CLOSE_CODE, SocketBudget
+from gateway.realtime.session_errors import (
+    SessionDrainedError,
+    SessionIdleError,
+    SessionRevokedError,
+    SlowClientError,
+    SocketBudgetExceededError,
+)
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
@@ -46,13 +53,14 @@ __all__ = [
     "authenticated",
     "awaiting_credentials",
     "serving",
+    "socket_budget",
     "tenant_realtime",
 ]
 
 logger = logging.getLogger("tts_gateway.realtime")
 
 NORMAL_CLOSURE = 1000  # the session ended idle
-POLICY_VIOLATION = 1008  # bad or revoked credentials; a client too slow to take its audio
+POLICY_VIOLATION = 1008  # bad or revoked credentials; a client too slow to take its audio, or over its socket budget
 SERVICE_RESTART = 1012  # the server is shutting down: reconnect (to another replica)
 TRY_AGAIN_LATER = 1013  # over a tenant limit, or the gateway cannot admit sessions now
 _AUTH_ERRORS = (InvalidCredentialsError, UnknownTenantError)
@@ -84,6 +92,8 @@ class SessionLog:
     session: LoggedSession | None = None
     realtime: RealtimeSettings | None = None
     """The settings the session runs under (:func:`tenant_realtime`), once its tenant is known."""
+    budget: SocketBudget | None = None
+    """What the client sent, paid for (:func:`socket_budget`), once the session has one."""
 
 
 @asynccontextmanager
@@ -117,6 +127,9 @@ async def serving(
         outcome = "client too slow"
         slow = OpenAIError(400, "The client read audio too slowly.", code="client_too_slow")
         await _close(socket, error_event, POLICY_VIOLATION, slow)
+    except SocketBudgetExceededError as over:
+        outcome = f"over socket budget: {over.error.code}"
+        await _close(socket, error_event, SOCKET_BUDGET_CLOSE_CODE, over.error)
     except SessionIdleError:
         outcome = "idle timeout"
         idle_timeout_s = (log.realtime or server_realtime).idle_timeout_s
@@ -130,6 +143,8 @@ async def serving(
         record["duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
         if log.session is not None:
             record.update(log.session.log_fields())
+        if log.budget is not None:
+            record.update(messages_in=log.budget.messages, bytes_in=log.budget.bytes)
         logger.info("realtime session", extra={"record": record})  # one line per session, like the access log
 
 
@@ -139,6 +154,15 @@ def tenant_realtime(settings: RealtimeSettings, tenant: Tenant) -> RealtimeSetti
     API holds for its next sessions; one already open keeps what it opened with."""
     idle_timeout_s = tenant.limits.session_idle_timeout_s
     return settings if idle_timeout_s is None else settings.model_copy(update={"idle_timeout_s": idle_timeout_s})
+
+
+def socket_budget(socket: WebSocket[Any, Any, Any], log: SessionLog) -> SocketBudget:
+    """A new budget for the session's socket (``gateway/realtime/budget.py``), under the settings the session runs
+    under, noted in its log line."""
+    settings = log.realtime or gateway_state(socket.app).settings.realtime
+    max_message_bytes = gateway_state(socket.app).settings.server.max_body_bytes  # uvicorn's ws_max_size
+    log.budget = SocketBudget(settings, max_message_bytes=max_message_bytes)
+    return log.budget
 
 
 async def authenticated(socket: WebSocket[Any, Any, Any], authorization: str | None) -> Principal:

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
     from auth import Principal
     from gateway.audio import AudioEncoder
+    from gateway.realtime.budget import SocketBudget
     from gateway.realtime.dialect import Dialect, Frame, SpokenDialect
     from gateway.realtime.protocol import ClientEvent, SegmentStatus
     from gateway.schemas import SpeechUsage
@@ -102,6 +103,7 @@ class RealtimeSession(EndedByServer):
         session_id: str,
         spoken: SpokenDialect,
         max_json_depth: int = 32,
+        budget: SocketBudget | None = None,
     ) -> None:
         super().__init__()  # ``run`` raises what the server ends the session with (revocation, shutdown)
         self.id = session_id
@@ -110,10 +112,15 @@ class RealtimeSession(EndedByServer):
         self._max_json_depth = max_json_depth
         """``server.max_json_depth``: deeper messages get an error event, as deeper HTTP bodies get a 400."""
         self._channel = SessionChannel(
-            socket, send_timeout_s=send_timeout_s, idle_timeout_s=settings.idle_timeout_s, busy=self._busy
+            socket,
+            send_timeout_s=send_timeout_s,
+            idle_timeout_s=settings.idle_timeout_s,
+            busy=self._busy,
+            budget=budget,
         )
         """The socket: sends within ``send_timeout_s``; idle when no client event came and nothing was queued or
-        spoken for ``idle_timeout_s`` (from the last event or the last segment's end)."""
+        spoken for ``idle_timeout_s`` (from the last event or the last segment's end); every client message paid for
+        in ``budget``."""
         self._speech = speech
         self._principal = principal
         self._settings = settings

@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gateway.http.errors import OpenAIError
 
-__all__ = ["SessionDrainedError", "SessionIdleError", "SessionRevokedError", "SlowClientError"]
+__all__ = [
+    "SessionDrainedError",
+    "SessionIdleError",
+    "SessionRevokedError",
+    "SlowClientError",
+    "SocketBudgetExceededError",
+]
 
 
 class SlowClientError(Exception):
@@ -30,3 +36,11 @@ class SessionRevokedError(Exception):
 
 class SessionDrainedError(Exception):
     """The server is shutting down: the session finished its segment (or the grace period ran out)."""
+
+
+class SocketBudgetExceededError(Exception):
+    """The client sent more messages or bytes a second than its socket may (``gateway/realtime/budget.py``)."""
+
+    def __init__(self, error: OpenAIError) -> None:
+        super().__init__(error.message)
+        self.error = error

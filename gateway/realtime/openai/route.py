@@ -23,6 +23,7 @@ from gateway.realtime.serving import (
     admit_session,
     authenticated,
     serving,
+    socket_budget,
     tenant_realtime,
 )
 from gateway.state import gateway_state
@@ -57,6 +58,7 @@ async def openai_realtime(socket: WebSocket[Any, Any, Any]) -> None:
             send_timeout_s=state.settings.server.send_timeout_s,
             session_id=log.session_id,
             max_json_depth=state.settings.server.max_json_depth,
+            budget=socket_budget(socket, log),
         )
         try:
             await session.check_model()

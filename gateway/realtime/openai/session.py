@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from auth import Principal
     from auth.limits import LimitState
     from gateway.audio import AudioEncoder
+    from gateway.realtime.budget import SocketBudget
     from gateway.realtime.openai.events import ClientEvent
     from gateway.schemas import SpeechUsage
     from gateway.settings import RealtimeSettings
@@ -63,7 +64,8 @@ logger = logging.getLogger("tts_gateway.realtime")
 
 MAX_CONVERSATION_ITEMS = 64
 """Items a conversation keeps; older ones drop, as OpenAI truncates a long conversation. A response speaks only its
-last user message, so what drops is never needed, and a session's memory stays bounded."""
+last user message, so what drops is never needed, and a session's memory stays bounded (by
+``realtime.max_conversation_chars`` too)."""
 _PCM_RATE = output_sample_rate(AudioFormat.PCM)
 _SHUTTING_DOWN = (
     "The server is shutting down: no new response is started; the response in progress finishes, then the session "
@@ -109,15 +111,21 @@ class OpenAIRealtimeSession(EndedByServer):
         send_timeout_s: float,
         session_id: str,
         max_json_depth: int = events.MAX_EVENT_DEPTH,
+        budget: SocketBudget | None = None,
     ) -> None:
         super().__init__()  # ``run`` raises what the session is ended with (revocation, shutdown, a client too slow)
         self.id = session_id
         self._channel = SessionChannel(
-            socket, send_timeout_s=send_timeout_s, idle_timeout_s=settings.idle_timeout_s, busy=self._busy
+            socket,
+            send_timeout_s=send_timeout_s,
+            idle_timeout_s=settings.idle_timeout_s,
+            busy=self._busy,
+            budget=budget,  # every event paid for before it is parsed (``gateway/realtime/budget.py``)
         )
         self._speech = speech
         self._principal = principal
         self._max_json_depth = max_json_depth
+        self._max_conversation_chars = settings.max_conversation_chars
         self._settings = SessionSettings(model=model)
         self._conversation_id = events.new_id("conv")
         self._items: list[Item] = []
@@ -187,7 +195,7 @@ class OpenAIRealtimeSession(EndedByServer):
         elif isinstance(event, ConversationItemDelete):
             await self._delete_item(event)
         elif isinstance(event, ConversationItemRetrieve):
-            await self._send(events.conversation_item_retrieved(self._item(event.item_id, event.event_id)))
+            await self._echo(events.conversation_item_retrieved(self._item(event.item_id, event.event_id)))
         elif isinstance(event, ResponseCreate):
             await self._create_response(event)
         elif isinstance(event, ResponseCancel | OutputAudioBufferClear):
@@ -222,10 +230,17 @@ class OpenAIRealtimeSession(EndedByServer):
                 param="item.id",
                 event_id=event.event_id,
             )
+        if (size := len(event.item.text)) > self._max_conversation_chars:
+            raise RealtimeProtocolError(
+                f"The item has {size} characters; a conversation keeps at most {self._max_conversation_chars}.",
+                code="conversation_too_large",
+                param="item.content",
+                event_id=event.event_id,
+            )
         before = self._items[at - 1].id if at > 0 else None
         self._keep(event.item, at)
-        await self._send(events.conversation_item_added(event.item, previous_item_id=before))
-        await self._send(events.conversation_item_done(event.item, previous_item_id=before))
+        await self._echo(events.conversation_item_added(event.item, previous_item_id=before))
+        await self._echo(events.conversation_item_done(event.item, previous_item_id=before))
 
     async def _delete_item(self, event: ConversationItemDelete) -> None:
         del self._items[self._index(event.item_id, event.event_id, param="item_id")]
@@ -383,9 +398,13 @@ class OpenAIRealtimeSession(EndedByServer):
             self._end(SessionDrainedError())
 
     def _keep(self, item: Item, at: int | None = None) -> None:
-        """Add ``item`` to the conversation (at the end, or at ``at``), dropping the oldest beyond the cap."""
+        """Add ``item`` to the conversation (at the end, or at ``at``), dropping the oldest beyond the caps: at most
+        ``MAX_CONVERSATION_ITEMS`` items, ``realtime.max_conversation_chars`` characters (the item kept whatever)."""
         self._items.insert(len(self._items) if at is None else at, item)
         del self._items[: max(0, len(self._items) - MAX_CONVERSATION_ITEMS)]
+        chars = sum(len(kept.text) for kept in self._items)
+        while chars > self._max_conversation_chars and len(self._items) > 1:
+            chars -= len(self._items.pop(1 if self._items[0] is item else 0).text)
 
     def _last_item_id(self) -> str | None:
         return self._items[-1].id if self._items else None
@@ -398,6 +417,13 @@ class OpenAIRealtimeSession(EndedByServer):
     # ----------------------------------------------------------------- plumbing
     async def _send(self, text: str) -> None:
         await self._channel.send(text)
+
+    async def _echo(self, text: str) -> None:
+        """Send what repeats the client's own message back to it: its bytes are the client's to pay for, so that an
+        echo never multiplies what a client may make the server send."""
+        if self._channel.budget is not None:
+            self._channel.budget.echoed(len(text))
+        await self._send(text)
 
 
 def _encoder(settings: SessionSettings) -> AudioEncoder | None:
