@@ -47,7 +47,7 @@ import logging
 import re
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from litestar.exceptions import WebSocketDisconnect
 from pydantic import ValidationError
@@ -70,11 +70,20 @@ if TYPE_CHECKING:
     from auth import Principal
     from gateway.audio import AudioEncoder, Encoding
     from gateway.realtime.budget import SocketBudget
+    from gateway.schemas import SpeechRequest
     from gateway.settings import RealtimeSettings
     from gateway.speech.alignment import CharacterTimes, WordTime
     from gateway.speech.service import SpeechService
 
-__all__ = ["DEFAULT_CONTEXT_ID", "MAX_CONTEXTS", "ElevenLabsStreamSession", "SingleContextSession", "error_message"]
+__all__ = [
+    "DEFAULT_CONTEXT_ID",
+    "MAX_CONTEXTS",
+    "ElevenLabsStreamSession",
+    "PieceRenderer",
+    "SessionContext",
+    "SingleContextSession",
+    "error_message",
+]
 
 logger = logging.getLogger("tts_gateway.realtime")
 
@@ -121,6 +130,10 @@ class _Context:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     encoder: AudioEncoder | None = None
     task: asyncio.Task[None] | None = None
+
+
+SessionContext = _Context
+"""A context, as a dialect on this session sees it."""
 
 
 class ElevenLabsStreamSession(EndedByServer):
@@ -363,14 +376,12 @@ class ElevenLabsStreamSession(EndedByServer):
 
     async def _speak(self, context: _Context, text: str) -> None:
         record = RequestRecord(f"{self.id}/{context.id}", "WEBSOCKET", "context")  # not logged: the session is
-        request = self.speech_request(text, context.voice_settings).speech_request(self._voice_id)
+        request = self._piece_request(context, text)
         if context.encoder is None:
             context.encoder = open_encoding(self._encoding, PIPELINE_RATE)
         encoder = context.encoder
-        tag = self._tag(context.id)
+        render = self._piece_renderer(context)
         words: list[WordTime] = []
-        lead = context.gap_s if context.spoken > 0 else None  # the space between this piece and the one before
-        since = 0.0
         seconds = 0.0
         try:
             speaking = self._speech.speak(
@@ -388,28 +399,43 @@ class ElevenLabsStreamSession(EndedByServer):
                     data = encoder.encode(chunk.audio) if chunk.audio else b""
                     words.extend(chunk.words)
                     run = cursor.advance(words) if chunk.words else None
-                    if data or run is not None:
-                        await self._send(_audio_message(tag, data, run, since, lead=lead if run else None))
-                        if run is not None:
-                            since, lead = run.ends[-1], None
+                    for message in render.audio(data, run, seconds):
+                        await self._send(message)
                 run = cursor.advance(words, audio_s=seconds)
                 tail = encoder.drain()
                 context.gap_s = encoder.drained_s
-                if tail or run is not None:
-                    await self._send(_audio_message(tag, tail, run, since, lead=lead if run else None))
+                for message in render.end(tail, run, seconds, encoder.drained_s):
+                    await self._send(message)
         finally:
             context.spoken += 1
             if seconds > 0:
                 self.pieces_spoken += 1
                 self.audio_seconds += seconds
 
+    # Extension points of a dialect on this session (``dialogue_socket.py``): a piece's request, its messages out, and
+    # a context's last ones.
+    def _piece_request(self, context: _Context, text: str) -> SpeechRequest:
+        """The request that speaks one piece of ``context``'s text."""
+        return self.speech_request(text, context.voice_settings).speech_request(self._voice_id)
+
+    def _piece_renderer(self, context: _Context) -> PieceRenderer:
+        """What renders one piece's audio and alignment as messages out."""
+        lead = context.gap_s if context.spoken > 0 else None  # the space between this piece and the one before
+        return _StreamInputPiece(self._tag(context.id), lead)
+
+    def _final_messages(self, context: _Context, tail: bytes) -> list[str]:
+        """A closed context's last messages: the audio its encoder held, then ``isFinal``."""
+        tag = self._tag(context.id)
+        audio = [_audio_message(tag, tail, None, 0.0, lead=None)] if tail else []
+        return [*audio, json.dumps({"isFinal": True, **tag})]
+
     async def _final(self, context: _Context) -> None:
         """The context's last audio (what its encoder holds), then ``isFinal``; it is closed."""
         if self._contexts.get(context.id) is context:
             del self._contexts[context.id]
-        if context.encoder is not None and (tail := context.encoder.finish()):
-            await self._send(_audio_message(self._tag(context.id), tail, None, 0.0, lead=None))
-        await self._send(json.dumps({"isFinal": True, **self._tag(context.id)}))
+        tail = context.encoder.finish() if context.encoder is not None else b""
+        for message in self._final_messages(context, tail):
+            await self._send(message)
         if self._draining and not self._busy():
             self._end(SessionDrainedError())
 
@@ -442,6 +468,40 @@ class SingleContextSession(ElevenLabsStreamSession):
         if (context := self._contexts.get(DEFAULT_CONTEXT_ID)) is not None and not context.closing:
             self._add(context, "", flush=True)
         await super()._close_socket()
+
+
+class PieceRenderer(Protocol):
+    """Renders the messages out of one piece as it is spoken: its audio, and its characters' times as they become
+    known."""
+
+    def audio(self, data: bytes, run: CharacterTimes | None, heard_s: float) -> list[str]:
+        """The messages of encoded ``data`` and the characters ``run`` that became known with it; ``heard_s``: the
+        piece's audio so far, with this one's, in seconds."""
+
+    def end(self, tail: bytes, run: CharacterTimes | None, heard_s: float, drained_s: float) -> list[str]:
+        """The piece's last messages: the encoder's ``tail`` (``drained_s`` of silence after ``heard_s``) and the
+        characters left."""
+
+
+class _StreamInputPiece:
+    """Text-to-speech sockets: each alignment counted from the end of the one before (where Pipecat's clock stands),
+    the first after ``lead`` seconds of space since the context's previous piece."""
+
+    def __init__(self, tag: dict[str, Any], lead: float | None) -> None:
+        self._tag = tag
+        self._lead = lead
+        self._since = 0.0
+
+    def audio(self, data: bytes, run: CharacterTimes | None, heard_s: float) -> list[str]:
+        if not data and run is None:
+            return []
+        message = _audio_message(self._tag, data, run, self._since, lead=self._lead if run else None)
+        if run is not None:
+            self._since, self._lead = run.ends[-1], None
+        return [message]
+
+    def end(self, tail: bytes, run: CharacterTimes | None, heard_s: float, drained_s: float) -> list[str]:
+        return self.audio(tail, run, heard_s)
 
 
 def _parse(message: ReceiveMessage) -> dict[str, Any]:
