@@ -13,6 +13,7 @@ from __future__ import annotations
 from litestar import Router
 
 from gateway.elevenlabs.dialogue import TextToDialogueController
+from gateway.elevenlabs.dialogue_socket import dialogue_multi_stream_input, dialogue_stream_input
 from gateway.elevenlabs.dictionaries import PronunciationDictionariesController
 from gateway.elevenlabs.errors import EXCEPTION_HANDLERS
 from gateway.elevenlabs.speech import TextToSpeechController
@@ -21,11 +22,13 @@ from gateway.elevenlabs.websocket import multi_stream_input, stream_input
 
 __all__ = ["elevenlabs_router"]
 
+_SOCKETS = [multi_stream_input, stream_input, dialogue_multi_stream_input, dialogue_stream_input]
+
 
 def elevenlabs_router(*, websockets: bool = True) -> Router:
     """ElevenLabs' routes, answering every error in ElevenLabs' shape (a front gateway's only: an engine node serves
-    its front gateways, which speak OpenAI's API to it); ``websockets``: with its text-to-speech WebSockets (where the
-    realtime endpoints are enabled)."""
+    its front gateways, which speak OpenAI's API to it); ``websockets``: with its text-to-speech and text-to-dialogue
+    WebSockets (where the realtime endpoints are enabled)."""
     return Router(
         path="/",
         route_handlers=[
@@ -34,7 +37,7 @@ def elevenlabs_router(*, websockets: bool = True) -> Router:
             VoicesController,
             VoicesV2Controller,
             PronunciationDictionariesController,
-            *([multi_stream_input, stream_input] if websockets else []),
+            *(_SOCKETS if websockets else []),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
     )

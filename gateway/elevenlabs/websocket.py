@@ -54,6 +54,7 @@ __all__ = [
     "MULTI_STREAM_PATH",
     "STREAM_INPUT_PATH",
     "multi_stream_input",
+    "serve_session",
     "stream_input",
 ]
 
@@ -67,18 +68,19 @@ _FIRST_MESSAGE_CREDENTIALS = ("xi-api-key", "xi_api_key", "authorization")
 @websocket(MULTI_STREAM_PATH, name="elevenlabs_multi_stream_input")
 async def multi_stream_input(socket: WebSocket[Any, Any, Any], voice_id: VoiceId) -> None:
     """ElevenLabs' multi-context text-to-speech WebSocket: the messages are in ``docs/elevenlabs.md``."""
-    await _serve(socket, voice_id, ElevenLabsStreamSession, "/v1/text-to-speech/multi-stream-input")
+    await serve_session(socket, voice_id, ElevenLabsStreamSession, "/v1/text-to-speech/multi-stream-input")
 
 
 @websocket(STREAM_INPUT_PATH, name="elevenlabs_stream_input")
 async def stream_input(socket: WebSocket[Any, Any, Any], voice_id: VoiceId) -> None:
     """ElevenLabs' single-context text-to-speech WebSocket: the messages are in ``docs/elevenlabs.md``."""
-    await _serve(socket, voice_id, SingleContextSession, "/v1/text-to-speech/stream-input")
+    await serve_session(socket, voice_id, SingleContextSession, "/v1/text-to-speech/stream-input")
 
 
-async def _serve(
+async def serve_session(
     socket: WebSocket[Any, Any, Any], voice_id: str, session_type: type[ElevenLabsStreamSession], path: str
 ) -> None:
+    """Serve one of ElevenLabs' sockets with a session of ``session_type`` (the dialect), from the handshake on."""
     state = gateway_state(socket.app)
     headers = socket.headers
 

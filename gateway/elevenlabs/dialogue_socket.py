@@ -1,0 +1,370 @@
+"""ElevenLabs' Text-to-Dialogue WebSockets, ``/v1/text-to-dialogue/multi-stream-input`` (Pipecat's
+``ElevenLabsDialogueTTSService``, LiveKit's ``elevenlabs.TTS`` with an ``eleven_v3``/``eleven_v4`` model) and the
+single-context ``…/stream-input``: a dialect on the text-to-speech socket's session (``session.py``), whose contexts,
+sentence buffers, speaking, cancellation and alignment it reuses; only the messages in and out differ.
+
+Messages, field for field as the ``elevenlabs`` SDK (2.78) types them (``TextToDialogueWebsocketClientMessageMulti``,
+``…AudioChunkMulti``, ``…FinalMulti``, ``…FinalAudioForTurnMulti``):
+
+- in: ``{"context_id", "voices": [...], "voice_settings"?, "pronunciation_dictionary_locators"?}`` opens a context
+  with the voices it may speak in (1 to 10; a context is registered once); ``{"context_id", "inputs": [{"text",
+  "voice_id", "new_turn"?}], "flush"?}`` appends lines, each in one of its voices: a line in another voice than the one
+  before, or with ``new_turn``, first speaks what is held (a piece is one voice's); ``{"context_id", "flush": true}``
+  speaks what is held; ``{"context_id", "close_context": true}`` speaks what is held, then ``is_final``;
+  ``{"context_id", "keep_alive": true}`` resets the context's idle clock; ``{"close_socket": true}`` closes every
+  context as ``close_context`` does, then the socket. A context that hears nothing for ``inactivity_timeout`` seconds
+  (20 by default) is closed by the server, as ElevenLabs does (LiveKit sends keep-alives every 10 s for that).
+- out: ``{"audio", "is_final": false, "context_id", "alignment", "normalized_alignment"}`` (alignment in snake case,
+  ``{chars, char_start_times_ms, char_durations_ms}``), ``{"is_final_audio_for_turn": true, "context_id"}`` after each
+  piece, ``{"is_final": true, "context_id"}`` once a closed context's audio has ended; an error is ``{"message",
+  "error", "code", "context_id"}``.
+
+Alignment restarts at zero in every message, and the two clients keep their clocks differently: LiveKit advances its
+by each message's audio (bytes), Pipecat by each alignment's end. So an alignment spans exactly the audio of its
+message: it holds the characters that start in that audio, the last one's end cut (or, at a piece's end, stretched) to
+the audio's end; audio no character starts in is owed, and the next alignment is counted from where it began.
+
+``stream-input`` is the same with one context, which its first message opens with ``voices``; messages carry no
+``context_id``; ``close_socket`` (or the end of the input) speaks what is held, ``is_final`` follows, and the server
+closes the socket with 1000.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from litestar import WebSocket, websocket
+
+from gateway.elevenlabs.session import (
+    DEFAULT_CONTEXT_ID,
+    ElevenLabsStreamSession,
+    _dictionaries,
+    _invalid,
+    _voice_settings,
+    error_message,
+)
+from gateway.elevenlabs.timestamps import PendingCharacters
+from gateway.elevenlabs.websocket import serve_session
+from gateway.elevenlabs.wire import DEFAULT_DIALOGUE_MODEL_ID, MAX_DIALOGUE_VOICES, TextToSpeechRequest, VoiceSettings
+from gateway.http.errors import OpenAIError
+
+if TYPE_CHECKING:
+    from gateway.elevenlabs.session import PieceRenderer, SessionContext
+    from gateway.schemas import SpeechRequest
+    from gateway.speech.alignment import CharacterTimes
+
+__all__ = [
+    "DIALOGUE_MULTI_STREAM_PATH",
+    "DIALOGUE_STREAM_INPUT_PATH",
+    "DialogueSession",
+    "SingleDialogueSession",
+    "dialogue_multi_stream_input",
+    "dialogue_stream_input",
+]
+
+DIALOGUE_MULTI_STREAM_PATH = "/v1/text-to-dialogue/multi-stream-input"
+DIALOGUE_STREAM_INPUT_PATH = "/v1/text-to-dialogue/stream-input"
+
+
+@websocket(DIALOGUE_MULTI_STREAM_PATH, name="elevenlabs_dialogue_multi_stream_input")
+async def dialogue_multi_stream_input(socket: WebSocket[Any, Any, Any]) -> None:
+    """ElevenLabs' multi-context Text-to-Dialogue WebSocket: the messages are in ``docs/elevenlabs.md``."""
+    await serve_session(socket, "", DialogueSession, DIALOGUE_MULTI_STREAM_PATH)
+
+
+@websocket(DIALOGUE_STREAM_INPUT_PATH, name="elevenlabs_dialogue_stream_input")
+async def dialogue_stream_input(socket: WebSocket[Any, Any, Any]) -> None:
+    """ElevenLabs' single-context Text-to-Dialogue WebSocket: the messages are in ``docs/elevenlabs.md``."""
+    await serve_session(socket, "", SingleDialogueSession, DIALOGUE_STREAM_INPUT_PATH)
+
+
+class _Line(str):
+    """A piece of a context's text, with the voice that says it."""
+
+    voice_id: str
+
+    def __new__(cls, text: str, voice_id: str) -> _Line:
+        line = super().__new__(cls, text)
+        line.voice_id = voice_id
+        return line
+
+
+@dataclass
+class _Cast:
+    """What a dialogue context adds to a session's: its voices, the one speaking now, its idle timer and its clock."""
+
+    voices: list[str]
+    current: str
+    idle: asyncio.TimerHandle | None = None
+    owed_s: float = 0.0
+    """Audio sent since the end of the last alignment: the next one is counted from where it began."""
+
+
+class DialogueSession(ElevenLabsStreamSession):
+    """Serves one accepted, authenticated Text-to-Dialogue ``multi-stream-input`` WebSocket."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._casts: dict[str, _Cast] = {}
+        self._expiring: set[asyncio.Task[None]] = set()
+
+    def speech_request(self, text: str, voice_settings: VoiceSettings | None = None) -> TextToSpeechRequest:
+        return TextToSpeechRequest(
+            text=text, model_id=self._model_id or DEFAULT_DIALOGUE_MODEL_ID, voice_settings=voice_settings
+        )
+
+    async def check(self) -> None:
+        """Check, before the handshake is accepted, that the model can be served (its voices come per context).
+
+        Raises:
+            OpenAIError: a model the tenant may not use, or an unknown model.
+        """
+        pool = self._speech.planner.router.resolve(self.speech_request("-").model_id or DEFAULT_DIALOGUE_MODEL_ID)
+        voice = pool.info.voices[0].id if pool.info is not None and pool.info.voices else "-"
+        await self._speech.check(self._principal, self.speech_request("-").speech_request(voice))
+
+    async def run(self, first: dict[str, Any] | None = None) -> None:
+        try:
+            await super().run(first)
+        finally:
+            for cast in self._casts.values():
+                if cast.idle is not None:
+                    cast.idle.cancel()
+            for task in self._expiring:
+                task.cancel()
+
+    # ----------------------------------------------------------------- messages in
+    async def _take(self, message: dict[str, Any]) -> bool:
+        """Handle one message; an error names the context it was for, which LiveKit fails with it."""
+        try:
+            if self._ends_socket(message):
+                await self._close_socket()
+                return True
+            await self._handle(message)
+        except OpenAIError as error:
+            await self._send(self._error(error, message))
+        return False
+
+    def _error(self, error: OpenAIError, message: dict[str, Any]) -> str:
+        context_id = message.get("context_id")
+        if not isinstance(context_id, str) or not self._tag(context_id):
+            return error_message(error)
+        return json.dumps({**json.loads(error_message(error)), "context_id": context_id})
+
+    async def _handle(self, message: dict[str, Any]) -> None:
+        context_id = self._context_id(message)
+        if message.get("voices") is not None:
+            await self._register(context_id, message)
+        context = self._contexts.get(context_id)
+        cast = self._casts.get(context_id)
+        if context is None or cast is None:
+            raise _invalid(
+                f"Context {context_id} is not open: open it with its `voices` first.", "context_not_registered"
+            )
+        self._touch(context_id, cast)
+        if message.get("close_context") is True:
+            await self._close(context)
+            return
+        inputs = _inputs(message.get("inputs"))
+        flush = message.get("flush") is True
+        if not inputs and not flush:
+            return  # a keep-alive, or a registration alone
+        if context.closing:
+            raise _invalid(f"Context {context_id} is closing: open another one.", "context_closing")
+        if self._draining:
+            raise OpenAIError(503, "The server is shutting down: reconnect to go on.", code="server_shutting_down")
+        for text, voice_id, new_turn in inputs:
+            self._line(context, cast, text, voice_id, new_turn=new_turn)
+        if flush:
+            self._append(context, cast, "", flush=True)
+
+    async def _register(self, context_id: str, message: dict[str, Any]) -> None:
+        """Open a context with the voices it may speak in (each checked as a request would be).
+
+        Raises:
+            OpenAIError: registered already, no voices or too many, a voice or setting that cannot be served.
+        """
+        if context_id in self._contexts:
+            raise _invalid(f"Context {context_id} is open already: its voices are registered once.", "context_exists")
+        voices = message["voices"]
+        if (
+            not isinstance(voices, list)
+            or not 1 <= len(voices) <= MAX_DIALOGUE_VOICES
+            or not all(isinstance(v, str) and 0 < len(v) <= 256 for v in voices)
+        ):
+            raise _invalid(f"voices must be a list of 1 to {MAX_DIALOGUE_VOICES} voice ids.", "invalid_voices")
+        settings = None if message.get("voice_settings") is None else _voice_settings(message["voice_settings"])
+        dictionaries = _dictionaries(message.get("pronunciation_dictionary_locators"))
+        for voice_id in dict.fromkeys(voices):
+            await self._speech.check(self._principal, self.speech_request("-", settings).speech_request(voice_id))
+        context = self._open(context_id)
+        context.voice_settings, context.dictionaries = settings, dictionaries
+        self._casts[context_id] = _Cast(voices=list(voices), current=voices[0])
+
+    def _line(self, context: SessionContext, cast: _Cast, text: str, voice_id: str, *, new_turn: bool) -> None:
+        """Append a line: a new voice, or a new turn, first speaks what the context holds (a piece has one voice).
+
+        Raises:
+            OpenAIError: a voice the context did not register (400).
+        """
+        if voice_id not in cast.voices:
+            raise _invalid(f"Voice {voice_id} is not one of context {context.id}'s voices.", "voice_not_registered")
+        if voice_id != cast.current or new_turn:
+            self._append(context, cast, "", flush=True)
+            cast.current = voice_id
+        self._append(context, cast, text, flush=False)
+
+    def _append(self, context: SessionContext, cast: _Cast, text: str, *, flush: bool) -> None:
+        """The session's append; the pieces it made are in the context's current voice."""
+        held = len(context.pieces)
+        self._add(context, text, flush=flush)
+        for index in range(held, len(context.pieces)):
+            context.pieces[index] = _Line(context.pieces[index], cast.current)
+
+    async def _close(self, context: SessionContext) -> None:
+        """ElevenLabs' ``close_context`` on a dialogue: what the context holds is spoken, then ``is_final``."""
+        if not context.closing and (cast := self._casts.get(context.id)) is not None:
+            self._append(context, cast, "", flush=True)
+        await self._close_context(context.id)
+
+    async def _close_socket(self) -> None:
+        for context in list(self._contexts.values()):
+            await self._close(context)
+        await super()._close_socket()
+
+    def _touch(self, context_id: str, cast: _Cast) -> None:
+        """Restart the context's idle clock: once it runs out, the server closes the context."""
+        if cast.idle is not None:
+            cast.idle.cancel()
+        loop = asyncio.get_running_loop()
+        cast.idle = loop.call_later(self._limits.idle_timeout_s, self._expire, context_id)
+
+    def _expire(self, context_id: str) -> None:
+        context = self._contexts.get(context_id)
+        if context is None or context.closing:
+            return
+        task = asyncio.create_task(self._close(context), name=f"elevenlabs-{self.id}-{context_id}-idle")
+        self._expiring.add(task)
+        task.add_done_callback(self._expiring.discard)
+
+    # ----------------------------------------------------------------- speaking and messages out
+    def _tag(self, context_id: str) -> dict[str, Any]:
+        return {"context_id": context_id}
+
+    def _piece_request(self, context: SessionContext, text: str) -> SpeechRequest:
+        voice_id = text.voice_id if isinstance(text, _Line) else self._casts[context.id].voices[0]
+        return self.speech_request(text, context.voice_settings).speech_request(voice_id)
+
+    def _piece_renderer(self, context: SessionContext) -> PieceRenderer:
+        return _DialoguePiece(self._tag(context.id), self._casts[context.id], spaced=context.spoken > 0)
+
+    def _final_messages(self, context: SessionContext, tail: bytes) -> list[str]:
+        tag = self._tag(context.id)
+        cast = self._casts.pop(context.id, None)
+        if cast is not None and cast.idle is not None:
+            cast.idle.cancel()
+        audio = [_audio_message(tag, tail, None)] if tail else []
+        return [*audio, json.dumps({"is_final": True, **tag})]
+
+
+class SingleDialogueSession(DialogueSession):
+    """Serves one Text-to-Dialogue ``stream-input`` WebSocket: one context, which its first message opens."""
+
+    def _context_id(self, message: dict[str, Any]) -> str:
+        return DEFAULT_CONTEXT_ID
+
+    def _tag(self, context_id: str) -> dict[str, Any]:
+        return {}
+
+
+class _DialoguePiece:
+    """One piece's messages: each alignment spans its message's audio (the module's docstring says why)."""
+
+    def __init__(self, tag: dict[str, Any], cast: _Cast, *, spaced: bool) -> None:
+        self._tag = tag
+        self._cast = cast
+        self._spaced = spaced
+        """Whether a piece came before: the first alignment then starts with the space between the two."""
+        self._pending = PendingCharacters()
+        self._heard_s = 0.0
+
+    def audio(self, data: bytes, run: CharacterTimes | None, heard_s: float) -> list[str]:
+        if run is not None:
+            self._pending.add(run)
+        return self._message(data, self._pending.until(heard_s), heard_s, last=False)
+
+    def end(self, tail: bytes, run: CharacterTimes | None, heard_s: float, drained_s: float) -> list[str]:
+        if run is not None:
+            self._pending.add(run)
+        messages = self._message(tail, self._pending.until(), heard_s + drained_s, last=True)
+        return [*messages, json.dumps({"is_final_audio_for_turn": True, **self._tag})]
+
+    def _message(self, data: bytes, characters: CharacterTimes | None, heard_s: float, *, last: bool) -> list[str]:
+        """The message of the audio up to ``heard_s`` with ``characters`` (those that start in it)."""
+        began_s, self._heard_s = self._heard_s, heard_s
+        alignment = None
+        if characters is None:
+            self._cast.owed_s += heard_s - began_s
+        else:
+            alignment, end_s = _alignment(characters, began_s - self._cast.owed_s, heard_s, stretch=last)
+            self._cast.owed_s = max(0.0, heard_s - end_s)
+            if self._spaced:  # the space spans what came before the first character
+                self._spaced = False
+                first_ms = alignment["char_start_times_ms"][0]
+                alignment = {
+                    "chars": [" ", *alignment["chars"]],
+                    "char_start_times_ms": [0, *alignment["char_start_times_ms"]],
+                    "char_durations_ms": [first_ms, *alignment["char_durations_ms"]],
+                }
+        if not data and alignment is None:
+            return []
+        return [_audio_message(self._tag, data, alignment)]
+
+
+def _alignment(
+    characters: CharacterTimes, base_s: float, end_s: float, *, stretch: bool
+) -> tuple[dict[str, Any], float]:
+    """``{chars, char_start_times_ms, char_durations_ms}`` counted from ``base_s``, the last character ending at
+    ``end_s`` at the latest (or exactly, with ``stretch``); and where it ends."""
+    starts = [max(0, round((start - base_s) * 1000)) for start in characters.starts]
+    last_s = end_s if stretch else min(characters.ends[-1], end_s)
+    ends = [*characters.ends[:-1], max(last_s, characters.starts[-1])]
+    ends_ms = [max(start, round((end - base_s) * 1000)) for start, end in zip(starts, ends, strict=True)]
+    durations = [end - start for start, end in zip(starts, ends_ms, strict=True)]
+    return {"chars": characters.characters, "char_start_times_ms": starts, "char_durations_ms": durations}, ends[-1]
+
+
+def _audio_message(tag: dict[str, Any], audio: bytes, alignment: dict[str, Any] | None) -> str:
+    return json.dumps(
+        {
+            "audio": base64.b64encode(audio).decode(),
+            "is_final": False,
+            **tag,
+            "alignment": alignment,
+            "normalized_alignment": alignment,
+        }
+    )
+
+
+def _inputs(value: object) -> list[tuple[str, str, bool]]:
+    """A message's ``inputs``: ``(text, voice_id, new_turn)`` each.
+
+    Raises:
+        OpenAIError: not a list of ``{"text", "voice_id", "new_turn"?}`` (400).
+    """
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _invalid("inputs must be a list of {text, voice_id} lines.")
+    lines = []
+    for line in value:
+        text = line.get("text") if isinstance(line, dict) else None
+        voice_id = line.get("voice_id") if isinstance(line, dict) else None
+        if not isinstance(text, str) or not isinstance(voice_id, str):
+            raise _invalid("Each of inputs is {text, voice_id, new_turn?}, text and voice_id strings.")
+        lines.append((text, voice_id, line.get("new_turn") is True))
+    return lines
