@@ -1,42 +1,82 @@
-"""``POST /v1/text-to-dialogue`` (the whole audio) and ``…/stream`` (the audio as it is spoken): ElevenLabs'
-multi-speaker dialogue, each turn in its voice, one audio in order.
+"""``POST /v1/text-to-dialogue`` (the whole audio) and ``…/stream`` (the audio as it is spoken), each also
+``…/with-timestamps`` (the audio in base64 JSON with its characters' times and ``voice_segments``: which turn, in which
+voice, is heard when): ElevenLabs' multi-speaker dialogue, each turn in its voice, one audio in order.
 
 The turns become one script (``gateway/text``: a span per turn in its voice, its break tags as silences) spoken
 through the one speech pipeline (:meth:`SpeechService.speak`): each turn is a segment job of its own through the
 engine's fair scheduler, the whole is cached as one, and the PCM is encoded at the edge as on the text-to-speech
 routes (``speech.py``).
+
+The characters are the script's text (the turns' spoken texts, one space between two), as the SDK's
+``convert_with_timestamps`` reads them; a voice segment is one turn's run of characters (``dialogue_input_index``:
+the turn's place in ``inputs``), its times its first character's start and its last one's end. On the stream, each
+line's segments cover that line's characters, their indexes counted in the whole text as its times are.
 """
 
 from __future__ import annotations
 
+import base64
 from typing import TYPE_CHECKING, Any
 
 from litestar import Controller, Request, Response
+from litestar.background_tasks import BackgroundTask
+from litestar.openapi.spec import Operation
 from litestar.params import JSONBody  # noqa: TC002 - read at runtime, by Litestar
+from litestar.response import Stream
+from pydantic import BaseModel
 
 from gateway.elevenlabs.formats import CONTENT_TYPES, DEFAULT_OUTPUT_FORMAT
 from gateway.elevenlabs.speech import (
+    JSON_LINES,
     Format,
+    JsonLinesOperation,
     Logging,
     audio_route,
     encoding_of,
     speak_pcm,
     streamed,
+    timed_lines,
     whole_audio,
 )
-from gateway.elevenlabs.wire import TextToDialogueRequest  # noqa: TC001 - read at runtime, as JSONBody
+from gateway.elevenlabs.wire import CharacterAlignment, TextToDialogueRequest
 from gateway.http.auth.dependencies import Caller  # noqa: TC001 - read at runtime, as JSONBody
 from gateway.http.disconnect import unless_client_leaves
 from gateway.text import Markup
+from gateway.text.breaks import read_breaks
+from gateway.text.script import Speech
 
 if TYPE_CHECKING:
     from auth import Principal
     from gateway.elevenlabs.formats import OutputFormat
+    from gateway.speech.alignment import CharacterTimes
     from gateway.speech.service import SpeechReply
 
-__all__ = ["DIALOGUE_PATH", "TextToDialogueController"]
+__all__ = ["DIALOGUE_PATH", "AudioWithVoiceSegments", "TextToDialogueController", "VoiceSegment"]
 
 DIALOGUE_PATH = "/v1/text-to-dialogue"
+
+
+class VoiceSegment(BaseModel):
+    """A turn's run of the characters (the SDK's ``VoiceSegment``)."""
+
+    voice_id: str
+    start_time_seconds: float
+    end_time_seconds: float
+    character_start_index: int
+    character_end_index: int
+    """Exclusive."""
+    dialogue_input_index: int
+    """The turn's place in the request's ``inputs``."""
+
+
+class AudioWithVoiceSegments(BaseModel):
+    """``…/with-timestamps``' body, and each line of ``…/stream/with-timestamps`` (the SDK's
+    ``AudioWithTimestampsAndVoiceSegmentsResponseModel``); ``normalized_alignment`` is ``alignment``."""
+
+    audio_base64: str
+    alignment: CharacterAlignment | None = None
+    normalized_alignment: CharacterAlignment | None = None
+    voice_segments: list[VoiceSegment]
 
 
 class TextToDialogueController(Controller):
@@ -69,6 +109,98 @@ class TextToDialogueController(Controller):
         encoding = encoding_of(output_format)
         reply, headers = await _speak(request, principal, data, output_format)
         return streamed(reply, encoding, headers)
+
+    @audio_route(
+        "/with-timestamps",
+        "elevenLabsTextToDialogueWithTimestamps",
+        "ElevenLabs: the whole audio of a dialogue in base64, with its characters' times and each turn's segment.",
+        operation_class=Operation,  # the body's own schema
+    )
+    async def convert_with_timestamps(
+        self,
+        request: Request[Any, Any, Any],
+        data: JSONBody[TextToDialogueRequest],
+        principal: Caller,
+        output_format: Format = DEFAULT_OUTPUT_FORMAT,
+        enable_logging: Logging = None,
+    ) -> Response[AudioWithVoiceSegments]:
+        encoding = encoding_of(output_format)
+        reply, headers = await _speak(request, principal, data, output_format)
+        audio = await unless_client_leaves(request.receive, whole_audio(reply, encoding))
+        return Response(_with_segments(_turns(data), audio, reply.alignment.characters()), headers=headers)
+
+    @audio_route(
+        "/stream/with-timestamps",
+        "elevenLabsTextToDialogueStreamWithTimestamps",
+        "ElevenLabs: the audio of a dialogue as it is spoken, in JSON lines with its characters' times and turns.",
+        operation_class=JsonLinesOperation,
+    )
+    async def stream_with_timestamps(
+        self,
+        request: Request[Any, Any, Any],
+        data: JSONBody[TextToDialogueRequest],
+        principal: Caller,
+        output_format: Format = DEFAULT_OUTPUT_FORMAT,
+        enable_logging: Logging = None,
+    ) -> Stream:
+        encoding = encoding_of(output_format)
+        reply, headers = await _speak(request, principal, data, output_format)
+        turns = _turns(data)
+
+        def line(audio: bytes, characters: CharacterTimes | None) -> bytes:
+            return _with_segments(turns, audio, characters).model_dump_json().encode() + b"\n"
+
+        release = BackgroundTask(reply.close)  # as the stream route's
+        return Stream(timed_lines(reply, encoding, line), media_type=JSON_LINES, headers=headers, background=release)
+
+
+_Turn = tuple[str, int, int]
+"""A turn's voice and its characters ``[start, end)`` in the script's text."""
+
+
+def _turns(data: TextToDialogueRequest) -> list[_Turn]:
+    """Where each turn's characters lie in the script's text (its spans joined by one space: ``Script.text``)."""
+    turns: list[_Turn] = []
+    offset = 0
+    for turn in data.inputs:
+        start = offset
+        for part in read_breaks(turn.text).parts:
+            if isinstance(part, Speech):
+                offset += len(part.text.strip()) + 1
+        turns.append((turn.voice_id, start, max(start, offset - 1)))
+    return turns
+
+
+def _with_segments(turns: list[_Turn], audio: bytes, characters: CharacterTimes | None) -> AudioWithVoiceSegments:
+    """A piece of audio with its characters' times and the turns those characters belong to."""
+    alignment = CharacterAlignment.model_validate(characters.rest_api()) if characters is not None else None
+    return AudioWithVoiceSegments(
+        audio_base64=base64.b64encode(audio).decode("ascii"),
+        alignment=alignment,
+        normalized_alignment=alignment,
+        voice_segments=_segments(turns, characters) if characters is not None else [],
+    )
+
+
+def _segments(turns: list[_Turn], characters: CharacterTimes) -> list[VoiceSegment]:
+    """The turns' runs among ``characters`` (indexes in the whole text; a space between two turns is neither's)."""
+    first, stop = characters.first, characters.first + len(characters.characters)
+    segments = []
+    for index, (voice_id, start, end) in enumerate(turns):
+        low, high = max(start, first), min(end, stop)
+        if low >= high:
+            continue
+        segments.append(
+            VoiceSegment(
+                voice_id=voice_id,
+                start_time_seconds=round(characters.starts[low - first], 3),
+                end_time_seconds=round(characters.ends[high - 1 - first], 3),
+                character_start_index=low,
+                character_end_index=high,
+                dialogue_input_index=index,
+            )
+        )
+    return segments
 
 
 async def _speak(

@@ -46,7 +46,7 @@ from gateway.speech.alignment import CharacterCursor
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from auth import Principal
     from gateway.audio import Encoding
@@ -63,6 +63,7 @@ __all__ = [
     "encoding_of",
     "speak_pcm",
     "streamed",
+    "timed_lines",
     "whole_audio",
 ]
 
@@ -226,7 +227,7 @@ class TextToSpeechController(Controller):
         encoding = encoding_of(output_format)
         reply, headers = await _speak_text(request, principal, voice_id, data, output_format, enable_ssml_parsing)
         release = BackgroundTask(reply.close)  # as the stream route's
-        return Stream(_timed_lines(reply, encoding), media_type=JSON_LINES, headers=headers, background=release)
+        return Stream(timed_lines(reply, encoding), media_type=JSON_LINES, headers=headers, background=release)
 
 
 async def _speak_text(  # noqa: PLR0917 - a route's parameters, passed on
@@ -324,13 +325,17 @@ def _line(audio: bytes, characters: CharacterTimes | None) -> bytes:
     return _with_timestamps(audio, characters).model_dump_json().encode() + b"\n"
 
 
-async def _timed_lines(reply: SpeechReply, encoding: Encoding) -> AsyncIterator[bytes]:
+async def timed_lines(
+    reply: SpeechReply, encoding: Encoding, line: Callable[[bytes, CharacterTimes | None], bytes] | None = None
+) -> AsyncIterator[bytes]:
     """The reply's audio in ``encoding`` as JSON lines: each piece (whole samples where that matters) with the
-    characters that start before the end of the PCM it was encoded from, times from the start of the audio.
+    characters that start before the end of the PCM it was encoded from, times from the start of the audio; each
+    rendered by ``line`` (``AudioWithTimestamps`` unless a dialogue's says more).
 
     A character is known once its word is (with, or after, the audio in which the word starts); then it goes with
     the next piece of audio, or the last line.
     """
+    line = line or _line
     alignment = reply.alignment
     cursor = CharacterCursor(alignment.text)
     pending = PendingCharacters()
@@ -342,10 +347,10 @@ async def _timed_lines(reply: SpeechReply, encoding: Encoding) -> AsyncIterator[
             pending.add(run)
         heard_s += len(chunk.audio) / PCM_BYTES_PER_SECOND
         if audio := units.take(encoder.encode(chunk.audio)):
-            yield _line(audio, pending.until(heard_s))
+            yield line(audio, pending.until(heard_s))
     if run := cursor.advance(alignment.words, alignment.audio_s):
         pending.add(run)
     audio = units.take(encoder.finish()) + units.rest()
     characters = pending.until()
     if audio or characters is not None:
-        yield _line(audio, characters)
+        yield line(audio, characters)

@@ -13,6 +13,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -236,3 +237,33 @@ async def test_livekit_with_eleven_v3_synthesizes_and_streams(gateway: GatewayPr
     assert "".join(str(word) for word in words).split() == text.split()
     starts = [word.start_time for word in words]
     assert starts == sorted(starts) and starts[-1] < seconds
+
+
+def test_the_sdks_dialogue_with_timestamps_names_both_turns(gateway: GatewayProcess) -> None:
+    """``text_to_dialogue.convert_with_timestamps`` and ``stream_with_timestamps`` (SDK 2.78): the audio, every
+    character's time, and a voice segment per turn (``dialogue_input_index``, its voice, its characters and times)."""
+    from elevenlabs import DialogueInput, ElevenLabs
+
+    turns = [DialogueInput(text="Good morning, everyone.", voice_id=HOST), DialogueInput(text="Hi!", voice_id=GUEST)]
+    with httpx.Client(timeout=30) as http:
+        client = ElevenLabs(api_key=KEY, base_url=gateway.base_url, httpx_client=http)
+        whole = client.text_to_dialogue.convert_with_timestamps(inputs=turns, output_format="pcm_24000")
+        lines = list(client.text_to_dialogue.stream_with_timestamps(inputs=turns, output_format="pcm_24000"))
+    seconds = len(base64.b64decode(whole.audio_base_64)) / 2 / RATE
+    assert whole.alignment is not None
+    characters = whole.alignment.characters
+    assert "".join(characters) == "Good morning, everyone. Hi!"
+    segments = whole.voice_segments
+    assert [(s.dialogue_input_index, s.voice_id) for s in segments] == [(0, HOST), (1, GUEST)]
+    assert ["".join(characters[s.character_start_index : s.character_end_index]) for s in segments] == [
+        "Good morning, everyone.",
+        "Hi!",
+    ]
+    first, second = segments
+    assert 0 <= first.start_time_seconds < first.end_time_seconds <= second.start_time_seconds
+    assert second.start_time_seconds < second.end_time_seconds <= seconds + 0.01
+    # The stream: the same characters, line after line, each line's segments within its characters.
+    streamed = [c for line in lines if line.alignment for c in line.alignment.characters]
+    assert "".join(streamed) == "".join(characters)
+    assert {s.dialogue_input_index for line in lines for s in line.voice_segments} == {0, 1}
+    assert sum(len(base64.b64decode(line.audio_base_64)) for line in lines) / 2 / RATE == pytest.approx(seconds)
