@@ -1,8 +1,9 @@
-"""One way to speak, five transports: ``POST /v1/audio/speech`` (httpx), the stream WebSocket
+"""One way to speak, six transports: ``POST /v1/audio/speech`` (httpx), the stream WebSocket
 ``/v1/audio/speech/stream`` (``websockets``), OpenAI's Realtime API on ``/v1/realtime`` (the official SDK),
 ElevenLabs' ``POST /v1/text-to-speech/{voice_id}/stream`` (the official ``elevenlabs`` SDK) and its
 ``/v1/text-to-speech/{voice_id}/stream-input`` WebSocket (``websockets``, as the SDK's ``convert_realtime`` speaks it;
-the multi-context socket is the same session).
+the multi-context socket is the same session), and its Text-to-Dialogue ``multi-stream-input`` WebSocket (a dialect on
+that session).
 
 Each asks a real gateway for 24 kHz PCM and reports what a client of it sees, so that one test can state a rule of the
 speech pipeline once and check it on every transport. A module, not a test module: test modules import from here.
@@ -288,5 +289,44 @@ class ElevenLabsSocket(_Client):
         return Spoken(outcome, audio, error, events=[m for m in messages if "audio" not in m])
 
 
-TRANSPORTS: tuple[Transport, ...] = (Http(), StreamSocket(), OpenAIRealtime(), ElevenLabsRest(), ElevenLabsSocket())
+class ElevenLabsDialogueSocket(_Client):
+    """ElevenLabs' Text-to-Dialogue ``multi-stream-input`` WebSocket, asking for ``pcm_24000`` with the key as
+    ``xi-api-key``, as Pipecat's and LiveKit's dialogue clients speak it: a context registered with its voice, the text
+    as an input in that voice with a flush, then ``close_socket`` (the server speaks it, sends ``is_final`` and closes
+    the socket); cancelling is hanging up after the first audio (``close_context`` speaks what is held)."""
+
+    name = "elevenlabs-dialogue-ws"
+
+    async def _speak(
+        self, gateway: GatewayProcess, key: str, model: str, voice: Voice, text: str, *, cancel: bool
+    ) -> Spoken:
+        voice_id = voice if isinstance(voice, str) else voice["id"]
+        base = gateway.base_url.replace("http://", "ws://")
+        url = f"{base}/v1/text-to-dialogue/multi-stream-input?model_id={model}&output_format=pcm_24000"
+        messages: list[dict[str, Any]] = []
+        try:
+            async with connect(url, additional_headers={"xi-api-key": key}) as socket, asyncio.timeout(_TIMEOUT_S):
+                await _send(socket, context_id="turn", voices=[voice_id])
+                await _send(socket, context_id="turn", inputs=[{"text": text, "voice_id": voice_id}], flush=True)
+                await _send(socket, close_socket=True)
+                async for message in socket:  # until the server closes the socket
+                    messages.append(json.loads(message))
+                    if cancel and messages[-1].get("audio"):
+                        break  # leaving the block hangs up
+        except InvalidStatus as refused:
+            return Spoken("failed", b"", json.loads(refused.response.body or b"")["detail"]["status"])
+        audio = b"".join(base64.b64decode(m["audio"]) for m in messages if m.get("audio"))
+        error = next((str(m["error"]) for m in messages if "error" in m), None)
+        outcome: Outcome = "cancelled" if cancel else "failed" if error is not None else "completed"
+        return Spoken(outcome, audio, error, events=[m for m in messages if "audio" not in m])
+
+
+TRANSPORTS: tuple[Transport, ...] = (
+    Http(),
+    StreamSocket(),
+    OpenAIRealtime(),
+    ElevenLabsRest(),
+    ElevenLabsSocket(),
+    ElevenLabsDialogueSocket(),
+)
 """Every transport, for ``pytest.mark.parametrize(..., ids=lambda t: t.name)``."""
