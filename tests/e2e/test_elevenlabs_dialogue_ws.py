@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 KEY = generate_api_key()
 HOST, GUEST = "alloy", "ash"
 RATE = 24000
+LONG_TEXT = "This turn is long enough to be cut short: it goes on and on, sentence after sentence. " * 3
 
 
 @pytest.fixture(scope="module")
@@ -197,12 +198,26 @@ async def test_pipecats_dialogue_service_speaks_and_barges_in(gateway: GatewayPr
         settings=dialogue.ElevenLabsDialogueTTSService.Settings(voice=HOST),
         sample_rate=RATE,
     )
-    sent = [frames.TTSSpeakFrame(text), utils.SleepFrame(4)]
+    after = "A new turn after the interruption."
+    sent = [
+        frames.TTSSpeakFrame(text),
+        utils.SleepFrame(4),
+        frames.TTSSpeakFrame(LONG_TEXT),
+        utils.SleepFrame(0.3),
+        frames.InterruptionFrame(),  # Pipecat closes the turn's context
+        frames.TTSSpeakFrame(after),
+        utils.SleepFrame(4),
+    ]
     down, _ = await utils.run_test(tts, frames_to_send=sent)
-    audio = b"".join(f.audio for f in down if isinstance(f, frames.TTSAudioRawFrame))
+    cut = next(i for i, f in enumerate(down) if isinstance(f, frames.InterruptionFrame))
+    first, rest = down[:cut], down[cut:]
+    audio = b"".join(f.audio for f in first if isinstance(f, frames.TTSAudioRawFrame))
     assert len(audio) / 2 / RATE > 2.0
-    assert " ".join(f.text for f in down if isinstance(f, frames.TTSTextFrame)).split() == text.split()
-    assert any(isinstance(f, frames.TTSStoppedFrame) for f in down)
+    words = " ".join(f.text for f in first if isinstance(f, frames.TTSTextFrame)).split()
+    assert words[: len(text.split())] == text.split()
+    assert any(isinstance(f, frames.TTSStoppedFrame) for f in first)
+    assert " ".join(f.text for f in rest if isinstance(f, frames.TTSTextFrame)).split() == after.split()
+    assert any(isinstance(f, frames.TTSAudioRawFrame) for f in rest)
     assert not any(isinstance(f, frames.ErrorFrame) for f in down)
 
 
