@@ -22,7 +22,8 @@ Messages, field for field as the ``elevenlabs`` SDK (2.78) types them (``TextToD
 Alignment restarts at zero in every message, and the two clients keep their clocks differently: LiveKit advances its
 by each message's audio (bytes), Pipecat by each alignment's end. So an alignment spans exactly the audio of its
 message: it holds the characters that start in that audio, the last one's end cut (or, at a piece's end, stretched) to
-the audio's end; audio no character starts in is owed, and the next alignment is counted from where it began.
+the audio's end; audio no character known covers is owed, and the next alignment is counted from where it began
+(Pipecat's clock stays exact; LiveKit's is late by that audio for one message, never cumulatively).
 
 ``stream-input`` is the same with one context, which its first message opens with ``voices``; messages carry no
 ``context_id``; ``close_socket`` (or the end of the input) speaks what is held, ``is_final`` follows, and the server
@@ -121,11 +122,13 @@ class DialogueSession(ElevenLabsStreamSession):
         """Check, before the handshake is accepted, that the model can be served (its voices come per context).
 
         Raises:
-            OpenAIError: a model the tenant may not use, or an unknown model.
+            OpenAIError: a model the tenant may not use, or an unknown model (an engine that does not list its voices
+                yet: the first voice registered finds out).
         """
-        pool = self._speech.planner.router.resolve(self.speech_request("-").model_id or DEFAULT_DIALOGUE_MODEL_ID)
-        voice = pool.info.voices[0].id if pool.info is not None and pool.info.voices else "-"
-        await self._speech.check(self._principal, self.speech_request("-").speech_request(voice))
+        request = self.speech_request("-")
+        pool = self._speech.planner.router.resolve(request.model_id or DEFAULT_DIALOGUE_MODEL_ID)  # 404: unknown
+        if pool.info is not None and pool.info.voices:  # any of its voices: the model is what is checked here
+            await self._speech.check(self._principal, request.speech_request(pool.info.voices[0].id))
 
     async def run(self, first: dict[str, Any] | None = None) -> None:
         try:
@@ -138,16 +141,12 @@ class DialogueSession(ElevenLabsStreamSession):
                 task.cancel()
 
     # ----------------------------------------------------------------- messages in
-    async def _take(self, message: dict[str, Any]) -> bool:
+    async def _handle(self, message: dict[str, Any]) -> None:
         """Handle one message; an error names the context it was for, which LiveKit fails with it."""
         try:
-            if self._ends_socket(message):
-                await self._close_socket()
-                return True
-            await self._handle(message)
+            await self._handle_dialogue(message)
         except OpenAIError as error:
             await self._send(self._error(error, message))
-        return False
 
     def _error(self, error: OpenAIError, message: dict[str, Any]) -> str:
         context_id = message.get("context_id")
@@ -155,7 +154,7 @@ class DialogueSession(ElevenLabsStreamSession):
             return error_message(error)
         return json.dumps({**json.loads(error_message(error)), "context_id": context_id})
 
-    async def _handle(self, message: dict[str, Any]) -> None:
+    async def _handle_dialogue(self, message: dict[str, Any]) -> None:
         context_id = self._context_id(message)
         if message.get("voices") is not None:
             await self._register(context_id, message)
@@ -244,8 +243,13 @@ class DialogueSession(ElevenLabsStreamSession):
         cast.idle = loop.call_later(self._limits.idle_timeout_s, self._expire, context_id)
 
     def _expire(self, context_id: str) -> None:
+        """The idle clock ran out: close the context, unless it is still speaking (then it is not idle)."""
         context = self._contexts.get(context_id)
-        if context is None or context.closing:
+        cast = self._casts.get(context_id)
+        if context is None or cast is None or context.closing:
+            return
+        if context.speaking or context.pieces:
+            self._touch(context_id, cast)
             return
         task = asyncio.create_task(self._close(context), name=f"elevenlabs-{self.id}-{context_id}-idle")
         self._expiring.add(task)
