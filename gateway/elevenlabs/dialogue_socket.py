@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -333,13 +334,16 @@ def _alignment(
     characters: CharacterTimes, base_s: float, end_s: float, *, stretch: bool
 ) -> tuple[dict[str, Any], float]:
     """``{chars, char_start_times_ms, char_durations_ms}`` counted from ``base_s``, the last character ending at
-    ``end_s`` at the latest (or exactly, with ``stretch``); and where it ends."""
-    starts = [max(0, round((start - base_s) * 1000)) for start in characters.starts]
+    ``end_s`` at the latest (or exactly, with ``stretch``); and where it ends as sent. Whole milliseconds rounded down:
+    a client's clock adds each alignment's end, so an end rounded up would run it ahead of the audio, message after
+    message; the remainder is counted in the next alignment's start instead."""
+    starts = [max(0, math.floor((start - base_s) * 1000)) for start in characters.starts]
     last_s = end_s if stretch else min(characters.ends[-1], end_s)
     ends = [*characters.ends[:-1], max(last_s, characters.starts[-1])]
-    ends_ms = [max(start, round((end - base_s) * 1000)) for start, end in zip(starts, ends, strict=True)]
+    ends_ms = [max(start, math.floor((end - base_s) * 1000)) for start, end in zip(starts, ends, strict=True)]
     durations = [end - start for start, end in zip(starts, ends_ms, strict=True)]
-    return {"chars": characters.characters, "char_start_times_ms": starts, "char_durations_ms": durations}, ends[-1]
+    alignment = {"chars": characters.characters, "char_start_times_ms": starts, "char_durations_ms": durations}
+    return alignment, base_s + ends_ms[-1] / 1000
 
 
 def _audio_message(tag: dict[str, Any], audio: bytes, alignment: dict[str, Any] | None) -> str:
