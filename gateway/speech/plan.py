@@ -6,6 +6,7 @@ dialogue), each part's voice and speed, and each part respelled (``gateway/text`
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -29,7 +30,17 @@ if TYPE_CHECKING:
     from gateway.speech.routing import ModelRouter
     from gateway.speech.voices import VoiceStore
 
-__all__ = ["CUSTOM_VOICE_PREFIX", "SPOKEN_CHARS_PER_INPUT_CHAR", "Job", "Planner", "SpeechPlan", "Voice"]
+__all__ = [
+    "CHARACTERS_PER_SILENT_SECOND",
+    "CUSTOM_VOICE_PREFIX",
+    "MAX_SILENCE_S",
+    "SPOKEN_CHARS_PER_INPUT_CHAR",
+    "Job",
+    "Planner",
+    "SpeechPlan",
+    "Voice",
+    "charged_characters",
+]
 
 CUSTOM_VOICE_PREFIX = "voice_"
 """How a custom voice's id starts: a script's voice that starts with it names one by id, any other by name."""
@@ -39,9 +50,17 @@ Job: TypeAlias = "SynthesisRequest | Silence"
 encoder's time-stretch brings it back to what the script asked for)."""
 
 SPOKEN_CHARS_PER_INPUT_CHAR = 4
-"""How much longer than the caller's text (4,096 characters at least) a request may become once its pronunciation
-dictionaries respelled it: aliases may be longer than what they replace, but a request is counted (and limited) by the
-caller's characters, so engine time must stay within a small multiple of them."""
+"""How much longer than the caller's text (4,096 characters at least) a request may become once every expansion
+(pronunciation dictionaries, ``say-as``, ``sub``) applied: what one request may make the engine say. Within it, a
+request is charged what is spoken (:func:`charged_characters`)."""
+
+MAX_SILENCE_S = 120.0
+"""The most seconds of silence (``<break>``, ElevenLabs' break tags) one request may ask for, all its breaks together;
+more is refused (400)."""
+
+CHARACTERS_PER_SILENT_SECOND = 4
+"""What a second of silence is charged, in characters: at most 0.25 s of silence per charged character, however short
+the markup that asks for it (``<break time="10s"/>`` is 19 characters)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +97,8 @@ class SpeechPlan:
     (a script of several parts is respelled span by span, and its timestamps name the respelled text)."""
     caller_text: str | None = None
     """What the caller wrote, when the engine says it respelled."""
+    characters: int = 0
+    """What the request is charged, in limits and usage (:func:`charged_characters`)."""
 
     @property
     def text(self) -> str:
@@ -157,21 +178,25 @@ class Planner:
             synthesis = replace(synthesis, text=respelled.text)
             caller_text = said if respelled.replacements else None
             kept = None if script is None or said == request.input else script
+            _check_spoken(respelled.text, _spoken_bound(request))  # say-as and sub expanded it too
             return SpeechPlan(
                 tenant.name, request, pool, info, voice, synthesis, tempo, kept,
                 pronunciation=versions, respelled=respelled, caller_text=caller_text,
+                characters=charged_characters(request.input, respelled.text),
             )  # fmt: skip
+        bound = _spoken_bound(request)
         if applied.lexicon:  # span by span, and the whole within the same bound
-            bound = _spoken_bound(request)
             script = script.pronounced(lambda text: _respelled(applied, text, bound).text)
-            _check_spoken(script.text, bound)
+        _check_spoken(script.text, bound)
+        silence = _checked_silence(script)
         synthesis = replace(synthesis, text=script.text)
         voices = {name: await self._resolve_voice(tenant, _in_voice(request, name), pool.name, info)
                   for name in sorted(script.voices())}  # fmt: skip
         jobs = _script_jobs(request.model, script, synthesis, info, voices, tempo)
         return SpeechPlan(
-            tenant.name, request, pool, info, voice, synthesis, tempo, script, voices, jobs, pronunciation=versions
-        )
+            tenant.name, request, pool, info, voice, synthesis, tempo, script, voices, jobs, pronunciation=versions,
+            characters=charged_characters(request.input, script.text, silence),
+        )  # fmt: skip
 
     async def _lexicon(self, tenant: Tenant, named: Sequence[tuple[str, str | None]] | None) -> AppliedLexicon:
         if self._pronunciation is None:
@@ -284,6 +309,32 @@ def _script_jobs(  # noqa: PLR0917 - the plan's parts a script's jobs come from
     return tuple(jobs)
 
 
+def charged_characters(caller: str, spoken: str, silence_s: float = 0.0) -> int:
+    """What a request is charged: the characters the engine is asked to speak once every expansion applied
+    (dictionaries, ``say-as``, ``sub``, a dialogue's turns) and its silences (:data:`CHARACTERS_PER_SILENT_SECOND`),
+    and never less than the caller's characters: plain text is charged its length, and markup that says less (tags)
+    is charged as sent."""
+    return max(len(caller), len(spoken) + math.ceil(silence_s * CHARACTERS_PER_SILENT_SECOND))
+
+
+def _checked_silence(script: Script) -> float:
+    """The seconds of silence ``script`` asks for, all its breaks together.
+
+    Raises:
+        OpenAIError: more than :data:`MAX_SILENCE_S` (400).
+    """
+    silence = sum(part.seconds for part in script.parts if isinstance(part, Silence))
+    if silence > MAX_SILENCE_S:
+        raise OpenAIError(
+            HTTP_400_BAD_REQUEST,
+            f"The breaks add up to {silence:.1f} seconds of silence; at most {MAX_SILENCE_S:.0f} may be asked for in "
+            "one request.",
+            param="input",
+            code="invalid_value",
+        )
+    return silence
+
+
 def _spoken_bound(request: SpeechRequest) -> int:
     """The longest text ``request`` may become once respelled (:data:`SPOKEN_CHARS_PER_INPUT_CHAR`)."""
     return SPOKEN_CHARS_PER_INPUT_CHAR * max(MAX_INPUT_CHARS, len(request.input))
@@ -310,12 +361,12 @@ def _respelled(applied: AppliedLexicon, text: str, bound: int) -> Respelled:
 
 
 def _check_spoken(text: str, bound: int) -> None:
-    """Refuse a respelled ``text`` over ``bound`` characters (400)."""
+    """Refuse a ``text`` to speak over ``bound`` characters (400)."""
     if len(text) > bound:
         raise OpenAIError(
             HTTP_400_BAD_REQUEST,
-            f"The text becomes {len(text)} characters once its pronunciation dictionaries respell it; at "
-            f"most {bound} may be spoken in this request.",
+            f"The text becomes {len(text)} characters once its pronunciation dictionaries respell it and its markup "
+            f"is expanded; at most {bound} may be spoken in this request.",
             param="input",
             code="string_above_max_length",
         )

@@ -131,6 +131,9 @@ class SpeechReply:
     followed by :meth:`close`, instead of through :meth:`audio`."""
     limits: LimitState | None = None
     """The tenant's standing after this request was admitted."""
+    characters: int | None = None
+    """What the request was charged (what it makes the engine say: ``SpeechPlan.characters``); ``None``: its
+    input's length."""
     on_cut: Callable[[Exception], None] | None = field(default=None, repr=False)
     """Told when the audio ends short after its first bytes (logged and counted there)."""
     tasks: BackgroundTasks = field(kw_only=True, repr=False)
@@ -207,7 +210,8 @@ class SpeechReply:
         yield json.dumps({"type": "speech.audio.done", "usage": self.usage().model_dump()})
 
     def usage(self) -> SpeechUsage:
-        return speech_usage(len(self.request.input), self.outcome.clock.seconds)
+        characters = len(self.request.input) if self.characters is None else self.characters
+        return speech_usage(characters, self.outcome.clock.seconds)
 
     @property
     def retries(self) -> int:
@@ -322,6 +326,7 @@ class SpeechService:
         script = self._script(request, markup, script)
         with span("speech.plan"):
             plan = await self.planner.plan(principal, request, script, dictionaries=dictionaries)
+        record.characters = plan.characters  # charged what it makes the engine say (gateway/speech/plan.py)
         tenant = principal.tenant
         key = self._cache_key(plan, tenant)
         finish = AsyncExitStack()
@@ -332,7 +337,7 @@ class SpeechService:
                 # Admission (limits and stream lease: one script) and the cache lookup travel together: one round
                 # trip to Redis before the first byte of a cache hit. A refused request's lookup is simply not used.
                 admitted = self.admission.admit(
-                    tenant, len(request.input), count_request=not in_session, hold_stream=None if in_session else finish
+                    tenant, plan.characters, count_request=not in_session, hold_stream=None if in_session else finish
                 )
                 with span("speech.admission"):
                     limits, cached = await asyncio.gather(admitted, self.cache.get(key))
@@ -394,7 +399,8 @@ class SpeechService:
         # Usage counts requests that were served (a stream cut short included), not ones that failed to start; a
         # job's segments count once, with the job (``gateway/jobs/runner.py``).
         if not of_job:
-            finish.callback(self._account_reply, request, reply.outcome, record, tenant, reply.cache_hit)
+            finish.callback(self._account_reply, plan.characters, reply.outcome, record, tenant, reply.cache_hit)
+        reply.characters = plan.characters
         reply.on_cut = functools.partial(self._cut, reply, record)
         record.engine, record.cache = reply.engine, "hit" if reply.cache_hit else "miss"
         record.ttfb_ms = round((time.perf_counter() - record.started) * 1000, 2)
@@ -599,10 +605,10 @@ class SpeechService:
             self.metrics.rtf.labels(engine).observe(wall_seconds / audio_seconds)
 
     def _account_reply(
-        self, request: SpeechRequest, outcome: _Outcome, record: RequestRecord, tenant: Tenant, hit: bool
+        self, characters: int, outcome: _Outcome, record: RequestRecord, tenant: Tenant, hit: bool
     ) -> None:
         record.audio_seconds = round(outcome.clock.seconds, 3)
-        self._account(tenant, len(request.input), outcome.clock.seconds, cache_hit=hit)
+        self._account(tenant, characters, outcome.clock.seconds, cache_hit=hit)
 
     def account_job(self, tenant: Tenant, characters: int, audio_seconds: float) -> None:
         """Record a completed speech job in the tenant's usage and the metrics: once, as one request with all of its
