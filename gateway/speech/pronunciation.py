@@ -2,8 +2,9 @@
 versions, and the lexicon a request is spoken with.
 
 Every change of a dictionary's rules makes a new version with a new ``version_id``; a version never changes, so the
-versions a request applies are part of its audio cache key (``gateway/speech/service.py``) and a compiled lexicon of
-a set of versions can be kept in memory for as long as wanted. A dictionary keeps its last :data:`KEPT_VERSIONS`
+versions a request applies are part of its audio cache key (``gateway/speech/service.py``) and each version's compiled
+lexicon can be kept in memory for as long as wanted: a request of several dictionaries joins theirs, compiling nothing
+(what a compile may cost, and who waits for it: docs/pronunciation.md). A dictionary keeps its last :data:`KEPT_VERSIONS`
 versions (a locator or a download naming an older one gets 404).
 
 A tenant only ever sees its own dictionaries: another tenant's id answers "not found", so ids do not leak. In Redis
@@ -18,10 +19,12 @@ replicas are applied one after the other, none lost.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections import OrderedDict
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,7 +37,7 @@ from gateway.text.pls import PLSError, RuleCaps, check_rules
 from storage import Page, sortable_id
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
     from storage import RedisClient
 
@@ -53,10 +56,11 @@ logger = logging.getLogger("tts_gateway.pronunciation")
 KEPT_VERSIONS = 10
 """Versions a dictionary keeps (its latest and the nine before it)."""
 _STATES_KEPT = 2_000_000
-"""Automaton states of the compiled lexicons a replica keeps (about 400 MB at most; least recently used out first). A
-lexicon is compiled from versions, which never change, so it is kept for as long as it is used."""
+"""Automaton states of the compiled versions a replica keeps (about 400 MB at most; least recently used out first). A
+version never changes, so its compiled lexicon is kept for as long as it is used."""
 _COMPILE_IN_THREAD = 200
-"""Rules from which a lexicon is compiled in a worker thread, off the event loop (3,000 rules take about a second)."""
+"""Rules from which a version is compiled in a worker thread, off the event loop (1,000 rules of 256-character
+graphemes take about 0.25 s)."""
 _UPDATE_TRIES = 5
 
 
@@ -299,8 +303,15 @@ class PronunciationDictionaries:
         self.caps = caps
         self.max_file_bytes = max_file_bytes
         """The largest PLS file read (``pronunciation.max_file_bytes``)."""
-        self._lexicons: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], Lexicon] = OrderedDict()
+        self._lexicons: OrderedDict[tuple[str, str, str], Lexicon] = OrderedDict()
+        """Compiled versions by ``(tenant scope, dictionary id, version id)``, least recently used first."""
         self._states = 0
+        self._turns: dict[str, tuple[asyncio.Lock, int]] = {}
+        """Each tenant's compile lock and how many requests hold or wait for it (gone when none)."""
+        self._compiling = asyncio.Lock()
+        """One compile at a time in this process: a compile holds the GIL, two at once would only share it."""
+        self.compiles = 0
+        """Versions compiled by this process (a new combination of compiled versions compiles none)."""
 
     async def create(self, tenant: str, name: str, description: str | None, rules: Sequence[Rule]) -> DictionaryRecord:
         self.check(rules)
@@ -407,19 +418,53 @@ class PronunciationDictionaries:
                 raise _not_found(dictionary_id)
         if not versions:
             return NO_LEXICON
-        key = (f"{tenant}#{generation}", tuple(versions))
+        scope = f"{tenant}#{generation}"
+        compiled = [
+            await self._compiled(scope, tenant, dictionary_id, version_id) for dictionary_id, version_id in versions
+        ]
+        return AppliedLexicon(tuple(versions), compiled[0] if len(compiled) == 1 else Lexicon.joined(compiled))
+
+    async def _compiled(self, scope: str, tenant: str, dictionary_id: str, version_id: str) -> Lexicon:
+        """The compiled lexicon of one version: from memory, else compiled once (:meth:`_compile`)."""
+        key = (scope, dictionary_id, version_id)
         if (compiled := self._lexicons.get(key)) is not None:
             self._lexicons.move_to_end(key)
-            return AppliedLexicon(key[1], compiled)
-        rules: list[Rule] = []
-        for dictionary_id, version_id in versions:
-            rules += await self.version_rules(tenant, dictionary_id, version_id)
-        compiled = Lexicon(rules) if len(rules) < _COMPILE_IN_THREAD else await anyio.to_thread.run_sync(Lexicon, rules)
+            return compiled
+        async with self._tenant_turn(scope):  # one compile of the tenant's at a time: tenants compile in turn
+            if (compiled := self._lexicons.get(key)) is not None:  # compiled while this request waited
+                return compiled
+            rules = await self.version_rules(tenant, dictionary_id, version_id)
+            async with self._compiling:
+                compiled = await self._compile(rules)
         self._keep(key, compiled)
-        return AppliedLexicon(key[1], compiled)
+        return compiled
 
-    def _keep(self, key: tuple[str, tuple[tuple[str, str], ...]], compiled: Lexicon) -> None:
-        if (replaced := self._lexicons.pop(key, None)) is not None:  # compiled twice by concurrent requests
+    async def _compile(self, rules: Sequence[Rule]) -> Lexicon:
+        """Compile ``rules``: in a worker thread when there are many, so that the event loop keeps its turns (the
+        compile is pure Python and holds the GIL between switches, so it is bounded by the rule caps, not hidden)."""
+        self.compiles += 1
+        if len(rules) < _COMPILE_IN_THREAD:
+            return Lexicon(rules)
+        return await anyio.to_thread.run_sync(Lexicon, rules)
+
+    @asynccontextmanager
+    async def _tenant_turn(self, scope: str) -> AsyncIterator[None]:
+        """Hold the tenant's compile lock: each tenant has at most one compile waiting for the process's, so the
+        process's lock (first come, first served) serves tenants in turn, however many requests one of them sends."""
+        lock, users = self._turns.get(scope, (asyncio.Lock(), 0))
+        self._turns[scope] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._turns[scope]
+            if users == 1:
+                del self._turns[scope]
+            else:
+                self._turns[scope] = (lock, users - 1)
+
+    def _keep(self, key: tuple[str, str, str], compiled: Lexicon) -> None:
+        if (replaced := self._lexicons.pop(key, None)) is not None:
             self._states -= replaced.size
         self._lexicons[key] = compiled
         self._states += compiled.size

@@ -6,8 +6,9 @@ ElevenLabs' dictionaries say: case-sensitive unless a rule says otherwise, only 
 words (unless the rule says otherwise), leftmost and then longest first, never overlapping; among rules of the same
 grapheme the first one wins (the first dictionary named, then the first rule in it).
 
-The scan is linear in the text whatever the rules are: one Aho-Corasick automaton over every grapheme (built once per
-set of dictionary versions, which never change), no regular expression built from a tenant's input. Written here
+The scan is linear in the text whatever the rules are: an Aho-Corasick automaton over every grapheme of a dictionary
+version (built once per version, which never changes; a lexicon of several versions walks each one's in turn), no
+regular expression built from a tenant's input. Written here
 because the one maintained implementation (pyahocorasick, a C extension) would add a compiled dependency for some 60
 lines, and the word-boundary check must see every match anyway.
 
@@ -201,18 +202,28 @@ class _Automaton:
 
 
 class Lexicon:
-    """A set of rules, compiled for matching; immutable, so one instance may serve any number of requests."""
+    """A set of rules, compiled for matching; immutable, so one instance may serve any number of requests.
+
+    A lexicon of several dictionaries is :meth:`joined` from theirs: it walks each one's automata in turn and compiles
+    nothing, so a new combination of compiled versions costs no compile (``gateway/speech/pronunciation.py`` keeps one
+    compiled lexicon per dictionary version).
+    """
 
     def __init__(self, rules: Iterable[Rule]) -> None:
-        self.rules = tuple(rule for rule in rules if rule.grapheme)
-        # One automaton per kind of matching (case, word boundaries) the rules ask for.
-        kinds: dict[tuple[bool, bool], list[tuple[str, int]]] = {}
-        for index, rule in enumerate(self.rules):
-            pattern = rule.grapheme if rule.case_sensitive else _folded(rule.grapheme)
-            kinds.setdefault((rule.case_sensitive, rule.word_boundaries), []).append((pattern, index))
-        self._automata = {kind: _Automaton(patterns) for kind, patterns in kinds.items()}
-        self.size = sum(automaton.size for automaton in self._automata.values())
+        self._parts: tuple[_Part, ...] = (_compiled(tuple(rule for rule in rules if rule.grapheme)),)
+        self.rules = self._parts[0].rules
+        self.size = self._parts[0].size
         """The automata's states: what the compiled lexicon costs in memory (about 200 bytes each)."""
+
+    @classmethod
+    def joined(cls, lexicons: Sequence[Lexicon]) -> Lexicon:
+        """The rules of ``lexicons`` in order (for one grapheme the first lexicon's rule wins), sharing their compiled
+        automata: no compile."""
+        joined = cls.__new__(cls)
+        joined._parts = tuple(part for lexicon in lexicons for part in lexicon._parts)
+        joined.rules = tuple(rule for part in joined._parts for rule in part.rules)
+        joined.size = sum(part.size for part in joined._parts)
+        return joined
 
     def __bool__(self) -> bool:
         return bool(self.rules)
@@ -245,12 +256,16 @@ class Lexicon:
         """The matches to replace: at each start the longest (then the first rule), leftmost first, none
         overlapping."""
         best: dict[int, tuple[int, int]] = {}  # start -> (end, rule)
-        folded = _folded(text) if any(not sensitive for sensitive, _ in self._automata) else text
-        for (sensitive, bounded), automaton in self._automata.items():
-            for start, end, index in automaton.longest(text if sensitive else folded, text, bounded=bounded):
-                held = best.get(start)
-                if held is None or end > held[0] or (end == held[0] and index < held[1]):
-                    best[start] = (end, index)
+        folded = _folded(text) if any(part.folds for part in self._parts) else text
+        offset = 0  # a rule's index in :attr:`rules`: its part's offset plus its index in the part
+        for part in self._parts:
+            for (sensitive, bounded), automaton in part.automata.items():
+                for start, end, found in automaton.longest(text if sensitive else folded, text, bounded=bounded):
+                    index = offset + found
+                    held = best.get(start)
+                    if held is None or end > held[0] or (end == held[0] and index < held[1]):
+                        best[start] = (end, index)
+            offset += len(part.rules)
         chosen: list[tuple[int, int, int]] = []
         reached = 0
         for start in sorted(best):
@@ -259,3 +274,24 @@ class Lexicon:
                 chosen.append((start, end, index))
                 reached = end
         return chosen
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """The rules of one compile, with one automaton per kind of matching (case, word boundaries) they ask for."""
+
+    rules: tuple[Rule, ...]
+    automata: dict[tuple[bool, bool], _Automaton]
+    size: int
+    folds: bool
+    """Some rule matches regardless of case: the text is folded to scan it."""
+
+
+def _compiled(rules: tuple[Rule, ...]) -> _Part:
+    kinds: dict[tuple[bool, bool], list[tuple[str, int]]] = {}
+    for index, rule in enumerate(rules):
+        pattern = rule.grapheme if rule.case_sensitive else _folded(rule.grapheme)
+        kinds.setdefault((rule.case_sensitive, rule.word_boundaries), []).append((pattern, index))
+    automata = {kind: _Automaton(patterns) for kind, patterns in kinds.items()}
+    size = sum(automaton.size for automaton in automata.values())
+    return _Part(rules, automata, size, folds=any(not sensitive for sensitive, _ in automata))
