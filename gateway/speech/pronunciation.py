@@ -4,8 +4,8 @@ versions, and the lexicon a request is spoken with.
 Every change of a dictionary's rules makes a new version with a new ``version_id``; a version never changes, so the
 versions a request applies are part of its audio cache key (``gateway/speech/service.py``) and each version's compiled
 lexicon can be kept in memory for as long as wanted: a request of several dictionaries joins theirs, compiling nothing
-(what a compile may cost, and who waits for it: docs/pronunciation.md). A dictionary keeps its last :data:`KEPT_VERSIONS`
-versions (a locator or a download naming an older one gets 404).
+(what a compile may cost, and who waits for it: docs/pronunciation.md). A dictionary keeps its last
+:data:`KEPT_VERSIONS` versions (a locator or a download naming an older one gets 404).
 
 A tenant only ever sees its own dictionaries: another tenant's id answers "not found", so ids do not leak. In Redis
 (shared by the replicas) a tenant's dictionaries live under one hash tag (``{<tenant>}``: one Redis Cluster slot for
@@ -59,8 +59,8 @@ _STATES_KEPT = 2_000_000
 """Automaton states of the compiled versions a replica keeps (about 400 MB at most; least recently used out first). A
 version never changes, so its compiled lexicon is kept for as long as it is used."""
 _COMPILE_IN_THREAD = 200
-"""Rules from which a version is compiled in a worker thread, off the event loop (1,000 rules of 256-character
-graphemes take about 0.25 s)."""
+"""Rules from which a version is compiled in a worker thread, off the event loop (the most a version may hold, 64 Ki
+grapheme characters, take about 0.1 s)."""
 _UPDATE_TRIES = 5
 
 

@@ -40,6 +40,9 @@ class RuleCaps:
     max_grapheme_chars: int = 256
     max_replacement_chars: int = 1024
     """The longest alias or phoneme string."""
+    max_grapheme_chars_total: int = 65_536
+    """The characters of all of a version's graphemes together: what compiling it costs (an automaton state each; 64 Ki
+    compile in about 0.1 s and take some 13 MB), whatever ``max_rules`` an operator allows."""
 
 
 class PLSError(ValueError):
@@ -70,11 +73,13 @@ def check_rules(rules: Iterable[Rule], caps: RuleCaps) -> None:
     """Check rules, however they came, against ``caps`` and the alphabets.
 
     Raises:
-        PLSError: an empty or overlong field, an unknown alphabet, or more than ``caps.max_rules`` rules.
+        PLSError: an empty or overlong field, an unknown alphabet, more than ``caps.max_rules`` rules, or graphemes
+            of more than ``caps.max_grapheme_chars_total`` characters in all.
     """
-    count = 0
+    count = total = 0
     for rule in rules:
         count += 1
+        total += len(rule.grapheme)
         if not rule.grapheme.strip() or len(rule.grapheme) > caps.max_grapheme_chars:
             raise PLSError(f"a grapheme must have 1 to {caps.max_grapheme_chars} characters: {rule.grapheme[:40]!r}")
         for value in (rule.alias, rule.phoneme):
@@ -86,6 +91,8 @@ def check_rules(rules: Iterable[Rule], caps: RuleCaps) -> None:
             raise PLSError(f"the rule for {rule.grapheme[:40]!r} has neither an alias nor a phoneme")
     if count > caps.max_rules:
         raise PLSError(f"more than {caps.max_rules} rules in one dictionary")
+    if total > caps.max_grapheme_chars_total:
+        raise PLSError(f"the graphemes have more than {caps.max_grapheme_chars_total} characters in all")
 
 
 def write_pls(rules: Iterable[Rule], *, language: str = "en-US") -> bytes:

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.speech.pronunciation import MemoryDictionaryStore, PronunciationDictionaries
 from gateway.text.lexicon import Lexicon, Rule
-from gateway.text.pls import RuleCaps
+from gateway.text.pls import PLSError, RuleCaps, check_rules
 
 
 @pytest.fixture
@@ -61,3 +61,10 @@ def test_a_joined_lexicon_respells_as_one_compiled_from_all_rules(text: str) -> 
     joined = Lexicon.joined([Lexicon(rules) for rules in parts])
     assert joined.respell(text) == whole.respell(text)
     assert joined.size == sum(Lexicon(rules).size for rules in parts)
+
+
+def test_a_versions_graphemes_are_capped_in_all_so_its_compile_is_cheap() -> None:
+    caps = RuleCaps(max_rules=100_000)  # whatever number of rules an operator allows
+    check_rules([Rule(f"{i:0256d}", alias="x") for i in range(256)], caps)  # 65,536 characters
+    with pytest.raises(PLSError, match="in all"):
+        check_rules([Rule(f"{i:0256d}", alias="x") for i in range(257)], caps)
