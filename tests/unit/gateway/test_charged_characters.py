@@ -11,8 +11,17 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from gateway.speech.plan import CHARACTERS_PER_SILENT_SECOND, MAX_SILENCE_S, charged_characters
-from tests.inprocess import in_process_app
+from auth import Principal
+from auth.settings import TenantSettings
+from auth.tenants import tenant_from_settings
+from engines.settings import engine_settings
+from gateway.http.errors import OpenAIError
+from gateway.schemas import SpeechRequest
+from gateway.speech.plan import CHARACTERS_PER_SILENT_SECOND, MAX_SILENCE_S, Planner, charged_characters
+from gateway.speech.routing import ModelRouter
+from gateway.speech.voices import MemoryVoiceStore
+from gateway.text import Markup, read_script
+from tests.inprocess import ThreadBackend, in_process_app
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -87,6 +96,34 @@ def test_the_rule() -> None:
     assert charged_characters("a a", f"{ALIAS} {ALIAS}") == 2049  # expanded: what is spoken
     assert charged_characters("x", "x", 2.5) == 1 + 10  # silences at 4 characters a second
     assert CHARACTERS_PER_SILENT_SECOND * 0.25 == 1  # so at most 0.25 s of silence per charged character
+
+
+@pytest.fixture(scope="module")
+async def planner() -> AsyncIterator[Planner]:
+    engine = ThreadBackend("tones", engine_settings(kind="synthetic"))
+    await engine.start()
+    yield Planner(ModelRouter({"tones": engine}, {}), MemoryVoiceStore())
+    await engine.stop()
+
+
+async def _plan(planner: Planner, text: str) -> Any:
+    request = SpeechRequest(model="tones", input=text, voice="alloy")
+    script = read_script(text, Markup.SSML)
+    principal = Principal(tenant_from_settings(TenantSettings(name="acme")), "key")
+    return await planner.plan(principal, request, None if script.text == text else script)
+
+
+async def test_the_plan_charges_what_it_makes_spoken(planner: Planner) -> None:
+    assert (await _plan(planner, "Hello there.")).characters == len("Hello there.")
+    digits = '<speak><say-as interpret-as="digits">12345678901234567890</say-as></speak>'
+    plan = await _plan(planner, digits)
+    assert plan.characters == len(plan.synthesis.text) > len(digits)  # "one two three ...", one span
+    breaks = '<speak>One.<break time="10s"/>Two.<break time="10s"/><prosody rate="slow">Three.</prosody></speak>'
+    plan = await _plan(planner, breaks)
+    assert plan.characters == max(len(breaks), len("One. Two. Three.") + 20 * CHARACTERS_PER_SILENT_SECOND)
+    with pytest.raises(OpenAIError) as refused:  # 2,560 characters of markup asking for 1,280 s of silence
+        await _plan(planner, "<speak>" + 'b<break time="10s"/>' * 128 + "</speak>")
+    assert refused.value.status_code == 400
 
 
 async def test_plain_text_is_charged_its_length(acme: Tenant) -> None:
