@@ -81,7 +81,7 @@ def test_the_version_has_one_source(document: dict[str, Any]) -> None:
     # appVersion (the default image tag) must follow it.
     version = importlib.metadata.version("chattts-gateway")
     assert document["info"]["version"] == version
-    chart = yaml.safe_load((ROOT / "helm" / "tts-gateway" / "Chart.yaml").read_text())
+    chart = yaml.safe_load((ROOT / "helm" / "chattts-gateway" / "Chart.yaml").read_text())
     assert chart["appVersion"] == version
 
 
