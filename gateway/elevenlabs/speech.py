@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 from litestar import Controller, Request, Response, post
-from litestar.background_tasks import BackgroundTask
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
 from litestar.params import JSONBody, Parameter
-from litestar.response import Stream
+from litestar.response import Stream  # noqa: TC002 - Litestar reads the handlers' hints at runtime
 from litestar.status_codes import HTTP_200_OK
 
 from gateway.audio import AudioFormat, open_encoding, output_sample_rate
@@ -40,6 +39,7 @@ from gateway.elevenlabs.wire import (
 from gateway.http.auth.dependencies import Caller  # noqa: TC001 - read at runtime, as JSONBody
 from gateway.http.disconnect import unless_client_leaves
 from gateway.http.errors import ResponseTruncatedError
+from gateway.http.released import ReleasedResponse, ReleasedStream
 from gateway.http.request_record import RequestRecord, request_record
 from gateway.routes.speech import reply_headers
 from gateway.speech.alignment import CharacterCursor
@@ -226,8 +226,8 @@ class TextToSpeechController(Controller):
     ) -> Stream:
         encoding = encoding_of(output_format)
         reply, headers = await _speak_text(request, principal, voice_id, data, output_format, enable_ssml_parsing)
-        release = BackgroundTask(reply.close)  # as the stream route's
-        return Stream(timed_lines(reply, encoding), media_type=JSON_LINES, headers=headers, background=release)
+        lines = timed_lines(reply, encoding)
+        return ReleasedStream(lines, media_type=JSON_LINES, headers=headers, release=reply.close)
 
 
 async def _speak_text(  # noqa: PLR0917 - a route's parameters, passed on
@@ -278,10 +278,11 @@ def streamed(reply: SpeechReply, encoding: Encoding, headers: dict[str, str]) ->
     """The response that streams ``reply``'s audio in ``encoding`` as it comes (all at once for a cache hit), the
     reply released after it however it ended, as on ``POST /v1/audio/speech`` (``gateway/routes/speech.py``)."""
     media_type = CONTENT_TYPES[encoding.codec]
-    release = BackgroundTask(reply.close)
     if reply.whole is not None:  # a cache hit: complete already
-        return Response(encode_whole(reply.whole, encoding), media_type=media_type, headers=headers, background=release)
-    return Stream(encoded_audio(reply.audio(), encoding), media_type=media_type, headers=headers, background=release)
+        whole = encode_whole(reply.whole, encoding)
+        return ReleasedResponse(whole, media_type=media_type, headers=headers, release=reply.close)
+    audio = encoded_audio(reply.audio(), encoding)
+    return ReleasedStream(audio, media_type=media_type, headers=headers, release=reply.close)
 
 
 async def whole_audio(reply: SpeechReply, encoding: Encoding) -> bytes:

@@ -6,10 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from litestar import Controller, Request, Response, Router, post
-from litestar.background_tasks import BackgroundTask
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
 from litestar.params import JSONBody  # noqa: TC002 - Litestar reads the hints of handlers at runtime
-from litestar.response import ServerSentEvent, Stream
 from litestar.status_codes import HTTP_200_OK, HTTP_415_UNSUPPORTED_MEDIA_TYPE
 
 from engines.remote.context import TIMESTAMPS_HEADER
@@ -18,6 +16,7 @@ from gateway.http.auth.dependencies import Caller  # noqa: TC001 - read at runti
 from gateway.http.disconnect import unless_client_leaves
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.http.ratelimit_headers import rate_limit_headers
+from gateway.http.released import ReleasedResponse, ReleasedServerSentEvent, ReleasedStream
 from gateway.http.request_record import RequestRecord, request_record
 from gateway.schemas import (
     MAX_INPUT_CHARS,
@@ -131,16 +130,16 @@ async def _speak(
     headers = reply_headers(reply)
     if engine_node:  # how the words of its timestamps events were placed, for the front (engines/remote/context.py)
         headers[TIMESTAMPS_HEADER] = reply.alignment.kind
-    # Released after the response however it ended: a client gone while a write waited on its socket cancels the
-    # stream at that ``send``, outside the audio iterator, which Litestar leaves suspended (never closed); its
-    # ``finally`` would run only when a garbage collection found it, the synthesis going on meanwhile.
-    release = BackgroundTask(reply.close)
+    # Released by the response however it ended (``gateway/http/released.py``): not in the audio iterator's
+    # ``finally``, since a client gone while a write waited on its socket cancels the stream at that ``send``, outside
+    # the iterator, which Litestar leaves suspended; and not as a Litestar ``background`` task, which runs only after a
+    # body went out whole (an engine worker killed mid-stream left the lease held and the usage unrecorded).
     if data.stream_format == "sse":
-        return ServerSentEvent(reply.sse_events(), headers=headers, background=release)
+        return ReleasedServerSentEvent(reply.sse_events(), headers=headers, release=reply.close)
     media_type = CONTENT_TYPES[data.response_format]
     if reply.whole is not None:  # complete already: one body, without a streaming response's task group
-        return Response(reply.whole, media_type=media_type, headers=headers, background=release)
-    return Stream(reply.audio(), media_type=media_type, headers=headers, background=release)
+        return ReleasedResponse(reply.whole, media_type=media_type, headers=headers, release=reply.close)
+    return ReleasedStream(reply.audio(), media_type=media_type, headers=headers, release=reply.close)
 
 
 def speech_routes(settings: SpeechSettings, server: ServerSettings) -> type[Controller] | Router:

@@ -114,8 +114,8 @@ class SpeechReply:
 
     Whoever called :meth:`SpeechService.speak` owns the reply and releases it, with :meth:`close` or ``async with``:
     the HTTP endpoint after its response, a realtime session when the segment or response ends. Release frees what
-    the request holds (its stream lease, its share of the synthesis) and records its usage. Only a reply its owner
-    lost (a response whose ASGI call ended before its background task, when the client's socket failed) is
+    the request holds (its stream lease, its share of the synthesis) and records its usage, on every ending (the HTTP
+    routes' responses release it in a ``finally``: ``gateway/http/released.py``). Only a reply its owner lost is
     released when it is garbage-collected.
     """
 
