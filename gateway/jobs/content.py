@@ -36,10 +36,23 @@ __all__ = [
     "requested_range",
 ]
 
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$", re.ASCII)  # int() would read other scripts' digits too
 LIVE_END = 2**53 - 1
 """The last byte of an open range of a job under way: RFC 8673's "very large" position (the largest integer a
 JavaScript number holds exactly), which its clients send to follow a growing file to its end."""
+
+
+_POSITION_DIGITS = len(str(LIVE_END))
+
+
+def _position(digits: str) -> int:
+    """A ``Range`` position of any length: one longer than :data:`LIVE_END`'s digits is one past it, beyond any file.
+
+    Read as such rather than by ``int``, which refuses more than 4,300 digits (a 500 for a header, issue #47) and
+    costs quadratic time below that.
+    """
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= _POSITION_DIGITS else LIVE_END + 1
 
 
 class RangeNotSatisfiableError(Exception):
@@ -74,12 +87,12 @@ def requested_range(header: str | None, total: int) -> ByteRange | None:
         return None
     start, end = match.groups()
     if not start:  # the last ``end`` bytes
-        suffix = int(end)
+        suffix = _position(end)
         if suffix == 0:
             raise RangeNotSatisfiableError
         return ByteRange(max(total - suffix, 0), total - 1)
-    first = int(start)
-    last = min(int(end), total - 1) if end else total - 1
+    first = _position(start)
+    last = min(_position(end), total - 1) if end else total - 1
     if first >= total or last < first:
         raise RangeNotSatisfiableError
     return ByteRange(first, last)
@@ -110,11 +123,18 @@ async def complete_file(
 def range_under_way(header: str | None) -> ByteRange | None:
     """The one range of a ``Range`` header on the file of a job under way (an open one up to :data:`LIVE_END`);
     ``None`` for the whole file: no header, ``bytes=0-`` (a browser's first request), the last bytes of a file whose
-    end is not known yet, or a form this server does not split (RFC 9110 lets a server ignore those)."""
+    end is not known yet, or a form this server does not split (RFC 9110 lets a server ignore those).
+
+    Raises:
+        RangeNotSatisfiableError: the range starts past :data:`LIVE_END`, where no file reaches.
+    """
     match = _RANGE.match(header.strip()) if header else None
     if match is None or not match.group(1):
         return None
-    first, last = int(match.group(1)), int(match.group(2) or LIVE_END)
+    first, last = _position(match.group(1)), _position(match.group(2)) if match.group(2) else LIVE_END
+    if first > LIVE_END:
+        raise RangeNotSatisfiableError
+    last = min(last, LIVE_END)
     if last < first or (first == 0 and last == LIVE_END):
         return None
     return ByteRange(first, last)

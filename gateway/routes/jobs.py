@@ -177,7 +177,10 @@ async def _file_under_way(
     """The file so far, following the job: a range of it answered at once (``206`` with its length) when it lies
     within what is committed, else as its bytes are committed, with no length (the job may end before its last)."""
     headers = {"accept-ranges": "bytes", "x-job-status": record.status}
-    wanted = range_under_way(range_header)
+    try:
+        wanted = range_under_way(range_header)
+    except RangeNotSatisfiableError:
+        raise _unsatisfiable("The range starts past the end of any file.", "*") from None
     body = follow(jobs.store, record, jobs.settings.poll_s, wanted)
     if wanted is None:
         return Stream(body, media_type=media_type, headers=headers)
@@ -196,19 +199,24 @@ async def _complete_file(
     try:
         wanted = requested_range(range_header, total)
     except RangeNotSatisfiableError:
-        raise OpenAIError(
-            HTTP_416_REQUESTED_RANGE_NOT_SATISFIABLE,
-            f"The range lies beyond the {total} bytes of the job's audio.",
-            param="range",
-            code="range_not_satisfiable",
-            headers={"content-range": f"bytes */{total}"},
-        ) from None
+        raise _unsatisfiable(f"The range lies beyond the {total} bytes of the job's audio.", str(total)) from None
     headers = {"accept-ranges": "bytes", "x-job-status": record.status}
     body = complete_file(jobs.store, record, sizes, wanted)
     if wanted is None:
         return Stream(body, media_type=media_type, headers={**headers, "content-length": str(total)})
     headers |= {"content-length": str(wanted.length), "content-range": f"bytes {wanted.first}-{wanted.last}/{total}"}
     return Stream(body, media_type=media_type, headers=headers, status_code=HTTP_206_PARTIAL_CONTENT)
+
+
+def _unsatisfiable(message: str, length: str) -> OpenAIError:
+    """416, with the file's length (``*`` while it grows, RFC 8673)."""
+    return OpenAIError(
+        HTTP_416_REQUESTED_RANGE_NOT_SATISFIABLE,
+        message,
+        param="range",
+        code="range_not_satisfiable",
+        headers={"content-range": f"bytes */{length}"},
+    )
 
 
 async def _events(jobs: SpeechJobs, record: JobRecord | None) -> AsyncIterator[ServerSentEventMessage]:

@@ -7,7 +7,14 @@ import asyncio
 
 import pytest
 
-from gateway.jobs.content import LIVE_END, ByteRange, follow, range_under_way
+from gateway.jobs.content import (
+    LIVE_END,
+    ByteRange,
+    RangeNotSatisfiableError,
+    follow,
+    range_under_way,
+    requested_range,
+)
 from gateway.jobs.records import JobRecord, now_s
 from gateway.jobs.store import MemoryJobStore, SpokenSegment
 from storage import sortable_id
@@ -28,10 +35,36 @@ WHOLE = b"".join(SEGMENTS)
         ("bytes=0-9,20-29", None),
         ("items=0-9", None),
         (None, None),
+        ("bytes=10-" + "9" * 5000, ByteRange(10, LIVE_END)),  # past int()'s 4,300 digits: to the end
+        ("bytes=" + "0" * 5000 + "10-19", ByteRange(10, 19)),
+        ("bytes=\u0661-\u0662", None),  # digits of another script are not a range
     ],
 )
 def test_which_ranges_of_a_job_under_way_are_honoured(header: str | None, wanted: ByteRange | None) -> None:
     assert range_under_way(header) == wanted
+
+
+def test_a_range_of_a_job_under_way_past_any_file_is_not_satisfiable() -> None:
+    with pytest.raises(RangeNotSatisfiableError):
+        range_under_way("bytes=" + "9" * 5000 + "-")
+
+
+@pytest.mark.parametrize(
+    ("header", "wanted"),
+    [
+        ("bytes=10-" + "9" * 5000, ByteRange(10, 399)),
+        ("bytes=-" + "9" * 5000, ByteRange(0, 399)),
+        ("bytes=" + "0" * 5000 + "1-" + "0" * 4999 + "2", ByteRange(1, 2)),
+    ],
+)
+def test_positions_of_any_length_in_a_complete_file(header: str, wanted: ByteRange) -> None:
+    assert requested_range(header, 400) == wanted
+
+
+@pytest.mark.parametrize("header", ["bytes=" + "9" * 5000 + "-", "bytes=" + "9" * 17 + "-" + "9" * 18])
+def test_a_range_past_a_complete_file_of_any_length_is_not_satisfiable(header: str) -> None:
+    with pytest.raises(RangeNotSatisfiableError):
+        requested_range(header, 400)
 
 
 async def running_job(store: MemoryJobStore, committed: int) -> JobRecord:
