@@ -118,8 +118,5 @@ class JobRunner:
     async def _end(self, tenant: Tenant, job_id: str, status: JobStatus, error: str | None = None) -> None:
         """End the job and count it in the tenant's usage, once: all of it when it completed, what it spoke when it
         failed (a cancel is counted by whoever cancels it)."""
-        if not await self.store.finish(tenant.name, job_id, status, error):
-            return
-        record = await self.store.get(tenant.name, job_id)
-        if record is not None:
+        if (record := await self.store.finish(tenant.name, job_id, status, error)) is not None:
             self._speech.account_job(tenant, record.characters_done, record.audio_ms / 1000)

@@ -127,15 +127,19 @@ class SpeechJobs:
 
     async def cancel_or_delete(self, tenant: Tenant, job_id: str) -> JobRecord | None:
         """Cancel the job if it is queued or running (its engine work stops now; what it spoke is counted in the
-        tenant's usage) and return it; else delete it and its audio and return ``None``.
+        tenant's usage) and return it; else delete it and its audio and return ``None``. Of concurrent calls on an
+        active job, one cancels it and every other that found it active answers it as it then is, deleting nothing
+        (``docs/jobs.md``); what it spoke is counted once, even when a later call deletes it at once.
 
         Raises:
             OpenAIError: no such job (404).
         """
         record = await self.get(tenant.name, job_id)
-        if record.status in ACTIVE and await self.store.finish(tenant.name, job_id, "cancelled"):
+        if record.status in ACTIVE:
+            cancelled = await self.store.finish(tenant.name, job_id, "cancelled")
+            if cancelled is None:  # ended meanwhile (a concurrent DELETE cancelled it): this one answers, deletes not
+                return await self.get(tenant.name, job_id)
             await self.dispatch.cancel(tenant.name, job_id)
-            cancelled = await self.get(tenant.name, job_id)
             self._speech.account_job(tenant, cancelled.characters_done, cancelled.audio_ms / 1000)
             return cancelled
         if not await self.store.delete(tenant.name, job_id):

@@ -94,9 +94,10 @@ class JobStore(Protocol):
         """Segment ``index``'s audio; ``None`` when it is not (or no longer) there."""
         ...
 
-    async def finish(self, tenant: str, job_id: str, status: JobStatus, error: str | None = None) -> bool:
-        """End an active job as ``status`` (completed, failed, cancelled); ``False`` when it was not active. A job that
-        did not complete gives its stored audio up."""
+    async def finish(self, tenant: str, job_id: str, status: JobStatus, error: str | None = None) -> JobRecord | None:
+        """End an active job as ``status`` (completed, failed, cancelled) and return it as it ended, read in the same
+        step (a concurrent delete cannot take what it spoke from whoever counts it); ``None`` when it was not active.
+        A job that did not complete gives its stored audio up."""
         ...
 
     async def delete(self, tenant: str, job_id: str) -> bool:
@@ -181,15 +182,15 @@ class MemoryJobStore:
         audio = self._audio.get((tenant, job_id), [])
         return audio[index] if index < len(audio) else None
 
-    async def finish(self, tenant: str, job_id: str, status: JobStatus, error: str | None = None) -> bool:
+    async def finish(self, tenant: str, job_id: str, status: JobStatus, error: str | None = None) -> JobRecord | None:
         record = await self.get(tenant, job_id)
         if record is None or record.status not in ACTIVE:
-            return False
-        self._records[tenant][job_id] = _ended(record, status, error, self.ttl_s)
+            return None
+        ended = self._records[tenant][job_id] = _ended(record, status, error, self.ttl_s)
         self._segments.pop((tenant, job_id), None)
         if status != "completed":
             self._audio.pop((tenant, job_id), None)
-        return True
+        return ended
 
     async def delete(self, tenant: str, job_id: str) -> bool:
         self._segments.pop((tenant, job_id), None)
@@ -262,8 +263,10 @@ for i = 1, 4 do if i ~= 2 then redis.call('EXPIRE', KEYS[i], ARGV[5]) end end
 return 1
 """
 # Marks an active job ARGV[1] (running), or ends it. KEYS: record, segments, sizes. ARGV: status, error, ended at,
-# expires at, TTL of the record, TTL of the sizes. Returns 1, or 0 when the job is gone or over. A completed job has
-# spoken all of its characters (its segments' lengths leave out the whitespace between them).
+# expires at, TTL of the record, TTL of the sizes, then the record's fields to read back. Returns 1 (started) or the
+# ended record's fields (read in the same step: a delete right after cannot take them from whoever counts the job's
+# usage), or 0 when the job is gone or over. A completed job has spoken all of its characters (its segments' lengths
+# leave out the whitespace between them).
 _MOVE_LUA = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if status ~= 'queued' and status ~= 'running' then return 0 end
@@ -278,7 +281,7 @@ end
 redis.call('DEL', KEYS[2])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('EXPIRE', KEYS[3], ARGV[6])
-return 1
+return redis.call('HMGET', KEYS[1], unpack(ARGV, 7))
 """
 _FIELDS = ("meta", "status", "done", "chars", "audio_ms", "bytes", "completed_at", "expires_at", "error", "reserved")
 
@@ -474,21 +477,22 @@ class RedisJobStore:
             return None
         return await self.files.get(tenant, job_id, index, entry.decode().partition(":")[2])
 
-    async def finish(self, tenant: str, job_id: str, status: JobStatus, error: str | None = None) -> bool:
+    async def finish(self, tenant: str, job_id: str, status: JobStatus, error: str | None = None) -> JobRecord | None:
         now = int(now_s())
         keys = list(self._job_keys(tenant, job_id))
-        args: list[str | int] = [status, error or "", now, now + self.ttl_s, 2 * self.ttl_s, self.ttl_s]
-        if not await self._move(keys=keys, args=args):
-            return False
+        args: list[str | int] = [status, error or "", now, now + self.ttl_s, 2 * self.ttl_s, self.ttl_s, *_FIELDS]
+        ended = await self._move(keys=keys, args=args)
+        record = _record(cast("list[bytes | None]", ended)) if ended else None
+        if record is None:
+            return None
         if self.files is not None and status != "completed":
             await self.files.drop(tenant, job_id)
-        done = int(await self._client.hget(keys[0], "done") or 0)
         async with self._client.pipeline(transaction=False) as pipe:
-            for index in range(done):
+            for index in range(record.segments_done):
                 audio = self._audio_key(tenant, job_id, index)
                 pipe.expire(audio, self.ttl_s) if status == "completed" else pipe.delete(audio)
             await pipe.execute()
-        return True
+        return record
 
     async def delete(self, tenant: str, job_id: str) -> bool:
         job, texts, sizes = self._job_keys(tenant, job_id)

@@ -80,11 +80,30 @@ async def test_segments_are_committed_once_and_in_order(store: JobStore) -> None
     assert (record.segments_done, record.characters_done, record.audio_ms) == (3, 30, 1500)
     assert await store.sizes("acme", job) == [len(EVERY_BYTE) + 1] * 3
     assert [await store.chunk("acme", job, i) for i in range(3)] == [spoken(i).audio for i in range(3)]
-    assert await store.finish("acme", job, "completed")
-    assert not await store.finish("acme", job, "cancelled")  # over: it stays completed
+    ended = await store.finish("acme", job, "completed")
+    assert await store.finish("acme", job, "cancelled") is None  # over: it stays completed
     record = await store.get("acme", job)
     assert record is not None
     assert (record.status, record.characters_done) == ("completed", record.characters_total)
+    assert ended == record  # as it ended, read in the same step
+
+
+async def test_whoever_ends_a_job_holds_what_it_spoke_though_a_delete_follows_at_once(store: JobStore) -> None:
+    """A concurrent ``DELETE`` may forget the job right after another call ended it: that call counts its usage from
+    what ``finish`` returned, read in the same step, not from a record it reads again (issue #47)."""
+    job = await create(store)
+    assert job is not None
+    await store.start("acme", job)
+    assert await store.commit("acme", job, 0, spoken(0))
+    cancelled = await store.finish("acme", job, "cancelled")
+    assert await store.delete("acme", job)
+    assert cancelled is not None
+    assert (cancelled.status, cancelled.segments_done, cancelled.characters_done, cancelled.audio_ms) == (
+        "cancelled",
+        1,
+        10,
+        500,
+    )
 
 
 async def test_a_cancelled_job_takes_no_more_and_gives_its_audio_up(store: JobStore) -> None:
