@@ -111,7 +111,7 @@ def create_app(
             EngineNodeSpeechController if engine_node else speech_routes(settings.speech, settings.server),
             *([jobs_router(settings.jobs)] if settings.jobs.enabled and not engine_node else []),
             *([EngineNodeController] if engine_node else []),  # voice samples from the front: nodes only
-            *([] if engine_node else [elevenlabs_router(websockets=settings.realtime.enabled)]),  # front gateways only
+            *([] if engine_node else [elevenlabs_router(settings)]),  # front gateways only
             ModelsController,
             VoicesController,
             VoiceConsentsController,

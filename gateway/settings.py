@@ -353,7 +353,8 @@ class PronunciationSettings(BaseModel):
     """Rules one version of a dictionary may hold (400 beyond it). Matching costs the same whatever their number
     (linear in the text); compiling a version's rules is done once per replica."""
     max_file_bytes: int = Field(default=1_048_576, ge=1024, le=16_777_216)
-    """Largest PLS file ``add-from-file`` reads (400 beyond it)."""
+    """Largest PLS file ``add-from-file`` reads (400 beyond it); its body may hold this and 64 KiB more, whatever
+    ``server.max_body_bytes`` (413 beyond)."""
 
 
 #: The engines and aliases every gateway starts from: the lowest-priority settings source, so YAML files and

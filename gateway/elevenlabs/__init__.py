@@ -10,25 +10,31 @@ through the one speech pipeline (:meth:`SpeechService.speak`); their errors go t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from litestar import Router
 
 from gateway.elevenlabs.dialogue import TextToDialogueController
 from gateway.elevenlabs.dialogue_socket import dialogue_multi_stream_input, dialogue_stream_input
-from gateway.elevenlabs.dictionaries import PronunciationDictionariesController
+from gateway.elevenlabs.dictionaries import PronunciationDictionariesController, pronunciation_file_router
 from gateway.elevenlabs.errors import EXCEPTION_HANDLERS
 from gateway.elevenlabs.speech import TextToSpeechController
 from gateway.elevenlabs.voices import VoicesController, VoicesV2Controller
 from gateway.elevenlabs.websocket import multi_stream_input, stream_input
+
+if TYPE_CHECKING:
+    from gateway.settings import Settings
 
 __all__ = ["elevenlabs_router"]
 
 _SOCKETS = [multi_stream_input, stream_input, dialogue_multi_stream_input, dialogue_stream_input]
 
 
-def elevenlabs_router(*, websockets: bool = True) -> Router:
+def elevenlabs_router(settings: Settings) -> Router:
     """ElevenLabs' routes, answering every error in ElevenLabs' shape (a front gateway's only: an engine node serves
-    its front gateways, which speak OpenAI's API to it); ``websockets``: with its text-to-speech and text-to-dialogue
-    WebSockets (where the realtime endpoints are enabled)."""
+    its front gateways, which speak OpenAI's API to it): with its text-to-speech and text-to-dialogue WebSockets where
+    the realtime endpoints are enabled, and ``add-from-file`` taking files of ``pronunciation.max_file_bytes``."""
+    websockets = settings.realtime.enabled
     return Router(
         path="/",
         route_handlers=[
@@ -37,6 +43,7 @@ def elevenlabs_router(*, websockets: bool = True) -> Router:
             VoicesController,
             VoicesV2Controller,
             PronunciationDictionariesController,
+            pronunciation_file_router(settings.pronunciation.max_file_bytes),
             *(_SOCKETS if websockets else []),
         ],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from litestar import Controller, Response, get, post
+from litestar import Controller, Response, Router, get, post
 from litestar.datastructures import UploadFile  # noqa: TC002 - read at runtime, in the form's type
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, FromPath, JSONBody, Parameter
@@ -31,9 +31,12 @@ if TYPE_CHECKING:
 
     from gateway.speech.pronunciation import DictionaryRecord, PronunciationDictionaries
 
-__all__ = ["PronunciationDictionariesController"]
+__all__ = ["FORM_ALLOWANCE_BYTES", "PronunciationDictionariesController", "pronunciation_file_router"]
 
 PLS_MEDIA_TYPE = "application/pls+xml"
+FORM_ALLOWANCE_BYTES = 64 * 1024
+"""What ``add-from-file``'s body may hold beside its PLS file: the name, the description (4,096 characters, up to 4
+bytes each), the other fields and the parts' headers, as the voice upload routes allow."""
 
 _Name = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 _Description = Annotated[str, StringConstraints(max_length=4096)]
@@ -260,19 +263,12 @@ def _form_text_error(request: Request[Any, Any, Any], exc: Exception) -> Respons
     return error_response(request, exc)
 
 
-class PronunciationDictionariesController(Controller):
+class PronunciationFileController(Controller):
+    """``add-from-file``, apart from the other routes: its body is as large as its PLS file may be
+    (:func:`pronunciation_file_router`), theirs the server's ``max_body_bytes``."""
+
     path = "/v1/pronunciation-dictionaries"
     tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
-
-    @post(
-        "/add-from-rules", status_code=HTTP_200_OK, operation_id="elevenLabsAddDictionaryFromRules", responses=_ERRORS
-    )
-    async def add_from_rules(
-        self, data: JSONBody[AddFromRules], principal: Caller, pronunciation: PronunciationDep
-    ) -> AddedDictionary:
-        rules = [_rule(rule) for rule in data.rules]
-        tenant = principal.tenant.name
-        return _added(await pronunciation.create(tenant, data.name, data.description, rules))
 
     @post(
         "/add-from-file",
@@ -292,6 +288,33 @@ class PronunciationDictionariesController(Controller):
         rules = await _read_file(data.file, pronunciation)
         description = (data.description or None) and data.description[:4096]
         return _added(await pronunciation.create(principal.tenant.name, data.name, description, rules))
+
+
+def pronunciation_file_router(max_file_bytes: int) -> Router:
+    """``add-from-file`` taking bodies of a ``max_file_bytes`` PLS file and the rest of its form
+    (:data:`FORM_ALLOWANCE_BYTES`): under the server's ``max_body_bytes`` (64 KiB), a file of 1 MiB, the documented
+    ``pronunciation.max_file_bytes``, was refused 413 (issue #47). A file over ``max_file_bytes`` in a body within it
+    is a 400 ``file_too_large``; a larger body a 413."""
+    return Router(
+        path="/",
+        route_handlers=[PronunciationFileController],
+        request_max_body_size=max_file_bytes + FORM_ALLOWANCE_BYTES,
+    )
+
+
+class PronunciationDictionariesController(Controller):
+    path = "/v1/pronunciation-dictionaries"
+    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
+
+    @post(
+        "/add-from-rules", status_code=HTTP_200_OK, operation_id="elevenLabsAddDictionaryFromRules", responses=_ERRORS
+    )
+    async def add_from_rules(
+        self, data: JSONBody[AddFromRules], principal: Caller, pronunciation: PronunciationDep
+    ) -> AddedDictionary:
+        rules = [_rule(rule) for rule in data.rules]
+        tenant = principal.tenant.name
+        return _added(await pronunciation.create(tenant, data.name, data.description, rules))
 
     @get("/", operation_id="elevenLabsListDictionaries", responses=_ERRORS)
     async def list_dictionaries(  # noqa: PLR0917 - Litestar's parameters
