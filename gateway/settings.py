@@ -187,6 +187,11 @@ class SpeechSettings(BaseModel):
     """The most any tenant's ``limits.speech_input_characters`` may allow on ``POST /v1/audio/speech`` (whatever a
     tenant says, its cap is at most this); above 4096 the route also takes bodies of up to six bytes per character of
     it (JSON's longest spelling of one) beyond ``server.max_body_bytes``."""
+    max_whole_audio_s: float = Field(default=600.0, ge=1.0, le=7200.0)
+    """The longest audio a whole (not streamed) response holds: ElevenLabs' text-to-speech, its ``/with-timestamps``
+    and its text-to-dialogue answer ``400`` ``audio_too_long`` once a request's audio passes it (its synthesis
+    stopped there), so that one request holds at most this much audio in memory (48 KB of 24 kHz PCM a second, its
+    encoding beside it, a third more again as base64). The streaming routes hold none of it."""
 
 
 class JobsSettings(BaseModel):

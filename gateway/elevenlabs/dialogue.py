@@ -94,7 +94,7 @@ class TextToDialogueController(Controller):
     ) -> Response[bytes]:
         encoding = encoding_of(output_format)
         reply, headers = await _speak(request, principal, data, output_format)
-        audio = await unless_client_leaves(request.receive, whole_audio(reply, encoding))
+        audio = await unless_client_leaves(request.receive, whole_audio(request, reply, encoding))
         return Response(audio, media_type=CONTENT_TYPES[encoding.codec], headers=headers)
 
     @audio_route("/stream", "elevenLabsTextToDialogueStream", "ElevenLabs: the audio of a dialogue, as it is spoken.")

@@ -17,6 +17,7 @@ segment where it places its words, else estimated), the same for a cache hit, si
 from __future__ import annotations
 
 import base64
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -24,7 +25,7 @@ from litestar import Controller, Request, Response, post
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
 from litestar.params import JSONBody, Parameter
 from litestar.response import Stream  # noqa: TC002 - Litestar reads the handlers' hints at runtime
-from litestar.status_codes import HTTP_200_OK
+from litestar.status_codes import HTTP_200_OK, HTTP_400_BAD_REQUEST
 
 from gateway.audio import AudioFormat, open_encoding, output_sample_rate
 from gateway.elevenlabs.errors import error_responses
@@ -38,7 +39,7 @@ from gateway.elevenlabs.wire import (
 )
 from gateway.http.auth.dependencies import Caller  # noqa: TC001 - read at runtime, as JSONBody
 from gateway.http.disconnect import unless_client_leaves
-from gateway.http.errors import ResponseTruncatedError
+from gateway.http.errors import OpenAIError, ResponseTruncatedError
 from gateway.http.released import ReleasedResponse, ReleasedStream
 from gateway.http.request_record import RequestRecord, request_record
 from gateway.routes.speech import reply_headers
@@ -46,7 +47,7 @@ from gateway.speech.alignment import CharacterCursor
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
     from auth import Principal
     from gateway.audio import Encoding
@@ -162,7 +163,7 @@ class TextToSpeechController(Controller):
     ) -> Response[bytes]:
         encoding = encoding_of(output_format)
         reply, headers = await _speak_text(request, principal, voice_id, data, output_format, enable_ssml_parsing)
-        audio = await unless_client_leaves(request.receive, whole_audio(reply, encoding))
+        audio = await unless_client_leaves(request.receive, whole_audio(request, reply, encoding))
         return Response(audio, media_type=CONTENT_TYPES[encoding.codec], headers=headers)
 
     @audio_route(
@@ -204,7 +205,7 @@ class TextToSpeechController(Controller):
     ) -> Response[AudioWithTimestamps]:
         encoding = encoding_of(output_format)
         reply, headers = await _speak_text(request, principal, voice_id, data, output_format, enable_ssml_parsing)
-        audio = await unless_client_leaves(request.receive, whole_audio(reply, encoding))
+        audio = await unless_client_leaves(request.receive, whole_audio(request, reply, encoding))
         return Response(_with_timestamps(audio, reply.alignment.characters()), headers=headers)
 
     @audio_route(
@@ -285,17 +286,45 @@ def streamed(reply: SpeechReply, encoding: Encoding, headers: dict[str, str]) ->
     return ReleasedStream(audio, media_type=media_type, headers=headers, release=reply.close)
 
 
-async def whole_audio(reply: SpeechReply, encoding: Encoding) -> bytes:
+async def whole_audio(request: Request[Any, Any, Any], reply: SpeechReply, encoding: Encoding) -> bytes:
     """All of the reply's audio in ``encoding``, the reply released; an engine that fails half way raises its error
-    (nothing has been sent: the client gets its status)."""
+    (nothing has been sent: the client gets its status).
+
+    Raises:
+        OpenAIError: 400 ``audio_too_long``, as soon as the audio passes ``speech.max_whole_audio_s``: a whole
+            response is held in memory, and a short text of long silences or spelled-out digits makes hours of it.
+    """
+    max_s = gateway_state(request.app).settings.speech.max_whole_audio_s
+    most = int(max_s * PIPELINE_RATE) * 2
     async with reply:
         if reply.whole is not None:
+            _check_whole(len(reply.whole), most, max_s)
             return encode_whole(reply.whole, encoding)
         try:
-            return b"".join([chunk async for chunk in encoded_audio(reply.audio(), encoding)])
+            async with aclosing(_within(reply.audio(), most, max_s)) as pcm:
+                return b"".join([chunk async for chunk in encoded_audio(pcm, encoding)])
         except ResponseTruncatedError as cut:
             cause = cut.__cause__
             raise (cause if isinstance(cause, Exception) else cut) from None
+
+
+async def _within(pcm: AsyncIterator[bytes], most: int, max_s: float) -> AsyncGenerator[bytes]:
+    """``pcm`` until it passes ``most`` bytes (``max_s`` seconds), then :func:`_check_whole`'s error."""
+    held = 0
+    async for chunk in pcm:
+        held += len(chunk)
+        _check_whole(held, most, max_s)
+        yield chunk
+
+
+def _check_whole(held: int, most: int, max_s: float) -> None:
+    if held > most:
+        raise OpenAIError(
+            HTTP_400_BAD_REQUEST,
+            f"The audio is longer than the {max_s:g} s a whole response holds: ask the /stream route for it.",
+            param="text",
+            code="audio_too_long",
+        )
 
 
 def encode_whole(pcm: bytes, encoding: Encoding) -> bytes:
