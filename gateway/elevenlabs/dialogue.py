@@ -126,7 +126,7 @@ class TextToDialogueController(Controller):
     ) -> Response[AudioWithVoiceSegments]:
         encoding = encoding_of(output_format)
         reply, headers = await _speak(request, principal, data, output_format)
-        audio = await unless_client_leaves(request.receive, whole_audio(reply, encoding))
+        audio = await unless_client_leaves(request.receive, whole_audio(request, reply, encoding))
         return Response(_with_segments(_turns(data), audio, reply.alignment.characters()), headers=headers)
 
     @audio_route(

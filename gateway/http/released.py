@@ -1,4 +1,4 @@
-"""Responses that release what their body came from on every ending (CONVENTIONS 21).
+"""Responses that release what their body came from on every ending.
 
 Litestar runs a response's ``background`` task only after the body went out whole: a body iterator that raises (an
 engine worker killed mid-stream) ends the ASGI call with that exception, and the task never runs. A speech reply
