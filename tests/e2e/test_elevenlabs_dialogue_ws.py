@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import importlib
+import itertools
 import json
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     }
     with GatewayProcess(config, tmp_path_factory.mktemp("elevenlabs-dialogue-ws")) as process:
         yield process
+
+
+OWED_SLACK_S = 0.25  # more than one streamed message's audio (100 ms chunks)
 
 
 def ws_base(gateway: GatewayProcess) -> str:
@@ -251,7 +255,11 @@ async def test_livekit_with_eleven_v3_synthesizes_and_streams(gateway: GatewayPr
     words = [word for frame in streamed for word in frame.userdata.get("lk.timed_transcripts", [])]
     assert "".join(str(word) for word in words).split() == text.split()
     starts = [word.start_time for word in words]
-    assert starts == sorted(starts) and starts[-1] < seconds
+    # LiveKit's clock is the audio's: a message's words may be placed late there by the audio sent before their marks
+    # were known (owed to the next alignment, docs/elevenlabs.md), so a later message's first word, owed less, may
+    # come that much earlier than the word before it; never by more than one message's audio.
+    assert all(later >= earlier - OWED_SLACK_S for earlier, later in itertools.pairwise(starts))
+    assert starts[-1] < seconds
 
 
 def test_the_sdks_dialogue_with_timestamps_names_both_turns(gateway: GatewayProcess) -> None:
