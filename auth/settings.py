@@ -33,6 +33,12 @@ class TenantLimits(BaseModel):
     requests_per_minute: int | None = Field(default=None, ge=1)
     characters_per_minute: int | None = Field(default=None, ge=1)
     """Input characters per minute: the speech analogue of tokens per minute."""
+    characters_per_month: int | None = Field(default=None, ge=1)
+    """Input characters per calendar month (UTC), across replicas, counted when a request is admitted; a request that
+    would pass it is refused (429 ``insufficient_quota``; ElevenLabs' ``quota_exceeded``) until the month ends."""
+    audio_seconds_per_month: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Seconds of audio spoken per calendar month (UTC), across replicas. Audio is known only once spoken: it counts
+    when a request ends, so a request in flight may finish past the line, and the next one is refused."""
     concurrent_streams: int | None = Field(default=None, ge=1)
     open_sessions: int | None = Field(default=100, ge=1)
     """WebSocket sessions the tenant may hold open at once, across replicas (a lease each, released when the session

@@ -31,6 +31,7 @@ __all__ = [
     "SpeechRequest",
     "SpeechUsage",
     "TenantUsage",
+    "UsageBudget",
     "VoiceConsentDeleted",
     "VoiceConsentList",
     "VoiceConsentObject",
@@ -184,6 +185,23 @@ VoiceList = ListPage[BuiltInVoice | VoiceObject]
 is the last custom voice of the page."""
 
 
+class UsageBudget(BaseModel):
+    """A tenant's standing against its monthly budgets (``limits.characters_per_month``,
+    ``limits.audio_seconds_per_month``) in this calendar month (UTC). A limit is ``null`` when the tenant has none; a
+    count is ``null`` when it cannot be read now (the limits' storage unreachable)."""
+
+    month: str
+    """``YYYY-MM``."""
+    resets_at: int
+    """Unix time the budgets start again (the next month's first second, UTC)."""
+    characters_limit: int | None
+    characters_used: int | None
+    """Input characters admitted this month (counted when a request is admitted)."""
+    audio_seconds_limit: float | None
+    audio_seconds_used: float | None
+    """Audio seconds spoken this month (counted when a request ends: one in flight may finish past the limit)."""
+
+
 class TenantUsage(BaseModel):
     """What the calling tenant has used: requests served, their input characters and audio, cache hits, and the
     requests its limits refused, by reason (``GET /v1/usage``). The admin API lists the same counts of every tenant
@@ -196,6 +214,8 @@ class TenantUsage(BaseModel):
     audio_seconds: float
     cache_hits: int
     rejections: dict[str, int]
+    budget: UsageBudget | None = None
+    """The tenant's standing against its monthly budgets; ``null`` for a tenant without one."""
 
 
 class Health(BaseModel):

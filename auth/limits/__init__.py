@@ -1,4 +1,5 @@
-"""Per-tenant rate limits: requests and input characters per minute (moving windows) and concurrent streams (leases).
+"""Per-tenant rate limits: requests and input characters per minute (moving windows), monthly budgets of input
+characters and audio seconds (calendar months, UTC) and concurrent streams (leases).
 
 :class:`TenantRateLimiter` (``limiter.py``) admits each request against the tenant's windows and leases, kept by one
 storage behind the contract of ``base.py`` (``Admissions``): in this process's memory (``memory.py``, one replica) or
@@ -14,16 +15,29 @@ own, and kept in its memory whatever the storage.
 
 from __future__ import annotations
 
-from auth.limits.base import LimitReason, LimitState, LimitsUnavailableError, RateLimitExceededError
+from auth.limits.base import (
+    Budget,
+    BudgetState,
+    LimitReason,
+    LimitState,
+    LimitsUnavailableError,
+    Month,
+    QuotaExceededError,
+    RateLimitExceededError,
+)
 from auth.limits.connections import HeldConnections, HoldingKind
 from auth.limits.limiter import TenantRateLimiter
 
 __all__ = [
+    "Budget",
+    "BudgetState",
     "HeldConnections",
     "HoldingKind",
     "LimitReason",
     "LimitState",
     "LimitsUnavailableError",
+    "Month",
+    "QuotaExceededError",
     "RateLimitExceededError",
     "TenantRateLimiter",
 ]

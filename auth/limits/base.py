@@ -1,10 +1,14 @@
-"""What the limits share: a tenant's standing and the refusals (:class:`LimitState`, :class:`RateLimitExceededError`,
-:class:`LimitsUnavailableError`), and the contract of the storage that keeps windows and leases (:class:`Admissions`),
-which :class:`~auth.limits.memory.MemoryAdmissions` and :class:`~auth.limits.redis.RedisAdmissions` implement."""
+"""What the limits share: a tenant's standing and the refusals (:class:`LimitState`, :class:`BudgetState`,
+:class:`RateLimitExceededError` and its :class:`QuotaExceededError`, :class:`LimitsUnavailableError`), the calendar
+month the budgets count in (:class:`Month`), and the contract of the storage that keeps windows, budgets and leases
+(:class:`Admissions`), which :class:`~auth.limits.memory.MemoryAdmissions` and
+:class:`~auth.limits.redis.RedisAdmissions` implement."""
 
 from __future__ import annotations
 
+import calendar
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -16,17 +20,31 @@ __all__ = [
     "WINDOW_S",
     "Admissions",
     "Ask",
+    "Budget",
+    "BudgetState",
     "Lease",
     "LeaseKind",
     "LimitReason",
     "LimitState",
     "LimitsUnavailableError",
+    "Month",
+    "QuotaExceededError",
     "RateLimitExceededError",
     "Verdict",
     "Window",
 ]
 
-LimitReason = Literal["requests", "characters", "concurrency", "sessions", "bodies", "fair_share"]
+LimitReason = Literal[
+    "requests",
+    "characters",
+    "concurrency",
+    "sessions",
+    "bodies",
+    "fair_share",
+    "characters_per_month",
+    "audio_seconds_per_month",
+]
+Budget = Literal["characters_per_month", "audio_seconds_per_month"]
 LeaseKind = Literal["streams", "sessions"]
 Window = Literal["requests", "characters"]
 
@@ -36,6 +54,59 @@ CONCURRENCY_RETRY_AFTER_S = 1
 """A stream's end cannot be predicted; ask the client to try again soon."""
 LEASE_REFUSALS: dict[LeaseKind, LimitReason] = {"streams": "concurrency", "sessions": "sessions"}
 """Why a request is refused when no lease of a kind is free."""
+
+
+@dataclass(frozen=True, slots=True)
+class Month:
+    """A calendar month in UTC, the period of the monthly budgets."""
+
+    start: int
+    """Unix time of its first second."""
+    end: int
+    """Unix time of the next month's first second: when the budgets start again."""
+
+    @classmethod
+    def at(cls, unix_s: float) -> Month:
+        moment = datetime.fromtimestamp(unix_s, UTC)
+        days = calendar.monthrange(moment.year, moment.month)[1]
+        start = datetime(moment.year, moment.month, 1, tzinfo=UTC).timestamp()
+        return cls(int(start), int(start) + days * 86400)
+
+    @property
+    def name(self) -> str:
+        """``YYYY-MM``, as the month's counters are keyed."""
+        return datetime.fromtimestamp(self.start, UTC).strftime("%Y-%m")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    """A tenant's standing against its monthly budgets (``characters_per_month``, ``audio_seconds_per_month``).
+
+    The month is counted while the tenant has either budget; ``None`` for a limit means the tenant has none, ``None``
+    for a count that it is unknown (storage unreachable). Characters count when a request is admitted, audio seconds
+    when it has been spoken.
+    """
+
+    month: Month
+    characters_limit: int | None = None
+    characters_used: int | None = None
+    audio_seconds_limit: float | None = None
+    audio_seconds_used: float | None = None
+
+    @property
+    def counted(self) -> bool:
+        """Whether the tenant has a monthly budget (its month is counted)."""
+        return self.characters_limit is not None or self.audio_seconds_limit is not None
+
+    def fraction_used(self, budget: Budget) -> float | None:
+        """How much of one budget is spent (1.0: all of it; may pass 1.0 for audio); ``None``: no such budget."""
+        limit: float | None
+        used: float | None
+        if budget == "characters_per_month":
+            limit, used = self.characters_limit, self.characters_used
+        else:
+            limit, used = self.audio_seconds_limit, self.audio_seconds_used
+        return None if limit is None or used is None else used / limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +123,8 @@ class LimitState:
     limit_tokens: int | None = None
     remaining_tokens: int | None = None
     reset_tokens_s: float | None = None
+    budget: BudgetState | None = None
+    """The monthly budgets' standing, for a tenant that has one."""
 
 
 class RateLimitExceededError(Exception):
@@ -62,6 +135,23 @@ class RateLimitExceededError(Exception):
         self.reason: LimitReason = reason
         self.retry_after_s = retry_after_s
         self.state = state
+
+
+class QuotaExceededError(RateLimitExceededError):
+    """A request refused by a monthly budget (OpenAI's 429 ``insufficient_quota``, ElevenLabs' ``quota_exceeded``):
+    nothing admits it before the month ends, ``retry_after_s`` from now."""
+
+    def __init__(self, reason: Budget, retry_after_s: int, state: LimitState, asked: float) -> None:
+        super().__init__(reason, retry_after_s, state)
+        self.budget: Budget = reason
+        self.asked = asked
+        """What the refused request would have spent (its characters; 0 for audio, known only once spoken)."""
+
+    @property
+    def standing(self) -> BudgetState:
+        """The budgets' standing at the refusal."""
+        assert self.state.budget is not None  # a budget refused it
+        return self.state.budget
 
 
 class LimitsUnavailableError(Exception):
@@ -86,6 +176,8 @@ class Ask:
     count_request: bool
     lease: Lease | None
     """A lease to take (the tenant has a limit of its kind), or ``None``."""
+    month: Month | None = None
+    """The month the characters count in, for a tenant with a monthly budget; ``None``: none."""
 
     def hits(self) -> list[tuple[Window, int, int]]:
         """The windows this admission counts in, requests first: each with the tenant's limit and the amount."""
@@ -115,8 +207,11 @@ class Admissions(Protocol):
         """Count ``ask`` in the tenant's windows and take its lease (held for ``lease_ttl_s`` unless renewed), or,
         when any of them refuses it, nothing."""
 
-    async def state(self, tenant: str, limits: TenantLimits) -> LimitState:
-        """The tenant's standing, consuming nothing."""
+    async def state(self, tenant: str, limits: TenantLimits, month: Month | None = None) -> LimitState:
+        """The tenant's standing (with its monthly budgets' in ``month``, when given), consuming nothing."""
+
+    async def spend_audio(self, tenant: str, month: Month, seconds: float) -> None:
+        """Count ``seconds`` of spoken audio in the tenant's month (an admission refuses once they reach the budget)."""
 
     async def renew(self, tenant: str, kind: LeaseKind, lease_id: str, ttl_s: float) -> bool:
         """Hold the lease ``ttl_s`` more; ``False`` when it is no longer held (released, or expired)."""

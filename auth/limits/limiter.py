@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 import uuid
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Literal
@@ -15,10 +16,13 @@ from auth.limits.base import (
     WINDOW_S,
     Admissions,
     Ask,
+    BudgetState,
     Lease,
     LimitReason,
     LimitState,
     LimitsUnavailableError,
+    Month,
+    QuotaExceededError,
     RateLimitExceededError,
     Verdict,
 )
@@ -44,7 +48,8 @@ _LEASE_POLL_S = 0.02  # while waiting for a stream to free: one storage round tr
 
 
 class TenantRateLimiter:
-    """Admits requests against each tenant's per-minute limits and holds its concurrent-stream leases.
+    """Admits requests against each tenant's per-minute limits and monthly budgets, and holds its concurrent-stream
+    leases.
 
     Args:
         redis: The process's Redis client, shared by every replica; ``None`` keeps limits in this process's memory.
@@ -106,7 +111,28 @@ class TenantRateLimiter:
         """
         streams = limits.concurrent_streams
         lease = Lease("streams", uuid.uuid4().hex, streams) if hold_stream is not None and streams else None
-        return await self._take(tenant, Ask(limits, characters, count_request, lease), hold_stream)
+        return await self._take(tenant, Ask(limits, characters, count_request, lease, _month_of(limits)), hold_stream)
+
+    def spend_audio(self, tenant: str, limits: TenantLimits, seconds: float) -> None:
+        """Count ``seconds`` of audio spoken for the tenant in its month, when it has a monthly budget (written in the
+        background, off the response's path). Audio is known only once spoken: a request admitted under the line may
+        finish past it, and the tenant's next request is refused."""
+        month = _month_of(limits)
+        if month is not None and seconds > 0:
+            self._background.spawn(self._spend_audio(tenant, month, seconds))
+
+    async def budget(self, tenant: str, limits: TenantLimits) -> BudgetState:
+        """The tenant's standing against its monthly budgets this month, consuming nothing (counts ``None`` when the
+        storage is unreachable and the limiter fails open; nothing counted for a tenant without a budget).
+
+        Raises:
+            LimitsUnavailableError: the storage is unreachable and the limiter fails closed.
+        """
+        month = _month_of(limits)
+        if month is None:
+            return BudgetState(Month.at(time.time()))
+        state = await self.state(tenant, limits)
+        return state.budget or BudgetState(month, limits.characters_per_month, None, limits.audio_seconds_per_month)
 
     def session_lease(self, tenant: str, limits: TenantLimits) -> AbstractAsyncContextManager[None]:
         """Hold one of the tenant's open WebSocket sessions (``open_sessions``, across replicas) for the duration of an
@@ -128,11 +154,11 @@ class TenantRateLimiter:
 
     async def _take(self, tenant: str, ask: Ask, hold: AsyncExitStack | None) -> LimitState:
         """Admit ``ask`` whole; its lease, if any, is held until ``hold`` closes."""
-        if ask.lease is None and not ask.hits():
+        if ask.lease is None and not ask.hits() and ask.month is None:
             return LimitState()
         verdict = await self._admit_within_wait(tenant, ask)
         if verdict is None:  # storage unreachable, failing open: admitted unchecked, without a lease
-            self.outage_count += 1 if ask.hits() else 0
+            self.outage_count += 1 if ask.hits() or ask.month else 0
             return _unknown_state(ask.limits)
         if verdict.refused is not None:
             raise _refusal(verdict.refused, ask, verdict.state)
@@ -147,7 +173,7 @@ class TenantRateLimiter:
             LimitsUnavailableError: the storage is unreachable and the limiter fails closed.
         """
         try:
-            state = await self._store.state(tenant, limits)
+            state = await self._store.state(tenant, limits, _month_of(limits))
         except STORAGE_ERRORS as exc:
             self._storage_failed(exc)
             return _unknown_state(limits)
@@ -203,6 +229,12 @@ class TenantRateLimiter:
                 return verdict
             await asyncio.sleep(min(_LEASE_POLL_S, left))
 
+    async def _spend_audio(self, tenant: str, month: Month, seconds: float) -> None:
+        try:
+            await self._store.spend_audio(tenant, month, seconds)
+        except STORAGE_ERRORS as exc:  # an outage: those seconds go uncounted against the budget, as admissions do
+            logger.debug("audio seconds of tenant %s not counted in its month: %r", tenant, exc)
+
     async def _renew(self, tenant: str, lease: Lease) -> None:
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)
@@ -246,6 +278,11 @@ class TenantRateLimiter:
 
 
 def _refusal(reason: LimitReason, ask: Ask, state: LimitState) -> RateLimitExceededError:
+    if reason in {"characters_per_month", "audio_seconds_per_month"} and ask.month is not None:
+        until_next_month = max(1, math.ceil(ask.month.end - time.time()))
+        if reason == "characters_per_month":
+            return QuotaExceededError(reason, until_next_month, state, ask.characters)
+        return QuotaExceededError("audio_seconds_per_month", until_next_month, state, 0)
     if reason in {"concurrency", "sessions", "bodies", "fair_share"}:
         return RateLimitExceededError(reason, CONCURRENCY_RETRY_AFTER_S, state)
     reset = state.reset_requests_s if reason == "requests" else state.reset_tokens_s
@@ -256,5 +293,20 @@ def _refusal(reason: LimitReason, ask: Ask, state: LimitState) -> RateLimitExcee
     return RateLimitExceededError(reason, retry_after, state)
 
 
+def _month_of(limits: TenantLimits) -> Month | None:
+    """This month, for a tenant with a monthly budget (its month is counted); ``None`` otherwise."""
+    if limits.characters_per_month is None and limits.audio_seconds_per_month is None:
+        return None
+    return Month.at(time.time())
+
+
 def _unknown_state(limits: TenantLimits) -> LimitState:
-    return LimitState(limit_requests=limits.requests_per_minute, limit_tokens=limits.characters_per_minute)
+    month = _month_of(limits)
+    budget = (
+        None
+        if month is None
+        else BudgetState(month, limits.characters_per_month, None, limits.audio_seconds_per_month, None)
+    )
+    return LimitState(
+        limit_requests=limits.requests_per_minute, limit_tokens=limits.characters_per_minute, budget=budget
+    )

@@ -1,7 +1,8 @@
 """One process's windows and leases (:class:`MemoryAdmissions`): a gateway of one replica, without Redis.
 
 The windows are the ``limits`` library's moving windows; ``limits`` has no concurrency primitive, so the leases are a
-dict per tenant and kind (lease id -> expiry), renewed while held like the Redis ones.
+dict per tenant and kind (lease id -> expiry), renewed while held like the Redis ones. The monthly budgets are a
+count per tenant, month and budget.
 """
 
 from __future__ import annotations
@@ -13,7 +14,18 @@ from limits import RateLimitItemPerMinute
 from limits.aio.storage import MemoryStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
-from auth.limits.base import LEASE_REFUSALS, Ask, Lease, LeaseKind, LimitReason, LimitState, Verdict
+from auth.limits.base import (
+    LEASE_REFUSALS,
+    Ask,
+    Budget,
+    BudgetState,
+    Lease,
+    LeaseKind,
+    LimitReason,
+    LimitState,
+    Month,
+    Verdict,
+)
 
 if TYPE_CHECKING:
     from auth.settings import TenantLimits
@@ -29,12 +41,16 @@ class MemoryAdmissions:
         self._storage = MemoryStorage()
         self._windows = MovingWindowRateLimiter(self._storage)
         self._leases: dict[tuple[str, LeaseKind], dict[str, float]] = {}
+        self._months: dict[tuple[str, str], dict[Budget, float]] = {}
+        """(tenant, month name) -> what it spent of each budget."""
 
     async def admit(self, tenant: str, ask: Ask, lease_ttl_s: float) -> Verdict:
-        before = await self.state(tenant, ask.limits)
+        before = await self.state(tenant, ask.limits, ask.month)
         lease = ask.lease
-        refused = _first_refusal(ask, before) or (
-            LEASE_REFUSALS[lease.kind] if lease is not None and not self._lease_free(tenant, lease) else None
+        refused = (
+            _budget_refusal(ask, before.budget)
+            or _first_refusal(ask, before)
+            or (LEASE_REFUSALS[lease.kind] if lease is not None and not self._lease_free(tenant, lease) else None)
         )
         if refused is not None:
             return Verdict(before, refused)
@@ -42,13 +58,19 @@ class MemoryAdmissions:
             await self._windows.hit(RateLimitItemPerMinute(limit, namespace=window), tenant, cost=cost)
         if lease is not None:
             self._leases.setdefault((tenant, lease.kind), {})[lease.id] = time.monotonic() + lease_ttl_s
-        return Verdict(await self.state(tenant, ask.limits))
+        if ask.month is not None and ask.characters > 0:
+            self._spend(tenant, ask.month, "characters_per_month", ask.characters)
+        return Verdict(await self.state(tenant, ask.limits, ask.month))
 
-    async def state(self, tenant: str, limits: TenantLimits) -> LimitState:
+    async def state(self, tenant: str, limits: TenantLimits, month: Month | None = None) -> LimitState:
         requests, characters = limits.requests_per_minute, limits.characters_per_minute
         req_remaining, req_reset = await self._window(tenant, requests, "requests")
         chars_remaining, chars_reset = await self._window(tenant, characters, "characters")
-        return LimitState(requests, req_remaining, req_reset, characters, chars_remaining, chars_reset)
+        budget = None if month is None else self._budget(tenant, limits, month)
+        return LimitState(requests, req_remaining, req_reset, characters, chars_remaining, chars_reset, budget)
+
+    async def spend_audio(self, tenant: str, month: Month, seconds: float) -> None:
+        self._spend(tenant, month, "audio_seconds_per_month", seconds)
 
     async def renew(self, tenant: str, kind: LeaseKind, lease_id: str, ttl_s: float) -> bool:
         held = self._leases.get((tenant, kind), {})
@@ -64,6 +86,23 @@ class MemoryAdmissions:
         if self._storage.timer is not None:
             self._storage.timer.cancel()
 
+    def _spend(self, tenant: str, month: Month, budget: Budget, amount: float) -> None:
+        # Only this month's counts are kept: a month that ended is never read again.
+        for key in [key for key in self._months if key[0] == tenant and key[1] != month.name]:
+            del self._months[key]
+        spent = self._months.setdefault((tenant, month.name), {})
+        spent[budget] = spent.get(budget, 0) + amount
+
+    def _budget(self, tenant: str, limits: TenantLimits, month: Month) -> BudgetState:
+        spent = self._months.get((tenant, month.name), {})
+        return BudgetState(
+            month,
+            limits.characters_per_month,
+            int(spent.get("characters_per_month", 0)),
+            limits.audio_seconds_per_month,
+            spent.get("audio_seconds_per_month", 0.0),
+        )
+
     def _lease_free(self, tenant: str, lease: Lease) -> bool:
         now = time.monotonic()
         held = {lid: expiry for lid, expiry in self._leases.get((tenant, lease.kind), {}).items() if expiry > now}
@@ -77,6 +116,20 @@ class MemoryAdmissions:
         # An empty window reports "now + 60 s"; nothing is waiting to reset then.
         reset = 0.0 if stats.remaining >= limit else max(0.0, stats.reset_time - time.time())
         return max(0, stats.remaining), reset
+
+
+def _budget_refusal(ask: Ask, budget: BudgetState | None) -> Budget | None:
+    """A monthly budget that refuses ``ask``: characters that would pass the line, or audio already at it (audio is
+    known only once spoken, so the request that crosses the line is served and the next one refused)."""
+    if budget is None:
+        return None
+    chars_limit, chars_used = budget.characters_limit, budget.characters_used or 0
+    if chars_limit is not None and ask.characters > 0 and chars_used + ask.characters > chars_limit:
+        return "characters_per_month"
+    audio_limit = budget.audio_seconds_limit
+    if audio_limit is not None and (budget.audio_seconds_used or 0.0) >= audio_limit:
+        return "audio_seconds_per_month"
+    return None
 
 
 def _first_refusal(ask: Ask, state: LimitState) -> LimitReason | None:

@@ -9,7 +9,8 @@ HTTP errors); :data:`EXCEPTION_HANDLERS`, scoped to the ElevenLabs routes, answe
   (the gateway's decision, from :func:`gateway.http.errors.as_openai_error`) and its headers (``Retry-After``, the
   rate-limit headers, ``x-retries``), in ElevenLabs' words where it has its own: ``needs_authorization`` (no
   credential), ``invalid_api_key``, ``voice_not_found`` (404, whether the voice is an unknown built-in or a custom
-  voice the tenant does not have), ``too_many_concurrent_requests``, ``system_busy``; otherwise the gateway's code.
+  voice the tenant does not have), ``too_many_concurrent_requests``, ``system_busy``, ``quota_exceeded`` (401, as
+  ElevenLabs answers a spent character quota: a monthly budget); otherwise the gateway's code.
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ if TYPE_CHECKING:
     from litestar import Request
     from litestar.types import ExceptionHandlersMap
 
-__all__ = ["EXCEPTION_HANDLERS", "ErrorAnswer", "as_elevenlabs_error", "error_responses"]
+__all__ = ["EXCEPTION_HANDLERS", "QUOTA_CODE", "ErrorAnswer", "as_elevenlabs_error", "error_responses"]
 
+QUOTA_CODE = "insufficient_quota"
+"""The gateway's code for a request refused by a monthly budget (``auth.limits.QuotaExceededError``)."""
 NEEDS_AUTHORIZATION = "Neither authorization header nor xi-api-key received, please provide one."
 # The gateway's codes that ElevenLabs names otherwise; any other code is sent as it is.
 _STATUSES: Mapping[str, str] = {
@@ -100,6 +103,8 @@ def as_elevenlabs_error(exc: Exception, headers: Mapping[str, str]) -> ErrorAnsw
     if isinstance(exc, UnknownVoiceError):
         status_code, status = HTTP_404_NOT_FOUND, "voice_not_found"
         message = f"A voice with the voice_id '{exc.voice_id}' was not found."
+    elif error.code == QUOTA_CODE:  # a monthly budget spent: ElevenLabs says 401 for a spent quota
+        status_code, status = HTTP_401_UNAUTHORIZED, "quota_exceeded"
     elif status_code == HTTP_401_UNAUTHORIZED and presented_authorization(headers) is None:
         status, message = "needs_authorization", NEEDS_AUTHORIZATION
     return ErrorAnswer(status_code, ElevenLabsErrorDetail(status=status, message=message), dict(error.headers))

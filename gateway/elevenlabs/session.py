@@ -54,6 +54,7 @@ from pydantic import ValidationError
 
 from engines.errors import ConsumerTooSlowError
 from gateway.audio import AudioFormat, open_encoding, output_sample_rate
+from gateway.elevenlabs.errors import QUOTA_CODE
 from gateway.elevenlabs.wire import TextToSpeechRequest, VoiceSettings, text_markup
 from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
 from gateway.http.request_record import RequestRecord
@@ -99,6 +100,8 @@ _MARKUP = re.compile(r"<[A-Za-z/!?]")
 def error_message(error: OpenAIError) -> str:
     """An error on the socket: ``{"message", "error", "code"}`` (the SDK's WebSocket error payload), ``code`` being
     the status the same error gets on the REST routes."""
+    if error.code == QUOTA_CODE:  # a monthly budget spent, in ElevenLabs' words (as on its REST routes)
+        return json.dumps({"message": error.message, "error": "quota_exceeded", "code": 401})
     return json.dumps({"message": error.message, "error": error.code or "error", "code": error.status_code})
 
 

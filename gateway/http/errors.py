@@ -7,6 +7,7 @@ Handlers never catch exceptions themselves: they raise, and :data:`EXCEPTION_HAN
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from litestar import MediaType, Response
@@ -25,7 +26,7 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
-from auth.limits import LimitsUnavailableError, RateLimitExceededError
+from auth.limits import LimitsUnavailableError, QuotaExceededError, RateLimitExceededError
 from auth.usage import UsageUnavailableError
 from engines.base import InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
@@ -51,6 +52,7 @@ __all__ = [
     "error_response",
     "error_responses",
     "note_error",
+    "quota_message",
 ]
 
 logger = logging.getLogger("tts_gateway.errors")
@@ -268,6 +270,36 @@ def _rate_limited(exc: RateLimitExceededError) -> OpenAIError:
     return OpenAIError(HTTP_429_TOO_MANY_REQUESTS, message, type=kind, code=code, headers=headers)
 
 
+def _quota_exceeded(exc: QuotaExceededError) -> OpenAIError:
+    # OpenAI's answer when a project's budget is spent: 429 `insufficient_quota` in both type and code. Nothing but the
+    # month's end helps, so the OpenAI SDKs are told not to retry (they honour `x-should-retry`).
+    headers = {
+        **rate_limit_headers(exc.state),
+        "Retry-After": str(exc.retry_after_s),
+        "x-should-retry": "false",
+    }
+    return OpenAIError(
+        HTTP_429_TOO_MANY_REQUESTS,
+        quota_message(exc),
+        type="insufficient_quota",
+        code="insufficient_quota",
+        headers=headers,
+    )
+
+
+def quota_message(exc: QuotaExceededError) -> str:
+    """What a client refused by a monthly budget is told: which budget, how much of it is left, and when it returns."""
+    standing = exc.standing
+    resets = datetime.fromtimestamp(standing.month.end, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if exc.budget == "characters_per_month":
+        limit, used = standing.characters_limit or 0, standing.characters_used or 0
+        spent = f"{limit} input characters: {max(0, limit - used)} remain, this request needs {int(exc.asked)}"
+    else:
+        limit_s, used_s = standing.audio_seconds_limit or 0.0, standing.audio_seconds_used or 0.0
+        spent = f"{limit_s:g} audio seconds, of which {used_s:.1f} are spoken"
+    return f"You exceeded your current quota: your monthly budget of {spent}. It starts again at {resets}."
+
+
 _LIMIT_MESSAGES = {
     "requests": "Rate limit reached for requests per minute.",
     "characters": "Rate limit reached for input characters per minute.",
@@ -329,6 +361,7 @@ _CONVERSIONS: dict[type[Exception], Callable[[Any], OpenAIError]] = {
     InvalidCredentialsError: _invalid_credentials,
     UnknownTenantError: _unknown_tenant,
     RateLimitExceededError: _rate_limited,
+    QuotaExceededError: _quota_exceeded,
     UploadsBusyError: _uploads_busy,
     TooManyUploadsError: _too_many_uploads,
     LimitsUnavailableError: _backend_down,

@@ -48,6 +48,10 @@ class _Histogram(_KnownChildren, Histogram):
     pass
 
 
+class _Gauge(_KnownChildren, Gauge):
+    pass
+
+
 class SpeechMetrics:
     """Counters and histograms the speech path updates (labelled by engine or tenant id, never by key)."""
 
@@ -89,6 +93,12 @@ class SpeechMetrics:
         self.tenant_requests = _Counter("tts_tenant_requests", "Speech requests served, by tenant id.", ["tenant"])
         self.tenant_characters = _Counter("tts_tenant_input_characters", "Input characters, by tenant id.", ["tenant"])
         self.tenant_audio = _Counter("tts_tenant_audio_seconds", "Audio seconds produced, by tenant id.", ["tenant"])
+        self.budget_used = _Gauge(
+            "tts_tenant_budget_used_ratio",
+            "Share of a tenant's monthly budget spent (1: all of it; audio may pass it), by tenant and budget "
+            "(characters_per_month, audio_seconds_per_month), as this replica last saw it admitting the tenant.",
+            ["tenant", "budget"],
+        )
         self.queue_wait = _Histogram(
             "tts_engine_queue_wait_seconds",
             "Time a synthesis waited for an engine worker (also when it then got a 503).",

@@ -1,4 +1,5 @@
-"""Admission: a tenant's per-minute limits, concurrent-stream and open-session leases, with every refusal counted."""
+"""Admission: a tenant's per-minute limits, monthly budgets, concurrent-stream and open-session leases, with every
+refusal counted."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ if TYPE_CHECKING:
     from contextlib import AsyncExitStack
 
     from auth import Tenant
-    from auth.limits import LimitState, TenantRateLimiter
+    from auth.limits import BudgetState, LimitState, TenantRateLimiter
     from auth.usage import UsageLedger
     from gateway.observability.metrics import SpeechMetrics
 
@@ -41,12 +42,40 @@ class Admission:
             LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
         """
         try:
-            return await self.limiter.admit(
+            state = await self.limiter.admit(
                 tenant.name, tenant.limits, characters, count_request=count_request, hold_stream=hold_stream
             )
         except RateLimitExceededError as exc:
             self.record_rejection(tenant, exc.reason)
+            self._observe_budget(tenant, exc.state.budget)
             raise
+        self._observe_budget(tenant, state.budget)
+        return state
+
+    def spend_audio(self, tenant: Tenant, audio_seconds: float) -> None:
+        """Count audio spoken for the tenant in its monthly budget (``audio_seconds_per_month``), off the response's
+        path. Audio is known only once spoken: a request admitted under the line may finish past it, and the next one
+        is refused."""
+        self.limiter.spend_audio(tenant.name, tenant.limits, audio_seconds)
+
+    async def budget(self, tenant: Tenant) -> BudgetState:
+        """The tenant's standing against its monthly budgets this month (what ``GET /v1/usage`` shows, and what an
+        ElevenLabs subscription reads: ``characters_used``/``characters_limit``, ``month.end`` for the next reset).
+
+        Raises:
+            LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
+        """
+        standing = await self.limiter.budget(tenant.name, tenant.limits)
+        self._observe_budget(tenant, standing)
+        return standing
+
+    def _observe_budget(self, tenant: Tenant, standing: BudgetState | None) -> None:
+        """``tts_tenant_budget_used_ratio``: how near the tenant is to each of its monthly budgets' line."""
+        if standing is None:
+            return
+        for budget in ("characters_per_month", "audio_seconds_per_month"):
+            if (used := standing.fraction_used(budget)) is not None:
+                self._metrics.budget_used.labels(tenant.name, budget).set(used)
 
     async def hold_session(self, tenant: Tenant, held: AsyncExitStack) -> None:
         """Take one of the tenant's open WebSocket sessions (``open_sessions``) until ``held`` closes.

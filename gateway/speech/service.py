@@ -619,6 +619,7 @@ class SpeechService:
         """Record one served request (or a session's segment or response) in the tenant's usage (written in the
         background, off the response's path) and the metrics."""
         self._usage.record_request(tenant, characters=characters, audio_seconds=audio_seconds, cache_hit=cache_hit)
+        self.admission.spend_audio(tenant, audio_seconds)  # the monthly budget of audio seconds
         self.metrics.tenant_requests.labels(tenant.name).inc()
         self.metrics.tenant_characters.labels(tenant.name).inc(characters)
         self.metrics.tenant_audio.labels(tenant.name).inc(audio_seconds)
