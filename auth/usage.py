@@ -8,6 +8,12 @@ Recording never waits for Redis: increments gather in memory and a background ta
 all that gathered meanwhile), off the response path. While Redis is unreachable they wait and are written once it is
 back, so nothing recorded is lost; reading usage writes what is waiting first.
 
+Usage is also kept per time bucket (a minute, an hour, a day), by model and API key, for the organization Usage API
+(``GET /v1/organization/usage/audio_speeches``): each recorded request adds its characters and one request to the
+bucket of each width it falls in, written with the rest of its batch. Buckets are kept for
+:data:`BUCKET_RETENTION_S` (per width), and belong to the tenant's generation as the totals do: the buckets of one
+generation add up to its totals, as long as they are kept.
+
 A write whose answer never came (the connection broke, the master died) may have been applied all the same, and is
 tried again: each write is a batch numbered in its process's sequence, and the script applies a batch only if its
 number is past the last one it applied from that process, so a batch tried twice counts once. (What no failover can
@@ -23,20 +29,24 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from lifecycle import cancel_and_wait
 from storage import STORAGE_ERRORS, OutageLatch
 from storage.pressure import WriteRefusals, refuses_writes
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
     from auth.tenants import Tenant
     from storage import RedisClient
 
 __all__ = [
+    "BUCKET_RETENTION_S",
+    "BUCKET_WIDTHS",
     "DEFAULT_RETIRED_RETENTION_S",
+    "BucketUsage",
+    "BucketWidth",
     "MemoryUsageLedger",
     "RedisUsageLedger",
     "RetiredUsage",
@@ -55,6 +65,15 @@ _RETIRED_AT = "retired_at"  # field of a retired record: when its tenant was del
 _FLOAT_FIELDS = frozenset({"audio_seconds", _RETIRED_AT})
 _RETRY_S = 1.0  # between tries to write waiting increments while Redis is unreachable
 _APPLIED_TTL_S = 7 * 24 * 3600  # how long Redis remembers the last batch it applied from a process
+
+BucketWidth = Literal["1m", "1h", "1d"]
+BUCKET_WIDTHS: dict[BucketWidth, int] = {"1m": 60, "1h": 3600, "1d": 86400}
+"""Each bucket width in seconds; buckets start at multiples of their width since the Unix epoch (a day at 00:00 UTC)."""
+BUCKET_RETENTION_S: dict[BucketWidth, int] = {"1m": 2 * 86400, "1h": 35 * 86400, "1d": 400 * 86400}
+"""How long a bucket of each width is kept after it starts: minutes two days, hours 35 days, days 400 days."""
+
+_BUCKET = "bucket\x1f"  # field prefix of a bucket's count: bucket<US>width<US>start<US>model<US>key id<US>counter
+_SEP = "\x1f"
 
 Counters = dict[str, float]
 """Field name -> value; rejections are ``rejections:<reason>`` fields."""
@@ -79,6 +98,20 @@ class UsageRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class BucketUsage:
+    """What one tenant spoke in one time bucket with one model and one API key."""
+
+    tenant: str
+    start: int
+    """Unix time the bucket starts."""
+    model: str | None
+    api_key_id: str | None
+    """The key's id; ``None`` for a JSON Web Token or an open gateway's caller."""
+    characters: int
+    requests: int
+
+
+@dataclass(frozen=True, slots=True)
 class RetiredUsage:
     """The usage of a deleted tenant, kept apart for the operator."""
 
@@ -96,8 +129,18 @@ class UsageUnavailableError(Exception):
 class UsageLedger(Protocol):
     """Where usage is counted; every replica of a deployment should share one."""
 
-    def record_request(self, tenant: Tenant, *, characters: int, audio_seconds: float, cache_hit: bool) -> None:
-        """Count one served request (written in the background)."""
+    def record_request(
+        self,
+        tenant: Tenant,
+        *,
+        characters: int,
+        audio_seconds: float,
+        cache_hit: bool,
+        model: str | None = None,
+        api_key_id: str | None = None,
+    ) -> None:
+        """Count one served request (written in the background), in the tenant's totals and in this minute's, hour's
+        and day's buckets under ``model`` and ``api_key_id``."""
         ...
 
     def record_rejection(self, tenant: Tenant, reason: str) -> None:
@@ -110,6 +153,11 @@ class UsageLedger(Protocol):
 
     async def many(self, tenants: Iterable[Tenant]) -> list[UsageRecord]:
         """The usage of each of ``tenants``, in their order, read together."""
+        ...
+
+    async def buckets(self, tenants: Sequence[Tenant], width: BucketWidth, starts: Sequence[int]) -> list[BucketUsage]:
+        """What ``tenants`` spoke in the buckets of ``width`` starting at ``starts``, read together: one entry per
+        tenant, bucket, model and key with usage (none for a bucket no longer kept)."""
         ...
 
     async def retire(self, tenant: Tenant) -> None:
@@ -129,13 +177,42 @@ def _owner(tenant: Tenant) -> Owner:
     return tenant.name, tenant.generation
 
 
-def _request_increments(characters: int, audio_seconds: float, cache_hit: bool) -> Counters:
-    return {
+def _request_increments(  # noqa: PLR0917 - a request's counts
+    characters: int, audio_seconds: float, cache_hit: bool, model: str | None, api_key_id: str | None, now: float
+) -> Counters:
+    increments = {
         "requests": 1,
         "input_characters": characters,
         "audio_seconds": audio_seconds,
         "cache_hits": 1 if cache_hit else 0,
     }
+    for width, seconds in BUCKET_WIDTHS.items():
+        group = _SEP.join(
+            (_BUCKET.removesuffix(_SEP), width, str(int(now // seconds * seconds)), model or "", api_key_id or "")
+        )
+        increments[f"{group}{_SEP}characters"] = characters
+        increments[f"{group}{_SEP}requests"] = 1
+    return increments
+
+
+def _bucket_field(name: str) -> tuple[BucketWidth, int, str] | None:
+    """A bucket's field: its width, start and the rest (``model<US>key<US>counter``); ``None`` for a total's."""
+    if not name.startswith(_BUCKET):
+        return None
+    width, start, rest = name.removeprefix(_BUCKET).split(_SEP, 2)
+    return width, int(start), rest  # type: ignore[return-value]
+
+
+def _bucket_usage(tenant: str, start: int, fields: Mapping[str, float]) -> list[BucketUsage]:
+    """The entries of one bucket, from its fields ``model<US>key<US>counter``."""
+    groups: dict[tuple[str, str], dict[str, float]] = {}
+    for name, value in fields.items():
+        model, key, counter = name.split(_SEP)
+        groups.setdefault((model, key), {})[counter] = value
+    return [
+        BucketUsage(tenant, start, model or None, key or None, int(c.get("characters", 0)), int(c.get("requests", 0)))
+        for (model, key), c in sorted(groups.items())
+    ]
 
 
 def _merge(into: Counters, increments: Mapping[str, float]) -> None:
@@ -166,10 +243,37 @@ class MemoryUsageLedger:
     def __init__(self, *, retired_retention_s: float = DEFAULT_RETIRED_RETENTION_S) -> None:
         self._live: dict[Owner, Counters] = {}
         self._retired: dict[Owner, tuple[float, Counters]] = {}  # owner -> (expiry, counters)
+        self._buckets: dict[tuple[Owner, BucketWidth, int], Counters] = {}
+        """(owner, width, start) -> ``model<US>key<US>counter`` -> count."""
         self._retention_s = retired_retention_s
+        self._pruned_at = 0.0
 
-    def record_request(self, tenant: Tenant, *, characters: int, audio_seconds: float, cache_hit: bool) -> None:
-        self._add(_owner(tenant), _request_increments(characters, audio_seconds, cache_hit))
+    def record_request(
+        self,
+        tenant: Tenant,
+        *,
+        characters: int,
+        audio_seconds: float,
+        cache_hit: bool,
+        model: str | None = None,
+        api_key_id: str | None = None,
+    ) -> None:
+        increments = _request_increments(characters, audio_seconds, cache_hit, model, api_key_id, time.time())
+        totals = {name: delta for name, delta in increments.items() if not name.startswith(_BUCKET)}
+        self._add(_owner(tenant), totals)
+        for name, delta in increments.items():
+            if (field_of := _bucket_field(name)) is not None:
+                width, start, rest = field_of
+                _merge(self._buckets.setdefault((_owner(tenant), width, start), {}), {rest: delta})
+        self._prune_buckets()
+
+    async def buckets(self, tenants: Sequence[Tenant], width: BucketWidth, starts: Sequence[int]) -> list[BucketUsage]:
+        self._prune_buckets()
+        found: list[BucketUsage] = []
+        for tenant in tenants:
+            for start in starts:
+                found += _bucket_usage(tenant.name, start, self._buckets.get((_owner(tenant), width, start), {}))
+        return found
 
     def record_rejection(self, tenant: Tenant, reason: str) -> None:
         self._add(_owner(tenant), {_REJECTION + reason: 1})
@@ -179,6 +283,15 @@ class MemoryUsageLedger:
 
     async def many(self, tenants: Iterable[Tenant]) -> list[UsageRecord]:
         return [await self.get(tenant) for tenant in tenants]
+
+    def _prune_buckets(self) -> None:
+        """Forget the buckets past their retention, at most once a minute."""
+        now = time.time()
+        if now - self._pruned_at < BUCKET_WIDTHS["1m"]:
+            return
+        self._pruned_at = now
+        for key in [key for key in self._buckets if key[2] + BUCKET_RETENTION_S[key[1]] <= now]:
+            del self._buckets[key]
 
     async def retire(self, tenant: Tenant) -> None:
         counters = self._live.pop(_owner(tenant), {})
@@ -205,16 +318,24 @@ class MemoryUsageLedger:
 
 
 # Adds a batch of increments to a tenant generation's usage, or to its retired usage once the tenant was deleted (a
-# stream in flight at the deletion still counts, apart), once: a batch numbered at or below the last one applied from
-# the writing process (a try again of a write whose answer was lost) writes nothing, so it works on a Redis out of
-# memory too. KEYS: live hash, retired hash, the number of the last batch applied from this process. ARGV: the TTL of
-# that number, the batch's number, then field, delta, field, delta, ...
+# stream in flight at the deletion still counts, apart), and to its time buckets, once: a batch numbered at or below
+# the last one applied from the writing process (a try again of a write whose answer was lost) writes nothing, so it
+# works on a Redis out of memory too. KEYS: live hash, retired hash, the number of the last batch applied from this
+# process, then the batch's bucket hashes. ARGV: the TTL of that number, the batch's number, the number of the
+# totals' pairs, then field, delta, field, delta, ..., then for each bucket count: its key's index in KEYS, the Unix
+# time its bucket expires, field, delta.
 _ADD_LUA = """
 local target = KEYS[1]
 if redis.call('EXISTS', KEYS[2]) == 1 then target = KEYS[2] end
 local batch = tonumber(ARGV[2])
 if batch <= tonumber(redis.call('GET', KEYS[3]) or '0') then return 0 end
-for i = 3, #ARGV, 2 do redis.call('HINCRBYFLOAT', target, ARGV[i], ARGV[i + 1]) end
+local totals_end = 3 + 2 * tonumber(ARGV[3])
+for i = 4, totals_end, 2 do redis.call('HINCRBYFLOAT', target, ARGV[i], ARGV[i + 1]) end
+for i = totals_end + 1, #ARGV, 4 do
+  local bucket = KEYS[tonumber(ARGV[i])]
+  redis.call('HINCRBYFLOAT', bucket, ARGV[i + 2], ARGV[i + 3])
+  redis.call('EXPIREAT', bucket, ARGV[i + 1])
+end
 redis.call('SET', KEYS[3], batch, 'EX', ARGV[1])
 return 1
 """
@@ -245,13 +366,16 @@ class RedisUsageLedger:
     """Usage in Redis, one hash per tenant generation: ``{prefix}{<tenant>}:<generation>``, and once the tenant is
     deleted ``{retired_prefix}{<tenant>}:<generation>``; beside them, per writing process,
     ``{applied_prefix}{<tenant>}:<generation>:<process>``: the number of the last batch applied from it, kept a week
-    after its last write (one hash tag: the scripts touch all three in one Cluster slot).
+    after its last write; and per time bucket ``{bucket_prefix}{<tenant>}:<generation>:<width>:<start>`` (fields
+    ``<model> US <key id> US characters|requests``), expiring :data:`BUCKET_RETENTION_S` after the bucket starts (one
+    hash tag: the scripts touch them all in one Cluster slot).
 
     Args:
         client: a Redis or Redis Cluster client (with or without ``decode_responses``); the caller owns and closes it.
         prefix: key prefix of the live hashes.
         retired_prefix: key prefix of the retired hashes.
         applied_prefix: key prefix of the numbers of the last batch applied per process.
+        bucket_prefix: key prefix of the time buckets.
         retired_retention_s: how long retired usage is kept.
     """
 
@@ -262,8 +386,10 @@ class RedisUsageLedger:
         *,
         retired_prefix: str = "tts:usage-retired:",
         applied_prefix: str = "tts:usage-applied:",
+        bucket_prefix: str = "tts:usage-buckets:",
         retired_retention_s: int = DEFAULT_RETIRED_RETENTION_S,
     ) -> None:
+        self._bucket_prefix = bucket_prefix
         self._client = client
         self._prefix = prefix
         self._retired_prefix = retired_prefix
@@ -289,8 +415,34 @@ class RedisUsageLedger:
         self.write_refusals = WriteRefusals("usage", logger, "usage waits in memory and is written once Redis takes it")
         """Writes refused by a Redis that answers (out of memory, a read-only replica): an episode, not an outage."""
 
-    def record_request(self, tenant: Tenant, *, characters: int, audio_seconds: float, cache_hit: bool) -> None:
-        self._record(_owner(tenant), _request_increments(characters, audio_seconds, cache_hit))
+    def record_request(
+        self,
+        tenant: Tenant,
+        *,
+        characters: int,
+        audio_seconds: float,
+        cache_hit: bool,
+        model: str | None = None,
+        api_key_id: str | None = None,
+    ) -> None:
+        increments = _request_increments(characters, audio_seconds, cache_hit, model, api_key_id, time.time())
+        self._record(_owner(tenant), increments)
+
+    async def buckets(self, tenants: Sequence[Tenant], width: BucketWidth, starts: Sequence[int]) -> list[BucketUsage]:
+        """Raises: UsageUnavailableError: Redis is unreachable."""
+        wanted = [(tenant, start) for tenant in tenants for start in starts]
+        await self._flush()
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:  # one round trip, any number of slots
+                for tenant, start in wanted:
+                    pipe.hgetall(self._bucket_key(_owner(tenant), width, start))
+                rows = await pipe.execute()
+        except STORAGE_ERRORS as exc:
+            raise UsageUnavailableError("usage store unreachable") from exc
+        found: list[BucketUsage] = []
+        for (tenant, start), row in zip(wanted, rows, strict=True):
+            found += _bucket_usage(tenant.name, start, _decode(row))
+        return found
 
     def record_rejection(self, tenant: Tenant, reason: str) -> None:
         self._record(_owner(tenant), {_REJECTION + reason: 1})
@@ -420,9 +572,25 @@ class RedisUsageLedger:
 
     async def _write_one(self, owner: Owner, batch: Batch) -> None:
         number, counters = batch
-        fields = [value for name, delta in counters.items() if delta for value in (name, repr(float(delta)))]
         keys = [self._live_key(owner), self._retired_key(owner), self._applied_key(owner)]
-        await self._add(keys=keys, args=[_APPLIED_TTL_S, number, *fields])
+        totals: list[str] = []
+        buckets: list[int | str] = []
+        for name, delta in counters.items():
+            if not delta:
+                continue
+            if (field_of := _bucket_field(name)) is None:
+                totals += [name, repr(float(delta))]
+                continue
+            width, start, rest = field_of
+            bucket_key = self._bucket_key(owner, width, start)
+            if bucket_key not in keys:
+                keys.append(bucket_key)
+            expires = start + BUCKET_RETENTION_S[width]
+            buckets += [keys.index(bucket_key) + 1, expires, rest, repr(float(delta))]
+        await self._add(keys=keys, args=[_APPLIED_TTL_S, number, len(totals) // 2, *totals, *buckets])
+
+    def _bucket_key(self, owner: Owner, width: BucketWidth, start: int) -> str:
+        return f"{self._bucket_prefix}{{{owner[0]}}}:{owner[1]}:{width}:{start}"
 
     def _live_key(self, owner: Owner) -> str:
         return f"{self._prefix}{{{owner[0]}}}:{owner[1]}"

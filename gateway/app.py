@@ -45,6 +45,7 @@ from gateway.routes.docs import docs_assets_router, docs_render_plugin
 from gateway.routes.engine_node import EngineNodeController
 from gateway.routes.health import HealthController
 from gateway.routes.jobs import jobs_router
+from gateway.routes.organization_usage import OrganizationUsageController
 from gateway.routes.playground import playground_handlers
 from gateway.routes.speech import EngineNodeSpeechController, speech_routes
 from gateway.routes.usage import UsageController
@@ -116,6 +117,7 @@ def create_app(
             VoicesController,
             VoiceConsentsController,
             UsageController,
+            OrganizationUsageController,
             AdminController,
             HealthController,
             MetricsController,

@@ -13,6 +13,9 @@ __all__ = [
     "MAX_INPUT_CHARS",
     "MAX_JOB_INPUT_CHARS",
     "MAX_RAISED_INPUT_CHARS",
+    "AudioSpeechesBucket",
+    "AudioSpeechesPage",
+    "AudioSpeechesResult",
     "CustomVoice",
     "EndpointReadiness",
     "EngineNodeSpeechRequest",
@@ -216,6 +219,38 @@ class TenantUsage(BaseModel):
     rejections: dict[str, int]
     budget: UsageBudget | None = None
     """The tenant's standing against its monthly budgets; ``null`` for a tenant without one."""
+
+
+class AudioSpeechesResult(BaseModel):
+    """OpenAI's ``organization.usage.audio_speeches.result``: what was spoken in one bucket, for one group. A grouping
+    field is set only when the page is grouped by it (``project_id`` is the tenant; the gateway knows no users, so
+    ``user_id`` is always ``null``)."""
+
+    object: Literal["organization.usage.audio_speeches.result"] = "organization.usage.audio_speeches.result"
+    characters: int
+    num_model_requests: int
+    project_id: str | None = None
+    user_id: str | None = None
+    api_key_id: str | None = None
+    model: str | None = None
+
+
+class AudioSpeechesBucket(BaseModel):
+    """OpenAI's usage ``bucket``: one time bucket, ``[start_time, end_time)`` in Unix seconds."""
+
+    object: Literal["bucket"] = "bucket"
+    start_time: int
+    end_time: int
+    results: list[AudioSpeechesResult]
+
+
+class AudioSpeechesPage(BaseModel):
+    """OpenAI's usage ``page``: buckets in time order; the next page is ``?page=<next_page>`` while ``has_more``."""
+
+    object: Literal["page"] = "page"
+    data: list[AudioSpeechesBucket]
+    has_more: bool
+    next_page: str | None
 
 
 class Health(BaseModel):

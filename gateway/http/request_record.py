@@ -40,13 +40,15 @@ class RequestRecord:
     """True when the response began and ended short (its engine failed after the first audio)."""
     code: str | None = None
     """The error's code when the answer is one (``invalid_api_key``, ``rate_limit_exceeded``...)."""
+    api_key_id: str | None = None
+    """The id of the API key the caller presented (``None``: a JSON Web Token, an open gateway): usage by key."""
 
     def as_log(self) -> dict[str, Any]:
         # Attribute by attribute: ``dataclasses.asdict`` deep-copies every value, a cost paid on every request.
         return {name: value for name in _LOGGED_FIELDS if (value := getattr(self, name)) is not None}
 
 
-_LOGGED_FIELDS = tuple(f.name for f in fields(RequestRecord) if f.name != "started")
+_LOGGED_FIELDS = tuple(f.name for f in fields(RequestRecord) if f.name not in {"started", "api_key_id"})
 
 
 def request_record(scope: Scope) -> RequestRecord | None:

@@ -321,6 +321,7 @@ class SpeechService:
             EngineNotReadyError, EngineOverloadedError, SynthesisFailedError: the engine cannot serve it now.
         """
         _describe(record, principal.tenant, request)
+        record.api_key_id = _key_id(principal)
         if not (in_session or of_job):  # a session's parts and a job's segments are capped by their own rules
             self._check_input(principal.tenant, request)
         script = self._script(request, markup, script)
@@ -608,17 +609,40 @@ class SpeechService:
         self, characters: int, outcome: _Outcome, record: RequestRecord, tenant: Tenant, hit: bool
     ) -> None:
         record.audio_seconds = round(outcome.clock.seconds, 3)
-        self._account(tenant, characters, outcome.clock.seconds, cache_hit=hit)
+        self._account(
+            tenant,
+            characters,
+            outcome.clock.seconds,
+            cache_hit=hit,
+            model=record.model,
+            api_key_id=record.api_key_id,
+        )
 
     def account_job(self, tenant: Tenant, characters: int, audio_seconds: float) -> None:
         """Record a completed speech job in the tenant's usage and the metrics: once, as one request with all of its
         characters and audio (its segments, spoken ``of_job``, were not counted)."""
         self._account(tenant, characters, audio_seconds, cache_hit=False)
 
-    def _account(self, tenant: Tenant, characters: int, audio_seconds: float, *, cache_hit: bool) -> None:
+    def _account(
+        self,
+        tenant: Tenant,
+        characters: int,
+        audio_seconds: float,
+        *,
+        cache_hit: bool,
+        model: str | None = None,
+        api_key_id: str | None = None,
+    ) -> None:
         """Record one served request (or a session's segment or response) in the tenant's usage (written in the
-        background, off the response's path) and the metrics."""
-        self._usage.record_request(tenant, characters=characters, audio_seconds=audio_seconds, cache_hit=cache_hit)
+        background, off the response's path), by model and API key for the Usage API, and the metrics."""
+        self._usage.record_request(
+            tenant,
+            characters=characters,
+            audio_seconds=audio_seconds,
+            cache_hit=cache_hit,
+            model=model,
+            api_key_id=api_key_id,
+        )
         self.admission.spend_audio(tenant, audio_seconds)  # the monthly budget of audio seconds
         self.metrics.tenant_requests.labels(tenant.name).inc()
         self.metrics.tenant_characters.labels(tenant.name).inc(characters)
@@ -641,6 +665,12 @@ def _describe(record: RequestRecord, tenant: Tenant, request: SpeechRequest) -> 
     record.model = request.model
     record.format = request.response_format
     record.characters = len(request.input)
+
+
+def _key_id(principal: Principal) -> str | None:
+    """The id of the API key that authenticated ``principal`` (its credential ``key:<id>``); ``None`` for another."""
+    kind, _, key_id = principal.credential.partition(":")
+    return key_id if kind == "key" and key_id else None
 
 
 def _tenant_scope(tenant: Tenant) -> str:

@@ -4,6 +4,7 @@ admits counts on the other, a spent budget is OpenAI's 429 ``insufficient_quota`
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -117,3 +118,83 @@ def test_a_budget_of_nothing_is_refused(replicas: list[GatewayProcess]) -> None:
         timeout=10,
     )
     assert response.status_code == 400  # a budget of nothing is no budget: 1 at least
+
+
+def _admin_sdk(replica: GatewayProcess) -> openai.OpenAI:
+    """The OpenAI SDK as an organization's admin calls the Usage API: with the admin key only."""
+    return openai.OpenAI(base_url=f"{replica.base_url}/v1", admin_api_key=ADMIN_TOKEN, api_key=None, max_retries=0)
+
+
+def _sums(page: Any, field: str) -> dict[str | None, tuple[int, int]]:
+    """Characters and requests over every bucket of ``page``, by the grouping field ``field``."""
+    sums: dict[str | None, tuple[int, int]] = {}
+    for bucket in page.data:
+        assert bucket.object == "bucket" and bucket.end_time > bucket.start_time
+        for result in bucket.results:
+            assert result.object == "organization.usage.audio_speeches.result"
+            characters, requests = sums.get(getattr(result, field), (0, 0))
+            sums[getattr(result, field)] = (characters + result.characters, requests + result.num_model_requests)
+    return sums
+
+
+def test_the_usage_api_adds_up_to_what_was_spoken(replicas: list[GatewayProcess], admin: Admin) -> None:
+    project, first_key = _tenant_with_key(admin, {})
+    second = admin.key(project)
+    first_id = next(
+        k["id"] for k in admin.http.get(f"/admin/tenants/{project}/keys").json()["data"] if k["id"] != second["id"]
+    )
+    started = int(time.time())
+    assert speak(replicas[0], first_key, "a" * 50).status_code == 200
+    assert speak(replicas[1], second["key"], "b" * 30, model="tts-1").status_code == 200
+    assert speak(replicas[0], first_key, "c" * 20, model="tts-1").status_code == 200
+    wait_until(lambda: _usage(replicas[1], first_key)["requests"] == 3, what="usage written by both replicas")
+
+    sdk = _admin_sdk(replicas[1])
+    try:
+        usage = sdk.admin.organization.usage
+        by_model = usage.audio_speeches(start_time=started, group_by=["model"], project_ids=[project])
+        by_key = usage.audio_speeches(start_time=started, group_by=["api_key_id", "project_id"], project_ids=[project])
+        whole = usage.audio_speeches(start_time=started, bucket_width="1m", project_ids=[project])
+    finally:
+        sdk.close()
+    assert by_model.object == "page" and not by_model.has_more and by_model.next_page is None
+    assert _sums(by_model, "model") == {"synthetic": (50, 1), "tts-1": (50, 2)}
+    assert _sums(by_key, "api_key_id") == {first_id: (70, 2), second["id"]: (30, 1)}
+    assert _sums(by_key, "project_id") == {project: (100, 3)}
+    assert _sums(whole, "model") == {None: (100, 3)}  # not grouped: one result a bucket, no grouping field
+    totals = _usage(replicas[0], first_key)
+    assert (totals["input_characters"], totals["requests"]) == (100, 3)
+
+
+def test_usage_pages_follow_next_page(replicas: list[GatewayProcess]) -> None:
+    hour = int(time.time()) // 3600 * 3600
+    sdk = _admin_sdk(replicas[0])
+    try:
+        starts: list[int] = []
+        page: str | openai.Omit = openai.omit
+        while True:
+            answer = sdk.admin.organization.usage.audio_speeches(
+                start_time=hour - 5 * 3600, end_time=hour, bucket_width="1h", limit=2, page=page
+            )
+            starts += [bucket.start_time for bucket in answer.data]
+            if not answer.has_more:
+                break
+            assert answer.next_page is not None
+            page = answer.next_page
+        with pytest.raises(openai.BadRequestError) as too_many:
+            sdk.admin.organization.usage.audio_speeches(start_time=hour, bucket_width="1d", limit=32)
+    finally:
+        sdk.close()
+    assert starts == [hour - 5 * 3600 + i * 3600 for i in range(5)]
+    assert too_many.value.code == "invalid_value"
+
+
+def test_the_usage_api_needs_the_admin_token(replicas: list[GatewayProcess], admin: Admin) -> None:
+    _, key = _tenant_with_key(admin, {})
+    refused = httpx.get(
+        f"{replicas[0].base_url}/v1/organization/usage/audio_speeches",
+        params={"start_time": 0},
+        headers=bearer(key),
+        timeout=10,
+    )
+    assert refused.status_code == 401

@@ -169,6 +169,12 @@ def test_the_custom_voice_examples_run(tmp_path: Path, served: list[subprocess.P
         run_example(example, tmp_path, served)
 
 
+def test_the_usage_api_examples_run(tmp_path: Path, served: list[subprocess.Popen[bytes]]) -> None:
+    # The document serves its own gateway (espeak, with an admin token) in the background.
+    for example in examples("docs/usage-api.md"):
+        run_example(example, tmp_path, served)
+
+
 @pytest.fixture(scope="module")
 def make_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """What a reader has after the README's first command: `make serve`, i.e. `chattts-gateway serve` on port 8000,
