@@ -4,6 +4,8 @@ admits counts on the other, a spent budget is OpenAI's 429 ``insufficient_quota`
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import openai
 import pytest
+from websockets.asyncio.client import connect
 
 from harness.gateway_process import GatewayProcess
 from tests.tenancy import ADMIN_TOKEN, Admin, bearer, speak, tenancy_config
@@ -92,6 +95,30 @@ def test_a_spent_character_budget_refuses_on_every_replica_and_route(
     assert usage["budget"]["characters_limit"] == 120
     assert usage["rejections"] == {"characters_per_month": 2}  # the SDK did not retry
     assert usage["input_characters"] == 100
+
+
+async def test_a_spent_budget_on_an_elevenlabs_socket_is_quota_exceeded(
+    replicas: list[GatewayProcess], admin: Admin
+) -> None:
+    _, key = _tenant_with_key(admin, {"characters_per_month": 10})
+    base = replicas[1].base_url.replace("http://", "ws://")
+    target = f"{base}/v1/text-to-speech/alloy/stream-input?model_id=synthetic&output_format=pcm_24000"
+    async with connect(target, additional_headers={"xi-api-key": key}, max_size=None) as socket:
+        await socket.send(json.dumps({"text": " "}))
+        await socket.send(json.dumps({"text": FIFTY, "flush": True}))
+        async with asyncio.timeout(15):
+            while "error" not in (message := json.loads(await socket.recv())):
+                pass
+    assert (message["error"], message["code"]) == ("quota_exceeded", 401)
+    assert "10 input characters" in message["message"]
+
+
+def test_the_budget_metric_says_how_near_the_line_a_tenant_is(replicas: list[GatewayProcess], admin: Admin) -> None:
+    name, key = _tenant_with_key(admin, {"characters_per_month": 200})
+    assert speak(replicas[0], key, FIFTY).status_code == 200
+    metrics = httpx.get(f"{replicas[0].base_url}/metrics", timeout=10).text
+    line = f'tts_tenant_budget_used_ratio{{budget="characters_per_month",tenant="{name}"}} 0.25'
+    assert line in metrics
 
 
 def test_audio_seconds_refuse_the_request_after_the_line(replicas: list[GatewayProcess], admin: Admin) -> None:
