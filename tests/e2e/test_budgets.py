@@ -1,6 +1,7 @@
-"""Monthly budgets and the Usage API on two real gateway replicas sharing one real redis-server: what one replica
-admits counts on the other, a spent budget is OpenAI's 429 ``insufficient_quota`` and ElevenLabs' ``quota_exceeded``
-(for that tenant only), and the Usage API's buckets add up to what was spoken."""
+"""Monthly budgets and the Usage API on two real gateway replicas sharing one real redis-server, and a Redis Cluster
+(where every script's keys must sit in one slot): what one replica admits counts on the other, a spent budget is
+OpenAI's 429 ``insufficient_quota`` and ElevenLabs' ``quota_exceeded`` (for that tenant only), and the Usage API's
+buckets add up to what was spoken."""
 
 from __future__ import annotations
 
@@ -23,16 +24,21 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from tests.redis_server import RedisServer
+    from tests.redis_topologies import RedisClusterSetup
 
 FIFTY = "The quick brown fox jumps over the lazy dog, twice."[:50]
 
 
-@pytest.fixture(scope="module")
-def replicas(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayProcess]]:
-    redis_server.flush()
-    processes = [
-        GatewayProcess(tenancy_config(redis_server.url), tmp_path_factory.mktemp(f"replica{i}")) for i in range(2)
-    ]
+@pytest.fixture(scope="module", params=["redis", "cluster"])
+def replicas(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[GatewayProcess]]:
+    """Two replicas on one Redis server, or on a Redis Cluster (each script's keys in one slot)."""
+    shared: RedisServer | RedisClusterSetup = request.getfixturevalue(
+        "redis_server" if request.param == "redis" else "redis_cluster"
+    )
+    shared.flush()
+    processes = [GatewayProcess(tenancy_config(shared.url), tmp_path_factory.mktemp(f"replica{i}")) for i in range(2)]
     for process in processes:
         process.start()
     yield processes
