@@ -210,8 +210,9 @@ class Admissions(Protocol):
     async def state(self, tenant: str, limits: TenantLimits, month: Month | None = None) -> LimitState:
         """The tenant's standing (with its monthly budgets' in ``month``, when given), consuming nothing."""
 
-    async def spend_audio(self, tenant: str, month: Month, seconds: float) -> None:
-        """Count ``seconds`` of spoken audio in the tenant's month (an admission refuses once they reach the budget)."""
+    async def spend(self, tenant: str, month: Month, budget: Budget, amount: float) -> None:
+        """Count ``amount`` in one of the tenant's budgets this month, after the work (audio seconds spoken, a job's
+        characters): an admission refuses once the month's count reaches the budget."""
 
     async def renew(self, tenant: str, kind: LeaseKind, lease_id: str, ttl_s: float) -> bool:
         """Hold the lease ``ttl_s`` more; ``False`` when it is no longer held (released, or expired)."""

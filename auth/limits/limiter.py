@@ -16,6 +16,7 @@ from auth.limits.base import (
     WINDOW_S,
     Admissions,
     Ask,
+    Budget,
     BudgetState,
     Lease,
     LimitReason,
@@ -113,13 +114,14 @@ class TenantRateLimiter:
         lease = Lease("streams", uuid.uuid4().hex, streams) if hold_stream is not None and streams else None
         return await self._take(tenant, Ask(limits, characters, count_request, lease, _month_of(limits)), hold_stream)
 
-    def spend_audio(self, tenant: str, limits: TenantLimits, seconds: float) -> None:
-        """Count ``seconds`` of audio spoken for the tenant in its month, when it has a monthly budget (written in the
-        background, off the response's path). Audio is known only once spoken: a request admitted under the line may
-        finish past it, and the tenant's next request is refused."""
+    def spend(self, tenant: str, limits: TenantLimits, budget: Budget, amount: float) -> None:
+        """Count work done after its admission in the tenant's month, when it has a monthly budget (written in the
+        background, off the response's path): audio seconds, known only once spoken, and a job's characters, which
+        its admission did not count. A request admitted under the line may finish past it; the tenant's next request
+        is refused."""
         month = _month_of(limits)
-        if month is not None and seconds > 0:
-            self._background.spawn(self._spend_audio(tenant, month, seconds))
+        if month is not None and amount > 0:
+            self._background.spawn(self._spend(tenant, month, budget, amount))
 
     async def budget(self, tenant: str, limits: TenantLimits) -> BudgetState:
         """The tenant's standing against its monthly budgets this month, consuming nothing (counts ``None`` when the
@@ -229,11 +231,11 @@ class TenantRateLimiter:
                 return verdict
             await asyncio.sleep(min(_LEASE_POLL_S, left))
 
-    async def _spend_audio(self, tenant: str, month: Month, seconds: float) -> None:
+    async def _spend(self, tenant: str, month: Month, budget: Budget, amount: float) -> None:
         try:
-            await self._store.spend_audio(tenant, month, seconds)
-        except STORAGE_ERRORS as exc:  # an outage: those seconds go uncounted against the budget, as admissions do
-            logger.debug("audio seconds of tenant %s not counted in its month: %r", tenant, exc)
+            await self._store.spend(tenant, month, budget, amount)
+        except STORAGE_ERRORS as exc:  # an outage: that work goes uncounted against the budget, as admissions do
+            logger.debug("%s of tenant %s not counted in its month: %r", budget, tenant, exc)
 
     async def _renew(self, tenant: str, lease: Lease) -> None:
         while True:

@@ -69,8 +69,8 @@ class MemoryAdmissions:
         budget = None if month is None else self._budget(tenant, limits, month)
         return LimitState(requests, req_remaining, req_reset, characters, chars_remaining, chars_reset, budget)
 
-    async def spend_audio(self, tenant: str, month: Month, seconds: float) -> None:
-        self._spend(tenant, month, "audio_seconds_per_month", seconds)
+    async def spend(self, tenant: str, month: Month, budget: Budget, amount: float) -> None:
+        self._spend(tenant, month, budget, amount)
 
     async def renew(self, tenant: str, kind: LeaseKind, lease_id: str, ttl_s: float) -> bool:
         held = self._leases.get((tenant, kind), {})
@@ -124,7 +124,8 @@ def _budget_refusal(ask: Ask, budget: BudgetState | None) -> Budget | None:
     if budget is None:
         return None
     chars_limit, chars_used = budget.characters_limit, budget.characters_used or 0
-    if chars_limit is not None and ask.characters > 0 and chars_used + ask.characters > chars_limit:
+    # Characters counted after the work (a job's) may have reached the line: then even a request of none is refused.
+    if chars_limit is not None and (chars_used >= chars_limit or chars_used + ask.characters > chars_limit):
         return "characters_per_month"
     audio_limit = budget.audio_seconds_limit
     if audio_limit is not None and (budget.audio_seconds_used or 0.0) >= audio_limit:

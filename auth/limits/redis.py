@@ -14,8 +14,8 @@ replica that dies stops holding its leases after ``lease_ttl_s``.
 
 The monthly budgets are two counters per tenant and month (``...:month:<YYYY-MM>:characters`` and
 ``...:audio_seconds``, kept a day past the month's end), under the same hash tag: the admission script checks and
-counts the characters with the windows, and reads the audio seconds, which :meth:`RedisAdmissions.spend_audio` adds
-once a request has been spoken.
+counts the characters with the windows, and reads the audio seconds, which :meth:`RedisAdmissions.spend` adds once a
+request has been spoken (and a job's characters, once it has ended).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from auth.limits.base import (
     LEASE_REFUSALS,
     WINDOW_S,
     Ask,
+    Budget,
     BudgetState,
     LeaseKind,
     LimitReason,
@@ -112,7 +113,8 @@ local month_chars_limit, month_audio_limit = tonumber(ARGV[9]), tonumber(ARGV[10
 local month_chars, month_audio = month_used()
 local refusal = 0
 -- the budgets first: no wait for a window helps a request they refuse
-if month_chars_limit > 0 and chars > 0 and month_chars + chars > month_chars_limit then refusal = 4
+if month_chars_limit > 0 and (month_chars >= month_chars_limit or month_chars + chars > month_chars_limit) then
+  refusal = 4
 elseif month_audio_limit > 0 and month_audio >= month_audio_limit then refusal = 5
 elseif req_limit > 0 and req_used + 1 > req_limit then refusal = 1
 elseif chars_limit > 0 and chars > 0 and chars_used + chars > chars_limit then refusal = 2
@@ -150,9 +152,10 @@ local month_chars, month_audio = month_used()
 return {0, req_used, reset(req_oldest), chars_used, reset(chars_oldest), month_chars, tostring(month_audio)}
 """
 )
-# Audio seconds spoken, added to the tenant's month. KEYS: the month's audio seconds. ARGV: seconds, TTL in ms.
+# Work done, added to one of the tenant's month's counters. KEYS: the counter. ARGV: the amount, the counter's TTL in
+# ms, INCRBY (characters) or INCRBYFLOAT (audio seconds).
 _SPEND_LUA = """
-redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
+redis.call(ARGV[3], KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
@@ -211,9 +214,13 @@ class RedisAdmissions:
         args = [0, 0, 0, 0, "", 0, self._window_ms, *_month_args(limits, month)]
         return _state_of(limits, await self._state(keys=keys, args=args), month)
 
-    async def spend_audio(self, tenant: str, month: Month, seconds: float) -> None:
-        keys = self._keys(tenant, "streams", month)[-1:]
-        await self._spend(keys=keys, args=[repr(float(seconds)), _month_ttl_ms(month)])
+    async def spend(self, tenant: str, month: Month, budget: Budget, amount: float) -> None:
+        characters, audio = self._keys(tenant, "streams", month)[-2:]
+        if budget == "characters_per_month":
+            args: list[int | str] = [round(amount), _month_ttl_ms(month), "INCRBY"]
+            await self._spend(keys=[characters], args=args)
+        else:
+            await self._spend(keys=[audio], args=[repr(float(amount)), _month_ttl_ms(month), "INCRBYFLOAT"])
 
     async def renew(self, tenant: str, kind: LeaseKind, lease_id: str, ttl_s: float) -> bool:
         return bool(await self._renew(keys=[self._leases(tenant, kind)], args=[lease_id, _ms(ttl_s)]))

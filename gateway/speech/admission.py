@@ -56,7 +56,13 @@ class Admission:
         """Count audio spoken for the tenant in its monthly budget (``audio_seconds_per_month``), off the response's
         path. Audio is known only once spoken: a request admitted under the line may finish past it, and the next one
         is refused."""
-        self.limiter.spend_audio(tenant.name, tenant.limits, audio_seconds)
+        self.limiter.spend(tenant.name, tenant.limits, "audio_seconds_per_month", audio_seconds)
+
+    def spend_job_characters(self, tenant: Tenant, characters: int) -> None:
+        """Count a finished speech job's characters in the tenant's ``characters_per_month``: a job is admitted as one
+        request without its characters (a book never fits a minute's window), so its month counts them once it ends,
+        and once over the line the tenant's next request is refused."""
+        self.limiter.spend(tenant.name, tenant.limits, "characters_per_month", characters)
 
     async def budget(self, tenant: Tenant) -> BudgetState:
         """The tenant's standing against its monthly budgets this month (what ``GET /v1/usage`` shows, and what an

@@ -622,6 +622,7 @@ class SpeechService:
         """Record a completed speech job in the tenant's usage and the metrics: once, as one request with all of its
         characters and audio (its segments, spoken ``of_job``, were not counted)."""
         self._account(tenant, characters, audio_seconds, cache_hit=False)
+        self.admission.spend_job_characters(tenant, characters)  # the monthly budget: not counted at admission
 
     def _account(
         self,

@@ -71,10 +71,10 @@ async def test_a_budget_refusal_consumes_no_window(limiter: TenantRateLimiter, t
 async def test_audio_seconds_refuse_the_request_after_the_line(limiter: TenantRateLimiter, tenant: str) -> None:
     limits = TenantLimits(audio_seconds_per_month=3.0)
     await limiter.admit(tenant, limits, 40)
-    limiter.spend_audio(tenant, limits, 2.5)  # under the line: the next request is admitted ...
+    limiter.spend(tenant, limits, "audio_seconds_per_month", 2.5)  # under the line: the next request is admitted ...
     await _spent_audio(limiter, tenant, limits, 2.5)
     await limiter.admit(tenant, limits, 40)
-    limiter.spend_audio(tenant, limits, 2.5)  # ... and may finish past it (audio is known once spoken)
+    limiter.spend(tenant, limits, "audio_seconds_per_month", 2.5)  # ... and may finish past it
     standing = await _spent_audio(limiter, tenant, limits, 5.0)
     assert standing.audio_seconds_used == pytest.approx(5.0)
     assert standing.fraction_used("audio_seconds_per_month") == pytest.approx(5.0 / 3.0)
@@ -84,10 +84,22 @@ async def test_audio_seconds_refuse_the_request_after_the_line(limiter: TenantRa
     assert standing.characters_used == 80  # the month is counted whole while the tenant has a budget
 
 
+async def test_characters_counted_after_the_work_refuse_what_follows(limiter: TenantRateLimiter, tenant: str) -> None:
+    limits = TenantLimits(characters_per_month=100)
+    await limiter.admit(tenant, limits, 0)  # a speech job: admitted as a request, its characters counted as it ends
+    limiter.spend(tenant, limits, "characters_per_month", 150)
+    async with asyncio.timeout(5):
+        while ((await limiter.budget(tenant, limits)).characters_used or 0) < 150:
+            await asyncio.sleep(0.01)
+    with pytest.raises(QuotaExceededError) as refused:
+        await limiter.admit(tenant, limits, 0)  # past the line: even a request of no characters
+    assert refused.value.reason == "characters_per_month"
+
+
 async def test_a_tenant_without_a_budget_counts_no_month(limiter: TenantRateLimiter, tenant: str) -> None:
     limits = TenantLimits()
     state = await limiter.admit(tenant, limits, 10**6)
-    limiter.spend_audio(tenant, limits, 100.0)
+    limiter.spend(tenant, limits, "audio_seconds_per_month", 100.0)
     assert state.budget is None
     standing = await limiter.budget(tenant, limits)
     assert not standing.counted
