@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Generic, Literal, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 
 from engines.remote.context import CONTINUING_FIELD, MAX_SPEAKER_CHARS, SPEAKER_FIELD
 from gateway.audio.formats import AudioFormat
@@ -106,6 +106,10 @@ class SpeechRequest(BaseModel):
     """This gateway's extension: read the engine's control tokens typed in ``input`` (ChatTTS: ``[laugh]``,
     ``[uv_break]``, ``[lbreak]``, ``[oral_0-9]``, ``[laugh_0-2]``, ``[break_0-7]``, ``[speed_0-9]``); without it they
     are read as their words. Engines without control tokens read the text as written either way."""
+    word_timestamps: bool = False
+    """This gateway's extension, with ``stream_format: "sse"`` only: ``speech.audio.timestamps`` events between the
+    deltas (when each word and character is heard). Without it the stream is OpenAI's, every event of OpenAI's
+    schema."""
 
     @field_validator("input")
     @classmethod
@@ -114,6 +118,13 @@ class SpeechRequest(BaseModel):
         if not text:
             raise ValueError("input must contain at least one non-whitespace character")
         return text
+
+    @field_validator("word_timestamps")
+    @classmethod
+    def _timestamps_need_events(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("stream_format") != "sse":
+            raise ValueError('word_timestamps come as events: it needs stream_format "sse"')
+        return value
 
     @property
     def voice_id(self) -> str:

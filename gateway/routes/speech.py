@@ -135,7 +135,9 @@ async def _speak(
     # the iterator, which Litestar leaves suspended; and not as a Litestar ``background`` task, which runs only after a
     # body went out whole (an engine worker killed mid-stream left the lease held and the usage unrecorded).
     if data.stream_format == "sse":
-        return ReleasedServerSentEvent(reply.sse_events(), headers=headers, release=reply.close)
+        # An engine node's front always reads the word marks; any other caller gets them when it asks.
+        events = reply.sse_events(timestamps=engine_node or data.word_timestamps)
+        return ReleasedServerSentEvent(events, headers=headers, release=reply.close)
     media_type = CONTENT_TYPES[data.response_format]
     if reply.whole is not None:  # complete already: one body, without a streaming response's task group
         return ReleasedResponse(reply.whole, media_type=media_type, headers=headers, release=reply.close)

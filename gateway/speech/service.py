@@ -196,16 +196,19 @@ class SpeechReply:
         with anyio.CancelScope(shield=True):
             await self._finish.aclose()
 
-    async def sse_events(self) -> AsyncIterator[str]:
-        """``speech.audio.delta`` events with base64 audio, ``speech.audio.timestamps`` events (this gateway's
-        extension: the words and characters as they become known), then ``speech.audio.done`` with usage."""
+    async def sse_events(self, *, timestamps: bool = False) -> AsyncIterator[str]:
+        """``speech.audio.delta`` events with base64 audio, then ``speech.audio.done`` with usage: OpenAI's stream,
+        every event of OpenAI's schema. With ``timestamps`` (asked for: the request's ``word_timestamps``, or a
+        front's request to an engine node), this gateway's extension ``speech.audio.timestamps`` between them too: the
+        words and characters as they become known. Never unasked: a client that dispatches strictly on OpenAI's event
+        types would break on a type it does not know."""
         cursor = CharacterCursor(self.alignment.text)
         async for chunk in self.timed():
             if chunk.audio:
                 yield json.dumps({"type": "speech.audio.delta", "audio": base64.b64encode(chunk.audio).decode("ascii")})
-            if chunk.words and (event := _timestamps_event(chunk.words, cursor, self.alignment)):
+            if timestamps and chunk.words and (event := _timestamps_event(chunk.words, cursor, self.alignment)):
                 yield event
-        if event := _timestamps_event((), cursor, self.alignment):  # what follows the last word
+        if timestamps and (event := _timestamps_event((), cursor, self.alignment)):  # what follows the last word
             yield event
         yield json.dumps({"type": "speech.audio.done", "usage": self.usage().model_dump()})
 

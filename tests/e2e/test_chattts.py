@@ -108,7 +108,14 @@ def test_timestamps_fall_within_their_segments_and_stay_after_a_cache_hit(gatewa
     text = " ".join(f"Sentence number {n} is here." for n in range(1, 13))
     segments = split_text(text, 300)
     assert len(segments) == 2
-    body = {"model": "chattts", "input": text, "voice": "nova", "response_format": "pcm", "stream_format": "sse"}
+    body = {
+        "model": "chattts",
+        "input": text,
+        "voice": "nova",
+        "response_format": "pcm",
+        "stream_format": "sse",
+        "word_timestamps": True,
+    }
     answers = []
     for _ in range(2):  # the second from the cache, which keeps the words
         with httpx.stream("POST", f"{gateway.base_url}/v1/audio/speech", json=body, timeout=120) as response:

@@ -272,10 +272,11 @@ def test_the_fronts_timestamps_event_says_exact_after_its_time_stretch(tiers: Ti
     """OpenAI's SSE from the front with its ``speech.audio.timestamps`` extension: ``kind`` ``exact``, the words
     where espeak-ng placed them over ``speed`` (the front stretches the node's speed-1 audio), miss and hit alike."""
     body = {"model": "espeak", "input": ESPEAK_TEXT, "voice": "nova", "response_format": "pcm", "speed": speed}
+    body |= {"stream_format": "sse", "word_timestamps": True}
     answers = []
     with httpx.Client(base_url=tiers.fronts["auth-off"].base_url, timeout=20) as http:
         for _ in range(2):
-            with http.stream("POST", "/v1/audio/speech", json=body | {"stream_format": "sse"}) as response:
+            with http.stream("POST", "/v1/audio/speech", json=body) as response:
                 assert response.status_code == 200
                 events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
             answers.append((response.headers["x-cache"], events))

@@ -174,7 +174,14 @@ def test_speed_is_time_stretched_at_the_front(client: openai.OpenAI) -> None:
 
 async def test_sse_through_the_front(front: GatewayProcess) -> None:
     text = "Events over two tiers."
-    body = {"model": "tts-1", "input": text, "voice": "sage", "response_format": "pcm", "stream_format": "sse"}
+    body = {
+        "model": "tts-1",
+        "input": text,
+        "voice": "sage",
+        "response_format": "pcm",
+        "stream_format": "sse",
+        "word_timestamps": True,
+    }
     async with (
         httpx.AsyncClient(base_url=front.base_url, headers={"Authorization": f"Bearer {KEY}"}) as http,
         http.stream("POST", "/v1/audio/speech", json=body) as response,

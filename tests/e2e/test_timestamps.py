@@ -1,6 +1,6 @@
 """Word timestamps end to end: espeak-ng's marks cross the worker process and come out within 50 ms of espeak-ng's own
-word events, in the SSE extension event that the OpenAI SDK's own stream parser passes over, and in the realtime
-WebSocket's ``audio.words`` events when a session asks for them."""
+word events, in the SSE extension event when a caller asks for it (``word_timestamps``; OpenAI's stream exactly
+otherwise), and in the realtime WebSocket's ``audio.words`` events when a session asks for them."""
 
 from __future__ import annotations
 
@@ -27,7 +27,14 @@ TEXT = "Timestamps for every word, as espeak speaks them. A second sentence foll
 
 
 async def test_espeak_words_start_where_espeak_says(http: httpx.AsyncClient) -> None:
-    body = {"model": "espeak", "input": TEXT, "voice": "nova", "response_format": "pcm", "stream_format": "sse"}
+    body = {
+        "model": "espeak",
+        "input": TEXT,
+        "voice": "nova",
+        "response_format": "pcm",
+        "stream_format": "sse",
+        "word_timestamps": True,
+    }
     async with http.stream("POST", "/v1/audio/speech", json=body) as response:
         assert response.status_code == 200
         events = [json.loads(line[6:]) async for line in response.aiter_lines() if line.startswith("data: ")]
@@ -43,7 +50,8 @@ async def test_espeak_words_start_where_espeak_says(http: httpx.AsyncClient) -> 
     assert all(w["end"] <= duration + 0.001 for w in words)
 
 
-def test_the_openai_sdk_parses_the_stream_with_timestamps(client: openai.OpenAI, gateway: GatewayProcess) -> None:
+def openai_event_validator() -> Any:
+    """OpenAI's own schema of the speech stream's events (``CreateSpeechResponseStreamEvent``)."""
     import jsonschema
     from referencing import Registry, Resource
     from referencing.jsonschema import DRAFT202012
@@ -51,20 +59,47 @@ def test_the_openai_sdk_parses_the_stream_with_timestamps(client: openai.OpenAI,
     spec = json.loads((Path(__file__).parents[1] / "data" / "openai-speech-schema.json").read_text())
     registry = Registry().with_resource("urn:openai", Resource.from_contents(spec, default_specification=DRAFT202012))
     schema = {"$ref": "urn:openai#/components/schemas/CreateSpeechResponseStreamEvent"}
-    validator = jsonschema.Draft202012Validator(schema, registry=registry)
-    text = "The SDK reads the events it knows and passes over the rest."
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def sdk_events(client: openai.OpenAI, text: str, **extra: Any) -> list[Any]:
     with client.audio.speech.with_streaming_response.create(
-        model="synthetic", voice="alloy", input=text, response_format="pcm", stream_format="sse"
+        model="synthetic", voice="alloy", input=text, response_format="pcm", stream_format="sse", **extra
     ) as response:
         # The SDK's own server-sent-events parser, as it reads every other stream of OpenAI's API.
-        events: list[Any] = list(openai.Stream(cast_to=object, response=response.http_response, client=client))
+        return list(openai.Stream(cast_to=object, response=response.http_response, client=client))
+
+
+def test_the_openai_sdk_reads_only_openais_events_by_default(client: openai.OpenAI, gateway: GatewayProcess) -> None:
+    validator = openai_event_validator()
+    text = "A client that knows only OpenAI's events reads every one of them."
+    events = sdk_events(client, text)
+    for event in events:
+        validator.validate(event)  # a client dispatching strictly on OpenAI's event types never meets another
+    assert [event["type"] for event in events][-1] == "speech.audio.done"
+    pcm = b"".join(base64.b64decode(event["audio"]) for event in events if event["type"] == "speech.audio.delta")
+    assert decode_audio(pcm, "pcm").duration == pytest.approx(len(text) * 0.02, abs=0.01)
+
+
+def test_the_timestamps_extension_comes_when_asked(client: openai.OpenAI, gateway: GatewayProcess) -> None:
+    validator = openai_event_validator()
+    text = "The SDK reads the events it knows and passes over the rest."
+    events = sdk_events(client, text, extra_body={"word_timestamps": True})
     kinds = [event["type"] for event in events]
     assert kinds[-1] == "speech.audio.done" and "speech.audio.timestamps" in kinds
+    stamps = [event for event in events if event["type"] == "speech.audio.timestamps"]
+    assert "".join(c for event in stamps for c in event["alignment"]["characters"]) == text
     known = [event for event in events if event["type"] != "speech.audio.timestamps"]
     for event in known:
         validator.validate(event)  # what OpenAI's clients read is OpenAI's shape, untouched
     pcm = b"".join(base64.b64decode(event["audio"]) for event in known if event["type"] == "speech.audio.delta")
     assert decode_audio(pcm, "pcm").duration == pytest.approx(len(text) * 0.02, abs=0.01)
+
+
+def test_timestamps_without_events_are_refused(client: openai.OpenAI, gateway: GatewayProcess) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.audio.speech.create(model="synthetic", voice="alloy", input="x", extra_body={"word_timestamps": True})
+    assert refused.value.body["param"] == "word_timestamps"  # type: ignore[index]
 
 
 async def test_realtime_word_events_come_when_a_session_asks(gateway: GatewayProcess) -> None:

@@ -41,7 +41,7 @@ def _speech_request(document: dict[str, Any]) -> dict[str, Any]:
 
 
 #: This gateway's documented extensions of OpenAI's speech request (``docs/ssml.md``): optional, off by default.
-EXTENSIONS = {"control_tokens"}
+EXTENSIONS = {"control_tokens", "word_timestamps"}
 
 
 def test_speech_request_has_openais_fields_and_required(document: dict[str, Any]) -> None:

@@ -160,7 +160,7 @@ async def test_server_sent_events_of_a_segmented_request_carry_the_whole_stream(
     http: AsyncTestClient[Litestar],
     response_format: str,
 ) -> None:
-    body = await speak(http, response_format, stream_format="sse")
+    body = await speak(http, response_format, stream_format="sse", word_timestamps=True)
     events = [json.loads(line[len("data: ") :]) for line in body.decode().splitlines() if line.startswith("data: ")]
     *others, done = events
     deltas = [event for event in others if event["type"] == "speech.audio.delta"]

@@ -138,7 +138,14 @@ async def http() -> AsyncIterator[AsyncTestClient[Litestar]]:
 
 
 async def sse(http: AsyncTestClient[Litestar], text: str, **extra: Any) -> tuple[list[dict[str, Any]], bytes, str]:
-    body = {"model": "tones", "input": text, "voice": "alloy", "response_format": "pcm", "stream_format": "sse"}
+    body = {
+        "model": "tones",
+        "input": text,
+        "voice": "alloy",
+        "response_format": "pcm",
+        "stream_format": "sse",
+        "word_timestamps": True,
+    }
     response = await http.post("/v1/audio/speech", json=body | extra)
     assert response.status_code == 200, response.text
     events = [json.loads(line[len("data: ") :]) for line in response.text.splitlines() if line.startswith("data: ")]

@@ -111,7 +111,7 @@ async def test_a_leading_break_goes_out_with_the_first_audio(http: Client) -> No
 async def test_the_words_after_a_break_are_timed_after_it(http: Client) -> None:
     body = {
         "model": "espeak", "voice": "alloy", "input": '<speak>One.<break time="1500ms"/>Two.</speak>',
-        "response_format": "pcm", "stream_format": "sse",
+        "response_format": "pcm", "stream_format": "sse", "word_timestamps": True,
     }  # fmt: skip
     response = await http.post("/v1/audio/speech", json=body)
     events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
