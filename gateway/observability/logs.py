@@ -9,11 +9,21 @@ from typing import Any
 
 from gateway.observability.tracing import current_trace_id
 
-__all__ = ["UNFINISHED_RESPONSE_LOGGED", "JsonLogFormatter", "LoggedTruncationFilter", "WebSocketFrameRedactor"]
+__all__ = [
+    "HANDSHAKE_REFUSAL_LOGGED",
+    "UNFINISHED_RESPONSE_LOGGED",
+    "JsonLogFormatter",
+    "LoggedTruncationFilter",
+    "WebSocketFrameRedactor",
+]
 
 UNFINISHED_RESPONSE_LOGGED: contextvars.ContextVar[bool] = contextvars.ContextVar("unfinished_logged", default=False)
 """Set (``gateway/http/tracking.py``) in the task of a request the gateway ended short and logged: uvicorn's own line
 about the unfinished response, written in the same task afterwards, then says nothing new."""
+HANDSHAKE_REFUSAL_LOGGED: contextvars.ContextVar[bool] = contextvars.ContextVar("refusal_logged", default=False)
+"""Set (``gateway/realtime/serving.py``) in the task of a WebSocket handshake the gateway refused with an HTTP answer
+(a 401, a 429) and logged: uvicorn's websockets-sansio protocol (0.54) never counts such an answer as the handshake's
+end, and its error line afterwards, in the same task, says nothing true."""
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -74,12 +84,20 @@ class WebSocketFrameRedactor(logging.Filter):
 
 class LoggedTruncationFilter(logging.Filter):
     """Drops uvicorn's "ASGI callable returned without completing response." for a response the gateway ended short
-    on purpose and has logged already, with its cause (``gateway/http/tracking.py``); for any other it stays."""
+    on purpose and has logged already, with its cause (``gateway/http/tracking.py``), and its "... without completing
+    handshake." for a WebSocket handshake the gateway refused with an HTTP answer and has logged (its session line,
+    with the status): uvicorn says so at error level for every refused handshake, though the refusal went out whole.
+    For any other they stay."""
 
     _UNFINISHED = "ASGI callable returned without completing response."
+    _HANDSHAKE = "ASGI callable returned without completing handshake."
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.msg == self._UNFINISHED and UNFINISHED_RESPONSE_LOGGED.get())
+        if record.msg == self._UNFINISHED:
+            return not UNFINISHED_RESPONSE_LOGGED.get()
+        if record.msg == self._HANDSHAKE:
+            return not HANDSHAKE_REFUSAL_LOGGED.get()
+        return True
 
 
 _ENCODER = json.JSONEncoder(default=str)  # what ``json.dumps(entry, default=str)`` writes, without a new encoder

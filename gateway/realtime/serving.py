@@ -23,6 +23,7 @@ from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenant
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
 from gateway.http.client_address import address_key
 from gateway.http.errors import SERVER_ERROR, OpenAIError, as_openai_error, error_body
+from gateway.observability.logs import HANDSHAKE_REFUSAL_LOGGED
 from gateway.observability.refusals import counted
 from gateway.realtime.budget import SOCKET_BUDGET_CLOSE_CODE, SocketBudget
 from gateway.realtime.session_errors import (
@@ -111,6 +112,7 @@ async def serving(
     log = SessionLog(path)
     started = time.perf_counter()
     outcome = "closed"
+    status: int | None = None  # the HTTP status of a handshake refused
     speech.metrics.realtime_connections.inc()
     try:
         yield log
@@ -122,7 +124,7 @@ async def serving(
         await _close(socket, error_event, SERVICE_RESTART, None, reason="server shutting down; reconnect")
     except SessionRefusedError as refused:
         outcome = f"refused: {refused.error.code}"
-        await _refuse(socket, error_event, refused, refusal)
+        status = await _refuse(socket, error_event, refused, refusal)
     except SlowClientError:
         outcome = "client too slow"
         slow = OpenAIError(400, "The client read audio too slowly.", code="client_too_slow")
@@ -140,6 +142,8 @@ async def serving(
     finally:
         speech.metrics.realtime_connections.dec()
         record: dict[str, Any] = {"session_id": log.session_id, "path": path, "tenant": log.tenant, "outcome": outcome}
+        if status is not None:
+            record["status"] = status
         record["duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
         if log.session is not None:
             record.update(log.session.log_fields())
@@ -234,16 +238,17 @@ async def _refuse(
     error_event: Callable[[OpenAIError], str],
     refused: SessionRefusedError,
     refusal: Callable[[OpenAIError], tuple[int, dict[str, Any]]] | None = None,
-) -> None:
+) -> int | None:
     """Before the handshake is accepted: an HTTP answer with OpenAI's error body where the server can send one
-    (uvicorn's ``websocket.http.response`` extension), else the handshake's plain 403; after it, a close."""
+    (uvicorn's ``websocket.http.response`` extension), else the handshake's plain 403; after it, a close. Returns the
+    HTTP status the handshake was refused with (``None`` for a close)."""
     if socket.connection_state != "init":
         await _close(socket, error_event, refused.close_code, refused.error)
-        return
+        return None
     error = refused.error
     if "websocket.http.response" not in (socket.scope.get("extensions") or {}):
         await socket.close(refused.close_code)
-        return
+        return None
     status, answer = (
         (error.status_code, error_body(error.message, error.type, error.param, error.code))
         if refusal is None
@@ -257,6 +262,8 @@ async def _refuse(
         await socket.send({"type": "websocket.http.response.body", "body": body, "more_body": False})
     except (WebSocketDisconnect, OSError):
         pass  # the client is gone
+    HANDSHAKE_REFUSAL_LOGGED.set(True)  # the session's line says so (serving); uvicorn's error line would be false
+    return status
 
 
 async def _close(
