@@ -17,6 +17,7 @@ __all__ = [
     "TenantLimits",
     "TenantScheduling",
     "TenantSettings",
+    "VoiceAliases",
 ]
 
 
@@ -90,6 +91,16 @@ class TenantScheduling(BaseModel):
     ``None``: only the engine's ``queue_size`` bounds them."""
 
 
+VoiceAliases = Annotated[
+    dict[
+        Annotated[str, StringConstraints(min_length=1, max_length=256)],
+        Annotated[str, StringConstraints(min_length=1, max_length=256)],
+    ],
+    Field(max_length=256),
+]
+"""Voice names and ids mapped to voices (a tenant's ``voice_aliases``): at most 256, each side 1 to 256 characters."""
+
+
 class TenantSettings(BaseModel):
     """A tenant declared in the configuration file."""
 
@@ -107,6 +118,10 @@ class TenantSettings(BaseModel):
     control_tokens: bool = False
     """Read the engine's control tokens typed in every request's text (ChatTTS's ``[laugh]``, ``[uv_break]``...), as
     a request's own ``control_tokens: true`` does; off, a request still opts in by itself (``docs/ssml.md``)."""
+    voice_aliases: VoiceAliases = Field(default_factory=dict)
+    """Voice names and ids its callers send, each mapped to the voice that speaks it: a built-in voice, or one of
+    the tenant's custom voices (``voice_…``). Over the configuration's ``voices.aliases`` and ElevenLabs' premade ids
+    (``docs/elevenlabs.md``)."""
     api_key_sha256: list[str] = Field(default_factory=list)
     """Hex SHA-256 hashes of API keys issued out of band (``chattts-gateway keys create`` prints one when no
     ``redis_url`` is set); keys are never stored."""

@@ -24,6 +24,7 @@ class Tenant:
         scheduling: How its requests wait for busy engine workers among other tenants'; treat as read-only.
         pronunciation_dictionaries: Ids of its pronunciation dictionaries that requests naming none apply.
         control_tokens: Its requests read the engine's control tokens typed in their text, opted in or not.
+        voice_aliases: Voice names and ids its callers send, with the voice each speaks in, sorted by name.
     """
 
     name: str
@@ -33,6 +34,7 @@ class Tenant:
     scheduling: TenantScheduling = field(default_factory=TenantScheduling)
     pronunciation_dictionaries: tuple[str, ...] = ()
     control_tokens: bool = False
+    voice_aliases: tuple[tuple[str, str], ...] = ()
 
     def allows_model(self, model: str) -> bool:
         """Whether the tenant may request ``model`` (the name as the client sent it)."""
@@ -53,4 +55,5 @@ def tenant_from_settings(settings: TenantSettings) -> Tenant:
         scheduling=settings.scheduling.model_copy(),
         pronunciation_dictionaries=tuple(settings.pronunciation_dictionaries),
         control_tokens=settings.control_tokens,
+        voice_aliases=tuple(sorted(settings.voice_aliases.items())),
     )

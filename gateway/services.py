@@ -39,6 +39,7 @@ from gateway.speech.pronunciation import (
 )
 from gateway.speech.service import SpeechService
 from gateway.speech.singleflight import SingleFlight
+from gateway.speech.voice_aliases import built_in_aliases
 from gateway.speech.voices import MemoryVoiceStore, RedisVoiceStore, VoiceStore
 from gateway.state import GatewayState
 from gateway.text.pls import RuleCaps
@@ -106,7 +107,7 @@ async def open_state(
     consents: ConsentStore = RedisConsentStore(redis) if redis is not None else MemoryConsentStore()
     pronunciation = _pronunciation(settings, redis)
     speech = SpeechService(
-        Planner(router, voices, pronunciation),
+        Planner(router, voices, pronunciation, voice_aliases=built_in_aliases(settings.voices.aliases)),
         Admission(limiter, usage, metrics),
         cache,
         SingleFlight(),

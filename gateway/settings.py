@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
-from auth.settings import AuthSettings, LimitsSettings
+from auth.settings import AuthSettings, LimitsSettings, VoiceAliases
 from engines.settings import EngineSettings
 from gateway.observability.tracing import TracingSettings
 from gateway.uploads.settings import UploadSettings
@@ -341,6 +341,10 @@ class VoicesSettings(BaseModel):
     max_consents_per_tenant: int = Field(default=20, ge=0)
     """Consent recordings a tenant may keep at once; uploading one more is refused (400, ``consent_limit_reached``).
     Each is kept as at most 30 s of 16 kbit/s Opus (about 60 KB)."""
+    aliases: VoiceAliases = Field(default_factory=dict)
+    """Voice names and ids callers send, each mapped to the voice that speaks it (a built-in voice of the model's
+    engine, or a tenant's custom voice by ``voice_…`` id), for every tenant and every API: over ElevenLabs' premade
+    ids (``gateway/speech/voice_aliases.py``), under a tenant's own ``voice_aliases``."""
     max_speaker_chars: int = Field(default=16384, ge=1, le=16384)
     """Longest ``speaker`` accepted (400 beyond it); ChatTTS's full-size speakers are 862 characters. 16384 is
     also the API's own ceiling."""
@@ -392,6 +396,9 @@ ELEVENLABS_MODEL_NAMES = (
     "eleven_flash_v2_5",
     "eleven_turbo_v2_5",
     "eleven_v3",
+    "eleven_v3_conversational",
+    "eleven_v4",
+    "eleven_v4_turbo",
     "eleven_monolingual_v1",
     "eleven_multilingual_v1",
     "eleven_flash_v2",

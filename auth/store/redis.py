@@ -142,6 +142,7 @@ def _tenant_to_json(tenant: Tenant, generation: str) -> str:
             "scheduling": tenant.scheduling.model_dump(),
             "pronunciation_dictionaries": list(tenant.pronunciation_dictionaries),
             "control_tokens": tenant.control_tokens,
+            "voice_aliases": dict(tenant.voice_aliases),
         }
     )
 
@@ -159,6 +160,7 @@ def _tenant_from_json(name: str, raw: bytes | str) -> Tenant:
         scheduling=scheduling,
         pronunciation_dictionaries=tuple(data.get("pronunciation_dictionaries", ())),
         control_tokens=data.get("control_tokens", False),
+        voice_aliases=tuple(sorted(data.get("voice_aliases", {}).items())),
     )
 
 
@@ -194,7 +196,7 @@ class RedisAuthStore:
     multi-key scripts need):
 
     * ``P tenants`` — hash: tenant name -> JSON ``{"generation", "limits", "models", "scheduling",
-      "pronunciation_dictionaries", "control_tokens"}``
+      "pronunciation_dictionaries", "control_tokens", "voice_aliases"}``
     * ``P tenant-names`` — sorted set of the names (all scored 0): pages in name order
     * ``P key:<sha256>`` — hash: ``id``, ``tenant``, ``key_hash``, ``created_at``, ``revoked`` (``0``/``1``), ``hint``
     * ``P key-id:<id>`` — string: the key's sha256 (revocation by id)

@@ -17,7 +17,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_400_BAD_REQUEST, HTTP_4
 from pydantic import BaseModel, ConfigDict, Field
 
 from auth import ApiKeyRecord, Tenant, TenantNotFoundError, tenant_from_settings
-from auth.settings import DictionaryId, TenantLimits, TenantScheduling, TenantSettings
+from auth.settings import DictionaryId, TenantLimits, TenantScheduling, TenantSettings, VoiceAliases
 from gateway.http.auth.dependencies import AuthStoreDep, ConsentsDep, PronunciationDep, UsageDep, VoicesDep
 from gateway.http.auth.security import require_admin
 from gateway.http.errors import OpenAIError, error_responses
@@ -45,6 +45,9 @@ class TenantCreate(BaseModel):
     exist: 400 otherwise)."""
     control_tokens: bool = False
     """Every request of the tenant reads the engine's control tokens typed in its text (``docs/ssml.md``)."""
+    voice_aliases: VoiceAliases = Field(default_factory=dict)
+    """Voice names and ids its callers send, each mapped to the voice that speaks it (a built-in voice, or one of its
+    custom voices by ``voice_…`` id), over the configuration's ``voices.aliases`` (``docs/elevenlabs.md``)."""
 
 
 class TenantObject(BaseModel):
@@ -62,6 +65,8 @@ class TenantObject(BaseModel):
     """Its default pronunciation dictionaries (ids)."""
     control_tokens: bool
     """Whether its requests read the engine's control tokens typed in their text."""
+    voice_aliases: dict[str, str]
+    """Its voice aliases: a name or id its callers send, with the voice that speaks it."""
 
 
 TenantList = ListPage[TenantObject]
@@ -157,6 +162,7 @@ def _tenant(tenant: Tenant) -> TenantObject:
         scheduling=tenant.scheduling,
         pronunciation_dictionaries=list(tenant.pronunciation_dictionaries),
         control_tokens=tenant.control_tokens,
+        voice_aliases=dict(tenant.voice_aliases),
     )
 
 
@@ -210,6 +216,7 @@ class AdminController(Controller):
             scheduling=data.scheduling,
             pronunciation_dictionaries=data.pronunciation_dictionaries,
             control_tokens=data.control_tokens,
+            voice_aliases=data.voice_aliases,
         )
         for dictionary_id in data.pronunciation_dictionaries:
             if await pronunciation.store.get(data.name, dictionary_id) is None:

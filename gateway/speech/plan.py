@@ -16,6 +16,7 @@ from engines.base import SynthesisRequest
 from gateway.http.errors import OpenAIError, UnknownVoiceError
 from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, EngineNodeSpeechRequest
 from gateway.speech.pronunciation import NO_LEXICON, AppliedLexicon
+from gateway.speech.voice_aliases import aliased
 from gateway.text import Script, Silence
 from gateway.text.lexicon import PhonemeOnlyRuleError, Respelled
 
@@ -130,11 +131,18 @@ class Planner:
     """Settles the engine and voice of requests: the models a tenant may use, aliases, built-in and custom voices."""
 
     def __init__(
-        self, router: ModelRouter, voices: VoiceStore, pronunciation: PronunciationDictionaries | None = None
+        self,
+        router: ModelRouter,
+        voices: VoiceStore,
+        pronunciation: PronunciationDictionaries | None = None,
+        *,
+        voice_aliases: Mapping[str, str] | None = None,
     ) -> None:
+        """``voice_aliases``: voice ids mapped to voices for every tenant (``gateway/speech/voice_aliases.py``)."""
         self.router = router
         self._voices = voices
         self._pronunciation = pronunciation
+        self._voice_aliases = voice_aliases or {}
 
     async def plan(
         self,
@@ -217,6 +225,7 @@ class Planner:
         if isinstance(request, EngineNodeSpeechRequest) and request.speaker is not None:
             # An engine node: the front gateway resolved its tenant's custom voice. Used, never stored.
             return Voice(request.voice_id, request.speaker, hashlib.sha256(request.speaker.encode()).hexdigest())
+        request = aliased(request, self._voice_aliases, dict(tenant.voice_aliases))
         if isinstance(request.voice, str):
             if info is not None and info.offers_voice(request.voice):
                 return Voice(request.voice, None, request.voice)  # built-in: no store round trip

@@ -256,7 +256,7 @@ The gateway's built-in aliases, OpenAI's model names and ElevenLabs' (gateway/se
 tests/helm checks the two agree). As for engines, a rendered config names each one it does not serve as null.
 */}}
 {{- define "chattts-gateway.builtInAliases" -}}
-{{- list "tts-1" "tts-1-hd" "tts-1-1106" "tts-1-hd-1106" "gpt-4o-mini-tts" "gpt-4o-mini-tts-2025-03-20" "gpt-4o-mini-tts-2025-12-15" "gpt-realtime" "gpt-realtime-2025-08-28" "gpt-realtime-1.5" "gpt-realtime-2" "gpt-realtime-2.1" "gpt-realtime-2.1-mini" "gpt-realtime-mini" "gpt-realtime-mini-2025-10-06" "gpt-realtime-mini-2025-12-15" "eleven_multilingual_v2" "eleven_flash_v2_5" "eleven_turbo_v2_5" "eleven_v3" "eleven_monolingual_v1" "eleven_multilingual_v1" "eleven_flash_v2" "eleven_turbo_v2" | toJson }}
+{{- list "tts-1" "tts-1-hd" "tts-1-1106" "tts-1-hd-1106" "gpt-4o-mini-tts" "gpt-4o-mini-tts-2025-03-20" "gpt-4o-mini-tts-2025-12-15" "gpt-realtime" "gpt-realtime-2025-08-28" "gpt-realtime-1.5" "gpt-realtime-2" "gpt-realtime-2.1" "gpt-realtime-2.1-mini" "gpt-realtime-mini" "gpt-realtime-mini-2025-10-06" "gpt-realtime-mini-2025-12-15" "eleven_multilingual_v2" "eleven_flash_v2_5" "eleven_turbo_v2_5" "eleven_v3" "eleven_v3_conversational" "eleven_v4" "eleven_v4_turbo" "eleven_monolingual_v1" "eleven_multilingual_v1" "eleven_flash_v2" "eleven_turbo_v2" | toJson }}
 {{- end }}
 
 {{/*

@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 
 
 ACME = Tenant("acme", TenantLimits(requests_per_minute=60, concurrent_streams=2), frozenset({"tts-1", "espeak"}))
-GLOBEX = Tenant("globex", TenantLimits(), None, control_tokens=True)  # each setting round-trips
+GLOBEX = Tenant(
+    "globex", TenantLimits(), None, control_tokens=True, voice_aliases=(("narrator", "sage"),)
+)  # each setting round-trips
 
 
 @pytest.fixture(params=["memory", "fakeredis", "redis"])

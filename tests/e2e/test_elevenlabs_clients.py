@@ -1,0 +1,139 @@
+"""What ElevenLabs' clients send as they are written (issue #49): the v3 and v4 model ids, ElevenLabs' premade voice
+ids and the operator's voice aliases, through the official ElevenLabs and OpenAI SDKs against a real gateway.
+
+The synthetic engine speaks each built-in voice as its own tone (``voice_frequency``): the pitch of the audio says
+which voice spoke.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import openai
+import pytest
+from elevenlabs import ElevenLabs
+from websockets.asyncio.client import connect
+
+from auth.keys import generate_api_key, hash_api_key
+from engines.synthetic import voice_frequency
+from harness.gateway_process import GatewayProcess
+from tests.audio_decode import DecodedAudio, decode_audio, dominant_frequency
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+KEYS = {name: generate_api_key() for name in ("acme", "beta")}
+NEW_MODELS = ("eleven_v3", "eleven_v3_conversational", "eleven_v4", "eleven_v4_turbo")
+#: The premade ids clients default to, and the voice each speaks here (docs/elevenlabs.md).
+PREMADE = {"21m00Tcm4TlvDq8ikWAM": "alloy", "hpp4J3VqNfWAUOO0d1Us": "shimmer", "JBFqnCBsd6RMkjVDRZzb": "fable"}
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    config = {
+        "auth": {
+            "tenants": [
+                {"name": "acme", "api_key_sha256": [hash_api_key(KEYS["acme"])]},
+                {
+                    "name": "beta",
+                    "api_key_sha256": [hash_api_key(KEYS["beta"])],
+                    "limits": {"characters_per_minute": 5000, "requests_per_minute": 100},
+                    # The tenant's own aliases win over the configuration's and the premade table.
+                    "voice_aliases": {"JBFqnCBsd6RMkjVDRZzb": "nova", "narrator": "echo"},
+                },
+            ]
+        },
+        "voices": {"aliases": {"narrator": "sage"}},
+        # espeak keeps the built-in aliases (ElevenLabs' model ids among them); tones says by its pitch who spoke.
+        "engines": {
+            "espeak": {"kind": "espeak"},
+            "tones": {"kind": "synthetic", "options": {"seconds_per_char": 0.02}},
+        },
+    }
+    with GatewayProcess(config, tmp_path_factory.mktemp("elevenlabs-clients")) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def http() -> Iterator[httpx.Client]:
+    """The SDKs' connections, closed with the module (a client of their own would be left to the garbage collector)."""
+    with httpx.Client(timeout=30) as client:
+        yield client
+
+
+def elevenlabs(gateway: GatewayProcess, http: httpx.Client, tenant: str = "acme") -> ElevenLabs:
+    return ElevenLabs(api_key=KEYS[tenant], base_url=gateway.base_url, httpx_client=http)
+
+
+@pytest.fixture(scope="module")
+def openai_client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key=KEYS["acme"]) as client:
+        yield client
+
+
+def pcm(raw: bytes) -> DecodedAudio:
+    return decode_audio(raw, "pcm")  # 24 kHz, as both routes were asked for
+
+
+def spoken_by(gateway: GatewayProcess, http: httpx.Client, voice_id: str, tenant: str = "acme") -> float:
+    """The pitch of ``voice_id`` as the ElevenLabs SDK's ``convert`` has the tones engine say it."""
+    chunks = elevenlabs(gateway, http, tenant).text_to_speech.convert(
+        voice_id, text="Which voice is this one?", model_id="tones", output_format="pcm_24000"
+    )
+    return dominant_frequency(pcm(b"".join(chunks)))
+
+
+# ------------------------------------------------------------------ models
+
+
+def test_the_v3_and_v4_ids_are_in_both_model_lists(
+    gateway: GatewayProcess, http: httpx.Client, openai_client: openai.OpenAI
+) -> None:
+    ours = {model.model_id for model in elevenlabs(gateway, http).models.list()}
+    theirs = {model.id for model in openai_client.models.list()}
+    assert set(NEW_MODELS) <= ours
+    assert set(NEW_MODELS) <= theirs
+
+
+@pytest.mark.parametrize("model", ["eleven_v3", "eleven_v4_turbo"])
+async def test_the_v3_and_v4_ids_speak_on_the_stream_input_socket(gateway: GatewayProcess, model: str) -> None:
+    url = gateway.base_url.replace("http://", "ws://")
+    url += f"/v1/text-to-speech/JBFqnCBsd6RMkjVDRZzb/stream-input?model_id={model}&output_format=pcm_24000"
+    received: list[dict[str, Any]] = []
+    async with connect(url, additional_headers={"xi-api-key": KEYS["acme"]}) as socket:
+        for text in (" ", "A socket in version three.", ""):
+            await socket.send(json.dumps({"text": text}))
+        async for message in socket:
+            received.append(json.loads(message))
+    audio = b"".join(base64.b64decode(m["audio"]) for m in received if m.get("audio"))
+    assert len(audio) > 24000  # espeak-ng said the sentence: over half a second
+    assert received[-1].get("isFinal") is True
+
+
+# ------------------------------------------------------------------ voices
+
+
+@pytest.mark.parametrize(("voice_id", "voice"), PREMADE.items())
+def test_the_premade_ids_clients_default_to_speak_a_stable_voice(
+    gateway: GatewayProcess, http: httpx.Client, voice_id: str, voice: str
+) -> None:
+    assert spoken_by(gateway, http, voice_id) == pytest.approx(voice_frequency(voice), abs=3)
+
+
+def test_litellms_alloy_speaks_alloy(gateway: GatewayProcess, http: httpx.Client, openai_client: openai.OpenAI) -> None:
+    """LiteLLM's ``elevenlabs/`` provider sends OpenAI's ``alloy`` as Rachel's id, on ElevenLabs' route (what the
+    SDK's ``convert`` sends too), and OpenAI's callers may name the id as well: alloy's voice either way."""
+    assert spoken_by(gateway, http, "21m00Tcm4TlvDq8ikWAM") == pytest.approx(voice_frequency("alloy"), abs=3)
+    audio = openai_client.audio.speech.create(
+        model="tones", voice="21m00Tcm4TlvDq8ikWAM", input="LiteLLM's alloy.", response_format="pcm"
+    )
+    assert dominant_frequency(pcm(audio.content)) == pytest.approx(voice_frequency("alloy"), abs=3)
+
+
+def test_aliases_of_the_configuration_and_of_the_tenant(gateway: GatewayProcess, http: httpx.Client) -> None:
+    assert spoken_by(gateway, http, "narrator") == pytest.approx(voice_frequency("sage"), abs=3)  # configured
+    assert spoken_by(gateway, http, "narrator", "beta") == pytest.approx(voice_frequency("echo"), abs=3)  # the tenant's
+    assert spoken_by(gateway, http, "JBFqnCBsd6RMkjVDRZzb", "beta") == pytest.approx(voice_frequency("nova"), abs=3)
