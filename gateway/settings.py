@@ -62,6 +62,10 @@ class ServerSettings(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
+    tls_certfile: Path | None = None
+    """PEM certificate (its chain after it) to serve HTTPS and WSS with, with ``tls_keyfile``; unset: plain HTTP."""
+    tls_keyfile: Path | None = Field(default=None, repr=False)
+    """The certificate's PEM private key (unencrypted); both or neither."""
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
     """Largest request body accepted; larger ones get 413. An engine node takes at least 128 KiB (what a front sends
     at most: the longest input and instructions and a custom voice's speaker)."""
@@ -137,6 +141,12 @@ class ServerSettings(BaseModel):
             except ValueError:
                 raise ValueError(f"{proxy!r} is not an IP address or network") from None
         return proxies
+
+    @model_validator(mode="after")
+    def _tls_has_both_files(self) -> ServerSettings:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_certfile and tls_keyfile go together: give both, or neither for plain HTTP")
+        return self
 
 
 def _usable_redis_url(url: str | None) -> str | None:

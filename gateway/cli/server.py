@@ -37,6 +37,8 @@ def add_server_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     serve = commands.add_parser("serve", help="serve the gateway over HTTP")
     serve.add_argument("--host", help="address to bind (default: server.host, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to bind (default: server.port, 8000)")
+    serve.add_argument("--tls-certfile", type=Path, help="PEM certificate: serve HTTPS and WSS (server.tls_certfile)")
+    serve.add_argument("--tls-keyfile", type=Path, help="its PEM private key (server.tls_keyfile)")
     _config_argument(serve)
     keys = commands.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
     create = keys.add_parser("create", help="issue an API key for a tenant (stored in Redis when redis_url is set)")
@@ -89,6 +91,10 @@ def _serve(args: argparse.Namespace) -> int:
     host = args.host or settings.server.host
     port = settings.server.port if args.port is None else args.port
     server = settings.server
+    tls = _tls_files(args, settings)
+    if isinstance(tls, str):
+        print(f"chattts-gateway: {tls}", file=sys.stderr)
+        return 2
     app = create_app(settings)  # it configures logging, uvicorn's loggers included (log_config=None below)
     logging.captureWarnings(True)  # a library's warning becomes a JSON line too, not plain text on stderr
     # httptools, behind the connection limits it lacks (gateway/http/connection_limits.py). websockets-sansio waits
@@ -109,8 +115,28 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=server.log_level,
         timeout_graceful_shutdown=server.shutdown_grace_s,
         access_log=False,
+        ssl_certfile=tls[0],  # uvicorn wraps the socket: every route, the WebSockets (wss://) included
+        ssl_keyfile=tls[1],
     )  # one JSON line per request comes from the gateway itself
     return 0
+
+
+def _tls_files(args: argparse.Namespace, settings: Settings) -> tuple[Path | None, Path | None] | str:
+    """The certificate and key to serve with (the flags win over ``server.tls_*``), or why they cannot serve: loaded
+    once here, so that a missing file, a key that is not the certificate's or a bad PEM is one line, before uvicorn
+    would fail on it with a traceback."""
+    import ssl
+
+    certfile = args.tls_certfile or settings.server.tls_certfile
+    keyfile = args.tls_keyfile or settings.server.tls_keyfile
+    if (certfile is None) != (keyfile is None):
+        return "--tls-certfile and --tls-keyfile go together: give both, or neither for plain HTTP"
+    if certfile is not None:
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
+        except (OSError, ssl.SSLError) as exc:  # SSLError is an OSError; named for the reader
+            return f"cannot serve TLS with {certfile} and {keyfile}: {exc}"
+    return certfile, keyfile
 
 
 def _create_key(args: argparse.Namespace) -> int:
