@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from litestar import Router
 
+from gateway.elevenlabs.account import AccountController, unserved_elevenlabs_route
 from gateway.elevenlabs.dialogue import TextToDialogueController
 from gateway.elevenlabs.dialogue_socket import dialogue_multi_stream_input, dialogue_stream_input
 from gateway.elevenlabs.dictionaries import PronunciationDictionariesController, pronunciation_file_router
@@ -44,6 +45,8 @@ def elevenlabs_router(settings: Settings) -> Router:
             VoicesV2Controller,
             PronunciationDictionariesController,
             pronunciation_file_router(settings.pronunciation.max_file_bytes),
+            AccountController,
+            unserved_elevenlabs_route,
             *(_SOCKETS if websockets else []),
         ],
         exception_handlers=EXCEPTION_HANDLERS,

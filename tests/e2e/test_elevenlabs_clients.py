@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -137,3 +138,53 @@ def test_aliases_of_the_configuration_and_of_the_tenant(gateway: GatewayProcess,
     assert spoken_by(gateway, http, "narrator") == pytest.approx(voice_frequency("sage"), abs=3)  # configured
     assert spoken_by(gateway, http, "narrator", "beta") == pytest.approx(voice_frequency("echo"), abs=3)  # the tenant's
     assert spoken_by(gateway, http, "JBFqnCBsd6RMkjVDRZzb", "beta") == pytest.approx(voice_frequency("nova"), abs=3)
+
+
+# ------------------------------------------------------------------ account
+
+
+def test_the_subscription_is_the_tenants_characters_per_minute(gateway: GatewayProcess, http: httpx.Client) -> None:
+    text = "Counted against the minute."
+    client = elevenlabs(gateway, http, "beta")
+    b"".join(client.text_to_speech.convert("alloy", text=text, model_id="tones", output_format="pcm_24000"))
+    subscription = client.user.subscription.get()
+    assert (subscription.character_limit, subscription.status) == (5000, "active")
+    assert len(text) <= subscription.character_count < 5000
+    assert subscription.next_character_count_reset_unix is not None
+    assert 0 < subscription.next_character_count_reset_unix - time.time() <= 61
+    assert subscription.voice_slots_used == 0 and subscription.voice_limit == 20
+    user = client.user.get()
+    assert user.user_id == "beta" and user.subscription.character_limit == 5000
+
+
+def test_without_a_limit_the_count_is_every_character_spoken(gateway: GatewayProcess, http: httpx.Client) -> None:
+    client = elevenlabs(gateway, http, "acme")
+    before = client.user.subscription.get().character_count
+    b"".join(client.text_to_speech.convert("alloy", text="Twenty characters ok", model_id="tones"))
+    after = client.user.subscription.get()
+    assert after.character_limit == 2**31 - 1
+    assert after.character_count - before == 20
+
+
+def test_history_is_empty_and_voice_settings_are_the_defaults(gateway: GatewayProcess, http: httpx.Client) -> None:
+    client = elevenlabs(gateway, http)
+    history = client.history.list()
+    assert history.history == [] and history.has_more is False
+    settings = client.voices.settings.get_default()
+    assert (settings.stability, settings.similarity_boost, settings.speed) == (0.5, 0.75, 1.0)
+    assert client.voices.settings.get("alloy") == settings
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/v1/user/nothing-here"), ("POST", "/v1/sound-generation"), ("GET", "/v1/convai/agents")],
+)
+def test_unknown_elevenlabs_routes_authenticate_then_answer_elevenlabs_404(
+    gateway: GatewayProcess, http: httpx.Client, method: str, path: str
+) -> None:
+    wrong = http.request(method, gateway.base_url + path, headers={"xi-api-key": "sk-wrong"})
+    assert wrong.status_code == 401
+    assert wrong.json()["detail"]["status"] == "invalid_api_key"
+    missing = http.request(method, gateway.base_url + path, headers={"xi-api-key": KEYS["acme"]})
+    assert missing.status_code == 404
+    assert missing.json()["detail"]["status"] == "not_found"

@@ -1,0 +1,225 @@
+"""ElevenLabs' account calls, answered as far as the gateway can answer them truthfully (``docs/elevenlabs.md``), and
+ElevenLabs' error for the rest of its paths.
+
+- ``GET /v1/user/subscription`` and ``GET /v1/user``: the tenant's character budget is its ``characters_per_minute``
+  limit (the only budget it has): ``character_count`` is what it spoke in the current minute, ``character_limit`` the
+  limit, ``next_character_count_reset_unix`` when the minute's count falls. A tenant without that limit has
+  ``character_limit`` 2147483647 (none) and ``character_count`` the characters it has spoken in all. Its voice slots
+  are its custom voices against ``voices.max_per_tenant``. There is no billing: ``status`` ``active``, nothing owed.
+- ``GET /v1/history``: empty. The gateway keeps no history of what it spoke (its cache keys audio by what was said,
+  not by who asked), so it says so rather than inventing one.
+- ``GET /v1/voices/settings/default`` and ``GET /v1/voices/{voice_id}/settings``: ElevenLabs' defaults, the settings
+  every voice here has.
+- Any other route under a path only ElevenLabs has (``/v1/user/…``, ``/v1/history/…``, ``/v1/speech-to-text``,
+  ``/v1/convai/…``, ...): after the caller's credential is checked (a wrong key is a 401, never a 404 that would
+  tell it nothing of its key), ElevenLabs' 404 ``{"detail": {"status": "not_found", ...}}``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Annotated, Any, Literal
+
+from litestar import Controller, HttpMethod, Request, get, route
+from litestar.exceptions import NotFoundException
+from litestar.params import Parameter
+from pydantic import BaseModel, Field
+
+from gateway.elevenlabs.errors import error_responses
+from gateway.elevenlabs.wire import DEFAULT_VOICE_SETTINGS, VoiceSettings
+from gateway.http.auth.dependencies import Caller, UsageDep, VoicesDep
+from gateway.state import gateway_state
+
+__all__ = ["UNSERVED_PATHS", "AccountController", "unserved_elevenlabs_route"]
+
+NO_LIMIT = 2**31 - 1
+"""``character_limit`` of a tenant without ``characters_per_minute``: ElevenLabs' field is a required integer."""
+
+
+class Price(BaseModel):
+    amount: str = "0"
+    currency: Literal["usd"] = "usd"
+
+
+class Subscription(BaseModel):
+    """ElevenLabs' ``Subscription`` (what its SDK's ``user.subscription.get()`` reads), from the tenant's limits."""
+
+    tier: str = "chattts-gateway"
+    character_count: int
+    character_limit: int
+    max_character_limit_extension: int | None = None
+    max_credit_limit_extension: int = 0
+    can_extend_character_limit: bool = False
+    allowed_to_extend_character_limit: bool = False
+    next_character_count_reset_unix: int | None
+    voice_slots_used: int
+    professional_voice_slots_used: int = 0
+    professional_voice_slots_used_in_workspace: int = 0
+    voice_limit: int
+    max_voice_add_edits: int | None = None
+    voice_add_edit_counter: int = 0
+    professional_voice_limit: int = 0
+    can_extend_voice_limit: bool = False
+    can_use_instant_voice_cloning: bool = True
+    """Voices from a recording (``POST /v1/audio/voices``), where an engine makes them."""
+    can_use_professional_voice_cloning: bool = False
+    currency: Literal["usd"] | None = None
+    current_overage: Price = Field(default_factory=Price)
+    status: Literal["active"] = "active"
+    billing_period: None = None
+    character_refresh_period: None = None
+    """No period of ElevenLabs' (monthly and longer): the count is the current minute's."""
+    next_invoice: None = None
+    open_invoices: list[Any] = []
+    has_open_invoices: bool = False
+
+
+class User(BaseModel):
+    """ElevenLabs' ``User``: the tenant, with its subscription."""
+
+    user_id: str
+    """The tenant's name."""
+    workspace_id: str
+    subscription: Subscription
+    is_new_user: bool = False
+    can_use_delayed_payment_methods: bool = False
+    is_onboarding_completed: bool = True
+    is_onboarding_checklist_completed: bool = True
+    first_name: str | None = None
+    xi_api_key_preview: str | None = None
+    created_at: int = 0
+    """Unknown here (tenants keep no creation time): 0."""
+    seat_type: Literal["workspace_member"] = "workspace_member"
+
+
+class History(BaseModel):
+    """ElevenLabs' ``GetSpeechHistoryResponse``: always empty, as the gateway keeps no history."""
+
+    history: list[Any] = []
+    last_history_item_id: str | None = None
+    has_more: bool = False
+    scanned_until: int | None = None
+
+
+class AccountController(Controller):
+    path = "/v1"
+    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
+
+    @get(
+        "/user/subscription",
+        operation_id="elevenLabsGetSubscription",
+        summary="ElevenLabs: the tenant's character budget (its characters per minute) and voice slots.",
+        responses=error_responses(401, 429, 503),
+    )
+    async def get_subscription(
+        self, request: Request[Any, Any, Any], principal: Caller, usage: UsageDep, voices: VoicesDep
+    ) -> Subscription:
+        return await _subscription(request, principal, usage, voices)
+
+    @get(
+        "/user",
+        operation_id="elevenLabsGetUser",
+        summary="ElevenLabs: the tenant, with its subscription.",
+        responses=error_responses(401, 429, 503),
+    )
+    async def get_user(
+        self, request: Request[Any, Any, Any], principal: Caller, usage: UsageDep, voices: VoicesDep
+    ) -> User:
+        subscription = await _subscription(request, principal, usage, voices)
+        name = principal.tenant.name
+        return User(user_id=name, workspace_id=name, subscription=subscription)
+
+    @get(
+        "/history",
+        operation_id="elevenLabsListHistory",
+        summary="ElevenLabs: the history of generated audio, which the gateway does not keep (always empty).",
+        responses=error_responses(401, 422, 429),
+    )
+    async def list_history(self, principal: Caller) -> History:
+        return History()
+
+    @get(
+        "/voices/settings/default",
+        operation_id="elevenLabsGetDefaultVoiceSettings",
+        summary="ElevenLabs: the default voice settings, ElevenLabs' own (every voice here has them).",
+        responses=error_responses(401, 429),
+    )
+    async def get_default_voice_settings(self, principal: Caller) -> VoiceSettings:
+        return DEFAULT_VOICE_SETTINGS
+
+    @get(
+        "/voices/{voice_id:str}/settings",
+        operation_id="elevenLabsGetVoiceSettings",
+        summary="ElevenLabs: a voice's settings, ElevenLabs' defaults (every voice here has them).",
+        responses=error_responses(401, 429),
+    )
+    async def get_voice_settings(
+        self, principal: Caller, voice_id: Annotated[str, Parameter(min_length=1, max_length=256)]
+    ) -> VoiceSettings:
+        return DEFAULT_VOICE_SETTINGS
+
+
+async def _subscription(
+    request: Request[Any, Any, Any], principal: Caller, usage: UsageDep, voices: VoicesDep
+) -> Subscription:
+    tenant = principal.tenant
+    state = gateway_state(request.app)
+    limit = tenant.limits.characters_per_minute
+    slots, slot_limit = len(await voices.list(tenant.name)), state.settings.voices.max_per_tenant
+    if limit is None:
+        spoken = asdict(await usage.get(tenant))["input_characters"]
+        return Subscription(
+            character_count=spoken,
+            character_limit=NO_LIMIT,
+            next_character_count_reset_unix=None,
+            voice_slots_used=slots,
+            voice_limit=slot_limit,
+        )
+    standing = await state.speech.admission.limiter.state(tenant.name, tenant.limits)
+    remaining = limit if standing.remaining_tokens is None else standing.remaining_tokens
+    reset_s = standing.reset_tokens_s or 0.0
+    return Subscription(
+        character_count=max(limit - remaining, 0),
+        character_limit=limit,
+        next_character_count_reset_unix=int(time.time() + reset_s),
+        voice_slots_used=slots,
+        voice_limit=slot_limit,
+    )
+
+
+UNSERVED_PATHS = (
+    "/v1/user/{rest:path}",
+    "/v1/history/{rest:path}",
+    "/v1/voices/add",
+    "/v1/voices/{voice_id:str}/edit",
+    "/v1/shared-voices",
+    "/v1/similar-voices",
+    "/v1/sound-generation",
+    "/v1/speech-to-text",
+    "/v1/speech-to-speech/{rest:path}",
+    "/v1/audio-isolation",
+    "/v1/audio-native",
+    "/v1/dubbing",
+    "/v1/convai/{rest:path}",
+    "/v1/studio/{rest:path}",
+    "/v1/projects",
+    "/v1/workspace/{rest:path}",
+    "/v1/text-to-voice/{rest:path}",
+    "/v1/voice-generation/{rest:path}",
+    "/v1/music",
+    "/v1/forced-alignment",
+    "/v1/single-use-token/{rest:path}",
+)
+"""Paths only ElevenLabs' API has, which the gateway does not serve: answered with ElevenLabs' 404."""
+
+
+@route(
+    list(UNSERVED_PATHS),
+    http_method=[HttpMethod.GET, HttpMethod.POST, HttpMethod.PUT, HttpMethod.PATCH, HttpMethod.DELETE],
+    operation_id="elevenLabsNotServed",
+    include_in_schema=False,
+)
+async def unserved_elevenlabs_route(request: Request[Any, Any, Any], principal: Caller) -> None:
+    """The caller authenticated (``principal``), then told the route is not here, in ElevenLabs' shape."""
+    raise NotFoundException(f"This gateway does not serve {request.method} {request.url.path} of ElevenLabs' API.")
