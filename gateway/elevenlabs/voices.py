@@ -9,9 +9,9 @@ few dozen built-in ones, so a listing reads them whole and pages what it answers
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from litestar import Controller, get
+from litestar import Controller, Request, get
 from litestar.params import Parameter
 from litestar.status_codes import HTTP_404_NOT_FOUND
 
@@ -20,7 +20,9 @@ from gateway.elevenlabs.wire import CUSTOM_VOICE_PREFIX, ElevenLabsVoice, VoiceP
 from gateway.http.auth.dependencies import Caller, Router, VoicesDep
 from gateway.http.errors import UnknownVoiceError
 from gateway.schemas import BuiltInVoice  # noqa: TC001 - a parameter's type
+from gateway.speech.voice_aliases import PREMADE_VOICES, built_in_aliases
 from gateway.speech.voices import CustomVoiceRecord  # noqa: TC001 - a parameter's type
+from gateway.state import gateway_state
 
 __all__ = ["VoicesController", "VoicesV2Controller"]
 
@@ -52,8 +54,9 @@ class VoicesController(Controller):
         summary="ElevenLabs: one voice.",
         responses=error_responses(401, 404, 422, 429, 503),
     )
-    async def get_voice(
+    async def get_voice(  # noqa: PLR0917 - the route's parameters
         self,
+        request: Request[Any, Any, Any],
         voice_id: Annotated[str, Parameter(min_length=1, max_length=256)],
         router: Router,
         voices: VoicesDep,
@@ -65,9 +68,14 @@ class VoicesController(Controller):
             if custom is not None:
                 return _custom(custom)
         else:
-            for voice in router.builtin_voices(_models(router, principal)):
-                if voice.id == voice_id:
-                    return _builtin(voice, router)
+            found = _builtin_by_id(router, principal, voice_id)
+            if found is not None:
+                return found
+            aliased = _aliased(request, principal, voice_id)
+            if aliased is not None and (target := _builtin_by_id(router, principal, aliased)) is not None:
+                # An alias (a premade id, say) is the voice it speaks, under the id the caller asked for.
+                name = PREMADE_VOICES[voice_id].name if voice_id in PREMADE_VOICES else voice_id
+                return target.model_copy(update={"voice_id": voice_id, "name": name})
         raise UnknownVoiceError(
             HTTP_404_NOT_FOUND, f"Voice '{voice_id}' was not found.", voice_id=voice_id, param="voice_id",
             code="voice_not_found",
@@ -121,6 +129,21 @@ class VoicesV2Controller(Controller):
             total_count=len(found),
             next_page_token=str(end) if end < len(found) else None,
         )
+
+
+def _builtin_by_id(router: Router, principal: Caller, voice_id: str) -> ElevenLabsVoice | None:
+    for voice in router.builtin_voices(_models(router, principal)):
+        if voice.id == voice_id:
+            return _builtin(voice, router)
+    return None
+
+
+def _aliased(request: Request[Any, Any, Any], principal: Caller, voice_id: str) -> str | None:
+    """The built-in voice ``voice_id`` is an alias of for this tenant (``gateway/speech/voice_aliases.py``)."""
+    tenant_aliases = dict(principal.tenant.voice_aliases)
+    return tenant_aliases.get(voice_id) or built_in_aliases(gateway_state(request.app).settings.voices.aliases).get(
+        voice_id
+    )
 
 
 def _models(router: Router, principal: Caller) -> list[str]:

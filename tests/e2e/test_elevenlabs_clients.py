@@ -188,3 +188,9 @@ def test_unknown_elevenlabs_routes_authenticate_then_answer_elevenlabs_404(
     missing = http.request(method, gateway.base_url + path, headers={"xi-api-key": KEYS["acme"]})
     assert missing.status_code == 404
     assert missing.json()["detail"]["status"] == "not_found"
+
+
+def test_a_premade_id_is_a_voice_to_get(gateway: GatewayProcess, http: httpx.Client) -> None:
+    voice = elevenlabs(gateway, http).voices.get("hpp4J3VqNfWAUOO0d1Us")
+    assert (voice.voice_id, voice.name, voice.category) == ("hpp4J3VqNfWAUOO0d1Us", "Bella", "premade")
+    assert elevenlabs(gateway, http, "beta").voices.get("narrator").voice_id == "narrator"  # the tenant's alias
