@@ -1,11 +1,14 @@
 """ElevenLabs' account calls, answered as far as the gateway can answer them truthfully (``docs/elevenlabs.md``), and
 ElevenLabs' error for the rest of its paths.
 
-- ``GET /v1/user/subscription`` and ``GET /v1/user``: the tenant's character budget is its ``characters_per_minute``
-  limit (the only budget it has): ``character_count`` is what it spoke in the current minute, ``character_limit`` the
-  limit, ``next_character_count_reset_unix`` when the minute's count falls. A tenant without that limit has
-  ``character_limit`` 2147483647 (none) and ``character_count`` the characters it has spoken in all. Its voice slots
-  are its custom voices against ``voices.max_per_tenant``. There is no billing: ``status`` ``active``, nothing owed.
+- ``GET /v1/user/subscription`` and ``GET /v1/user``: the tenant's character budget. With a monthly budget
+  (``limits.characters_per_month``), as ElevenLabs counts it: ``character_count`` the month's characters (UTC),
+  ``character_limit`` the budget, ``next_character_count_reset_unix`` the next month's start,
+  ``character_refresh_period`` ``monthly_period``. Else its ``characters_per_minute`` limit: ``character_count`` is
+  what it spoke in the current minute, ``next_character_count_reset_unix`` when the minute's count falls. A tenant
+  with neither has ``character_limit`` 2147483647 (none) and ``character_count`` the characters it has spoken in
+  all. Its voice slots are its custom voices against ``voices.max_per_tenant``. There is no billing: ``status``
+  ``active``, nothing owed.
 - ``GET /v1/history``: empty. The gateway keeps no history of what it spoke (its cache keys audio by what was said,
   not by who asked), so it says so rather than inventing one.
 - ``GET /v1/voices/settings/default`` and ``GET /v1/voices/{voice_id}/settings``: ElevenLabs' defaults, the settings
@@ -18,7 +21,7 @@ ElevenLabs' error for the rest of its paths.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Annotated, Any, Literal
 
 from litestar import Controller, HttpMethod, Request, get, route
@@ -68,8 +71,8 @@ class Subscription(BaseModel):
     current_overage: Price = Field(default_factory=Price)
     status: Literal["active"] = "active"
     billing_period: None = None
-    character_refresh_period: None = None
-    """No period of ElevenLabs' (monthly and longer): the count is the current minute's."""
+    character_refresh_period: Literal["monthly_period"] | None = None
+    """``monthly_period`` for a tenant's monthly budget; none for a per-minute limit (no period of ElevenLabs')."""
     next_invoice: None = None
     open_invoices: list[Any] = []
     has_open_invoices: bool = False
@@ -109,7 +112,7 @@ class AccountController(Controller):
     @get(
         "/user/subscription",
         operation_id="elevenLabsGetSubscription",
-        summary="ElevenLabs: the tenant's character budget (its characters per minute) and voice slots.",
+        summary="ElevenLabs: the tenant's character budget (its month's, else its minute's) and voice slots.",
         responses=error_responses(401, 429, 503),
     )
     async def get_subscription(
@@ -165,27 +168,36 @@ async def _subscription(
 ) -> Subscription:
     tenant = principal.tenant
     state = gateway_state(request.app)
+    slots = _Slots(len(await voices.list(tenant.name)), state.settings.voices.max_per_tenant)
+    if (month_limit := tenant.limits.characters_per_month) is not None:
+        budget = await state.speech.admission.budget(tenant)
+        return slots.subscription(budget.characters_used or 0, month_limit, budget.month.end, monthly=True)
     limit = tenant.limits.characters_per_minute
-    slots, slot_limit = len(await voices.list(tenant.name)), state.settings.voices.max_per_tenant
     if limit is None:
         spoken = asdict(await usage.get(tenant))["input_characters"]
-        return Subscription(
-            character_count=spoken,
-            character_limit=NO_LIMIT,
-            next_character_count_reset_unix=None,
-            voice_slots_used=slots,
-            voice_limit=slot_limit,
-        )
+        return slots.subscription(spoken, NO_LIMIT, None)
     standing = await state.speech.admission.limiter.state(tenant.name, tenant.limits)
     remaining = limit if standing.remaining_tokens is None else standing.remaining_tokens
     reset_s = standing.reset_tokens_s or 0.0
-    return Subscription(
-        character_count=max(limit - remaining, 0),
-        character_limit=limit,
-        next_character_count_reset_unix=int(time.time() + reset_s),
-        voice_slots_used=slots,
-        voice_limit=slot_limit,
-    )
+    return slots.subscription(max(limit - remaining, 0), limit, int(time.time() + reset_s))
+
+
+@dataclass(frozen=True, slots=True)
+class _Slots:
+    """The tenant's custom voices against ``voices.max_per_tenant``."""
+
+    used: int
+    limit: int
+
+    def subscription(self, count: int, limit: int, reset_unix: int | None, *, monthly: bool = False) -> Subscription:
+        return Subscription(
+            character_count=count,
+            character_limit=limit,
+            next_character_count_reset_unix=reset_unix,
+            character_refresh_period="monthly_period" if monthly else None,
+            voice_slots_used=self.used,
+            voice_limit=self.limit,
+        )
 
 
 UNSERVED_PATHS = (

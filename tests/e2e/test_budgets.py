@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import openai
 import pytest
+from elevenlabs import ElevenLabs
 from websockets.asyncio.client import connect
 
 from harness.gateway_process import GatewayProcess
@@ -101,6 +102,12 @@ def test_a_spent_character_budget_refuses_on_every_replica_and_route(
     assert usage["budget"]["characters_limit"] == 120
     assert usage["rejections"] == {"characters_per_month": 2}  # the SDK did not retry
     assert usage["input_characters"] == 100
+
+    with httpx.Client(timeout=10) as http:  # what ElevenLabs' apps check at start
+        subscription = ElevenLabs(api_key=key, base_url=replicas[0].base_url, httpx_client=http).user.subscription.get()
+    assert (subscription.character_count, subscription.character_limit) == (100, 120)
+    assert subscription.character_refresh_period == "monthly_period"
+    assert subscription.next_character_count_reset_unix == usage["budget"]["resets_at"]
 
 
 async def test_a_spent_budget_on_an_elevenlabs_socket_is_quota_exceeded(
