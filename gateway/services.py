@@ -25,6 +25,7 @@ from gateway.jobs.dispatch import JobDispatch, LocalDispatch, QueueDispatch
 from gateway.jobs.runner import JobRunner
 from gateway.jobs.service import SpeechJobs
 from gateway.jobs.store import AudioFiles, JobStore, MemoryJobStore, RedisJobStore
+from gateway.jobs.turns import TenantTurns
 from gateway.legacy import move_legacy_layout
 from gateway.realtime.registry import SessionRegistry
 from gateway.speech.admission import Admission
@@ -170,14 +171,16 @@ def _speech_jobs(
     if not config.enabled or settings.server.profile == "engine":
         return None
     store = _job_store(settings, redis, stack)
-    runner = JobRunner(store, speech, tenants, segment_attempts=config.segment_attempts)
+    runner = JobRunner(
+        store, speech, tenants, TenantTurns(config.concurrency), segment_attempts=config.segment_attempts
+    )
     dispatch: JobDispatch
     if redis is not None:
         queued = QueueDispatch(redis, runner, config)
         queued.start()
         dispatch = queued
     else:
-        dispatch = LocalDispatch(runner, config.concurrency)
+        dispatch = LocalDispatch(runner)
     stack.push_async_callback(dispatch.close)
     return SpeechJobs(store, dispatch, speech, config)
 

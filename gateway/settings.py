@@ -217,7 +217,12 @@ class JobsSettings(BaseModel):
     audio, and another deployment of the gateway with ``run: true`` speaks them (Helm: ``jobs.runner: dedicated``).
     Without ``redis_url`` every replica runs its own jobs, whatever this says."""
     concurrency: int = Field(default=2, ge=1, le=256)
-    """Jobs one replica speaks at once (each one segment at a time)."""
+    """Segments one replica speaks at once: its jobs take turns at these slots, one segment a turn, tenant by tenant
+    (``gateway/jobs/turns.py``)."""
+    max_in_progress: int = Field(default=32, ge=1, le=4096)
+    """Jobs one replica holds at once (with Redis), each waiting for its tenant's turns at the ``concurrency`` slots.
+    Once it holds ``concurrency`` jobs it takes only jobs of tenants it holds none of, so that a tenant's flood neither
+    keeps another tenant's job queued nor gathers on one replica."""
     max_input_chars: int = Field(default=500_000, ge=1, le=5_000_000)
     """The longest ``input`` of a job, unless the tenant's ``limits.job_input_characters`` says otherwise."""
     storage_quota_bytes: int = Field(default=2 * 1024**3, ge=0)

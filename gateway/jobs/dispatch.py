@@ -10,6 +10,12 @@ own connection and notices a dead worker only when the job's whole timeout (hour
 all carry one hash tag (the queue's name ``{tts-jobs}``), so its scripts and transactions keep to one slot of a
 Cluster.
 
+Tenants take turns. A replica holds up to ``jobs.max_in_progress`` jobs, which speak one segment per turn at its
+``jobs.concurrency`` slots, tenant by tenant (``gateway/jobs/turns.py``). It takes jobs from the queue fairly rather
+than first come, first served (``_TAKE_LUA``): the waiting job of the tenant with the fewest jobs running on all
+replicas goes first; and once it holds as many jobs as it has slots, it takes only jobs of tenants it holds none of,
+so that a newcomer's job starts within a segment while a flood's other jobs wait for (or go to) other replicas.
+
 Without Redis a job is an asyncio task of the process that took it: not durable (a restart loses it, and another
 replica never sees it), documented in ``docs/jobs.md``.
 """
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from saq import Job, Queue, Worker
@@ -31,13 +38,14 @@ from storage import STORAGE_ERRORS
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from redis.commands.core import AsyncScript
     from saq.types import ListenCallback, PartialTimersDict, VersionTuple, WorkerInfo
 
     from gateway.jobs.runner import JobRunner
     from gateway.settings import JobsSettings
     from storage import RedisClient
 
-__all__ = ["JobDispatch", "LocalDispatch", "QueueDispatch"]
+__all__ = ["JobDispatch", "LocalDispatch", "QueueDispatch", "TakePolicy"]
 
 logger = logging.getLogger("tts_gateway.jobs")
 
@@ -51,12 +59,63 @@ _OUTAGE_PAUSE_S = 1.0
 """How long a worker waits before it tries the queue again when Redis is out of reach."""
 _TAKEOVERS = 20
 """How often one job may be taken over (its replica died or shut down) before it is given up."""
+_TAKE_POLL_S = 0.2
+"""How often a replica with room looks for a job it may take (one look at a time per replica)."""
+_TAKE_LOOKAHEAD = 2000
+"""How many of the oldest queued jobs a take chooses among (beyond them, the queue is first come, first served)."""
+_SETTLE_S = 1.0
+"""How long a take waits for the job taken before it to start running here (and be counted) before it looks again."""
+
+# Moves the fairest queued job a replica may take to the active list, as SAQ's take (BLMOVE) does with the first:
+# the oldest of the tenant with the fewest active jobs (on all replicas), among those this replica may take: any when
+# it has room to speak at once (ARGV[1] is 1), else only tenants it holds no job of (ARGV[3..]). A job's tenant is in
+# its key (after its id's ``@``). KEYS: queued, active. ARGV[2]: how many queued jobs to look at. Returns the job's id.
+_TAKE_LUA = """
+local queued = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+if #queued == 0 then return false end
+local here, active = {}, {}
+for i = 3, #ARGV do here[ARGV[i]] = true end
+for _, id in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+  local tenant = string.match(id, '@(.*)$') or ''
+  active[tenant] = (active[tenant] or 0) + 1
+end
+local best, fewest
+for _, id in ipairs(queued) do
+  local tenant = string.match(id, '@(.*)$') or ''
+  if ARGV[1] == '1' or not here[tenant] then
+    local n = active[tenant] or 0
+    if fewest == nil or n < fewest then best, fewest = id, n end
+    if n == 0 then break end
+  end
+end
+if not best then return false end
+redis.call('LREM', KEYS[1], 1, best)
+redis.call('RPUSH', KEYS[2], best)
+return best
+"""
 
 
-def _queue_key(job_id: str) -> str:
-    """The key of a job in SAQ's queue: its id, under the queue's hash tag, which SAQ's abort key (``saq:abort:`` and
-    the key) would otherwise lack: on a Cluster its enqueue script refused the keys (all must share a slot)."""
-    return f"{QUEUE_NAME}{job_id}"
+def _queue_key(tenant: str, job_id: str) -> str:
+    """The key of a job in SAQ's queue: its id and its tenant (which a take chooses by), under the queue's hash tag,
+    which SAQ's abort key (``saq:abort:`` and the key) would otherwise lack: on a Cluster its enqueue script refused
+    the keys (all must share a slot)."""
+    return f"{QUEUE_NAME}{job_id}@{tenant}"
+
+
+class TakePolicy(Protocol):
+    """What a replica may take from the queue now (``_TAKE_LUA``)."""
+
+    def may_take(self) -> tuple[bool, list[str]]:
+        """Whether it has room to speak a job at once, and the tenants it holds jobs of."""
+        ...
+
+    def taken(self) -> None:
+        """A job was taken: it is counted once it runs."""
+        ...
+
+    async def settle(self) -> None:
+        """Wait (briefly) until the jobs taken run, so that the next take counts them."""
+        ...
 
 
 class JobDispatch(Protocol):
@@ -72,22 +131,17 @@ class JobDispatch(Protocol):
 
 
 class LocalDispatch:
-    """Jobs as tasks of this process, ``concurrency`` of them speaking at once."""
+    """Jobs as tasks of this process, each waiting for its tenant's turns at the runner's slots."""
 
-    def __init__(self, runner: JobRunner, concurrency: int) -> None:
+    def __init__(self, runner: JobRunner) -> None:
         self._runner = runner
-        self._slots = asyncio.Semaphore(concurrency)
         self._tasks = BackgroundTasks("speech jobs")
         self._running: dict[str, asyncio.Task[None]] = {}
 
     async def submit(self, tenant: str, job_id: str) -> None:
-        task = self._tasks.spawn(self._run(tenant, job_id))
+        task = self._tasks.spawn(self._runner.run(tenant, job_id))
         self._running[job_id] = task
         task.add_done_callback(lambda _: self._running.pop(job_id, None))
-
-    async def _run(self, tenant: str, job_id: str) -> None:
-        async with self._slots:
-            await self._runner.run(tenant, job_id)
 
     async def cancel(self, tenant: str, job_id: str) -> None:
         task = self._running.get(job_id)
@@ -109,7 +163,15 @@ class _Queue(RedisQueue):
     - ``abort`` announces outside its transaction (a Cluster's pipeline refuses ``PUBLISH``).
     - ``disconnect`` leaves the client open: the composition root owns and closes it.
     - Through a Redis outage a worker pauses between takes, and its upkeep stays quiet.
+    - A take is fair (``_TAKE_LUA``) rather than the queue's first job, and one take at a time per replica: its idle
+      workers do not each poll Redis.
     """
+
+    def __init__(self, redis: Any, policy: TakePolicy) -> None:
+        super().__init__(redis, name=QUEUE_NAME)
+        self._policy = policy
+        self._take: AsyncScript = redis.register_script(_TAKE_LUA)
+        self._taking = asyncio.Lock()
 
     async def version(self) -> VersionTuple:
         return (6, 2, 0)
@@ -117,12 +179,30 @@ class _Queue(RedisQueue):
     async def dequeue(self, timeout: float = 0.0, poll_interval: float = 0.0) -> Job | None:  # noqa: ASYNC109
         """SAQ's take, pausing when Redis is out of reach: SAQ's worker asks again at once after a failed take, a
         loop that spun a core for as long as Redis was down."""
-        try:
-            return await super().dequeue(timeout, poll_interval)
-        except STORAGE_ERRORS as exc:
-            logger.debug("the jobs' queue is out of reach: %r", exc)
-            await asyncio.sleep(_OUTAGE_PAUSE_S)
-            return None
+        async with self._taking:
+            try:
+                job_id = await self._take_fairly(timeout)
+                return None if job_id is None else await self._get_job_by_id(job_id)
+            except STORAGE_ERRORS as exc:
+                logger.debug("the jobs' queue is out of reach: %r", exc)
+                await asyncio.sleep(_OUTAGE_PAUSE_S)
+                return None
+
+    async def _take_fairly(self, timeout: float) -> bytes | None:  # noqa: ASYNC109 - SAQ's
+        """The id of the job taken (moved to the active list), looking every ``_TAKE_POLL_S`` for ``timeout``."""
+        await self._policy.settle()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            room, tenants = self._policy.may_take()
+            args: list[str | int] = [int(room), _TAKE_LOOKAHEAD, *tenants]
+            job_id = cast("bytes | None", await self._take(keys=[self._queued, self._active], args=args))
+            if job_id is not None:
+                self._policy.taken()
+                return job_id
+            if loop.time() >= deadline:
+                return None
+            await asyncio.sleep(min(_TAKE_POLL_S, max(0.0, deadline - loop.time())))
 
     async def schedule(self, lock: int = 1) -> list[str]:
         """SAQ's upkeep, quiet through an outage (its worker logs a traceback for every failure, every second)."""
@@ -198,9 +278,14 @@ class QueueDispatch:
     def __init__(self, redis: RedisClient, runner: JobRunner, settings: JobsSettings) -> None:
         self._runner = runner
         self._settings = settings
-        self.queue: Queue = _Queue(cast("Any", redis), name=QUEUE_NAME)
+        self.queue: Queue = _Queue(redis, self)
         self._worker: _Worker | None = None
         self._tasks = BackgroundTasks("the speech jobs' worker")
+        self._held: Counter[str] = Counter()
+        """The jobs this replica runs, by tenant."""
+        self._unsettled = 0
+        """Jobs taken that do not run yet."""
+        self._ran = asyncio.Event()
 
     def start(self) -> None:
         """Start taking jobs (when this replica runs them)."""
@@ -210,7 +295,7 @@ class QueueDispatch:
         self._worker = _Worker(
             self.queue,
             functions=[(_FUNCTION, self._speak_job)],
-            concurrency=self._settings.concurrency,
+            concurrency=max(self._settings.max_in_progress, self._settings.concurrency),
             timers=timers,
             dequeue_timeout=_DEQUEUE_WAIT_S,
         )
@@ -220,7 +305,7 @@ class QueueDispatch:
         job = Job(
             _FUNCTION,
             kwargs={"tenant": tenant, "job_id": job_id},
-            key=_queue_key(job_id),
+            key=_queue_key(tenant, job_id),
             timeout=0,  # a book takes hours: the heartbeat, not a timeout, tells a dead runner
             heartbeat=self._settings.heartbeat_s,
             retries=_TAKEOVERS,
@@ -229,7 +314,7 @@ class QueueDispatch:
         await self.queue.enqueue(job)
 
     async def cancel(self, tenant: str, job_id: str) -> None:
-        job = await self.queue.job(_queue_key(job_id))
+        job = await self.queue.job(_queue_key(tenant, job_id))
         if job is not None and job.status not in TERMINAL_STATUSES:
             await self.queue.abort(job, "cancelled")
 
@@ -239,13 +324,34 @@ class QueueDispatch:
             await self._worker.stop()
         await self._tasks.close()
 
+    def may_take(self) -> tuple[bool, list[str]]:
+        return sum(self._held.values()) + self._unsettled < self._settings.concurrency, list(self._held)
+
+    def taken(self) -> None:
+        self._unsettled += 1
+
+    async def settle(self) -> None:
+        """Wait until the jobs taken run here (or ``_SETTLE_S``: a take that failed before its run never will)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_SETTLE_S):
+                while self._unsettled:
+                    self._ran.clear()
+                    await self._ran.wait()
+        self._unsettled = 0
+
     async def _speak_job(self, ctx: dict[str, Any], *, tenant: str, job_id: str) -> None:
         job: Job = ctx["job"]
+        self._unsettled = max(0, self._unsettled - 1)
+        self._held[tenant] += 1
+        self._ran.set()
         beating = asyncio.create_task(self._beat(job))
         try:
             await self._runner.run(tenant, job_id)
         finally:
             beating.cancel()
+            self._held[tenant] -= 1
+            if not self._held[tenant]:
+                del self._held[tenant]
 
     async def _beat(self, job: Job) -> None:
         """Tell the queue the job's runner lives, three times per ``heartbeat_s``."""

@@ -1,5 +1,6 @@
 """Speaking one job: its segments in order, each through the one speech operation (:meth:`SpeechService.speak`), each
-committed to the store before the next starts.
+committed to the store before the next starts, one segment per turn at the process's speaking slots
+(``gateway/jobs/turns.py``): between two of its segments, the jobs of other tenants speak theirs.
 
 Whoever runs a job (a queue worker on any replica, or this process's tasks without Redis) calls :meth:`JobRunner.run`;
 a job taken over after its replica died runs again from its first segment not committed. A commit refused means the
@@ -24,6 +25,7 @@ from gateway.schemas import SpeechRequest
 if TYPE_CHECKING:
     from auth import AuthStore, Tenant
     from gateway.jobs.store import JobStore
+    from gateway.jobs.turns import TenantTurns
     from gateway.speech.service import SpeechService
 
 __all__ = ["JOBS_PATH", "JobRunner"]
@@ -42,21 +44,22 @@ class _JobFailedError(Exception):
 class JobRunner:
     """Speaks jobs of the store through the speech service, counting each in its tenant's usage once it completed."""
 
-    def __init__(self, store: JobStore, speech: SpeechService, tenants: AuthStore, *, segment_attempts: int) -> None:
+    def __init__(
+        self, store: JobStore, speech: SpeechService, tenants: AuthStore, turns: TenantTurns, *, segment_attempts: int
+    ) -> None:
         self.store = store
+        self.turns = turns
         self._speech = speech
         self._tenants = tenants
         self._attempts = segment_attempts
 
     async def run(self, tenant_name: str, job_id: str) -> None:
-        """Speak the job from its first segment not committed to its end (or until it is cancelled or deleted)."""
-        record = await self.store.start(tenant_name, job_id)
-        if record is None:
-            return  # cancelled or deleted while it waited, or ended by a runner that was thought dead
+        """Speak the job from its first segment not committed to its end (or until it is cancelled or deleted), one
+        segment per turn of its tenant's; it stays ``queued`` until its first turn."""
         tenant: Tenant | None = None
         try:
             tenant = await self._tenant(tenant_name)
-            if await self._speak_all(Principal(tenant, "job"), record):
+            if await self._speak_all(Principal(tenant, "job"), tenant_name, job_id):
                 await self._end(tenant, job_id, "completed")
         except _JobFailedError as exc:
             logger.warning("speech job failed", extra={"record": {"job_id": job_id, "tenant": tenant_name}})
@@ -73,20 +76,32 @@ class JobRunner:
             raise _JobFailedError("The job's tenant no longer exists.")
         return tenant
 
-    async def _speak_all(self, principal: Principal, record: JobRecord) -> bool:
-        """Every segment not committed yet; ``False`` when a commit was refused (the job is no longer this run's).
+    async def _speak_all(self, principal: Principal, tenant: str, job_id: str) -> bool:
+        """Every segment not committed yet, one per turn; ``False`` when the job is gone or over, or a commit was
+        refused (the job is no longer this run's).
 
-        A segment's commit overlaps the next segment's synthesis, so the engine never waits for the store; the commits
-        still go in order, each awaited before the next is sent.
+        A segment's commit overlaps the wait for the next turn and the next segment's synthesis, so the engine never
+        waits for the store; the commits still go in order, each awaited before the next is sent.
         """
-        segments = await self.store.segments(record.tenant, record.id)
+        record: JobRecord | None = None
+        segments: list[str] = []
+        index = 0
         committing: asyncio.Task[bool] | None = None
         try:
-            for index in range(record.segments_done, len(segments)):
-                spoken = await self._segment(principal, record, segments[index])
+            while record is None or index < len(segments):
+                async with self.turns.turn(tenant):
+                    if record is None:  # the first turn: the job runs from here
+                        record = await self.store.start(tenant, job_id)
+                        if record is None:
+                            return False  # cancelled or deleted while it waited, or ended by a runner thought dead
+                        segments, index = await self.store.segments(tenant, job_id), record.segments_done
+                        if index >= len(segments):
+                            break
+                    spoken = await self._segment(principal, record, segments[index])
                 if committing is not None and not await committing:
                     return False
-                committing = asyncio.ensure_future(self.store.commit(record.tenant, record.id, index, spoken))
+                committing = asyncio.ensure_future(self.store.commit(tenant, job_id, index, spoken))
+                index += 1
             return committing is None or await committing
         finally:
             if committing is not None and not committing.done():
