@@ -182,7 +182,9 @@ def _speech_jobs(
     else:
         dispatch = LocalDispatch(runner)
     stack.push_async_callback(dispatch.close)
-    return SpeechJobs(store, dispatch, speech, config)
+    jobs = SpeechJobs(store, dispatch, speech, config)
+    stack.push_async_callback(jobs.close)
+    return jobs
 
 
 def _job_store(settings: Settings, redis: RedisClient | None, stack: AsyncExitStack) -> JobStore:

@@ -223,6 +223,9 @@ class JobsSettings(BaseModel):
     """Jobs one replica holds at once (with Redis), each waiting for its tenant's turns at the ``concurrency`` slots.
     Once it holds ``concurrency`` jobs it takes only jobs of tenants it holds none of, so that a tenant's flood neither
     keeps another tenant's job queued nor gathers on one replica."""
+    max_followers_per_tenant: int = Field(default=32, ge=1, le=100_000)
+    """Event streams (``/events``) one tenant may have open at once on one replica; one more gets 429. Followers of
+    one job share one poll of the store per replica, whatever their number."""
     max_input_chars: int = Field(default=500_000, ge=1, le=5_000_000)
     """The longest ``input`` of a job, unless the tenant's ``limits.job_input_characters`` says otherwise."""
     storage_quota_bytes: int = Field(default=2 * 1024**3, ge=0)

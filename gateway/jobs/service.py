@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_404_NOT_FOUND, HTTP_429_TOO_MANY_REQUESTS
 
 from gateway.http.errors import OpenAIError
+from gateway.jobs.followers import JobFollowers
 from gateway.jobs.records import ACTIVE, SEGMENT_FORMATS, JobRecord, now_s, reservation_bytes
 from gateway.schemas import SpeechJobObject, SpeechJobProgress, SpeechRequest
 from gateway.speech.segments import split_text
@@ -22,6 +23,7 @@ from storage import sortable_id
 if TYPE_CHECKING:
     from auth import Principal, Tenant
     from gateway.jobs.dispatch import JobDispatch
+    from gateway.jobs.followers import FollowerPlace
     from gateway.jobs.store import JobStore, Refusal
     from gateway.schemas import SpeechJobCreate
     from gateway.settings import JobsSettings
@@ -40,7 +42,12 @@ class SpeechJobs:
         self.store = store
         self.dispatch = dispatch
         self.settings = settings
+        self.followers = JobFollowers(store, settings.poll_s, settings.max_followers_per_tenant)
         self._speech = speech
+
+    async def close(self) -> None:
+        """Stop the polls of followed jobs (their followers' streams end)."""
+        await self.followers.close()
 
     async def create(self, principal: Principal, body: SpeechJobCreate) -> JobRecord:
         """Check, admit, store and queue a new job.
@@ -121,6 +128,24 @@ class SpeechJobs:
         if record is None:
             raise _not_found(job_id)
         return record
+
+    def follow(self, tenant: str) -> FollowerPlace:
+        """A place for one more follower of the tenant's jobs' events, to release when its stream ends.
+
+        Raises:
+            OpenAIError: the tenant has ``jobs.max_followers_per_tenant`` followers on this replica (429).
+        """
+        place = self.followers.admit(tenant)
+        if place is None:
+            cap = self.followers.max_per_tenant
+            raise OpenAIError(
+                HTTP_429_TOO_MANY_REQUESTS,
+                f"Your tenant follows {cap} jobs' events at once, the most it may; close one, or poll the job.",
+                type="requests",
+                code="concurrency_limit_exceeded",
+                headers={"Retry-After": "1"},
+            )
+        return place
 
     async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[JobRecord]:
         return await self.store.page(tenant, after=after, limit=limit)

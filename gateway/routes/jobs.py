@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -42,8 +42,9 @@ from gateway.schemas import (
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncGenerator, AsyncIterator
 
+    from gateway.jobs.followers import FollowerPlace
     from gateway.jobs.service import SpeechJobs
     from gateway.settings import JobsSettings
 
@@ -150,15 +151,17 @@ class SpeechJobsController(Controller):
         operation_id="retrieveSpeechJobEvents",
         summary="The job's progress as server-sent events, to its end.",
         description="`audio.speech.job.progress` events with the job object whenever it advanced, then one "
-        "`audio.speech.job.completed`, `.failed`, `.cancelled` or `.expired`.",
-        responses=error_responses(401, 404, 503),
+        "`audio.speech.job.completed`, `.failed`, `.cancelled` or `.expired`. A tenant may follow "
+        "`jobs.max_followers_per_tenant` streams at once per replica (one more: 429).",
+        responses=error_responses(401, 404, 429, 503),
     )
     async def job_events(
         self, request: Request[Any, Any, Any], job_id: FromPath[_JOB_ID], principal: Caller
     ) -> ServerSentEvent:
         jobs = _jobs(request)
         record = await jobs.get(principal.tenant.name, job_id)
-        return ServerSentEvent(_events(jobs, record))
+        place = jobs.follow(principal.tenant.name)
+        return ServerSentEvent(_events(jobs, record, place))
 
 
 def _check_content(record: JobRecord) -> None:
@@ -219,18 +222,33 @@ def _unsatisfiable(message: str, length: str) -> OpenAIError:
     )
 
 
-async def _events(jobs: SpeechJobs, record: JobRecord | None) -> AsyncIterator[ServerSentEventMessage]:
-    """The job whenever it changed, polled every ``jobs.poll_s``, until it ended (or vanished)."""
-    last: str | None = None
-    while record is not None:
-        job = shown(record)
-        ended = job.status not in ACTIVE
-        kind = job.status if ended else "progress"
-        data = job.model_dump_json()
-        if data != last or ended:
-            yield ServerSentEventMessage(data=json.dumps({"type": f"audio.speech.job.{kind}", "job": json.loads(data)}))
-            last = data
-        if ended:
-            return
-        await asyncio.sleep(jobs.settings.poll_s)
-        record = await jobs.store.get(record.tenant, record.id)
+async def _events(jobs: SpeechJobs, record: JobRecord, place: FollowerPlace) -> AsyncIterator[ServerSentEventMessage]:
+    """The job whenever it changed, as the job's one poll on this replica reads it, until it ended (or vanished); the
+    follower's place is given back however the stream ends."""
+    try:
+        last: str | None = None
+        async with contextlib.aclosing(_readings(jobs, record)) as readings:
+            async for reading in readings:
+                if reading is None:
+                    return
+                job = shown(reading)
+                ended = job.status not in ACTIVE
+                data = job.model_dump_json()
+                if data != last or ended:
+                    kind = job.status if ended else "progress"
+                    body = {"type": f"audio.speech.job.{kind}", "job": json.loads(data)}
+                    yield ServerSentEventMessage(data=json.dumps(body))
+                    last = data
+                if ended:
+                    return
+    finally:
+        place.release()
+
+
+async def _readings(jobs: SpeechJobs, record: JobRecord) -> AsyncGenerator[JobRecord | None]:
+    """The record the request read, then each reading of the job's one poll (shared by its followers here)."""
+    yield record
+    if record.status in ACTIVE:
+        async with contextlib.aclosing(jobs.followers.readings(record)) as readings:
+            async for reading in readings:
+                yield reading
