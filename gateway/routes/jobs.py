@@ -246,9 +246,11 @@ async def _events(jobs: SpeechJobs, record: JobRecord, place: FollowerPlace) -> 
 
 
 async def _readings(jobs: SpeechJobs, record: JobRecord) -> AsyncGenerator[JobRecord | None]:
-    """The record the request read, then each reading of the job's one poll (shared by its followers here)."""
+    """The record the request read, then each reading of the job's one poll (shared by its followers here), but for
+    a reading taken before the request's own (a poll that joined late): progress never goes back."""
     yield record
     if record.status in ACTIVE:
         async with contextlib.aclosing(jobs.followers.readings(record)) as readings:
             async for reading in readings:
-                yield reading
+                if reading is None or reading.status not in ACTIVE or reading.segments_done >= record.segments_done:
+                    yield reading
