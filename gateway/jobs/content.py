@@ -13,17 +13,20 @@ import asyncio
 import re
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from gateway.audio import wav_header
 from gateway.audio.formats import AudioFormat, output_sample_rate
 from gateway.jobs.records import ACTIVE
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator
+    from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
     from gateway.jobs.records import JobRecord
     from gateway.jobs.store import JobStore
+
+    Readings: TypeAlias = Callable[[JobRecord], AsyncGenerator[JobRecord | None]]
+    """The job's record each time it is read anew, from a record on (``None``: the job is gone)."""
 
 __all__ = [
     "LIVE_END",
@@ -141,16 +144,25 @@ def range_under_way(header: str | None) -> ByteRange | None:
 
 
 async def follow(
-    store: JobStore, record: JobRecord, poll_s: float, wanted: ByteRange | None = None
+    store: JobStore,
+    record: JobRecord,
+    poll_s: float,
+    wanted: ByteRange | None = None,
+    *,
+    readings: Readings | None = None,
 ) -> AsyncIterator[bytes]:
     """The file of a job under way (the bytes ``wanted`` of it, or all): what is committed, then each segment as it is
-    committed, until the last byte wanted or the job's end (when it fails or is cancelled, the file ends there)."""
+    committed, until the last byte wanted or the job's end (when it fails or is cancelled, the file ends there).
+
+    ``readings``: where the job's record is read anew (the job's one poll per process,
+    :meth:`~gateway.jobs.followers.JobFollowers.readings`); without it, this follower reads it every ``poll_s``.
+    """
     first, last = (wanted.first, wanted.last) if wanted else (0, LIVE_END)
     header = file_header(record.response_format, None)
     if first < len(header):
         yield header[first : last + 1]
     offset = len(header)
-    async with aclosing(_committed(store, record, poll_s)) as committed:
+    async with aclosing(_committed(store, record, readings or _polled(store, poll_s))) as committed:
         async for index, size in committed:
             begin, end = max(first - offset, 0), min(last - offset, size - 1)
             if begin <= end:
@@ -163,18 +175,29 @@ async def follow(
                 return
 
 
-async def _committed(store: JobStore, record: JobRecord, poll_s: float) -> AsyncGenerator[tuple[int, int]]:
+async def _committed(store: JobStore, record: JobRecord, readings: Readings) -> AsyncGenerator[tuple[int, int]]:
     """Each segment's index and size as it is committed, to the job's end; only sizes are read (a range skips the
     segments before it without reading their audio)."""
     index = 0
     current: JobRecord | None = record
-    while current is not None:
-        if index < current.segments_done:
-            sizes = await store.sizes(record.tenant, record.id)
-            for size in sizes[index : current.segments_done]:
-                yield index, size
-                index += 1
-        if current.status not in ACTIVE:
-            return
-        await asyncio.sleep(poll_s)
-        current = await store.get(record.tenant, record.id)
+    async with aclosing(readings(record)) as later:
+        while current is not None:
+            if index < current.segments_done:
+                sizes = await store.sizes(record.tenant, record.id)
+                for size in sizes[index : current.segments_done]:
+                    yield index, size
+                    index += 1
+            if current.status not in ACTIVE:
+                return
+            current = await anext(later, None)
+
+
+def _polled(store: JobStore, poll_s: float) -> Readings:
+    """The job's record read every ``poll_s`` by this follower alone."""
+
+    async def readings(record: JobRecord) -> AsyncGenerator[JobRecord | None]:
+        while True:
+            await asyncio.sleep(poll_s)
+            yield await store.get(record.tenant, record.id)
+
+    return readings

@@ -184,7 +184,7 @@ async def _file_under_way(
         wanted = range_under_way(range_header)
     except RangeNotSatisfiableError:
         raise _unsatisfiable("The range starts past the end of any file.", "*") from None
-    body = follow(jobs.store, record, jobs.settings.poll_s, wanted)
+    body = follow(jobs.store, record, jobs.settings.poll_s, wanted, readings=jobs.followers.readings)
     if wanted is None:
         return Stream(body, media_type=media_type, headers=headers)
     headers["content-range"] = f"bytes {wanted.first}-{wanted.last}/*"

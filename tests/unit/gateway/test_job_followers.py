@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from gateway.jobs.service import SpeechJobs
 
-    Follow: TypeAlias = Callable[[str], Awaitable[httpx.Response]]
+    Follow: TypeAlias = Callable[..., Awaitable[httpx.Response]]
 
 JOBS = "/v1/audio/speech/jobs"
 POLL_S = 0.05
@@ -47,13 +47,14 @@ async def client() -> AsyncIterator[AsyncTestClient[Any]]:
 
 @pytest.fixture
 def follow(client: AsyncTestClient[Any]) -> Iterator[Follow]:
-    """Follow a job's events to their end, in a thread of its own, through the app's own client transport."""
+    """Follow a job's events (or its content) to their end, in a thread of its own, through the app's own client
+    transport."""
     threads = ThreadPoolExecutor(max_workers=FOLLOWERS)
     transport = cast("httpx.BaseTransport", client._transport)  # Litestar's test transport is sync and async
     sync = httpx.Client(transport=transport, base_url=str(client.base_url))
 
-    async def follow_job(job_id: str) -> httpx.Response:
-        url = f"{JOBS}/{job_id}/events"
+    async def follow_job(job_id: str, what: str = "events") -> httpx.Response:
+        url = f"{JOBS}/{job_id}/{what}"
         return await asyncio.get_running_loop().run_in_executor(threads, functools.partial(sync.get, url, timeout=60))
 
     yield follow_job
@@ -98,9 +99,7 @@ def count_reads(jobs: SpeechJobs) -> list[int]:
     return reads
 
 
-async def test_followers_of_one_job_share_one_poll(
-    client: AsyncTestClient[Any], follow: Callable[[str], Awaitable[httpx.Response]]
-) -> None:
+async def test_followers_of_one_job_share_one_poll(client: AsyncTestClient[Any], follow: Follow) -> None:
     jobs = speech_jobs(client.app)
     job_id = await create(client)
     followers = [asyncio.ensure_future(follow(job_id)) for _ in range(FOLLOWERS)]
@@ -118,9 +117,7 @@ async def test_followers_of_one_job_share_one_poll(
     await until(lambda: jobs.followers.polls() == 0 and jobs.followers.following("anonymous") == 0)
 
 
-async def test_followers_beyond_the_cap_get_429_until_one_leaves(
-    client: AsyncTestClient[Any], follow: Callable[[str], Awaitable[httpx.Response]]
-) -> None:
+async def test_followers_beyond_the_cap_get_429_until_one_leaves(client: AsyncTestClient[Any], follow: Follow) -> None:
     jobs = speech_jobs(client.app)
     jobs.followers.max_per_tenant = CAP
     job_id = await create(client)
@@ -137,3 +134,20 @@ async def test_followers_beyond_the_cap_get_429_until_one_leaves(
     again = await client.get(f"{JOBS}/{job_id}/events")
     assert again.status_code == 200
     assert events(again)[-1]["type"] == "audio.speech.job.cancelled"
+
+
+async def test_followers_of_a_jobs_audio_share_its_poll_too(client: AsyncTestClient[Any], follow: Follow) -> None:
+    jobs = speech_jobs(client.app)
+    job_id = await create(client)
+    followers = [asyncio.ensure_future(follow(job_id, "content")) for _ in range(FOLLOWERS)]
+    await asyncio.sleep(0.5)  # they all follow the job
+    reads = count_reads(jobs)
+    await asyncio.sleep(1.0)
+    assert 3 <= reads[0] <= 1.0 / POLL_S * 1.5, reads[0]  # each polling: about 400
+    assert jobs.followers.polls() == 1
+    await client.delete(f"{JOBS}/{job_id}")
+    responses = await asyncio.gather(*followers)
+    assert all(response.status_code == 200 for response in responses)
+    bodies = sorted((response.content for response in responses), key=len)
+    assert len(bodies[-1]) > 0
+    assert all(bodies[-1].startswith(body) for body in bodies)  # each ended where the job did, the same bytes
