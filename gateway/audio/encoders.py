@@ -11,7 +11,7 @@ import lameenc
 
 from gateway.audio._muxed import MuxedEncoder, MuxSpec
 from gateway.audio._tempo import MAX_TEMPO, MIN_TEMPO, S16Stage, drain_with_silence, s16_stage
-from gateway.audio.formats import AudioFormat, Codec, output_sample_rate
+from gateway.audio.formats import AudioFormat, Codec, output_sample_rate, sample_rates
 from gateway.audio.g711 import G711_SAMPLE_RATE, open_g711_encoder
 
 if TYPE_CHECKING:
@@ -105,10 +105,10 @@ class AudioEncoder(Protocol):
         ...
 
 
-def open_encoder(fmt: AudioFormat, input_rate: int, tempo: float = 1.0) -> AudioEncoder:
+def open_encoder(fmt: AudioFormat, input_rate: int, tempo: float = 1.0, sample_rate: int | None = None) -> AudioEncoder:
     """Open a streaming encoder.
 
-    Audio is resampled from ``input_rate`` to ``output_sample_rate(fmt)`` and, unless ``tempo`` is 1.0,
+    Audio is resampled from ``input_rate`` to ``output_sample_rate(fmt, sample_rate)`` and, unless ``tempo`` is 1.0,
     sped up or slowed down at the same pitch.
 
     Args:
@@ -116,15 +116,21 @@ def open_encoder(fmt: AudioFormat, input_rate: int, tempo: float = 1.0) -> Audio
         input_rate: Sample rate of the PCM that will be fed, in Hz.
         tempo: Speed factor from ``MIN_TEMPO`` (0.25) to ``MAX_TEMPO`` (4.0); output lasts ``1 / tempo``
             as long as the input.
+        sample_rate: The rate to encode at, one of ``sample_rates(fmt)``; ``None``: the format's own.
 
     Returns:
         A fresh encoder for one stream.
 
     Raises:
-        ValueError: If ``fmt`` is not a format, ``input_rate`` is not positive or ``tempo`` is out of range.
+        ValueError: If ``fmt`` is not a format, ``input_rate`` is not positive, ``sample_rate`` is not one of the
+            format's or ``tempo`` is out of range.
     """
     fmt = AudioFormat(fmt)  # a plain "mp3" would fail the identity checks below and come out as PCM
-    rate = output_sample_rate(fmt)
+    rate = output_sample_rate(fmt, sample_rate)
+    if sample_rate is not None:
+        _check_rate(fmt, rate, sample_rates(fmt))
+    if fmt in {AudioFormat.PCMU, AudioFormat.PCMA}:
+        return open_g711_encoder("pcmu" if fmt is AudioFormat.PCMU else "pcma", input_rate, tempo)
     if fmt in _MUXED:
         return MuxedEncoder(_MUXED[fmt], input_rate, rate, tempo)
     stage = s16_stage(input_rate, rate, tempo)
@@ -169,7 +175,7 @@ def open_encoding(encoding: Encoding, input_rate: int, tempo: float = 1.0) -> Au
     return _PcmEncoder(s16_stage(input_rate, rate, tempo), wav_header(rate) if codec is Codec.WAV else b"")
 
 
-def _check_rate(codec: Codec, rate: int, rates: frozenset[int] | set[int]) -> None:
+def _check_rate(codec: Codec | AudioFormat, rate: int, rates: frozenset[int] | set[int]) -> None:
     if rate not in rates:
         msg = f"{codec} runs at {', '.join(map(str, sorted(rates)))} Hz, not {rate}"
         raise ValueError(msg)

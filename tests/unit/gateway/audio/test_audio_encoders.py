@@ -7,6 +7,7 @@ import io
 import struct
 import wave
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import av
 import numpy as np
@@ -24,6 +25,10 @@ from gateway.audio import (
     output_sample_rate,
     wav_header,
 )
+from gateway.audio.formats import sample_rates
+
+if TYPE_CHECKING:
+    from av.audio.codeccontext import AudioCodecContext
 
 TONE_HZ = 440.0
 TONE_PEAK = 10000  # of 32767: loud enough to survive lossy codecs, far from clipping
@@ -77,10 +82,13 @@ def encode_all(encoder: AudioEncoder, pieces: list[bytes]) -> list[bytes]:
     return [encoder.encode(piece) for piece in pieces] + [encoder.finish()]
 
 
-def decode(fmt: AudioFormat, data: bytes) -> Decoded:
-    """Decode a whole response with PyAV; ``pcm`` has no container and is read as raw 24 kHz s16le mono."""
+def decode(fmt: AudioFormat, data: bytes, pcm_rate: int = 24000) -> Decoded:
+    """Decode a whole response with PyAV; ``pcm`` has no container and is read as raw s16le mono at ``pcm_rate``,
+    G.711 as raw 8 kHz bytes with FFmpeg's decoders."""
     if fmt is AudioFormat.PCM:
-        return Decoded(24000, 1, np.frombuffer(data, dtype="<i2") / 32768.0)
+        return Decoded(pcm_rate, 1, np.frombuffer(data, dtype="<i2") / 32768.0)
+    if fmt in {AudioFormat.PCMU, AudioFormat.PCMA}:
+        return _decode_g711("pcm_mulaw" if fmt is AudioFormat.PCMU else "pcm_alaw", data)
     with av.open(io.BytesIO(data), mode="r") as container:
         stream = container.streams.audio[0]
         arrays = [_as_float(frame.to_ndarray()) for frame in container.decode(stream)]
@@ -184,6 +192,8 @@ _EMPTY_STREAM_PREFIX = {
     AudioFormat.FLAC: b"fLaC",
     AudioFormat.WAV: b"RIFF",
     AudioFormat.PCM: b"",
+    AudioFormat.PCMU: b"",
+    AudioFormat.PCMA: b"",
 }
 
 
@@ -317,11 +327,15 @@ def decode_encoding(encoding: Encoding, data: bytes) -> Decoded:
     if encoding.codec is Codec.PCM:
         return Decoded(encoding.sample_rate, 1, np.frombuffer(data, dtype="<i2") / 32768.0)
     if encoding.codec in {Codec.MULAW, Codec.ALAW}:
-        context = av.CodecContext.create("pcm_mulaw" if encoding.codec is Codec.MULAW else "pcm_alaw", "r")
-        context.sample_rate, context.layout = 8000, "mono"
-        frames = [_as_float(frame.to_ndarray()) for frame in context.decode(av.Packet(data))]
-        return Decoded(8000, 1, np.concatenate(frames, axis=1)[0])
+        return _decode_g711("pcm_mulaw" if encoding.codec is Codec.MULAW else "pcm_alaw", data)
     return decode(AudioFormat.MP3, data)  # PyAV finds the container itself (MP3, Ogg, WAV)
+
+
+def _decode_g711(codec: str, data: bytes) -> Decoded:
+    context = cast("AudioCodecContext", av.CodecContext.create(codec, "r"))
+    context.sample_rate, context.layout = 8000, "mono"
+    frames = [_as_float(frame.to_ndarray()) for frame in context.decode(av.Packet(data))] if data else []
+    return Decoded(8000, 1, np.concatenate(frames, axis=1)[0] if frames else np.zeros(0))
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS, ids=str)
@@ -377,3 +391,39 @@ def test_mp3_at_mpeg1_rates_drains_everything_fed() -> None:
 def test_a_rate_the_codec_does_not_run_at_is_refused(encoding: Encoding) -> None:
     with pytest.raises(ValueError, match=r"Hz|positive"):
         open_encoding(encoding, 24000)
+
+
+def _rate_cases() -> list[tuple[AudioFormat, int]]:
+    return [(fmt, rate) for fmt in AudioFormat for rate in sorted(sample_rates(fmt))]
+
+
+@pytest.mark.parametrize(("fmt", "rate"), _rate_cases(), ids=str)
+def test_a_format_comes_out_at_the_rate_asked_with_the_audio_intact(fmt: AudioFormat, rate: int) -> None:
+    seconds = 2.0
+    encoder = open_encoder(fmt, 24000, 1.25, sample_rate=rate)
+    data = b"".join(encode_all(encoder, chunks(tone(24000, seconds), 24000)))
+
+    decoded = decode(fmt, data, pcm_rate=rate)
+
+    assert (decoded.sample_rate, decoded.channels) == (rate, 1)
+    # Codec priming and frames are counted in samples: at a lower rate they last longer.
+    slack = ENCODER_SLACK_S * max(1.0, 24000 / rate)
+    assert abs(decoded.duration - seconds / 1.25) <= TEMPO_SLACK * seconds + slack
+    assert decoded.rms == pytest.approx(TONE_RMS, rel=0.15)
+    assert decoded.dominant_hz() == pytest.approx(TONE_HZ, abs=3)
+
+
+def test_pcm_at_8000_is_a_third_of_24000() -> None:
+    pcm = tone(24000, 1.5)
+    sizes = [
+        len(b"".join(encode_all(open_encoder(AudioFormat.PCM, 24000, sample_rate=r), [pcm]))) for r in (8000, 24000)
+    ]
+    assert sizes == [sizes[1] // 3, len(pcm)]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "rate"), [(AudioFormat.OPUS, 24000), (AudioFormat.PCMU, 16000), (AudioFormat.MP3, 12345)], ids=str
+)
+def test_a_rate_the_format_does_not_take_is_refused(fmt: AudioFormat, rate: int) -> None:
+    with pytest.raises(ValueError, match="Hz"):
+        open_encoder(fmt, 24000, sample_rate=rate)
