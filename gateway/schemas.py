@@ -7,12 +7,13 @@ from typing import Annotated, Any, Generic, Literal, TypeVar, get_args
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 
 from engines.remote.context import CONTINUING_FIELD, MAX_SPEAKER_CHARS, SPEAKER_FIELD
-from gateway.audio.formats import AudioFormat
+from gateway.audio.formats import SPEECH_SAMPLE_RATES, AudioFormat, sample_rates
 
 __all__ = [
     "MAX_INPUT_CHARS",
     "MAX_JOB_INPUT_CHARS",
     "MAX_RAISED_INPUT_CHARS",
+    "MAX_SEED",
     "AudioSpeechesBucket",
     "AudioSpeechesPage",
     "AudioSpeechesResult",
@@ -45,6 +46,8 @@ __all__ = [
 
 MAX_INPUT_CHARS = 4096
 """OpenAI's longest ``input``: the cap of ``/v1/audio/speech`` unless a tenant is allowed more."""
+MAX_SEED = 2**32 - 1
+"""The largest ``seed`` of a speech request (ElevenLabs' bound: an unsigned 32-bit integer)."""
 MAX_RAISED_INPUT_CHARS = 100_000
 """The longest ``input`` ``/v1/audio/speech`` parses at all (``speech.max_input_chars`` stays below it); each
 request is then held to its tenant's cap (``limits.speech_input_characters``, else 4096) by the speech service."""
@@ -110,6 +113,27 @@ class SpeechRequest(BaseModel):
     """This gateway's extension, with ``stream_format: "sse"`` only: ``speech.audio.timestamps`` events between the
     deltas (when each word and character is heard). Without it the stream is OpenAI's, every event of OpenAI's
     schema."""
+    seed: Annotated[int | None, Field(ge=0, le=MAX_SEED, strict=True, json_schema_extra={"minimum": 0})] = None
+    """This gateway's extension (as vLLM-Omni's and ElevenLabs' ``seed``): the same request with the same seed gives
+    the same audio on a sampling engine (ChatTTS) with the same weights, version and decoder (docs/configuration.md:
+    Reproducible speech). Engines that do not sample ignore it."""
+    sample_rate: Annotated[
+        int | None, Field(strict=True, json_schema_extra={"enum": [*sorted(SPEECH_SAMPLE_RATES), None]})
+    ] = None
+    """This gateway's extension (as vLLM-Omni's): the rate to encode at, one of 8000, 16000, 22050, 24000, 44100,
+    48000 Hz where the format has it (``opus``: 48000 only, as Ogg Opus decodes; ``pcmu``/``pcma``: 8000). Absent: the
+    format's own (24000; ``opus`` 48000; ``pcmu``/``pcma`` 8000). Timestamps and ``speed`` do not change with it."""
+
+    @field_validator("sample_rate")
+    @classmethod
+    def _rate_of_format(cls, value: int | None, info: ValidationInfo) -> int | None:
+        fmt = info.data.get("response_format")
+        if value is None or fmt is None:
+            return value
+        rates = sample_rates(fmt)
+        if value not in rates:
+            raise ValueError(f"{fmt} is encoded at {', '.join(map(str, sorted(rates)))} Hz, not {value}")
+        return value
 
     @field_validator("input")
     @classmethod
@@ -396,6 +420,13 @@ class SpeechJobCreate(SpeechRequest):
     ``jobs.max_input_chars``)."""
     metadata: Annotated[JobMetadata | None, Field(max_length=16)] = None
     """Up to 16 key-value pairs of your own, kept with the job (keys up to 64 characters, values up to 512)."""
+
+    @field_validator("sample_rate")
+    @classmethod
+    def _no_rate(cls, value: int | None) -> int | None:
+        if value is not None:  # a job's file header is written at its format's own rate (gateway/jobs/content.py)
+            raise ValueError("a speech job is stored at its format's own rate: leave sample_rate out")
+        return value
 
 
 class SpeechJobProgress(BaseModel):

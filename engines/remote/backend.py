@@ -29,6 +29,7 @@ from engines.remote.context import (
     CONTINUING_FIELD,
     CONTROL_TOKENS_FIELD,
     SAMPLE_ROUTE,
+    SEED_FIELD,
     SPEAKER_FIELD,
     context_headers,
     is_engine_node,
@@ -302,8 +303,8 @@ class RemoteEngine:
 
     def _body(self, request: SynthesisRequest, *, continuing: bool, engine_node: bool = False) -> dict[str, Any]:
         """The upstream request; ``continuing`` (only for an engine node): a later segment of a stream under way. An
-        engine node is asked for server-sent events, and told that the caller opted in to control tokens (another
-        server knows no such field)."""
+        engine node is asked for server-sent events, and told that the caller opted in to control tokens and the
+        request's seed (another server knows no such fields)."""
         body: dict[str, Any] = {
             "model": self._options.model,
             "input": request.text,
@@ -321,6 +322,8 @@ class RemoteEngine:
             body[CONTINUING_FIELD] = True
         if request.control_tokens and engine_node:
             body[CONTROL_TOKENS_FIELD] = True
+        if request.seed is not None and engine_node:  # OpenAI refuses the field (400): only a node is told
+            body[SEED_FIELD] = request.seed
         return body
 
     # ----------------------------------------------------------------- voice samples

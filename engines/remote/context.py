@@ -9,7 +9,8 @@ The tenant context, in headers (short, ASCII):
 The speaker of a custom voice, in the body field ``x_tts_speaker`` (up to 16384 characters of non-ASCII base16384
 text: too large for a header under ``server.max_header_bytes``), and ``x_tts_continuing: true`` for a later segment
 of a long input whose audio is already streaming (the node then neither refuses it for a full queue nor times it out,
-as the front's own scheduler does not: ``EngineBackend.open_stream``).
+as the front's own scheduler does not: ``EngineBackend.open_stream``). The speech request's own extensions
+``control_tokens`` and ``seed`` go to an engine node as they are (another OpenAI-compatible server is not sent them).
 
 The front asks an engine node for its audio as server-sent events (``stream_format: "sse"``, ``response_format:
 "pcm"``) and the node says in the ``X-TTS-Timestamps`` header of its answer how its engine placed the words (``exact``
@@ -53,6 +54,7 @@ __all__ = [
     "MAX_SPEAKER_CHARS",
     "PRIORITY_HEADER",
     "SAMPLE_ROUTE",
+    "SEED_FIELD",
     "SPEAKER_FIELD",
     "TENANT_HEADER",
     "TIMESTAMPS_HEADER",
@@ -79,6 +81,8 @@ TIMESTAMPS_HEADER = "x-tts-timestamps"
 """An engine node's answer: how its engine placed the words of its ``speech.audio.timestamps`` events."""
 CONTROL_TOKENS_FIELD = "control_tokens"
 """The speech request's own extension field (``SpeechRequest.control_tokens``), passed on to an engine node."""
+SEED_FIELD = "seed"
+"""The speech request's sampling seed (``SpeechRequest.seed``, an extension), passed on to an engine node only."""
 _VERSION = "1"
 
 # The pattern of tenant names in auth's settings (engines may not import auth): every tenant a front can serve.

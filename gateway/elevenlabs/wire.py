@@ -105,11 +105,11 @@ def named_dictionaries(locators: list[PronunciationDictionaryLocator] | None) ->
 class TextToSpeechRequest(BaseModel):
     """The body of ``POST /v1/text-to-speech/{voice_id}`` and ``…/stream``.
 
-    Spoken: ``text``, ``model_id``, ``voice_settings.speed`` and ``pronunciation_dictionary_locators`` (the tenant's
-    own dictionaries, applied in order; absent: the tenant's default dictionaries). Accepted within ElevenLabs' bounds
-    and ignored: the other voice settings, ``language_code``, ``seed``, ``previous_text``/``next_text``, the request
-    ids, ``use_pvc_as_ivc`` and the text normalization switches. ``audio_effects``
-    must be absent or ``null``: no effect can be applied here.
+    Spoken: ``text``, ``model_id``, ``voice_settings.speed``, ``seed`` (the same seed, the same audio on ChatTTS) and
+    ``pronunciation_dictionary_locators`` (the tenant's own dictionaries, applied in order; absent: the tenant's
+    default dictionaries). Accepted within ElevenLabs' bounds and ignored: the other voice settings,
+    ``language_code``, ``previous_text``/``next_text``, the request ids, ``use_pvc_as_ivc`` and the text normalization
+    switches. ``audio_effects`` must be absent or ``null``: no effect can be applied here.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -152,6 +152,7 @@ class TextToSpeechRequest(BaseModel):
             voice=_voice(voice_id),
             response_format=AudioFormat.PCM,
             speed=1.0 if speed is None else speed,
+            seed=self.seed,
         )
 
 
@@ -190,8 +191,8 @@ class DialogueSettings(BaseModel):
 class TextToDialogueRequest(BaseModel):
     """The body of ``POST /v1/text-to-dialogue`` and ``…/stream``: each turn in its voice, one audio in order.
 
-    Spoken: ``inputs`` and ``model_id``, every turn through the ``pronunciation_dictionary_locators`` named. Accepted
-    within ElevenLabs' bounds and ignored: ``settings``, ``language_code``, ``seed``, ``previous_text``/``future_text``,
+    Spoken: ``inputs``, ``model_id`` and ``seed``, every turn through the ``pronunciation_dictionary_locators`` named.
+    Accepted within ElevenLabs' bounds and ignored: ``settings``, ``language_code``, ``previous_text``/``future_text``,
     the request ids, ``use_pvc_as_ivc`` and ``apply_text_normalization``; ``audio_effects`` must be absent or ``null``.
     """
 
@@ -232,6 +233,7 @@ class TextToDialogueRequest(BaseModel):
             input="\n".join(turn.text for turn in self.inputs),
             voice=_voice(self.inputs[0].voice_id),
             response_format=AudioFormat.PCM,
+            seed=self.seed,
         )
 
     def script(self) -> Script:

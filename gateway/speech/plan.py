@@ -261,6 +261,7 @@ def _engine_request(request: SpeechRequest, info: EngineInfo | None, voice: Voic
         speed=native,
         instructions=request.instructions,
         speaker=voice.speaker,
+        seed=request.seed,
         control_tokens=request.control_tokens,
     )
     return synthesis, speed / native

@@ -31,7 +31,7 @@ from engines.base import InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.scheduling import TenantShare
 from engines.timing import word_spans
-from gateway.audio import open_encoder
+from gateway.audio import open_encoder, output_sample_rate
 from gateway.http.errors import OpenAIError, ResponseTruncatedError
 from gateway.observability.tracing import span
 from gateway.schemas import MAX_INPUT_CHARS, EngineNodeSpeechRequest
@@ -485,7 +485,7 @@ class SpeechService:
             async with self._failover_stream(plan, tenant, share) as pcm:
                 self._settle(outcome, pcm, tenant)  # before the first bytes go: x-engine and x-retries say it
                 tempo = pcm.plan.tempo
-                encoder = open_encoder(plan.request.response_format, pcm.sample_rate, tempo)
+                encoder = open_encoder(plan.request.response_format, pcm.sample_rate, tempo, plan.request.sample_rate)
                 caller = OnCallerText(plan.respelled, plan.text) if plan.respelled.replacements else None
                 async for chunk in encode_timed(pcm, tempo, encoder, outcome.clock):
                     if caller is not None:
@@ -694,6 +694,11 @@ def _key(plan: SpeechPlan, tenant_scope: str) -> str:
         params["control_tokens"] = True
     if plan.pronunciation:  # a new version of a dictionary is new audio (absent otherwise: keys stay as they were)
         params["pronunciation"] = [list(version) for version in plan.pronunciation]
+    if request.seed is not None:  # another seed is other audio; unseeded requests keep their keys
+        params["seed"] = request.seed
+    rate = output_sample_rate(request.response_format, request.sample_rate)
+    if rate != output_sample_rate(request.response_format):  # the format's own rate, asked for or not, is one entry
+        params["sample_rate"] = rate
     return cache_key(
         engine=plan.pool.name,
         weights_id=details.get("weights", ""),

@@ -350,3 +350,42 @@ def test_the_stacked_audio_heads_give_chattts_own_logits(engine: ChatTTSEngine) 
         theirs = torch.stack([head(hidden) for head in chat.embed.head_code], 1)
         ours = torch.nn.functional.linear(hidden, heads).view(3, len(chat.embed.head_code), -1)
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def sampled_tokens(engine: ChatTTSEngine, first: Sequence[Any], joining: Sequence[Any] = ()) -> dict[int, list[Any]]:
+    """The audio tokens each sequence sampled, by key: ``first`` as one batch, ``joining`` joining it at its second
+    step. Read by a subclass of the real batch, which records what the real sampler returned."""
+    from engines.chattts.generation import CodeBatch, Sampling
+
+    tokens: dict[int, list[list[int]]] = {}
+
+    class Recording(CodeBatch):
+        def _sample(self, hidden: Any, rows: Any, logits: Any = None) -> Any:
+            sampled = super()._sample(hidden, rows, logits)
+            for request, row in zip(rows.requests, sampled.tolist(), strict=True):
+                tokens.setdefault(request.key, []).append(row)
+            return sampled
+
+    batch = Recording(engine._chat, Sampling())
+    batch.join(first)
+    batch.step()
+    batch.join(joining)
+    while batch.size:
+        batch.step()
+    return tokens
+
+
+def test_a_seeded_sequence_samples_the_same_tokens_alone_and_in_a_batch(engine: ChatTTSEngine) -> None:
+    """Each row samples with a generator of its own, seeded by its request: neighbours, their prompt lengths and a
+    late joiner change nothing (``manual_seed`` would have reseeded one generator that every row draws from)."""
+    seeded = code_request(engine, 0, "the same words with the same seed", "alloy", 24)
+    others = [code_request(engine, 1, "a longer prompt that pads the first one on the left", "onyx", 30),
+              code_request(engine, 2, "short", "echo", 12)]  # fmt: skip
+    joiner = code_request(engine, 3, "one who arrives late", "nova", 20)
+
+    alone = sampled_tokens(engine, [seeded])[0]
+    in_a_batch = sampled_tokens(engine, [others[0], seeded, others[1]], [joiner])
+
+    assert len(alone) == 24
+    assert in_a_batch[0] == alone
+    assert in_a_batch[1] != alone[: len(in_a_batch[1])], "other seeds sample other tokens"

@@ -373,6 +373,20 @@ async def test_only_an_engine_node_is_told_that_the_caller_opted_in_to_control_t
     assert opted_in.get("control_tokens") is (True if engine_node else None)
 
 
+@pytest.mark.parametrize("engine_node", [True, False], ids=["engine-node", "other-server"])
+async def test_only_an_engine_node_is_sent_the_seed(upstreams: Any, engines: Any, engine_node: bool) -> None:
+    """OpenAI answers 400 to a ``seed``; an engine node samples with it, so that the same seed gives the same audio
+    through two tiers."""
+    upstream = await upstreams(chunks=[b"\0\0"], engine_node=engine_node)
+    engine = await engines([upstream.url])
+    await wait_for(lambda: engine.status().state == "ready")
+    for seed in (None, 0, 2**32 - 1):
+        await read_all(engine, SynthesisRequest(text="Again.", voice="v", seed=seed))
+    unseeded, zero, largest = (request["json"] for request in upstream.requests)
+    assert "seed" not in unseeded
+    assert (zero.get("seed"), largest.get("seed")) == ((0, 2**32 - 1) if engine_node else (None, None))
+
+
 async def test_a_request_for_no_tenant_goes_to_a_node_without_a_context(upstreams: Any, engines: Any) -> None:
     upstream = await upstreams(chunks=[b"\0\0"], engine_node=True)
     engine = await engines([upstream.url])

@@ -40,8 +40,11 @@ def _speech_request(document: dict[str, Any]) -> dict[str, Any]:
     return _resolve(document, body)
 
 
-#: This gateway's documented extensions of OpenAI's speech request (``docs/ssml.md``): optional, off by default.
-EXTENSIONS = {"control_tokens", "word_timestamps"}
+#: This gateway's documented extensions of OpenAI's speech request (``docs/ssml.md``, docs/configuration.md):
+#: optional, off by default.
+EXTENSIONS = {"control_tokens", "word_timestamps", "seed", "sample_rate"}
+#: The response formats this gateway adds to OpenAI's (G.711, named as OpenAI Realtime's ``audio/pcmu``/``audio/pcma``).
+EXTRA_FORMATS = {"response_format": {"pcmu", "pcma"}}
 
 
 def test_speech_request_has_openais_fields_and_required(document: dict[str, Any]) -> None:
@@ -60,7 +63,7 @@ def test_speech_request_enums_and_bounds_match(document: dict[str, Any]) -> None
         OPENAI["components"]["schemas"]["CreateSpeechRequest"]["properties"],
     )
     for field in ("response_format", "stream_format"):
-        assert _enum(document, ours[field]) == set(theirs[field]["enum"])
+        assert _enum(document, ours[field]) == set(theirs[field]["enum"]) | EXTRA_FORMATS.get(field, set())
         assert ours[field].get("default", _resolve(document, ours[field]).get("default")) == theirs[field]["default"]
     assert ours["speed"]["minimum"] == theirs["speed"]["minimum"]
     assert ours["speed"]["maximum"] == theirs["speed"]["maximum"]
