@@ -116,7 +116,10 @@ class DialogueSession(ElevenLabsStreamSession):
 
     def speech_request(self, text: str, voice_settings: VoiceSettings | None = None) -> TextToSpeechRequest:
         return TextToSpeechRequest(
-            text=text, model_id=self._model_id or DEFAULT_DIALOGUE_MODEL_ID, voice_settings=voice_settings
+            text=text,
+            model_id=self._model_id or DEFAULT_DIALOGUE_MODEL_ID,
+            voice_settings=voice_settings,
+            seed=self._seed,  # the URL's (Pipecat's ``seed`` setting, ElevenLabs' query option)
         )
 
     async def check(self) -> None:

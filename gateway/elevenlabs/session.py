@@ -157,9 +157,12 @@ class ElevenLabsStreamSession(EndedByServer):
         ssml: bool = False,
         auto_mode: bool = False,
         budget: SocketBudget | None = None,
+        seed: int | None = None,
     ) -> None:
         super().__init__()
         self.id = session_id
+        self._seed = seed
+        """The URL's ``seed``: every piece of every context sampled with it."""
         self._markup = text_markup(ssml)
         """Break tags in every piece; the SSML subset too with ``enable_ssml_parsing``."""
         self._channel = SessionChannel(
@@ -182,7 +185,7 @@ class ElevenLabsStreamSession(EndedByServer):
         self.audio_seconds = 0.0
 
     def speech_request(self, text: str, voice_settings: VoiceSettings | None = None) -> TextToSpeechRequest:
-        return TextToSpeechRequest(text=text, model_id=self._model_id, voice_settings=voice_settings)
+        return TextToSpeechRequest(text=text, model_id=self._model_id, voice_settings=voice_settings, seed=self._seed)
 
     async def check(self) -> None:
         """Check, before the handshake is accepted, that the model and voice can be served.

@@ -4,10 +4,11 @@ as Pipecat's ``ElevenLabsTTSService`` and LiveKit's ``elevenlabs.TTS`` open it, 
 (``session.py``).
 
 The query says ``model_id``, ``output_format`` (ElevenLabs' names; ``mp3_44100_128`` when absent),
-``inactivity_timeout`` (seconds, 1 to 180, 20 when absent), ``auto_mode`` (``true``: text is spoken as it arrives)
-and ``enable_ssml_parsing`` (``true``: each message's SSML read, ``docs/ssml.md``; break tags are honoured either
-way); ``sync_alignment``, ``enable_logging``, ``apply_text_normalization``, ``language_code`` and ``seed`` are
-accepted and ignored (every audio message carries the alignment known with it).
+``inactivity_timeout`` (seconds, 1 to 180, 20 when absent), ``auto_mode`` (``true``: text is spoken as it arrives),
+``enable_ssml_parsing`` (``true``: each message's SSML read, ``docs/ssml.md``; break tags are honoured either way)
+and ``seed`` (0 to 4294967295: every piece sampled with it, as the REST routes' ``seed``); ``sync_alignment``,
+``enable_logging``, ``apply_text_normalization`` and ``language_code`` are accepted and ignored (every audio message
+carries the alignment known with it).
 Credentials come in ``xi-api-key`` or ``Authorization``, the query's ``authorization``, or else the first message's
 ``xi-api-key`` (``xi_api_key``) or ``authorization``, as ElevenLabs takes them. A refusal comes before the handshake is
 accepted, as an HTTP status with ElevenLabs' error body ``{"detail": {"status", "message"}}``; once it was accepted (to
@@ -40,6 +41,7 @@ from gateway.realtime.serving import (
     socket_budget,
     tenant_realtime,
 )
+from gateway.schemas import MAX_SEED
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
@@ -90,6 +92,7 @@ async def serve_session(
 
     async with serving(socket, path, error_message, refusal) as log, AsyncExitStack() as held:
         output_format, inactivity_s = _query(socket.query_params)
+        seed = _seed(socket.query_params)
         principal, first = await _caller(socket, state.settings.realtime)
         log.tenant = principal.tenant.name
         realtime = tenant_realtime(state.settings.realtime, principal.tenant)
@@ -107,6 +110,7 @@ async def serve_session(
             ssml=socket.query_params.get("enable_ssml_parsing", "").lower() == "true",
             auto_mode=socket.query_params.get("auto_mode") == "true",
             budget=socket_budget(socket, log),
+            seed=seed,
         )
         try:
             await session.check()
@@ -208,6 +212,22 @@ def _query(query: Mapping[str, str]) -> tuple[OutputFormat, int]:
         message = f"inactivity_timeout must be a whole number of seconds from 1 to {MAX_INACTIVITY_TIMEOUT_S}."
         raise _refused(message, "invalid_inactivity_timeout")
     return output_format, inactivity_s
+
+
+def _seed(query: Mapping[str, str]) -> int | None:
+    """The URL's ``seed``, within ElevenLabs' bounds.
+
+    Raises:
+        SessionRefusedError: a seed that is not a whole number from 0 to 4294967295 (422).
+    """
+    raw = query.get("seed")
+    if raw in {None, ""}:
+        return None
+    text = str(raw)
+    # Digits only: int() would also take "+4", " 4" and "4_000".
+    if not (text.isascii() and text.isdigit() and len(text) <= len(str(MAX_SEED)) and int(text) <= MAX_SEED):
+        raise _refused(f"seed must be a whole number from 0 to {MAX_SEED}.", "invalid_seed")
+    return int(text)
 
 
 def _refused(message: str, code: str) -> SessionRefusedError:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapte
 from gateway.audio.formats import AudioFormat
 from gateway.http.errors import OpenAIError, error_body
 from gateway.http.json_depth import json_depth_exceeds
-from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, SpeechRequest, SpeechUsage
+from gateway.schemas import MAX_INPUT_CHARS, MAX_SEED, CustomVoice, SpeechRequest, SpeechUsage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -64,6 +64,9 @@ class SessionConfig(BaseModel):
     word_timestamps: bool = False
     """Send ``audio.words`` events: when each word of a segment is heard (off by default: the events are an addition
     to the protocol's sequence)."""
+    seed: Annotated[int | None, Field(ge=0, le=MAX_SEED, strict=True)] = None
+    """Every segment sampled with this seed (``POST /v1/audio/speech``'s ``seed``): the same text, the same audio on
+    ChatTTS."""
 
     def speech_request(self, text: str) -> SpeechRequest:
         """The HTTP endpoint's request for ``text`` spoken this way as raw 24 kHz PCM (one segment is exactly such a
@@ -75,6 +78,7 @@ class SessionConfig(BaseModel):
             response_format=AudioFormat.PCM,
             speed=self.speed,
             instructions=self.instructions,
+            seed=self.seed,
         )
 
 
@@ -89,6 +93,7 @@ class _SessionPatch(BaseModel):
     speed: Annotated[float, Field(ge=0.25, le=4.0, strict=True)] | None = None
     instructions: Annotated[str | None, Field(max_length=MAX_INPUT_CHARS)] = None
     word_timestamps: Annotated[bool, Field(strict=True)] | None = None
+    seed: Annotated[int | None, Field(ge=0, le=MAX_SEED, strict=True)] = None
 
 
 class _ClientEventBase(BaseModel):

@@ -40,7 +40,7 @@ from gateway.realtime.protocol import (
     SessionUpdate,
 )
 from gateway.realtime.segmenter import Granularity
-from gateway.schemas import MAX_INPUT_CHARS, CustomVoice
+from gateway.schemas import MAX_INPUT_CHARS, MAX_SEED, CustomVoice
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -68,7 +68,9 @@ _PCM_CHANNELS = 1
 
 class _SessionConfigWire(BaseModel):
     """vLLM-Omni's ``StreamingSpeechSessionConfig``: its fields and bounds. ``language``, ``max_new_tokens``,
-    ``initial_codec_chunk_frames``, ``non_streaming_mode`` and ``seed`` tune Qwen3-TTS: validated, then unused."""
+    ``initial_codec_chunk_frames`` and ``non_streaming_mode`` tune Qwen3-TTS: validated, then unused. ``seed`` seeds
+    every sentence, as ``seed`` does on ``POST /v1/audio/speech`` (vLLM-Omni bounds it not: any integer, taken modulo
+    2**32)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -112,6 +114,7 @@ class _SessionConfigWire(BaseModel):
         """The session's settings; what vLLM-Omni leaves to the served model takes this gateway's defaults."""
         given = {"model": self.model, "voice": self.voice, "speed": self.speed, "instructions": self.instructions}
         given["response_format"] = self.response_format
+        given["seed"] = None if self.seed is None else self.seed % (MAX_SEED + 1)
         return SessionConfig.model_validate({name: value for name, value in given.items() if value is not None})
 
 

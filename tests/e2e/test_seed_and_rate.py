@@ -5,7 +5,10 @@ node's ChatTTS)."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import io
+import json
 import math
 import wave
 from concurrent.futures import ThreadPoolExecutor
@@ -15,10 +18,12 @@ import httpx
 import openai
 import pytest
 from elevenlabs import ElevenLabs
+from websockets.asyncio.client import connect
 
 from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_g711
 from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
+from tests.realtime_client import Session
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -168,3 +173,62 @@ def test_a_rate_or_seed_out_of_bounds_is_a_400_naming_it(
         speak(client, response_format=fields.get("response_format", "pcm"), **extensions)
 
     assert refused.value.param == param
+
+
+# ----------------------------------------------------------------- sockets: a session's seed seeds every segment
+def ws(front: GatewayProcess, path: str) -> str:
+    return front.base_url.replace("http://", "ws://") + path
+
+
+async def our_socket(front: GatewayProcess, seed: int) -> bytes:
+    """``/v1/audio/speech/stream`` with the seed in ``session.update``."""
+    async with connect(ws(front, "/v1/audio/speech/stream")) as socket:
+        session = Session(socket)
+        await session.next("session.created")
+        await session.send(type="session.update", session={"model": "chattts", "seed": seed})
+        await session.next("session.updated")
+        await session.send(type="input.append", text=TEXT)
+        await session.send(type="input.flush")
+        await session.next("audio.done", timeout_s=120)
+    return session.audio()
+
+
+async def elevenlabs_socket(front: GatewayProcess, seed: int) -> bytes:
+    """ElevenLabs' single-context socket, the seed in its URL as ElevenLabs takes it."""
+    query = f"?model_id=chattts&output_format=pcm_24000&seed={seed}"
+    audio = b""
+    async with connect(ws(front, f"/v1/text-to-speech/alloy/stream-input{query}")) as socket:
+        for message in ({"text": " "}, {"text": TEXT + " ", "flush": True}, {"text": ""}):
+            await socket.send(json.dumps(message))
+        async with asyncio.timeout(120):
+            while not (answer := json.loads(await socket.recv())).get("isFinal"):
+                audio += base64.b64decode(answer.get("audio") or "")
+    return audio
+
+
+async def openai_realtime(front: GatewayProcess, seed: int) -> bytes:
+    """OpenAI's Realtime API, the seed an extension field of the session."""
+    audio = b""
+    async with connect(ws(front, "/v1/realtime?model=chattts")) as socket:
+        session = {"type": "realtime", "seed": seed}
+        message = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": TEXT}]}
+        await socket.send(json.dumps({"type": "session.update", "session": session}))
+        await socket.send(
+            json.dumps({"type": "response.create", "response": {"conversation": "none", "input": [message]}})
+        )
+        async with asyncio.timeout(120):
+            while (event := json.loads(await socket.recv()))["type"] != "response.done":
+                assert event["type"] != "error", event
+                if event["type"] == "response.output_audio.delta":
+                    audio += base64.b64decode(event["delta"])
+    return audio
+
+
+@pytest.mark.parametrize("dialect", [our_socket, elevenlabs_socket, openai_realtime], ids=lambda d: d.__name__)
+async def test_a_sessions_seed_gives_the_http_routes_audio(
+    front: GatewayProcess, client: openai.OpenAI, dialect: Any
+) -> None:
+    first, again, other = [await dialect(front, seed) for seed in (7, 7, 8)]
+
+    assert first == again == await asyncio.to_thread(speak, client, seed=7)
+    assert other != first

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, JsonValue, Str
 
 from gateway.audio import MAX_TEMPO, MIN_TEMPO
 from gateway.realtime.protocol import ProtocolError
-from gateway.schemas import MAX_INPUT_CHARS, CustomVoice
+from gateway.schemas import MAX_INPUT_CHARS, MAX_SEED, CustomVoice
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -130,6 +130,8 @@ class Session(ModelFields):
     type: Literal["realtime", "transcription"]
     model: _Name | None = None
     audio: SessionAudio | None = None
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
+    """This gateway's extension (``POST /v1/audio/speech``'s ``seed``): every response sampled with it."""
     include: JsonValue = None
     tracing: JsonValue = None
     truncation: JsonValue = None

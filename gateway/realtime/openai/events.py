@@ -153,9 +153,11 @@ class SessionPatch:
     speed: float | None = None
     instructions: str | None = None
     """``""`` clears the instructions, as OpenAI documents."""
+    seed: int | None = None
+    """This gateway's extension: the seed every later response samples with."""
 
 
-_PATCHED = ("model", "voice", "output_format", "speed", "instructions")
+_PATCHED = ("model", "voice", "output_format", "speed", "instructions", "seed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +170,8 @@ class SessionSettings:
     output_format: OutputAudioFormat = OutputAudioFormat.PCM
     speed: float = 1.0
     instructions: str = ""
+    seed: int | None = None
+    """This gateway's extension (``session.seed``); shown in the session object only once set."""
 
     def apply(self, patch: SessionPatch) -> SessionSettings:
         """These settings with the ones ``patch`` names replaced."""
@@ -194,6 +198,7 @@ class SessionSettings:
             response_format=AudioFormat.PCM,
             speed=self.speed,
             instructions=self.instructions or None,
+            seed=self.seed,
         )
 
 
@@ -498,6 +503,7 @@ def _session_update(raw: dict[str, JsonValue], event_id: str | None) -> SessionU
         output_format=OutputAudioFormat(output.format.type) if output and output.format else None,
         speed=output.speed if output else None,
         instructions=session.instructions,
+        seed=session.seed,
     )
     return SessionUpdate(patch, event_id)
 
@@ -748,6 +754,8 @@ def _session(session_id: str, settings: SessionSettings, expires_at: int | None)
     }
     if expires_at is not None:
         session["expires_at"] = expires_at
+    if settings.seed is not None:  # the extension only where a client used it: OpenAI's object stays OpenAI's
+        session["seed"] = settings.seed
     return session
 
 

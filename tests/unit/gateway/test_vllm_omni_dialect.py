@@ -49,6 +49,17 @@ def test_session_config_replaces_every_setting_and_ignores_unknown_fields() -> N
     assert (dialect.granularity, dialect.ends_on_error) == ("none", False)
 
 
+@pytest.mark.parametrize(("seed", "sampled"), [(7, 7), (0, 0), (2**32 + 5, 5), (-1, 2**32 - 1), (None, None)])
+def test_session_config_seeds_every_sentence(seed: int | None, sampled: int | None) -> None:
+    """vLLM-Omni takes any integer: the same one seeds the same way here, within the speech request's bound."""
+    event = parse(VllmOmniDialect(), type="session.config", voice="echo", seed=seed)
+
+    config = event.apply(SessionConfig(seed=3))
+
+    assert config.seed == sampled
+    assert config.speech_request("Hi.").seed == sampled
+
+
 def test_text_messages_map_onto_the_sessions_events() -> None:
     dialect = VllmOmniDialect()
     assert isinstance(parse(dialect, type="input.text", text="Hi."), InputAppend)
