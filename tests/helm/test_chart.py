@@ -638,7 +638,8 @@ def test_sentinel_values_render_a_sentinel_url_the_gateway_takes(
     url = rendered.env["TTS_GATEWAY_REDIS_URL"]["value"]
     hosts = ",".join(SENTINEL_HOSTS)
     assert (
-        url == f"rediss+sentinel://:$(REDIS_PASSWORD)@{hosts}/mymaster/0?ssl_ca_certs=/etc/chattts-gateway/redis-ca/ca.crt"
+        url
+        == f"rediss+sentinel://:$(REDIS_PASSWORD)@{hosts}/mymaster/0?ssl_ca_certs=/etc/chattts-gateway/redis-ca/ca.crt"
     )
     assert rendered.env["REDIS_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "redis", "key": "redis-password"}}
     assert "REDIS_SENTINEL_PASSWORD" not in rendered.env  # auth redis: the sentinels are sent Redis's password
