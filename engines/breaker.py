@@ -33,7 +33,7 @@ class BreakerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     failures: int = Field(default=5, ge=1)
-    """Failures within ``window_s`` that open the breaker."""
+    """Failed jobs within ``window_s`` that open the breaker."""
     window_s: float = Field(default=30.0, gt=0)
     """The sliding window, in seconds, over which failures are counted."""
     open_s: float = Field(default=10.0, gt=0)

@@ -41,41 +41,56 @@ class QueueSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     queue_size: int = Field(default=16, ge=0)
-    """Requests allowed to wait for a free worker; beyond it the gateway answers 503 with Retry-After."""
+    """Requests that may wait for a free slot (a place in a worker's batch, or among a remote endpoint's
+    ``max_in_flight``); beyond it: ``503`` with ``Retry-After``."""
     queue_timeout_s: float = Field(default=30.0, gt=0)
     """How long a request may wait in the queue before it gets a 503."""
     scheduling: Scheduling = "fair"
-    """Who of the waiting requests gets the next free worker: ``fair`` (per-tenant queues, weighted fairly, priority
-    classes first) or ``fifo`` (arrival order, one tenant can hold every worker: the baseline of bench/fairness.py)."""
+    """Who of the waiting requests gets the next free slot (``engines/scheduling/``, the same for every kind).
+    ``fair``: each tenant waits in its own queue; a tenant's ``scheduling.priority`` class is served strictly before
+    lower ones, and within a class tenants get turns in proportion to their ``scheduling.weight`` (weighted fair
+    queueing by work: a request costs the seconds of speech its text should make — syllables of words, one per CJK
+    character, numbers as read out, pauses at punctuation — and when it ends the charge is corrected by the audio it
+    actually made, so a tenant whose text makes more speech per character than the estimate says, or less, is charged
+    what it used, and a cancelled request gives back what it did not use; counting the requests already running, so a
+    tenant holding every worker goes behind one holding none; a tenant idle for a while starts even, with no saved-up
+    credit). ``fifo``: one queue in arrival order, weights and priorities ignored (the old behaviour; the baseline of
+    ``bench/fairness.py``). Tenants' ``max_queued`` caps apply either way. Watch it per tenant in
+    ``tts_engine_tenant_queue_depth{engine,tenant}`` (waiting now) and
+    ``tts_engine_queue_wait_seconds{engine,tenant}`` (histogram of waits for a worker, 503s included)."""
     reserved_slots: int = Field(default=1, ge=0)
-    """At most this many free worker slots are kept for tenants below their fair share of the engine. Every tenant
-    holding or waiting for a slot, or expected back (within twice its usual time between requests, at most
-    ``reservation_window_s``), has a share of the slots (workers x batch size, by weight, at least one); a tenant at
-    or above its share gets a free slot only while more are free than the tenants not waiting lack, so a tenant that
-    comes back while another floods the engine starts at once instead of waiting for a running job to end (no job is
-    preempted). A tenant alone, tenants that all use their shares, or one that asked once lose nothing; the last slot
-    is never kept. Only with ``scheduling: fair``; 0: the pool hands every free slot to the next waiter."""
+    """At most this many free worker slots (workers x batch size) kept for tenants below their fair share of the
+    engine. Every tenant holding or waiting for a slot, or expected back (within twice its usual time between
+    requests, at most ``reservation_window_s``), has a share of the slots (by its ``scheduling.weight``, at least
+    one); a tenant at or above its share gets a free slot only while more are free than the tenants not waiting now
+    lack of theirs (tenants that are waiting take free slots in fair order), so a tenant that comes back while
+    another floods the engine starts at once instead of waiting for a running job to end (jobs are not preempted). A
+    tenant alone, tenants that all use their shares, or one that asked once lose nothing, and the last slot is never
+    kept. The price: while a light tenant is between requests, the slot kept for it stays idle (for at most twice its
+    time between requests). Only with ``scheduling: fair``; ``0`` hands every free slot to the next waiter."""
     reservation_window_s: float = Field(default=10.0, gt=0)
-    """The longest a share is kept for a tenant not here (a tenant asking every 2 s is expected back for 4 s)."""
+    """The longest a share is kept for a tenant that is not holding or waiting for a slot (a tenant asking every 2 s
+    is expected back for 4 s; one asking every 30 s is not kept for)."""
 
 
 class PoolSettings(QueueSettings):
     """An engine run by worker processes of this gateway: the queue knobs, the workers and their watchdogs."""
 
     workers: int = Field(default=1, ge=1, le=64)
-    """Worker processes, each holding one engine instance."""
+    """Worker processes, each holding one engine instance (1 to 64)."""
     start_timeout_s: float = Field(default=120.0, gt=0)
     """How long a worker may take to load and warm up before it counts as failed."""
     warm_start: bool = True
-    """Fork workers from a template process that has already imported the engine's modules (torch and ChatTTS for
-    ``chattts``), so that a replacement for a dead or hung worker loads only its weights; ``false``: every worker
-    starts as a fresh interpreter and imports them itself. CUDA is never initialised before the fork."""
+    """Fork workers from a template process that has already imported the engine's modules (torch, transformers and
+    ChatTTS for ``chattts``), so that a worker, and above all the replacement for a dead or hung one, pays only for
+    loading its weights; ``false``: each worker starts as a fresh interpreter and imports everything itself. See
+    [Warm worker starts](configuration.md#warm-worker-starts)."""
     stall_timeout_s: float = Field(default=30.0, gt=0)
     """A worker whose running request produces no audio for this long is killed and replaced (watchdog)."""
     cancel_timeout_s: float = Field(default=3.0, gt=0)
-    """A worker that has not stopped this long after a cancellation is killed and replaced."""
+    """A worker still busy this long after its request was cancelled is killed and replaced."""
     health_interval_s: float = Field(default=5.0, gt=0)
-    """How often idle workers are pinged; one that does not answer within the interval is replaced."""
+    """Idle workers are pinged this often; one that does not answer within the interval is replaced."""
     max_buffered_audio_s: float = Field(default=120.0, gt=0)
     """Audio seconds buffered for a client that reads slower than the engine speaks before the request is dropped."""
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
@@ -86,19 +101,28 @@ class PoolSettings(QueueSettings):
 
 class ChatTTSEngineSettings(PoolSettings):
     kind: Literal["chattts"]
+    """``chattts``, ``espeak``, ``synthetic``, or ``openai`` (a remote engine: no worker processes, see [``kind:
+    openai``](configuration.md#kind-openai-options))."""
     options: ChatTTSOptions = Field(default_factory=ChatTTSOptions)
+    """Options of the engine kind, below (all have defaults but ``kind: openai``'s ``endpoints``)."""
 
 
 class EspeakEngineSettings(PoolSettings):
     kind: Literal["espeak"]
+    """``chattts``, ``espeak``, ``synthetic``, or ``openai`` (a remote engine: no worker processes, see [``kind:
+    openai``](configuration.md#kind-openai-options))."""
     options: EspeakOptions = Field(default_factory=EspeakOptions)
+    """Options of the engine kind, below (all have defaults but ``kind: openai``'s ``endpoints``)."""
 
 
 class SyntheticEngineSettings(PoolSettings):
     """Deterministic tones, for tests and benchmarks."""
 
     kind: Literal["synthetic"]
+    """``chattts``, ``espeak``, ``synthetic``, or ``openai`` (a remote engine: no worker processes, see [``kind:
+    openai``](configuration.md#kind-openai-options))."""
     options: SyntheticOptions = Field(default_factory=SyntheticOptions)
+    """Options of the engine kind, below (all have defaults but ``kind: openai``'s ``endpoints``)."""
 
 
 class RemoteEngineSettings(QueueSettings):
@@ -107,7 +131,10 @@ class RemoteEngineSettings(QueueSettings):
     (``options.breaker``)."""
 
     kind: Literal["openai"]
+    """``chattts``, ``espeak``, ``synthetic``, or ``openai`` (a remote engine: no worker processes, see [``kind:
+    openai``](configuration.md#kind-openai-options))."""
     options: OpenAIRemoteOptions
+    """Options of the engine kind, below (all have defaults but ``kind: openai``'s ``endpoints``)."""
 
 
 EngineSettings: TypeAlias = Annotated[

@@ -48,8 +48,11 @@ class SyntheticOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     sample_rate: int = Field(default=24000, ge=8000, le=192000)
+    """Output rate of the engine."""
     seconds_per_char: float = Field(default=0.05, gt=0)
+    """Clip length per input character."""
     chunk_ms: int = Field(default=100, ge=1, le=10000)
+    """Chunk length."""
     chunk_delay_ms: float = Field(default=0.0, ge=0)
     """Fixed pause before each chunk."""
     rtf: float = Field(default=0.0, ge=0)
@@ -59,6 +62,7 @@ class SyntheticOptions(BaseModel):
     native_speed: bool = False
     """Render ``speed`` natively (shorter tones) instead of leaving it to the gateway's time-stretch."""
     load_delay_s: float = Field(default=0.0, ge=0)
+    """Pause while loading."""
     unavailable: str = ""
     """When set, loading fails with this reason (an engine without weights)."""
     fail_after_chunks: int = -1

@@ -61,76 +61,120 @@ class ServerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     host: str = "127.0.0.1"
+    """Address to bind."""
     port: int = Field(default=8000, ge=0, le=65535)
+    """Port to bind."""
     tls_certfile: Path | None = None
-    """PEM certificate (its chain after it) to serve HTTPS and WSS with, with ``tls_keyfile``; unset: plain HTTP."""
+    """PEM certificate (its chain after it): with ``tls_keyfile``, the gateway serves HTTPS and WSS on ``port``
+    (``chattts-gateway serve --tls-certfile … --tls-keyfile …`` says the same); see
+    [TLS](realtime.md#tls-wss-for-the-sdks-realtime-helpers)."""
     tls_keyfile: Path | None = Field(default=None, repr=False)
     """The certificate's PEM private key (unencrypted); both or neither."""
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
-    """Largest request body accepted; larger ones get 413. An engine node takes at least 128 KiB (what a front sends
-    at most: the longest input and instructions and a custom voice's speaker)."""
+    """Largest request body accepted; larger bodies get ``413`` with OpenAI's error body. An engine node (``profile:
+    engine``) takes at least ``131072`` (what a front sends at most: the longest input and instructions and a custom
+    voice's speaker)."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """``debug``, ``info``, ``warning`` or ``error``."""
     shutdown_grace_s: int = Field(default=30, ge=0)
-    """On SIGTERM: stop accepting, let in-flight streams finish for up to this long, then stop the engines."""
+    """On SIGTERM: stop accepting; realtime sessions take no more text, finish the segment being spoken and close
+    with 1012; in-flight HTTP streams finish; all within this long in total, then the engines stop."""
     send_timeout_s: float = Field(default=30.0, gt=0)
-    """A client that leaves one write of its response unread this long counts as gone: the response is abandoned,
-    releasing its stream lease and synthesis (``gateway/http/backpressure.py``)."""
+    """A client that leaves one write of its response unread this long (it stopped reading) counts as gone: its
+    response is abandoned, releasing its concurrent-stream lease and its synthesis and recording its usage, and the
+    connection is closed."""
     playground: bool = True
-    """Serve the playground page at / and /playground"""
+    """Serve the playground page at ``/`` and ``/playground``: try the speech API from a browser, hearing the audio
+    as it streams (public; its API calls carry the key pasted into it)."""
     profile: Literal["gateway", "engine"] = "gateway"
-    """``engine``: serve as the engine tier behind another gateway (its ``kind: openai`` engine): every request needs
-    ``auth.service_token``; no tenants, limits, audio cache, custom voices or admin API of its own."""
+    """``engine``: run as an **engine node**, the engine tier behind front gateways (their ``kind: openai`` engines).
+    Every request but the probes must carry ``auth.service_token`` as ``Authorization: Bearer …`` (else ``401``, or a
+    refused WebSocket handshake; never in a URL), and ``/readyz`` shows pids and engine reasons only with it; there
+    are no tenants, per-tenant limits, audio cache, custom voices (``404``) or admin API (``404``) of its own; it
+    schedules, counts and labels each request as the tenant its front names (``service`` when the front names none;
+    see [What crosses the hop](deployment.md#what-crosses-the-hop-and-whom-each-tier-trusts)). Needs
+    ``auth.service_token``; ``auth.tenants``, ``auth.admin_token`` and ``auth.jwt`` are refused (they belong to the
+    front). See [Two tiers](deployment.md#two-tiers-gateways-in-front-of-engine-nodes)."""
     max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
-    """Largest request head (request line and headers) accepted; larger ones get 431 and the connection is closed."""
+    """Largest request head (request line and headers) accepted; a larger one gets ``431`` with OpenAI's error body
+    and the connection is closed. An unfinished head is cut off once it passes the limit, so an endless header costs
+    the server at most this plus one socket read."""
     max_headers: int = Field(default=100, ge=8, le=10_000)
-    """Most header lines in one request; more get 431."""
+    """Most header lines in one request; more get ``431``."""
     header_timeout_s: float = Field(default=10.0, gt=0)
-    """Time a connection has to deliver a complete request head, from its first byte (or, on a new connection, from
-    the connect); then 408 and the connection is closed. Idle and slow ("slowloris") sockets cannot pile up."""
+    """Time a connection has to deliver a complete request head, counted from the connect (or, on a kept-alive
+    connection, from the next request's first byte); then ``408`` and the connection is closed (silently when nothing
+    was sent at all). Idle and byte-at-a-time ("slowloris") sockets cannot pile up."""
     body_min_rate_bytes_per_s: int = Field(default=1024, ge=1)
-    """Least rate a request body must keep arriving at, measured over each ``body_rate_interval_s`` from the end of its
-    head: an interval that brings fewer than this rate times its length (and does not end the body) gets 408 and the
-    connection is closed. A body dripped a byte at a time ("slow POST") is cut after one interval, while a large body
-    on a slow but honest link takes as long as it needs. An interval in which the server itself is not reading (the
-    application has not asked for the body yet: ``Expect: 100-continue``, or its buffer is full) is not counted."""
+    """Least rate a request body must keep arriving at (a tenant may have its own:
+    ``limits.body_min_rate_bytes_per_s``; what bursty clients need is measured in
+    [security.md](security.md#idle-and-slow-clients)), measured over each ``body_rate_interval_s`` from the end of
+    its head: an interval that brings fewer bytes than this rate times its length, without ending the body, gets
+    ``408`` (``request_timeout``), the connection is closed and the request is logged with status ``499`` (no
+    traceback). Stops the "slow POST": a body dripped a byte at a time to hold a connection (cut after one interval,
+    where a single total time held it for all of that time), while a large body on a slow but steady link — a 10 MiB
+    voice sample over a poor uplink — takes as long as it needs. An interval in which the server itself was not
+    reading is not held against the client (the application had not asked for the body yet: a client waiting for
+    ``100 Continue``; or its buffer was full)."""
     body_rate_interval_s: float = Field(default=10.0, gt=0)
-    """The interval over which ``body_min_rate_bytes_per_s`` is measured; the first one is the body's grace for its
-    first bytes. Shorter cuts a dripping body sooner; longer forgives a link that stalls for a while and catches up."""
+    """The interval over which ``body_min_rate_bytes_per_s`` is measured (so a body must bring 10 KiB in each 10 s
+    unless it ends); the first interval is a body's grace for its first bytes. Shorter cuts a dripping body sooner;
+    longer forgives a link that stalls for a while and then catches up."""
     body_timeout_s: float | None = Field(default=None, gt=0)
     """Optional bound on the whole body's time, however fast it arrives: then 408 and the connection is closed.
     ``None`` (the default): no bound but the minimum rate, which holds a body's time to its size over
     ``body_min_rate_bytes_per_s`` and one interval, so a 10 MiB voice sample on a slow link is not cut at an arbitrary
     total. (Before the minimum rate this was the only body deadline, 30 s: configurations that set it keep it.)"""
     keep_alive_timeout_s: int = Field(default=5, ge=1)
-    """An idle keep-alive connection (between requests) is closed after this long."""
+    """An idle keep-alive connection is closed after this many seconds between requests."""
     max_connections_per_address: int = Field(default=256, ge=1)
     """Open connections one client address may hold, HTTP and realtime WebSockets alike (an upgraded WebSocket counts
-    until it closes); one more gets 429 with ``Retry-After`` as soon as it sends its request, so one address cannot
-    take the connections everyone else needs. An IPv6 client counts by its /64 network (one host commonly holds a
-    whole /64). A connection from one of ``trusted_proxies`` counts against the client its latest request was
-    forwarded for (``X-Forwarded-For``), not against the proxy."""
+    until it closes); one more gets ``429`` (``too_many_connections``, ``Retry-After: 1``) as soon as it sends its
+    request (a WebSocket upgrade included), so one address cannot take the connections everyone else needs (the
+    slot-exhaustion attack, with idle sockets, unfinished requests or open sessions). An IPv6 client counts by its
+    /64 network, which one host commonly holds whole: it cannot dodge the cap with a fresh address per connection. A
+    connection from one of ``trusted_proxies`` counts against the client its latest request was forwarded for, not
+    against the proxy."""
     max_auth_failures_per_address: int = Field(default=20, ge=1)
-    """Credentials (API keys, JWTs) one client address may present and have refused within ``auth_failure_window_s``.
-    Beyond it, a request or realtime socket from that address carrying a credential that has not authenticated on this
-    replica (the last 10,000 that did are remembered) gets 429 with ``Retry-After`` before any store lookup, so a flood
-    of guessed keys costs no Redis round trip; a tenant whose key has authenticated here (from anywhere) goes on being
-    served from the same address (a shared NAT), so a stranger's guesses do not lock it out. Requests without a
-    credential are not counted (a 401 for them costs nothing). The address is taken from ``X-Forwarded-For`` only by
-    ``trusted_proxies``'s rule."""
+    """Credentials (API keys, JWTs) one client address may present and have refused (``401``/``403``) within
+    ``auth_failure_window_s``. Past it, a request or realtime socket from that address whose credential has not
+    authenticated on this replica lately gets ``429`` (``too_many_failed_authentications``, with ``Retry-After``
+    until the oldest refusal leaves the window; a socket closes with ``1013``) before its credential is looked up.
+    Stops key guessing and the store flood that comes with it: every well-formed key otherwise costs a Redis lookup,
+    found or not, so a stranger sending random keys as fast as it can loads the store like a busy tenant. A tenant
+    whose key has authenticated on this replica (from any address; the last 10,000 credentials are remembered, as
+    keyed hashes) goes on being served from the throttled address, so a stranger behind the same NAT does not lock it
+    out; a valid key never used on this replica waits, from that address, for ``Retry-After`` like a guess (nothing
+    tells the two apart). Requests without a credential are not counted (their ``401`` costs nothing). One warning
+    line per throttled address. Counted per replica, in memory."""
     auth_failure_window_s: int = Field(default=60, ge=1)
     """The moving window over which ``max_auth_failures_per_address`` counts refused credentials."""
     max_connections: int = Field(default=1000, ge=1)
-    """Open connections (HTTP and WebSocket) the server holds. At the cap the oldest connection without a request in
-    progress (idle, or still sending its head) is closed to make room; when every one is busy, the new connection gets
-    503 with ``Retry-After``. Lowered at start to fit the open-file limit (``ulimit -n``)."""
+    """Open connections (HTTP and WebSocket). At the cap the oldest connection with no request in progress (idle, or
+    still sending its head) is closed to make room; when every connection is busy, a new one gets ``503`` with
+    OpenAI's body and ``Retry-After: 1`` as soon as it sends its request (dropped after 1 s if it sends nothing).
+    Lowered at start, with a warning, to the open-file limit (``ulimit -n``) minus a reserve of a quarter of it (at
+    least 64). What tenants hold for long (WebSocket sessions open, request bodies still arriving) is shared fairly
+    when the replica is crowded: once they reach 80 % of this cap and two tenants or more hold them, a tenant already
+    holding its fair share (those 80 % divided among the tenants holding anything) is refused one more (``429``
+    ``concurrency_limit_exceeded`` for a body, an ``error`` event and close code ``1013`` for a session), while a
+    tenant under its share still gets in; each tenant is also held to its own ``open_sessions`` and
+    ``bodies_in_flight`` ([tenants](configuration.md#auth))."""
     max_json_depth: int = Field(default=32, ge=2, le=512)
-    """Deepest nesting of arrays and objects in a JSON request body; deeper bodies get 400."""
+    """Deepest nesting of arrays and objects in a JSON request body; deeper bodies get ``400`` (``code:
+    json_too_deep``) before any parser sees them. Realtime messages have the same bound (32) and get an ``error``
+    event."""
     trusted_proxies: list[str] = Field(default_factory=list)
-    """Addresses or networks (``10.0.0.0/8``) of the reverse proxies in front of the gateway: only for a connection
-    from one of them are ``X-Forwarded-For`` and ``X-Forwarded-Proto`` believed, and the client's address (what every
-    per-address limit counts under, the admin throttle's, the logs') taken from them: the last address in
-    ``X-Forwarded-For`` that is not a trusted proxy's, so a client's own forged entries, which come before its proxy's,
-    are never taken. Empty: forwarding headers are ignored, so nobody can forge an address."""
+    """Addresses or networks (``10.0.0.0/8``) of the reverse proxies in front of the gateway; anything else is
+    refused at start. Only for connections from them are ``X-Forwarded-For`` / ``X-Forwarded-Proto`` believed and the
+    client address taken from them: the last address in ``X-Forwarded-For`` that is not a trusted proxy's (each proxy
+    appends the address it was called from, so entries a client forges come before its proxy's and are never taken).
+    That address is what every per-address limit counts (``max_connections_per_address``,
+    ``max_auth_failures_per_address``, ``realtime.max_unauthenticated_per_address``, the admin throttle) and what the
+    access log shows. Empty: forwarding headers are ignored, so a caller cannot forge an address to dodge a
+    per-address limit or to charge its failures to someone else (uvicorn alone believes them from ``127.0.0.1``);
+    behind a proxy, list it, or every caller shares the proxy's address: one cap for all of them, and a stranger's
+    failed admin attempts throttle the admin too."""
 
     @field_validator("trusted_proxies")
     @classmethod
@@ -174,11 +218,12 @@ class CacheSettings(BaseModel):
     tenants, voices and usage; it may use any ``maxmemory-policy``, ``allkeys-lru`` included. Unset: the cache shares
     ``redis_url``'s Redis (within ``max_redis_bytes``)."""
     max_redis_bytes: int | None = Field(default=None, ge=65536)
-    """The bytes of Redis memory the cache's entries may take, enforced by the gateway (the oldest entries go first,
-    whatever their TTL). Unset: half of the Redis's ``maxmemory`` (three quarters with a ``cache.redis_url`` of its
-    own), read at start, or 256 MiB when the Redis has no ``maxmemory`` or does not tell it."""
+    """The bytes of Redis memory the cache's entries may take (at least 65536), enforced by the gateway. Unset: half
+    of what the Redis's ``maxmemory`` leaves to data (three quarters in a ``redis_url`` of the cache's own), read at
+    start; 256 MiB when the Redis has no ``maxmemory`` or does not tell it (``INFO`` and ``CONFIG`` refused).
+    Default: half of Redis's `maxmemory`."""
     max_memory_entries: int = Field(default=1024, ge=1)
-    """Entries kept by the in-memory cache (least recently used go first)."""
+    """Entries of the in-memory cache (no Redis), least recently used go first."""
     shared_across_tenants: bool = False
     """Let tenants hit each other's entries. Off by default: a hit would tell one tenant what another asked for."""
 
@@ -189,19 +234,26 @@ class SpeechSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_segment_chars: int = Field(default=300, ge=20, le=4096)
-    """A longer input is spoken in segments of at most this many characters (whole sentences where they fit, else
-    cut at a clause or word), one engine job each, one after the other: between two segments the engine's slot goes
-    back to its scheduler, so a long input holds it for one segment at a time while other requests wait. The audio
-    still streams as one. 4096 (the longest input) turns segmenting off."""
+    """An input longer than this is spoken in segments of at most this many characters (as many whole sentences as
+    fit; a sentence longer than that is cut at a clause, else a word, break), one engine job each, one after the
+    other: between two segments the engine's slot goes back to its scheduler, so another tenant's waiting request
+    goes first and a long input holds a slot for one segment at a time. The audio streams as one (one container, in
+    order); a client that leaves cancels the segment being spoken and no later one starts; a segment that fails after
+    the first audio ends the stream as a failing job does (it is not retried). Each segment waits for a worker as a
+    request does, within the engine's queue limits and ``queue_timeout_s``, and is counted in
+    ``tts_engine_queue_wait_seconds``. ``20`` to ``4096``; ``4096`` turns segmenting off. Realtime segments longer
+    than this are cut the same way."""
     max_input_chars: int = Field(default=4096, ge=4096, le=100_000)
-    """The most any tenant's ``limits.speech_input_characters`` may allow on ``POST /v1/audio/speech`` (whatever a
-    tenant says, its cap is at most this); above 4096 the route also takes bodies of up to six bytes per character of
-    it (JSON's longest spelling of one) beyond ``server.max_body_bytes``."""
+    """The longest ``input`` any tenant's ``limits.speech_input_characters`` may allow on ``POST /v1/audio/speech``
+    (a tenant's cap is at most this); ``4096`` to ``100000``. Above ``4096`` the route also takes bodies of up to six
+    bytes per character of it (JSON's longest spelling of one) beyond ``server.max_body_bytes``. Such inputs stream
+    segment by segment as any long input; ElevenLabs' routes and the realtime sockets keep 4,096."""
     max_whole_audio_s: float = Field(default=600.0, ge=1.0, le=7200.0)
-    """The longest audio a whole (not streamed) response holds: ElevenLabs' text-to-speech, its ``/with-timestamps``
-    and its text-to-dialogue answer ``400`` ``audio_too_long`` once a request's audio passes it (its synthesis
-    stopped there), so that one request holds at most this much audio in memory (48 KB of 24 kHz PCM a second, its
-    encoding beside it, a third more again as base64). The streaming routes hold none of it."""
+    """The longest audio a whole (not streamed) response holds: ElevenLabs' ``POST /v1/text-to-speech/{voice_id}``,
+    its ``/with-timestamps`` and ``POST /v1/text-to-dialogue`` answer ``400`` ``audio_too_long`` once a request's
+    audio passes it (its synthesis stopped there), so that one request holds at most this much audio in memory (48 KB
+    of 24 kHz PCM a second and its encoding, a third more as base64). ``1`` to ``7200``. The streaming routes hold
+    none of it."""
 
 
 class JobsSettings(BaseModel):
@@ -213,44 +265,60 @@ class JobsSettings(BaseModel):
     enabled: bool = True
     """Serve the jobs routes (a front gateway only; an engine node never does)."""
     run: bool = True
-    """This replica runs jobs (takes them from the queue). ``false``: it accepts jobs and serves their progress and
-    audio, and another deployment of the gateway with ``run: true`` speaks them (Helm: ``jobs.runner: dedicated``).
-    Without ``redis_url`` every replica runs its own jobs, whatever this says."""
+    """This replica speaks jobs (its worker takes them from the queue in Redis). ``false``: it accepts jobs and
+    serves their progress and audio, and another deployment of the gateway with ``run: true`` speaks them (Helm:
+    ``jobs.runner: dedicated``). Without ``redis_url`` every replica speaks its own jobs, whatever this says."""
     concurrency: int = Field(default=2, ge=1, le=256)
-    """Segments one replica speaks at once: its jobs take turns at these slots, one segment a turn, tenant by tenant
-    (``gateway/jobs/turns.py``)."""
+    """Segments one replica speaks at once: the jobs it holds take turns at these slots, one segment a turn, tenant
+    by tenant (the waiting tenant served longest ago goes next), so one tenant's backlog delays another's job by at
+    most one segment per slot; see [jobs.md](jobs.md#how-tenants-share-the-runners). ``1`` to ``256``."""
     max_in_progress: int = Field(default=32, ge=1, le=4096)
-    """Jobs one replica holds at once (with Redis), each waiting for its tenant's turns at the ``concurrency`` slots.
-    Once it holds ``concurrency`` jobs it takes only jobs of tenants it holds none of, so that a tenant's flood neither
-    keeps another tenant's job queued nor gathers on one replica."""
+    """Jobs one replica holds at once with Redis, each waiting for its tenant's turns at the ``concurrency`` slots. A
+    replica takes from the queue the oldest job of the tenant with the fewest jobs running (on all replicas); once it
+    holds ``concurrency`` jobs it takes only jobs of tenants it holds none of, so another tenant's job starts within
+    a segment of a flood, and the flood's other jobs go to replicas with free slots. ``1`` to ``4096``."""
     max_followers_per_tenant: int = Field(default=32, ge=1, le=100_000)
-    """Event streams (``/events``) one tenant may have open at once on one replica; one more gets 429. Followers of
-    one job share one poll of the store per replica, whatever their number."""
+    """Event streams (``GET /v1/audio/speech/jobs/{id}/events``) one tenant may have open at once on one replica; one
+    more gets ``429`` (``type`` ``requests``, ``code`` ``concurrency_limit_exceeded``, ``Retry-After: 1``). The
+    followers of one job share one poll of the store per replica (every ``poll_s``), however many they are. ``1`` to
+    ``100000``."""
     max_input_chars: int = Field(default=500_000, ge=1, le=5_000_000)
-    """The longest ``input`` of a job, unless the tenant's ``limits.job_input_characters`` says otherwise."""
+    """The longest ``input`` of a job, unless the tenant's ``limits.job_input_characters`` says otherwise; longer:
+    ``400 string_above_max_length``. ``1`` to ``5000000``. The jobs route takes bodies of up to six bytes per
+    character of it (JSON's longest spelling of one), whatever ``server.max_body_bytes`` says."""
     storage_quota_bytes: int = Field(default=2 * 1024**3, ge=0)
-    """The audio one tenant's jobs may keep stored at once, unless the tenant's ``limits.job_storage_bytes`` says
-    otherwise: a new job is refused (429) while the tenant's stored results reach it."""
+    """The stored audio one tenant's jobs may keep at once (2 GiB), unless the tenant's ``limits.job_storage_bytes``
+    says otherwise: a new job gets ``429 insufficient_quota`` (``job_storage_quota``) when the audio it is expected
+    to store does not fit beside what the tenant's jobs hold. A job reserves its expected audio when it is created
+    (its text at 15 characters a second of speech, divided by ``speed``: about 3.2 KB a character in ``wav``/``pcm``,
+    530 bytes in ``mp3``/``aac``) in one atomic step with the check, so creations at the same instant never overbook
+    it; a running job holds its reservation (or what it stored, once more), a completed one what it stored until its
+    audio expires, a failed, cancelled or deleted one nothing. A job that speaks longer than expected completes."""
     max_jobs_per_tenant: int = Field(default=1000, ge=1, le=100_000)
-    """Jobs (of any status, until they expire or are deleted) one tenant may hold; one more gets 429."""
+    """Jobs (of any status, until they expire or are deleted) one tenant may hold; one more gets ``429
+    insufficient_quota`` (``job_too_many_jobs``). ``1`` to ``100000``."""
     ttl_s: int = Field(default=24 * 3600, ge=1)
-    """How long a job's audio is kept after it ended (and how long a job may take: its first segments expire after
-    this long). Its record says ``expired`` for as long again, then the job is gone (404)."""
+    """How long a job's audio is kept after it ended (24 h); its record then says ``expired`` for as long again and
+    is gone after (``404``). It also bounds how long a job may take: a segment's audio expires twice this long after
+    it was committed."""
     priority: Literal["high", "normal", "low"] | None = "low"
-    """The engines' priority class of job segments (``engines/scheduling``): ``low`` lets every interactive request,
-    the same tenant's included, go first. ``None``: the tenant's own class (``scheduling.priority``), where its jobs
-    and its interactive requests take turns fairly."""
+    """The engines' priority class of job segments: ``low`` lets every interactive request (the same tenant's too)
+    take a free worker first; ``high`` or ``normal`` name another class; ``null``: the tenant's own
+    (``scheduling.priority``), where its jobs and interactive requests take turns fairly."""
     heartbeat_s: int = Field(default=10, ge=1)
-    """A running job's replica proves it is alive at least this often; a job without a sign for this long is taken
-    over by another replica, from its last committed segment."""
+    """A running job's replica proves it lives three times this often; a job without a sign for this long is taken
+    over by another replica, from its last committed segment. At least ``1``."""
     sweep_s: int = Field(default=5, ge=1)
-    """How often one of the replicas looks for jobs whose replica died."""
+    """How often one of the replicas looks for jobs whose replica died. At least ``1``."""
     poll_s: float = Field(default=0.25, gt=0, le=5)
-    """How often a reader following a job (its audio or its events) looks for new segments."""
+    """How often a reader following a job (its audio or its events) looks for new segments; above ``0``, at most
+    ``5``."""
     directory: Path | None = None
     """Keep the jobs' audio as files in this directory, one per segment, instead of in Redis: a volume every replica
-    mounts (a ReadWriteMany PersistentVolumeClaim); records and progress stay in Redis. Every replica removes the
-    files of expired jobs every ``min(ttl_s, 600)`` seconds. Needs ``redis_url`` (ignored without it)."""
+    mounts (a ReadWriteMany PersistentVolumeClaim; Helm: ``jobs.volume.existingClaim``); records and progress stay in
+    Redis. A segment's file is written whole under a name of its own before its commit records that name, so a runner
+    whose commit is refused never replaces the committed file. Every replica removes the files of expired jobs every
+    ``min(ttl_s, 600)`` seconds. Needs ``redis_url`` (ignored without it)."""
     segment_chars: int = Field(default=1200, ge=20, le=4096)
     """A job is spoken and committed in segments of at most this many characters (whole sentences where they fit),
     each one call of the speech service, which speaks it in engine jobs of ``speech.max_segment_chars`` as any long
@@ -258,7 +326,7 @@ class JobsSettings(BaseModel):
     call has its own planning and worker hand-over: 300 made a 100,000-character espeak job 0.67x as fast as the same
     text in 4,096-character requests, on a loaded machine)."""
     segment_attempts: int = Field(default=3, ge=1, le=10)
-    """Tries of one segment that failed (an engine error) before the job fails."""
+    """Tries of a segment that failed (an engine error) before the job fails with that error; ``1`` to ``10``."""
 
 
 class RealtimeSettings(BaseModel):
@@ -268,37 +336,55 @@ class RealtimeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
+    """Serve both endpoints."""
     max_segment_chars: int = Field(default=300, ge=20, le=4096)
     """A sentence longer than this is cut at a clause or word boundary, so that speech can start sooner."""
     max_pending_chars: int = Field(default=4096, ge=1, le=65536)
-    """Text appended but not yet spoken, per session; an append beyond it is refused with an error event."""
+    """Text appended but not yet spoken, per session: the text not yet segmented plus the segments queued behind the
+    one being spoken; an append beyond it gets an ``input_buffer_full`` error event (wait for ``audio.done`` events,
+    then append more)."""
     auth_timeout_s: float = Field(default=5.0, gt=0)
-    """How long a socket without credentials may take to send its first message (which must carry them)."""
+    """A socket without credentials in its header or query must send them in its first message within this time."""
     max_unauthenticated: int = Field(default=32, ge=0)
-    """Sockets that may wait at once for their first message's credentials (browsers cannot send a header); one more
-    is refused at once (close code 1013, try again later), so sockets that never authenticate cannot hold the
-    connections callers with credentials need. Credentials in the ``Authorization`` header never wait."""
+    """Sockets that may wait at once for their first message's credentials (browsers cannot set a header); one more
+    is refused at once with close code ``1013`` (try again later) and a ``too_many_connections`` error event, so
+    sockets that never authenticate cannot hold the connections that callers with credentials need
+    (``server.max_connections`` and ``server.max_connections_per_address`` count WebSockets too). A socket with
+    credentials in its ``Authorization`` header never waits."""
     max_unauthenticated_per_address: int = Field(default=4, ge=0)
-    """Of ``max_unauthenticated``, the sockets one client address may have waiting at once (an IPv6 client counts by
-    its /64); one more from it is refused the same way, so one address cannot take every waiting place and shut the
-    browsers of everyone else out."""
+    """Of ``max_unauthenticated``, the sockets one client address (an IPv6 client by its /64; taken as
+    ``server.trusted_proxies`` says) may have waiting at once; one more from it is refused the same way. Stops one
+    address from taking every waiting place, reconnecting as each times out, and so shutting every browser out of the
+    realtime endpoint."""
     idle_timeout_s: float = Field(default=300.0, gt=0)
-    """A session with no client event and nothing to speak for this long is closed, freeing its stream lease."""
+    """A session with no client event and nothing queued or being spoken (no response in progress, on
+    ``/v1/realtime``) for this long is closed, releasing its concurrent-stream lease. A tenant may have its own
+    (``limits.session_idle_timeout_s``); [security.md](security.md#idle-and-slow-clients) says what an idle session
+    costs."""
     first_message_wait_s: float = Field(default=0.25, ge=0, le=5)
-    """How long a session waits for the client's first message before it sends ``session.created``. That message
-    chooses the dialect, and vLLM-Omni's clients (whose ``session.config`` comes first) expect no greeting; a client
-    that waits for ``session.created`` gets it this much later. 0 greets at once."""
+    """How long a new session waits for the client's first message before it greets with ``session.created``: that
+    message chooses the protocol, and a vLLM-Omni client (whose ``session.config`` comes first) expects no greeting
+    (see [realtime.md](realtime.md#vllm-omni-clients); ``/v1/realtime`` greets at once). A client that waits for
+    ``session.created`` gets it this much later; one that speaks first gets it at once. ``0`` to ``5``; ``0`` greets
+    at once."""
     max_socket_messages_per_s: float = Field(default=200.0, gt=0)
-    """Messages a client may send on one realtime socket a second, on every protocol (``gateway/realtime/budget.py``);
-    ``socket_burst_s`` of them at once. One more: the protocol's error (``rate_limit_exceeded``), then close 1008."""
+    """Messages a client may send on one realtime socket a second, on every protocol (``/v1/audio/speech/stream`` in
+    both its dialects, ``/v1/realtime``, ElevenLabs' text-to-speech sockets), and ``socket_burst_s`` times as many at
+    once after a pause. The message one past it is not parsed: the protocol's own error (``rate_limit_exceeded``),
+    then close code ``1008``. Generous for a client that appends each token of a language model's reply; see
+    [security.md](security.md#socket-budgets)."""
     max_socket_bytes_per_s: int = Field(default=256 * 1024, ge=1024)
-    """Bytes a client may send on one realtime socket a second (the server's echoes of what it sent count too);
-    ``socket_burst_s`` of them at once, and at least one message of ``server.max_body_bytes``. Over it, as above."""
+    """Bytes (characters of a text frame) a client may send on one realtime socket a second, at least ``1024``; what
+    the server sends back only because of a message (``/v1/realtime``'s ``conversation.item.added`` and ``.done``
+    repeat the item) counts too, so echoes never multiply what a client may make the server send. ``socket_burst_s``
+    times as many at once, and at least one message of ``server.max_body_bytes``. Over it, as above. Together with
+    the message rate it bounds the JSON a socket makes the event loop parse a second."""
     socket_burst_s: float = Field(default=2.0, gt=0, le=60)
-    """How many seconds of the two socket rates a client may send at once, after a pause."""
+    """Seconds of the two socket rates a client may send at once after a pause (above ``0``, at most ``60``)."""
     max_conversation_chars: int = Field(default=32768, ge=4096, le=1048576)
-    """Characters of text one ``/v1/realtime`` conversation keeps: older items drop to make room (as past 64 items);
-    an item longer than this alone is refused with an ``error`` event."""
+    """Characters of text one ``/v1/realtime`` conversation keeps (``4096`` to ``1048576``): the oldest items drop to
+    make room for a new one, as they do past 64 items; an item longer than this alone is refused with a
+    ``conversation_too_large`` error event and the session goes on."""
 
 
 class FailoverSettings(BaseModel):
@@ -307,11 +393,11 @@ class FailoverSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     same_engine_attempts: int = Field(default=2, ge=1, le=10)
-    """Tries on one engine (each on the worker or endpoint the engine hands out then) before the next engine of the
-    alias; 1 means no retry on the same engine."""
+    """Tries on one engine before the next engine of the alias (1 to 10; 1: no retry on the same engine). A request
+    that kills every worker it reaches (a "query of death") costs at most this many workers per engine."""
     deadline_s: float = Field(default=30.0, gt=0)
-    """From the start of the first try: no try starts later, and a try still waiting for its first audio then is
-    abandoned (the client gets the last error)."""
+    """From the first try: no try starts later, and a try still waiting for its first audio then (in a queue or for
+    the engine) is abandoned; the client gets ``503 engine_failed`` naming the deadline."""
 
 
 class AliasSettings(BaseModel):
@@ -323,12 +409,17 @@ class AliasSettings(BaseModel):
     """Engine names: a request goes to the first; with ``fallback``, to the first that can serve it, failing over
     down the list."""
     fallback: bool = True
-    """Whether the engines after the first may answer: when the first is not ready (starting, unavailable, stopped,
-    breaker open) or fails before its first audio. Off: the alias speaks with its first engine only (its retries stay
-    on it) and answers 503 with ``Retry-After`` while that engine is not ready; ``/readyz`` then waits for it."""
+    """The engines after the first may answer: while the first is not ready (starting, unavailable, stopped, breaker
+    open) and when it fails before its first audio. ``false``: the alias speaks with its first engine only, its
+    [retries](configuration.md#failover) stay on that engine, and while it is not ready a request gets ``503
+    engine_not_ready`` with ``Retry-After`` instead of another engine's voice;
+    [``/readyz``](configuration.md#readiness) then waits for that engine. The rest of the list is kept for the day
+    ``fallback`` is turned on (the Helm chart's ``aliasFallback`` does that)."""
     spill_on_overload: bool = False
-    """When the engine is overloaded (every worker busy, queue full), try the next engine instead of a 503. Off by
-    default: spilling from ChatTTS to espeak changes the voice. Needs ``fallback``."""
+    """When an engine is overloaded (every worker busy and its queue full, or the wait timed out) the request goes to
+    the next engine of the list instead of a ``503``. Off by default: spilling from ChatTTS to espeak changes the
+    voice the client hears. Needs ``fallback`` (``spill_on_overload: true`` with ``fallback: false`` is refused at
+    start)."""
 
     @model_validator(mode="after")
     def _spill_needs_fallback(self) -> AliasSettings:
@@ -354,18 +445,20 @@ class VoicesSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_per_tenant: int = Field(default=20, ge=0)
-    """Custom voices a tenant may have at once (20, as OpenAI); creating one more is refused (400,
-    ``voice_limit_reached``)."""
+    """Custom voices a tenant may have at once (as OpenAI); one more gets ``400`` with code ``voice_limit_reached``
+    (delete one first). Enforced across replicas through Redis when ``redis_url`` is set."""
     max_consents_per_tenant: int = Field(default=20, ge=0)
-    """Consent recordings a tenant may keep at once; uploading one more is refused (400, ``consent_limit_reached``).
-    Each is kept as at most 30 s of 16 kbit/s Opus (about 60 KB)."""
+    """Consent recordings a tenant may keep at once; one more gets ``400`` with code ``consent_limit_reached``. Each
+    is kept as at most 30 s of 16 kbit/s Opus (about 60 KB); see [voices.md](voices.md)."""
     aliases: VoiceAliases = Field(default_factory=dict)
     """Voice names and ids callers send, each mapped to the voice that speaks it (a built-in voice of the model's
-    engine, or a tenant's custom voice by ``voice_…`` id), for every tenant and every API: over ElevenLabs' premade
-    ids (``gateway/speech/voice_aliases.py``), under a tenant's own ``voice_aliases``."""
+    engine, or a tenant's custom voice by its ``voice_…`` id), for every tenant and every API: over ElevenLabs'
+    [premade ids](elevenlabs.md#voice-ids-as-clients-send-them), under a tenant's own ``voice_aliases``. One step: a
+    target is not looked up again."""
     max_speaker_chars: int = Field(default=16384, ge=1, le=16384)
-    """Longest ``speaker`` accepted (400 beyond it); ChatTTS's full-size speakers are 862 characters. 16384 is
-    also the API's own ceiling."""
+    """Longest ``speaker`` accepted, at most 16384 (the API's own ceiling); longer gets ``400``
+    ``string_above_max_length``. ChatTTS's full-size speakers are 862 characters. A speaker an engine makes from an
+    audio sample is held to it too (``400`` naming ``audio_sample``)."""
 
 
 class PronunciationSettings(BaseModel):
@@ -380,8 +473,8 @@ class PronunciationSettings(BaseModel):
     """Rules one version of a dictionary may hold (400 beyond it). Matching costs the same whatever their number
     (linear in the text); compiling a version's rules is done once per replica."""
     max_file_bytes: int = Field(default=1_048_576, ge=1024, le=16_777_216)
-    """Largest PLS file ``add-from-file`` reads (400 beyond it); its body may hold this and 64 KiB more, whatever
-    ``server.max_body_bytes`` (413 beyond)."""
+    """Largest PLS file ``add-from-file`` reads, 1 KiB to 16 MiB (``400`` beyond it); its body may hold this and 64
+    KiB more, whatever ``server.max_body_bytes`` (``413`` beyond)."""
 
 
 #: The engines and aliases every gateway starts from: the lowest-priority settings source, so YAML files and
@@ -460,6 +553,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TTS_GATEWAY_", env_nested_delimiter="__", extra="forbid")
 
     server: ServerSettings = Field(default_factory=ServerSettings)
+    """The HTTP server."""
     engines: Annotated[dict[str, EngineSettings], BeforeValidator(_without_removed)] = Field(default_factory=dict)
     """Engines by the model name clients use for them directly (built in: ``chattts``, ``espeak``)."""
     aliases: Annotated[dict[str, AliasSettings], BeforeValidator(_aliases_as_mappings)] = Field(default_factory=dict)
@@ -467,7 +561,9 @@ class Settings(BaseSettings):
     take over when it fails before the first audio), or ``{engines: [...], fallback: bool, spill_on_overload: bool}``
     (``fallback: false``: the first engine only)."""
     failover: FailoverSettings = Field(default_factory=FailoverSettings)
+    """Retrying a request that failed before its first audio."""
     readiness: ReadinessSettings = Field(default_factory=ReadinessSettings)
+    """What ``/readyz`` waits for."""
     redis_url: str | None = Field(default=None, repr=False)  # its password must not reach a log through a repr
     """Where limits, cache, keys, voices and usage live, shared by every replica: one Redis
     ``redis://[[user]:password@]host:port/db`` (``rediss://`` for TLS, ``unix:///path/to/redis.sock``), the master of a
@@ -480,15 +576,25 @@ class Settings(BaseSettings):
     """The connections of this process's Redis client (``redis_url``'s; a ``cache.redis_url`` client of its own
     keeps the defaults)."""
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    """Tenants, API keys, JWTs, the admin and service tokens."""
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    """How per-tenant limits behave when Redis is out of reach."""
     cache: CacheSettings = Field(default_factory=CacheSettings)
+    """The audio cache."""
     speech: SpeechSettings = Field(default_factory=SpeechSettings)
+    """How a long input is scheduled."""
     realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
+    """The realtime WebSocket endpoints."""
     jobs: JobsSettings = Field(default_factory=JobsSettings)
+    """Long inputs spoken in the background (``/v1/audio/speech/jobs``)."""
     voices: VoicesSettings = Field(default_factory=VoicesSettings)
+    """Custom voices and consent recordings."""
     pronunciation: PronunciationSettings = Field(default_factory=PronunciationSettings)
+    """Per-tenant pronunciation dictionaries."""
     uploads: UploadSettings = Field(default_factory=UploadSettings)
+    """Decoding uploaded recordings apart from the server, and what uploads may hold."""
     tracing: TracingSettings = Field(default_factory=TracingSettings)
+    """W3C trace context in logs and across tiers; OpenTelemetry spans over OTLP."""
 
     _redis_url_is_usable = field_validator("redis_url")(_usable_redis_url)
 

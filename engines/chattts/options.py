@@ -28,7 +28,7 @@ class ChatTTSOptions(BaseModel):
     """``hub``: the 2Noise/ChatTTS snapshot in ``cache_dir``, downloaded on first start when the hub is reachable;
     ``dir``: a directory the user provides (``path``), holding ``asset/``."""
     path: str | None = None
-    """The model directory for ``source: dir``."""
+    """The model directory for ``source: dir`` (holding ``asset/``)."""
     cache_dir: str = "~/.cache/tts-gateway/huggingface"
     """Where hub snapshots are kept (``models--2Noise--ChatTTS/snapshots/<rev>``); existing ones load offline."""
     download: bool = True
@@ -36,12 +36,14 @@ class ChatTTSOptions(BaseModel):
     hub_timeout_s: float = Field(default=3.0, gt=0)
     """How long the reachability probe of the hub may take before the engine reports itself unavailable."""
     device: Device = "auto"
-    """``auto``: CUDA when available, else CPU."""
+    """``auto`` (CUDA when available), ``cpu`` or ``cuda``."""
     dtype: Dtype = "auto"
-    """The GPT backbone's number type. ``auto``: float16 on CUDA, float32 on CPU. ``bfloat16`` reads half the bytes
-    per decode step and, on a CPU with bfloat16 arithmetic (AVX512-BF16, AMX), multiplies faster too (BENCHMARKS.md,
-    "The backbone in bfloat16"); on other CPUs torch has no fast path for it, nor for float16 on any CPU (a warning at
-    load)."""
+    """The GPT backbone's number type: ``auto`` (float16 on CUDA, float32 on CPU), ``float32``, ``float16`` or
+    ``bfloat16``. On a CPU with bfloat16 arithmetic (``lscpu`` lists ``avx512_bf16`` or ``amx_bf16``) ``bfloat16``
+    made decode steps 1.2 to 1.9x (batch 1 to 8) and prefill 2.2x faster, and served 1.19x the audio at concurrency 4
+    with 345 MiB less per worker ([BENCHMARKS.md](../BENCHMARKS.md#the-backbone-in-bfloat16-dtype)). On other CPUs
+    torch has no fast path for it, nor for ``float16`` on any CPU: the engine logs a warning at load. The decoder and
+    vocoder stay float32."""
     decoder: Decoder = "auto"
     """What runs the decode steps (one new token per running sequence): ``torch``, or ``onnxruntime`` (the backbone
     with its KV cache and the audio heads as one ONNX graph, exported from the loaded weights on first use and kept
@@ -54,15 +56,19 @@ class ChatTTSOptions(BaseModel):
     exactness for speed: its tokens differ from float32's (BENCHMARKS.md), and its audio has not been judged by ear.
     Prefill stays float32 in torch."""
     threads: int | None = Field(default=None, ge=1, le=256)
-    """torch CPU threads per worker (default: torch's choice)."""
+    """Torch CPU threads per worker (unset: torch's choice); ONNX Runtime's decode steps use as many."""
     blocked_weights: bool = True
     """On CPU, let the backbone's products use oneDNN on a second copy of its weights laid out for it, where measured
     faster at load (``engines/chattts/small_batch.py``); ``false`` saves that copy's memory (0.76 GB per worker for
     the full model in float32)."""
     temperature: float = Field(default=0.3, gt=0)
+    """Sampling."""
     top_P: float = Field(default=0.7, gt=0, le=1)  # noqa: N815 - ChatTTS's name
+    """Sampling."""
     top_K: int = Field(default=20, ge=1)  # noqa: N815 - ChatTTS's name
+    """Sampling."""
     repetition_penalty: float = Field(default=1.05, gt=0)
+    """Sampling."""
     max_new_token: int = Field(default=2048, ge=1, le=4096)
     """Most audio tokens per sentence segment (one token is about 21 ms of audio)."""
     min_new_token: int = Field(default=0, ge=0)
@@ -71,6 +77,7 @@ class ChatTTSOptions(BaseModel):
     """Run ChatTTS's text-refinement pass before speaking (adds latency); also runs when the instructions carry
     ``[oral_N]``, ``[laugh_N]`` or ``[break_N]``."""
     refine_max_new_token: int = Field(default=384, ge=1)
+    """Token budget of that pass."""
     # The bounds on the number only: on the whole union pydantic applied them to "auto" as well (a TypeError at start).
     max_batch: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = "auto"
     """Requests one worker generates together (dynamic batching). ``auto``: measured at load, the decode step timed
@@ -87,8 +94,9 @@ class ChatTTSOptions(BaseModel):
     batch_window_ms: float = Field(default=10.0, ge=0)
     """How long an idle worker waits for more requests before it starts a batch."""
     continuous_batching: bool = True
-    """Requests (and the next sentence segments of running ones) join a batch that is generating, at its next step,
-    up to ``max_batch``; off: they wait until every sequence of the running batch has ended."""
+    """Requests, and the next sentences of running ones, join a generating batch at its next step (up to
+    ``max_batch``): their prompts are prefilled in the same forward pass as the running sequences' next token, so the
+    weights are read once for both; ``false``: they wait until the whole batch has ended."""
     prefill_chunk_tokens: int | None = Field(default=None, ge=1)
     """Most prompt tokens of joining sequences one decode step prefills beside the running ones (a longer prompt is
     prefilled over several steps, each holding the running sequences less long); default: every waiting prompt
@@ -106,7 +114,9 @@ class ChatTTSOptions(BaseModel):
     """Tokens of the smallest later chunk (later chunks double up to ``stream_max_chunk_tokens`` while the listener
     has audio enough, or while generation is slower than real time)."""
     stream_max_chunk_tokens: int = Field(default=96, ge=8)
-    """Tokens of the largest chunk (equal to ``stream_chunk_tokens``: every later chunk has that size)."""
+    """Later chunks double up to this size while the listener has audio enough to wait for them, or while generation
+    is slower than real time (each chunk decodes ``stream_left_context`` tokens again, so bigger chunks cost less);
+    equal to ``stream_chunk_tokens``: fixed-size chunks."""
     stream_left_context: int = Field(default=40, ge=0)
     """Tokens of already-spoken context decoded again with each chunk (the decoder's receptive field)."""
     max_sample_s: float = Field(default=30.0, ge=1.0, le=60.0)

@@ -27,18 +27,22 @@ class OpenAIRemoteOptions(BaseModel):
     model: str = Field(default="tts-1", min_length=1)
     """The ``model`` sent upstream."""
     voices: dict[str, str] = Field(default_factory=dict)
-    """Gateway voice → upstream voice; a voice not listed is sent under its own name."""
+    """Gateway voice → upstream voice; a voice not listed is sent under its own name. The engine offers OpenAI's
+    voices plus these."""
     api_key: SecretStr | None = None
-    """Sent upstream as ``Authorization: Bearer``; never logged."""
+    """Sent upstream as ``Authorization: Bearer`` (an engine node's ``auth.service_token``); never logged."""
     api_key_env: str | None = None
-    """The name of an environment variable holding the key (instead of ``api_key``); read at start."""
+    """The name of an environment variable holding the key instead (it must be set at start); not both."""
     connect_timeout_s: float = Field(default=2.0, gt=0)
+    """Connecting to an endpoint."""
     first_byte_timeout_s: float = Field(default=15.0, gt=0)
-    """From sending the request to the first audio byte; beyond it the attempt fails (and counts in the breaker)."""
+    """From sending the request to the first audio byte; beyond it the try fails (and counts in the endpoint's
+    breaker)."""
     idle_timeout_s: float = Field(default=15.0, gt=0)
     """Longest silence between two chunks once audio flows; beyond it the stream is cut."""
     max_in_flight: int = Field(default=16, ge=1)
-    """Requests in flight per endpoint address; with every endpoint full a request waits in the queue."""
+    """Requests in flight per endpoint address; with every address full a request waits in the queue (``queue_size``,
+    ``queue_timeout_s``), then gets ``503`` with ``Retry-After``."""
     sample_rate: int = Field(default=24000, ge=8000, le=192000)
     """The rate of the upstream's raw ``pcm`` (OpenAI's is 24 kHz)."""
     probe_interval_s: float = Field(default=2.0, gt=0)
@@ -46,7 +50,7 @@ class OpenAIRemoteOptions(BaseModel):
     resolve_interval_s: float = Field(default=10.0, gt=0)
     """How often host names are resolved again (addresses that come and go)."""
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
-    """The circuit breaker of each endpoint address."""
+    """Each endpoint address's circuit breaker (``failures``, ``window_s``, ``open_s``, ``half_open_probes``)."""
 
     @field_validator("endpoints")
     @classmethod
