@@ -4,6 +4,7 @@
 ``chattts-gateway keys create --tenant NAME [--config FILE]`` issues an API key (shown once, stored only as a hash).
 ``chattts-gateway assets generate --preset tiny|full DIR`` writes a ChatTTS asset directory with random weights.
 ``chattts-gateway openapi [--output FILE]`` writes the OpenAPI document the app serves (checked in as openapi/).
+``chattts-gateway config-reference [--output FILE]`` writes docs/configuration-reference.md from the settings.
 ``chattts-gateway say TEXT|- [--voice V] [--format F] [-o FILE|-] [--play] [--model M] [--speed S] [--base-url URL]
 [--api-key KEY]`` speaks through a running gateway, writing the audio as it arrives (``say.py``, a client).
 """

@@ -1,4 +1,4 @@
-"""The server's commands: ``serve``, ``keys create``, ``openapi`` and ``assets generate``."""
+"""The server's commands: ``serve``, ``keys create``, ``openapi``, ``config-reference`` and ``assets generate``."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _config_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_server_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``serve``, ``keys create``, ``openapi`` and ``assets generate``."""
+    """``serve``, ``keys create``, ``openapi``, ``config-reference`` and ``assets generate``."""
     serve = commands.add_parser("serve", help="serve the gateway over HTTP")
     serve.add_argument("--host", help="address to bind (default: server.host, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to bind (default: server.port, 8000)")
@@ -46,6 +46,10 @@ def add_server_parsers(commands: argparse._SubParsersAction[argparse.ArgumentPar
     _config_argument(create)
     openapi = commands.add_parser("openapi", help="write the app's OpenAPI document (JSON)")
     openapi.add_argument("--output", type=Path, help="file to write (default: standard output)")
+    reference = commands.add_parser(
+        "config-reference", help="write the configuration reference (Markdown) from the settings' field docstrings"
+    )
+    reference.add_argument("--output", type=Path, help="file to write (default: standard output)")
     assets = commands.add_parser("assets", help="ChatTTS weights").add_subparsers(dest="assets_command", required=True)
     generate = assets.add_parser("generate", help="write ChatTTS assets with random weights (tests, benchmarks)")
     generate.add_argument(
@@ -187,6 +191,17 @@ def _write_openapi(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_config_reference(args: argparse.Namespace) -> int:
+    from gateway.cli.config_reference import render_reference
+
+    document = render_reference()
+    if args.output is None:
+        print(document, end="")
+    else:
+        args.output.write_text(document)
+    return 0
+
+
 def _generate_assets(args: argparse.Namespace) -> int:
     from engines.chattts.assets import generate_assets
 
@@ -203,4 +218,6 @@ def run_server_command(args: argparse.Namespace) -> int:
         return _create_key(args)
     if args.command == "openapi":
         return _write_openapi(args)
+    if args.command == "config-reference":
+        return _write_config_reference(args)
     return _generate_assets(args)

@@ -1,4 +1,9 @@
-"""docs/configuration.md documents every setting, and only settings that exist, with its real default.
+"""docs/configuration-reference.md documents every setting, and only settings that exist, with its real default.
+
+The document is generated from the settings models' field docstrings (``gateway/cli/config_reference.py``; the one
+place a setting's meaning is written): the checked-in file must be what the generator makes now, every field must
+have a docstring, and the document is also checked on its own, as written, against the models, so a fault of the
+generator cannot hide a missing setting or a wrong default.
 
 The settings are pydantic models, composed in ``gateway/settings.py: Settings``. Each table of the document that
 documents one is preceded by a marker naming it (several for a table shared by models with the same fields):
@@ -29,13 +34,15 @@ import yaml
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_jsonable_python
 
+from gateway.cli.config_reference import render_reference, undocumented_fields
 from gateway.settings import Settings
 
 if typing.TYPE_CHECKING:
     from pydantic.fields import FieldInfo
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCUMENT = "docs/configuration.md"
+DOCUMENT = "docs/configuration-reference.md"
+REGENERATE = "chattts-gateway config-reference --output docs/configuration-reference.md"
 _MARKER = re.compile(r"^<!-- settings: (?P<names>[\w ]+?) -->\n(?=\|)", re.MULTILINE)
 _UNSET = "—"
 _REQUIRED = "(required)"
@@ -170,6 +177,17 @@ def default_problem(cell: str, settings: list[Setting]) -> str | None:
     return None
 
 
+def test_the_reference_is_what_the_docstrings_make() -> None:
+    assert (ROOT / DOCUMENT).read_text() == render_reference(), f"regenerate: {REGENERATE}"
+
+
+def test_every_setting_has_a_docstring() -> None:
+    missing = undocumented_fields(Settings)
+    assert not missing, "write a docstring under each of these fields (its meaning in the reference):\n" + "\n".join(
+        missing
+    )
+
+
 def test_every_setting_is_documented_with_its_default() -> None:
     text = (ROOT / DOCUMENT).read_text()
     tables = marked_tables(text)
@@ -211,7 +229,7 @@ def table_problems(table: Table, models: list[tuple[type[BaseModel], str]], mark
     where = f"{DOCUMENT}:{table.line} (the table of {', '.join(table.models)})"
     problems = [
         f"{where}: `{settings[0].path}` is missing: add the row | `{key}` | {written_default(settings)} | ... | "
-        f"(its meaning: the docstring of {qualified_name(settings[0])})"
+        f"(its meaning: the docstring of {qualified_name(settings[0])}; regenerate: {REGENERATE})"
         for key, settings in expected.items()
         if key not in table.rows
     ]
