@@ -219,7 +219,8 @@ class AuthSettings(BaseModel):
     configured by their hash (``api_key_sha256``) stay listed as revoked for good, so that re-seeding the
     configuration cannot bring them back. Default: 30 days."""
     retired_usage_retention_s: int = Field(default=90 * 24 * 3600, ge=1)
-    """How long a deleted tenant's usage is kept apart for the operator (``GET /admin/retired-usage/{name}``)."""
+    """How long a deleted tenant's usage is kept apart for the operator (``GET /admin/retired-usage/{name}``): 90
+    days by default."""
     service_token: SecretStr | None = Field(default=None, min_length=32)
     """The credential of an engine node (``server.profile: engine``): every request to it must carry ``Authorization:
     Bearer <service_token>``, which the front gateway sends as its ``kind: openai`` engine's ``api_key``. At least 32
