@@ -79,6 +79,12 @@ class SynthesisRequest:
     control_tokens: bool = False
     """The caller opted in to the engine's control tokens typed in :attr:`text` (ChatTTS: ``[laugh]``,
     ``[uv_break]``, ``[oral_2]``, ``[speed_5]`` …); otherwise they are text like any other."""
+    language: str | None = None
+    """The language to speak :attr:`text` in, an ISO 639-1 code (``de``, ``pt-br``); ``None``: the voice's own. An
+    engine raises :class:`InvalidSynthesisRequestError` (``param`` ``language_code``) for a language it cannot speak."""
+    normalize_text: bool = True
+    """Read digits, money, dates and abbreviations as words before speaking; ``False``: read the text as written (an
+    engine whose reading of digits cannot be turned off, espeak-ng, reads them either way)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +93,9 @@ class VoiceInfo:
 
     id: str
     description: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+    """What is known of how it sounds, ``(label, value)`` each as ElevenLabs labels its voices (``gender``:
+    ``male``/``female``/``neutral``, ``accent``, ``language``: ISO 639-1); a label not known is absent."""
 
 
 @dataclass(frozen=True, slots=True)

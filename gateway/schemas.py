@@ -117,6 +117,16 @@ class SpeechRequest(BaseModel):
     """This gateway's extension (as vLLM-Omni's and ElevenLabs' ``seed``): the same request with the same seed gives
     the same audio on a sampling engine (ChatTTS) with the same weights, version and decoder (docs/configuration.md:
     Reproducible speech). Engines that do not sample ignore it."""
+    language_code: Annotated[
+        str | None, StringConstraints(max_length=35, pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*$")
+    ] = None
+    """This gateway's extension (ElevenLabs' ``language_code``): the language to speak ``input`` in, an ISO 639-1 code
+    (``de``, ``pt-BR``); absent: the voice's own. A language the model's engine cannot speak is refused (400):
+    espeak-ng speaks about a hundred, ChatTTS ``en`` and ``zh``."""
+    normalize_text: bool = True
+    """This gateway's extension (ElevenLabs' ``apply_text_normalization: "off"`` is ``false``): read digits, money
+    and abbreviations as words before speaking (ChatTTS); ``false``: as written. espeak-ng reads digits as words
+    either way."""
     sample_rate: Annotated[
         int | None, Field(strict=True, json_schema_extra={"enum": [*sorted(SPEECH_SAMPLE_RATES), None]})
     ] = None

@@ -56,6 +56,7 @@ SAMPLE_RATE = 24000
 NATIVE_SPEED_RANGE = (0.5, 2.0)
 _SEED_MODULUS = 2**63
 _EMPTY_AUDIO_S = 0.1
+_LANGUAGES = frozenset({"en", "zh"})
 _MIN_SAMPLE_S = 1.0  # shorter holds too few codes (47 a second) to carry a voice
 _MAX_TRANSCRIPT_CHARS = 2000  # about a minute of speech: more than the longest sample says
 
@@ -335,6 +336,7 @@ class ChatTTSEngine:
         )
 
     def _plan(self, index: int, request: SynthesisRequest, cancel: CancelToken) -> _Plan:
+        _check_language(request.language)
         prefix, speaker, codes = self._voice_prompt(request)
         seed = request.seed if request.seed is not None else self.options.seed
         if seed is None:
@@ -344,7 +346,7 @@ class ChatTTSEngine:
         instructions = request.instructions
         if request.control_tokens:  # the refinement tags the caller typed prompt the refinement too
             instructions = (instructions or "") + split_control_tokens(request.text).prompt
-        spoken = self._spoken(request.text, control_tokens=request.control_tokens)
+        spoken = self._spoken(request.text, control_tokens=request.control_tokens, normalize=request.normalize_text)
         for number, text in enumerate(split_segments(spoken, self.options.max_segment_chars)):
             if cancel.is_set():
                 break
@@ -373,19 +375,22 @@ class ChatTTSEngine:
             return self._tag_ids(["[Stts]", "[empty_spk]"]) + transcript + self._tag_ids([speed]), None, voice.codes
         return self._tag_ids(["[Stts]", "[spk_emb]", speed]), voice, None
 
-    def _spoken(self, text: str, *, control_tokens: bool = False) -> str:
+    def _spoken(self, text: str, *, control_tokens: bool = False, normalize: bool = True) -> str:
         """``text`` as the tokenizer reads it. Brackets are dropped, so a control token a caller typed is read as its
         words; with ``control_tokens`` (the caller opted in) the inline ones (``[laugh]``, ``[uv_break]`` …) stay,
-        as the tags they are, and the prompt ones (``[oral_N]``, ``[speed_N]`` …) go to the prompts."""
+        as the tags they are, and the prompt ones (``[oral_N]``, ``[speed_N]`` …) go to the prompts. Without
+        ``normalize`` (the request's ``normalize_text``) digits and symbols are not read as words."""
         if not control_tokens:
-            return self._readable(text)
+            return self._readable(text, normalize=normalize)
         pieces = split_control_tokens(text).pieces
-        return " ".join(piece if ControlTokens.is_token(piece) else self._readable(piece) for piece in pieces)
+        return " ".join(
+            piece if ControlTokens.is_token(piece) else self._readable(piece, normalize=normalize) for piece in pieces
+        )
 
-    def _readable(self, text: str) -> str:
+    def _readable(self, text: str, *, normalize: bool = True) -> str:
         spoken = prepare_text(text)
-        if self.options.normalize:  # digits, money, dates and symbols as words: the tokenizer reads only words
-            spoken = normalize_text(spoken)
+        if normalize and self.options.normalize:  # digits, money, dates and symbols as words: the tokenizer reads
+            spoken = normalize_text(spoken)  # only words
         return spoken
 
     # ----------------------------------------------------------------- voices from samples
@@ -483,6 +488,19 @@ class ChatTTSEngine:
         result: str = chat.tokenizer.decode(ids)[0]
         refined.destroy()
         return result
+
+
+def _check_language(language: str | None) -> None:
+    """Refuse a language ChatTTS was not trained on: it speaks English and Mandarin, and tells them apart itself.
+
+    Raises:
+        InvalidSynthesisRequestError: any other language (``param`` ``language_code``).
+    """
+    if language is not None and language.lower().replace("_", "-").split("-")[0] not in _LANGUAGES:
+        raise InvalidSynthesisRequestError(
+            f"ChatTTS cannot speak the language '{language}': it speaks English (en) and Chinese (zh).",
+            param="language_code",
+        )
 
 
 def _unknown_characters(tokenizer: Any, spans: list[str]) -> Counter[str]:

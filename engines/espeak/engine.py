@@ -30,6 +30,8 @@ __all__ = ["EspeakEngine"]
 
 _QUEUED_AUDIO_MS: Final = 10_000
 """How far espeak may run ahead of a slow consumer before it pauses."""
+_ESPEAK_LANGUAGES: Final = {"zh": "cmn"}
+"""ISO 639-1 codes whose espeak-ng voice has another name (Mandarin is ``cmn``)."""
 _RATE_NORMAL_WPM: Final = 175
 _RATE_MIN_WPM: Final = 80
 """espeak renders anything slower at 80 words per minute."""
@@ -41,9 +43,11 @@ class EspeakEngine:
     """espeak-ng speaking English with one distinct accent, variant and pitch per OpenAI voice.
 
     A formant synthesizer has no use for ``instructions`` (style prompts) or ``seed`` (it does not sample), so both
-    are ignored; a ``speaker`` (custom voice) is refused. Text is spoken as plain text, so SSML-looking tags are read
-    out rather than interpreted; NUL characters are dropped. ``speed`` maps to espeak's words-per-minute rate
-    (1.0 = 175 wpm) within :attr:`EngineInfo.speed_range`.
+    are ignored; a ``speaker`` (custom voice) is refused. A ``language`` other than English speaks the text with
+    espeak-ng's voice of that language in the voice's variant and pitch (about a hundred languages; one it lacks is
+    refused); ``normalize_text`` cannot be honoured: espeak-ng reads digits and abbreviations as words by itself.
+    Text is spoken as plain text, so SSML-looking tags are read out rather than interpreted; NUL characters are
+    dropped. ``speed`` maps to espeak's words-per-minute rate (1.0 = 175 wpm) within :attr:`EngineInfo.speed_range`.
 
     espeak-ng keeps process-wide state, so it is initialised once per process and runs one synthesis at a time; the
     synthesis runs in a helper thread so that chunks are yielded while espeak is still speaking.
@@ -116,7 +120,28 @@ class EspeakEngine:
             )
         if request.speaker is not None:
             raise InvalidSynthesisRequestError("espeak does not support custom voices", param="voice")
-        return SpeechParameters(voice.espeak_name, _rate_wpm(request.speed), voice.pitch)
+        return SpeechParameters(self._espeak_name(voice, request.language), _rate_wpm(request.speed), voice.pitch)
+
+    def _espeak_name(self, voice: EspeakVoice, language: str | None) -> str:
+        """The espeak voice that speaks ``voice`` in ``language``: its own accent for its own language (``en``), else
+        espeak's voice of that language with the same variant (``de+klatt4``).
+
+        Raises:
+            InvalidSynthesisRequestError: a language espeak-ng has no voice for (``param`` ``language_code``).
+        """
+        if language is None:
+            return voice.espeak_name
+        code = language.lower().replace("_", "-")
+        if code == voice.language.split("-")[0]:  # English in an English accent: keep the accent
+            return voice.espeak_name
+        name = f"{_ESPEAK_LANGUAGES.get(code, code)}+{voice.variant}"
+        assert self._library is not None
+        if not self._library.has_voice(name):
+            raise InvalidSynthesisRequestError(
+                f"espeak-ng cannot speak the language '{language}' (no voice of that language in its data).",
+                param="language_code",
+            )
+        return name
 
     def _info(self, library: EspeakLibrary) -> EngineInfo:
         return EngineInfo(
@@ -134,4 +159,5 @@ def _rate_wpm(speed: float) -> int:
 
 
 def _voice_info(voice: EspeakVoice) -> VoiceInfo:
-    return VoiceInfo(voice.id, f"{voice.description}; espeak-ng {voice.espeak_name}, pitch {voice.pitch}")
+    labels = (("gender", voice.gender), ("accent", voice.accent), ("language", "en"))
+    return VoiceInfo(voice.id, f"{voice.description}; espeak-ng {voice.espeak_name}, pitch {voice.pitch}", labels)

@@ -28,6 +28,8 @@ from engines.errors import EngineNotReadyError, EngineOverloadedError
 from engines.remote.context import (
     CONTINUING_FIELD,
     CONTROL_TOKENS_FIELD,
+    LANGUAGE_FIELD,
+    NORMALIZE_TEXT_FIELD,
     SAMPLE_ROUTE,
     SEED_FIELD,
     SPEAKER_FIELD,
@@ -324,6 +326,10 @@ class RemoteEngine:
             body[CONTROL_TOKENS_FIELD] = True
         if request.seed is not None and engine_node:  # OpenAI refuses the field (400): only a node is told
             body[SEED_FIELD] = request.seed
+        if request.language is not None and engine_node:  # the node's engine says whether it speaks it
+            body[LANGUAGE_FIELD] = request.language
+        if not request.normalize_text and engine_node:
+            body[NORMALIZE_TEXT_FIELD] = False
         return body
 
     # ----------------------------------------------------------------- voice samples

@@ -10,7 +10,8 @@ The speaker of a custom voice, in the body field ``x_tts_speaker`` (up to 16384 
 text: too large for a header under ``server.max_header_bytes``), and ``x_tts_continuing: true`` for a later segment
 of a long input whose audio is already streaming (the node then neither refuses it for a full queue nor times it out,
 as the front's own scheduler does not: ``EngineBackend.open_stream``). The speech request's own extensions
-``control_tokens`` and ``seed`` go to an engine node as they are (another OpenAI-compatible server is not sent them).
+``control_tokens``, ``seed``, ``language_code`` and ``normalize_text`` go to an engine node as they are (another
+OpenAI-compatible server is not sent them).
 
 The front asks an engine node for its audio as server-sent events (``stream_format: "sse"``, ``response_format:
 "pcm"``) and the node says in the ``X-TTS-Timestamps`` header of its answer how its engine placed the words (``exact``
@@ -50,8 +51,10 @@ __all__ = [
     "CONTINUING_FIELD",
     "CONTROL_TOKENS_FIELD",
     "ENGINE_NODE_HEADER",
+    "LANGUAGE_FIELD",
     "MAX_QUEUED_HEADER",
     "MAX_SPEAKER_CHARS",
+    "NORMALIZE_TEXT_FIELD",
     "PRIORITY_HEADER",
     "SAMPLE_ROUTE",
     "SEED_FIELD",
@@ -83,6 +86,10 @@ CONTROL_TOKENS_FIELD = "control_tokens"
 """The speech request's own extension field (``SpeechRequest.control_tokens``), passed on to an engine node."""
 SEED_FIELD = "seed"
 """The speech request's sampling seed (``SpeechRequest.seed``, an extension), passed on to an engine node only."""
+LANGUAGE_FIELD = "language_code"
+"""The speech request's language (``SpeechRequest.language_code``, an extension), passed on to an engine node only."""
+NORMALIZE_TEXT_FIELD = "normalize_text"
+"""``false`` when the text is read as written (``SpeechRequest.normalize_text``), passed on to an engine node only."""
 _VERSION = "1"
 
 # The pattern of tenant names in auth's settings (engines may not import auth): every tenant a front can serve.

@@ -263,6 +263,8 @@ def _engine_request(request: SpeechRequest, info: EngineInfo | None, voice: Voic
         speaker=voice.speaker,
         seed=request.seed,
         control_tokens=request.control_tokens,
+        language=request.language_code,
+        normalize_text=request.normalize_text,
     )
     return synthesis, speed / native
 

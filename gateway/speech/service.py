@@ -696,6 +696,10 @@ def _key(plan: SpeechPlan, tenant_scope: str) -> str:
         params["pronunciation"] = [list(version) for version in plan.pronunciation]
     if request.seed is not None:  # another seed is other audio; unseeded requests keep their keys
         params["seed"] = request.seed
+    if request.language_code is not None:  # another language is other audio; absent, keys stay as they were
+        params["language"] = request.language_code.lower().replace("_", "-")
+    if not request.normalize_text:  # "3" read as written, not as "three"
+        params["normalize_text"] = False
     rate = output_sample_rate(request.response_format, request.sample_rate)
     if rate != output_sample_rate(request.response_format):  # the format's own rate, asked for or not, is one entry
         params["sample_rate"] = rate

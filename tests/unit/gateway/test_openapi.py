@@ -42,7 +42,7 @@ def _speech_request(document: dict[str, Any]) -> dict[str, Any]:
 
 #: This gateway's documented extensions of OpenAI's speech request (``docs/ssml.md``, docs/configuration.md):
 #: optional, off by default.
-EXTENSIONS = {"control_tokens", "word_timestamps", "seed", "sample_rate"}
+EXTENSIONS = {"control_tokens", "word_timestamps", "seed", "sample_rate", "language_code", "normalize_text"}
 #: The response formats this gateway adds to OpenAI's (G.711, named as OpenAI Realtime's ``audio/pcmu``/``audio/pcma``).
 EXTRA_FORMATS = {"response_format": {"pcmu", "pcma"}}
 
