@@ -4,12 +4,15 @@ ElevenLabs' voice object.
 The same voices as ``GET /v1/audio/voices`` (``gateway/routes/catalog.py``): the built-in voices of the engines of the
 models the tenant may use (``premade``, the voice's name as its ``voice_id``) and the tenant's custom voices
 (``cloned``, their ``voice_…`` id). A tenant has at most ``voices.max_per_tenant`` custom voices and the engines a
-few dozen built-in ones, so a listing reads them whole and pages what it answers.
+few dozen built-in ones, so a listing reads them whole and pages what it answers. ``GET /v2/voices`` filters by the
+voices' labels (``gender``, ``age``, ``language``, ``accent``, ``use_cases``): a voice without the label asked for is
+left out.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
 
 from litestar import Controller, Request, get
 from litestar.params import Parameter
@@ -24,7 +27,12 @@ from gateway.speech.voice_aliases import PREMADE_VOICES, built_in_aliases
 from gateway.speech.voices import CustomVoiceRecord  # noqa: TC001 - a parameter's type
 from gateway.state import gateway_state
 
-__all__ = ["VoicesController", "VoicesV2Controller"]
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from engines.base import EngineInfo
+
+__all__ = ["LabelFilter", "VoicesController", "VoicesV2Controller"]
 
 MAX_PAGE_SIZE = 100
 _CUSTOM_VOICE_TYPES = frozenset({"personal", "non-default", "non-community", "workspace", "saved"})
@@ -111,11 +119,25 @@ class VoicesV2Controller(Controller):
         category: Annotated[str | None, Parameter(description="`premade` or `cloned`.", max_length=64)] = None,
         voice_ids: Annotated[list[str] | None, Parameter(description="Only these voices.", max_items=100)] = None,
         include_total_count: Annotated[bool | None, Parameter(description="Accepted: it is always there.")] = None,
+        gender: Annotated[
+            str | None, Parameter(description="The `gender` label: `male`, `female`, `neutral`.", max_length=64)
+        ] = None,
+        age: Annotated[str | None, Parameter(description="The `age` label.", max_length=64)] = None,
+        language: Annotated[
+            str | None, Parameter(description="The `language` label (ISO 639-1).", max_length=64)
+        ] = None,
+        accent: Annotated[str | None, Parameter(description="The `accent` label.", max_length=64)] = None,
+        use_cases: Annotated[
+            list[str] | None, Parameter(description="Any of these `use_case` labels.", max_items=100)
+        ] = None,
     ) -> VoicePage:
+        labelled = {"gender": gender, "age": age, "language": language, "accent": accent}
+        wanted = LabelFilter({name: value for name, value in labelled.items() if value}, use_cases)
         found = [
             voice
             for voice in await _all_voices(router, voices, principal)
             if _matches(voice, search=search, voice_type=voice_type, category=category, voice_ids=voice_ids)
+            and wanted.admits(voice.labels)
         ]
         if sort in {"name", "created_at_unix"}:
             found.sort(key=lambda voice: (voice.name.lower(),) if sort == "name" else (voice.created_at_unix or 0,))
@@ -159,16 +181,46 @@ async def _all_voices(router: Router, voices: VoicesDep, principal: Caller) -> l
     return [*builtin, *custom]
 
 
+@dataclass(frozen=True, slots=True)
+class LabelFilter:
+    """``GET /v2/voices``' label filters: a voice passes when it has every label asked for with the value asked for
+    (case aside), and a ``use_case`` label among ``use_cases``. A voice without a label asked for never passes: what is
+    not known of a voice does not match."""
+
+    labels: dict[str, str]
+    use_cases: list[str] | None = None
+
+    def admits(self, labels: Mapping[str, str]) -> bool:
+        if any(labels.get(name, "").lower() != value.lower() for name, value in self.labels.items()):
+            return False
+        return not self.use_cases or labels.get("use_case", "").lower() in {case.lower() for case in self.use_cases}
+
+
 def _builtin(voice: BuiltInVoice, router: Router) -> ElevenLabsVoice:
-    engines = sorted({router.resolve(model).name for model in voice.models})
+    backends = [router.resolve(model) for model in voice.models]
+    engines = sorted({backend.name for backend in backends})
     return ElevenLabsVoice(
         voice_id=voice.id,
         name=voice.name,
         category="premade",
-        labels={"engines": ", ".join(engines)},
+        labels={**_known_labels(voice.id, [backend.info for backend in backends]), "engines": ", ".join(engines)},
         description=voice.description or None,
         is_owner=False,
     )
+
+
+def _known_labels(voice_id: str, infos: list[EngineInfo | None]) -> dict[str, str]:
+    """The labels of ``voice_id`` that every engine speaking it gives alike (``VoiceInfo.labels``): a voice several
+    engines speak may sound otherwise on each (ChatTTS samples its speakers), and a label one of them does not give
+    is not known."""
+    found: list[dict[str, str]] = []
+    for info in infos:
+        entry = next((v for v in info.voices if v.id == voice_id), None) if info is not None else None
+        found.append(dict(entry.labels) if entry is not None else {})
+    if not found:
+        return {}
+    first, *others = found
+    return {name: value for name, value in first.items() if all(other.get(name) == value for other in others)}
 
 
 def _custom(voice: CustomVoiceRecord) -> ElevenLabsVoice:

@@ -56,7 +56,7 @@ _Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 _Id = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 _Context = Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
 _RequestIds = Annotated[list[_Id], Field(max_length=3)]
-_LanguageCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*$")]
+_LanguageCode = Annotated[str, StringConstraints(max_length=35, pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*$")]
 
 
 def text_markup(enable_ssml_parsing: bool | None) -> Markup:
@@ -105,11 +105,13 @@ def named_dictionaries(locators: list[PronunciationDictionaryLocator] | None) ->
 class TextToSpeechRequest(BaseModel):
     """The body of ``POST /v1/text-to-speech/{voice_id}`` and ``…/stream``.
 
-    Spoken: ``text``, ``model_id``, ``voice_settings.speed``, ``seed`` (the same seed, the same audio on ChatTTS) and
+    Spoken: ``text``, ``model_id``, ``voice_settings.speed``, ``seed`` (the same seed, the same audio on ChatTTS),
+    ``language_code`` (the engine's voice of that language; one it cannot speak is a 400),
+    ``apply_text_normalization`` (``off``: digits and symbols read as written, where the engine can: ChatTTS) and
     ``pronunciation_dictionary_locators`` (the tenant's own dictionaries, applied in order; absent: the tenant's
     default dictionaries). Accepted within ElevenLabs' bounds and ignored: the other voice settings,
-    ``language_code``, ``previous_text``/``next_text``, the request ids, ``use_pvc_as_ivc`` and the text normalization
-    switches. ``audio_effects`` must be absent or ``null``: no effect can be applied here.
+    ``previous_text``/``next_text``, the request ids, ``use_pvc_as_ivc`` and ``apply_language_text_normalization``.
+    ``audio_effects`` must be absent or ``null``: no effect can be applied here.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -153,6 +155,8 @@ class TextToSpeechRequest(BaseModel):
             response_format=AudioFormat.PCM,
             speed=1.0 if speed is None else speed,
             seed=self.seed,
+            language_code=self.language_code,
+            normalize_text=self.apply_text_normalization != "off",
         )
 
 
@@ -191,9 +195,10 @@ class DialogueSettings(BaseModel):
 class TextToDialogueRequest(BaseModel):
     """The body of ``POST /v1/text-to-dialogue`` and ``…/stream``: each turn in its voice, one audio in order.
 
-    Spoken: ``inputs``, ``model_id`` and ``seed``, every turn through the ``pronunciation_dictionary_locators`` named.
-    Accepted within ElevenLabs' bounds and ignored: ``settings``, ``language_code``, ``previous_text``/``future_text``,
-    the request ids, ``use_pvc_as_ivc`` and ``apply_text_normalization``; ``audio_effects`` must be absent or ``null``.
+    Spoken: ``inputs``, ``model_id``, ``seed``, ``language_code`` and ``apply_text_normalization`` (as in a
+    text-to-speech request), every turn through the ``pronunciation_dictionary_locators`` named. Accepted within
+    ElevenLabs' bounds and ignored: ``settings``, ``previous_text``/``future_text``, the request ids and
+    ``use_pvc_as_ivc``; ``audio_effects`` must be absent or ``null``.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -234,6 +239,8 @@ class TextToDialogueRequest(BaseModel):
             voice=_voice(self.inputs[0].voice_id),
             response_format=AudioFormat.PCM,
             seed=self.seed,
+            language_code=self.language_code,
+            normalize_text=self.apply_text_normalization != "off",
         )
 
     def script(self) -> Script:
@@ -264,7 +271,9 @@ class ElevenLabsVoice(BaseModel):
     category: Literal["premade", "cloned"]
     """``premade`` for the engines' built-in voices, ``cloned`` for the tenant's custom voices."""
     labels: dict[str, str]
-    """``engines``: the engines (by name, comma-separated) that speak the voice."""
+    """``engines``: the engines (by name, comma-separated) that speak the voice; and what is known of how it sounds,
+    as ElevenLabs labels its voices: ``gender`` (``male``, ``female``, ``neutral``), ``accent``, ``language`` (ISO
+    639-1). espeak-ng's voices have all three; ChatTTS's (speakers sampled from the name) and custom voices none."""
     description: str | None
     preview_url: None = None
     samples: None = None
