@@ -89,6 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
     from gateway.cli.shutdown import run_draining_realtime  # uvicorn.run, draining realtime sessions first
     from gateway.http.connection_limits import ConnectionLimits, guarded_http_protocol
+    from gateway.http.websocket_close import PolicyClosingWebSocketProtocol
 
     if (settings := _settings(args)) is None:
         return 2
@@ -102,7 +103,8 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)  # it configures logging, uvicorn's loggers included (log_config=None below)
     logging.captureWarnings(True)  # a library's warning becomes a JSON line too, not plain text on stderr
     # httptools, behind the connection limits it lacks (gateway/http/connection_limits.py). websockets-sansio waits
-    # for the socket to drain before each send, so a slow realtime client pushes back instead of piling audio up.
+    # for the socket to drain before each send, so a slow realtime client pushes back instead of piling audio up; a
+    # socket it closes for a policy reason is read no more (gateway/http/websocket_close.py).
     run_draining_realtime(
         app,
         host=host,
@@ -113,7 +115,7 @@ def _serve(args: argparse.Namespace) -> int:
         # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: a local caller could forge any client address.
         proxy_headers=bool(server.trusted_proxies),
         forwarded_allow_ips=server.trusted_proxies or None,
-        ws="websockets-sansio",
+        ws=PolicyClosingWebSocketProtocol,
         ws_max_size=server.max_body_bytes,
         log_config=None,
         log_level=server.log_level,

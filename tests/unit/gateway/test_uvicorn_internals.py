@@ -2,9 +2,11 @@
 
 ``gateway/http/connection_limits.py`` subclasses uvicorn's private ``HttpToolsProtocol``: it calls its private methods,
 reads the attributes its methods set, and replaces two of its methods whole; ``gateway/cli/shutdown.py`` subclasses
-``uvicorn.Server``. None of that is uvicorn's public API, so pyproject.toml pins uvicorn to the minor versions on which
-the connection-limit tests pass, and this test says exactly what moved when a new uvicorn changes any of it. What the
-gateway uses is read from its own source, so a new use is checked without editing this file.
+``uvicorn.Server``; ``gateway/http/websocket_close.py`` subclasses ``WebSocketsSansIOProtocol`` and relies on its
+``send`` arming ``close_timer`` when it writes the application's close frame (and ``handle_close`` ending on it). None
+of that is uvicorn's public API, so pyproject.toml pins uvicorn to the minor versions on which the connection-limit
+tests pass, and this test says exactly what moved when a new uvicorn changes any of it. What the gateway uses is read
+from its own source, so a new use is checked without editing this file.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import textwrap
 import pytest
 import uvicorn
 from uvicorn.protocols.http import httptools_impl
+from uvicorn.protocols.websockets import websockets_sansio_impl
 
 from gateway.cli.shutdown import DrainingServer
 from gateway.http.connection_limits import GuardedHttpToolsProtocol
+from gateway.http.websocket_close import PolicyClosingWebSocketProtocol
 
 # uvicorn's methods that the gateway replaces without calling them, as reviewed (compared as syntax trees: layout and
 # comments do not count). When uvicorn changes one, port the change into connection_limits.py, then paste it here.
@@ -62,6 +66,9 @@ def send_400_response(self, msg: str) -> None:
 SUBCLASSES = [
     pytest.param(GuardedHttpToolsProtocol, httptools_impl.HttpToolsProtocol, id="HttpToolsProtocol"),
     pytest.param(DrainingServer, uvicorn.Server, id="Server"),
+    pytest.param(
+        PolicyClosingWebSocketProtocol, websockets_sansio_impl.WebSocketsSansIOProtocol, id="WebSocketsSansIOProtocol"
+    ),
 ]
 
 
@@ -156,3 +163,55 @@ def test_the_methods_the_gateway_replaces_are_as_reviewed() -> None:
 
 def test_the_status_lines_the_refusals_write_are_there() -> None:
     assert httptools_impl.STATUS_LINE[431] == b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+
+
+def _arms_close_timer(method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """``self.close_timer = self.loop.call_later(self.close_timeout, self.transport.close)`` somewhere in ``method``."""
+    return any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Attribute) and t.attr == "close_timer" and _is_self(t.value) for t in node.targets)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Attribute)
+        and node.value.func.attr == "call_later"
+        for node in ast.walk(method)
+    )
+
+
+def test_the_websocket_close_still_arms_the_timer_the_policy_close_replaces() -> None:
+    # PolicyClosingWebSocketProtocol tells a close it wrote by the timer uvicorn arms for the client's reply; were it
+    # armed elsewhere (or no more), a policy close would go back to reading the client for close_timeout.
+    send = _own_methods(websockets_sansio_impl.WebSocketsSansIOProtocol)["send"]
+    assert _arms_close_timer(send), f"uvicorn {uvicorn.__version__}: send no longer arms close_timer on a close"
+
+
+# uvicorn's methods whose behaviour PolicyClosingWebSocketProtocol relies on without replacing them, as reviewed: the
+# client's close reply closes the transport when close_timer is armed (the policy close arms its own).
+RELIED_ON = {
+    (websockets_sansio_impl.WebSocketsSansIOProtocol, "handle_close"): """
+def handle_close(self, event: Frame) -> None:
+    if self.close_sent:
+        # The peer echoed our close frame: the closing handshake is complete.
+        if self.close_timer is not None:
+            self.close_timer.cancel()
+            self.close_timer = None
+            self.transport.close()
+        return
+    if not self.transport.is_closing():
+        assert self.conn.close_rcvd is not None
+        code = self.conn.close_rcvd.code
+        reason = self.conn.close_rcvd.reason
+        self.queue.put_nowait({"type": "websocket.disconnect", "code": code, "reason": reason})
+
+        output = self.conn.data_to_send()
+        self.transport.write(b"".join(output))
+        self.transport.close()
+""",
+}
+
+
+def test_the_methods_the_policy_close_relies_on_are_as_reviewed() -> None:
+    for (cls, name), reviewed in RELIED_ON.items():
+        was, now = ast.parse(reviewed), ast.parse(textwrap.dedent(inspect.getsource(getattr(cls, name))))
+        if ast.dump(was) != ast.dump(now):
+            diff = difflib.unified_diff(ast.unparse(was).splitlines(), ast.unparse(now).splitlines(), lineterm="")
+            pytest.fail(f"uvicorn {uvicorn.__version__} changed {cls.__qualname__}.{name}:\n" + "\n".join(diff))
