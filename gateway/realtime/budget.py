@@ -10,12 +10,18 @@ which ``gateway/realtime/serving.py`` answers with the protocol's own error and 
 makes the event loop parse, and the events it makes the session handle, are bounded per second whatever it sends
 (issue #47: one ``/v1/realtime`` socket sending 60 KB items in a loop froze every other tenant's speech).
 
+A tenant's sockets on one replica also pay, together, into the tenant's own two buckets
+(``realtime.max_tenant_socket_messages_per_s`` and ``realtime.max_tenant_socket_bytes_per_s``, the same burst), held
+by :class:`TenantSocketBudgets` for the replica: without them, what a tenant may send is the socket's budget times its
+open sessions, and opening more sockets would multiply it. A message a socket could pay for but its tenant's sockets
+together cannot ends that session the same way.
+
 What the server sends back because of a message (OpenAI's ``conversation.item.added``/``.done`` repeat the item) is
 charged to the same bytes' bucket (:meth:`SocketBudget.echoed`): the echo's cost is the client's, and its bytes in and
 echoed together stay within the rate.
 
-A hand-written bucket, not ``limits``: the budget is one connection's, held in memory for its lifetime and checked on
-every message, where a storage round trip per message would cost more than the parse it guards.
+A hand-written bucket, not ``limits``: the budget is one connection's (or one replica's, for a tenant), held in memory
+and checked on every message, where a storage round trip per message would cost more than the parse it guards.
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ if TYPE_CHECKING:
 
     from gateway.settings import RealtimeSettings
 
-__all__ = ["SOCKET_BUDGET_CLOSE_CODE", "SocketBudget", "TokenBucket"]
+    Clock = Callable[[], float]
+
+__all__ = ["SOCKET_BUDGET_CLOSE_CODE", "SocketBudget", "TenantShare", "TenantSocketBudgets", "TokenBucket"]
 
 SOCKET_BUDGET_CLOSE_CODE = 1008
 """Policy violation: the client broke the socket's rules (as a client too slow to read its audio does). Not 1013
@@ -68,54 +76,148 @@ class TokenBucket:
         self._refill()
         self.level -= amount
 
+    def full(self) -> bool:
+        """Whether the bucket is back at its capacity (as good as a new one)."""
+        self._refill()
+        return self.level >= self.capacity
+
     def _refill(self) -> None:
         now = self.clock()
         self.level = min(self.capacity, self.level + (now - self._stamp) * self.rate)
         self._stamp = now
 
 
+@dataclass(frozen=True)
+class _Buckets:
+    """Messages and bytes a second, as two buckets."""
+
+    messages: TokenBucket
+    bytes: TokenBucket
+
+    @classmethod
+    def filled(
+        cls, messages_per_s: float, bytes_per_s: float, *, burst_s: float, max_message_bytes: int, clock: Clock
+    ) -> _Buckets:
+        """Both full: ``burst_s`` of each rate, and the bytes at least one message of the largest size taken."""
+        messages = TokenBucket(messages_per_s, max(1.0, messages_per_s * burst_s), clock)
+        return cls(messages, TokenBucket(bytes_per_s, max(float(max_message_bytes), bytes_per_s * burst_s), clock))
+
+    def pay(self, size: int) -> str | None:
+        """Take one message of ``size`` bytes; ``None`` if paid, else what ran out (``messages`` or ``bytes``)."""
+        if not self.messages.take(1):
+            return "messages"
+        if not self.bytes.take(size):
+            return "bytes"
+        return None
+
+    def full(self) -> bool:
+        return self.messages.full() and self.bytes.full()
+
+
+class TenantSocketBudgets:
+    """What each tenant's sockets on this replica may send together, a second (the module's docstring).
+
+    A tenant's buckets are kept while they are below capacity, whether or not its sockets are open: a client that
+    reconnects finds them as it left them. Full ones are forgotten (a new one is the same), so the table holds only
+    the tenants that sent something in the last ``socket_burst_s`` or so.
+    """
+
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        self._clock = clock
+        self._tenants: dict[str, _Buckets] = {}
+
+    def __len__(self) -> int:
+        return len(self._tenants)
+
+    def buckets(self, share: TenantShare) -> _Buckets:
+        """The buckets of ``share``'s tenant, made full when it has none."""
+        if (buckets := self._tenants.get(share.tenant)) is None:
+            self._forget_full()  # only as a tenant is added, so the sweep costs once per tenant that comes back
+            settings = share.settings
+            buckets = _Buckets.filled(
+                settings.max_tenant_socket_messages_per_s,
+                settings.max_tenant_socket_bytes_per_s,
+                burst_s=settings.socket_burst_s,
+                max_message_bytes=share.max_message_bytes,
+                clock=self._clock,
+            )
+            self._tenants[share.tenant] = buckets
+        return buckets
+
+    def _forget_full(self) -> None:
+        for tenant in [tenant for tenant, buckets in self._tenants.items() if buckets.full()]:
+            del self._tenants[tenant]
+
+
+@dataclass(frozen=True)
+class TenantShare:
+    """Where one socket pays its tenant's part: the replica's :class:`TenantSocketBudgets`, under the tenant's name
+    (looked up on every message: the tenant's buckets may have been forgotten full meanwhile)."""
+
+    budgets: TenantSocketBudgets
+    tenant: str
+    settings: RealtimeSettings
+    max_message_bytes: int
+
+    def buckets(self) -> _Buckets:
+        return self.budgets.buckets(self)
+
+
 class SocketBudget:
-    """One socket's messages and bytes per second (the module's docstring)."""
+    """One socket's messages and bytes per second, and its tenant's on the replica (the module's docstring)."""
 
     def __init__(
-        self, settings: RealtimeSettings, *, max_message_bytes: int, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: RealtimeSettings,
+        *,
+        max_message_bytes: int,
+        tenant: TenantShare | None = None,
+        clock: Clock = time.monotonic,
     ) -> None:
-        burst_s = settings.socket_burst_s
-        messages_per_s = settings.max_socket_messages_per_s
-        bytes_per_s = settings.max_socket_bytes_per_s
-        self._messages = TokenBucket(messages_per_s, max(1.0, messages_per_s * burst_s), clock)
-        self._bytes = TokenBucket(bytes_per_s, max(float(max_message_bytes), bytes_per_s * burst_s), clock)
+        self._socket = _Buckets.filled(
+            settings.max_socket_messages_per_s,
+            settings.max_socket_bytes_per_s,
+            burst_s=settings.socket_burst_s,
+            max_message_bytes=max_message_bytes,
+            clock=clock,
+        )
+        self._tenant = tenant
+        """``None``: the socket pays only its own budget."""
         self.messages = 0
         """Messages paid for, for the session's log line."""
         self.bytes = 0
 
     def charge(self, message: ReceiveMessage) -> None:
-        """Pay for one received message (a disconnect costs nothing).
+        """Pay for one received message (a disconnect costs nothing), on the socket's budget, then its tenant's.
 
         Raises:
-            SocketBudgetExceededError: over the socket's messages or bytes a second.
+            SocketBudgetExceededError: over the socket's messages or bytes a second, or its tenant's sockets'.
         """
         if message["type"] != "websocket.receive":
             return
         text, data = message.get("text"), message.get("bytes")
         # A character counts as a byte: the size of the text as UTF-8 would cost an encode of all of it per message.
         size = len(text) if isinstance(text, str) else len(data) if isinstance(data, bytes) else 0
-        if not self._messages.take(1):
-            raise SocketBudgetExceededError(_over("messages", self._messages.rate))
-        if not self._bytes.take(size):
-            raise SocketBudgetExceededError(_over("bytes", self._bytes.rate))
+        if (spent := self._socket.pay(size)) is not None:
+            raise SocketBudgetExceededError(_over(spent, self._socket))
+        if self._tenant is not None and (spent := (tenant := self._tenant.buckets()).pay(size)) is not None:
+            raise SocketBudgetExceededError(_over(spent, tenant, tenant_wide=True))
         self.messages += 1
         self.bytes += size
 
     def echoed(self, size: int) -> None:
         """The server sent ``size`` bytes back because of the client's message (an echo of what it sent): the next
-        messages pay for them."""
-        self._bytes.owe(size)
+        messages pay for them, on the socket's budget and its tenant's."""
+        self._socket.bytes.owe(size)
+        if self._tenant is not None:
+            self._tenant.buckets().bytes.owe(size)
 
 
-def _over(what: str, rate: float) -> OpenAIError:
+def _over(what: str, buckets: _Buckets, *, tenant_wide: bool = False) -> OpenAIError:
+    rate = buckets.messages.rate if what == "messages" else buckets.bytes.rate
+    where = "on all of your sockets together on one server" if tenant_wide else "on one connection"
     message = (
-        f"Rate limit reached for socket {what}: at most {rate:g} {what} a second on one connection (the server's "
+        f"Rate limit reached for socket {what}: at most {rate:g} {what} a second {where} (the server's "
         f"echoes of your messages count among its bytes). The socket is closed ({SOCKET_BUDGET_CLOSE_CODE}); "
         "reconnect and send more slowly."
     )

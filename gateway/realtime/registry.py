@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from auth import AuthBackendError
 from auth.revocations import Revocation
 from gateway.http.errors import OpenAIError
+from gateway.realtime.budget import TenantSocketBudgets
 from gateway.state import gateway_state
 from lifecycle import BackgroundTasks
 
@@ -70,6 +71,8 @@ class SessionRegistry:
         self._all_gone = asyncio.Event()
         self._all_gone.set()
         self.draining = False
+        self.socket_budgets = TenantSocketBudgets()
+        """What each tenant's sockets on this replica may send together (``gateway/realtime/budget.py``)."""
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -25,7 +25,7 @@ from gateway.http.client_address import address_key
 from gateway.http.errors import SERVER_ERROR, OpenAIError, as_openai_error, error_body
 from gateway.observability.logs import HANDSHAKE_REFUSAL_LOGGED
 from gateway.observability.refusals import counted
-from gateway.realtime.budget import SOCKET_BUDGET_CLOSE_CODE, SocketBudget
+from gateway.realtime.budget import SOCKET_BUDGET_CLOSE_CODE, SocketBudget, TenantShare
 from gateway.realtime.session_errors import (
     SessionDrainedError,
     SessionIdleError,
@@ -162,10 +162,16 @@ def tenant_realtime(settings: RealtimeSettings, tenant: Tenant) -> RealtimeSetti
 
 def socket_budget(socket: WebSocket[Any, Any, Any], log: SessionLog) -> SocketBudget:
     """A new budget for the session's socket (``gateway/realtime/budget.py``), under the settings the session runs
-    under, noted in its log line."""
-    settings = log.realtime or gateway_state(socket.app).settings.realtime
-    max_message_bytes = gateway_state(socket.app).settings.server.max_body_bytes  # uvicorn's ws_max_size
-    log.budget = SocketBudget(settings, max_message_bytes=max_message_bytes)
+    under, paying into its tenant's on this replica as well (once the tenant is known), noted in its log line."""
+    state = gateway_state(socket.app)
+    settings = log.realtime or state.settings.realtime
+    max_message_bytes = state.settings.server.max_body_bytes  # uvicorn's ws_max_size
+    tenant = (
+        None
+        if log.tenant is None
+        else TenantShare(state.sessions.socket_budgets, log.tenant, settings, max_message_bytes)
+    )
+    log.budget = SocketBudget(settings, max_message_bytes=max_message_bytes, tenant=tenant)
     return log.budget
 
 

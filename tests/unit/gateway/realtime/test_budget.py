@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gateway.realtime.budget import SocketBudget, TokenBucket
+from gateway.realtime.budget import SocketBudget, TenantShare, TenantSocketBudgets, TokenBucket
 from gateway.realtime.session_errors import SocketBudgetExceededError
 from gateway.settings import RealtimeSettings
 
@@ -95,3 +95,72 @@ def test_a_disconnect_costs_nothing() -> None:
     paid.charge(text(1))
     gone: WebSocketDisconnectEvent = {"type": "websocket.disconnect", "code": 1000}
     paid.charge(gone)
+
+
+def tenant_settings(*, messages: float = 10, tenant_messages: float = 15) -> RealtimeSettings:
+    return RealtimeSettings(
+        max_socket_messages_per_s=messages,
+        max_tenant_socket_messages_per_s=tenant_messages,
+        max_socket_bytes_per_s=4096,
+        socket_burst_s=1.0,
+    )
+
+
+def socket_of(tenants: TenantSocketBudgets, tenant: str, settings: RealtimeSettings, clock: Clock) -> SocketBudget:
+    share = TenantShare(tenants, tenant, settings, max_message_bytes=1024)
+    return SocketBudget(settings, max_message_bytes=1024, tenant=share, clock=clock)
+
+
+def test_a_tenants_sockets_together_pay_the_tenants_budget() -> None:
+    clock = Clock()
+    tenants = TenantSocketBudgets(clock)
+    settings = tenant_settings(messages=10, tenant_messages=15)
+    first, second = (socket_of(tenants, "acme", settings, clock) for _ in range(2))
+    other = socket_of(tenants, "globex", settings, clock)
+    for _ in range(10):
+        first.charge(text(1))
+    for _ in range(5):
+        second.charge(text(1))
+    with pytest.raises(SocketBudgetExceededError) as over:
+        second.charge(text(1))  # the socket's own budget has 5 more; the tenant's is spent
+    assert over.value.error.code == "rate_limit_exceeded"
+    assert "all of your sockets together" in over.value.error.message
+    for _ in range(10):
+        other.charge(text(1))  # another tenant pays its own
+    clock.now += 0.1
+    second.charge(text(1))
+
+
+def test_a_tenant_that_reconnects_finds_its_budget_as_it_left_it() -> None:
+    clock = Clock()
+    tenants = TenantSocketBudgets(clock)
+    settings = tenant_settings(messages=10, tenant_messages=15)
+    for _ in range(10):
+        socket_of(tenants, "acme", settings, clock).charge(text(1))
+    again = socket_of(tenants, "acme", settings, clock)
+    for _ in range(5):
+        again.charge(text(1))
+    with pytest.raises(SocketBudgetExceededError):
+        socket_of(tenants, "acme", settings, clock).charge(text(1))
+
+
+def test_the_tenants_buckets_are_forgotten_once_full() -> None:
+    clock = Clock()
+    tenants = TenantSocketBudgets(clock)
+    settings = tenant_settings()
+    socket_of(tenants, "acme", settings, clock).charge(text(1))
+    assert len(tenants) == 1
+    clock.now += 1.0  # refilled: as good as new
+    socket_of(tenants, "globex", settings, clock).charge(text(1))
+    assert len(tenants) == 1
+
+
+def test_an_echo_is_owed_by_the_tenant_too() -> None:
+    clock = Clock()
+    tenants = TenantSocketBudgets(clock)
+    settings = RealtimeSettings(max_socket_bytes_per_s=4096, max_tenant_socket_bytes_per_s=4096, socket_burst_s=1.0)
+    first = socket_of(tenants, "acme", settings, clock)
+    first.echoed(4096)  # the tenant's bytes are owed; the next socket's first byte cannot be paid
+    with pytest.raises(SocketBudgetExceededError) as over:
+        socket_of(tenants, "acme", settings, clock).charge(text(1))
+    assert "bytes" in over.value.error.message
