@@ -16,6 +16,8 @@ refusal:
   ``too_many_failed_authentications``, ``gateway/http/auth/credential_throttle.py``);
 - ``admin``: the admin API's token wrong (401 ``invalid_api_key``) or its address throttled (429
   ``rate_limit_exceeded``);
+- ``socket``: a realtime socket closed (1008) for sending more than its budget (429 ``rate_limit_exceeded``): its
+  own messages or bytes a second, or those of all its tenant's sockets on the replica (``gateway/realtime/budget.py``);
 - ``service_token``: an engine node's request without the tier's service token (401 ``invalid_api_key``; 403 for a
   WebSocket upgrade, refused before it is accepted); its only callers are front gateways, so a request without any
   token counts too.
@@ -38,12 +40,12 @@ if TYPE_CHECKING:
 
 __all__ = ["RefusalSource", "count_refusal", "counted"]
 
-RefusalSource = Literal["connection", "credentials", "admin", "service_token"]
+RefusalSource = Literal["connection", "credentials", "admin", "socket", "service_token"]
 
 _REFUSALS = Counter(
     "tts_requests_refused",
-    "Requests refused by the gateway's defences, by where (connection layer, credentials, admin token, service token), "
-    "status and error code.",
+    "Requests refused by the gateway's defences, by where (connection layer, credentials, admin token, socket budget, "
+    "service token), status and error code.",
     ["source", "status", "code"],
 )
 

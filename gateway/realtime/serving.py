@@ -131,7 +131,7 @@ async def serving(
         await _close(socket, error_event, POLICY_VIOLATION, slow)
     except SocketBudgetExceededError as over:
         outcome = f"over socket budget: {over.error.code}"
-        await _close(socket, error_event, SOCKET_BUDGET_CLOSE_CODE, over.error)
+        await _close(socket, error_event, SOCKET_BUDGET_CLOSE_CODE, counted("socket", over.error))
     except SessionIdleError:
         outcome = "idle timeout"
         idle_timeout_s = (log.realtime or server_realtime).idle_timeout_s
