@@ -13,6 +13,10 @@ bystander's requests one after another meanwhile (a short ``pcm`` request to esp
 idle; while one socket floods and, once closed, stays away (the issue's attack); while the attacker reconnects at once
 each time its socket is closed. The figure: the median first byte over idle's median (the issue's target: at most 3).
 
+"MB sent" is what the attacker's client took to send, not what the gateway read: once the gateway stops reading a
+socket it closed (``gateway/http/websocket_close.py``), the attacker's own ``websockets`` client buffers the rest; the
+gateway's CPU share is what the flood cost it.
+
 Prints a Markdown table and writes every figure to ``bench/results/socket_flood.json`` (``--output`` elsewhere).
 """
 
