@@ -115,12 +115,7 @@ class DialogueSession(ElevenLabsStreamSession):
         self._expiring: set[asyncio.Task[None]] = set()
 
     def speech_request(self, text: str, voice_settings: VoiceSettings | None = None) -> TextToSpeechRequest:
-        return TextToSpeechRequest(
-            text=text,
-            model_id=self._model_id or DEFAULT_DIALOGUE_MODEL_ID,
-            voice_settings=voice_settings,
-            seed=self._seed,  # the URL's (Pipecat's ``seed`` setting, ElevenLabs' query option)
-        )
+        return self.piece_request(text, self._model_id or DEFAULT_DIALOGUE_MODEL_ID, voice_settings)
 
     async def check(self) -> None:
         """Check, before the handshake is accepted, that the model can be served (its voices come per context).

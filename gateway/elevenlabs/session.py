@@ -55,7 +55,7 @@ from pydantic import ValidationError
 from engines.errors import ConsumerTooSlowError
 from gateway.audio import AudioFormat, open_encoding, output_sample_rate
 from gateway.elevenlabs.errors import QUOTA_CODE
-from gateway.elevenlabs.wire import TextToSpeechRequest, VoiceSettings, text_markup
+from gateway.elevenlabs.wire import SocketSpeechOptions, TextToSpeechRequest, VoiceSettings, text_markup
 from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
 from gateway.http.request_record import RequestRecord
 from gateway.realtime.channel import SessionChannel
@@ -157,12 +157,12 @@ class ElevenLabsStreamSession(EndedByServer):
         ssml: bool = False,
         auto_mode: bool = False,
         budget: SocketBudget | None = None,
-        seed: int | None = None,
+        options: SocketSpeechOptions | None = None,
     ) -> None:
         super().__init__()
         self.id = session_id
-        self._seed = seed
-        """The URL's ``seed``: every piece of every context sampled with it."""
+        self._options = options or SocketSpeechOptions()
+        """The URL's ``seed``, ``language_code`` and ``apply_text_normalization``: every piece of every context."""
         self._markup = text_markup(ssml)
         """Break tags in every piece; the SSML subset too with ``enable_ssml_parsing``."""
         self._channel = SessionChannel(
@@ -185,7 +185,20 @@ class ElevenLabsStreamSession(EndedByServer):
         self.audio_seconds = 0.0
 
     def speech_request(self, text: str, voice_settings: VoiceSettings | None = None) -> TextToSpeechRequest:
-        return TextToSpeechRequest(text=text, model_id=self._model_id, voice_settings=voice_settings, seed=self._seed)
+        return self.piece_request(text, self._model_id, voice_settings)
+
+    def piece_request(
+        self, text: str, model_id: str | None, voice_settings: VoiceSettings | None
+    ) -> TextToSpeechRequest:
+        """A piece as the REST body would say it, with the URL's options."""
+        return TextToSpeechRequest(
+            text=text,
+            model_id=model_id,
+            voice_settings=voice_settings,
+            seed=self._options.seed,
+            language_code=self._options.language_code,
+            apply_text_normalization=self._options.apply_text_normalization,
+        )
 
     async def check(self) -> None:
         """Check, before the handshake is accepted, that the model and voice can be served.

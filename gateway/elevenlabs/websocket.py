@@ -6,9 +6,9 @@ as Pipecat's ``ElevenLabsTTSService`` and LiveKit's ``elevenlabs.TTS`` open it, 
 The query says ``model_id``, ``output_format`` (ElevenLabs' names; ``mp3_44100_128`` when absent),
 ``inactivity_timeout`` (seconds, 1 to 180, 20 when absent), ``auto_mode`` (``true``: text is spoken as it arrives),
 ``enable_ssml_parsing`` (``true``: each message's SSML read, ``docs/ssml.md``; break tags are honoured either way)
-and ``seed`` (0 to 4294967295: every piece sampled with it, as the REST routes' ``seed``); ``sync_alignment``,
-``enable_logging``, ``apply_text_normalization`` and ``language_code`` are accepted and ignored (every audio message
-carries the alignment known with it).
+and, for every piece as the REST bodies say them, ``seed`` (0 to 4294967295), ``language_code`` and
+``apply_text_normalization`` (a value out of bounds is refused at the handshake, 422); ``sync_alignment`` and
+``enable_logging`` are accepted and ignored (every audio message carries the alignment known with it).
 Credentials come in ``xi-api-key`` or ``Authorization``, the query's ``authorization``, or else the first message's
 ``xi-api-key`` (``xi_api_key``) or ``authorization``, as ElevenLabs takes them. A refusal comes before the handshake is
 accepted, as an HTTP status with ElevenLabs' error body ``{"detail": {"status", "message"}}``; once it was accepted (to
@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
+from pydantic import ValidationError
 
 from gateway.elevenlabs.errors import as_elevenlabs_error
 from gateway.elevenlabs.formats import DEFAULT_OUTPUT_FORMAT, OutputFormat, encoding_of
 from gateway.elevenlabs.session import ElevenLabsStreamSession, SingleContextSession, error_message
 from gateway.elevenlabs.speech import VoiceId
+from gateway.elevenlabs.wire import SocketSpeechOptions
 from gateway.http.auth.security import presented_authorization
 from gateway.http.errors import OpenAIError
 from gateway.realtime.serving import (
@@ -92,7 +94,7 @@ async def serve_session(
 
     async with serving(socket, path, error_message, refusal) as log, AsyncExitStack() as held:
         output_format, inactivity_s = _query(socket.query_params)
-        seed = _seed(socket.query_params)
+        options = _speech_options(socket.query_params)
         principal, first = await _caller(socket, state.settings.realtime)
         log.tenant = principal.tenant.name
         realtime = tenant_realtime(state.settings.realtime, principal.tenant)
@@ -110,7 +112,7 @@ async def serve_session(
             ssml=socket.query_params.get("enable_ssml_parsing", "").lower() == "true",
             auto_mode=socket.query_params.get("auto_mode") == "true",
             budget=socket_budget(socket, log),
-            seed=seed,
+            options=options,
         )
         try:
             await session.check()
@@ -214,20 +216,29 @@ def _query(query: Mapping[str, str]) -> tuple[OutputFormat, int]:
     return output_format, inactivity_s
 
 
-def _seed(query: Mapping[str, str]) -> int | None:
-    """The URL's ``seed``, within ElevenLabs' bounds.
+def _speech_options(query: Mapping[str, str]) -> SocketSpeechOptions:
+    """The URL's ``seed``, ``language_code`` and ``apply_text_normalization``, within ElevenLabs' bounds.
 
     Raises:
-        SessionRefusedError: a seed that is not a whole number from 0 to 4294967295 (422).
+        SessionRefusedError: a value out of them (422), named.
     """
-    raw = query.get("seed")
-    if raw in {None, ""}:
-        return None
-    text = str(raw)
+    options = {name: query.get(name) or None for name in ("seed", "language_code", "apply_text_normalization")}
+    seed = options["seed"]
     # Digits only: int() would also take "+4", " 4" and "4_000".
-    if not (text.isascii() and text.isdigit() and len(text) <= len(str(MAX_SEED)) and int(text) <= MAX_SEED):
+    if seed is not None and not (seed.isascii() and seed.isdigit() and len(seed) <= len(str(MAX_SEED))):
         raise _refused(f"seed must be a whole number from 0 to {MAX_SEED}.", "invalid_seed")
-    return int(text)
+    try:
+        return SocketSpeechOptions.model_validate(options)
+    except ValidationError as invalid:
+        name = str(invalid.errors()[0]["loc"][0])
+        raise _refused(_INVALID_OPTIONS[name], f"invalid_{name}") from None
+
+
+_INVALID_OPTIONS = {
+    "seed": f"seed must be a whole number from 0 to {MAX_SEED}.",
+    "language_code": "language_code must be a language code such as en, de or pt-BR.",
+    "apply_text_normalization": "apply_text_normalization must be auto, on or off.",
+}
 
 
 def _refused(message: str, code: str) -> SessionRefusedError:

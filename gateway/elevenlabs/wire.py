@@ -30,6 +30,7 @@ __all__ = [
     "ElevenLabsValidationError",
     "ElevenLabsVoice",
     "PronunciationDictionaryLocator",
+    "SocketSpeechOptions",
     "TextToDialogueRequest",
     "TextToSpeechRequest",
     "ValidationProblem",
@@ -57,6 +58,17 @@ _Id = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 _Context = Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
 _RequestIds = Annotated[list[_Id], Field(max_length=3)]
 _LanguageCode = Annotated[str, StringConstraints(max_length=35, pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*$")]
+_Normalization = Literal["auto", "on", "off"]
+
+
+class SocketSpeechOptions(BaseModel):
+    """What a socket's URL says of every piece it speaks (ElevenLabs' query options), as the REST bodies say it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seed: Annotated[int, Field(ge=0, le=4_294_967_295)] | None = None
+    language_code: _LanguageCode | None = None
+    apply_text_normalization: _Normalization | None = None
 
 
 def text_markup(enable_ssml_parsing: bool | None) -> Markup:
@@ -129,7 +141,7 @@ class TextToSpeechRequest(BaseModel):
     previous_request_ids: _RequestIds | None = None
     next_request_ids: _RequestIds | None = None
     use_pvc_as_ivc: bool | None = None
-    apply_text_normalization: Literal["auto", "on", "off"] | None = None
+    apply_text_normalization: _Normalization | None = None
     apply_language_text_normalization: bool | None = None
     audio_effects: None = None
     """Refused unless ``null``: no engine of this gateway applies effects."""
@@ -214,7 +226,7 @@ class TextToDialogueRequest(BaseModel):
     previous_request_ids: _RequestIds | None = None
     next_request_ids: _RequestIds | None = None
     use_pvc_as_ivc: bool | None = None
-    apply_text_normalization: Literal["auto", "on", "off"] | None = None
+    apply_text_normalization: _Normalization | None = None
     audio_effects: None = None
 
     @field_validator("inputs")

@@ -8,12 +8,16 @@ alike sound alike and two it reads otherwise do not.
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 from elevenlabs import DialogueInput, ElevenLabs
 from elevenlabs.core.api_error import ApiError
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from auth.keys import generate_api_key, hash_api_key
 from harness.gateway_process import GatewayProcess
@@ -124,3 +128,34 @@ def test_voices_search_filters_by_labels(gateway: GatewayProcess, http: httpx.Cl
     assert client.voices.search(gender="female", page_size=100, voice_ids=["nova"]).total_count == 1
     shared = sdk(gateway, http).voices.search(gender="female", page_size=100)
     assert shared.voices == []
+
+
+async def socket_audio(gateway: GatewayProcess, text: str, **query: str) -> bytes:
+    """What ElevenLabs' ``stream-input`` socket speaks of ``text`` with the URL's ``query``."""
+    params = "&".join(f"{name}={value}" for name, value in {"model_id": "espeak", **query}.items())
+    url = (
+        f"{gateway.base_url.replace('http', 'ws')}/v1/text-to-speech/nova/stream-input?{params}&output_format=pcm_24000"
+    )
+    audio = b""
+    async with connect(url, additional_headers={"xi-api-key": KEYS["acme"]}) as socket:
+        await socket.send(json.dumps({"text": " "}))
+        await socket.send(json.dumps({"text": text, "flush": True}))
+        await socket.send(json.dumps({"text": ""}))
+        async for message in socket:
+            event = json.loads(message)
+            audio += base64.b64decode(event.get("audio") or "")
+            if event.get("isFinal"):
+                break
+    return audio
+
+
+async def test_the_sockets_url_says_the_language_of_every_piece(gateway: GatewayProcess) -> None:
+    text = "Guten Tag, wie geht es dir heute?"
+    own, german = await socket_audio(gateway, text), await socket_audio(gateway, text, language_code="de")
+    assert abs(len(german) - len(own)) > TOLERANCE_BYTES * 10, (len(german), len(own))  # the old code ignored it
+    with pytest.raises(InvalidStatus) as refused:
+        await socket_audio(gateway, text, language_code="1x")
+    assert refused.value.response.status_code == 422
+    with pytest.raises(InvalidStatus) as refused:
+        await socket_audio(gateway, text, apply_text_normalization="sometimes")
+    assert refused.value.response.status_code == 422
