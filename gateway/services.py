@@ -159,6 +159,7 @@ def _pronunciation(settings: Settings, redis: RedisClient | None) -> Pronunciati
         max_per_tenant=caps.max_dictionaries_per_tenant,
         caps=RuleCaps(max_rules=caps.max_rules_per_dictionary),
         max_file_bytes=caps.max_file_bytes,
+        compile_characters_per_minute=caps.compile_characters_per_minute,
     )
 
 

@@ -484,6 +484,12 @@ class PronunciationSettings(BaseModel):
     max_file_bytes: int = Field(default=1_048_576, ge=1024, le=16_777_216)
     """Largest PLS file ``add-from-file`` reads, 1 KiB to 16 MiB (``400`` beyond it); its body may hold this and 64
     KiB more, whatever ``server.max_body_bytes`` (``413`` beyond)."""
+    compile_characters_per_minute: int = Field(default=1_048_576, ge=65_536)
+    """Grapheme characters of new dictionary versions one tenant may have a replica compile a minute (a version is
+    compiled once per replica, on the first request that applies it): the default is 16 versions of the most a
+    version may hold (65,536 grapheme characters, about 0.07 s of CPU each), so one tenant's compiles take at most a
+    few percent of a replica's CPU. A request that needs one more compile is refused (429 ``rate_limit_exceeded``
+    with ``Retry-After``); versions already compiled are applied whatever this budget."""
 
 
 #: The engines and aliases every gateway starts from: the lowest-priority settings source, so YAML files and
