@@ -76,6 +76,9 @@ class JobRecord:
     status: JobStatus = "queued"
     segments_done: int = 0
     characters_done: int = 0
+    characters_charged: int = 0
+    """What the segments spoken so far were charged: what they made the engine say (``SpeechPlan.characters``), which
+    a pronunciation dictionary, ``say-as`` or a break makes more than their text."""
     audio_ms: int = 0
     stored_bytes: int = 0
     completed_at: int | None = None
@@ -101,3 +104,9 @@ class JobRecord:
         if self.status in ACTIVE:
             return max(self.reserved_bytes, self.stored_bytes)
         return self.stored_bytes if self.shown_status(now) == "completed" else 0
+
+    @property
+    def charged_characters(self) -> int:
+        """What the job is charged in its tenant's usage: what its segments made the engine say, and never less than
+        the characters it counts as done (all of its input, once completed)."""
+        return max(self.characters_charged, self.characters_done)

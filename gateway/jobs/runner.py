@@ -114,24 +114,26 @@ class JobRunner:
         )
         for attempt in range(1, self._attempts + 1):
             try:
-                audio, seconds = await self._speak(principal, request, record.id)
+                audio, seconds, charged = await self._speak(principal, request, record.id)
             except _RETRIED as exc:
                 if attempt == self._attempts:
                     raise _JobFailedError(f"A segment could not be spoken: {exc}") from exc
             except (OpenAIError, InvalidSynthesisRequestError) as exc:  # a voice deleted, a model no longer allowed
                 raise _JobFailedError(str(exc)) from exc
             else:
-                return SpokenSegment(audio, len(text), round(seconds * 1000))
+                return SpokenSegment(audio, len(text), round(seconds * 1000), charged)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def _speak(self, principal: Principal, request: SpeechRequest, job_id: str) -> tuple[bytes, float]:
+    async def _speak(self, principal: Principal, request: SpeechRequest, job_id: str) -> tuple[bytes, float, int]:
+        """The segment's audio, its seconds, and what it was charged (what it made the engine say)."""
         record = RequestRecord(job_id, "JOB", JOBS_PATH)
         async with await self._speech.speak(principal, request, record, of_job=True) as reply:
             audio = reply.whole if reply.whole is not None else b"".join([part async for part in reply.audio()])
-            return audio, reply.outcome.clock.seconds
+            charged = len(request.input) if reply.characters is None else reply.characters
+            return audio, reply.outcome.clock.seconds, charged
 
     async def _end(self, tenant: Tenant, job_id: str, status: JobStatus, error: str | None = None) -> None:
         """End the job and count it in the tenant's usage, once: all of it when it completed, what it spoke when it
         failed (a cancel is counted by whoever cancels it)."""
         if (record := await self.store.finish(tenant.name, job_id, status, error)) is not None:
-            self._speech.account_job(tenant, record.characters_done, record.audio_ms / 1000)
+            self._speech.account_job(tenant, record.charged_characters, record.audio_ms / 1000)

@@ -165,7 +165,7 @@ class SpeechJobs:
             if cancelled is None:  # ended meanwhile (a concurrent DELETE cancelled it): this one answers, deletes not
                 return await self.get(tenant.name, job_id)
             await self.dispatch.cancel(tenant.name, job_id)
-            self._speech.account_job(tenant, cancelled.characters_done, cancelled.audio_ms / 1000)
+            self._speech.account_job(tenant, cancelled.charged_characters, cancelled.audio_ms / 1000)
             return cancelled
         if not await self.store.delete(tenant.name, job_id):
             raise _not_found(job_id)

@@ -42,6 +42,8 @@ class SpokenSegment:
     audio: bytes
     characters: int
     audio_ms: int
+    charged: int = 0
+    """What the segment was charged (what it made the engine say); the job's usage is their sum."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +172,7 @@ class MemoryJobStore:
             record,
             segments_done=index + 1,
             characters_done=record.characters_done + spoken.characters,
+            characters_charged=record.characters_charged + spoken.charged,
             audio_ms=record.audio_ms + spoken.audio_ms,
             stored_bytes=record.stored_bytes + len(spoken.audio),
         )
@@ -249,7 +252,7 @@ return {0, held}
 # Takes segment ARGV[1]'s audio if the job runs and misses exactly that segment. KEYS: record, the segment's audio,
 # sizes, segments. ARGV: index, audio, characters, audio ms, TTL of the job's keys while it runs, the audio's size
 # (with its file's name after a colon when it is in a file), whether the audio is kept here (1) or in a file written
-# before (0). Returns 1 or 0.
+# before (0), the characters the segment was charged. Returns 1 or 0.
 _COMMIT_LUA = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
 if tonumber(redis.call('HGET', KEYS[1], 'done')) ~= tonumber(ARGV[1]) then return 0 end
@@ -257,6 +260,7 @@ if ARGV[7] == '1' then redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[5]) end
 redis.call('RPUSH', KEYS[3], ARGV[6])
 redis.call('HINCRBY', KEYS[1], 'done', 1)
 redis.call('HINCRBY', KEYS[1], 'chars', ARGV[3])
+redis.call('HINCRBY', KEYS[1], 'charged', ARGV[8])
 redis.call('HINCRBY', KEYS[1], 'audio_ms', ARGV[4])
 redis.call('HINCRBY', KEYS[1], 'bytes', tonumber((string.gsub(ARGV[6], ':.*', ''))))
 for i = 1, 4 do if i ~= 2 then redis.call('EXPIRE', KEYS[i], ARGV[5]) end end
@@ -283,7 +287,19 @@ redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('EXPIRE', KEYS[3], ARGV[6])
 return redis.call('HMGET', KEYS[1], unpack(ARGV, 7))
 """
-_FIELDS = ("meta", "status", "done", "chars", "audio_ms", "bytes", "completed_at", "expires_at", "error", "reserved")
+_FIELDS = (
+    "meta",
+    "status",
+    "done",
+    "chars",
+    "audio_ms",
+    "bytes",
+    "completed_at",
+    "expires_at",
+    "error",
+    "reserved",
+    "charged",
+)
 
 
 class AudioFiles:
@@ -456,6 +472,7 @@ class RedisJobStore:
             2 * self.ttl_s,
             size,
             in_redis,
+            spoken.charged,
         ]
         committed = bool(await self._commit(keys=keys, args=args))
         if not committed and self.files is not None and name is not None:
@@ -518,6 +535,7 @@ def _fields(record: JobRecord) -> dict[str, str | int]:
         "status": record.status,
         "done": 0,
         "chars": 0,
+        "charged": 0,
         "audio_ms": 0,
         "bytes": 0,
         "reserved": record.reserved_bytes,
@@ -525,7 +543,7 @@ def _fields(record: JobRecord) -> dict[str, str | int]:
 
 
 def _record(values: list[bytes | None]) -> JobRecord | None:
-    meta, status, done, chars, audio_ms, stored, completed_at, expires_at, error, reserved = values
+    meta, status, done, chars, audio_ms, stored, completed_at, expires_at, error, reserved, charged = values
     if meta is None or status is None:
         return None
     return JobRecord(
@@ -533,6 +551,7 @@ def _record(values: list[bytes | None]) -> JobRecord | None:
         status=status.decode(),  # type: ignore[arg-type]  # written by this module only
         segments_done=int(done or 0),
         characters_done=int(chars or 0),
+        characters_charged=int(charged or 0),  # a job's record from before this field: 0, its characters count
         audio_ms=int(audio_ms or 0),
         stored_bytes=int(stored or 0),
         completed_at=_int_or_none(completed_at),

@@ -88,6 +88,33 @@ async def test_segments_are_committed_once_and_in_order(store: JobStore) -> None
     assert ended == record  # as it ended, read in the same step
 
 
+async def test_a_job_is_charged_what_its_segments_made_the_engine_say(store: JobStore) -> None:
+    """A dictionary, ``say-as`` or a break makes a segment say more than its text: the job is charged the sum of what
+    each was charged, not its input's length (a job's usage used to count the caller's characters)."""
+    job = await create(store)
+    assert job is not None
+    assert await store.start("acme", job) is not None
+    for index, charged in enumerate((40, 12, 10)):  # 10 characters each, the first respelled to 40
+        assert await store.commit("acme", job, index, SpokenSegment(b"x", 10, 500, charged))
+    running = await store.get("acme", job)
+    assert running is not None
+    assert (running.characters_done, running.characters_charged, running.charged_characters) == (30, 62, 62)
+    ended = await store.finish("acme", job, "completed")
+    assert ended is not None
+    assert (ended.characters_done, ended.characters_charged, ended.charged_characters) == (32, 62, 62)
+
+
+async def test_a_job_is_charged_at_least_its_characters(store: JobStore) -> None:
+    job = await create(store)
+    assert job is not None
+    await store.start("acme", job)
+    for index in range(3):  # segments charged their length: the whitespace between them is not in any
+        assert await store.commit("acme", job, index, SpokenSegment(b"x", 10, 500, 10))
+    ended = await store.finish("acme", job, "completed")
+    assert ended is not None
+    assert ended.charged_characters == ended.characters_total == 32
+
+
 async def test_whoever_ends_a_job_holds_what_it_spoke_though_a_delete_follows_at_once(store: JobStore) -> None:
     """A concurrent ``DELETE`` may forget the job right after another call ended it: that call counts its usage from
     what ``finish`` returned, read in the same step, not from a record it reads again (issue #47)."""
