@@ -80,13 +80,15 @@ class _Segment:
     clock: AudioClock = field(default_factory=AudioClock)
     """The audio seconds of this segment delivered so far."""
     status: SegmentStatus = "completed"
+    characters: int | None = None
+    """What the segment was charged (what it made the engine say), once the speech pipeline planned it."""
 
     @property
     def audio_seconds(self) -> float:
         return self.clock.seconds
 
     def usage(self) -> SpeechUsage:
-        return speech_usage(len(self.text), self.audio_seconds)
+        return speech_usage(len(self.text) if self.characters is None else self.characters, self.audio_seconds)
 
 
 class RealtimeSession(EndedByServer):
@@ -352,6 +354,7 @@ class RealtimeSession(EndedByServer):
         request = self._config.speech_request(segment.text)
         speaking = self._speech.speak(self._principal, request, record, in_session=True, markup=Markup.SSML)
         async with await speaking as reply:
+            segment.characters = reply.characters
             encoder = self._stream_encoder()
             async for chunk in reply.timed():
                 segment.clock.seconds += len(chunk.audio) / (2 * _SEGMENT_PCM_RATE)

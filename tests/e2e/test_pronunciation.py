@@ -359,3 +359,74 @@ def test_caps_and_bad_input_are_clear_4xx(gateway: GatewayProcess, acme: ElevenL
     assert refused.value.body["detail"]["status"] == "phoneme_not_supported"
     http.close()
     acme_http.close()
+
+
+def _usage(gateway: GatewayProcess, tenant: str) -> dict[str, Any]:
+    response = httpx.get(f"{gateway.base_url}/v1/usage", headers={"authorization": f"Bearer {KEYS[tenant]}"})
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def _socket_usage(gateway: GatewayProcess, text: str) -> dict[str, Any]:
+    """The usage the gateway's own speech socket reports for ``text``, spoken as acme."""
+    url = gateway.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    async with connect(url, additional_headers={"Authorization": f"Bearer {KEYS['acme']}"}) as socket:
+        await socket.send(json.dumps({"type": "input.append", "text": text}))
+        await socket.send(json.dumps({"type": "input.flush"}))
+        async with asyncio.timeout(10):
+            while (event := json.loads(await socket.recv()))["type"] != "audio.done":
+                pass
+    usage: dict[str, Any] = event["usage"]
+    return usage
+
+
+async def _realtime_usage(gateway: GatewayProcess, text: str) -> int:
+    """The input tokens OpenAI's Realtime API reports in ``response.done`` for ``text``, spoken as acme."""
+    ws_base = gateway.base_url.replace("http://", "ws://") + "/v1"
+    client = openai.AsyncOpenAI(api_key=KEYS["acme"], base_url=f"{gateway.base_url}/v1", websocket_base_url=ws_base)
+    message: RealtimeConversationItemUserMessageParam = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": text}],
+    }
+    response: RealtimeResponseCreateParamsParam = {"conversation": "none", "input": [message]}
+    async with client.realtime.connect(model="gpt-realtime-2.1-mini") as connection:
+        await connection.response.create(response=response)
+        async with asyncio.timeout(10):
+            while (event := await connection.recv()).type != "response.done":
+                pass
+    await client.close()
+    assert event.response.usage is not None
+    return int(event.response.usage.input_tokens or 0)
+
+
+async def test_jobs_and_sockets_report_what_their_dictionaries_made_the_engine_say(
+    gateway: GatewayProcess, gw_dictionary: Any
+) -> None:
+    """A job is charged, and a socket's usage events report, the characters the engine was asked to say (the alias in
+    place of "GW"), as every other request is: they used to count the caller's text."""
+    admin = Admin(gateway.base_url)
+    try:
+        set_default = admin.http.post(
+            "/admin/tenants", json={"name": "acme", "pronunciation_dictionaries": [gw_dictionary.id]}
+        )
+        assert set_default.status_code == 201, set_default.text
+        assert (await _socket_usage(gateway, TEXT))["input_tokens"] == len(SPOKEN)
+        assert await _realtime_usage(gateway, TEXT) == len(SPOKEN)
+        before = _usage(gateway, "acme")
+        headers = {"authorization": f"Bearer {KEYS['acme']}"}
+        body = {"model": "tts-1", "voice": "alloy", "input": TEXT, "response_format": "pcm"}
+        created = httpx.post(f"{gateway.base_url}/v1/audio/speech/jobs", json=body, headers=headers, timeout=30)
+        assert created.status_code == 202, created.text
+        content = httpx.get(f"{gateway.base_url}/v1/audio/speech/jobs/{created.json()['id']}/content", headers=headers)
+        assert content.status_code == 200  # follows the job to its end
+        after = before
+        for _ in range(100):  # the ledger writes in the background
+            after = _usage(gateway, "acme")
+            if after["requests"] > before["requests"]:
+                break
+            await asyncio.sleep(0.05)
+        assert after["input_characters"] - before["input_characters"] == len(SPOKEN)
+    finally:
+        admin.http.post("/admin/tenants", json={"name": "acme"})  # no defaults again
+        admin.close()

@@ -90,11 +90,15 @@ class _Response:
     """Audio sent so far."""
     limits: list[RateLimit] | None = None
     """The tenant's standing once the speech pipeline admitted the response (``None``: it has no limits)."""
+    characters: int | None = None
+    """What the response was charged (what it made the engine say), once the speech pipeline planned it."""
     task: asyncio.Task[None] = field(init=False)
 
     def usage(self) -> SpeechUsage | None:
         """Its usage, once its audio began (as the speech pipeline records it for the tenant)."""
-        return speech_usage(len(self.text), self.seconds) if self.state.transcript else None
+        if not self.state.transcript:
+            return None
+        return speech_usage(len(self.text) if self.characters is None else self.characters, self.seconds)
 
 
 class OpenAIRealtimeSession(EndedByServer):
@@ -328,6 +332,7 @@ class OpenAIRealtimeSession(EndedByServer):
         request = settings.speech_request(active.text)
         speaking = self._speech.speak(self._principal, request, record, in_session=True, markup=Markup.SSML)
         async with await speaking as reply:
+            active.characters = reply.characters
             active.limits = _rate_limits(reply.limits)
             await self._send(events.response_output_item_added(active.state))
             if active.state.conversation_id is not None:
