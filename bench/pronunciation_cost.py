@@ -13,11 +13,14 @@ uploads, under the 64 KiB body cap). Phases of ``--seconds`` each:
 - **idle**: the bystander alone;
 - **expansion**: ``--clients`` attacker clients send ``"a a a a a a a a"`` (15 characters) through the ``a``
   dictionary on ElevenLabs' route, one after another: what each is charged, and the audio per charged character;
-- **combinations**: the same clients name the three big dictionaries' versions in ever new combinations (the 10 kept
-  versions of each, pinned; each of them applied alone once before the phases); before issue #47 each new
-  combination compiled a new automaton of all their rules;
+- **plain**: the same clients send short texts without dictionaries: the load any tenant's requests put on the
+  bystander, the yardstick of the phases after it;
+- **combinations**: the same clients name the three big dictionaries' versions in ever new combinations (5 versions
+  of each, pinned; each of them applied alone once before the phases); before issue #47 each new combination compiled
+  a new automaton of all their rules;
 - **new versions**: each client makes a new version of a big dictionary (``add-rules``) and speaks with it: the one
-  compile a request can still cause.
+  compile a request can still cause, within the tenant's ``pronunciation.compile_characters_per_minute`` (past it,
+  refused: ``429``).
 
 Prints a Markdown table: the bystander's first-byte p50 and p90 and their ratio to idle, the attacker's requests (and
 refusals) and what it was charged per request, from ``GET /v1/usage``.
@@ -48,8 +51,9 @@ MODEL = "espeak"
 ALIAS = "y" * 1024
 RULES_PER_UPLOAD = 180  # 256-character graphemes: about 50 KB of JSON, under server.max_body_bytes
 RULES = 256  # of 256 characters: the 65,536 grapheme characters a version may hold (RuleCaps)
-VERSIONS = 10  # a dictionary's kept versions
+VERSIONS = 5  # of each big dictionary, applied in combinations: 15 compiles, within a tenant's compile budget a minute
 EXPANDED = "a a a a a a a a"
+PHASES = ["plain", "expansion", "combinations", "new versions"]
 
 
 def _grapheme(rng: random.Random) -> str:
@@ -145,7 +149,9 @@ async def _attack(phase: str, attacker: Tenant, setup: dict[str, Any], clients: 
 
     async def client(number: int) -> None:
         while time.monotonic() < end:
-            if phase == "expansion":
+            if phase == "plain":
+                statuses.append(await attacker.speak(f"Plain {rng.random()}.", []))
+            elif phase == "expansion":
                 statuses.append(await attacker.speak(EXPANDED, [{"pronunciation_dictionary_id": setup["long"]}]))
             elif phase == "combinations":
                 picked = [(d, rng.choice(versions)) for d, versions in setup["big"]]
@@ -173,13 +179,15 @@ async def measure(base_url: str, keys: dict[str, str], args: argparse.Namespace)
     setup = {"long": long["id"], "big": big}
     for dictionary, versions in big:  # every kept version applied once: compiled, where compiles are kept
         for version in versions:
-            await attacker.speak("Warm.", [{"pronunciation_dictionary_id": dictionary, "version_id": version}])
+            status = await attacker.speak("Warm.", [{"pronunciation_dictionary_id": dictionary, "version_id": version}])
+            if status != 200:
+                raise RuntimeError(f"applying {dictionary} {version}: {status}")
     print(f"{os.cpu_count()} cores; {args.seconds:g} s a phase, {args.clients} attacker clients\n")
     print("| phase | bystander first byte p50 / p90 (s) | ratio to idle p50 / p90 | attacker requests "
           "(refused) | charged per request | audio s per charged character |")  # fmt: skip
     print("|---|---|---|---|---|---|")
     idle: tuple[float, float] | None = None
-    for phase in ("idle", "expansion", "combinations", "new versions"):
+    for phase in ("idle", *args.phases):
         before = await attacker.charged()
         attack = None if phase == "idle" else _attack(phase, attacker, setup, args.clients, args.seconds)
         times, statuses = await asyncio.gather(
@@ -205,6 +213,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0, help="length of each phase")
     parser.add_argument("--clients", type=int, default=2, help="the attacker's concurrent clients")
     parser.add_argument("--interval-s", type=float, default=0.25, help="between the bystander's requests")
+    parser.add_argument("--phases", nargs="+", choices=PHASES, default=PHASES, help="the attacker's phases, after idle")
     args = parser.parse_args()
     keys = {"attacker": generate_api_key(), "bystander": generate_api_key()}
     tenants = [
