@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from engines.chattts.generation import CodeBatch, CodeRequest, Sampling, StepEvent
     from engines.chattts.loader import WeightsLocation
     from engines.chattts.onnx_step import DecodeGraph
+    from engines.chattts.prefix_cache import PrefixCache
     from engines.chattts.streaming import StreamDecoder
     from engines.chattts.voices import SpeakerBank
 
@@ -77,6 +78,8 @@ class _Plan:
     running: bool = False
     """A segment of this request is in the token loop now."""
     decoder: StreamDecoder | None = field(default=None, repr=False)
+    shared_prefix: int = 0
+    """How many first tokens of every segment's prompt are the voice's own (``CodeRequest.shared_prefix``)."""
 
     @property
     def done(self) -> bool:
@@ -93,6 +96,8 @@ class ChatTTSEngine:
         self._generated = False
         self._graph: DecodeGraph | None = None
         """The decode step through ONNX Runtime (``decoder``), or ``None``: in torch."""
+        self._prefixes: PrefixCache | None = None
+        """Sample voices' prompt beginnings, prefilled once per worker (``voice_prefix_cache_mb``)."""
         self._max_batch = self.options.max_batch if isinstance(self.options.max_batch, int) else 1
 
     # ----------------------------------------------------------------- loading
@@ -125,6 +130,10 @@ class ChatTTSEngine:
             max_sample_s=options.max_sample_s,
         )  # fmt: skip
         self._generated = location.generated
+        if options.voice_prefix_cache_mb:
+            from engines.chattts.prefix_cache import PrefixCache
+
+            self._prefixes = PrefixCache(int(options.voice_prefix_cache_mb * 2**20))
         # Random weights ignore [speed_N]: the gateway then time-stretches every speed.
         speed_range = (1.0, 1.0) if location.generated else NATIVE_SPEED_RANGE
         voices = tuple(VoiceInfo(name, "ChatTTS speaker sampled from the voice name") for name in OPENAI_VOICES)
@@ -236,7 +245,7 @@ class ChatTTSEngine:
             raise EngineUnavailableError("the ChatTTS engine is not loaded")
         from engines.chattts.generation import CodeBatch
 
-        codes = CodeBatch(self._chat, self._sampling(), self.options.prefill_chunk_tokens, self._graph)
+        codes = CodeBatch(self._chat, self._sampling(), self.options.prefill_chunk_tokens, self._graph, self._prefixes)
         live: dict[int, _Plan] = {}
         indices = itertools.count()
         yield from self._admit(zip(requests, cancels, strict=True), indices, live)
@@ -353,7 +362,8 @@ class ChatTTSEngine:
             ids = self._text_ids(self._refine(text, instructions, seed + number))
             if ids:
                 segments.append(prefix + ids + suffix)
-        return _Plan(index, segments, speaker, codes, seed % _SEED_MODULUS, cancel)
+        shared = len(prefix) if codes is not None else 0  # a named voice's prefix is three tokens: not worth it
+        return _Plan(index, segments, speaker, codes, seed % _SEED_MODULUS, cancel, shared_prefix=shared)
 
     def _voice_prompt(self, request: SynthesisRequest) -> tuple[list[int], torch.Tensor | None, torch.Tensor | None]:
         """What each segment's prompt starts with, the speaker embedding, and the sample's codes it ends with.
@@ -443,7 +453,7 @@ class ChatTTSEngine:
         seed = (plan.seed * 1_000_003 + plan.spoken) % _SEED_MODULUS  # each segment its own, repeatable stream
         return CodeRequest(
             plan.index, plan.segments[plan.spoken], plan.speaker, seed, options.max_new_token,
-            options.min_new_token, plan.cancel, plan.codes,
+            options.min_new_token, plan.cancel, plan.codes, plan.shared_prefix,
         )  # fmt: skip
 
     def _sampling(self) -> Sampling:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from engines.base import CancelToken
     from engines.chattts.onnx_step import DecodeGraph
+    from engines.chattts.prefix_cache import LayerStates, PrefixCache
 
 __all__ = ["CodeBatch", "CodeRequest", "Sampling", "StepEvent", "generate_codes", "stacked_audio_heads"]
 
@@ -70,6 +71,10 @@ class CodeRequest:
     prompt_codes: torch.Tensor | None = None
     """A voice sample's audio codes ``(frames, num_vq)``, after the text: the prompt ends with the sample's audio, and
     generation goes on from it, as ChatTTS's ``spk_smp`` does (``Tokenizer.encode(prompt=...)``)."""
+    shared_prefix: int = 0
+    """How many of the first ``token_ids`` every prompt of this voice starts with (a sample voice's
+    ``[Stts][empty_spk]transcript[speed_N]``): with a prefix cache, their keys and values are computed once and
+    copied into the later prompts' caches (``engines/chattts/prefix_cache.py``); 0: none."""
 
     @property
     def length(self) -> int:
@@ -133,6 +138,19 @@ class _Rows:
         self.history = torch.zeros(len(requests), REPETITION_WINDOW, num_vq, dtype=torch.long, device=chat.device)
         """The last tokens of each row, right-aligned; only the last ``min(steps, REPETITION_WINDOW)`` are real."""
         self.cache = kv_cache.growing_cache(chat.gpt.gpt)
+        self.capture: tuple[int, ...] | None = None
+        """The prefix whose layer states go into the prefix cache once prefilled (a single row's prompt)."""
+
+    def fill_prefix(self, states: LayerStates) -> None:
+        """Take a single row's first columns' keys and values from ``states`` (copied: the cache writes its own
+        buffers) instead of prefilling them."""
+        for index, (keys, values) in enumerate(states):
+            self.cache.update(keys.clone(), values.clone(), index)
+        self.consume(states[0][0].size(2))
+
+    def prefix_states(self, columns: int) -> LayerStates:
+        """A copy of a single row's first ``columns`` keys and values, every layer (no padding before them)."""
+        return [(k[:, :, :columns].clone(), v[:, :, :columns].clone()) for k, v in _cache_tensors(self.cache)]
 
     @staticmethod
     def _prompt_embeds(chat: Any, ids: torch.Tensor, requests: Sequence[CodeRequest]) -> torch.Tensor:
@@ -236,7 +254,12 @@ class CodeBatch:
     """
 
     def __init__(
-        self, chat: Any, sampling: Sampling, prefill_chunk_tokens: int | None = None, graph: DecodeGraph | None = None
+        self,
+        chat: Any,
+        sampling: Sampling,
+        prefill_chunk_tokens: int | None = None,
+        graph: DecodeGraph | None = None,
+        prefixes: PrefixCache | None = None,
     ) -> None:
         from ChatTTS.model import gen_logits
 
@@ -252,6 +275,9 @@ class CodeBatch:
         self._heads = stacked_audio_heads(chat)
         self._graph = graph
         """The decode step through ONNX Runtime (``engines/chattts/onnx_step.py``); ``None``: in torch."""
+        self._prefixes = prefixes
+        """Voice prompts' shared beginnings, prefilled once (``CodeRequest.shared_prefix``); ``None``: every prompt
+        prefilled whole."""
         self._rows: _Rows | None = None
         self._waiting: list[_Rows] = []
         """Sequences whose prompts are not yet wholly prefilled, one ``_Rows`` each, first come first."""
@@ -263,7 +289,16 @@ class CodeBatch:
 
     def join(self, requests: Sequence[CodeRequest]) -> None:
         """Add new sequences: the next steps prefill their prompts and then sample their tokens with the others'."""
-        self._waiting += [_Rows(self._chat, [request]) for request in requests]
+        for request in requests:
+            rows = _Rows(self._chat, [request])
+            if self._prefixes is not None and request.shared_prefix:
+                key = tuple(request.token_ids[: request.shared_prefix])
+                states = self._prefixes.get(key)
+                if states is None:
+                    rows.capture = key  # kept once this prefill has passed it
+                else:
+                    rows.fill_prefix(states)
+            self._waiting.append(rows)
 
     @torch.inference_mode()
     def step(self) -> list[StepEvent]:
@@ -276,6 +311,7 @@ class CodeBatch:
         outputs = self._forward(parts)
         for rows, columns in parts:
             rows.consume(columns)
+            self._keep_prefix(rows)
         running, completed = self._rows, []
         for (rows, _), (hidden, logits) in zip(parts, outputs, strict=True):
             if rows is not running and rows.inputs.size(1):
@@ -293,6 +329,15 @@ class CodeBatch:
             else:
                 self._rows.absorb(rows)
         return events
+
+    def _keep_prefix(self, rows: _Rows) -> None:
+        """Put a waiting prompt's shared prefix into the prefix cache once its prefill has passed it (causal: what
+        follows changed nothing in it)."""
+        if rows.capture is None or rows.cached_columns < len(rows.capture):
+            return
+        assert self._prefixes is not None, "only set with a prefix cache"
+        self._prefixes.put(rows.capture, rows.prefix_states(len(rows.capture)))
+        rows.capture = None
 
     def _drop_cancelled_waiting(self) -> list[StepEvent]:
         cancelled = [rows for rows in self._waiting if rows.requests[0].cancel.is_set()]

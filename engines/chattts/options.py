@@ -124,6 +124,12 @@ class ChatTTSOptions(BaseModel):
     prompt spoken with that voice (about 47 positions a second, prefilled with each sentence), and its speaker string
     must stay within 16384 characters: 60 s is about 4,000 characters at full size, 30 s leaves most of the model's
     4,096 positions to the text and the new audio."""
+    voice_prefix_cache_mb: float = Field(default=64.0, ge=0)
+    """Memory per worker for the keys and values of voice prompts' shared beginnings (``[Stts][empty_spk]`` +
+    transcript + ``[speed_N]`` of a voice from a sample), computed at the voice's first sentence and reused by every
+    later one, which then prefills only its own text and the sample's codes; least recently used out first
+    (``engines/chattts/prefix_cache.py``). About 120 KiB a token at full size in float32 (a 40-token transcript:
+    5 MiB); 0 turns it off."""
 
     @model_validator(mode="after")
     def _lower_bounds_within_upper(self) -> ChatTTSOptions:
