@@ -93,10 +93,12 @@ def run(
     requests: list[CodeRequest],
     prefixes: PrefixCache | None,
     graph: Any,
+    *,
     joiners: list[CodeRequest] | None = None,
+    chunk: int | None = None,
 ) -> Recorded:
     """``requests`` from the start, ``joiners`` joining after 3 steps; every sequence to its end."""
-    batch = Recorded(engine._chat, engine._sampling(), None, graph, prefixes)
+    batch = Recorded(engine._chat, engine._sampling(), chunk, graph, prefixes)
     batch.join(requests)
     for _ in range(3):
         batch.step()
@@ -130,18 +132,22 @@ def test_a_cached_voice_samples_what_it_would_without_the_cache(
 
 
 @slow
-@pytest.mark.parametrize("decoder", ["torch", "onnxruntime"])
+@pytest.mark.parametrize(("decoder", "chunk"), [("torch", None), ("onnxruntime", None), ("torch", 7)])
 def test_a_cached_voice_joining_a_running_batch_samples_what_it_would_alone(
-    engine: ChatTTSEngine, speaker: str, decoder: str
+    engine: ChatTTSEngine, speaker: str, decoder: str, chunk: int | None
 ) -> None:
+    # With ``chunk``, prompts joining a running batch are prefilled 7 tokens a pass: the prefix is kept from a prompt
+    # prefilled over several passes, and the cached prompts' rest is spread over several too.
     graph = engine._graph if decoder == "onnxruntime" else None
     prefixes = PrefixCache(2**26)
-    run(engine, [code_request(engine, 9, "Warming the cache up.", speaker, seed=1)], prefixes, graph)
+    warming = code_request(engine, 9, "Warming the cache up.", speaker, seed=1)
+    run(engine, [code_request(engine, 8, "Running.", None, seed=1)], prefixes, graph, joiners=[warming], chunk=chunk)
+    assert (len(prefixes), prefixes.hits) == (1, 0)
     running = [code_request(engine, 0, "A named voice speaking for a while.", None, seed=2),
                code_request(engine, 1, "The sample voice from the start.", speaker, seed=3)]  # fmt: skip
     joiners = [code_request(engine, 2, "Joins late.", speaker, seed=4),
                code_request(engine, 3, "Joins late as well, with a longer text.", speaker, seed=5)]  # fmt: skip
-    together = run(engine, running, prefixes, graph, joiners)
+    together = run(engine, running, prefixes, graph, joiners=joiners, chunk=chunk)
     assert prefixes.hits == 3
     for request in running + joiners:
         same_sequences(together, run(engine, [request], None, graph), request.key)
