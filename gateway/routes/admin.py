@@ -190,7 +190,7 @@ def _no_tenant(name: str) -> OpenAIError:
     return OpenAIError(HTTP_404_NOT_FOUND, f"Tenant '{name}' was not found.", param="name", code="tenant_not_found")
 
 
-_ERRORS = error_responses(400, 401, 404, 503)
+_ERRORS = error_responses(400, 401, 404, 429, 503)  # 429: an address with too many failed admin tokens
 
 
 class AdminController(Controller):

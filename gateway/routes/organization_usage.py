@@ -60,7 +60,7 @@ class OrganizationUsageController(Controller):
         operation_id="usageAudioSpeeches",
         summary="Audio speeches usage of the organization, in time buckets.",
         description=_DESCRIPTION,
-        responses=error_responses(400, 401, 404, 503),
+        responses=error_responses(400, 401, 404, 429, 503),  # 429: too many failed admin tokens from an address
     )
     async def audio_speeches(  # noqa: PLR0917 - OpenAI's parameters
         self,
