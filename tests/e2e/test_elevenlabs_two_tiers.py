@@ -3,10 +3,11 @@ espeak-ng's word marks across the hop.
 
 Three real processes: an engine node (the synthetic tones and espeak-ng), and two front gateways whose engines are
 ``kind: openai`` engines on that node: one with a tenant and its API key (authentication on), one without tenants
-(authentication off: any key or none). Every client test runs against both fronts: the ``elevenlabs`` SDK, Pipecat's
-``ElevenLabsTTSService`` (WebSocket) and ``ElevenLabsHttpTTSService``, and LiveKit's ``elevenlabs.TTS`` in an agent
-session, each decoding what it got with PyAV (or as raw PCM) and checking its length (``SECONDS_PER_CHAR`` a
-character) and the timestamps that came with it. The node's espeak-ng words reach the front's clients as espeak-ng
+(authentication off: any key or none). Every client test runs against both fronts: the ``elevenlabs`` SDK (its
+dialogue with timestamps too), Pipecat's ``ElevenLabsTTSService`` (WebSocket), ``ElevenLabsHttpTTSService`` and
+``ElevenLabsDialogueTTSService`` (the Text-to-Dialogue socket), and LiveKit's ``elevenlabs.TTS`` in an agent session,
+each decoding what it got with PyAV (or as raw PCM) and checking its length (``SECONDS_PER_CHAR`` a character) and the
+timestamps that came with it. The node's espeak-ng words reach the front's clients as espeak-ng
 placed them: within 50 ms of its own word events, after the front's time-stretch and encoder, and after a cache hit at
 the front.
 """
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import httpx
 import pytest
-from elevenlabs import ElevenLabs
+from elevenlabs import DialogueInput, ElevenLabs
 from elevenlabs.types import CharacterAlignmentResponseModel
 from websockets.asyncio.client import connect
 
@@ -69,7 +70,8 @@ class Tiers:
         self.node = GatewayProcess(node, workdir / "node")
         front = {
             "engines": {"tones": remote(self.node, "tones"), "espeak": remote(self.node, "espeak")},
-            "aliases": {"eleven_multilingual_v2": ["tones"]},
+            # ElevenLabs' model, and its dialogue models (Pipecat's dialogue default, LiveKit's v3): the node's tones
+            "aliases": {name: ["tones"] for name in ("eleven_multilingual_v2", "eleven_v3", "eleven_v4_turbo")},
         }
         keyed = {"auth": {"tenants": [{"name": "acme", "api_key_sha256": [hash_api_key(KEY)]}]}}
         self.fronts = {
@@ -228,6 +230,40 @@ async def test_pipecats_http_service_through_two_tiers(front: GatewayProcess, ke
         )
         down, _ = await utils.run_test(tts, frames_to_send=[frames.TTSSpeakFrame(text), utils.SleepFrame(1)])
     assert_pipecat_spoke(down, frames, text)
+
+
+async def test_pipecats_dialogue_service_through_two_tiers(front: GatewayProcess, key: str) -> None:
+    """Pipecat's ``ElevenLabsDialogueTTSService`` (``/v1/text-to-dialogue/multi-stream-input``, its default model
+    ``eleven_v4_turbo``): the same audio and word frames as its text-to-speech service through the hop."""
+    frames, _, utils = pipecat()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        dialogue = importlib.import_module("pipecat.services.elevenlabs.dialogue.tts")
+    text = "Hello from Pipecat. Its dialogue speaks through two tiers."
+    tts = dialogue.ElevenLabsDialogueTTSService(
+        api_key=key,
+        url=front.base_url.replace("http://", "ws://"),
+        settings=dialogue.ElevenLabsDialogueTTSService.Settings(voice=VOICE),
+        sample_rate=24000,
+    )
+    down, _ = await utils.run_test(tts, frames_to_send=[frames.TTSSpeakFrame(text), utils.SleepFrame(2)])
+    assert_pipecat_spoke(down, frames, text)
+    assert any(isinstance(f, frames.TTSStoppedFrame) for f in down)
+
+
+def test_the_sdks_dialogue_with_timestamps_through_two_tiers(front: GatewayProcess, key: str) -> None:
+    turns = [DialogueInput(text="Good morning, everyone.", voice_id=VOICE), DialogueInput(text="Hi!", voice_id="nova")]
+    with httpx.Client(timeout=20) as http:
+        whole = sdk(front, key, http).text_to_dialogue.convert_with_timestamps(
+            inputs=turns, model_id="eleven_v3", output_format="pcm_24000"
+        )
+    seconds = len(base64.b64decode(whole.audio_base_64)) / 2 / 24000
+    text = "Good morning, everyone. Hi!"
+    assert seconds == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.1)
+    assert whole.alignment is not None
+    assert "".join(whole.alignment.characters) == text
+    assert [(s.dialogue_input_index, s.voice_id) for s in whole.voice_segments] == [(0, VOICE), (1, "nova")]
+    assert whole.voice_segments[-1].end_time_seconds <= seconds + 0.01
 
 
 async def test_a_livekit_agent_session_through_two_tiers(front: GatewayProcess, key: str) -> None:
