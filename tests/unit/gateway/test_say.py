@@ -221,4 +221,4 @@ def test_progress_is_quiet_off_a_terminal_and_for_short_waits(stream: io.StringI
 def test_say_is_listed_with_the_other_commands(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         cli.main(["--help"])
-    assert "{serve,keys,openapi,assets,say}" in capsys.readouterr().out
+    assert "{serve,keys,openapi,config-reference,assets,say}" in capsys.readouterr().out
