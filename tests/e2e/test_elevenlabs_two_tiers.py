@@ -252,7 +252,8 @@ async def test_pipecats_dialogue_service_through_two_tiers(front: GatewayProcess
 
 
 def test_the_sdks_dialogue_with_timestamps_through_two_tiers(front: GatewayProcess, key: str) -> None:
-    turns = [DialogueInput(text="Good morning, everyone.", voice_id=VOICE), DialogueInput(text="Hi!", voice_id="nova")]
+    premade = "JBFqnCBsd6RMkjVDRZzb"  # ElevenLabs' George, as the SDKs' READMEs send it: a built-in voice here
+    turns = [DialogueInput(text="Good morning, everyone.", voice_id=VOICE), DialogueInput(text="Hi!", voice_id=premade)]
     with httpx.Client(timeout=20) as http:
         whole = sdk(front, key, http).text_to_dialogue.convert_with_timestamps(
             inputs=turns, model_id="eleven_v3", output_format="pcm_24000"
@@ -262,8 +263,16 @@ def test_the_sdks_dialogue_with_timestamps_through_two_tiers(front: GatewayProce
     assert seconds == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.1)
     assert whole.alignment is not None
     assert "".join(whole.alignment.characters) == text
-    assert [(s.dialogue_input_index, s.voice_id) for s in whole.voice_segments] == [(0, VOICE), (1, "nova")]
+    assert [(s.dialogue_input_index, s.voice_id) for s in whole.voice_segments] == [(0, VOICE), (1, premade)]
     assert whole.voice_segments[-1].end_time_seconds <= seconds + 0.01
+
+
+def test_the_subscription_answers_through_two_tiers(front: GatewayProcess, key: str) -> None:
+    """What ElevenLabs' apps ask at start, answered by the front (the node knows no tenants)."""
+    with httpx.Client(timeout=20) as http:
+        subscription = sdk(front, key, http).user.subscription.get()
+    assert subscription.status == "active"
+    assert subscription.character_limit > 0 and subscription.character_count >= 0
 
 
 async def test_a_livekit_agent_session_through_two_tiers(front: GatewayProcess, key: str) -> None:
