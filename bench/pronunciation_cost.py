@@ -3,6 +3,7 @@ expands and recompiles (issue #47).
 
     .venv/bin/python -m bench.pronunciation_cost                 # about a minute and a half on 2 cores
     .venv/bin/python -m bench.pronunciation_cost --seconds 5     # a smoke run
+    .venv/bin/python -m bench.pronunciation_cost --readme-limits # the attacker under the README's example limits
 
 One real gateway (``chattts-gateway serve``, the espeak engine alone, memory stores) and two tenants: the
 **bystander** sends a short new sentence every ``--interval-s`` (streamed ``pcm`` on ``POST /v1/audio/speech``) and
@@ -54,6 +55,8 @@ RULES = 256  # of 256 characters: the 65,536 grapheme characters a version may h
 VERSIONS = 5  # of each big dictionary, applied in combinations: 15 compiles, within a tenant's compile budget a minute
 EXPANDED = "a a a a a a a a"
 PHASES = ["plain", "expansion", "combinations", "new versions"]
+README_LIMITS = {"requests_per_minute": 60, "characters_per_minute": 20000, "concurrent_streams": 4}
+"""A tenant's limits in the README's example configuration: ``--readme-limits`` gives them to the attacker."""
 
 
 def _grapheme(rng: random.Random) -> str:
@@ -214,12 +217,17 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=2, help="the attacker's concurrent clients")
     parser.add_argument("--interval-s", type=float, default=0.25, help="between the bystander's requests")
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=PHASES, help="the attacker's phases, after idle")
+    parser.add_argument("--readme-limits", action="store_true", help="the attacker under the README's example limits")
     args = parser.parse_args()
     keys = {"attacker": generate_api_key(), "bystander": generate_api_key()}
-    tenants = [
-        {"name": "attacker", "api_key_sha256": [hash_api_key(keys["attacker"])], "scheduling": {"priority": "low"}},
-        {"name": "bystander", "api_key_sha256": [hash_api_key(keys["bystander"])]},
-    ]
+    attacker: dict[str, Any] = {
+        "name": "attacker",
+        "api_key_sha256": [hash_api_key(keys["attacker"])],
+        "scheduling": {"priority": "low"},
+    }
+    if args.readme_limits:
+        attacker["limits"] = README_LIMITS
+    tenants = [attacker, {"name": "bystander", "api_key_sha256": [hash_api_key(keys["bystander"])]}]
     config = {"auth": {"tenants": tenants}, "engines": {MODEL: {"kind": "espeak"}}, "aliases": {}}
     with tempfile.TemporaryDirectory() as tmp, GatewayProcess(config, Path(tmp)) as gateway:
         asyncio.run(measure(gateway.base_url, keys, args))
