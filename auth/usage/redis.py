@@ -1,24 +1,4 @@
-"""Usage accounting per tenant: requests, input characters, audio seconds, cache hits and rejections.
-
-Usage belongs to a tenant's generation (:attr:`~auth.tenants.Tenant.generation`), as its cached audio does: a tenant
-deleted and created again under the same name starts empty. A deleted tenant's usage is retired, not lost: it is kept
-apart, with what its streams still in flight add to it, for ``retired_retention_s``, and listed for the operator.
-
-Recording never waits for Redis: increments gather in memory and a background task writes them (one round trip for
-all that gathered meanwhile), off the response path. While Redis is unreachable they wait and are written once it is
-back, so nothing recorded is lost; reading usage writes what is waiting first.
-
-Usage is also kept per time bucket (a minute, an hour, a day), by model and API key, for the organization Usage API
-(``GET /v1/organization/usage/audio_speeches``): each recorded request adds its characters and one request to the
-bucket of each width it falls in, written with the rest of its batch. Buckets are kept for
-:data:`BUCKET_RETENTION_S` (per width), and belong to the tenant's generation as the totals do: the buckets of one
-generation add up to its totals, as long as they are kept.
-
-A write whose answer never came (the connection broke, the master died) may have been applied all the same, and is
-tried again: each write is a batch numbered in its process's sequence, and the script applies a batch only if its
-number is past the last one it applied from that process, so a batch tried twice counts once. (What no failover can
-keep: a write the old master acknowledged but had not yet replicated, milliseconds' worth, is lost.)
-"""
+"""Usage in Redis, shared by every replica: :class:`RedisUsageLedger`."""
 
 from __future__ import annotations
 
@@ -28,8 +8,7 @@ import itertools
 import logging
 import secrets
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING
 
 from lifecycle import cancel_and_wait
 from storage import STORAGE_ERRORS, OutageLatch
@@ -41,281 +20,32 @@ if TYPE_CHECKING:
     from auth.tenants import Tenant
     from storage import RedisClient
 
-__all__ = [
-    "BUCKET_RETENTION_S",
-    "BUCKET_WIDTHS",
-    "DEFAULT_RETIRED_RETENTION_S",
-    "BucketUsage",
-    "BucketWidth",
-    "MemoryUsageLedger",
-    "RedisUsageLedger",
-    "RetiredUsage",
-    "UsageLedger",
-    "UsageRecord",
-    "UsageUnavailableError",
-]
+from auth.usage.base import (
+    _APPLIED_TTL_S,
+    _REJECTION,
+    _RETRY_S,
+    BUCKET_RETENTION_S,
+    DEFAULT_RETIRED_RETENTION_S,
+    Batch,
+    BucketUsage,
+    BucketWidth,
+    Counters,
+    Owner,
+    RetiredUsage,
+    UsageRecord,
+    UsageUnavailableError,
+    _bucket_field,
+    _bucket_usage,
+    _merge,
+    _owner,
+    _request_increments,
+    _to_record,
+    _to_retired,
+)
+
+__all__ = ["RedisUsageLedger"]
 
 logger = logging.getLogger("tts_gateway.usage")
-
-DEFAULT_RETIRED_RETENTION_S = 90 * 24 * 3600
-"""How long a deleted tenant's usage stays listed for the operator."""
-
-_REJECTION = "rejections:"  # field prefix: one counter per rejection reason
-_RETIRED_AT = "retired_at"  # field of a retired record: when its tenant was deleted
-_FLOAT_FIELDS = frozenset({"audio_seconds", _RETIRED_AT})
-_RETRY_S = 1.0  # between tries to write waiting increments while Redis is unreachable
-_APPLIED_TTL_S = 7 * 24 * 3600  # how long Redis remembers the last batch it applied from a process
-
-BucketWidth = Literal["1m", "1h", "1d"]
-BUCKET_WIDTHS: dict[BucketWidth, int] = {"1m": 60, "1h": 3600, "1d": 86400}
-"""Each bucket width in seconds; buckets start at multiples of their width since the Unix epoch (a day at 00:00 UTC)."""
-BUCKET_RETENTION_S: dict[BucketWidth, int] = {"1m": 2 * 86400, "1h": 35 * 86400, "1d": 400 * 86400}
-"""How long a bucket of each width is kept after it starts: minutes two days, hours 35 days, days 400 days."""
-
-_BUCKET = "bucket\x1f"  # field prefix of a bucket's count: bucket<US>width<US>start<US>model<US>key id<US>counter
-_SEP = "\x1f"
-
-Counters = dict[str, float]
-"""Field name -> value; rejections are ``rejections:<reason>`` fields."""
-
-Owner = tuple[str, str]
-"""Whose usage: a tenant's name and generation."""
-
-Batch = tuple[int, Counters]
-"""Increments written together, with their number in the writing process's sequence."""
-
-
-@dataclass(frozen=True, slots=True)
-class UsageRecord:
-    """What one tenant (one generation of it) has used since its usage was first recorded."""
-
-    requests: int = 0
-    input_characters: int = 0
-    audio_seconds: float = 0.0
-    cache_hits: int = 0
-    rejections: dict[str, int] = field(default_factory=dict)
-    """Refused requests by reason (``requests``, ``characters``, ``concurrency``, ...)."""
-
-
-@dataclass(frozen=True, slots=True)
-class BucketUsage:
-    """What one tenant spoke in one time bucket with one model and one API key."""
-
-    tenant: str
-    start: int
-    """Unix time the bucket starts."""
-    model: str | None
-    api_key_id: str | None
-    """The key's id; ``None`` for a JSON Web Token or an open gateway's caller."""
-    characters: int
-    requests: int
-
-
-@dataclass(frozen=True, slots=True)
-class RetiredUsage:
-    """The usage of a deleted tenant, kept apart for the operator."""
-
-    tenant: str
-    generation: str
-    retired_at: float
-    """Unix time of the deletion."""
-    usage: UsageRecord
-
-
-class UsageUnavailableError(Exception):
-    """The usage store cannot be read now (Redis unreachable); recording still works."""
-
-
-class UsageLedger(Protocol):
-    """Where usage is counted; every replica of a deployment should share one."""
-
-    def record_request(
-        self,
-        tenant: Tenant,
-        *,
-        characters: int,
-        audio_seconds: float,
-        cache_hit: bool,
-        model: str | None = None,
-        api_key_id: str | None = None,
-    ) -> None:
-        """Count one served request (written in the background), in the tenant's totals and in this minute's, hour's
-        and day's buckets under ``model`` and ``api_key_id``."""
-        ...
-
-    def record_rejection(self, tenant: Tenant, reason: str) -> None:
-        """Count one refused request (written in the background)."""
-        ...
-
-    async def get(self, tenant: Tenant) -> UsageRecord:
-        """The tenant's usage (all zero for a tenant never seen)."""
-        ...
-
-    async def many(self, tenants: Iterable[Tenant]) -> list[UsageRecord]:
-        """The usage of each of ``tenants``, in their order, read together."""
-        ...
-
-    async def buckets(self, tenants: Sequence[Tenant], width: BucketWidth, starts: Sequence[int]) -> list[BucketUsage]:
-        """What ``tenants`` spoke in the buckets of ``width`` starting at ``starts``, read together: one entry per
-        tenant, bucket, model and key with usage (none for a bucket no longer kept)."""
-        ...
-
-    async def retire(self, tenant: Tenant) -> None:
-        """The tenant was deleted: keep its usage apart (what its streams in flight add goes there too)."""
-        ...
-
-    async def retired(self, tenant: str) -> list[RetiredUsage]:
-        """The retired usage of every deleted tenant of this name still kept, oldest deletion first."""
-        ...
-
-    async def close(self) -> None:
-        """Write what is waiting (briefly, if Redis answers) and stop."""
-        ...
-
-
-def _owner(tenant: Tenant) -> Owner:
-    return tenant.name, tenant.generation
-
-
-def _request_increments(  # noqa: PLR0917 - a request's counts
-    characters: int, audio_seconds: float, cache_hit: bool, model: str | None, api_key_id: str | None, now: float
-) -> Counters:
-    increments = {
-        "requests": 1,
-        "input_characters": characters,
-        "audio_seconds": audio_seconds,
-        "cache_hits": 1 if cache_hit else 0,
-    }
-    for width, seconds in BUCKET_WIDTHS.items():
-        group = _SEP.join(
-            (_BUCKET.removesuffix(_SEP), width, str(int(now // seconds * seconds)), model or "", api_key_id or "")
-        )
-        increments[f"{group}{_SEP}characters"] = characters
-        increments[f"{group}{_SEP}requests"] = 1
-    return increments
-
-
-def _bucket_field(name: str) -> tuple[BucketWidth, int, str] | None:
-    """A bucket's field: its width, start and the rest (``model<US>key<US>counter``); ``None`` for a total's."""
-    if not name.startswith(_BUCKET):
-        return None
-    width, start, rest = name.removeprefix(_BUCKET).split(_SEP, 2)
-    return width, int(start), rest  # type: ignore[return-value]
-
-
-def _bucket_usage(tenant: str, start: int, fields: Mapping[str, float]) -> list[BucketUsage]:
-    """The entries of one bucket, from its fields ``model<US>key<US>counter``."""
-    groups: dict[tuple[str, str], dict[str, float]] = {}
-    for name, value in fields.items():
-        model, key, counter = name.split(_SEP)
-        groups.setdefault((model, key), {})[counter] = value
-    return [
-        BucketUsage(tenant, start, model or None, key or None, int(c.get("characters", 0)), int(c.get("requests", 0)))
-        for (model, key), c in sorted(groups.items())
-    ]
-
-
-def _merge(into: Counters, increments: Mapping[str, float]) -> None:
-    for name, delta in increments.items():
-        into[name] = into.get(name, 0) + delta
-
-
-def _to_record(counters: Mapping[str, float]) -> UsageRecord:
-    rejections = {
-        name.removeprefix(_REJECTION): int(value) for name, value in counters.items() if name.startswith(_REJECTION)
-    }
-    return UsageRecord(
-        requests=int(counters.get("requests", 0)),
-        input_characters=int(counters.get("input_characters", 0)),
-        audio_seconds=float(counters.get("audio_seconds", 0.0)),
-        cache_hits=int(counters.get("cache_hits", 0)),
-        rejections=rejections,
-    )
-
-
-def _to_retired(tenant: str, generation: str, counters: Mapping[str, float]) -> RetiredUsage:
-    return RetiredUsage(tenant, generation, counters.get(_RETIRED_AT, 0.0), _to_record(counters))
-
-
-class MemoryUsageLedger:
-    """Usage of this process only; gone on restart (methods as on :class:`UsageLedger`)."""
-
-    def __init__(self, *, retired_retention_s: float = DEFAULT_RETIRED_RETENTION_S) -> None:
-        self._live: dict[Owner, Counters] = {}
-        self._retired: dict[Owner, tuple[float, Counters]] = {}  # owner -> (expiry, counters)
-        self._buckets: dict[tuple[Owner, BucketWidth, int], Counters] = {}
-        """(owner, width, start) -> ``model<US>key<US>counter`` -> count."""
-        self._retention_s = retired_retention_s
-        self._pruned_at = 0.0
-
-    def record_request(
-        self,
-        tenant: Tenant,
-        *,
-        characters: int,
-        audio_seconds: float,
-        cache_hit: bool,
-        model: str | None = None,
-        api_key_id: str | None = None,
-    ) -> None:
-        increments = _request_increments(characters, audio_seconds, cache_hit, model, api_key_id, time.time())
-        totals = {name: delta for name, delta in increments.items() if not name.startswith(_BUCKET)}
-        self._add(_owner(tenant), totals)
-        for name, delta in increments.items():
-            if (field_of := _bucket_field(name)) is not None:
-                width, start, rest = field_of
-                _merge(self._buckets.setdefault((_owner(tenant), width, start), {}), {rest: delta})
-        self._prune_buckets()
-
-    async def buckets(self, tenants: Sequence[Tenant], width: BucketWidth, starts: Sequence[int]) -> list[BucketUsage]:
-        self._prune_buckets()
-        found: list[BucketUsage] = []
-        for tenant in tenants:
-            for start in starts:
-                found += _bucket_usage(tenant.name, start, self._buckets.get((_owner(tenant), width, start), {}))
-        return found
-
-    def record_rejection(self, tenant: Tenant, reason: str) -> None:
-        self._add(_owner(tenant), {_REJECTION + reason: 1})
-
-    async def get(self, tenant: Tenant) -> UsageRecord:
-        return _to_record(self._live.get(_owner(tenant), {}))
-
-    async def many(self, tenants: Iterable[Tenant]) -> list[UsageRecord]:
-        return [await self.get(tenant) for tenant in tenants]
-
-    def _prune_buckets(self) -> None:
-        """Forget the buckets past their retention, at most once a minute."""
-        now = time.time()
-        if now - self._pruned_at < BUCKET_WIDTHS["1m"]:
-            return
-        self._pruned_at = now
-        for key in [key for key in self._buckets if key[2] + BUCKET_RETENTION_S[key[1]] <= now]:
-            del self._buckets[key]
-
-    async def retire(self, tenant: Tenant) -> None:
-        counters = self._live.pop(_owner(tenant), {})
-        counters[_RETIRED_AT] = time.time()
-        self._retired[_owner(tenant)] = (time.monotonic() + self._retention_s, counters)
-
-    async def retired(self, tenant: str) -> list[RetiredUsage]:
-        self._drop_expired()
-        found = [_to_retired(name, gen, c) for (name, gen), (_, c) in self._retired.items() if name == tenant]
-        return sorted(found, key=lambda retired: retired.retired_at)
-
-    async def close(self) -> None:
-        return None
-
-    def _add(self, owner: Owner, increments: Counters) -> None:
-        self._drop_expired()
-        retired = self._retired.get(owner)
-        _merge(retired[1] if retired is not None else self._live.setdefault(owner, {}), increments)
-
-    def _drop_expired(self) -> None:
-        now = time.monotonic()
-        for owner in [owner for owner, (expiry, _) in self._retired.items() if expiry <= now]:
-            del self._retired[owner]
-
 
 # Adds a batch of increments to a tenant generation's usage, or to its retired usage once the tenant was deleted (a
 # stream in flight at the deletion still counts, apart), and to its time buckets, once: a batch numbered at or below
