@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
-import itertools
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -25,6 +24,14 @@ from opentelemetry import propagate
 
 from engines.base import OPENAI_VOICES, EngineInfo, InvalidSynthesisRequestError, VoiceInfo
 from engines.errors import EngineNotReadyError, EngineOverloadedError
+from engines.remote.answers import (
+    error_message,
+    node_engine_state,
+    node_overloaded,
+    read_bounded,
+    retry_after_s,
+    speaker_of,
+)
 from engines.remote.context import (
     CONTINUING_FIELD,
     CONTROL_TOKENS_FIELD,
@@ -37,7 +44,7 @@ from engines.remote.context import (
     is_engine_node,
     tenant_context,
 )
-from engines.remote.endpoints import EndpointAddress, EndpointSet
+from engines.remote.endpoints import EndpointAddress, EndpointSet, EndpointSlots
 from engines.remote.stream import Attempt, RemotePcmStream, describe_error
 from engines.samples import check_sample
 from engines.scheduling import SlotScheduler, expected_speech_s
@@ -63,46 +70,6 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 # Upstream answers that mean "this input is wrong", passed on to the client as a 400 with the upstream's message.
 # Anything else non-2xx (401/403: our credential, 404: our model name, 5xx) is the endpoint's fault.
 _CLIENT_ERRORS = frozenset({400, 413, 422})
-_MAX_ERROR_BODY = 4096
-_OVERLOAD_RETRY_AFTER_S = 1
-_OVERLOADED_CODE = "engine_overloaded"  # the error code of a chattts-gateway's 503 for a full queue
-
-
-class _EndpointSlots:
-    """A remote engine's endpoints as the scheduler's slot source: each usable address has ``max_in_flight`` slots."""
-
-    def __init__(self, endpoints: EndpointSet, max_in_flight: int) -> None:
-        self._endpoints = endpoints
-        self._max_in_flight = max_in_flight
-        self._turn = itertools.count()
-
-    def free_slot(self) -> EndpointAddress | None:
-        usable = self._usable()
-        # Ties go round-robin, so that idle endpoints share the load instead of the first one taking it all.
-        turn = next(self._turn)
-        order = sorted(range(len(usable)), key=lambda i: (usable[i].in_flight, (i - turn) % len(usable)))
-        for index in order:
-            endpoint = usable[index]
-            if endpoint.in_flight < self._max_in_flight and endpoint.breaker.would_allow():
-                return endpoint
-        return None
-
-    def take(self, holder: EndpointAddress) -> None:
-        holder.in_flight += 1
-        holder.breaker.allow()  # a half-open breaker counts the trial now (would_allow said it may)
-
-    def give_back(self, holder: EndpointAddress) -> None:
-        holder.in_flight -= 1
-        holder.breaker.release()
-
-    def total_slots(self) -> int:
-        return self._max_in_flight * len(self._usable())
-
-    def free_slots(self) -> int:
-        return sum(max(0, self._max_in_flight - endpoint.in_flight) for endpoint in self._usable())
-
-    def _usable(self) -> list[EndpointAddress]:
-        return [endpoint for endpoint in self._endpoints.all() if endpoint.usable]
 
 
 class RemoteEngine:
@@ -129,7 +96,7 @@ class RemoteEngine:
         self._watcher: asyncio.Task[None] | None = None
         self._probed = False
         self._stopped = False
-        self._slots = SlotScheduler(name, settings, _EndpointSlots(self._endpoints, options.max_in_flight))
+        self._slots = SlotScheduler(name, settings, EndpointSlots(self._endpoints, options.max_in_flight))
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -289,18 +256,18 @@ class RemoteEngine:
         """Raise what a non-200 upstream answer means, after reading a bounded part of its body."""
         try:
             async with asyncio.timeout(self._options.idle_timeout_s):
-                body = await _read_bounded(response)
+                body = await read_bounded(response)
         except (TimeoutError, httpx.HTTPError):
             body = b""
         finally:
             await response.aclose()
         status = response.status_code
-        message, param = _error_message(body)
+        message, param = error_message(body)
         if status in _CLIENT_ERRORS:
             attempt.succeeded()  # the endpoint works: it judged the input
             raise InvalidSynthesisRequestError(message or f"The upstream refused the request ({status}).", param)
-        if status == httpx.codes.TOO_MANY_REQUESTS or _node_overloaded(status, body):
-            raise EngineOverloadedError(self.name, _retry_after_s(response))
+        if status == httpx.codes.TOO_MANY_REQUESTS or node_overloaded(status, body):
+            raise EngineOverloadedError(self.name, retry_after_s(response))
         raise attempt.failed(f"HTTP {status}" + (f": {message}" if message else ""))
 
     def _body(self, request: SynthesisRequest, *, continuing: bool, engine_node: bool = False) -> dict[str, Any]:
@@ -345,7 +312,7 @@ class RemoteEngine:
             response = await self._post_sample(endpoint, attempt, pcm, sample_rate, transcript)
             if response.status_code != httpx.codes.OK:
                 await self._refuse(response, attempt)
-            speaker = _speaker_of(response)
+            speaker = speaker_of(response)
             if speaker is None:
                 raise attempt.failed("its answer to a voice sample names no speaker")
             attempt.succeeded()
@@ -463,7 +430,7 @@ class RemoteEngine:
         except httpx.HTTPError as exc:
             endpoint.mark_unhealthy(f"probe failed: {describe_error(exc)}")
             return
-        if is_engine_node(response.headers) and (state := _node_engine_state(response, self._options.model)):
+        if is_engine_node(response.headers) and (state := node_engine_state(response, self._options.model)):
             # An engine node's /readyz says how each of its engines is: this engine is served by the one it names, so
             # a node whose other engines are down (its /readyz then answers 503) still serves this one.
             if state == "ready":
@@ -479,16 +446,6 @@ class RemoteEngine:
             endpoint.mark_unhealthy(f"probe {url.path} answered HTTP {response.status_code}")
 
 
-def _node_engine_state(response: httpx.Response, model: str) -> str | None:
-    """The state an engine node's ``/readyz`` body gives its engine ``model``; ``None`` when it names none (the model
-    is an alias there, or the body is not a readiness report): the answer's status then decides."""
-    try:
-        state = response.json()["engines"][model]["state"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    return state if isinstance(state, str) else None
-
-
 def _engine_info(name: str, settings: RemoteEngineSettings) -> EngineInfo:
     options = settings.options
     voices = dict.fromkeys([*OPENAI_VOICES, *options.voices])
@@ -500,51 +457,3 @@ def _engine_info(name: str, settings: RemoteEngineSettings) -> EngineInfo:
         details={"upstream": "openai", "model": options.model, "endpoints": str(len(options.endpoints))},
         remote=True,
     )
-
-
-def _speaker_of(response: httpx.Response) -> str | None:
-    """The ``speaker`` of an engine node's answer to a sample, if it is a usable one."""
-    try:
-        speaker = response.json().get("speaker")
-    except (ValueError, AttributeError):
-        return None
-    return speaker if isinstance(speaker, str) and speaker else None
-
-
-async def _read_bounded(response: httpx.Response) -> bytes:
-    body = b""
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) >= _MAX_ERROR_BODY:
-            break
-    return body[:_MAX_ERROR_BODY]
-
-
-def _node_overloaded(status: int, body: bytes) -> bool:
-    """An engine node's 503 when its queue, or the tenant's share of it (``max_queued``), is full: the endpoint
-    works, so this is an overload to pass on, not a failure for its breaker (one tenant over its cap would otherwise
-    open the breaker for every tenant)."""
-    if status != httpx.codes.SERVICE_UNAVAILABLE:
-        return False
-    try:
-        error = httpx.Response(200, content=body).json().get("error") or {}
-    except (ValueError, AttributeError):
-        return False
-    return isinstance(error, dict) and error.get("code") == _OVERLOADED_CODE
-
-
-def _error_message(body: bytes) -> tuple[str, str | None]:
-    """The message and parameter of an OpenAI-shaped error body, else its text."""
-    try:
-        error = httpx.Response(200, content=body).json().get("error") or {}
-        param = error.get("param")
-        return str(error.get("message") or "")[:500], param if isinstance(param, str) else None
-    except (ValueError, AttributeError):
-        return body.decode("utf-8", "replace").strip()[:500], None
-
-
-def _retry_after_s(response: httpx.Response) -> int:
-    try:
-        return max(1, int(float(response.headers.get("retry-after", _OVERLOAD_RETRY_AFTER_S))))
-    except ValueError:
-        return _OVERLOAD_RETRY_AFTER_S

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import itertools
 import logging
 import socket
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
     from engines.breaker import BreakerSettings
 
-__all__ = ["EndpointAddress", "EndpointSet", "Resolver", "resolve_addresses"]
+__all__ = ["EndpointAddress", "EndpointSet", "EndpointSlots", "Resolver", "resolve_addresses"]
 
 logger = logging.getLogger("tts_gateway.remote")
 
@@ -152,3 +153,40 @@ async def resolve_addresses(url: str) -> list[str] | str:
     except OSError as exc:
         return f"cannot resolve {host}: {exc.strerror or exc}"
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class EndpointSlots:
+    """A remote engine's endpoints as the scheduler's slot source: each usable address has ``max_in_flight`` slots."""
+
+    def __init__(self, endpoints: EndpointSet, max_in_flight: int) -> None:
+        self._endpoints = endpoints
+        self._max_in_flight = max_in_flight
+        self._turn = itertools.count()
+
+    def free_slot(self) -> EndpointAddress | None:
+        usable = self._usable()
+        # Ties go round-robin, so that idle endpoints share the load instead of the first one taking it all.
+        turn = next(self._turn)
+        order = sorted(range(len(usable)), key=lambda i: (usable[i].in_flight, (i - turn) % len(usable)))
+        for index in order:
+            endpoint = usable[index]
+            if endpoint.in_flight < self._max_in_flight and endpoint.breaker.would_allow():
+                return endpoint
+        return None
+
+    def take(self, holder: EndpointAddress) -> None:
+        holder.in_flight += 1
+        holder.breaker.allow()  # a half-open breaker counts the trial now (would_allow said it may)
+
+    def give_back(self, holder: EndpointAddress) -> None:
+        holder.in_flight -= 1
+        holder.breaker.release()
+
+    def total_slots(self) -> int:
+        return self._max_in_flight * len(self._usable())
+
+    def free_slots(self) -> int:
+        return sum(max(0, self._max_in_flight - endpoint.in_flight) for endpoint in self._usable())
+
+    def _usable(self) -> list[EndpointAddress]:
+        return [endpoint for endpoint in self._endpoints.all() if endpoint.usable]
