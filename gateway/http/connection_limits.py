@@ -37,19 +37,24 @@ import asyncio
 import functools
 import json
 import logging
-import math
-import resource
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.http.arriving_body import ArrivingBody
-from gateway.http.client_address import ProxyTrust, address_key
-from gateway.http.errors import INVALID_REQUEST, SERVER_ERROR, error_body
+from gateway.http.client_address import address_key
+from gateway.http.connection_caps import ConnectionLimits
+from gateway.http.connection_refusals import (
+    ReclaimableConnections,
+    Refusal,
+    over_capacity,
+    parser_refusal,
+    too_many_from_address,
+)
+from gateway.http.errors import error_body
 from gateway.http.request_record import RequestRecord
 from gateway.http.tracking import log_access
 from gateway.observability.refusals import count_refusal
@@ -59,115 +64,13 @@ if TYPE_CHECKING:
 
     from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-    from gateway.settings import ServerSettings
 
 __all__ = ["ConnectionLimits", "GuardedHttpToolsProtocol", "guarded_http_protocol"]
 
 logger = logging.getLogger("tts_gateway.connections")
 
-#: Open files kept back from the connection cap for everything else the process holds (engine pipes, Redis
-#: connections, the listening socket, log files): at least this many, or a quarter of the limit.
-_RESERVED_FILES = 64
 #: How long a connection over the cap may take to send its first bytes (to be answered 503) before it is dropped.
 _OVER_CAPACITY_GRACE_S = 1.0
-_REFUSAL_WARNING_INTERVAL_S = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    """The limits one server enforces on every connection (``server`` settings)."""
-
-    max_header_bytes: int
-    max_headers: int
-    header_timeout_s: float
-    max_connections: int
-    body_min_rate_bytes_per_s: int = 1
-    body_rate_interval_s: float = 10.0
-    body_timeout_s: float | None = None
-    max_connections_per_address: int = 1 << 30
-    proxies: ProxyTrust = field(default_factory=lambda: ProxyTrust(()))
-
-    @classmethod
-    def from_settings(cls, server: ServerSettings) -> ConnectionLimits:
-        """The configured limits, with the connection cap lowered to what the open-file limit allows."""
-        return cls(
-            max_header_bytes=server.max_header_bytes,
-            max_headers=server.max_headers,
-            header_timeout_s=server.header_timeout_s,
-            max_connections=_fit_open_file_limit(server.max_connections),
-            body_min_rate_bytes_per_s=server.body_min_rate_bytes_per_s,
-            body_rate_interval_s=server.body_rate_interval_s,
-            body_timeout_s=server.body_timeout_s,
-            max_connections_per_address=server.max_connections_per_address,
-            proxies=ProxyTrust(server.trusted_proxies),
-        )
-
-    @property
-    def body_min_interval_bytes(self) -> float:
-        """What a body must bring in each interval (unless it ends in it), at the server's minimum rate."""
-        return self.body_min_rate_bytes_per_s * self.body_rate_interval_s
-
-
-def _fit_open_file_limit(max_connections: int) -> int:
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return max_connections
-    fitting = max(soft - max(_RESERVED_FILES, soft // 4), 1)
-    if fitting < max_connections:
-        logger.warning(
-            "server.max_connections lowered from %d to %d to fit the open-file limit (%d)",
-            max_connections,
-            fitting,
-            soft,
-        )
-        return fitting
-    return max_connections
-
-
-class _Refusal(Exception):  # noqa: N818 - not an error of the server's: the reason a request is refused
-    """Raised from a parser callback to refuse the request being parsed."""
-
-    def __init__(
-        self, status: int, message: str, code: str, *, kind: str = INVALID_REQUEST, retry_after_s: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.code = status, message, code
-        self.kind, self.retry_after_s = kind, retry_after_s
-
-
-class _ReclaimableConnections:
-    """The connections without a request in progress, oldest first: the ones closed to make room at the cap."""
-
-    def __init__(self) -> None:
-        self._connections: dict[GuardedHttpToolsProtocol, None] = {}  # insertion-ordered: oldest first
-        self._refused_since_warning = 0
-        self._warned_at = -math.inf
-
-    def note_refusal(self, now: float, open_connections: int) -> None:
-        """Log refusals at the cap as one warning per :data:`_REFUSAL_WARNING_INTERVAL_S`, not one per connection."""
-        self._refused_since_warning += 1
-        if now - self._warned_at >= _REFUSAL_WARNING_INTERVAL_S:
-            logger.warning(
-                "%d connection(s) refused with 503: %d open, every one busy (server.max_connections)",
-                self._refused_since_warning,
-                open_connections,
-            )
-            self._refused_since_warning, self._warned_at = 0, now
-
-    def add(self, connection: GuardedHttpToolsProtocol) -> None:
-        self._connections.pop(connection, None)
-        self._connections[connection] = None
-
-    def discard(self, connection: GuardedHttpToolsProtocol) -> None:
-        self._connections.pop(connection, None)
-
-    def reclaim_oldest(self) -> bool:
-        """Close the oldest one; False when there is none."""
-        for connection in self._connections:
-            self.discard(connection)
-            connection.reclaim()
-            return True
-        return False
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -177,7 +80,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """
 
     limits: ClassVar[ConnectionLimits]
-    reclaimable: ClassVar[_ReclaimableConnections]
+    reclaimable: ClassVar[ReclaimableConnections]
     per_address: ClassVar[Counter[str]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -212,11 +115,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._from_proxy = peer is not None and self.limits.proxies.trusts(peer)
         if peer is not None and not self._from_proxy and not self._count_address(address_key(peer)):
             self._over_address_cap = True
-            self._arm(_OVER_CAPACITY_GRACE_S, functools.partial(self._drop_silent, _too_many_from_address()))
+            self._arm(_OVER_CAPACITY_GRACE_S, functools.partial(self._drop_silent, too_many_from_address()))
             return
         if len(self.connections) > self.limits.max_connections and not self.reclaimable.reclaim_oldest():
             self._over_capacity = True
-            self._arm(_OVER_CAPACITY_GRACE_S, functools.partial(self._drop_silent, _over_capacity()))
+            self._arm(_OVER_CAPACITY_GRACE_S, functools.partial(self._drop_silent, over_capacity()))
             return
         self.reclaimable.add(self)
         self._arm(self.limits.header_timeout_s, self._head_timed_out)
@@ -251,7 +154,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._uncount_address()
         if key is not None and not self._count_address(key):
-            raise _too_many_from_address()
+            raise too_many_from_address()
 
     def reclaim(self) -> None:
         """Close this connection (it has no request in progress) to make room for a new one."""
@@ -278,7 +181,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._over_address_cap:
-            self._refuse(_too_many_from_address())
+            self._refuse(too_many_from_address())
             return
         if self._over_capacity:
             self._refuse_over_capacity()
@@ -294,11 +197,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             else:
                 self._unsupported_upgrade_warning()
         except httptools.HttpParserError as exc:
-            refusal = exc.__context__ if isinstance(exc.__context__, _Refusal) else None
-            self._refuse(refusal or _parser_refusal(exc))
+            refusal = exc.__context__ if isinstance(exc.__context__, Refusal) else None
+            self._refuse(refusal or parser_refusal(exc))
         else:
             if self._receiving_head and self._head_bytes > self.limits.max_header_bytes:
-                self._refuse(_Refusal(431, "The request headers are too large.", "request_headers_too_large"))
+                self._refuse(Refusal(431, "The request headers are too large.", "request_headers_too_large"))
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -319,7 +222,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_lines += 1
         if self._header_lines > self.limits.max_headers:
-            raise _Refusal(
+            raise Refusal(
                 431, f"A request may carry at most {self.limits.max_headers} headers.", "request_headers_too_large"
             )
         self._count_head(len(name) + len(value) + 4)  # with ": " and CRLF, as on the wire
@@ -332,7 +235,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # A head that arrives whole in one read is parsed before data_received can look at its size: count it here.
         self._parsed_head_bytes += size
         if self._parsed_head_bytes > self.limits.max_header_bytes:
-            raise _Refusal(431, "The request headers are too large.", "request_headers_too_large")
+            raise Refusal(431, "The request headers are too large.", "request_headers_too_large")
 
     def on_headers_complete(self) -> None:
         self._check_conformance()
@@ -380,16 +283,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         """Refuse, as nginx does, the request heads RFC 9112 rejects (see the module docstring)."""
         version = self.parser.get_http_version()
         if version == "0.9":
-            raise _Refusal(400, "HTTP/0.9 requests are not supported.", "invalid_http_request")
+            raise Refusal(400, "HTTP/0.9 requests are not supported.", "invalid_http_request")
         if version not in {"1.0", "1.1"}:
-            raise _Refusal(505, f"HTTP/{version} is not supported: speak HTTP/1.1.", "http_version_not_supported")
+            raise Refusal(505, f"HTTP/{version} is not supported: speak HTTP/1.1.", "http_version_not_supported")
         if self._hosts > 1 or (version == "1.1" and not self._hosts):
-            raise _Refusal(400, "An HTTP/1.1 request needs exactly one Host header.", "invalid_http_request")
+            raise Refusal(400, "An HTTP/1.1 request needs exactly one Host header.", "invalid_http_request")
         if version == "1.0" and self._transfer_encoding:
-            raise _Refusal(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request.", "invalid_http_request")
+            raise Refusal(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request.", "invalid_http_request")
 
     def send_400_response(self, msg: str) -> None:
-        self._refuse(_Refusal(400, msg, "invalid_http_request"))
+        self._refuse(Refusal(400, msg, "invalid_http_request"))
 
     # Deadlines and refusals
 
@@ -412,7 +315,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_bytes == 0 and self.cycle is None:
             self.transport.close()  # connected and never said anything: nobody to answer
             return
-        self._refuse(_Refusal(408, "The request headers did not arrive in time.", "request_timeout"))
+        self._refuse(Refusal(408, "The request headers did not arrive in time.", "request_timeout"))
 
     # The body's deadlines: an interval at a time, and the optional total (``body_timeout_s``).
 
@@ -464,19 +367,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         # The application waits for the rest of the body: _refuse tells it the client went away (uvicorn then drops
         # what it still sends), and answers 408 unless its response has begun.
-        self._refuse(_Refusal(408, message, "request_timeout"))
+        self._refuse(Refusal(408, message, "request_timeout"))
 
     def _refuse_over_capacity(self) -> None:
         self.reclaimable.note_refusal(self.loop.time(), len(self.connections) - 1)
-        self._refuse(_over_capacity())
+        self._refuse(over_capacity())
 
-    def _drop_silent(self, refusal: _Refusal) -> None:
+    def _drop_silent(self, refusal: Refusal) -> None:
         """Close a connection over a cap that sent nothing within the grace, counted as the refusal it would have
         got: a flood of silent sockets shows in the metric as one of requests would."""
         count_refusal("connection", refusal.status, refusal.code)
         self.transport.close()
 
-    def _refuse(self, refusal: _Refusal) -> None:
+    def _refuse(self, refusal: Refusal) -> None:
         self._disarm()
         self._end_body()  # no more of it will be read
         self.reclaimable.discard(self)
@@ -501,32 +404,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.write(b"".join([*head, b"\r\n", body]))
         self.transport.close()
 
-    def _log_refusal(self, refusal: _Refusal) -> None:
+    def _log_refusal(self, refusal: Refusal) -> None:
         """The refusal's access line, as the application writes one for each answer it gives: the request's method
         and path when its head was read (``-`` before), the status and code it is answered with."""
         scope: dict[str, Any] | None = getattr(self, "scope", None)
         method, path = ("-", "-") if scope is None or self._receiving_head else (scope["method"], scope["path"])
         log_access(RequestRecord(uuid.uuid4().hex, method, path, status=refusal.status, code=refusal.code))
-
-
-def _over_capacity() -> _Refusal:
-    return _Refusal(
-        503,
-        "The server has too many open connections; retry soon.",
-        "too_many_connections",
-        kind=SERVER_ERROR,
-        retry_after_s=1,
-    )
-
-
-def _too_many_from_address() -> _Refusal:
-    return _Refusal(
-        429,
-        "Too many open connections from your address; close some or retry soon.",
-        "too_many_connections",
-        kind="requests",  # as OpenAI names the exhausted budget of a 429
-        retry_after_s=1,
-    )
 
 
 def _release_address(per_address: Counter[str], key: str) -> None:
@@ -565,17 +448,11 @@ def _peer_address(transport: asyncio.Transport) -> str | None:
     return peer[0] if isinstance(peer, tuple) and peer else None
 
 
-def _parser_refusal(exc: httptools.HttpParserError) -> _Refusal:
-    if "Invalid HTTP version" in str(exc):  # HTTP/1.2, HTTP/3.0: well-formed, but not a version spoken here
-        return _Refusal(505, "This HTTP version is not supported: speak HTTP/1.1.", "http_version_not_supported")
-    return _Refusal(400, "Invalid HTTP request received.", "invalid_http_request")
-
-
 def guarded_http_protocol(limits: ConnectionLimits) -> type[GuardedHttpToolsProtocol]:
     """The protocol class to give ``uvicorn.run(http=...)``: :class:`GuardedHttpToolsProtocol` bound to ``limits``
     and to one registry of reclaimable connections shared by all of the server's connections."""
     return type(
         "GuardedHttpToolsProtocol",
         (GuardedHttpToolsProtocol,),
-        {"limits": limits, "reclaimable": _ReclaimableConnections(), "per_address": Counter()},
+        {"limits": limits, "reclaimable": ReclaimableConnections(), "per_address": Counter()},
     )

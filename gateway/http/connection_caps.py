@@ -1,0 +1,72 @@
+"""The limits one server enforces on every connection, from its ``server`` settings."""
+
+from __future__ import annotations
+
+import logging
+import resource
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gateway.http.client_address import ProxyTrust
+
+if TYPE_CHECKING:
+    from gateway.settings import ServerSettings
+
+__all__ = ["ConnectionLimits"]
+
+logger = logging.getLogger("tts_gateway.connections")
+
+#: Open files kept back from the connection cap for everything else the process holds (engine pipes, Redis
+#: connections, the listening socket, log files): at least this many, or a quarter of the limit.
+_RESERVED_FILES = 64
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """The limits one server enforces on every connection (``server`` settings)."""
+
+    max_header_bytes: int
+    max_headers: int
+    header_timeout_s: float
+    max_connections: int
+    body_min_rate_bytes_per_s: int = 1
+    body_rate_interval_s: float = 10.0
+    body_timeout_s: float | None = None
+    max_connections_per_address: int = 1 << 30
+    proxies: ProxyTrust = field(default_factory=lambda: ProxyTrust(()))
+
+    @classmethod
+    def from_settings(cls, server: ServerSettings) -> ConnectionLimits:
+        """The configured limits, with the connection cap lowered to what the open-file limit allows."""
+        return cls(
+            max_header_bytes=server.max_header_bytes,
+            max_headers=server.max_headers,
+            header_timeout_s=server.header_timeout_s,
+            max_connections=_fit_open_file_limit(server.max_connections),
+            body_min_rate_bytes_per_s=server.body_min_rate_bytes_per_s,
+            body_rate_interval_s=server.body_rate_interval_s,
+            body_timeout_s=server.body_timeout_s,
+            max_connections_per_address=server.max_connections_per_address,
+            proxies=ProxyTrust(server.trusted_proxies),
+        )
+
+    @property
+    def body_min_interval_bytes(self) -> float:
+        """What a body must bring in each interval (unless it ends in it), at the server's minimum rate."""
+        return self.body_min_rate_bytes_per_s * self.body_rate_interval_s
+
+
+def _fit_open_file_limit(max_connections: int) -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return max_connections
+    fitting = max(soft - max(_RESERVED_FILES, soft // 4), 1)
+    if fitting < max_connections:
+        logger.warning(
+            "server.max_connections lowered from %d to %d to fit the open-file limit (%d)",
+            max_connections,
+            fitting,
+            soft,
+        )
+        return fitting
+    return max_connections
