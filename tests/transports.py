@@ -1,9 +1,9 @@
-"""One way to speak, six transports: ``POST /v1/audio/speech`` (httpx), the stream WebSocket
+"""One way to speak, seven transports: ``POST /v1/audio/speech`` (httpx), the stream WebSocket
 ``/v1/audio/speech/stream`` (``websockets``), OpenAI's Realtime API on ``/v1/realtime`` (the official SDK),
 ElevenLabs' ``POST /v1/text-to-speech/{voice_id}/stream`` (the official ``elevenlabs`` SDK) and its
 ``/v1/text-to-speech/{voice_id}/stream-input`` WebSocket (``websockets``, as the SDK's ``convert_realtime`` speaks it;
 the multi-context socket is the same session), and its Text-to-Dialogue ``multi-stream-input`` WebSocket (a dialect on
-that session).
+that session), and vLLM-Omni's dialect of the stream WebSocket.
 
 Each asks a real gateway for 24 kHz PCM and reports what a client of it sees, so that one test can state a rule of the
 speech pipeline once and check it on every transport. A module, not a test module: test modules import from here.
@@ -49,7 +49,8 @@ class Spoken:
     audio: bytes
     """The PCM received (24 kHz, 16-bit, mono): the whole clip, or what came before the cancellation."""
     error: str | None = None
-    """The code of the error the server reported (an HTTP error body, or the first ``error`` event)."""
+    """The code of the error the server reported (an HTTP error body, or the first ``error`` event); vLLM-Omni's
+    events have no code: its message."""
     status_code: int | None = None
     """HTTP transports only (``http``, ``elevenlabs``): the response's status."""
     headers: dict[str, str] = field(default_factory=dict)
@@ -321,6 +322,40 @@ class ElevenLabsDialogueSocket(_Client):
         return Spoken(outcome, audio, error, events=[m for m in messages if "audio" not in m])
 
 
+class VllmOmniSocket(_Client):
+    """vLLM-Omni's dialect of ``/v1/audio/speech/stream``, as its own example client speaks it: ``session.config``
+    first (no greeting awaited), the text as ``input.text``, ``input.done``, reading ``audio.start``, the binary PCM
+    frames and ``audio.done`` until ``session.done``; cancelling is hanging up after the first audio frame. Its
+    ``error`` events carry a message and no code, so :attr:`Spoken.error` is the message here."""
+
+    name = "vllm-omni"
+
+    async def _speak(
+        self, gateway: GatewayProcess, key: str, model: str, voice: Voice, text: str, *, cancel: bool
+    ) -> Spoken:
+        url = gateway.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+        # A custom voice as this dialect takes one: {"id": ...} (vLLM-Omni itself clones from ``ref_audio``).
+        config = {"model": model, "voice": voice, "response_format": "pcm", "stream_audio": True}
+        frames: list[bytes] = []
+        events: list[dict[str, Any]] = []
+        async with connect(url, additional_headers=_auth(key)) as socket, asyncio.timeout(_TIMEOUT_S):
+            await _send(socket, type="session.config", **config)
+            await _send(socket, type="input.text", text=text)
+            await _send(socket, type="input.done")
+            async for message in socket:  # until session.done, or the first audio of a cancelled one
+                if isinstance(message, bytes):
+                    frames.append(message)
+                    if cancel:
+                        break  # leaving the block hangs up
+                    continue
+                events.append(event := json.loads(message))
+                if event["type"] == "session.done":
+                    break
+        error = next((str(e["message"]) for e in events if e["type"] == "error"), None)
+        outcome: Outcome = "cancelled" if cancel else "failed" if error is not None else "completed"
+        return Spoken(outcome, b"".join(frames), error, events=events)
+
+
 TRANSPORTS: tuple[Transport, ...] = (
     Http(),
     StreamSocket(),
@@ -328,5 +363,6 @@ TRANSPORTS: tuple[Transport, ...] = (
     ElevenLabsRest(),
     ElevenLabsSocket(),
     ElevenLabsDialogueSocket(),
+    VllmOmniSocket(),
 )
 """Every transport, for ``pytest.mark.parametrize(..., ids=lambda t: t.name)``."""

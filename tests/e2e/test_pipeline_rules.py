@@ -161,7 +161,12 @@ async def test_a_tenant_over_its_characters_is_refused_and_the_refusal_counted(
     )
 
     assert fits.outcome == "completed", fits
-    assert (over.outcome, over.error, over.audio) == ("failed", "rate_limit_exceeded", b"")
+    assert (over.outcome, over.audio) == ("failed", b""), over
+    if transport.name == "vllm-omni":  # its error events carry a message, no code
+        assert over.error is not None
+        assert "rate limit" in over.error.lower(), over.error
+    else:
+        assert over.error == "rate_limit_exceeded"
     if transport.name in {"http", "elevenlabs"}:
         assert over.status_code == 429
         assert int(over.headers["retry-after"]) >= 1
