@@ -10,6 +10,7 @@ from engines.remote.context import CONTINUING_FIELD, MAX_SPEAKER_CHARS, SPEAKER_
 from gateway.audio.formats import SPEECH_SAMPLE_RATES, AudioFormat, sample_rates
 
 __all__ = [
+    "CUSTOM_VOICE_PREFIX",
     "MAX_INPUT_CHARS",
     "MAX_JOB_INPUT_CHARS",
     "MAX_RAISED_INPUT_CHARS",
@@ -42,6 +43,7 @@ __all__ = [
     "VoiceDeleted",
     "VoiceList",
     "VoiceObject",
+    "voice_reference",
 ]
 
 MAX_INPUT_CHARS = 4096
@@ -84,6 +86,16 @@ class CustomVoice(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+CUSTOM_VOICE_PREFIX = "voice_"
+"""How a custom voice's id begins, which tells it from a voice's name where both come as one string."""
+
+
+def voice_reference(name: str) -> str | CustomVoice:
+    """A voice given as one string (a socket's URL, a script's span, an alias's target), as a request names it: a
+    custom voice by id (``voice_…``), else a built-in voice's or an alias's name."""
+    return CustomVoice(id=name) if name.startswith(CUSTOM_VOICE_PREFIX) else name
 
 
 class SpeechRequest(BaseModel):

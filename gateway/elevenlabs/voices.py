@@ -19,10 +19,13 @@ from litestar.params import Parameter
 from litestar.status_codes import HTTP_404_NOT_FOUND
 
 from gateway.elevenlabs.errors import error_responses
-from gateway.elevenlabs.wire import CUSTOM_VOICE_PREFIX, ElevenLabsVoice, VoicePage, Voices
+from gateway.elevenlabs.wire import ElevenLabsVoice, VoicePage, Voices
 from gateway.http.auth.dependencies import Caller, Router, VoicesDep
 from gateway.http.errors import UnknownVoiceError
-from gateway.schemas import BuiltInVoice  # noqa: TC001 - a parameter's type
+from gateway.schemas import (
+    CUSTOM_VOICE_PREFIX,
+    BuiltInVoice,
+)
 from gateway.speech.voice_aliases import PREMADE_VOICES, built_in_aliases
 from gateway.speech.voices import CustomVoiceRecord  # noqa: TC001 - a parameter's type
 from gateway.state import gateway_state

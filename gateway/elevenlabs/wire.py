@@ -12,13 +12,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from gateway.audio import AudioFormat
-from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, SpeechRequest
+from gateway.schemas import MAX_INPUT_CHARS, SpeechRequest, voice_reference
 from gateway.text import Markup, MarkupError, Script, Speech
 from gateway.text.breaks import read_breaks
 from gateway.text.script import MAX_PARTS, Part
 
 __all__ = [
-    "CUSTOM_VOICE_PREFIX",
     "DEFAULT_MODEL_ID",
     "AudioWithTimestamps",
     "CharacterAlignment",
@@ -47,7 +46,6 @@ DEFAULT_DIALOGUE_MODEL_ID = "eleven_v3"
 """ElevenLabs' default ``model_id`` of a dialogue."""
 MAX_DIALOGUE_VOICES = 10
 """ElevenLabs' most distinct voices in one dialogue."""
-CUSTOM_VOICE_PREFIX = "voice_"
 """A ``voice_id`` that starts with it names one of the tenant's custom voices; any other names a built-in voice (or
 a custom voice by its name)."""
 SPEED_RANGE = (0.7, 1.2)
@@ -163,18 +161,13 @@ class TextToSpeechRequest(BaseModel):
         return SpeechRequest(
             model=self.model_id or DEFAULT_MODEL_ID,
             input=self.text,
-            voice=_voice(voice_id),
+            voice=voice_reference(voice_id),
             response_format=AudioFormat.PCM,
             speed=1.0 if speed is None else speed,
             seed=self.seed,
             language_code=self.language_code,
             normalize_text=self.apply_text_normalization != "off",
         )
-
-
-def _voice(voice_id: str) -> str | CustomVoice:
-    """A ``voice_id`` as the pipeline takes it: one of the tenant's custom voices (``voice_…``), else a name."""
-    return CustomVoice(id=voice_id) if voice_id.startswith(CUSTOM_VOICE_PREFIX) else voice_id
 
 
 class DialogueInput(BaseModel):
@@ -248,7 +241,7 @@ class TextToDialogueRequest(BaseModel):
         return SpeechRequest(
             model=self.model_id or DEFAULT_DIALOGUE_MODEL_ID,
             input="\n".join(turn.text for turn in self.inputs),
-            voice=_voice(self.inputs[0].voice_id),
+            voice=voice_reference(self.inputs[0].voice_id),
             response_format=AudioFormat.PCM,
             seed=self.seed,
             language_code=self.language_code,

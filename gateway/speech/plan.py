@@ -14,7 +14,7 @@ from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_403_FORBIDDEN, HTTP
 
 from engines.base import SynthesisRequest
 from gateway.http.errors import OpenAIError, UnknownVoiceError
-from gateway.schemas import MAX_INPUT_CHARS, CustomVoice, EngineNodeSpeechRequest
+from gateway.schemas import MAX_INPUT_CHARS, EngineNodeSpeechRequest, voice_reference
 from gateway.speech.pronunciation import NO_LEXICON, AppliedLexicon
 from gateway.speech.voice_aliases import aliased
 from gateway.text import Script, Silence
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHARACTERS_PER_SILENT_SECOND",
-    "CUSTOM_VOICE_PREFIX",
     "MAX_SILENCE_S",
     "SPOKEN_CHARS_PER_INPUT_CHAR",
     "Job",
@@ -43,7 +42,6 @@ __all__ = [
     "charged_characters",
 ]
 
-CUSTOM_VOICE_PREFIX = "voice_"
 """How a custom voice's id starts: a script's voice that starts with it names one by id, any other by name."""
 
 Job: TypeAlias = "SynthesisRequest | Silence"
@@ -284,8 +282,7 @@ def _check_offered(model: str, info: EngineInfo, voice: Voice) -> None:
 
 def _in_voice(request: SpeechRequest, name: str) -> SpeechRequest:
     """``request`` in the voice a script's span names: a custom voice by id (``voice_…``), else by name or built-in."""
-    voice: str | CustomVoice = CustomVoice(id=name) if name.startswith(CUSTOM_VOICE_PREFIX) else name
-    return request.model_copy(update={"voice": voice})
+    return request.model_copy(update={"voice": voice_reference(name)})
 
 
 def _script_jobs(  # noqa: PLR0917 - the plan's parts a script's jobs come from

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from gateway.schemas import CustomVoice
+from gateway.schemas import voice_reference
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from gateway.schemas import SpeechRequest
 
-__all__ = ["CUSTOM_VOICE_PREFIX", "PREMADE_VOICES", "PremadeVoice", "aliased", "built_in_aliases"]
+__all__ = ["PREMADE_VOICES", "PremadeVoice", "aliased", "built_in_aliases"]
 
-CUSTOM_VOICE_PREFIX = "voice_"
 """How a custom voice's id starts (``gateway/speech/plan.py``'s): an alias's target that starts with it names one."""
 
 
@@ -82,5 +81,4 @@ def aliased(request: SpeechRequest, aliases: Mapping[str, str], tenant_aliases: 
     target = tenant_aliases.get(voice_id) or aliases.get(voice_id)
     if target is None:
         return request
-    voice: str | CustomVoice = CustomVoice(id=target) if target.startswith(CUSTOM_VOICE_PREFIX) else target
-    return request.model_copy(update={"voice": voice})
+    return request.model_copy(update={"voice": voice_reference(target)})

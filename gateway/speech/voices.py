@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from gateway.schemas import CUSTOM_VOICE_PREFIX
 from storage import Page, sortable_id
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def new_voice(
     consent: str | None = None,
 ) -> CustomVoiceRecord:
     kind: VoiceType = type or ("seed" if speaker.startswith(SEED_SPEAKER_PREFIX) else "speaker")
-    voice_id = sortable_id("voice_")
+    voice_id = sortable_id(CUSTOM_VOICE_PREFIX)
     return CustomVoiceRecord(voice_id, tenant, name, model, speaker, time.time(), kind, consent)
 
 
