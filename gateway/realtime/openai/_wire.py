@@ -1,6 +1,6 @@
 """OpenAI Realtime client events on the wire: strict pydantic models, and OpenAI's wording for what they refuse.
 
-``events.py`` dispatches on an event's ``type`` and validates it with one of these models; a message item and its
+``client_events.py`` dispatches on an event's ``type`` and validates it with one of these models; a message item and its
 content parts are validated one by one, since their kind decides their fields. A model's first validation error
 becomes a :class:`RealtimeProtocolError` with OpenAI's code, message and ``param`` (``item.content[0].text``).
 """
@@ -139,7 +139,7 @@ class Session(ModelFields):
 
 class Response(ModelFields):
     conversation: Literal["auto", "none"] = "auto"
-    input: list[dict[str, JsonValue]] | None = None  # items, each validated on its own (see events._input)
+    input: list[dict[str, JsonValue]] | None = None  # items, each validated on its own (see client_events._input)
     audio: ResponseAudio | None = None
     metadata: _Metadata | None = None
 
@@ -147,7 +147,7 @@ class Response(ModelFields):
 class Message(Wire):
     type: Literal["message"]
     role: Literal["user", "assistant", "system"]
-    content: list[dict[str, JsonValue]]  # parts, each validated on its own (see events._part)
+    content: list[dict[str, JsonValue]]  # parts, each validated on its own (see client_events._part)
     id: _Id | None = None
     object: Literal["realtime.item"] | None = None
     # "Has no effect on the conversation", says OpenAI.
@@ -175,7 +175,7 @@ class SessionUpdateEvent(Event):
 
 
 class ItemCreateEvent(Event):
-    item: dict[str, JsonValue]  # validated on its own (see events._message), since its kind decides its fields
+    item: dict[str, JsonValue]  # validated on its own (see client_events._message), since its kind decides its fields
     previous_item_id: _Id | None = None
 
 
