@@ -28,7 +28,7 @@ from gateway.jobs.store import AudioFiles, JobStore, MemoryJobStore, RedisJobSto
 from gateway.jobs.turns import TenantTurns
 from gateway.legacy import move_legacy_layout
 from gateway.realtime.registry import SessionRegistry
-from gateway.speech.admission import Admission
+from gateway.speech.admission import AdmissionControl
 from gateway.speech.cache import AudioCache
 from gateway.speech.consents import ConsentStore, MemoryConsentStore, RedisConsentStore
 from gateway.speech.plan import Planner
@@ -109,7 +109,7 @@ async def open_state(
     pronunciation = _pronunciation(settings, redis)
     speech = SpeechService(
         Planner(router, voices, pronunciation, voice_aliases=built_in_aliases(settings.voices.aliases)),
-        Admission(limiter, usage, metrics),
+        AdmissionControl(limiter, usage, metrics),
         cache,
         SingleFlight(),
         usage,

@@ -63,6 +63,7 @@ from gateway.realtime.ending import EndedByServer
 from gateway.realtime.segmenter import SentenceBuffer
 from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
 from gateway.speech.alignment import CharacterCursor
+from gateway.speech.contract import Admission
 
 if TYPE_CHECKING:
     from litestar import WebSocket
@@ -407,7 +408,7 @@ class ElevenLabsStreamSession(EndedByServer):
                 self._principal,
                 request,
                 record,
-                in_session=True,
+                admission=Admission.IN_SESSION,
                 markup=self._markup,
                 dictionaries=context.dictionaries,
             )

@@ -38,6 +38,7 @@ from gateway.realtime.protocol import (
 )
 from gateway.realtime.segmenter import SentenceBuffer
 from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
+from gateway.speech.contract import Admission
 from gateway.speech.delivery import AudioClock, speech_usage
 from gateway.text import Markup, is_ssml
 
@@ -352,7 +353,9 @@ class RealtimeSession(EndedByServer):
         # Not logged (the session has one line of its own); a cut-short segment's warning names it by this id.
         record = RequestRecord(f"{self.id}/{segment.id}", "WEBSOCKET", "segment")
         request = self._config.speech_request(segment.text)
-        speaking = self._speech.speak(self._principal, request, record, in_session=True, markup=Markup.SSML)
+        speaking = self._speech.speak(
+            self._principal, request, record, admission=Admission.IN_SESSION, markup=Markup.SSML
+        )
         async with await speaking as reply:
             segment.characters = reply.characters
             encoder = self._stream_encoder()

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from auth import Tenant
-    from gateway.speech.admission import Admission
+    from gateway.speech.admission import AdmissionControl
     from gateway.uploads import Uploads
 
 __all__ = [
@@ -77,7 +77,7 @@ async def open_form(
     *,
     uploads: Uploads,
     tenant: Tenant,
-    admission: Admission,
+    admission: AdmissionControl,
 ) -> AsyncIterator[tuple[dict[str, str], FormFiles]]:
     """The text fields of a ``multipart/form-data`` body, for the caller's model to validate, and its files, open
     until the block ends (Litestar spools each to a temporary file beyond 1 MiB: they are never read into memory

@@ -15,10 +15,10 @@ if TYPE_CHECKING:
     from auth.usage import UsageLedger
     from gateway.observability.metrics import SpeechMetrics
 
-__all__ = ["Admission"]
+__all__ = ["AdmissionControl"]
 
 
-class Admission:
+class AdmissionControl:
     """Counts requests against their tenant's limits and holds their streams; refusals go to usage and metrics."""
 
     def __init__(self, limiter: TenantRateLimiter, usage: UsageLedger, metrics: SpeechMetrics) -> None:

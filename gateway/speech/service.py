@@ -46,6 +46,7 @@ from gateway.speech.alignment import (
     unpack_words,
 )
 from gateway.speech.cache import cache_key
+from gateway.speech.contract import Admission
 from gateway.speech.delivery import AudioClock, encode_timed, speech_usage
 from gateway.speech.failover import Failover
 from gateway.speech.segments import SegmentedStream, script_segments, split_text
@@ -66,7 +67,7 @@ if TYPE_CHECKING:
     from gateway.http.request_record import RequestRecord
     from gateway.observability.metrics import SpeechMetrics
     from gateway.schemas import SpeechRequest, SpeechUsage
-    from gateway.speech.admission import Admission
+    from gateway.speech.admission import AdmissionControl
     from gateway.speech.cache import AudioCache
     from gateway.speech.failover import SpokenStream
     from gateway.speech.plan import Planner, SpeechPlan
@@ -258,7 +259,7 @@ class SpeechService:
     def __init__(  # noqa: PLR0917 - the parts it orchestrates
         self,
         planner: Planner,
-        admission: Admission,
+        admission: AdmissionControl,
         cache: AudioCache,
         flights: SingleFlight,
         usage: UsageLedger,
@@ -292,27 +293,24 @@ class SpeechService:
         request: SpeechRequest,
         record: RequestRecord,
         *,
-        in_session: bool = False,
+        admission: Admission = Admission.PER_REQUEST,
         markup: Markup = Markup.PLAIN,
         script: Script | None = None,
         dictionaries: Sequence[tuple[str, str | None]] | None = None,
-        of_job: bool = False,
     ) -> SpeechReply:
         """Start serving ``request`` for ``principal``: the one way every transport speaks (the HTTP endpoint, each
         realtime session's segments and responses). Returns once the first audio bytes exist; the caller owns the
         reply and closes it.
 
         Args:
-            in_session: The request is a part of a WebSocket session (:meth:`open_session`), which counted as the
-                tenant's request and holds its concurrent stream: only the characters count here.
+            admission: How the request is admitted and counted (``gateway/speech/contract.py``): on its own, as a
+                part of a WebSocket session (:meth:`open_session`), or as a segment of a speech job.
             markup: The markup the API honours in ``request.input`` (``gateway/text``): SSML on OpenAI's speech route,
                 break tags on ElevenLabs' routes; a plain text costs one prefix check.
             script: What the request says, read already (a dialogue's turns, each in its voice): instead of
                 ``request.input``, which then only counts its characters.
             dictionaries: The pronunciation dictionaries the request names (``(id, version id or None)`` each);
                 ``None``: the tenant's defaults. Timestamps name the caller's characters all the same.
-            of_job: The request is a segment of a speech job (``gateway/jobs/``), admitted and counted in usage once
-                for the whole job: neither happens here, and its engine jobs wait in the jobs' priority class.
 
         Raises:
             OpenAIError: an input over the tenant's cap (400), a model the tenant may not use (403), unknown model
@@ -325,7 +323,7 @@ class SpeechService:
         """
         _describe(record, principal.tenant, request)
         record.api_key_id = _key_id(principal)
-        if not (in_session or of_job):  # a session's parts and a job's segments are capped by their own rules
+        if admission.own_request:  # a session's parts and a job's segments are capped by their own rules
             self._check_input(principal.tenant, request)
         script = self._script(request, markup, script)
         with span("speech.plan"):
@@ -335,17 +333,18 @@ class SpeechService:
         key = self._cache_key(plan, tenant)
         finish = AsyncExitStack()
         try:
-            if of_job:
+            if not admission.admitted_here:
                 limits, cached = None, await self.cache.get(key)
             else:
                 # Admission (limits and stream lease: one script) and the cache lookup travel together: one round
                 # trip to Redis before the first byte of a cache hit. A refused request's lookup is simply not used.
+                own = admission.own_request
                 admitted = self.admission.admit(
-                    tenant, plan.characters, count_request=not in_session, hold_stream=None if in_session else finish
+                    tenant, plan.characters, count_request=own, hold_stream=finish if own else None
                 )
                 with span("speech.admission"):
                     limits, cached = await asyncio.gather(admitted, self.cache.get(key))
-            reply = await self._start(plan, key, cached, finish, record, tenant, of_job=of_job)
+            reply = await self._start(plan, key, cached, finish, record, tenant, admission)
         except BaseException:
             await finish.aclose()
             raise
@@ -373,7 +372,8 @@ class SpeechService:
 
     async def open_session(self, tenant: Tenant, held: AsyncExitStack) -> None:
         """Admit a WebSocket session: one of the tenant's open sessions (across replicas), counted as one request,
-        holding one of its concurrent streams until ``held`` closes; its parts then :meth:`speak` ``in_session``.
+        holding one of its concurrent streams until ``held`` closes; its parts then :meth:`speak`
+        :attr:`Admission.IN_SESSION`.
 
         Raises:
             RateLimitExceededError: over the tenant's sessions, requests or streams (recorded as a rejection).
@@ -390,8 +390,7 @@ class SpeechService:
         finish: AsyncExitStack,
         record: RequestRecord,
         tenant: Tenant,
-        *,
-        of_job: bool,
+        admission: Admission,
     ) -> SpeechReply:
         request, pool = plan.request, plan.pool
         reply = self._hit(request, plan.text, pool.name, cached, finish) if cached is not None else None
@@ -399,10 +398,10 @@ class SpeechService:
             self.metrics.cache.labels("hit").inc()
         else:
             self.metrics.cache.labels("miss").inc()
-            reply = await self._miss(key, plan, finish, tenant, self._share(tenant, of_job=of_job))
+            reply = await self._miss(key, plan, finish, tenant, self._share(tenant, admission))
         # Usage counts requests that were served (a stream cut short included), not ones that failed to start; a
         # job's segments count once, with the job (``gateway/jobs/runner.py``).
-        if not of_job:
+        if admission.counted_here:
             finish.callback(self._account_reply, plan.characters, reply.outcome, record, tenant, reply.cache_hit)
         reply.characters = plan.characters
         reply.on_cut = functools.partial(self._cut, reply, record)
@@ -453,10 +452,10 @@ class SpeechService:
             message = f"Invalid value for 'input': String should have at most {cap} characters"
             raise OpenAIError(HTTP_400_BAD_REQUEST, message, param="input", code="invalid_value")
 
-    def _share(self, tenant: Tenant, *, of_job: bool) -> TenantShare:
+    def _share(self, tenant: Tenant, admission: Admission) -> TenantShare:
         """The tenant's share of a busy engine; a job's segments wait in the jobs' class (``jobs.priority``)."""
         share = tenant_share(tenant)
-        if of_job and self.job_priority is not None:
+        if admission is Admission.OF_JOB and self.job_priority is not None:
             return dataclasses.replace(share, priority=self.job_priority)
         return share
 
@@ -623,7 +622,7 @@ class SpeechService:
 
     def account_job(self, tenant: Tenant, characters: int, audio_seconds: float) -> None:
         """Record a completed speech job in the tenant's usage and the metrics: once, as one request with all of its
-        characters and audio (its segments, spoken ``of_job``, were not counted)."""
+        characters and audio (its segments, spoken :attr:`Admission.OF_JOB`, were not counted)."""
         self._account(tenant, characters, audio_seconds, cache_hit=False)
         self.admission.spend_job_characters(tenant, characters)  # the monthly budget: not counted at admission
 

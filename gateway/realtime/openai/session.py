@@ -43,6 +43,7 @@ from gateway.realtime.openai.events import (
 )
 from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
 from gateway.schemas import MAX_INPUT_CHARS
+from gateway.speech.contract import Admission
 from gateway.speech.delivery import speech_usage
 from gateway.text import Markup
 
@@ -330,7 +331,9 @@ class OpenAIRealtimeSession(EndedByServer):
     async def _speak(self, active: _Response, settings: SessionSettings) -> None:
         record = RequestRecord(active.state.id, "WEBSOCKET", "response")  # not logged: a truncation's warning names it
         request = settings.speech_request(active.text)
-        speaking = self._speech.speak(self._principal, request, record, in_session=True, markup=Markup.SSML)
+        speaking = self._speech.speak(
+            self._principal, request, record, admission=Admission.IN_SESSION, markup=Markup.SSML
+        )
         async with await speaking as reply:
             active.characters = reply.characters
             active.limits = _rate_limits(reply.limits)
