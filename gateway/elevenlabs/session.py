@@ -57,13 +57,12 @@ from gateway.audio import AudioFormat, open_encoding, output_sample_rate
 from gateway.elevenlabs.errors import QUOTA_CODE
 from gateway.elevenlabs.wire import SocketSpeechOptions, TextToSpeechRequest, VoiceSettings, text_markup
 from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
-from gateway.http.request_record import RequestRecord
 from gateway.realtime.channel import SessionChannel
 from gateway.realtime.ending import EndedByServer
 from gateway.realtime.segmenter import SentenceBuffer
 from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
 from gateway.speech.alignment import CharacterCursor
-from gateway.speech.contract import Admission
+from gateway.speech.contract import Admission, session_record
 
 if TYPE_CHECKING:
     from litestar import WebSocket
@@ -395,7 +394,7 @@ class ElevenLabsStreamSession(EndedByServer):
         await self._final(context)
 
     async def _speak(self, context: _Context, text: str) -> None:
-        record = RequestRecord(f"{self.id}/{context.id}", "WEBSOCKET", "context")  # not logged: the session is
+        record = session_record(f"{self.id}/{context.id}")  # not logged: the session is
         request = self._piece_request(context, text)
         if context.encoder is None:
             context.encoder = open_encoding(self._encoding, PIPELINE_RATE)

@@ -41,7 +41,7 @@ from gateway.http.auth.dependencies import Caller  # noqa: TC001 - read at runti
 from gateway.http.disconnect import unless_client_leaves
 from gateway.http.errors import OpenAIError, ResponseTruncatedError
 from gateway.http.released import ReleasedResponse, ReleasedStream
-from gateway.http.request_record import RequestRecord, request_record
+from gateway.http.request_record import http_record
 from gateway.routes.speech import reply_headers
 from gateway.speech.alignment import CharacterCursor
 from gateway.state import gateway_state
@@ -265,7 +265,7 @@ async def speak_pcm(
     dialogue's) and the pronunciation ``dictionaries`` named (``None``: the tenant's defaults); the reply (the caller
     owns it) and the response's headers."""
     speech = gateway_state(request.app).speech
-    record = request_record(request.scope) or RequestRecord("-", "POST", request.url.path)
+    record = http_record(request.scope)
     speaking = speech.speak(principal, speech_request, record, markup=markup, script=script, dictionaries=dictionaries)
     reply = await unless_client_leaves(request.receive, speaking)
     record.format = output_format.value  # the access log says what the client got

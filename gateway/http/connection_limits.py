@@ -409,7 +409,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         and path when its head was read (``-`` before), the status and code it is answered with."""
         scope: dict[str, Any] | None = getattr(self, "scope", None)
         method, path = ("-", "-") if scope is None or self._receiving_head else (scope["method"], scope["path"])
-        log_access(RequestRecord(uuid.uuid4().hex, method, path, status=refusal.status, code=refusal.code))
+        record = RequestRecord(
+            request_id=uuid.uuid4().hex, method=method, path=path, status=refusal.status, code=refusal.code
+        )
+        log_access(record)
 
 
 def _release_address(per_address: Counter[str], key: str) -> None:

@@ -77,7 +77,9 @@ def request_tracking_middleware(prometheus: PrometheusConfig, tracing: Tracing) 
 async def _tracked(  # noqa: PLR0917 - one request's parts
     app: ASGIApp, scope: HTTPScope, receive: Receive, send: Send, span: Span | None, request_trace: RequestTrace
 ) -> None:
-    record = RequestRecord(_request_id(scope), scope["method"], scope["path"], trace_id=request_trace.trace_id)
+    record = RequestRecord(
+        request_id=_request_id(scope), method=scope["method"], path=scope["path"], trace_id=request_trace.trace_id
+    )
     scope.setdefault("state", {})[RECORD_KEY] = record
     tracked = _TrackedSend(send, record, span)
     try:

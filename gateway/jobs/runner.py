@@ -17,11 +17,10 @@ from auth import ANONYMOUS, Principal
 from engines.base import InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from gateway.http.errors import OpenAIError, ResponseTruncatedError
-from gateway.http.request_record import RequestRecord
 from gateway.jobs.records import SEGMENT_FORMATS, JobRecord, JobStatus
 from gateway.jobs.store import SpokenSegment
 from gateway.schemas import SpeechRequest
-from gateway.speech.contract import Admission
+from gateway.speech.contract import Admission, job_record
 
 if TYPE_CHECKING:
     from auth import AuthStore, Tenant
@@ -127,7 +126,7 @@ class JobRunner:
 
     async def _speak(self, principal: Principal, request: SpeechRequest, job_id: str) -> tuple[bytes, float, int]:
         """The segment's audio, its seconds, and what it was charged (what it made the engine say)."""
-        record = RequestRecord(job_id, "JOB", JOBS_PATH)
+        record = job_record(job_id)
         async with await self._speech.speak(principal, request, record, admission=Admission.OF_JOB) as reply:
             audio = reply.whole if reply.whole is not None else b"".join([part async for part in reply.audio()])
             charged = len(request.input) if reply.characters is None else reply.characters

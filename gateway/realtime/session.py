@@ -24,7 +24,6 @@ from engines.errors import ConsumerTooSlowError
 from gateway.audio import open_encoder
 from gateway.audio.formats import AudioFormat, output_sample_rate
 from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
-from gateway.http.request_record import RequestRecord
 from gateway.realtime.channel import SessionChannel
 from gateway.realtime.ending import EndedByServer
 from gateway.realtime.protocol import (
@@ -38,7 +37,7 @@ from gateway.realtime.protocol import (
 )
 from gateway.realtime.segmenter import SentenceBuffer
 from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
-from gateway.speech.contract import Admission
+from gateway.speech.contract import Admission, session_record
 from gateway.speech.delivery import AudioClock, speech_usage
 from gateway.text import Markup, is_ssml
 
@@ -351,7 +350,7 @@ class RealtimeSession(EndedByServer):
         self._streaming = True
         await self._send_all(self._dialect.segment_started(segment.id, segment.text, self._config.response_format))
         # Not logged (the session has one line of its own); a cut-short segment's warning names it by this id.
-        record = RequestRecord(f"{self.id}/{segment.id}", "WEBSOCKET", "segment")
+        record = session_record(f"{self.id}/{segment.id}")
         request = self._config.speech_request(segment.text)
         speaking = self._speech.speak(
             self._principal, request, record, admission=Admission.IN_SESSION, markup=Markup.SSML

@@ -17,7 +17,7 @@ from gateway.http.disconnect import unless_client_leaves
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.http.ratelimit_headers import rate_limit_headers
 from gateway.http.released import ReleasedResponse, ReleasedServerSentEvent, ReleasedStream
-from gateway.http.request_record import RequestRecord, request_record
+from gateway.http.request_record import http_record
 from gateway.schemas import (
     MAX_INPUT_CHARS,
     EngineNodeSpeechRequest,
@@ -121,7 +121,7 @@ async def _speak(
     # The service straight from the state: as a second dependency beside ``principal`` Litestar would resolve
     # the two in a task group, a few tasks per request for nothing.
     speech = gateway_state(request.app).speech
-    record = request_record(request.scope) or RequestRecord("-", "POST", SpeechController.path)
+    record = http_record(request.scope)
     # Until the first audio exists nothing else would notice the client hang up, and its queue place, engine job
     # and stream lease would stay taken; once the response streams, Litestar's response listens itself.
     # SSML when the input starts with <speak (docs/ssml.md); an engine node's segment is plain text, read by its front.

@@ -1,15 +1,20 @@
-"""The speech operation's contract (:meth:`SpeechService.speak`): how a request is admitted and counted.
+"""The speech operation's contract (:meth:`SpeechService.speak`): how a request is admitted and counted, and the
+record of what it did.
 
 Every transport speaks through one operation; what differs between their requests is said here, as a value, not as
 flags: an HTTP request is admitted on its own, a WebSocket session's part within its session, a speech job's
-segment as a part of its job.
+segment as a part of its job. The record is the transport's own: an HTTP request's is its access log line
+(``gateway/http/request_record.py`` extends it), a session's part or a job's segment gets one from
+:func:`session_record` or :func:`job_record`.
 """
 
 from __future__ import annotations
 
 import enum
+import time
+from dataclasses import dataclass, field
 
-__all__ = ["Admission"]
+__all__ = ["Admission", "SpeechRecord", "job_record", "session_record"]
 
 
 class Admission(enum.Enum):
@@ -41,3 +46,38 @@ class Admission(enum.Enum):
     def counted_here(self) -> bool:
         """Whether usage counts it here (a job's segments count once, with their job)."""
         return self is not Admission.OF_JOB
+
+
+@dataclass(slots=True, kw_only=True)
+class SpeechRecord:
+    """What one request of the speech operation did, whatever carried it: filled in by :meth:`SpeechService.speak`
+    (its tenant, what it was charged, the engine that spoke, its audio), read by whoever logs it."""
+
+    request_id: str
+    """The request's id; a session's part is ``<session>/<part>`` or its response's id, a job's segment its job's."""
+    transport: str
+    """What carried it: ``http``, ``websocket`` or ``job``."""
+    trace_id: str | None = None
+    """The W3C trace the request belongs to (its caller's ``traceparent``, or one made for it)."""
+    started: float = field(default_factory=time.perf_counter, repr=False)
+    tenant: str | None = None
+    model: str | None = None
+    engine: str | None = None
+    format: str | None = None
+    characters: int | None = None
+    audio_seconds: float | None = None
+    ttfb_ms: float | None = None
+    cache: str | None = None
+    api_key_id: str | None = None
+    """The id of the API key the caller presented (``None``: a JSON Web Token, an open gateway): usage by key."""
+
+
+def session_record(part_id: str) -> SpeechRecord:
+    """The record of a WebSocket session's part (a segment, a response, a context): not logged, the session has one
+    line of its own; a part cut short is named by ``part_id`` in its warning."""
+    return SpeechRecord(request_id=part_id, transport="websocket")
+
+
+def job_record(job_id: str) -> SpeechRecord:
+    """The record of a speech job's segment: not logged, the job is its own record (``gateway/jobs/``)."""
+    return SpeechRecord(request_id=job_id, transport="job")

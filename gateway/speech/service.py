@@ -46,7 +46,7 @@ from gateway.speech.alignment import (
     unpack_words,
 )
 from gateway.speech.cache import cache_key
-from gateway.speech.contract import Admission
+from gateway.speech.contract import Admission, SpeechRecord
 from gateway.speech.delivery import AudioClock, encode_timed, speech_usage
 from gateway.speech.failover import Failover
 from gateway.speech.segments import SegmentedStream, script_segments, split_text
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
     from engines.base import SynthesisRequest
     from engines.scheduling import Priority
     from engines.timing import TimestampsKind
-    from gateway.http.request_record import RequestRecord
     from gateway.observability.metrics import SpeechMetrics
     from gateway.schemas import SpeechRequest, SpeechUsage
     from gateway.speech.admission import AdmissionControl
@@ -291,7 +290,7 @@ class SpeechService:
         self,
         principal: Principal,
         request: SpeechRequest,
-        record: RequestRecord,
+        record: SpeechRecord,
         *,
         admission: Admission = Admission.PER_REQUEST,
         markup: Markup = Markup.PLAIN,
@@ -388,7 +387,7 @@ class SpeechService:
         key: str,
         cached: bytes | None,
         finish: AsyncExitStack,
-        record: RequestRecord,
+        record: SpeechRecord,
         tenant: Tenant,
         admission: Admission,
     ) -> SpeechReply:
@@ -578,7 +577,7 @@ class SpeechService:
                 self.metrics.queue_wait.labels(pool.name, tenant.name).observe(time.perf_counter() - started)
             yield pcm
 
-    def _cut(self, reply: SpeechReply, record: RequestRecord, cause: Exception) -> None:
+    def _cut(self, reply: SpeechReply, record: SpeechRecord, cause: Exception) -> None:
         """One line and a count for a response that ended short, with its cause (not a traceback: it is the engine's
         failure, which the engine's own logs describe)."""
         self.metrics.truncations.labels(reply.outcome.engine).inc()
@@ -608,7 +607,7 @@ class SpeechService:
             self.metrics.rtf.labels(engine).observe(wall_seconds / audio_seconds)
 
     def _account_reply(
-        self, characters: int, outcome: _Outcome, record: RequestRecord, tenant: Tenant, hit: bool
+        self, characters: int, outcome: _Outcome, record: SpeechRecord, tenant: Tenant, hit: bool
     ) -> None:
         record.audio_seconds = round(outcome.clock.seconds, 3)
         self._account(
@@ -663,7 +662,7 @@ def tenant_share(tenant: Tenant) -> TenantShare:
     return TenantShare(weight=scheduling.weight, priority=scheduling.priority, max_queued=scheduling.max_queued)
 
 
-def _describe(record: RequestRecord, tenant: Tenant, request: SpeechRequest) -> None:
+def _describe(record: SpeechRecord, tenant: Tenant, request: SpeechRequest) -> None:
     record.tenant = tenant.name
     record.model = request.model
     record.format = request.response_format

@@ -20,7 +20,6 @@ from litestar.exceptions import WebSocketDisconnect
 from engines.errors import ConsumerTooSlowError
 from gateway.audio import AudioFormat, open_g711_encoder, output_sample_rate
 from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
-from gateway.http.request_record import RequestRecord
 from gateway.realtime.channel import SessionChannel
 from gateway.realtime.ending import EndedByServer
 from gateway.realtime.openai import events
@@ -43,7 +42,7 @@ from gateway.realtime.openai.events import (
 )
 from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
 from gateway.schemas import MAX_INPUT_CHARS
-from gateway.speech.contract import Admission
+from gateway.speech.contract import Admission, session_record
 from gateway.speech.delivery import speech_usage
 from gateway.text import Markup
 
@@ -329,7 +328,7 @@ class OpenAIRealtimeSession(EndedByServer):
         await self._report_end(active)
 
     async def _speak(self, active: _Response, settings: SessionSettings) -> None:
-        record = RequestRecord(active.state.id, "WEBSOCKET", "response")  # not logged: a truncation's warning names it
+        record = session_record(active.state.id)  # not logged: a truncation's warning names it
         request = settings.speech_request(active.text)
         speaking = self._speech.speak(
             self._principal, request, record, admission=Admission.IN_SESSION, markup=Markup.SSML
