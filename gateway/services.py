@@ -107,9 +107,10 @@ async def open_state(
     voices: VoiceStore = RedisVoiceStore(redis) if redis is not None else MemoryVoiceStore()
     consents: ConsentStore = RedisConsentStore(redis) if redis is not None else MemoryConsentStore()
     pronunciation = _pronunciation(settings, redis)
+    admission = AdmissionControl(limiter, usage, metrics)
     speech = SpeechService(
         Planner(router, voices, pronunciation, voice_aliases=built_in_aliases(settings.voices.aliases)),
-        AdmissionControl(limiter, usage, metrics),
+        admission,
         cache,
         SingleFlight(),
         usage,
@@ -134,11 +135,13 @@ async def open_state(
         auth_store=store,
         authenticator=_authenticator(settings, store),
         limiter=limiter,
+        admission=admission,
         usage=usage,
         voices=voices,
         consents=consents,
         pronunciation=pronunciation,
         speech=speech,
+        metrics=metrics,
         jobs=jobs,
         storage=storage,
         revocations=revocations,

@@ -28,8 +28,10 @@ if TYPE_CHECKING:
     from auth.usage import UsageLedger
     from gateway.http.auth.credential_throttle import AdminThrottle, CredentialThrottle
     from gateway.jobs.service import SpeechJobs
+    from gateway.observability.metrics import SpeechMetrics
     from gateway.realtime.registry import SessionRegistry
     from gateway.settings import Settings
+    from gateway.speech.admission import AdmissionControl
     from gateway.speech.consents import ConsentStore
     from gateway.speech.pronunciation import PronunciationDictionaries
     from gateway.speech.routing import ModelRouter
@@ -57,12 +59,17 @@ class GatewayState:
     authenticator: Authenticator
     """API keys and JWTs; on an engine node, the service token (``gateway/http/auth/service_token.py``)."""
     limiter: TenantRateLimiter
+    admission: AdmissionControl
+    """The tenants' limits, budgets and leases with every refusal counted: what admits a request the speech operation
+    does not carry (an upload, a job), reads a tenant's standing, or records a refusal of a cap checked elsewhere."""
     usage: UsageLedger
     voices: VoiceStore
     consents: ConsentStore
     pronunciation: PronunciationDictionaries
     """Tenants' pronunciation dictionaries (their store, caps and compiled lexicons)."""
     speech: SpeechService
+    metrics: SpeechMetrics
+    """The app's metrics (``gateway/observability/metrics.py``)."""
     jobs: SpeechJobs | None
     """Speech jobs (``gateway/jobs/``); ``None`` where they are off (``jobs.enabled``, an engine node)."""
     storage: StorageProbe

@@ -170,13 +170,13 @@ async def _subscription(
     state = gateway_state(request.app)
     slots = _Slots(len(await voices.list(tenant.name)), state.settings.voices.max_per_tenant)
     if (month_limit := tenant.limits.characters_per_month) is not None:
-        budget = await state.speech.admission.budget(tenant)
+        budget = await state.admission.budget(tenant)
         return slots.subscription(budget.characters_used or 0, month_limit, budget.month.end, monthly=True)
     limit = tenant.limits.characters_per_minute
     if limit is None:
         spoken = asdict(await usage.get(tenant))["input_characters"]
         return slots.subscription(spoken, NO_LIMIT, None)
-    standing = await state.speech.admission.limiter.state(tenant.name, tenant.limits)
+    standing = await state.limiter.state(tenant.name, tenant.limits)
     remaining = limit if standing.remaining_tokens is None else standing.remaining_tokens
     reset_s = standing.reset_tokens_s or 0.0
     return slots.subscription(max(limit - remaining, 0), limit, int(time.time() + reset_s))

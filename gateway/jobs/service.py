@@ -62,7 +62,7 @@ class SpeechJobs:
         segments = split_text(body.input, self.settings.segment_chars)
         request = body.model_dump(mode="json", exclude=set(_NOT_IN_RECORD))
         await self._speech.check(principal, SpeechRequest.model_validate({**request, "input": segments[0]}))
-        await self._speech.admission.admit(tenant, 0)  # one request of the tenant's, whatever its length
+        await self._speech.open_job(tenant)  # one request of the tenant's, whatever its length
         record = JobRecord(
             id=sortable_id("job_"),
             tenant=tenant.name,

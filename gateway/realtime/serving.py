@@ -107,13 +107,13 @@ async def serving(
     """Serve one socket in the block; how the session ended decides how the socket closes (after an ``error`` event
     rendered by ``error_event`` that says why), and is logged. A refusal at the handshake answers OpenAI's error body
     with the error's status, or what ``refusal`` makes of the error (another API's status and body)."""
-    speech = gateway_state(socket.app).speech
+    metrics = gateway_state(socket.app).metrics
     server_realtime = gateway_state(socket.app).settings.realtime
     log = SessionLog(path)
     started = time.perf_counter()
     outcome = "closed"
     status: int | None = None  # the HTTP status of a handshake refused
-    speech.metrics.realtime_connections.inc()
+    metrics.realtime_connections.inc()
     try:
         yield log
     except SessionRevokedError as revoked:
@@ -140,7 +140,7 @@ async def serving(
     except WebSocketDisconnect:
         outcome = "client left"  # leaving the session cancelled its speech and released its lease
     finally:
-        speech.metrics.realtime_connections.dec()
+        metrics.realtime_connections.dec()
         record: dict[str, Any] = {"session_id": log.session_id, "path": path, "tenant": log.tenant, "outcome": outcome}
         if status is not None:
             record["status"] = status

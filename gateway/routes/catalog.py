@@ -227,10 +227,10 @@ class VoicesController(Controller):
         principal: Caller,
     ) -> VoiceObject:
         state = gateway_state(request.app)
-        limits, speech = state.settings.voices, state.speech
+        limits = state.settings.voices
         # A voice is stored on every replica's behalf: it is a request like any other (429 over the tenant's limit),
         # counted before the body is read so that a tenant over its limit costs no upload or decoding.
-        await speech.admission.admit(principal.tenant, 0)
+        await state.admission.admit(principal.tenant, 0)
         if content_type_of(request) == FORM:
             voice = await _voice_from_sample(
                 request, router, voices=voices, consents=consents, uploads=uploads, principal=principal
@@ -307,7 +307,7 @@ async def _voice_from_sample(
 ) -> CustomVoiceRecord:
     """OpenAI's form: the engine makes the speaker from the sample, with the tenant's consent."""
     state = gateway_state(request.app)
-    upload = open_form(request, _SAMPLE, uploads=uploads, tenant=principal.tenant, admission=state.speech.admission)
+    upload = open_form(request, _SAMPLE, uploads=uploads, tenant=principal.tenant, admission=state.admission)
     async with upload as (texts, files):
         _refuse_prompt_voices(texts)
         form = VoiceSampleCreate.model_validate(texts)

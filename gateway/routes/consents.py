@@ -101,10 +101,10 @@ class VoiceConsentsController(Controller):
         self, request: Request[Any, Any, Any], consents: ConsentsDep, uploads: UploadsDep, principal: Caller
     ) -> VoiceConsentObject:
         state = gateway_state(request.app)
-        limits, speech = state.settings.voices, state.speech
+        limits, admission = state.settings.voices, state.admission
         # Counted before the upload is read: a tenant over its limit costs the gateway no decoding.
-        await speech.admission.admit(principal.tenant, 0)
-        upload = open_form(request, _RECORDING, uploads=uploads, tenant=principal.tenant, admission=speech.admission)
+        await admission.admit(principal.tenant, 0)
+        upload = open_form(request, _RECORDING, uploads=uploads, tenant=principal.tenant, admission=admission)
         async with upload as (texts, files):
             form = VoiceConsentCreate.model_validate(texts)
             cap = limits.max_consents_per_tenant

@@ -43,5 +43,5 @@ class UsageController(Controller):
     )
     async def get_usage(self, request: Request[Any, Any, Any], usage: UsageDep, principal: Caller) -> TenantUsage:
         record = await usage.get(principal.tenant)
-        standing = await gateway_state(request.app).speech.admission.budget(principal.tenant)
+        standing = await gateway_state(request.app).admission.budget(principal.tenant)
         return TenantUsage(tenant=principal.tenant.name, **asdict(record), budget=usage_budget(standing))

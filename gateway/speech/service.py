@@ -269,10 +269,10 @@ class SpeechService:
         job_priority: Priority | None = "low",
     ) -> None:
         self.planner = planner
-        self.admission = admission
+        self._admission = admission
         self.cache = cache
         self.flights = flights
-        self.metrics = metrics
+        self._metrics = metrics
         self._usage = usage
         self._outcomes: dict[str, _Outcome] = {}
         self.failover = Failover(planner.router, metrics.retries)
@@ -338,7 +338,7 @@ class SpeechService:
                 # Admission (limits and stream lease: one script) and the cache lookup travel together: one round
                 # trip to Redis before the first byte of a cache hit. A refused request's lookup is simply not used.
                 own = admission.own_request
-                admitted = self.admission.admit(
+                admitted = self._admission.admit(
                     tenant, plan.characters, count_request=own, hold_stream=finish if own else None
                 )
                 with span("speech.admission"):
@@ -378,8 +378,18 @@ class SpeechService:
             RateLimitExceededError: over the tenant's sessions, requests or streams (recorded as a rejection).
             LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
         """
-        await self.admission.hold_session(tenant, held)
-        await self.admission.admit(tenant, 0, hold_stream=held)
+        await self._admission.hold_session(tenant, held)
+        await self._admission.admit(tenant, 0, hold_stream=held)
+
+    async def open_job(self, tenant: Tenant) -> None:
+        """Admit a speech job: one request of the tenant's, whatever its length (its characters count in the month
+        once it ends, :meth:`account_job`); its segments then :meth:`speak` :attr:`Admission.OF_JOB`.
+
+        Raises:
+            RateLimitExceededError: over the tenant's requests (recorded as a rejection).
+            LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
+        """
+        await self._admission.admit(tenant, 0)
 
     async def _start(  # noqa: PLR0917 - one request's parts, settled by speak
         self,
@@ -394,9 +404,9 @@ class SpeechService:
         request, pool = plan.request, plan.pool
         reply = self._hit(request, plan.text, pool.name, cached, finish) if cached is not None else None
         if reply is not None:
-            self.metrics.cache.labels("hit").inc()
+            self._metrics.cache.labels("hit").inc()
         else:
-            self.metrics.cache.labels("miss").inc()
+            self._metrics.cache.labels("miss").inc()
             reply = await self._miss(key, plan, finish, tenant, self._share(tenant, admission))
         # Usage counts requests that were served (a stream cut short included), not ones that failed to start; a
         # job's segments count once, with the job (``gateway/jobs/runner.py``).
@@ -406,7 +416,7 @@ class SpeechService:
         reply.on_cut = functools.partial(self._cut, reply, record)
         record.engine, record.cache = reply.engine, "hit" if reply.cache_hit else "miss"
         record.ttfb_ms = round((time.perf_counter() - record.started) * 1000, 2)
-        self.metrics.ttfb.labels(reply.engine).observe(record.ttfb_ms / 1000)
+        self._metrics.ttfb.labels(reply.engine).observe(record.ttfb_ms / 1000)
         self.planner.router.record_answer(request.model, reply.engine)  # cache hits and joined flights count too
         return reply
 
@@ -574,13 +584,13 @@ class SpeechService:
                         pool.open_stream(synthesis, tenant=tenant.name, share=share, continuing=continuing)
                     )
             finally:
-                self.metrics.queue_wait.labels(pool.name, tenant.name).observe(time.perf_counter() - started)
+                self._metrics.queue_wait.labels(pool.name, tenant.name).observe(time.perf_counter() - started)
             yield pcm
 
     def _cut(self, reply: SpeechReply, record: SpeechRecord, cause: Exception) -> None:
         """One line and a count for a response that ended short, with its cause (not a traceback: it is the engine's
         failure, which the engine's own logs describe)."""
-        self.metrics.truncations.labels(reply.outcome.engine).inc()
+        self._metrics.truncations.labels(reply.outcome.engine).inc()
         logger.warning(
             "response truncated",
             extra={
@@ -601,10 +611,10 @@ class SpeechService:
 
     def _observe(self, engine: str, wall_seconds: float, audio_seconds: float) -> None:
         """Record one synthesis in the metrics."""
-        self.metrics.synthesis.labels(engine).observe(wall_seconds)
-        self.metrics.audio_seconds.labels(engine).inc(audio_seconds)
+        self._metrics.synthesis.labels(engine).observe(wall_seconds)
+        self._metrics.audio_seconds.labels(engine).inc(audio_seconds)
         if audio_seconds > 0:
-            self.metrics.rtf.labels(engine).observe(wall_seconds / audio_seconds)
+            self._metrics.rtf.labels(engine).observe(wall_seconds / audio_seconds)
 
     def _account_reply(
         self, characters: int, outcome: _Outcome, record: SpeechRecord, tenant: Tenant, hit: bool
@@ -623,7 +633,7 @@ class SpeechService:
         """Record a completed speech job in the tenant's usage and the metrics: once, as one request with all of its
         characters and audio (its segments, spoken :attr:`Admission.OF_JOB`, were not counted)."""
         self._account(tenant, characters, audio_seconds, cache_hit=False)
-        self.admission.spend_job_characters(tenant, characters)  # the monthly budget: not counted at admission
+        self._admission.spend_job_characters(tenant, characters)  # the monthly budget: not counted at admission
 
     def _account(
         self,
@@ -645,10 +655,10 @@ class SpeechService:
             model=model,
             api_key_id=api_key_id,
         )
-        self.admission.spend_audio(tenant, audio_seconds)  # the monthly budget of audio seconds
-        self.metrics.tenant_requests.labels(tenant.name).inc()
-        self.metrics.tenant_characters.labels(tenant.name).inc(characters)
-        self.metrics.tenant_audio.labels(tenant.name).inc(audio_seconds)
+        self._admission.spend_audio(tenant, audio_seconds)  # the monthly budget of audio seconds
+        self._metrics.tenant_requests.labels(tenant.name).inc()
+        self._metrics.tenant_characters.labels(tenant.name).inc(characters)
+        self._metrics.tenant_audio.labels(tenant.name).inc(audio_seconds)
 
 
 def _continues_a_stream(request: SpeechRequest) -> bool:

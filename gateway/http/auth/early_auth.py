@@ -142,7 +142,7 @@ def _take(scope: Scope, tenant: Tenant) -> Callable[[], None]:
     try:
         return state.held.take(tenant.name, "bodies", tenant.limits.bodies_in_flight)
     except RateLimitExceededError as exc:
-        state.speech.admission.record_rejection(tenant, exc.reason)
+        state.admission.record_rejection(tenant, exc.reason)
         raise
 
 
