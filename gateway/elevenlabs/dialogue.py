@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from auth import Principal
     from gateway.elevenlabs.formats import OutputFormat
     from gateway.speech.alignment import CharacterTimes
-    from gateway.speech.service import SpeechReply
+    from gateway.speech.reply import SpeechReply
 
 __all__ = ["DIALOGUE_PATH", "AudioWithVoiceSegments", "TextToDialogueController", "VoiceSegment"]
 

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from gateway.audio import Encoding
     from gateway.schemas import SpeechRequest
     from gateway.speech.alignment import CharacterTimes
-    from gateway.speech.service import SpeechReply
+    from gateway.speech.reply import SpeechReply
     from gateway.text import Markup, Script
 
 __all__ = [

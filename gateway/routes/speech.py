@@ -18,6 +18,7 @@ from gateway.http.errors import OpenAIError, error_responses
 from gateway.http.ratelimit_headers import rate_limit_headers
 from gateway.http.released import ReleasedResponse, ReleasedServerSentEvent, ReleasedStream
 from gateway.http.request_record import http_record
+from gateway.routes.speech_events import sse_events
 from gateway.schemas import (
     MAX_INPUT_CHARS,
     EngineNodeSpeechRequest,
@@ -29,7 +30,7 @@ from gateway.text import Markup
 if TYPE_CHECKING:
     from auth import Principal
     from gateway.settings import ServerSettings, SpeechSettings
-    from gateway.speech.service import SpeechReply
+    from gateway.speech.reply import SpeechReply
 
 __all__ = ["EngineNodeSpeechController", "SpeechController", "reply_headers", "speech_routes"]
 
@@ -136,7 +137,7 @@ async def _speak(
     # body went out whole (an engine worker killed mid-stream left the lease held and the usage unrecorded).
     if data.stream_format == "sse":
         # An engine node's front always reads the word marks; any other caller gets them when it asks.
-        events = reply.sse_events(timestamps=engine_node or data.word_timestamps)
+        events = sse_events(reply, timestamps=engine_node or data.word_timestamps)
         return ReleasedServerSentEvent(events, headers=headers, release=reply.close)
     media_type = CONTENT_TYPES[data.response_format]
     if reply.whole is not None:  # complete already: one body, without a streaming response's task group

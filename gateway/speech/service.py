@@ -7,65 +7,54 @@ result is cached.
 
 :meth:`SpeechService.speak` returns once the first encoded bytes exist, so that a request failing early gets a clean
 HTTP error; after that the audio streams, and a failure can only end the stream.
+
+Beside it: the reply (``reply.py``), the cache's key and record (``cache_record.py``), and the operation's contract,
+how a request is admitted and its record (``contract.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
 import functools
-import json
 import logging
-import struct
 import time
-import weakref
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import anyio
 from litestar.status_codes import HTTP_400_BAD_REQUEST
 
-from engines.base import InvalidSynthesisRequestError
-from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.scheduling import TenantShare
-from engines.timing import word_spans
-from gateway.audio import open_encoder, output_sample_rate
-from gateway.http.errors import OpenAIError, ResponseTruncatedError
+from gateway.audio import open_encoder
+from gateway.http.errors import OpenAIError
 from gateway.observability.tracing import span
 from gateway.schemas import MAX_INPUT_CHARS, EngineNodeSpeechRequest
 from gateway.settings import SpeechSettings
 from gateway.speech.alignment import (
     Alignment,
-    CharacterCursor,
     OnCallerText,
     SpeechChunk,
-    WordTime,
-    pack_words,
-    unpack_words,
 )
-from gateway.speech.cache import cache_key
+from gateway.speech.cache_record import fitted_words, hit_chunks, pack_record, plan_key, tenant_scope, unpack_record
 from gateway.speech.contract import Admission, SpeechRecord
-from gateway.speech.delivery import AudioClock, encode_timed, speech_usage
+from gateway.speech.delivery import AudioClock, encode_timed
 from gateway.speech.failover import Failover
+from gateway.speech.reply import Outcome, SpeechReply
 from gateway.speech.segments import SegmentedStream, script_segments, split_text
 from gateway.text import Markup, read_script
 from lifecycle import BackgroundTasks
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+    from collections.abc import AsyncIterator, Sequence
     from contextlib import AbstractAsyncContextManager
 
     from auth import Principal, Tenant
-    from auth.limits import LimitState
     from auth.usage import UsageLedger
     from engines.backend import EngineBackend, PcmStream
     from engines.base import SynthesisRequest
     from engines.scheduling import Priority
-    from engines.timing import TimestampsKind
     from gateway.observability.metrics import SpeechMetrics
-    from gateway.schemas import SpeechRequest, SpeechUsage
+    from gateway.schemas import SpeechRequest
     from gateway.speech.admission import AdmissionControl
     from gateway.speech.cache import AudioCache
     from gateway.speech.failover import SpokenStream
@@ -73,183 +62,9 @@ if TYPE_CHECKING:
     from gateway.speech.singleflight import SingleFlight
     from gateway.text import Script
 
-__all__ = ["SpeechReply", "SpeechService", "tenant_share"]
+__all__ = ["SpeechService", "tenant_share"]
 
 logger = logging.getLogger("tts_gateway.speech")
-
-# What can end a stream after its first bytes: the engine failed, its stream was cut, or a later segment could not
-# start. Anything else (a bug) keeps its traceback.
-_ENGINE_ERRORS = (SynthesisFailedError, EngineNotReadyError, EngineOverloadedError, InvalidSynthesisRequestError)
-# A cached value: its format (1), the audio seconds, flags (bit 0: the words were placed exactly), the words
-# (``alignment.pack_words``), then the encoded audio. Format 0 (the audio seconds, then the audio) lived under cache
-# keys of version 1: it is never read, so an older replica sharing the Redis never plays this header as audio either.
-_CACHE_HEADER = struct.Struct("<BdB")
-_CACHE_FORMAT = 1
-_EXACT = 1
-_HIT_CHUNK_BYTES = 32 * 1024
-
-
-@dataclass
-class _Outcome:
-    """What a synthesis produced, shared by every request that joined it."""
-
-    engine: str
-    """The engine that spoke (set once the failover settled on one)."""
-    cache_key: str
-    """Where the complete audio is cached: the key of the engine that spoke, which is not the planned one's when the
-    request failed over to another engine of its alias."""
-    clock: AudioClock = field(default_factory=AudioClock)
-    retries: int = 0
-    """Tries repeated before the first audio (the ``x-retries`` header)."""
-    timestamps: TimestampsKind = "estimated"
-    """How the engine that spoke placed its words."""
-    words: list[WordTime] = field(default_factory=list)
-    """The words' times as produced (stored with the audio in the cache)."""
-
-
-@dataclass
-class SpeechReply:
-    """Audio on its way to one client: iterate :meth:`audio`, :meth:`timed` or :meth:`sse_events` once, or send
-    :attr:`whole` (when it is there).
-
-    Whoever called :meth:`SpeechService.speak` owns the reply and releases it, with :meth:`close` or ``async with``:
-    the HTTP endpoint after its response, a realtime session when the segment or response ends. Release frees what
-    the request holds (its stream lease, its share of the synthesis) and records its usage, on every ending (the HTTP
-    routes' responses release it in a ``finally``: ``gateway/http/released.py``). Only a reply its owner lost is
-    released when it is garbage-collected.
-    """
-
-    request: SpeechRequest
-    engine: str
-    cache_hit: bool
-    outcome: _Outcome
-    _first: SpeechChunk
-    _rest: AsyncIterator[SpeechChunk]
-    _finish: AsyncExitStack = field(repr=False)
-    whole: bytes | None = None
-    """All of the audio when it was complete before the reply started (a cache hit): it can go out in one body,
-    followed by :meth:`close`, instead of through :meth:`audio`."""
-    limits: LimitState | None = None
-    """The tenant's standing after this request was admitted."""
-    characters: int | None = None
-    """What the request was charged (what it makes the engine say: ``SpeechPlan.characters``); ``None``: its
-    input's length."""
-    on_cut: Callable[[Exception], None] | None = field(default=None, repr=False)
-    """Told when the audio ends short after its first bytes (logged and counted there)."""
-    tasks: BackgroundTasks = field(kw_only=True, repr=False)
-    """Where the release of a reply never iterated runs (its finalizer cannot await)."""
-    alignment: Alignment = field(kw_only=True)
-    """The words of ``request.input`` with their times in this reply's audio (``gateway/speech/alignment.py``):
-    complete from the start for a cache hit (with :attr:`whole`), else growing as :meth:`timed` goes, complete once it
-    has ended."""
-
-    def __post_init__(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._abandoned = weakref.finalize(self, self.tasks.spawn_threadsafe, loop, self._finish.aclose)
-
-    async def __aenter__(self) -> SpeechReply:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.close()
-
-    async def timed(self) -> AsyncIterator[SpeechChunk]:
-        """The encoded audio (raw 24 kHz PCM for a ``pcm`` request) in pieces, each with the words that became known
-        with it (a piece may hold words only); :attr:`alignment` grows with them.
-
-        Raises:
-            ResponseTruncatedError: the engine failed after the first bytes; the audio ends short.
-        """
-        alignment = self.alignment
-        growing = alignment.audio_s is None  # a cache hit's is complete already
-        try:
-            if self._first.audio or self._first.words:
-                if growing:
-                    alignment.words.extend(self._first.words)
-                yield self._first
-            async for chunk in self._rest:
-                if growing:
-                    alignment.words.extend(chunk.words)
-                yield chunk
-        except _ENGINE_ERRORS as exc:  # after the first bytes: the response can only end short
-            if self.on_cut is not None:
-                self.on_cut(exc)
-            raise ResponseTruncatedError(str(exc)) from exc
-        alignment.audio_s = self.outcome.clock.seconds
-
-    async def audio(self) -> AsyncIterator[bytes]:
-        """The encoded audio (raw 24 kHz PCM for a ``pcm`` request).
-
-        Raises:
-            ResponseTruncatedError: the engine failed after the first bytes; the audio ends short.
-        """
-        async for chunk in self.timed():
-            if chunk.audio:
-                yield chunk.audio
-
-    async def close(self) -> None:
-        """Release what the request holds; the owner calls it once, however the reply ended (twice is harmless)."""
-        self._abandoned.detach()  # released here; nothing is left for the finalizer
-        # Shielded: a client that left cancels this task through Litestar's anyio cancel scope, which cancels again
-        # at every await; unshielded, the release stopped at its first real await (the usage metrics after a Redis
-        # write) and AsyncExitStack re-raised the CancelledError from a frame that holds it: a reference cycle.
-        with anyio.CancelScope(shield=True):
-            await self._finish.aclose()
-
-    async def sse_events(self, *, timestamps: bool = False) -> AsyncIterator[str]:
-        """``speech.audio.delta`` events with base64 audio, then ``speech.audio.done`` with usage: OpenAI's stream,
-        every event of OpenAI's schema. With ``timestamps`` (asked for: the request's ``word_timestamps``, or a
-        front's request to an engine node), this gateway's extension ``speech.audio.timestamps`` between them too: the
-        words and characters as they become known. Never unasked: a client that dispatches strictly on OpenAI's event
-        types would break on a type it does not know."""
-        cursor = CharacterCursor(self.alignment.text)
-        async for chunk in self.timed():
-            if chunk.audio:
-                yield json.dumps({"type": "speech.audio.delta", "audio": base64.b64encode(chunk.audio).decode("ascii")})
-            if timestamps and chunk.words and (event := _timestamps_event(chunk.words, cursor, self.alignment)):
-                yield event
-        if timestamps and (event := _timestamps_event((), cursor, self.alignment)):  # what follows the last word
-            yield event
-        yield json.dumps({"type": "speech.audio.done", "usage": self.usage().model_dump()})
-
-    def usage(self) -> SpeechUsage:
-        characters = len(self.request.input) if self.characters is None else self.characters
-        return speech_usage(characters, self.outcome.clock.seconds)
-
-    @property
-    def retries(self) -> int:
-        """Tries the synthesis repeated before its first audio (0 for a cache hit)."""
-        return self.outcome.retries
-
-
-def _timestamps_event(words: tuple[WordTime, ...], cursor: CharacterCursor, alignment: Alignment) -> str | None:
-    """``speech.audio.timestamps``: ``words`` and the characters up to the end of the last of them (to the end of the
-    text once the audio has ended); ``None`` when there is nothing new."""
-    characters = cursor.advance(alignment.words, alignment.audio_s)
-    if not words and characters is None:
-        return None
-    text = alignment.text
-    event: dict[str, object] = {
-        "type": "speech.audio.timestamps",
-        "kind": alignment.kind,
-        "words": [
-            {
-                "word": text[w.char_start : w.char_end],
-                "start": round(w.start_s, 3),
-                "end": round(w.end_s, 3),
-                "char_start": w.char_start,
-                "char_end": w.char_end,
-            }
-            for w in words
-        ],
-        "char_start": characters.first if characters is not None else len(text),
-        "alignment": (
-            characters.rest_api()
-            if characters is not None
-            else {"characters": [], "character_start_times_seconds": [], "character_end_times_seconds": []}
-        ),
-    }
-    return json.dumps(event)
 
 
 class SpeechService:
@@ -274,7 +89,7 @@ class SpeechService:
         self.flights = flights
         self._metrics = metrics
         self._usage = usage
-        self._outcomes: dict[str, _Outcome] = {}
+        self._outcomes: dict[str, Outcome] = {}
         self.failover = Failover(planner.router, metrics.retries)
         self.max_segment_chars = max_segment_chars
         """A longer text is spoken in segments, a job each (``speech.max_segment_chars``)."""
@@ -421,8 +236,8 @@ class SpeechService:
         return reply
 
     def _cache_key(self, plan: SpeechPlan, tenant: Tenant) -> str:
-        scope = "" if self.cache.shared_across_tenants else _tenant_scope(tenant)
-        return _key(plan, scope)
+        scope = "" if self.cache.shared_across_tenants else tenant_scope(tenant)
+        return plan_key(plan, scope)
 
     def _hit(
         self, request: SpeechRequest, text: str, engine: str, cached: bytes, finish: AsyncExitStack
@@ -430,23 +245,15 @@ class SpeechService:
         """The reply of a cached value; ``None`` when it cannot be read or its words do not fit ``text``, what the
         request says (a text that reads the same but is cut into other words): then the request is served as a
         miss."""
-        try:
-            version, seconds, flags = _CACHE_HEADER.unpack_from(cached)
-            if version != _CACHE_FORMAT:
-                return None
-            stored, size = unpack_words(memoryview(cached)[_CACHE_HEADER.size :])
-        except struct.error:
+        record = unpack_record(cached)
+        if record is None or (words := fitted_words(text, record.words)) is None:
             return None
-        words = _fitted(text, stored)
-        if words is None:
-            return None
-        outcome = _Outcome(engine, "", AudioClock(seconds), timestamps="exact" if flags & _EXACT else "estimated")
-        alignment = Alignment(text, outcome.timestamps, words, audio_s=seconds)
-        audio = memoryview(cached)[_CACHE_HEADER.size + size :]
-        slices = _slices(audio, tuple(words))  # for server-sent events, which need the audio in pieces
+        outcome = Outcome(engine, "", AudioClock(record.seconds), timestamps=record.timestamps)
+        alignment = Alignment(text, outcome.timestamps, words, audio_s=record.seconds)
+        slices = hit_chunks(record.audio, tuple(words))  # for server-sent events, which need the audio in pieces
         finish.push_async_callback(slices.aclose)
         return SpeechReply(
-            request, engine, True, outcome, SpeechChunk(b""), slices, finish, whole=bytes(audio),
+            request, engine, True, outcome, SpeechChunk(b""), slices, finish, whole=bytes(record.audio),
             tasks=self.background, alignment=alignment,
         )  # fmt: skip
 
@@ -471,7 +278,7 @@ class SpeechService:
     async def _miss(
         self, key: str, plan: SpeechPlan, finish: AsyncExitStack, tenant: Tenant, share: TenantShare
     ) -> SpeechReply:
-        outcome = self._outcomes.setdefault(key, _Outcome(plan.pool.name, key))
+        outcome = self._outcomes.setdefault(key, Outcome(plan.pool.name, key))
         chunks = self.flights.stream(
             key,
             lambda: self._produce(key, plan, outcome, tenant, share),
@@ -486,7 +293,7 @@ class SpeechService:
         )  # fmt: skip
 
     async def _produce(
-        self, key: str, plan: SpeechPlan, outcome: _Outcome, tenant: Tenant, share: TenantShare
+        self, key: str, plan: SpeechPlan, outcome: Outcome, tenant: Tenant, share: TenantShare
     ) -> AsyncIterator[SpeechChunk]:
         started = time.perf_counter()
         try:
@@ -508,7 +315,7 @@ class SpeechService:
             self._outcomes.pop(key, None)
         self._observe(outcome.engine, time.perf_counter() - started, outcome.clock.seconds)
 
-    def _settle(self, outcome: _Outcome, spoken: SpokenStream, tenant: Tenant) -> None:
+    def _settle(self, outcome: Outcome, spoken: SpokenStream, tenant: Tenant) -> None:
         """Name the engine that spoke, and cache its audio under that engine's key (another engine's audio must not
         answer later requests planned for the first)."""
         outcome.retries = spoken.retries
@@ -604,10 +411,10 @@ class SpeechService:
             },
         )
 
-    async def _store(self, outcome: _Outcome, produced: Sequence[SpeechChunk]) -> None:
-        flags = _EXACT if outcome.timestamps == "exact" else 0
-        header = _CACHE_HEADER.pack(_CACHE_FORMAT, outcome.clock.seconds, flags) + pack_words(outcome.words)
-        await self.cache.set(outcome.cache_key, header + b"".join(chunk.audio for chunk in produced))
+    async def _store(self, outcome: Outcome, produced: Sequence[SpeechChunk]) -> None:
+        audio = (chunk.audio for chunk in produced)
+        record = pack_record(outcome.clock.seconds, outcome.timestamps, outcome.words, audio)
+        await self.cache.set(outcome.cache_key, record)
 
     def _observe(self, engine: str, wall_seconds: float, audio_seconds: float) -> None:
         """Record one synthesis in the metrics."""
@@ -617,7 +424,7 @@ class SpeechService:
             self._metrics.rtf.labels(engine).observe(wall_seconds / audio_seconds)
 
     def _account_reply(
-        self, characters: int, outcome: _Outcome, record: SpeechRecord, tenant: Tenant, hit: bool
+        self, characters: int, outcome: Outcome, record: SpeechRecord, tenant: Tenant, hit: bool
     ) -> None:
         record.audio_seconds = round(outcome.clock.seconds, 3)
         self._account(
@@ -683,60 +490,3 @@ def _key_id(principal: Principal) -> str | None:
     """The id of the API key that authenticated ``principal`` (its credential ``key:<id>``); ``None`` for another."""
     kind, _, key_id = principal.credential.partition(":")
     return key_id if kind == "key" and key_id else None
-
-
-def _tenant_scope(tenant: Tenant) -> str:
-    # The generation changes when a tenant is deleted and created again: the new tenant never hits the old one's
-    # audio (the cache cannot be enumerated to delete it). Tenants stored before generations keep their old scope.
-    return f"{tenant.name}#{tenant.generation}" if tenant.generation else tenant.name
-
-
-def _key(plan: SpeechPlan, tenant_scope: str) -> str:
-    request, info = plan.request, plan.info
-    details = info.details if info is not None else {}
-    params: dict[str, object] = {k: v for k, v in details.items() if k != "weights"}
-    params["tenant_scope"] = tenant_scope  # empty when tenants share the cache
-    if plan.voices:  # what the script's other voices sound like
-        params["voices"] = {name: voice.identity for name, voice in sorted(plan.voices.items())}
-    if request.control_tokens:  # "[laugh]" read as a laugh, not as the word
-        params["control_tokens"] = True
-    if plan.pronunciation:  # a new version of a dictionary is new audio (absent otherwise: keys stay as they were)
-        params["pronunciation"] = [list(version) for version in plan.pronunciation]
-    if request.seed is not None:  # another seed is other audio; unseeded requests keep their keys
-        params["seed"] = request.seed
-    if request.language_code is not None:  # another language is other audio; absent, keys stay as they were
-        params["language"] = request.language_code.lower().replace("_", "-")
-    if not request.normalize_text:  # "3" read as written, not as "three"
-        params["normalize_text"] = False
-    rate = output_sample_rate(request.response_format, request.sample_rate)
-    if rate != output_sample_rate(request.response_format):  # the format's own rate, asked for or not, is one entry
-        params["sample_rate"] = rate
-    return cache_key(
-        engine=plan.pool.name,
-        weights_id=details.get("weights", ""),
-        text=plan.script.cache_text() if plan.script is not None else request.input,
-        voice_id=plan.voice.identity,
-        response_format=request.response_format,
-        speed=request.speed,
-        instructions=request.instructions,
-        params=params,
-    )
-
-
-async def _slices(audio: memoryview, words: tuple[WordTime, ...]) -> AsyncGenerator[SpeechChunk, None]:
-    """A cached reply in pieces, every word with the first: the client has all of the audio at once anyway."""
-    for start in range(0, len(audio), _HIT_CHUNK_BYTES):
-        yield SpeechChunk(bytes(audio[start : start + _HIT_CHUNK_BYTES]), words if start == 0 else ())
-    if not audio and words:
-        yield SpeechChunk(b"", words)
-
-
-def _fitted(text: str, stored: list[WordTime]) -> list[WordTime] | None:
-    """The stored words on ``text``'s characters: as stored when ``text`` has the same words in the same places, moved
-    onto its words when it has as many (the key's text was normalised: whitespace, NFC), else ``None``."""
-    spans = word_spans(text)
-    if [(w.char_start, w.char_end) for w in stored] == spans:
-        return stored
-    if len(spans) != len(stored):
-        return None
-    return [WordTime(start, end, w.start_s, w.end_s) for (start, end), w in zip(spans, stored, strict=True)]
