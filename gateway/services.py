@@ -30,6 +30,7 @@ from gateway.legacy import move_legacy_layout
 from gateway.realtime.registry import SessionRegistry
 from gateway.speech.admission import AdmissionControl
 from gateway.speech.cache import AudioCache
+from gateway.speech.compile_process import CompileProcess
 from gateway.speech.consents import ConsentStore, MemoryConsentStore, RedisConsentStore
 from gateway.speech.plan import Planner
 from gateway.speech.pronunciation import (
@@ -106,7 +107,9 @@ async def open_state(
     metrics.write_refusals.watch(*refusals)
     voices: VoiceStore = RedisVoiceStore(redis) if redis is not None else MemoryVoiceStore()
     consents: ConsentStore = RedisConsentStore(redis) if redis is not None else MemoryConsentStore()
-    pronunciation = _pronunciation(settings, redis)
+    compile_process = CompileProcess()
+    stack.callback(compile_process.close)
+    pronunciation = _pronunciation(settings, redis, compile_process)
     admission = AdmissionControl(limiter, usage, metrics)
     speech = SpeechService(
         Planner(router, voices, pronunciation, voice_aliases=built_in_aliases(settings.voices.aliases)),
@@ -154,7 +157,9 @@ async def open_state(
     )
 
 
-def _pronunciation(settings: Settings, redis: RedisClient | None) -> PronunciationDictionaries:
+def _pronunciation(
+    settings: Settings, redis: RedisClient | None, compile_process: CompileProcess
+) -> PronunciationDictionaries:
     caps = settings.pronunciation
     store: DictionaryStore = RedisDictionaryStore(redis) if redis is not None else MemoryDictionaryStore()
     return PronunciationDictionaries(
@@ -163,6 +168,7 @@ def _pronunciation(settings: Settings, redis: RedisClient | None) -> Pronunciati
         caps=RuleCaps(max_rules=caps.max_rules_per_dictionary),
         max_file_bytes=caps.max_file_bytes,
         compile_characters_per_minute=caps.compile_characters_per_minute,
+        compile_process=compile_process,
     )
 
 

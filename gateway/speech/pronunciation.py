@@ -37,13 +37,15 @@ from litestar.status_codes import (
 )
 
 from gateway.http.errors import OpenAIError
+from gateway.speech.compile_process import CompileProcessError
 from gateway.text.lexicon import Lexicon, Rule
 from gateway.text.pls import PLSError, RuleCaps, check_rules
 from storage import Page, sortable_id
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+    from collections.abc import AsyncIterator, Callable, Generator, Iterable, Sequence
 
+    from gateway.speech.compile_process import CompileProcess
     from storage import RedisClient
 
 __all__ = [
@@ -64,8 +66,8 @@ _STATES_KEPT = 2_000_000
 """Automaton states of the compiled versions a replica keeps (about 300 MB at most; least recently used out first). A
 version never changes, so its compiled lexicon is kept for as long as it is used."""
 _COMPILE_SLICE_S = 0.001
-"""How long a compile runs on the event loop before it gives the other tasks their turn (the most a version may hold,
-64 Ki grapheme characters, take some 0.07 s in all)."""
+"""How long a compile (or the loading of one compiled apart) runs on the event loop before it gives the other tasks
+their turn (the most a version may hold, 64 Ki grapheme characters, take some 0.07 s to compile in all)."""
 _UPDATE_TRIES = 5
 
 
@@ -346,8 +348,12 @@ class PronunciationDictionaries:
         caps: RuleCaps,
         max_file_bytes: int = 1 << 20,
         compile_characters_per_minute: int = 1 << 20,
+        compile_process: CompileProcess | None = None,
     ) -> None:
+        """``compile_process``: where versions are compiled (``gateway/speech/compile_process.py``); without one, on
+        the event loop in slices."""
         self.store = store
+        self._compile_process = compile_process
         self.max_per_tenant = max_per_tenant
         self.caps = caps
         self.max_file_bytes = max_file_bytes
@@ -491,22 +497,19 @@ class PronunciationDictionaries:
         return compiled
 
     async def _compile(self, rules: Sequence[Rule]) -> Lexicon:
-        """Compile ``rules`` on the event loop in slices of :data:`_COMPILE_SLICE_S`, giving every other task its turn
-        between two: a request of another tenant waits a slice, not the compile. (A worker thread does not help: the
-        compile is pure Python, and a thread holding the GIL made the loop wait 7 to 57 ms of the compile at a time:
-        its switch interval, 5 ms, or more.)"""
+        """Compile ``rules`` in the compile process and load its tables on the event loop in slices; without one (or
+        when it ended), compile them on the loop in slices. (A worker thread does not help: the compile is pure
+        Python, and a thread holding the GIL made the loop wait 7 to 57 ms of the compile at a time: its switch
+        interval, 5 ms, or more.)"""
         self.compiles += 1
-        steps = Lexicon.building(rules)
-        deadline = time.perf_counter() + _COMPILE_SLICE_S
-        while True:
+        if self._compile_process is not None:
             try:
-                next(steps)
-            except StopIteration as done:
-                compiled: Lexicon = done.value
-                return compiled
-            if time.perf_counter() >= deadline:
-                await asyncio.sleep(0)
-                deadline = time.perf_counter() + _COMPILE_SLICE_S
+                tables = await self._compile_process.tables(rules)
+            except CompileProcessError:
+                pass  # compiled here this once (the process said why it ended); the next compile starts a new one
+            else:
+                return await _in_slices(Lexicon.loading(rules, tables))
+        return await _in_slices(Lexicon.building(rules))
 
     @asynccontextmanager
     async def _tenant_turn(self, scope: str) -> AsyncIterator[None]:
@@ -532,3 +535,18 @@ class PronunciationDictionaries:
         while self._states > _STATES_KEPT and len(self._lexicons) > 1:
             _, evicted = self._lexicons.popitem(last=False)
             self._states -= evicted.size
+
+
+async def _in_slices(steps: Generator[None, None, Lexicon]) -> Lexicon:
+    """Run ``steps`` on the event loop in slices of :data:`_COMPILE_SLICE_S`, giving every other task its turn between
+    two: a request of another tenant waits a slice, not the whole."""
+    deadline = time.perf_counter() + _COMPILE_SLICE_S
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            compiled: Lexicon = done.value
+            return compiled
+        if time.perf_counter() >= deadline:
+            await asyncio.sleep(0)
+            deadline = time.perf_counter() + _COMPILE_SLICE_S

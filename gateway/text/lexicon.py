@@ -20,17 +20,37 @@ from __future__ import annotations
 
 import bisect
 import unicodedata
+from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Generator, Iterable, Sequence
+    from collections.abc import Generator, Iterable, MutableSequence, Sequence
 
-__all__ = ["Lexicon", "PhonemeOnlyRuleError", "Replacement", "Respelled", "Rule", "is_word_character"]
+__all__ = [
+    "CompiledTables",
+    "Lexicon",
+    "PhonemeOnlyRuleError",
+    "Replacement",
+    "Respelled",
+    "Rule",
+    "compiled_tables",
+    "is_word_character",
+]
 
 
 _STEP = 512
 """Automaton states built or linked between two yields of a compile in steps (about a millisecond here)."""
+_LOAD_STEP = 4096
+"""Transitions put back into a dictionary between two yields of :meth:`Lexicon.loading` (well under a millisecond:
+C code, no Python per entry)."""
+
+_Tables = tuple["array[int]", "array[int]", "array[int]", "array[int]", "array[int]", "array[int]"]
+"""One automaton as flat arrays: transition keys, their targets, and each state's rule, depth, fail and output."""
+CompiledTables = dict[tuple[bool, bool], _Tables]
+"""A compiled version as arrays by kind of matching (:func:`compiled_tables`): what a compile process sends back.
+Arrays pickle as their bytes, so the process that receives them spends a copy on them, not a Python object per
+state (a pickled :class:`Lexicon` took as long to load as to compile)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,13 +166,13 @@ class _Automaton:
 
     def __init__(self) -> None:
         self._goto: dict[int, int] = {}
-        self._rule: list[int] = [-1]  # the rule whose pattern ends at this state (the first one given), or -1
-        self._depth: list[int] = [0]
+        self._rule: MutableSequence[int] = [-1]  # the rule whose pattern ends at this state (the first given), or -1
+        self._depth: MutableSequence[int] = [0]
         self._parent: list[int] = [0]
         self._code: list[int] = [0]  # the code point that leads from the parent to this state
         self._by_depth: list[list[int]] = [[0]]  # the states of each depth, while building (the links need them)
-        self._fail: list[int] = []
-        self._output: list[int] = []  # the nearest state on the fail chain that ends a pattern (0: none)
+        self._fail: MutableSequence[int] = []
+        self._output: MutableSequence[int] = []  # the nearest state on the fail chain that ends a pattern (0: none)
 
     @classmethod
     def building(cls, patterns: Sequence[tuple[str, int]]) -> Generator[None, None, _Automaton]:
@@ -171,6 +191,28 @@ class _Automaton:
     @property
     def size(self) -> int:
         return len(self._rule)
+
+    def tables(self) -> _Tables:
+        """The compiled automaton as arrays (:meth:`loading` takes them back)."""
+        return (
+            array("q", self._goto.keys()),
+            array("q", self._goto.values()),
+            *(array("q", values) for values in (self._rule, self._depth, self._fail, self._output)),
+        )  # type: ignore[return-value]
+
+    @classmethod
+    def loading(cls, tables: _Tables) -> Generator[None, None, _Automaton]:
+        """The automaton of :meth:`tables`, its transitions put back :data:`_LOAD_STEP` at a time between yields; the
+        other fields stay arrays (read by index as lists are)."""
+        keys, targets, rule, depth, fail, output = tables
+        automaton = cls()
+        automaton._rule, automaton._depth, automaton._fail, automaton._output = rule, depth, fail, output
+        automaton._parent, automaton._code, automaton._by_depth = [], [], []
+        for start in range(0, len(keys), _LOAD_STEP):
+            end = start + _LOAD_STEP
+            automaton._goto.update(zip(keys[start:end], targets[start:end], strict=True))
+            yield
+        return automaton
 
     def _insert(self, pattern: str, rule: int) -> None:
         node = 0
@@ -259,11 +301,25 @@ class Lexicon:
         return lexicon
 
     def _build(self, rules: Iterable[Rule]) -> Generator[None, None, None]:
-        part = yield from _compiled(tuple(rule for rule in rules if rule.grapheme))
+        self._set_part((yield from _compiled(_kept(rules))))
+
+    def _set_part(self, part: _Part) -> None:
         self._parts: tuple[_Part, ...] = (part,)
         self.rules = part.rules
         self.size = part.size
         """The automata's states: what the compiled lexicon costs in memory (about 150 bytes each)."""
+
+    @classmethod
+    def loading(cls, rules: Iterable[Rule], tables: CompiledTables) -> Generator[None, None, Lexicon]:
+        """The lexicon of ``rules`` from the :func:`compiled_tables` of the same rules (compiled elsewhere: another
+        process), in steps as :meth:`building`."""
+        kept = _kept(rules)
+        automata: dict[tuple[bool, bool], _Automaton] = {}
+        for kind, automaton in tables.items():
+            automata[kind] = yield from _Automaton.loading(automaton)
+        lexicon = cls.__new__(cls)
+        lexicon._set_part(_part(kept, automata))
+        return lexicon
 
     @classmethod
     def joined(cls, lexicons: Sequence[Lexicon]) -> Lexicon:
@@ -337,6 +393,11 @@ class _Part:
     """Some rule matches regardless of case: the text is folded to scan it."""
 
 
+def _kept(rules: Iterable[Rule]) -> tuple[Rule, ...]:
+    """The rules a lexicon matches (an empty grapheme matches nothing)."""
+    return tuple(rule for rule in rules if rule.grapheme)
+
+
 def _compiled(rules: tuple[Rule, ...]) -> Generator[None, None, _Part]:
     kinds: dict[tuple[bool, bool], list[tuple[str, int]]] = {}
     for index, rule in enumerate(rules):
@@ -345,5 +406,16 @@ def _compiled(rules: tuple[Rule, ...]) -> Generator[None, None, _Part]:
     automata: dict[tuple[bool, bool], _Automaton] = {}
     for kind, patterns in kinds.items():
         automata[kind] = yield from _Automaton.building(patterns)
+    return _part(rules, automata)
+
+
+def _part(rules: tuple[Rule, ...], automata: dict[tuple[bool, bool], _Automaton]) -> _Part:
     size = sum(automaton.size for automaton in automata.values())
     return _Part(rules, automata, size, folds=any(not sensitive for sensitive, _ in automata))
+
+
+def compiled_tables(rules: Sequence[Rule]) -> CompiledTables:
+    """Compile ``rules`` at once and return the automata as arrays, for :meth:`Lexicon.loading` (in another process:
+    what a compile process runs)."""
+    lexicon = Lexicon(rules)
+    return {kind: automaton.tables() for kind, automaton in lexicon._parts[0].automata.items()}
