@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from auth import Authenticator, AuthStore, JWTVerifier, MemoryAuthStore, RedisAuthStore, seed_tenants
 from auth.cached import CachedAuthStore
 from auth.limits import HeldConnections, TenantRateLimiter
+from auth.limits.sockets import RedisSocketSends
 from auth.revocations import AnnouncingStore, LocalRevocationBus, RedisRevocationBus, RevocationBus
 from auth.usage import MemoryUsageLedger, RedisUsageLedger, UsageLedger
 from gateway.http.auth.credential_throttle import AdminThrottle, CredentialThrottle
@@ -89,7 +90,7 @@ async def open_state(
     stack.push_async_callback(revocations.close)
     store = _auth_store(settings, redis, revocations)
     stack.push_async_callback(store.close)
-    sessions = SessionRegistry()
+    sessions = SessionRegistry(RedisSocketSends(redis) if redis is not None else None)
     stack.push_async_callback(sessions.close)
     revocations.listen(sessions.revoked)
     revocations.after_gap(lambda: sessions.recheck_soon(store))  # announcements missed meanwhile: ask the store

@@ -382,14 +382,15 @@ class RealtimeSettings(BaseModel):
     socket_burst_s: float = Field(default=2.0, gt=0, le=60)
     """Seconds of the two socket rates a client may send at once after a pause (above ``0``, at most ``60``)."""
     max_tenant_socket_messages_per_s: float = Field(default=1000.0, gt=0)
-    """Messages all of one tenant's realtime sockets on this replica may send a second together, each socket within
+    """Messages all of one tenant's realtime sockets may send a second together, each socket within
     ``max_socket_messages_per_s`` as well, so that opening more sockets does not multiply what a tenant may send;
-    ``socket_burst_s`` times as many at once. The message one past it gets the same error and close ``1008`` on the
-    socket that sent it."""
+    ``socket_burst_s`` times as many at once. On every replica together with ``redis_url`` (the replicas share what
+    their sockets sent ten times a second), else on this replica. The message one past it gets the same error and
+    close ``1008`` on the socket that sent it."""
     max_tenant_socket_bytes_per_s: int = Field(default=1024 * 1024, ge=1024)
-    """Bytes all of one tenant's realtime sockets on this replica may send a second together (the server's echoes
-    included), at least ``1024``; ``socket_burst_s`` times as many at once, and at least one message of
-    ``server.max_body_bytes``. Over it, as above."""
+    """Bytes all of one tenant's realtime sockets may send a second together (the server's echoes included), at least
+    ``1024``; ``socket_burst_s`` times as many at once, and at least one message of ``server.max_body_bytes``. Shared
+    by the replicas and over it, as above."""
     max_conversation_chars: int = Field(default=32768, ge=4096, le=1048576)
     """Characters of text one ``/v1/realtime`` conversation keeps (``4096`` to ``1048576``): the oldest items drop to
     make room for a new one, as they do past 64 items; an item longer than this alone is refused with a

@@ -16,22 +16,34 @@ by :class:`TenantSocketBudgets` for the replica: without them, what a tenant may
 open sessions, and opening more sockets would multiply it. A message a socket could pay for but its tenant's sockets
 together cannot ends that session the same way.
 
+With Redis (``redis_url``), the replicas share the tenant's part: each replica adds what its sockets of a tenant sent
+to the tenant's counters in the limits' Redis (``auth/limits/sockets.py``) at most every :data:`SHARE_EVERY_S`, in the
+background, and its tenant's buckets owe what the other replicas' sockets sent meanwhile. So a tenant's sockets spread
+over N replicas send at the tenant's rate together (give or take what they send in one sharing interval), not N times
+it, and no message waits for Redis. With Redis unreachable, each replica keeps to its own buckets (one warning per
+outage).
+
 What the server sends back because of a message (OpenAI's ``conversation.item.added``/``.done`` repeat the item) is
 charged to the same bytes' bucket (:meth:`SocketBudget.echoed`): the echo's cost is the client's, and its bytes in and
 echoed together stay within the rate.
 
 A hand-written bucket, not ``limits``: the budget is one connection's (or one replica's, for a tenant), held in memory
-and checked on every message, where a storage round trip per message would cost more than the parse it guards.
+and checked on every message, where a storage round trip per message would cost more than the parse it guards (the
+replicas share the tenant's in the background, above).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.http.errors import OpenAIError
 from gateway.realtime.session_errors import SocketBudgetExceededError
+from lifecycle import BackgroundTasks
+from storage import STORAGE_ERRORS, OutageLatch
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,7 +54,20 @@ if TYPE_CHECKING:
 
     Clock = Callable[[], float]
 
-__all__ = ["SOCKET_BUDGET_CLOSE_CODE", "SocketBudget", "TenantShare", "TenantSocketBudgets", "TokenBucket"]
+__all__ = [
+    "SHARE_EVERY_S",
+    "SOCKET_BUDGET_CLOSE_CODE",
+    "SocketBudget",
+    "SocketSends",
+    "TenantShare",
+    "TenantSocketBudgets",
+    "TokenBucket",
+]
+
+logger = logging.getLogger("tts_gateway.realtime")
+
+SHARE_EVERY_S = 0.1
+"""How often, at most, a replica adds what its sockets of a tenant sent to the shared counters (while they send)."""
 
 SOCKET_BUDGET_CLOSE_CODE = 1008
 """Policy violation: the client broke the socket's rules (as a client too slow to read its audio does). Not 1013
@@ -114,17 +139,49 @@ class _Buckets:
         return self.messages.full() and self.bytes.full()
 
 
+class SocketSends(Protocol):
+    """Counters of what each tenant's sockets sent, shared by the replicas (``auth/limits/sockets.py``)."""
+
+    async def add(self, tenant: str, messages: int, sent_bytes: int) -> tuple[int, int]:
+        """Add this replica's sends; the totals of every replica's, this included."""
+        ...
+
+
+@dataclass
+class _Unshared:
+    """A tenant's sends on this replica not yet added to the shared counters, and the totals last seen there."""
+
+    share: TenantShare
+    messages: int = 0
+    bytes: int = 0
+    seen: tuple[int, int] | None = None
+    """The shared totals after this replica's last addition; ``None`` before the first (or after a failed one)."""
+    sharing: bool = False
+
+
 class TenantSocketBudgets:
-    """What each tenant's sockets on this replica may send together, a second (the module's docstring).
+    """What each tenant's sockets on this replica may send together, a second (the module's docstring); with
+    ``shared``, less what its sockets on the other replicas sent.
 
     A tenant's buckets are kept while they are below capacity, whether or not its sockets are open: a client that
     reconnects finds them as it left them. Full ones are forgotten (a new one is the same), so the table holds only
     the tenants that sent something in the last ``socket_burst_s`` or so.
     """
 
-    def __init__(self, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self, clock: Clock = time.monotonic, *, shared: SocketSends | None = None, share_every_s: float = SHARE_EVERY_S
+    ) -> None:
         self._clock = clock
         self._tenants: dict[str, _Buckets] = {}
+        self._shared = shared
+        self._share_every_s = share_every_s
+        self._unshared: dict[str, _Unshared] = {}
+        self._sharing = BackgroundTasks("the tenants' socket budgets")
+        self._outage = OutageLatch(
+            logger,
+            "socket budgets' storage unreachable: each replica keeps to its own tenant socket budgets until it returns",
+            "socket budgets' storage reachable again: tenant socket budgets shared by the replicas",
+        )
 
     def __len__(self) -> int:
         return len(self._tenants)
@@ -144,9 +201,60 @@ class TenantSocketBudgets:
             self._tenants[share.tenant] = buckets
         return buckets
 
+    def sent(self, share: TenantShare, messages: int, sent_bytes: int) -> None:
+        """``share``'s tenant's sockets here paid for ``messages`` and ``sent_bytes``: added to the shared counters
+        within :data:`SHARE_EVERY_S` (nothing without them)."""
+        if self._shared is None:
+            return
+        unshared = self._unshared.get(share.tenant)
+        if unshared is None:
+            unshared = self._unshared[share.tenant] = _Unshared(share)
+        unshared.messages += messages
+        unshared.bytes += sent_bytes
+        if not unshared.sharing:
+            unshared.sharing = True
+            self._sharing.spawn(self._share_soon(self._shared, unshared), name="socket-budget-share")
+
+    async def close(self) -> None:
+        """Stop sharing (the app stops)."""
+        await self._sharing.close()
+
+    @property
+    def where(self) -> str:
+        """Whose sockets a tenant's buckets hold, for a refusal's message."""
+        return "on all of your sockets together" + ("" if self._shared is not None else " on one server")
+
+    async def _share_soon(self, shared: SocketSends, unshared: _Unshared) -> None:
+        """After :data:`SHARE_EVERY_S` (sends meanwhile join these), add the tenant's sends here to the shared
+        counters, and owe what the other replicas' sockets sent since the last time."""
+        await asyncio.sleep(self._share_every_s)
+        messages, sent_bytes = unshared.messages, unshared.bytes
+        unshared.messages = unshared.bytes = 0
+        try:
+            totals = await shared.add(unshared.share.tenant, messages, sent_bytes)
+        except STORAGE_ERRORS as exc:
+            self._outage.failed(exc)
+            unshared.seen = None
+        else:
+            self._outage.worked()
+            self._owe_others(unshared, totals, messages, sent_bytes)
+        unshared.sharing = False
+        if unshared.messages or unshared.bytes:  # sent while this addition was under way
+            self.sent(unshared.share, 0, 0)
+
+    def _owe_others(self, unshared: _Unshared, totals: tuple[int, int], messages: int, sent_bytes: int) -> None:
+        seen, unshared.seen = unshared.seen, totals
+        if seen is None or totals[0] < seen[0] + messages or totals[1] < seen[1] + sent_bytes:
+            return  # the first addition, or the counters expired meanwhile: the totals are where to count from
+        buckets = self.buckets(unshared.share)
+        buckets.messages.owe(totals[0] - seen[0] - messages)
+        buckets.bytes.owe(totals[1] - seen[1] - sent_bytes)
+
     def _forget_full(self) -> None:
         for tenant in [tenant for tenant, buckets in self._tenants.items() if buckets.full()]:
             del self._tenants[tenant]
+            if (unshared := self._unshared.get(tenant)) is not None and not unshared.sharing:
+                del self._unshared[tenant]
 
 
 @dataclass(frozen=True)
@@ -161,6 +269,9 @@ class TenantShare:
 
     def buckets(self) -> _Buckets:
         return self.budgets.buckets(self)
+
+    def sent(self, messages: int, sent_bytes: int) -> None:
+        self.budgets.sent(self, messages, sent_bytes)
 
 
 class SocketBudget:
@@ -199,9 +310,11 @@ class SocketBudget:
         # A character counts as a byte: the size of the text as UTF-8 would cost an encode of all of it per message.
         size = len(text) if isinstance(text, str) else len(data) if isinstance(data, bytes) else 0
         if (spent := self._socket.pay(size)) is not None:
-            raise SocketBudgetExceededError(_over(spent, self._socket))
-        if self._tenant is not None and (spent := (tenant := self._tenant.buckets()).pay(size)) is not None:
-            raise SocketBudgetExceededError(_over(spent, tenant, tenant_wide=True))
+            raise SocketBudgetExceededError(_over(spent, self._socket, "on one connection"))
+        if self._tenant is not None:
+            if (spent := (tenant := self._tenant.buckets()).pay(size)) is not None:
+                raise SocketBudgetExceededError(_over(spent, tenant, self._tenant.budgets.where))
+            self._tenant.sent(1, size)
         self.messages += 1
         self.bytes += size
 
@@ -211,11 +324,11 @@ class SocketBudget:
         self._socket.bytes.owe(size)
         if self._tenant is not None:
             self._tenant.buckets().bytes.owe(size)
+            self._tenant.sent(0, size)
 
 
-def _over(what: str, buckets: _Buckets, *, tenant_wide: bool = False) -> OpenAIError:
+def _over(what: str, buckets: _Buckets, where: str) -> OpenAIError:
     rate = buckets.messages.rate if what == "messages" else buckets.bytes.rate
-    where = "on all of your sockets together on one server" if tenant_wide else "on one connection"
     message = (
         f"Rate limit reached for socket {what}: at most {rate:g} {what} a second {where} (the server's "
         f"echoes of your messages count among its bytes). The socket is closed ({SOCKET_BUDGET_CLOSE_CODE}); "

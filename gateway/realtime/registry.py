@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from auth import AuthBackendError
 from auth.revocations import Revocation
 from gateway.http.errors import OpenAIError
-from gateway.realtime.budget import TenantSocketBudgets
+from gateway.realtime.budget import SocketSends, TenantSocketBudgets
 from gateway.state import gateway_state
 from lifecycle import BackgroundTasks
 
@@ -65,13 +65,15 @@ def _key_id(principal: Principal) -> str | None:
 class SessionRegistry:
     """Open sessions, ended when their key is revoked or their tenant deleted, drained on shutdown."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared_sends: SocketSends | None = None) -> None:
+        """``shared_sends``: what each tenant's sockets sent on every replica (``auth/limits/sockets.py``), with
+        Redis; without, each replica's tenant socket budgets are its own."""
         self._entries: set[_Entry] = set()
         self._rechecks = BackgroundTasks("the realtime sessions")
         self._all_gone = asyncio.Event()
         self._all_gone.set()
         self.draining = False
-        self.socket_budgets = TenantSocketBudgets()
+        self.socket_budgets = TenantSocketBudgets(shared=shared_sends)
         """What each tenant's sockets on this replica may send together (``gateway/realtime/budget.py``)."""
 
     def __len__(self) -> int:
@@ -109,8 +111,9 @@ class SessionRegistry:
         self._rechecks.spawn(self.recheck(store), name="realtime-recheck")
 
     async def close(self) -> None:
-        """Stop the re-checks under way (the app stops)."""
+        """Stop the re-checks and the budgets' sharing under way (the app stops)."""
         await self._rechecks.close()
+        await self.socket_budgets.close()
 
     async def recheck(self, store: AuthStore) -> None:
         """End the sessions whose key ``store`` no longer holds valid, or whose tenant it no longer holds (deleted, or

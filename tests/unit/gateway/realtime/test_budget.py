@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import pytest
 
+from auth.limits.sockets import MemorySocketSends
 from gateway.realtime.budget import SocketBudget, TenantShare, TenantSocketBudgets, TokenBucket
 from gateway.realtime.session_errors import SocketBudgetExceededError
 from gateway.settings import RealtimeSettings
@@ -164,3 +166,54 @@ def test_an_echo_is_owed_by_the_tenant_too() -> None:
     with pytest.raises(SocketBudgetExceededError) as over:
         socket_of(tenants, "acme", settings, clock).charge(text(1))
     assert "bytes" in over.value.error.message
+
+
+async def shared() -> None:
+    """Let the replicas' sharing tasks run (they wait ``share_every_s=0``, and the counters answer at once)."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def test_replicas_sharing_the_counters_share_a_tenants_budget() -> None:
+    """Two replicas' budgets over one set of counters (in memory here; Redis between processes: tests/e2e): what a
+    tenant's sockets sent on one is owed on the other, so together they send at the tenant's rate."""
+    clock = Clock()
+    sends = MemorySocketSends()
+    replicas = [TenantSocketBudgets(clock, shared=sends, share_every_s=0) for _ in range(2)]
+    settings = tenant_settings(messages=100, tenant_messages=10)
+    here, there = (socket_of(replica, "acme", settings, clock) for replica in replicas)
+    here.charge(text(1))
+    there.charge(text(1))
+    await shared()  # each replica's first addition: where its counting starts
+    for _ in range(5):
+        here.charge(text(1))  # 4 left here; learning of the 1 sent there (after its first addition): 3
+    await shared()
+    for _ in range(3):
+        there.charge(text(1))  # 9 left there at first, less these 3 and the 5 sent here: 1
+    await shared()
+    there.charge(text(1))
+    with pytest.raises(SocketBudgetExceededError) as over:
+        there.charge(text(1))  # alone, a replica would have taken 10 of the tenant's sockets' messages
+    assert "on all of your sockets together (" in over.value.error.message  # not "on one server"
+    here.charge(text(1))  # a replica learns of the others' sends as it shares its own
+    await shared()
+    with pytest.raises(SocketBudgetExceededError):
+        here.charge(text(1))  # 2 left here, less the 4 sent there
+    for replica in replicas:
+        await replica.close()
+
+
+async def test_an_unreachable_store_leaves_each_replica_its_own_budget() -> None:
+    class Unreachable:
+        async def add(self, tenant: str, messages: int, sent_bytes: int) -> tuple[int, int]:
+            raise ConnectionError("redis down")
+
+    clock = Clock()
+    replica = TenantSocketBudgets(clock, shared=Unreachable(), share_every_s=0)
+    socket = socket_of(replica, "acme", tenant_settings(messages=100, tenant_messages=10), clock)
+    for _ in range(10):
+        socket.charge(text(1))
+        await shared()
+    with pytest.raises(SocketBudgetExceededError):
+        socket.charge(text(1))
+    await replica.close()
