@@ -18,6 +18,8 @@ refusal:
   ``rate_limit_exceeded``);
 - ``socket``: a realtime socket closed (1008) for sending more than its budget (429 ``rate_limit_exceeded``): its
   own messages or bytes a second, or those of all its tenant's sockets on the replica (``gateway/realtime/budget.py``);
+  for reading its audio too slowly (400 ``client_too_slow``: ``realtime.send_timeout_s``); or because its API key was
+  revoked or its tenant deleted while it was open (401 ``api_key_revoked``, ``tenant_deleted``);
 - ``service_token``: an engine node's request without the tier's service token (401 ``invalid_api_key``; 403 for a
   WebSocket upgrade, refused before it is accepted); its only callers are front gateways, so a request without any
   token counts too.
@@ -44,8 +46,8 @@ RefusalSource = Literal["connection", "credentials", "admin", "socket", "service
 
 _REFUSALS = Counter(
     "tts_requests_refused",
-    "Requests refused by the gateway's defences, by where (connection layer, credentials, admin token, socket budget, "
-    "service token), status and error code.",
+    "Requests refused by the gateway's defences, by where (connection layer, credentials, admin token, socket: budget, "
+    "slow client or revoked credentials; service token), status and error code.",
     ["source", "status", "code"],
 )
 

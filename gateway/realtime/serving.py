@@ -118,7 +118,7 @@ async def serving(
         yield log
     except SessionRevokedError as revoked:
         outcome = f"revoked: {revoked.error.code}"
-        await _close(socket, error_event, POLICY_VIOLATION, revoked.error)
+        await _close(socket, error_event, POLICY_VIOLATION, counted("socket", revoked.error))
     except SessionDrainedError:
         outcome = "drained for shutdown"
         await _close(socket, error_event, SERVICE_RESTART, None, reason="server shutting down; reconnect")
@@ -128,7 +128,7 @@ async def serving(
     except SlowClientError:
         outcome = "client too slow"
         slow = OpenAIError(400, "The client read audio too slowly.", code="client_too_slow")
-        await _close(socket, error_event, POLICY_VIOLATION, slow)
+        await _close(socket, error_event, POLICY_VIOLATION, counted("socket", slow))
     except SocketBudgetExceededError as over:
         outcome = f"over socket budget: {over.error.code}"
         await _close(socket, error_event, SOCKET_BUDGET_CLOSE_CODE, counted("socket", over.error))

@@ -187,11 +187,13 @@ async def test_a_revoked_keys_open_socket_closes_within_a_second_on_the_other_re
     doomed = await open_session(replicas[1], revoked["key"], model="paced")
     survivor = await open_session(replicas[1], kept["key"], model="paced")
     await speaking(doomed)
+    counted = replicas[1].refusals()[("socket", 401, "api_key_revoked")]
     admin.revoke(revoked)  # on the other replica
     revoked_at = time.perf_counter()
     assert await closed_code(doomed, timeout_s=5.0) == 1008
     assert time.perf_counter() - revoked_at < 1.0
     assert [event["error"]["code"] for event in doomed.of("error")] == ["api_key_revoked"]
+    assert replicas[1].refusals()[("socket", 401, "api_key_revoked")] == counted + 1  # a refusal of the socket's
     # The tenant's other key still holds its session.
     await survivor.send(type="session.update", session={"voice": "echo"})
     await survivor.next("session.updated")
@@ -351,6 +353,30 @@ async def test_a_client_that_appends_and_never_reads_is_bounded_and_disconnected
     (await sending).close()
     # Measured on this 2-core machine: 3.4 MiB with the bound; 16.4 MiB when queued segments were not counted.
     assert peak - before < 8 * 1024 * 1024
+
+
+async def test_a_client_too_slow_to_read_its_audio_is_closed_and_counted(
+    replicas: list[GatewayProcess],
+    admin: Admin,
+) -> None:
+    """A session whose client stops reading is closed (1008) once a send has waited ``server.send_timeout_s``, and the
+    close is counted among the socket's refusals (``/metrics``)."""
+    replica = replicas[0]
+    key = admin.key(admin.tenant())["key"]
+    counted = replica.refusals()[("socket", 400, "client_too_slow")]
+    messages: list[dict[str, Any]] = [
+        {"type": "session.update", "session": {"model": "long"}},  # far more audio than the buffers on the way hold
+        # 266 characters, a second of audio each: 12.8 MB of PCM, more than the kernel's socket buffers take.
+        {"type": "input.append", "text": "Another sentence arrives without end. " * 7},
+        {"type": "input.flush"},
+    ]
+    raw = await asyncio.to_thread(send_without_reading, replica, key, messages)
+    with raw:
+        deadline = time.perf_counter() + 20.0  # send_timeout_s (2 s) once the buffers filled, and a margin
+        while replica.refusals()[("socket", 400, "client_too_slow")] == counted:
+            assert time.perf_counter() < deadline, "the client that never read was not closed as too slow"
+            await asyncio.sleep(0.2)
+    assert replica.refusals()[("socket", 400, "client_too_slow")] == counted + 1
 
 
 def send_without_reading(replica: GatewayProcess, key: str, messages: list[dict[str, Any]]) -> socket.socket:
