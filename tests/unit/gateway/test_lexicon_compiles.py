@@ -5,7 +5,10 @@ compiles nothing, and requests racing for one new version compile it once."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import os
 import random
+import signal
 import string
 import time
 
@@ -181,5 +184,30 @@ async def test_a_compile_apart_takes_a_fraction_of_the_loops_cpu() -> None:
         assert applied[0].lexicon.respell(text).text == "NYC: x, " + rules[9].grapheme + "x."
         assert applied[0].lexicon.size == applied[1].lexicon.size
         assert spent[0] < spent[1] / 4, spent
+    finally:
+        process.close()
+
+
+async def test_a_compile_process_that_ended_is_replaced_and_its_compile_done_here() -> None:
+    process = CompileProcess()
+    try:
+        dictionaries = PronunciationDictionaries(
+            MemoryDictionaryStore(), max_per_tenant=5, caps=RuleCaps(max_rules=50), compile_process=process
+        )
+        first = await dictionaries.create("acme", "one", None, [Rule("GW", alias="gateway")])
+        await dictionaries.lexicon("acme", [(first.id, None)])
+        assert process.compiles == 1
+        for child in multiprocessing.active_children():  # the compile process (killed: out of memory, say)
+            os.kill(child.pid or 0, signal.SIGKILL)
+            child.join()
+        second = await dictionaries.create("acme", "two", None, [Rule("db", alias="database")])
+        applied = await dictionaries.lexicon("acme", [(second.id, None)])  # compiled on the loop this once
+        assert applied.lexicon.respell("a db").text == "a database"
+        assert process.compiles == 1
+        third = await dictionaries.create("acme", "three", None, [Rule("k8s", alias="kubernetes")])
+        applied = await dictionaries.lexicon("acme", [(third.id, None)])  # in a new process
+        assert applied.lexicon.respell("on k8s").text == "on kubernetes"
+        assert process.compiles == 2
+        assert dictionaries.compiles == 3
     finally:
         process.close()
