@@ -16,7 +16,6 @@ are refused. Everything else passes straight through.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from auth.errors import AuthBackendError
 from auth.store import ForwardingAuthStore
+from lifecycle import naming
 from storage import OutageLatch
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_FRESH_S", "DEFAULT_MAX_ENTRIES", "CachedAuthStore"]
 
-logger = logging.getLogger("tts_gateway.auth")
+logger = naming.logger("auth")
 
 T = TypeVar("T")
 

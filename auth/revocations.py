@@ -17,13 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from auth.store import ForwardingAuthStore
-from lifecycle import cancel_and_wait
+from lifecycle import cancel_and_wait, naming
 from storage import STORAGE_ERRORS, OutageLatch
 
 if TYPE_CHECKING:
@@ -41,7 +40,7 @@ __all__ = [
     "RevocationBus",
 ]
 
-logger = logging.getLogger("tts_gateway.auth")
+logger = naming.logger("auth")
 
 _RESUBSCRIBE_S = 0.5
 """After losing the subscription: wait this long before trying again (Redis is likely down)."""

@@ -90,7 +90,9 @@ def start_servers(args: argparse.Namespace, workdir: Path, token: str) -> dict[s
     servers: dict[str, GatewayProcess] = {}
     try:
         for name in ("node-a", "node-b"):
-            servers[name] = start(engine_node_config(args), workdir, name, {"TTS_GATEWAY_AUTH__SERVICE_TOKEN": token})
+            servers[name] = start(
+                engine_node_config(args), workdir, name, {"CHATTTS_GATEWAY_AUTH__SERVICE_TOKEN": token}
+            )
         env = {"ENGINE_SERVICE_TOKEN": token}
         servers["front-1"] = start(front_config([servers["node-a"]], args), workdir, "front-1", env)
         servers["front-2"] = start(front_config([servers["node-a"], servers["node-b"]], args), workdir, "front-2",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 import multiprocessing
 import socket
 import time
@@ -43,7 +42,7 @@ from engines.scheduling import SlotScheduler, expected_speech_s
 from engines.status import PoolStatus
 from engines.template import TEMPLATES, TemplateUnavailableError
 from engines.worker import run_worker
-from lifecycle import BackgroundTasks
+from lifecycle import BackgroundTasks, naming
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -58,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EnginePool", "SynthesisStream"]
 
-logger = logging.getLogger("tts_gateway.pool")
+logger = naming.logger("pool")
 
 # A worker that cannot load (no weights yet) is retried, for weights may appear on a mounted volume, but rarely:
 # each try imports the engine again.

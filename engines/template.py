@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import os
 import pickle
 import select
@@ -29,6 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engines.template_process import EXIT_CODE, ForkRequest, TemplateReady, TemplateStart
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -42,7 +42,7 @@ __all__ = [
     "WorkerTemplates",
 ]
 
-logger = logging.getLogger("tts_gateway.pool")
+logger = naming.logger("pool")
 
 _MAX_PACKET = 1 << 20
 

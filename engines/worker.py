@@ -45,6 +45,7 @@ from engines.pipe import WorkerPipe
 from engines.registry import create_engine
 from engines.samples import speaker_from_sample
 from engines.timing import JobTiming, MarkedSynthesis
+from lifecycle import naming
 
 if TYPE_CHECKING:
     import socket
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = ["run_worker"]
 
-logger = logging.getLogger("tts_gateway.worker")
+logger = naming.logger("worker")
 
 WARM_UP_TEXT = "Hello."
 

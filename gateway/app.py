@@ -57,6 +57,7 @@ from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import VoiceStore  # noqa: TC001
 from gateway.state import gateway_state, installed
 from gateway.uploads import Uploads  # noqa: TC001
+from lifecycle import naming
 from storage.probe import StorageProbe  # noqa: TC001
 from storage.redis import pool_exhaustions
 
@@ -71,7 +72,7 @@ if TYPE_CHECKING:
 
 __all__ = ["VERSION", "create_app", "openapi_document"]
 
-logger = logging.getLogger("tts_gateway")
+logger = naming.logger()
 
 VERSION = version("chattts-gateway")
 """The package's version (``pyproject.toml`` is its one source)."""
@@ -83,6 +84,7 @@ class MetricsController(PrometheusController):
     include_in_schema = False
 
 
+# The metrics keep their former names and app_name label, which dashboards and alerts select on (lifecycle/naming.py).
 _PROMETHEUS = PrometheusConfig(
     app_name="tts_gateway", prefix="tts_http", group_path=True, exclude=["^/metrics", "^/healthz", "^/readyz"]
 )
@@ -305,7 +307,7 @@ def _logging_config(settings: Settings) -> LoggingConfig:
         },
         handlers={"json": {"class": "logging.StreamHandler", "formatter": "json"}},
         loggers={
-            "tts_gateway": own,
+            naming.LOGGER_ROOT: own,
             "litestar": own,
             "uvicorn": own,
             "uvicorn.access": own,

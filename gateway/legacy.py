@@ -14,19 +14,19 @@ is not moved. Only a single Redis (or Sentinel) can hold the old layout: a Clust
 from __future__ import annotations
 
 import json
-import logging
 from typing import TYPE_CHECKING
 
 from redis.asyncio.cluster import RedisCluster
 
 from auth.tenants import ANONYMOUS
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from storage import RedisClient
 
 __all__ = ["move_legacy_layout"]
 
-logger = logging.getLogger("tts_gateway.services")
+logger = naming.logger("services")
 
 _MARKER = "tts:layout"
 _LAYOUT = b"2"  # today's: every key hash-tagged

@@ -10,7 +10,6 @@ Handlers read the state through ``gateway.state.gateway_state``, or are given on
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -47,7 +46,7 @@ from gateway.speech.voices import MemoryVoiceStore, RedisVoiceStore, VoiceStore
 from gateway.state import GatewayState
 from gateway.text.pls import RuleCaps
 from gateway.uploads import DecoderProcesses, Uploads
-from lifecycle import BackgroundTasks
+from lifecycle import BackgroundTasks, naming
 from storage import STORAGE_ERRORS, RedisClient, connect_redis, redact_redis_url
 from storage.memory import EvictionPolicyCheck
 from storage.probe import StorageProbe
@@ -62,7 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = ["open_state"]
 
-logger = logging.getLogger("tts_gateway.services")
+logger = naming.logger("services")
 
 OPEN_MODE_WARNING = (
     "NO TENANTS ARE CONFIGURED: the gateway is OPEN — every caller is served without credentials as tenant "

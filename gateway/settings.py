@@ -1,4 +1,5 @@
-"""The gateway's one settings object: environment variables (``TTS_GATEWAY_*``) over YAML files over built-ins.
+"""The gateway's one settings object: environment variables (``CHATTTS_GATEWAY_*``, then the former ``TTS_GATEWAY_*``)
+over YAML files over built-ins.
 
 It composes the settings each part owns: ``engines.settings`` (engines), ``auth.settings`` (tenants, limits, JWTs);
 the HTTP server, cache and realtime settings are the gateway's own.
@@ -15,12 +16,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
 
 from auth.settings import AuthSettings, LimitsSettings, VoiceAliases
 from engines.settings import EngineSettings
 from gateway.observability.tracing import TracingSettings
 from gateway.uploads.settings import UploadSettings
+from lifecycle import naming
 from storage.redis_url import parse_redis_url
 from storage.settings import RedisPoolSettings
 
@@ -566,7 +574,7 @@ def _aliases_as_mappings(value: object) -> object:
 class Settings(BaseSettings):
     """Everything the gateway is configured with, built once at start and injected where needed."""
 
-    model_config = SettingsConfigDict(env_prefix="TTS_GATEWAY_", env_nested_delimiter="__", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=naming.ENV_PREFIX, env_nested_delimiter="__", extra="forbid")
 
     server: ServerSettings = Field(default_factory=ServerSettings)
     """The HTTP server."""
@@ -680,10 +688,12 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment beats the YAML files (``yaml_file`` in the model config; later files deep-merge over earlier
         # ones, so a Secret can add tenants and tokens to a ConfigMap's settings), which beat the built-ins; every
-        # source deep-merges into the ones below it.
+        # source deep-merges into the ones below it. The former prefix is read beneath the new one, so a deployment's
+        # environment keeps working and a variable under the new name wins over its former one.
         return (
             init_settings,
             env_settings,
+            EnvSettingsSource(settings_cls, env_prefix=naming.FORMER_ENV_PREFIX),
             YamlConfigSettingsSource(settings_cls, deep_merge=True),
             _BuiltIns(settings_cls),
         )

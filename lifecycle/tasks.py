@@ -9,15 +9,16 @@ still running when its owner stops.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
 __all__ = ["BackgroundTasks", "cancel_and_wait"]
 
-logger = logging.getLogger("tts_gateway.tasks")
+logger = naming.logger("tasks")
 
 T = TypeVar("T")
 

@@ -4,7 +4,6 @@ memory or in Redis, and decides what a refusal tells the client and what an unre
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import time
 import uuid
@@ -29,7 +28,7 @@ from auth.limits.base import (
 )
 from auth.limits.memory import MemoryAdmissions
 from auth.limits.redis import RedisAdmissions
-from lifecycle import BackgroundTasks
+from lifecycle import BackgroundTasks, naming
 from storage import STORAGE_ERRORS, OutageLatch
 from storage.pressure import WriteRefusals, refuses_writes
 
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TenantRateLimiter"]
 
-logger = logging.getLogger("tts_gateway.limits")
+logger = naming.logger("limits")
 
 _MAX_RETRY_AFTER_S = WINDOW_S
 _LEASE_POLL_S = 0.02  # while waiting for a stream to free: one storage round trip per try

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 import secrets
 import time
 from typing import TYPE_CHECKING
 
-from lifecycle import cancel_and_wait
+from lifecycle import cancel_and_wait, naming
 from storage import STORAGE_ERRORS, OutageLatch
 from storage.pressure import WriteRefusals, refuses_writes
 
@@ -45,7 +44,7 @@ from auth.usage.base import (
 
 __all__ = ["RedisUsageLedger"]
 
-logger = logging.getLogger("tts_gateway.usage")
+logger = naming.logger("usage")
 
 # Adds a batch of increments to a tenant generation's usage, or to its retired usage once the tenant was deleted (a
 # stream in flight at the deletion still counts, apart), and to its time buckets, once: a batch numbered at or below

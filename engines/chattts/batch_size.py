@@ -19,12 +19,13 @@ on the full model about two seconds.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BATCH_SIZES", "TOKEN_S", "BatchChoice", "choose_batch", "kv_bytes_per_row", "measure_batch"]
 
-logger = logging.getLogger("tts_gateway.chattts")
+logger = naming.logger("chattts")
 
 BATCH_SIZES = (1, 2, 4, 8, 16)
 TOKEN_S = 512 / 24000

@@ -34,6 +34,7 @@ from engines.chattts.text import (
     split_control_tokens,
     split_segments,
 )
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ChatTTSEngine"]
 
-logger = logging.getLogger("tts_gateway.chattts")
+logger = naming.logger("chattts")
 
 SAMPLE_RATE = 24000
 NATIVE_SPEED_RANGE = (0.5, 2.0)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import tempfile
 import warnings
@@ -37,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F  # noqa: N812 - torch's own name for it
 from torch import nn
+
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -56,7 +57,7 @@ __all__ = [
     "quantize_graph",
 ]
 
-logger = logging.getLogger("tts_gateway.chattts")
+logger = naming.logger("chattts")
 
 EXPORTER_VERSION = 1
 """Bumped whenever the graph's inputs, outputs or computation change: part of the cache key."""

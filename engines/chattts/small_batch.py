@@ -23,7 +23,6 @@ tall ones do not all favour the same way). The result is the same product (to fl
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -31,6 +30,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F  # noqa: N812 - torch's own name for it
 from torch import nn
+
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -48,7 +49,7 @@ __all__ = [
     "use_small_batch_linear",
 ]
 
-logger = logging.getLogger("tts_gateway.engine")
+logger = naming.logger("engine")
 
 MAX_ROWS = 8
 """The largest row count timed on its own; more rows (prefills) take the way timed for :data:`PREFILL_ROWS`."""

@@ -49,7 +49,7 @@ from engines.remote.stream import Attempt, RemotePcmStream, describe_error
 from engines.samples import check_sample
 from engines.scheduling import SlotScheduler, expected_speech_s
 from engines.status import PoolStatus
-from lifecycle import cancel_and_wait
+from lifecycle import cancel_and_wait, naming
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RemoteEngine"]
 
-logger = logging.getLogger("tts_gateway.remote")
+logger = naming.logger("remote")
 # httpx logs every request at INFO: the probes alone (every endpoint, every probe_interval_s) would flood the log.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import itertools
-import logging
 import socket
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -19,6 +18,7 @@ import httpx
 
 from engines.breaker import CircuitBreaker
 from engines.status import EndpointStatus
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EndpointAddress", "EndpointSet", "EndpointSlots", "Resolver", "resolve_addresses"]
 
-logger = logging.getLogger("tts_gateway.remote")
+logger = naming.logger("remote")
 
 _NOT_PROBED = "not probed yet"
 

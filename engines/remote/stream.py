@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import time
 from collections import deque
 from typing import TYPE_CHECKING
@@ -22,6 +21,7 @@ from engines.errors import SynthesisFailedError
 from engines.remote.context import TIMESTAMPS_HEADER
 from engines.remote.node_events import MalformedEventsError, NodeEvents
 from engines.timing import JobTiming
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Attempt", "RemotePcmStream", "describe_error"]
 
-logger = logging.getLogger("tts_gateway.remote")
+logger = naming.logger("remote")
 
 _SAMPLE_BYTES = 2  # s16le mono
 _EVENT_STREAM = "text/event-stream"

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from lifecycle import naming
+
 if TYPE_CHECKING:
     import argparse
 
@@ -32,7 +34,7 @@ def add_say_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         "say",
         help="speak text through a running gateway into a file (and play it)",
         description="Streams POST /v1/audio/speech from a running gateway (or any OpenAI-compatible API) to a file. "
-        "The API key comes from --api-key, $TTS_GATEWAY_API_KEY or $OPENAI_API_KEY.",
+        "The API key comes from --api-key, $CHATTTS_GATEWAY_API_KEY or $OPENAI_API_KEY.",
     )
     say.add_argument("text", help="what to say; '-' reads it from standard input")
     say.add_argument("--voice", default="nova", help="voice name (default: nova)")
@@ -49,11 +51,11 @@ def add_say_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     say.add_argument("--instructions", help="speaking instructions, for engines that use them")
     say.add_argument(
         "--base-url",
-        default=os.environ.get("TTS_GATEWAY_BASE_URL", "http://127.0.0.1:8000/v1"),
+        default=naming.environ("BASE_URL") or "http://127.0.0.1:8000/v1",
         help="the API's base URL, as the OpenAI SDKs take it "
-        "(default: $TTS_GATEWAY_BASE_URL or http://127.0.0.1:8000/v1)",
+        "(default: $CHATTTS_GATEWAY_BASE_URL or http://127.0.0.1:8000/v1)",
     )
-    say.add_argument("--api-key", help="bearer token (default: $TTS_GATEWAY_API_KEY, then $OPENAI_API_KEY)")
+    say.add_argument("--api-key", help="bearer token (default: $CHATTTS_GATEWAY_API_KEY, then $OPENAI_API_KEY)")
 
 
 def run_say(args: argparse.Namespace) -> int:
@@ -73,7 +75,7 @@ def run_say(args: argparse.Namespace) -> int:
     }
     if args.instructions is not None:
         body["instructions"] = args.instructions
-    api_key = args.api_key or os.environ.get("TTS_GATEWAY_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    api_key = args.api_key or naming.environ("API_KEY") or os.environ.get("OPENAI_API_KEY")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     status = _stream_speech(f"{args.base_url.rstrip('/')}/audio/speech", body, headers, output)
     if status != 0 or not args.play:

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lifecycle import naming
+
 if TYPE_CHECKING:
     import argparse
 
@@ -20,14 +22,14 @@ __all__ = ["add_server_parsers", "run_server_command"]
 
 
 def _config_argument(parser: argparse.ArgumentParser) -> None:
-    default = [Path(p) for p in os.environ.get("TTS_GATEWAY_CONFIG", "").split(os.pathsep) if p]
+    default = [Path(p) for p in (naming.environ("CONFIG") or "").split(os.pathsep) if p]
     parser.add_argument(
         "--config",
         type=Path,
         action="append",
         default=None,
         help="YAML configuration file, repeatable: later files deep-merge over earlier ones "
-        "(default: $TTS_GATEWAY_CONFIG, files separated by ':'); environment variables win",
+        "(default: $CHATTTS_GATEWAY_CONFIG, files separated by ':'); environment variables win",
     )
     parser.set_defaults(config_default=default)
 

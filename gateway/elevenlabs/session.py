@@ -86,7 +86,7 @@ __all__ = [
     "error_message",
 ]
 
-logger = logging.getLogger("tts_gateway.realtime")
+logger = logging.getLogger("chattts_gateway.realtime")
 
 PIPELINE_RATE = output_sample_rate(AudioFormat.PCM)
 MAX_CONTEXTS = 5

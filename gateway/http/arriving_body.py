@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ArrivingBody", "arriving_body"]
 
-_EXTENSION = "tts_gateway.arriving_body"
+_EXTENSION = "chattts_gateway.arriving_body"
 """Its key in the scope's ``extensions`` (ASGI's place for what a server offers beyond the specification)."""
 
 

@@ -16,10 +16,11 @@ until the client goes away, for a transport's close waits to flush them and ASGI
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import TYPE_CHECKING
 
 from litestar.enums import ScopeType
+
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["send_timeout_middleware"]
 
-logger = logging.getLogger("tts_gateway.backpressure")
+logger = naming.logger("backpressure")
 
 _DISCONNECT: ReceiveMessage = {"type": "http.disconnect"}
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import logging
 import uuid
 from collections import Counter
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -58,6 +57,7 @@ from gateway.http.errors import error_body
 from gateway.http.request_record import RequestRecord
 from gateway.http.tracking import log_access
 from gateway.observability.refusals import count_refusal
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ConnectionLimits", "GuardedHttpToolsProtocol", "guarded_http_protocol"]
 
-logger = logging.getLogger("tts_gateway.connections")
+logger = naming.logger("connections")
 
 #: How long a connection over the cap may take to send its first bytes (to be answered 503) before it is dropped.
 _OVER_CAPACITY_GRACE_S = 1.0

@@ -18,10 +18,10 @@ from that client, and what its request holds is freed.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import TYPE_CHECKING, TypeVar
 
 from gateway.http.errors import CLIENT_CLOSED_REQUEST, OpenAIError
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -32,7 +32,7 @@ __all__ = ["unless_client_leaves"]
 
 _T = TypeVar("_T")
 
-logger = logging.getLogger("tts_gateway.connections")
+logger = naming.logger("connections")
 
 #: Work that ends sooner goes unwatched: a cache hit, answered within a millisecond, then costs a timer rather than a
 #: watching task and its cancellation, and a client gone is noticed at most this much later.

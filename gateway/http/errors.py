@@ -6,7 +6,6 @@ Handlers never catch exceptions themselves: they raise, and :data:`EXCEPTION_HAN
 
 from __future__ import annotations
 
-import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +34,7 @@ from gateway.http.request_record import request_record
 from gateway.schemas import ErrorResponse
 from gateway.text import MarkupError
 from gateway.uploads.errors import TooManyUploadsError, UploadsBusyError
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -55,7 +55,7 @@ __all__ = [
     "quota_message",
 ]
 
-logger = logging.getLogger("tts_gateway.errors")
+logger = naming.logger("errors")
 
 INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"

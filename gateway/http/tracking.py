@@ -20,6 +20,7 @@ from gateway.http.errors import ResponseTruncatedError, error_response
 from gateway.http.request_record import RECORD_KEY, RequestRecord
 from gateway.observability.http_metrics import HttpMetrics
 from gateway.observability.logs import UNFINISHED_RESPONSE_LOGGED
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,7 +37,7 @@ REQUEST_ID_HEADER = "x-request-id"
 _REQUEST_ID_HEADER = REQUEST_ID_HEADER.encode()
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
-access_log = logging.getLogger("tts_gateway.access")
+access_log = naming.logger("access")
 
 
 def _request_id(scope: Scope) -> str:

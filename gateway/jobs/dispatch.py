@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -32,7 +31,7 @@ from saq import Job, Queue, Worker
 from saq.job import TERMINAL_STATUSES, Status
 from saq.queue.redis import RedisQueue
 
-from lifecycle import BackgroundTasks
+from lifecycle import BackgroundTasks, naming
 from storage import STORAGE_ERRORS
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JobDispatch", "LocalDispatch", "QueueDispatch", "TakePolicy"]
 
-logger = logging.getLogger("tts_gateway.jobs")
+logger = naming.logger("jobs")
 
 QUEUE_NAME = "{tts-jobs}"
 _FUNCTION = "speak_job"

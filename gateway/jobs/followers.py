@@ -10,12 +10,11 @@ job ended.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import Counter
 from typing import TYPE_CHECKING
 
 from gateway.jobs.records import ACTIVE
-from lifecycle import BackgroundTasks
+from lifecycle import BackgroundTasks, naming
 from storage import STORAGE_ERRORS
 
 if TYPE_CHECKING:
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FollowerPlace", "JobFollowers"]
 
-logger = logging.getLogger("tts_gateway.jobs")
+logger = naming.logger("jobs")
 
 
 class FollowerPlace:

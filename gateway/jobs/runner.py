@@ -10,7 +10,6 @@ job was cancelled or deleted meanwhile (or another runner holds it): the run sto
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import TYPE_CHECKING
 
 from auth import ANONYMOUS, Principal
@@ -21,6 +20,7 @@ from gateway.jobs.records import SEGMENT_FORMATS, JobRecord, JobStatus
 from gateway.jobs.store import SpokenSegment
 from gateway.schemas import SpeechRequest
 from gateway.speech.contract import Admission, job_record
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from auth import AuthStore, Tenant
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JOBS_PATH", "JobRunner"]
 
-logger = logging.getLogger("tts_gateway.jobs")
+logger = naming.logger("jobs")
 
 JOBS_PATH = "/v1/audio/speech/jobs"
 # What makes one try of a segment fail without ending the job at once: the engine could not serve it then.

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import re
 import secrets
@@ -25,6 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gateway.jobs.records import ACTIVE, JobRecord, JobStatus, now_s
+from lifecycle import naming
 from storage import STORAGE_ERRORS, Page
 
 if TYPE_CHECKING:
@@ -358,7 +358,7 @@ class AudioFiles:
         return [(t.name, j.name) for t in self.root.iterdir() if t.is_dir() for j in t.iterdir() if j.is_dir()]
 
 
-logger = logging.getLogger("tts_gateway.jobs")
+logger = naming.logger("jobs")
 _SAFE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from typing import TYPE_CHECKING, Protocol
 
 from auth import AuthBackendError
@@ -17,7 +16,7 @@ from auth.revocations import Revocation
 from gateway.http.errors import OpenAIError
 from gateway.realtime.budget import SocketSends, TenantSocketBudgets
 from gateway.state import gateway_state
-from lifecycle import BackgroundTasks
+from lifecycle import BackgroundTasks, naming
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LiveSession", "SessionRegistry", "drain_realtime_sessions"]
 
-logger = logging.getLogger("tts_gateway.realtime")
+logger = naming.logger("realtime")
 
 _AFTER_GRACE_S = 1.0
 """After the grace period: how long sessions stopped by force get to send their close frame."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
 import uuid
 from contextlib import asynccontextmanager, contextmanager
@@ -34,6 +33,7 @@ from gateway.realtime.session_errors import (
     SocketBudgetExceededError,
 )
 from gateway.state import gateway_state
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -58,7 +58,7 @@ __all__ = [
     "tenant_realtime",
 ]
 
-logger = logging.getLogger("tts_gateway.realtime")
+logger = naming.logger("realtime")
 
 NORMAL_CLOSURE = 1000  # the session ended idle
 POLICY_VIOLATION = 1008  # bad or revoked credentials; a client too slow to take its audio, or over its socket budget

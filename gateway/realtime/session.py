@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RealtimeSession"]
 
-logger = logging.getLogger("tts_gateway.realtime")
+logger = logging.getLogger("chattts_gateway.realtime")
 
 # Changing it would change the audio stream itself (its container and rate) mid-way, in a dialect whose session is one
 # stream. Every segment reaches the session as 24 kHz PCM with its own speed applied, so model, voice and speed may

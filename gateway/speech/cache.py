@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import logging
 import time
 import unicodedata
 import zlib
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol
 
+from lifecycle import naming
 from storage import STORAGE_ERRORS, OutageLatch, connect_redis
 from storage.memory import read_memory_limit
 from storage.pressure import WriteRefusals, refuses_writes
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_REDIS_BUDGET_BYTES", "REFUSAL_PAUSE_S", "SHARDS", "SHRUNK_BUDGET_HOLD_S", "AudioCache", "cache_key"]
 
-logger = logging.getLogger("tts_gateway.cache")
+logger = naming.logger("cache")
 
 # Bump when the key's contents or the value's format change, so old entries are never served for new requests: 2 when
 # values began to carry word timestamps (``gateway/speech/service.py``), whose header an older replica would have

@@ -17,12 +17,12 @@ counts for it.
 from __future__ import annotations
 
 import asyncio
-import logging
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from engines.errors import ConsumerTooSlowError, EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -46,7 +46,7 @@ __all__ = [
     "retry_reason",
 ]
 
-logger = logging.getLogger("tts_gateway.failover")
+logger = naming.logger("failover")
 
 RetryReason: TypeAlias = Literal["died", "refused", "timeout", "overloaded", "not_ready", "failed"]
 """Why a try was given up, as the ``reason`` label of ``tts_engine_retries_total`` names it."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import math
 import time
 from collections import OrderedDict
@@ -40,6 +39,7 @@ from gateway.http.errors import OpenAIError
 from gateway.speech.compile_process import CompileProcessError
 from gateway.text.lexicon import Lexicon, Rule
 from gateway.text.pls import PLSError, RuleCaps, check_rules
+from lifecycle import naming
 from storage import Page, sortable_id
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ __all__ = [
     "RedisDictionaryStore",
 ]
 
-logger = logging.getLogger("tts_gateway.pronunciation")
+logger = naming.logger("pronunciation")
 
 KEPT_VERSIONS = 10
 """Versions a dictionary keeps (its latest and the nine before it)."""

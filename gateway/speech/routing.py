@@ -11,7 +11,6 @@ Each engine that declares ``breaker_settings`` (the local ones) has a circuit br
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,7 @@ from engines.breaker import BREAKER_STATE_CODES, CircuitBreaker
 from gateway.http.errors import OpenAIError
 from gateway.schemas import BuiltInVoice
 from gateway.settings import AliasSettings, FailoverSettings, ReadinessSettings
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ModelRouter", "Route"]
 
-logger = logging.getLogger("tts_gateway.routing")
+logger = naming.logger("routing")
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SpeechService", "tenant_share"]
 
-logger = logging.getLogger("tts_gateway.speech")
+logger = logging.getLogger("chattts_gateway.speech")
 
 
 class SpeechService:

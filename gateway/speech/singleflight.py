@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 
 __all__ = ["ProductionCancelledError", "SingleFlight"]
 
-logger = logging.getLogger("tts_gateway.cache")
+logger = naming.logger("cache")
 
 T = TypeVar("T")
 

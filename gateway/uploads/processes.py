@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import queue
 import signal
@@ -34,13 +33,14 @@ from gateway.audio.samples import (
     RecordingProblem,
 )
 from gateway.uploads.wire import WireError, read_message, write_message
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from gateway.uploads.settings import UploadSettings
 
 __all__ = ["DecoderProcesses", "DecoderStarvedError", "NoDecoderError"]
 
-logger = logging.getLogger("tts_gateway.uploads")
+logger = naming.logger("uploads")
 
 _START_TIMEOUT_S = 30.0
 _MAX_RESTART_BACKOFF_S = 30.0

@@ -144,7 +144,7 @@ def access_lines(gateway: GatewayProcess, status: int, code: str) -> list[dict[s
     for line in log_lines(gateway):
         with contextlib.suppress(ValueError):
             entry = json.loads(line)
-            if entry.get("logger") == "tts_gateway.access" and (entry.get("status"), entry.get("code")) == (
+            if entry.get("logger") == "chattts_gateway.access" and (entry.get("status"), entry.get("code")) == (
                 status,
                 code,
             ):
@@ -531,9 +531,10 @@ async def test_a_stream_cut_after_its_first_byte_is_one_line_a_count_and_a_trunc
     mine = [entry for entry in entries if entry.get("request_id") == request_id]
     (cut,) = [entry for entry in mine if entry["message"] == "response truncated"]
     assert cut["level"] == "warning" and cut["engine"] == "steady" and "injected failure" in cut["cause"]
-    (access,) = [entry for entry in mine if entry["logger"] == "tts_gateway.access"]
+    (access,) = [entry for entry in mine if entry["logger"] == "chattts_gateway.access"]
     assert access["status"] == 200 and access["truncated"] is True
-    server = [entry for entry in entries if entry["logger"] != "tts_gateway.worker"]  # a worker logs its engine's error
+    # a worker logs its engine's error
+    server = [entry for entry in entries if entry["logger"] != "chattts_gateway.worker"]
     assert not [entry for entry in server if "ASGI" in entry["message"] or "Traceback" in entry.get("exception", "")]
     assert 'tts_responses_truncated_total{engine="steady"}' in metrics
 
@@ -680,7 +681,7 @@ def test_an_empty_or_short_admin_token_refuses_to_start(
     auth: dict[str, Any] = {"required": True}
     if config_token is not None:
         auth["admin_token"] = config_token
-    env = {"TTS_GATEWAY_AUTH__ADMIN_TOKEN": env_token} if env_token is not None else None
+    env = {"CHATTTS_GATEWAY_AUTH__ADMIN_TOKEN": env_token} if env_token is not None else None
     config = {"auth": auth, "engines": {"tones": {"kind": "synthetic"}}, "aliases": {}}
     status, output = refused_start(config, tmp_path, env)
     assert status != 0
@@ -770,7 +771,7 @@ def test_failed_admin_attempts_are_throttled_per_address_and_logged_without_the_
     warnings = [
         entry
         for entry in map(json.loads, log_lines(administered))
-        if entry["logger"] == "tts_gateway.admin" and entry.get("client") == "127.0.0.2"
+        if entry["logger"] == "chattts_gateway.admin" and entry.get("client") == "127.0.0.2"
     ]
     assert warnings and all(entry["level"] == "warning" for entry in warnings)
     assert wrong not in administered.log() and ADMIN_TOKEN not in administered.log()
@@ -824,7 +825,7 @@ def test_behind_a_trusted_proxy_a_strangers_attempts_do_not_lock_the_admin_out(t
         log = [json.loads(line) for line in log_lines(gateway)]
     assert stranger[0] == 401 and stranger[-1] == 429  # throttled by its own forwarded address
     assert admin == [200]  # the proxy's other callers are not
-    assert any(entry.get("client") == "198.51.100.7" for entry in log if entry["logger"] == "tts_gateway.admin")
+    assert any(entry.get("client") == "198.51.100.7" for entry in log if entry["logger"] == "chattts_gateway.admin")
 
 
 # --------------------------------------------------------------------------------- credentials before bodies

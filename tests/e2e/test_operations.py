@@ -31,7 +31,7 @@ def access_line(gateway: GatewayProcess, request_id: str, timeout_s: float = 5.0
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for line in log_lines(gateway):
-            if line.get("logger") == "tts_gateway.access" and line.get("request_id") == request_id:
+            if line.get("logger") == "chattts_gateway.access" and line.get("request_id") == request_id:
                 return line
         time.sleep(0.05)
     raise AssertionError(f"no access log line for {request_id}")

@@ -421,7 +421,7 @@ def test_every_built_in_alias_the_values_leave_out_is_null(render: Any) -> None:
 
 def test_gateway_config_files_are_mounted_where_the_env_var_points(render: Any) -> None:
     rendered = render()
-    assert rendered.env["TTS_GATEWAY_CONFIG"]["value"].split(":") == [CONFIG_PATH, SECRET_PATH]
+    assert rendered.env["CHATTTS_GATEWAY_CONFIG"]["value"].split(":") == [CONFIG_PATH, SECRET_PATH]
     mounts = {mount["name"]: mount for mount in rendered.container["volumeMounts"]}
     assert mounts["config"]["mountPath"] == CONFIG_PATH and mounts["config"]["subPath"] == "config.yaml"
     assert f"{mounts['secret']['mountPath']}/secret.yaml" == SECRET_PATH
@@ -431,9 +431,9 @@ def test_redis_url_uses_the_password_from_a_secret(render: Any) -> None:
     rendered = render(VALUE_SETS["everything"])
     names = [var["name"] for var in rendered.container["env"]]
     # Dependent environment variables expand only names defined earlier in the list.
-    assert names.index("REDIS_PASSWORD") < names.index("TTS_GATEWAY_REDIS_URL")
+    assert names.index("REDIS_PASSWORD") < names.index("CHATTTS_GATEWAY_REDIS_URL")
     assert rendered.env["REDIS_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": FULLNAME, "key": "redis-password"}}
-    assert rendered.env["TTS_GATEWAY_REDIS_URL"]["value"] == (
+    assert rendered.env["CHATTTS_GATEWAY_REDIS_URL"]["value"] == (
         "redis://gateway:$(REDIS_PASSWORD)@redis-master.redis.svc:6380/2"
     )
     password = VALUE_SETS["everything"]["redis"]["password"]
@@ -443,10 +443,10 @@ def test_redis_url_uses_the_password_from_a_secret(render: Any) -> None:
 
 
 def test_redis_url_without_password_or_host(render: Any) -> None:
-    assert not {"REDIS_PASSWORD", "TTS_GATEWAY_REDIS_URL"} & set(render().env)
+    assert not {"REDIS_PASSWORD", "CHATTTS_GATEWAY_REDIS_URL"} & set(render().env)
     plain = render({"redis": {"host": "redis.db.svc", "tls": True}})
     assert "REDIS_PASSWORD" not in plain.env
-    assert plain.env["TTS_GATEWAY_REDIS_URL"]["value"] == "rediss://redis.db.svc:6379/0"
+    assert plain.env["CHATTTS_GATEWAY_REDIS_URL"]["value"] == "rediss://redis.db.svc:6379/0"
 
 
 def test_gpu_limit_only_with_gpu_enabled(render: Any) -> None:
@@ -547,7 +547,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     import os
 
     for name in list(os.environ):
-        if name.startswith("TTS_GATEWAY_"):
+        if name.startswith(("CHATTTS_GATEWAY_", "TTS_GATEWAY_")):
             monkeypatch.delenv(name)
     return monkeypatch
 
@@ -564,9 +564,9 @@ def test_settings_loader_accepts_the_rendered_config(
     config_file, secret_file = tmp_path / "config.yaml", tmp_path / "secret.yaml"
     config_file.write_text(rendered.one("ConfigMap")["data"]["config.yaml"])
     secret_file.write_bytes(base64.b64decode(rendered.one("Secret")["data"]["secret.yaml"]))
-    if "TTS_GATEWAY_REDIS_URL" in rendered.env:  # as the kubelet expands it
-        url = rendered.env["TTS_GATEWAY_REDIS_URL"]["value"].replace("$(REDIS_PASSWORD)", "pw")
-        clean_environment.setenv("TTS_GATEWAY_REDIS_URL", url)
+    if "CHATTTS_GATEWAY_REDIS_URL" in rendered.env:  # as the kubelet expands it
+        url = rendered.env["CHATTTS_GATEWAY_REDIS_URL"]["value"].replace("$(REDIS_PASSWORD)", "pw")
+        clean_environment.setenv("CHATTTS_GATEWAY_REDIS_URL", url)
 
     settings = load_settings([config_file, secret_file])
 
@@ -624,10 +624,10 @@ def _redis_settings(rendered: Rendered, tmp_path: Path, environment: pytest.Monk
     config_file, secret_file = tmp_path / "config.yaml", tmp_path / "secret.yaml"
     config_file.write_text(rendered.one("ConfigMap")["data"]["config.yaml"])
     secret_file.write_bytes(base64.b64decode(rendered.one("Secret")["data"]["secret.yaml"]))
-    url = rendered.env["TTS_GATEWAY_REDIS_URL"]["value"]
+    url = rendered.env["CHATTTS_GATEWAY_REDIS_URL"]["value"]
     for name, password in passwords.items():
         url = url.replace(f"$({name})", password)
-    environment.setenv("TTS_GATEWAY_REDIS_URL", url)
+    environment.setenv("CHATTTS_GATEWAY_REDIS_URL", url)
     return load_settings([config_file, secret_file])
 
 
@@ -635,7 +635,7 @@ def test_sentinel_values_render_a_sentinel_url_the_gateway_takes(
     render: Any, tmp_path: Path, clean_environment: pytest.MonkeyPatch
 ) -> None:
     rendered = render(VALUE_SETS["sentinel"])
-    url = rendered.env["TTS_GATEWAY_REDIS_URL"]["value"]
+    url = rendered.env["CHATTTS_GATEWAY_REDIS_URL"]["value"]
     hosts = ",".join(SENTINEL_HOSTS)
     assert (
         url
@@ -687,13 +687,14 @@ def test_the_sentinels_own_password_comes_from_a_secret(
     values = {"redis": {"mode": "sentinel", "password": "redis-pw", "sentinel": {"hosts": ["s1"], **sentinel}}}
     rendered = render(values)
     assert (
-        rendered.env["TTS_GATEWAY_REDIS_URL"]["value"] == f"redis+sentinel://:$(REDIS_PASSWORD)@s1/mymaster/0{option}"
+        rendered.env["CHATTTS_GATEWAY_REDIS_URL"]["value"]
+        == f"redis+sentinel://:$(REDIS_PASSWORD)@s1/mymaster/0{option}"
     )
     if reference is None:
         assert "REDIS_SENTINEL_PASSWORD" not in rendered.env
     else:
         names = [var["name"] for var in rendered.container["env"]]
-        assert names.index("REDIS_SENTINEL_PASSWORD") < names.index("TTS_GATEWAY_REDIS_URL")  # expanded in order
+        assert names.index("REDIS_SENTINEL_PASSWORD") < names.index("CHATTTS_GATEWAY_REDIS_URL")  # expanded in order
         assert rendered.env["REDIS_SENTINEL_PASSWORD"]["valueFrom"] == {"secretKeyRef": reference}
     secret = rendered.one("Secret")["data"]
     assert ("redis-sentinel-password" in secret) == ("password" in sentinel)
@@ -712,7 +713,7 @@ def test_cluster_values_render_a_cluster_url_the_gateway_takes(
     render: Any, tmp_path: Path, clean_environment: pytest.MonkeyPatch
 ) -> None:
     rendered = render(VALUE_SETS["cluster"])
-    url = rendered.env["TTS_GATEWAY_REDIS_URL"]["value"]
+    url = rendered.env["CHATTTS_GATEWAY_REDIS_URL"]["value"]
     assert url == f"redis+cluster://:$(REDIS_PASSWORD)@{','.join(CLUSTER_NODES)}"
     assert base64.b64decode(rendered.one("Secret")["data"]["redis-password"]) == b"cluster-pw"
     target = parse_redis_url(_redis_settings(rendered, tmp_path, clean_environment, REDIS_PASSWORD="pw").redis_url)
@@ -819,7 +820,7 @@ def test_engine_tier_renders_an_engine_deployment_behind_a_headless_service(rend
     container = _engine_container(rendered)
     assert container["image"] == rendered.container["image"]  # the same image, another profile
     assert container["args"] == ["serve", "--host", "0.0.0.0", "--port", "8000"]
-    assert _env(container)["TTS_GATEWAY_CONFIG"]["value"] == CONFIG_PATH
+    assert _env(container)["CHATTTS_GATEWAY_CONFIG"]["value"] == CONFIG_PATH
     assert _env(container)["HF_HUB_OFFLINE"]["value"] == "1"
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")):
         assert container[probe]["httpGet"] == {"path": path, "port": "http"}
@@ -879,7 +880,7 @@ def test_service_token_is_shared_through_a_secret_only(render: Any) -> None:
     assert base64.b64decode(secret["data"]["service-token"]).decode() == token
     reference = {"secretKeyRef": {"name": ENGINE_FULLNAME, "key": "service-token"}}
     assert rendered.env["TTS_ENGINE_SERVICE_TOKEN"]["valueFrom"] == reference
-    assert _env(_engine_container(rendered))["TTS_GATEWAY_AUTH__SERVICE_TOKEN"]["valueFrom"] == reference
+    assert _env(_engine_container(rendered))["CHATTTS_GATEWAY_AUTH__SERVICE_TOKEN"]["valueFrom"] == reference
     for path, text in rendered.files.items():
         if not path.endswith(("secret.yaml", "secret-engine.yaml")):
             assert token not in text, path
@@ -900,7 +901,7 @@ def test_generated_service_token_and_existing_secret(render: Any) -> None:
     assert [doc["metadata"]["name"] for doc in existing.all("Secret")] == [FULLNAME]
     reference = {"secretKeyRef": {"name": "engine-token", "key": "token"}}
     assert existing.env["TTS_ENGINE_SERVICE_TOKEN"]["valueFrom"] == reference
-    assert _env(_engine_container(existing))["TTS_GATEWAY_AUTH__SERVICE_TOKEN"]["valueFrom"] == reference
+    assert _env(_engine_container(existing))["CHATTTS_GATEWAY_AUTH__SERVICE_TOKEN"]["valueFrom"] == reference
     assert "checksum/service-token" not in existing.deployment["spec"]["template"]["metadata"]["annotations"]
 
 
@@ -1011,7 +1012,7 @@ def test_settings_loader_accepts_both_tiers_configs(
     }
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    clean_environment.setenv("TTS_GATEWAY_REDIS_URL", rendered.env["TTS_GATEWAY_REDIS_URL"]["value"])
+    clean_environment.setenv("CHATTTS_GATEWAY_REDIS_URL", rendered.env["CHATTTS_GATEWAY_REDIS_URL"]["value"])
     clean_environment.setenv("TTS_ENGINE_SERVICE_TOKEN", token)  # as the kubelet sets it from the Secret
 
     gateway = load_settings([tmp_path / "config.yaml", tmp_path / "secret.yaml"])
@@ -1019,8 +1020,8 @@ def test_settings_loader_accepts_both_tiers_configs(
     assert isinstance(remote, RemoteEngineSettings) and gateway.engines["espeak"].kind == "espeak"
     assert remote.options.credential() == token
 
-    clean_environment.delenv("TTS_GATEWAY_REDIS_URL")
-    clean_environment.setenv("TTS_GATEWAY_AUTH__SERVICE_TOKEN", token)
+    clean_environment.delenv("CHATTTS_GATEWAY_REDIS_URL")
+    clean_environment.setenv("CHATTTS_GATEWAY_AUTH__SERVICE_TOKEN", token)
     engine = load_settings([tmp_path / "engine.yaml"])
     assert set(engine.engines) == {"chattts"}
     assert engine.readiness.engines == ["chattts"]
@@ -1059,18 +1060,18 @@ def test_the_deployment_guide_two_tier_examples_match_the_chart(chart: helm.Char
 def test_the_cache_gets_a_redis_of_its_own_from_a_secret(
     render: Any, tmp_path: Path, clean_environment: pytest.MonkeyPatch
 ) -> None:
-    assert "TTS_GATEWAY_CACHE__REDIS_URL" not in render({"redis": {"host": "redis.db.svc"}}).env
+    assert "CHATTTS_GATEWAY_CACHE__REDIS_URL" not in render({"redis": {"host": "redis.db.svc"}}).env
     secret = {"existingSecret": "cache-redis", "existingSecretKey": "url"}
     rendered = render(
         {"redis": {"host": "redis.db.svc"}, "cacheRedis": secret, "config": {"cache": {"max_redis_bytes": 1 << 30}}}
     )
-    assert rendered.env["TTS_GATEWAY_CACHE__REDIS_URL"]["valueFrom"] == {
+    assert rendered.env["CHATTTS_GATEWAY_CACHE__REDIS_URL"]["valueFrom"] == {
         "secretKeyRef": {"name": "cache-redis", "key": "url"}
     }
     plain = render({"cacheRedis": {"url": "redis://cache.db.svc:6379/0"}})
-    assert plain.env["TTS_GATEWAY_CACHE__REDIS_URL"]["value"] == "redis://cache.db.svc:6379/0"
+    assert plain.env["CHATTTS_GATEWAY_CACHE__REDIS_URL"]["value"] == "redis://cache.db.svc:6379/0"
     # What the kubelet hands the gateway from the Secret reaches its settings, with the budget from the ConfigMap.
-    clean_environment.setenv("TTS_GATEWAY_CACHE__REDIS_URL", "redis+cluster://:pw@cache-0:6379,cache-1:6379")
+    clean_environment.setenv("CHATTTS_GATEWAY_CACHE__REDIS_URL", "redis+cluster://:pw@cache-0:6379,cache-1:6379")
     settings = _redis_settings(rendered, tmp_path, clean_environment)
     assert (settings.cache.redis_url, settings.cache.max_redis_bytes) == (
         "redis+cluster://:pw@cache-0:6379,cache-1:6379",
@@ -1091,7 +1092,7 @@ JOBS_FULLNAME = f"{FULLNAME}-jobs"
 def test_jobs_run_on_the_fronts_by_default(render: Any) -> None:
     rendered = render({"redis": {"host": "redis"}})
     assert [d["metadata"]["name"] for d in rendered.all("Deployment")] == [FULLNAME]
-    assert "TTS_GATEWAY_JOBS__RUN" not in rendered.env  # jobs.run defaults to true: every pod speaks jobs
+    assert "CHATTTS_GATEWAY_JOBS__RUN" not in rendered.env  # jobs.run defaults to true: every pod speaks jobs
     jobs = yaml.safe_load(rendered.one("ConfigMap")["data"]["config.yaml"])["jobs"]
     assert jobs == {"concurrency": 2, "ttl_s": 86400, "max_input_chars": 500000, "storage_quota_bytes": 2147483648}
 
@@ -1122,9 +1123,9 @@ def test_dedicated_jobs_run_in_a_deployment_of_their_own_outside_the_service(
         selector = doc["spec"]["selector"] if kind == "Service" else doc["spec"]["selector"]["matchLabels"]
         assert _selects(selector, front_pod) and not _selects(selector, jobs_pod), kind
     jobs_container = jobs["spec"]["template"]["spec"]["containers"][0]
-    assert _env(jobs_container)["TTS_GATEWAY_JOBS__RUN"]["value"] == "true"
-    assert rendered.env["TTS_GATEWAY_JOBS__RUN"]["value"] == "false"
-    assert _env(jobs_container)["TTS_GATEWAY_REDIS_URL"] == rendered.env["TTS_GATEWAY_REDIS_URL"]
+    assert _env(jobs_container)["CHATTTS_GATEWAY_JOBS__RUN"]["value"] == "true"
+    assert rendered.env["CHATTTS_GATEWAY_JOBS__RUN"]["value"] == "false"
+    assert _env(jobs_container)["CHATTTS_GATEWAY_REDIS_URL"] == rendered.env["CHATTTS_GATEWAY_REDIS_URL"]
     for deployment in (rendered.deployment, jobs):  # both read and write the jobs' audio files
         pod = deployment["spec"]["template"]["spec"]
         assert {"name": "jobs", "persistentVolumeClaim": {"claimName": "jobs-audio"}} in pod["volumes"]
@@ -1132,7 +1133,7 @@ def test_dedicated_jobs_run_in_a_deployment_of_their_own_outside_the_service(
     config_file, secret_file = tmp_path / "config.yaml", tmp_path / "secret.yaml"
     config_file.write_text(rendered.one("ConfigMap")["data"]["config.yaml"])
     secret_file.write_bytes(base64.b64decode(rendered.one("Secret")["data"]["secret.yaml"]))
-    clean_environment.setenv("TTS_GATEWAY_JOBS__RUN", "false")
+    clean_environment.setenv("CHATTTS_GATEWAY_JOBS__RUN", "false")
     settings = load_settings([config_file, secret_file])
     assert (settings.jobs.run, settings.jobs.ttl_s, settings.jobs.concurrency) == (False, 3600, 4)
     assert settings.jobs.priority == "normal"  # config.jobs wins over the jobs values

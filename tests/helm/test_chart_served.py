@@ -148,7 +148,7 @@ def test_an_engine_pod_is_ready_only_with_the_engines_it_hosts(chart: helm.Chart
     node_config: dict[str, Any] = yaml.safe_load(
         rendered.one("ConfigMap", f"{rendered.deployment['metadata']['name']}-engine")["data"]["config.yaml"]
     )
-    env = {**NO_WEIGHTS, "TTS_GATEWAY_AUTH__SERVICE_TOKEN": SERVICE_TOKEN}
+    env = {**NO_WEIGHTS, "CHATTTS_GATEWAY_AUTH__SERVICE_TOKEN": SERVICE_TOKEN}
     with GatewayProcess(node_config, tmp_path, env=env) as node:
         headers = {"authorization": f"Bearer {SERVICE_TOKEN}"}  # the detail is for the front gateways
         response = httpx.get(f"{node.base_url}/readyz", headers=headers, timeout=5)

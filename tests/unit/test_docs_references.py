@@ -297,7 +297,7 @@ def cli_invocations(document: str) -> list[tuple[Mention, list[str], bool]]:
 
 
 @pytest.mark.parametrize("document", DOCUMENTS)
-def test_every_tts_gateway_command_a_document_names_exists(document: str) -> None:
+def test_every_gateway_command_a_document_names_exists(document: str) -> None:
     wrong = [
         f"{mention.where()}: {problem}"
         for mention, words, runs in cli_invocations(document)

@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from lifecycle import naming
+
 __all__ = ["NAME", "GrammarNormalizer", "load_grammars"]
 
 NAME = "nemo+wetext"
@@ -22,7 +24,7 @@ NAME = "nemo+wetext"
 _CJK = re.compile(r"[\u3400-\u9fff]")
 # Split after a sentence's end, keeping the separator: "$19.99" is one sentence, "好。你好" two.
 _SENTENCES = re.compile(r"((?<=[.!?;])\s+|(?<=[。！？；])\s*)")  # noqa: RUF001
-logger = logging.getLogger("tts_gateway.chattts")
+logger = naming.logger("chattts")
 _DEFAULT_CACHE = Path("~/.cache/tts-gateway/nemo").expanduser()
 
 

@@ -20,7 +20,6 @@ app's one of each is built with its state (``gateway/state.py``), before the fir
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 import secrets
 import time
@@ -36,6 +35,7 @@ from auth.errors import InvalidCredentialsError, UnknownTenantError
 from gateway.http.client_address import address_key
 from gateway.http.errors import OpenAIError, as_openai_error
 from gateway.observability.refusals import counted
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ADMIN_FAILURES_PER_MINUTE", "AdminThrottle", "CredentialThrottle", "FailureWindow"]
 
-logger = logging.getLogger("tts_gateway.auth")
-admin_logger = logging.getLogger("tts_gateway.admin")
+logger = naming.logger("auth")
+admin_logger = naming.logger("admin")
 
 #: Credentials remembered as proven: 10,000 tenants' keys in about 1.5 MB.
 PROVEN_CREDENTIALS = 10_000

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_CONVERSATION_ITEMS", "OpenAIRealtimeSession"]
 
-logger = logging.getLogger("tts_gateway.realtime")
+logger = logging.getLogger("chattts_gateway.realtime")
 
 MAX_CONVERSATION_ITEMS = 64
 """Items a conversation keeps; older ones drop, as OpenAI truncates a long conversation. A response speaks only its

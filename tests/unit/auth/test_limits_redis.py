@@ -100,7 +100,7 @@ async def test_fail_open_admits_counts_and_warns_once_per_outage(
     limits = TenantLimits(requests_per_minute=5, concurrent_streams=1)
     assert (await limiter.admit(tenant, limits, 10)).remaining_requests == 4
     outage_redis.stop()
-    with caplog.at_level(logging.WARNING, logger="tts_gateway.limits"):
+    with caplog.at_level(logging.WARNING, logger="chattts_gateway.limits"):
         for _ in range(3):
             state = await limiter.admit(tenant, limits, 10)
             assert state == LimitState(limit_requests=5)

@@ -113,7 +113,7 @@ async def test_nothing_is_lost_while_redis_is_down(
     ledger.record_request(ACME, characters=10, audio_seconds=1.0, cache_hit=False)
     await ledger.get(ACME)  # written
     outage_redis.stop()
-    with caplog.at_level(logging.WARNING, logger="tts_gateway.usage"):
+    with caplog.at_level(logging.WARNING, logger="chattts_gateway.usage"):
         for _ in range(3):
             ledger.record_request(ACME, characters=10, audio_seconds=1.0, cache_hit=True)
         ledger.record_rejection(ACME, "concurrency")
@@ -301,7 +301,7 @@ async def test_a_redis_that_refuses_writes_is_one_episode_and_loses_nothing(
     ledger = RedisUsageLedger(client)
     await client.config_set("maxmemory-policy", "noeviction")
     await client.config_set("maxmemory", 1)  # everything refused: the server holds more than a byte already
-    with caplog.at_level(logging.INFO, logger="tts_gateway.usage"):
+    with caplog.at_level(logging.INFO, logger="chattts_gateway.usage"):
         for _ in range(3):
             ledger.record_request(ACME, characters=2, audio_seconds=0.5, cache_hit=False)
             await asyncio.sleep(0.05)

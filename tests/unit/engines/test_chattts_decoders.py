@@ -142,11 +142,11 @@ def test_a_graph_that_cannot_run_falls_back_to_torch(tmp_path: Path, caplog: pyt
 
     path = graph_path(assets, tmp_path, graph_key(verify_directory(assets).hashes, torch.float32))
     path.write_bytes(b"not an onnx graph")
-    with caplog.at_level(logging.WARNING, logger="tts_gateway.chattts"):
+    with caplog.at_level(logging.WARNING, logger="chattts_gateway.chattts"):
         engine = ChatTTSEngine(chattts_engine_options(path=str(assets), decoder="onnxruntime", max_batch=1))
         info = engine.load()
     assert info.details["decoder"] == "torch"
-    warnings = [r.getMessage() for r in caplog.records if r.name == "tts_gateway.chattts"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "chattts_gateway.chattts"]
     assert len(warnings) == 1
     assert "decode steps stay in torch" in warnings[0]
     audio = np.concatenate(list(engine.synthesize(SynthesisRequest("Still speaks.", "alloy"), CancelFlag())))

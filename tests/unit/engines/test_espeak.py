@@ -271,7 +271,7 @@ def test_bad_options_are_refused(options: dict[str, object]) -> None:
 
 
 def test_options_from_environment_strings_are_coerced() -> None:
-    # Environment variables always arrive as strings: `TTS_GATEWAY_ENGINES__ESPEAK__OPTIONS__CHUNK_MS=50`.
+    # Environment variables always arrive as strings: `CHATTTS_GATEWAY_ENGINES__ESPEAK__OPTIONS__CHUNK_MS=50`.
     assert EspeakEngine({"chunk_ms": "50"})._chunk_ms == 50
 
 

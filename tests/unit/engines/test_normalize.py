@@ -187,10 +187,12 @@ def verbatim(cjk_assets: Path) -> tuple[ChatTTSEngine, EngineInfo]:
 
 def _speak_and_log(engine: ChatTTSEngine, text: str, caplog: pytest.LogCaptureFixture) -> list[str]:
     caplog.clear()
-    with caplog.at_level(logging.DEBUG, logger="tts_gateway.chattts"):
+    with caplog.at_level(logging.DEBUG, logger="chattts_gateway.chattts"):
         audio = np.concatenate(list(engine.synthesize(SynthesisRequest(text=text, voice="alloy"), CancelFlag())))
     assert audio.size
-    return [r.getMessage() for r in caplog.records if r.name == "tts_gateway.chattts" and "dropped" in r.getMessage()]
+    return [
+        r.getMessage() for r in caplog.records if r.name == "chattts_gateway.chattts" and "dropped" in r.getMessage()
+    ]
 
 
 @pytest.mark.parametrize("text", [ORDER, MEETING, MIXED])

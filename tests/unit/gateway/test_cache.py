@@ -166,7 +166,7 @@ async def test_outage_reads_as_a_miss_and_writes_are_dropped(
     cache = AudioCache(CacheSettings(), client)
     await cache.set("a", b"A")
     outage_redis.stop()
-    with caplog.at_level(logging.WARNING, logger="tts_gateway.cache"):
+    with caplog.at_level(logging.WARNING, logger="chattts_gateway.cache"):
         assert await cache.get("a") is None
         await cache.set("b", b"B")
         assert await cache.get("b") is None
@@ -294,7 +294,7 @@ async def test_a_full_redis_costs_the_cache_not_the_control_plane(
     await limit_memory(client, await used_memory(client) - 50_000)
     with pytest.raises(OutOfMemoryError):
         await client.set("tts:{auth}:tenant:new", b"record")
-    with caplog.at_level(logging.INFO, logger="tts_gateway.cache"):
+    with caplog.at_level(logging.INFO, logger="chattts_gateway.cache"):
         await cache.set(key(text="one more"), os.urandom(20_000))
         await client.set("tts:{auth}:tenant:new", b"record")  # the cache gave way: the control plane writes again
         assert held * 0.4 < await counted_bytes(client) <= held * 0.75  # whole entries: a quarter or more
@@ -367,7 +367,7 @@ async def test_a_redis_that_refuses_every_write_is_one_warning_and_serves_hits(
         while (await replica.info("replication")).get("master_link_status") != "up":
             await asyncio.sleep(0.05)
     cache = AudioCache(CacheSettings(), replica)
-    with caplog.at_level(logging.INFO, logger="tts_gateway.cache"):
+    with caplog.at_level(logging.INFO, logger="chattts_gateway.cache"):
         for n in range(20):
             assert await cache.get(key()) == b"cached audio"
             await cache.set(key(text=f"new {n}"), b"new audio")

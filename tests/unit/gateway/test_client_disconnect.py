@@ -94,7 +94,7 @@ async def test_a_receive_that_fails_counts_as_a_disconnect(caplog: pytest.LogCap
     async def receive() -> ReceiveMessage:
         raise OSError("connection reset")
 
-    with caplog.at_level("DEBUG", "tts_gateway.connections"), pytest.raises(OpenAIError) as raised:
+    with caplog.at_level("DEBUG", "chattts_gateway.connections"), pytest.raises(OpenAIError) as raised:
         await unless_client_leaves(receive, answer_after(10))
     assert raised.value.code == "client_closed_request"
     assert "OSError" in caplog.text

@@ -314,7 +314,7 @@ def test_aliases_take_the_list_form_and_the_mapping_form() -> None:
 
 
 def test_a_mapping_that_sets_only_the_spill_merges_into_the_built_in_alias(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TTS_GATEWAY_ALIASES__TTS-1__SPILL_ON_OVERLOAD", "true")
+    monkeypatch.setenv("CHATTTS_GATEWAY_ALIASES__TTS-1__SPILL_ON_OVERLOAD", "true")
     settings = Settings()
     assert settings.aliases["tts-1"] == AliasSettings(engines=["chattts", "espeak"], spill_on_overload=True)
     assert not settings.aliases["tts-1-hd"].spill_on_overload

@@ -143,7 +143,7 @@ async def test_fallbacks_are_counted_per_answer_and_logged_per_change(caplog: py
     counter = Counter("tts_alias_fallbacks", "test", ["alias", "engine"], registry=CollectorRegistry())
     aliases = {"lenient": _alias(["primary", "backup"]), "spilling": _alias(["tones", "backup"])}
     router = ModelRouter(pools, aliases, fallbacks=counter)
-    caplog.set_level(logging.INFO, "tts_gateway.routing")
+    caplog.set_level(logging.INFO, "chattts_gateway.routing")
     for engine in ("primary", "backup", "backup", "backup", "primary", "primary", "backup"):
         router.record_answer("lenient", engine)
     router.record_answer("backup", "backup")  # an engine by its own name: no alias, no fallback

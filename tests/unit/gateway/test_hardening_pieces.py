@@ -143,7 +143,7 @@ def test_a_32_character_admin_token_is_accepted() -> None:
 
 def test_the_throttle_answers_429_after_the_failures_of_one_address_only(caplog: pytest.LogCaptureFixture) -> None:
     throttle = AdminThrottle()
-    with caplog.at_level(logging.WARNING, "tts_gateway.admin"):
+    with caplog.at_level(logging.WARNING, "chattts_gateway.admin"):
         for _ in range(ADMIN_FAILURES_PER_MINUTE):
             throttle.check("10.0.0.1")
             throttle.failed("10.0.0.1", "wrong_token", "/admin/tenants")

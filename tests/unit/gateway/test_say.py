@@ -34,7 +34,10 @@ def requests(monkeypatch: pytest.MonkeyPatch) -> Callable[[httpx.Response], list
         monkeypatch.setattr(httpx, "Client", functools.partial(httpx.Client, transport=httpx.MockTransport(handler)))
         return seen
 
-    for name in ("OPENAI_API_KEY", "TTS_GATEWAY_API_KEY", "TTS_GATEWAY_BASE_URL"):
+    for name in (
+        "OPENAI_API_KEY",
+        *(p + n for p in ("CHATTTS_GATEWAY_", "TTS_GATEWAY_") for n in ("API_KEY", "BASE_URL")),
+    ):
         monkeypatch.delenv(name, raising=False)
     return install
 
@@ -78,9 +81,12 @@ def test_sends_openais_speech_request_and_writes_the_audio(
 @pytest.mark.parametrize(
     ("argument", "environment", "expected"),
     [
-        (["--api-key", "sk-flag"], {"TTS_GATEWAY_API_KEY": "sk-gw", "OPENAI_API_KEY": "sk-oa"}, "Bearer sk-flag"),
-        ([], {"TTS_GATEWAY_API_KEY": "sk-gw", "OPENAI_API_KEY": "sk-oa"}, "Bearer sk-gw"),
+        (["--api-key", "sk-flag"], {"CHATTTS_GATEWAY_API_KEY": "sk-gw", "OPENAI_API_KEY": "sk-oa"}, "Bearer sk-flag"),
+        ([], {"CHATTTS_GATEWAY_API_KEY": "sk-gw", "OPENAI_API_KEY": "sk-oa"}, "Bearer sk-gw"),
         ([], {"OPENAI_API_KEY": "sk-oa"}, "Bearer sk-oa"),
+        # the former prefix still works, beneath the new one
+        ([], {"TTS_GATEWAY_API_KEY": "sk-old", "OPENAI_API_KEY": "sk-oa"}, "Bearer sk-old"),
+        ([], {"CHATTTS_GATEWAY_API_KEY": "sk-gw", "TTS_GATEWAY_API_KEY": "sk-old"}, "Bearer sk-gw"),
     ],
 )
 def test_api_key_comes_from_the_flag_then_the_environment(

@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from engines.settings import SyntheticEngineSettings
+from gateway.cli import build_parser
 from gateway.settings import Settings, load_settings
 
 CONFIG = """
@@ -24,7 +25,7 @@ aliases:
 
 
 def test_defaults_serve_espeak_behind_the_openai_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in [n for n in os.environ if n.startswith("TTS_GATEWAY_")]:
+    for name in [n for n in os.environ if n.startswith(("CHATTTS_GATEWAY_", "TTS_GATEWAY_"))]:
         monkeypatch.delenv(name)
     settings = load_settings()
     assert settings.server.port == 8000
@@ -35,7 +36,7 @@ def test_defaults_serve_espeak_behind_the_openai_names(monkeypatch: pytest.Monke
 def test_yaml_file_then_environment_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "gateway.yaml"
     config.write_text(CONFIG)
-    monkeypatch.setenv("TTS_GATEWAY_SERVER__PORT", "9200")
+    monkeypatch.setenv("CHATTTS_GATEWAY_SERVER__PORT", "9200")
     settings = load_settings(config)
     assert settings.server.port == 9200
     assert settings.server.log_level == "warning"
@@ -100,16 +101,48 @@ def test_later_config_files_deep_merge_over_earlier_ones(tmp_path: Path) -> None
 
 def test_environment_variables_merge_into_the_built_in_engines(monkeypatch: pytest.MonkeyPatch) -> None:
     # The README's way to point ChatTTS at weights: only what changes is named, `kind` comes from the built-in.
-    monkeypatch.setenv("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__SOURCE", "dir")
-    monkeypatch.setenv("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__PATH", "/models/chattts")
-    monkeypatch.setenv("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "8")
-    monkeypatch.setenv("TTS_GATEWAY_ENGINES__ESPEAK__WORKERS", "2")
-    monkeypatch.setenv("TTS_GATEWAY_ENGINES__ESPEAK__OPTIONS__CHUNK_MS", "50")
+    monkeypatch.setenv("CHATTTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__SOURCE", "dir")
+    monkeypatch.setenv("CHATTTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__PATH", "/models/chattts")
+    monkeypatch.setenv("CHATTTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "8")
+    monkeypatch.setenv("CHATTTS_GATEWAY_ENGINES__ESPEAK__WORKERS", "2")
+    monkeypatch.setenv("CHATTTS_GATEWAY_ENGINES__ESPEAK__OPTIONS__CHUNK_MS", "50")
     settings = load_settings()
     chattts, espeak = settings.engines["chattts"], settings.engines["espeak"]
     assert chattts.kind == "chattts" and espeak.kind == "espeak"
     assert (chattts.options.source, chattts.options.path, chattts.options.max_batch) == ("dir", "/models/chattts", 8)
     assert (espeak.workers, espeak.options.chunk_ms) == (2, 50)
+
+
+@pytest.mark.parametrize("prefix", ["CHATTTS_GATEWAY_", "TTS_GATEWAY_"])
+def test_the_former_environment_prefix_still_configures_the_server(
+    prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A deployment's environment written for tts-gateway keeps working (docs/configuration.md, Former names).
+    config = tmp_path / "gateway.yaml"
+    config.write_text(CONFIG)
+    monkeypatch.setenv(f"{prefix}SERVER__PORT", "9300")
+    monkeypatch.setenv(f"{prefix}ENGINES__ESPEAK__WORKERS", "3")
+    settings = load_settings(config)
+    espeak = settings.engines["espeak"]
+    assert espeak.kind == "espeak"
+    assert (settings.server.port, espeak.workers) == (9300, 3)
+    assert settings.engines["tones"].kind == "synthetic"  # the file's engines still merge in
+
+
+def test_the_new_environment_prefix_wins_over_the_former_one_key_by_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TTS_GATEWAY_SERVER__PORT", "9400")
+    monkeypatch.setenv("CHATTTS_GATEWAY_SERVER__PORT", "9500")
+    monkeypatch.setenv("TTS_GATEWAY_SERVER__LOG_LEVEL", "debug")  # named under the former prefix only
+    settings = load_settings()
+    assert (settings.server.port, settings.server.log_level) == (9500, "debug")
+
+
+def test_serve_reads_its_config_files_from_either_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    monkeypatch.setenv("TTS_GATEWAY_CONFIG", str(old))
+    assert build_parser().parse_args(["serve"]).config_default == [old]
+    monkeypatch.setenv("CHATTTS_GATEWAY_CONFIG", str(new))
+    assert build_parser().parse_args(["serve"]).config_default == [new]
 
 
 @pytest.mark.parametrize("how", ["yaml", "env"])
@@ -119,7 +152,7 @@ def test_max_batch_auto_may_be_written_out(how: str, tmp_path: Path, monkeypatch
     config = tmp_path / "auto.yaml"
     config.write_text("engines: {chattts: {options: {max_batch: auto}}}\n" if how == "yaml" else "{}\n")
     if how == "env":
-        monkeypatch.setenv("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "auto")
+        monkeypatch.setenv("CHATTTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "auto")
     chattts = load_settings(config).engines["chattts"]
     assert chattts.kind == "chattts"
     assert chattts.options.max_batch == "auto"
@@ -150,7 +183,7 @@ def test_null_removes_a_built_in_engine_and_its_aliases_follow(
     config = tmp_path / "remove.yaml"
     config.write_text("engines: {chattts: null}\n" if how == "yaml" else "{}\n")
     if how == "env":
-        monkeypatch.setenv("TTS_GATEWAY_ENGINES__CHATTTS", "null")
+        monkeypatch.setenv("CHATTTS_GATEWAY_ENGINES__CHATTTS", "null")
     settings = load_settings(config)
     assert set(settings.engines) == {"espeak"}
     assert settings.aliases["tts-1"].engines == ["espeak"]
@@ -166,12 +199,12 @@ def test_an_alias_of_ones_own_must_still_name_engines_that_exist(tmp_path: Path)
 @pytest.mark.parametrize(
     ("variable", "value", "named"),
     [
-        ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCHH", "8", "max_batchh"),
-        ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "lots", "max_batch"),
-        ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "0", "max_batch"),
-        ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "65", "max_batch"),
-        ("TTS_GATEWAY_ENGINES__ESPEAK__OPTIONS__CHUNK_MS", "5", "chunk_ms"),
-        ("TTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__SOURCE", "ftp", "source"),
+        ("CHATTTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCHH", "8", "max_batchh"),
+        ("CHATTTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "lots", "max_batch"),
+        ("CHATTTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "0", "max_batch"),
+        ("CHATTTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__MAX_BATCH", "65", "max_batch"),
+        ("CHATTTS_GATEWAY_ENGINES__ESPEAK__OPTIONS__CHUNK_MS", "5", "chunk_ms"),
+        ("CHATTTS_GATEWAY_ENGINES__CHATTTS__OPTIONS__SOURCE", "ftp", "source"),
     ],
 )
 def test_a_bad_engine_option_stops_the_start_naming_it(
