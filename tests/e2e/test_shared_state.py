@@ -1,4 +1,4 @@
-"""Shared state that holds: two real gateway replicas on a real redis-server of the test's own.
+"""Shared state that holds: two real gateway replicas on a real redis-server of this module's own.
 
 Tenant churn leaves Redis as it found it, listings come in pages, usage belongs to a tenant's generation (a deleted
 tenant's in-flight usage is kept apart), a tenant's change reaches the other replica's memory at once, and a Redis
@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from harness.gateway_process import GatewayProcess
+from tests.redis_server import RedisServer
 from tests.tenancy import ADMIN_TOKEN, Admin, bearer, speak
 from tests.waiting import wait_until
 
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from redis.typing import EncodableT, FieldT
-
-    from tests.redis_server import RedisServer
 
 
 def config(redis_url: str) -> dict[str, Any]:
@@ -43,14 +42,37 @@ def config(redis_url: str) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def replicas(outage_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayProcess]]:
-    processes = [GatewayProcess(config(outage_redis.url), tmp_path_factory.mktemp(f"replica{i}")) for i in range(2)]
+def two_replicas(server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayProcess]]:
+    processes = [GatewayProcess(config(server.url), tmp_path_factory.mktemp(f"replica{i}")) for i in range(2)]
     for process in processes:
         process.start()
     yield processes
     for process in processes:
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def module_redis() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture(scope="module")
+def replicas(module_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayProcess]]:
+    """One pair for the tests that touch only tenants of their own: a pair takes 10-40 s to start on a busy 2-core
+    machine, once per test before."""
+    yield from two_replicas(module_redis, tmp_path_factory)
+
+
+@pytest.fixture
+def fresh_replicas(
+    outage_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[GatewayProcess]]:
+    """A pair on a Redis of the test's own, for the test that counts every key Redis holds (the shared pair's
+    background writes for other tests' tenants could land in the middle of its count)."""
+    yield from two_replicas(outage_redis, tmp_path_factory)
 
 
 @pytest.fixture
@@ -80,9 +102,20 @@ def persistent_keys(server: RedisServer) -> set[bytes]:
 
 
 def test_tenant_churn_leaves_no_record_for_ever(
-    replicas: list[GatewayProcess], admin: Admin, outage_redis: RedisServer
+    fresh_replicas: list[GatewayProcess], outage_redis: RedisServer
 ) -> None:
+    replicas = fresh_replicas
     before = persistent_keys(outage_redis)
+    admin = Admin(replicas[0].base_url)
+    try:
+        churn(replicas, admin)
+    finally:
+        admin.close()
+    time.sleep(0.3)  # usage written in the background lands in the retired records, which expire
+    assert persistent_keys(outage_redis) == before
+
+
+def churn(replicas: list[GatewayProcess], admin: Admin) -> None:
     for round_ in range(12):
         tenant = admin.tenant()
         kept, revoked = admin.key(tenant), admin.key(tenant)
@@ -93,14 +126,15 @@ def test_tenant_churn_leaves_no_record_for_ever(
         assert admin.http.delete(f"/admin/keys/{revoked['id']}").status_code == 200
         wait_until(functools.partial(served_once, replicas[1], kept["key"]), what="the usage written in the background")
         assert admin.http.delete(f"/admin/tenants/{tenant}").status_code == 200
-    time.sleep(0.3)  # usage written in the background lands in the retired records, which expire
-    assert persistent_keys(outage_redis) == before
 
 
 def test_listings_come_in_pages(replicas: list[GatewayProcess], admin: Admin) -> None:
+    # The pair is shared: the tenants other tests made before this one are listed too, in their place.
+    before = {tenant["name"] for tenant in admin.pages("/admin/tenants", limit=100)}
+    assert "seeded" in before
     names = sorted(admin.tenant(f"page-{i:02d}") for i in range(23))
     listed = [tenant["name"] for tenant in admin.pages("/admin/tenants", limit=7)]
-    assert listed == sorted([*names, "seeded"])
+    assert listed == sorted(before | set(names))
     key = admin.key(names[0])["key"]
     for text in ("one", "two"):
         speak(replicas[1], key, text)
