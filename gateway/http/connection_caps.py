@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import logging
 import resource
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gateway.http.client_address import ProxyTrust
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from gateway.settings import ServerSettings
 
 __all__ = ["ConnectionLimits"]
 
-logger = logging.getLogger("tts_gateway.connections")
+logger = naming.logger("connections")
 
 #: Open files kept back from the connection cap for everything else the process holds (engine pipes, Redis
 #: connections, the listening socket, log files): at least this many, or a quarter of the limit.

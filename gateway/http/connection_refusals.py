@@ -3,11 +3,11 @@ the cap: the pieces :mod:`gateway.http.connection_limits`' protocol is built fro
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.http.errors import INVALID_REQUEST, SERVER_ERROR
+from lifecycle import naming
 
 if TYPE_CHECKING:
     import httptools
@@ -20,7 +20,7 @@ __all__ = [
     "too_many_from_address",
 ]
 
-logger = logging.getLogger("tts_gateway.connections")
+logger = naming.logger("connections")
 
 _REFUSAL_WARNING_INTERVAL_S = 10.0
 

@@ -35,14 +35,13 @@ replicas share the tenant's in the background, above).
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.http.errors import OpenAIError
 from gateway.realtime.session_errors import SocketBudgetExceededError
-from lifecycle import BackgroundTasks
+from lifecycle import BackgroundTasks, naming
 from storage import STORAGE_ERRORS, OutageLatch
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ __all__ = [
     "TokenBucket",
 ]
 
-logger = logging.getLogger("tts_gateway.realtime")
+logger = naming.logger("realtime")
 
 SHARE_EVERY_S = 0.1
 """How often, at most, a replica adds what its sockets of a tenant sent to the shared counters (while they send)."""

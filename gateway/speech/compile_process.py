@@ -14,7 +14,6 @@ compile nothing never starts it; the first compile waits for its start, about a 
 from __future__ import annotations
 
 import asyncio
-import logging
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -22,6 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING
 
 from gateway.text.lexicon import compiled_tables
+from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CompileProcess", "CompileProcessError"]
 
-logger = logging.getLogger("tts_gateway.pronunciation")
+logger = naming.logger("pronunciation")
 
 COMPILE_NICENESS = 10
 """How much lower than the gateway's the compile process's CPU priority is: speech and other tenants' requests first."""
