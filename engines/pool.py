@@ -13,11 +13,13 @@ import asyncio
 import contextlib
 import itertools
 import multiprocessing
+import os
 import socket
 import time
 from collections import Counter
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from engines.base import InvalidSynthesisRequestError, cannot_clone_error
 from engines.errors import ConsumerTooSlowError, EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
@@ -45,7 +47,7 @@ from engines.worker import run_worker
 from lifecycle import BackgroundTasks, naming
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Iterator
 
     from engines.base import EngineInfo, SynthesisRequest
     from engines.breaker import BreakerSettings
@@ -57,6 +59,10 @@ if TYPE_CHECKING:
 
 __all__ = ["EnginePool", "SynthesisStream"]
 
+_Lane: TypeAlias = Literal["main", "low"]
+"""Which requests a worker serves: ``low``, only the ``low`` priority class (``low_priority_workers``); ``main``, the
+others (and every class when the pool has no ``low`` workers)."""
+
 logger = naming.logger("pool")
 
 # A worker that cannot load (no weights yet) is retried, for weights may appear on a mounted volume, but rarely:
@@ -65,6 +71,12 @@ _MAX_RESTART_BACKOFF_S = 300.0
 _MAX_JOINED_BYTES = 96_000  # 2 s of 24 kHz PCM: the largest piece a stream hands on at once
 # Samples waiting for one worker before the next gets a 503: each costs the worker's running jobs one encoder pass.
 _MAX_SAMPLES_PER_WORKER = 4
+_LOW_NICENESS = 10
+_MAX_YIELD_S = 0.5
+"""The longest the ``low`` lane pauses for the other requests at a time; after one such pause it runs for as long
+before it pauses again, so that a steady stream of requests slows the jobs to at most half speed, never stops them."""
+"""How much lower the CPU priority of a ``low`` worker is (nice): Linux's scheduler then gives a runnable worker of
+the default priority about nine tenths of a contended core against it, and it all of an idle one."""
 
 
 class _Job:
@@ -109,8 +121,10 @@ class SynthesisStream:
     """The PCM of one job as it arrives (an :class:`~engines.backend.PcmStream`), and its word marks as they come
     after their audio."""
 
-    def __init__(self, job: _Job, info: EngineInfo) -> None:
+    def __init__(self, job: _Job, info: EngineInfo, gate: _LowLaneGate | None = None) -> None:
+        """``gate``: what a ``low`` lane's stream waits for before it hands on a piece."""
         self._job = job
+        self._gate = gate
         self.info = info
         self.sample_rate = info.sample_rate
         self.marks: list[WordMark] = []
@@ -120,6 +134,8 @@ class SynthesisStream:
         return self
 
     async def __anext__(self) -> bytes:
+        if self._gate is not None:
+            await self._gate.wait()
         while self._ending is None:
             item = await self._job.events.get()
             if isinstance(item, bytes):
@@ -163,12 +179,49 @@ class SynthesisStream:
         self.marks.extend(ending.marks)
 
 
+class _LowLaneGate:
+    """While requests of the main lane are in flight (waiting for a worker or running), the ``low`` lane's work pauses:
+    its workers' pipes are not read (a worker then blocks on its next send, within a few buffers: the CPU goes to the
+    requests, as a preemption would give it) and its streams hand on no PCM (the gateway's own work for them, encoding
+    and storing a job's audio, waits too). A pause lasts until the main lane is quiet, at most ``_MAX_YIELD_S``."""
+
+    def __init__(self) -> None:
+        self._in_flight = 0
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+        self._free_until = 0.0
+
+    @contextlib.contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """A main-lane request, from asking for a worker until its stream closes."""
+        self._in_flight += 1
+        self._quiet.clear()
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._quiet.set()
+
+    async def wait(self) -> None:
+        """Return once the main lane is quiet, or at most ``_MAX_YIELD_S`` later (at once within the run that follows
+        a pause that lasted that long)."""
+        if self._quiet.is_set() or time.monotonic() < self._free_until:
+            return
+        try:
+            async with asyncio.timeout(_MAX_YIELD_S):
+                await self._quiet.wait()
+        except TimeoutError:
+            self._free_until = time.monotonic() + _MAX_YIELD_S
+
+
 class _Worker:
     """The server's handle on one worker process."""
 
-    def __init__(self, pool: EnginePool, process: WorkerProcess, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, pool: EnginePool, process: WorkerProcess, writer: asyncio.StreamWriter, lane: _Lane) -> None:
         self.pool = pool
         self.process = process
+        self.lane = lane
         self.pid = process.pid
         """Kept: a closed ``multiprocessing`` process no longer says its pid."""
         self.writer = writer
@@ -217,10 +270,15 @@ class _Worker:
 
 
 class _WorkerSlots:
-    """The pool's workers as the scheduler's slot source: a slot is a place in a ready worker's batch."""
+    """The pool's workers of one lane as a scheduler's slot source: a slot is a place in a ready worker's batch."""
 
-    def __init__(self, workers: list[_Worker]) -> None:
-        self._workers = workers
+    def __init__(self, workers: list[_Worker], lane: _Lane) -> None:
+        self._all = workers
+        self._lane = lane
+
+    @property
+    def _workers(self) -> list[_Worker]:
+        return [w for w in self._all if w.lane == self._lane]
 
     def free_slot(self) -> _Worker | None:
         candidates = [w for w in self._workers if w.has_free_slot()]
@@ -257,7 +315,12 @@ class EnginePool:
         self._templates = templates
         self._context = multiprocessing.get_context("spawn")
         self._workers: list[_Worker] = []
-        self._slots: SlotScheduler[_Worker] = SlotScheduler(name, settings, _WorkerSlots(self._workers))
+        self._slots: SlotScheduler[_Worker] = SlotScheduler(name, settings, _WorkerSlots(self._workers, "main"))
+        self._low_slots: SlotScheduler[_Worker] | None = (
+            SlotScheduler(name, settings, _WorkerSlots(self._workers, "low")) if settings.low_priority_workers else None
+        )
+        """The ``low`` class's own workers and queue (``low_priority_workers``), or ``None``: it shares the others'."""
+        self._gate = _LowLaneGate()
         self._job_ids = itertools.count(1)
         self._ping_nonces = itertools.count(1)
         self._restarts = 0
@@ -273,8 +336,10 @@ class EnginePool:
     async def start(self) -> None:
         """Start every worker in the background: each is forked (once its template has imported the engine's modules,
         the first time) or started, then loads and warms up (see :meth:`status`)."""
-        for _ in range(self.settings.workers):
-            self._respawns.spawn(self._spawn(), name=f"spawn-{self.name}")
+        main: list[_Lane] = ["main"]
+        low: list[_Lane] = ["low"]
+        for lane in main * self.settings.workers + low * self.settings.low_priority_workers:
+            self._respawns.spawn(self._spawn(lane), name=f"spawn-{self.name}")
         self._watchdog = asyncio.create_task(self._watch(), name=f"watchdog-{self.name}")
 
     async def wait_ready(self, timeout_s: float) -> bool:
@@ -313,22 +378,29 @@ class EnginePool:
 
     def status(self) -> PoolStatus:
         ready = [w for w in self._workers if w.state == "ready"]
+        queued_by_tenant: Counter[str] = Counter()
+        for scheduler in self._schedulers():
+            queued_by_tenant.update(scheduler.queued_by_tenant())
         return PoolStatus(
             engine=self.name,
             kind=self.settings.kind,
             state=self._state(ready),
             reason=None if ready else self._unavailable_reason,
-            workers=self.settings.workers,
+            workers=self.settings.workers + self.settings.low_priority_workers,
             ready_workers=len(ready),
             busy_workers=sum(1 for w in ready if w.jobs),
             active_jobs=sum(len(w.jobs) for w in self._workers),
-            queued=len(self._slots),
+            queued=sum(len(scheduler) for scheduler in self._schedulers()),
             restarts=self._restarts,
-            pids=tuple(w.pid for w in self._workers if w.pid is not None),
+            # The ``low`` workers last: the first pid is a worker that serves every request but the ``low`` class.
+            pids=tuple(w.pid for w in sorted(self._workers, key=lambda w: w.lane == "low") if w.pid is not None),
             batch_sizes=dict(self._batch_sizes),
             info=self._info,
-            queued_by_tenant=self._slots.queued_by_tenant(),
+            queued_by_tenant=dict(queued_by_tenant),
         )
+
+    def _schedulers(self) -> list[SlotScheduler[_Worker]]:
+        return [self._slots] if self._low_slots is None else [self._slots, self._low_slots]
 
     def _state(self, ready: list[_Worker]) -> PoolState:
         if self._stopped:
@@ -352,13 +424,26 @@ class EnginePool:
         While every worker is busy the request waits in ``tenant``'s queue, taken out in turn with other tenants'
         by ``share`` (weight, priority class, cap on its waiting requests; the default share when ``None``) and by
         its cost, the seconds of speech its text should make (corrected by what it made once it ends);
-        ``continuing``: see :meth:`~engines.backend.EngineBackend.open_stream`.
+        ``continuing``: see :meth:`~engines.backend.EngineBackend.open_stream`. With ``low_priority_workers``, a
+        request of the ``low`` class runs on those, and while any other is in flight the ``low`` lane pauses
+        (:class:`_LowLaneGate`).
         """
+        low = self._low_slots is not None and share is not None and share.priority == "low"
+        in_flight = self._gate.in_flight() if self._low_slots is not None and not low else contextlib.nullcontext()
+        with in_flight:
+            async with self._open_job(request, tenant, share, continuing, low=low) as stream:
+                yield stream
+
+    @asynccontextmanager
+    async def _open_job(
+        self, request: SynthesisRequest, tenant: str, share: TenantShare | None, continuing: bool, *, low: bool
+    ) -> AsyncIterator[SynthesisStream]:
+        slots = self._low_slots if low and self._low_slots is not None else self._slots
         cost = expected_speech_s(request.text)
-        grant = await self._acquire(tenant, share, cost, continuing)
+        grant = await self._acquire(slots, tenant, share, cost, continuing)
         while grant.holder.state != "ready":  # it died between being handed to us and now
             grant.abandon()
-            grant = await self._acquire(tenant, share, cost, continuing)
+            grant = await self._acquire(slots, tenant, share, cost, continuing)
         worker = grant.holder
         job = _Job(next(self._job_ids), self._max_buffered_bytes(worker), grant)
         worker.reserved -= 1  # the slot handed to the tenant is its job now
@@ -369,7 +454,7 @@ class EnginePool:
         assert worker.info is not None
         worker.send(StartJob(job.id, request))
         try:
-            yield SynthesisStream(job, worker.info)
+            yield SynthesisStream(job, worker.info, self._gate if low else None)
         finally:
             if not job.ended and job.cancelled_at is None:
                 job.cancelled_at = time.monotonic()
@@ -415,7 +500,7 @@ class EnginePool:
             raise EngineNotReadyError(self.name, status.reason or status.state)
         if self._info is None or not self._info.clones_voices:
             raise cannot_clone_error(self.name)
-        worker = min(ready, key=lambda w: (len(w.samples), w.load))
+        worker = min(ready, key=lambda w: (w.lane == "low", len(w.samples), w.load))  # a voice is not background work
         if len(worker.samples) >= _MAX_SAMPLES_PER_WORKER:
             raise EngineOverloadedError(self.name, 1)
         return worker
@@ -424,7 +509,9 @@ class EnginePool:
         rate = worker.info.sample_rate if worker.info is not None else 24000
         return int(self.settings.max_buffered_audio_s * rate * 2)
 
-    async def _acquire(self, tenant: str, share: TenantShare | None, cost: float, continuing: bool) -> Grant[_Worker]:
+    async def _acquire(
+        self, slots: SlotScheduler[_Worker], tenant: str, share: TenantShare | None, cost: float, continuing: bool
+    ) -> Grant[_Worker]:
         status = self.status()
         if status.state == "starting" and self._info is None:
             # Loading for the first time: say so at once (a 503 with Retry-After, or the alias's next engine). A pool
@@ -432,17 +519,22 @@ class EnginePool:
             raise EngineNotReadyError(self.name, "still loading: no worker is ready yet")
         if status.state not in {"ready", "starting"}:
             raise EngineNotReadyError(self.name, status.reason or status.state)
-        return await self._slots.acquire(tenant, share, cost, continuing=continuing)
+        return await slots.acquire(tenant, share, cost, continuing=continuing)
 
     def _fail_waiters(self) -> None:
-        self._slots.fail_waiters(self._unavailable_reason or "the pool stopped")
+        for scheduler in self._schedulers():
+            scheduler.fail_waiters(self._unavailable_reason or "the pool stopped")
+
+    def _hand_out(self) -> None:
+        for scheduler in self._schedulers():
+            scheduler.hand_out()
 
     # ----------------------------------------------------------------- worker processes
-    async def _spawn(self) -> None:
+    async def _spawn(self, lane: _Lane) -> None:
         parent_socket, child_socket = socket.socketpair()  # the pipe (engines/pipe.py); the child gets a duplicate
         # In a thread: a fork waits for the template's imports the first time. Cancelled meanwhile (the pool stops),
         # the thread still finishes with the socket; the worker it started is then ended.
-        starting = asyncio.get_running_loop().run_in_executor(None, self._start_process, child_socket)
+        starting = asyncio.get_running_loop().run_in_executor(None, self._start_process, child_socket, lane)
         try:
             process = await asyncio.shield(starting)
         except asyncio.CancelledError:
@@ -454,15 +546,23 @@ class EnginePool:
             raise
         child_socket.close()
         reader, writer = await asyncio.open_unix_connection(sock=parent_socket)
-        worker = _Worker(self, process, writer)
+        worker = _Worker(self, process, writer, lane)
         self._workers.append(worker)
         worker.reader_task = asyncio.create_task(self._read(worker, reader), name=f"worker-{process.pid}")
         if self._stopped:  # stopped while it started
             worker.kill("the pool is stopping")
 
-    def _start_process(self, child_socket: socket.socket) -> WorkerProcess:
+    def _start_process(self, child_socket: socket.socket, lane: _Lane) -> WorkerProcess:
+        """A worker process running this pool's engine on ``child_socket``, at a lower CPU priority in the ``low``
+        lane (blocking: called in a thread)."""
+        process = self._fork_or_start(child_socket)
+        if lane == "low" and process.pid is not None:
+            _lower_cpu_priority(process.pid)
+        return process
+
+    def _fork_or_start(self, child_socket: socket.socket) -> WorkerProcess:
         """A worker process running this pool's engine on ``child_socket``: forked from its kind's template, warm, or
-        else started cold as a fresh interpreter (blocking: called in a thread)."""
+        else started cold as a fresh interpreter."""
         settings = self.settings
         # Until a worker has loaded, ask first whether one could: an engine without its weights starts cold, fails
         # fast without torch, and costs no template.
@@ -483,6 +583,8 @@ class EnginePool:
     async def _read(self, worker: _Worker, reader: asyncio.StreamReader) -> None:
         try:
             while True:
+                if worker.lane == "low":
+                    await self._gate.wait()  # unread, the worker's pipe fills and it pauses for the other requests
                 self._on_message(worker, await read_message(reader))
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             self._on_exit(worker)  # end of file: the worker process is gone
@@ -518,7 +620,7 @@ class EnginePool:
         job = worker.jobs.pop(ended.job_id, None)
         if job is not None:
             job.on_end(ended, worker.sample_rate)
-        self._slots.hand_out()
+        self._hand_out()
 
     def _on_worker_ready(self, worker: _Worker, info: EngineInfo) -> None:
         worker.state = "ready"
@@ -527,7 +629,7 @@ class EnginePool:
         self._unavailable_reason = None
         self._failed_starts = 0
         logger.info("engine %s worker pid %s ready", self.name, worker.pid)
-        self._slots.hand_out()
+        self._hand_out()
 
     def _on_exit(self, worker: _Worker) -> None:
         was_ready = worker.state == "ready"
@@ -547,7 +649,7 @@ class EnginePool:
         if not was_ready:
             self._failed_starts += 1
             self._unavailable_reason = self._unavailable_reason or f"worker failed to start ({reason})"
-        self._schedule_respawn(0.0 if was_ready else self._backoff_s())
+        self._schedule_respawn(0.0 if was_ready else self._backoff_s(), worker.lane)
         if self.status().state == "unavailable":
             self._fail_waiters()
 
@@ -568,11 +670,11 @@ class EnginePool:
     def _backoff_s(self) -> float:
         return min(_MAX_RESTART_BACKOFF_S, 0.5 * 2.0 ** max(0, self._failed_starts - 1))
 
-    def _schedule_respawn(self, delay_s: float) -> None:
+    def _schedule_respawn(self, delay_s: float, lane: _Lane) -> None:
         async def respawn() -> None:
             await asyncio.sleep(delay_s)
             if not self._stopped:
-                await self._spawn()
+                await self._spawn(lane)
 
         self._respawns.spawn(respawn(), name=f"respawn-{self.name}")
 
@@ -586,7 +688,8 @@ class EnginePool:
             now = time.monotonic()
             for worker in list(self._workers):
                 self._check(worker, now)
-            self._slots.tick()  # a slot kept for a tenant whose share has lapsed goes to those waiting
+            for scheduler in self._schedulers():
+                scheduler.tick()  # a slot kept for a tenant whose share has lapsed goes to those waiting
 
     def _check(self, worker: _Worker, now: float) -> None:
         settings = self.settings
@@ -609,6 +712,22 @@ class EnginePool:
         elif worker.ping_sent_at is None and now - worker.last_seen > interval:
             worker.ping_sent_at = now
             worker.send(Ping(next(self._ping_nonces)))
+
+
+def _lower_cpu_priority(pid: int) -> None:
+    """Lower the CPU priority of every thread of process ``pid`` by ``_LOW_NICENESS``.
+
+    Linux's niceness is per thread (``setpriority`` on a pid sets its main thread's only); the threads the worker starts
+    later (espeak's synthesis thread) inherit it from the main thread that starts them.
+    """
+    try:
+        threads = [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:  # not Linux: the process's priority is the process's
+        threads = [pid]
+    for tid in threads:
+        with contextlib.suppress(OSError):  # the thread ended meanwhile
+            niceness = os.getpriority(os.PRIO_PROCESS, tid)
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, niceness + _LOW_NICENESS))
 
 
 def _abandon(started: asyncio.Future[WorkerProcess], parent_socket: socket.socket, child_socket: socket.socket) -> None:

@@ -78,6 +78,16 @@ class PoolSettings(QueueSettings):
 
     workers: int = Field(default=1, ge=1, le=64)
     """Worker processes, each holding one engine instance (1 to 64)."""
+    low_priority_workers: int = Field(default=0, ge=0, le=64)
+    """More worker processes, kept for the engines' ``low`` priority class (speech jobs' segments, by
+    ``jobs.priority``) and started at a lower CPU priority (nice +10): the ``low`` class then runs on these only, and
+    every other request on the ``workers`` only. So an interactive request never waits for a job's segment to end
+    (a segment on a worker is not preempted), and on a busy CPU the jobs' worker yields the cores to it, while on an
+    idle one the jobs speak at full speed. While any other request is in flight, the ``low`` workers' audio is not
+    read (they pause once their pipe is full) for at most 0.5 s at a time, then for as long it is: a steady stream of
+    requests slows the jobs, never stops them. The built-in ``espeak`` engine has ``1`` (a process of a few MB);
+    ``0`` (0 to 64): every class shares the ``workers``, a ``low`` request taking a free one when nobody else
+    waits. See [jobs.md](jobs.md#how-tenants-share-the-runners)."""
     start_timeout_s: float = Field(default=120.0, gt=0)
     """How long a worker may take to load and warm up before it counts as failed."""
     warm_start: bool = True

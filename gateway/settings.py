@@ -503,7 +503,11 @@ class PronunciationSettings(BaseModel):
 
 #: The engines and aliases every gateway starts from: the lowest-priority settings source, so YAML files and
 #: environment variables merge into them (``engines: {chattts: null}`` removes one).
-BUILT_IN_ENGINES: dict[str, dict[str, Any]] = {"chattts": {"kind": "chattts"}, "espeak": {"kind": "espeak"}}
+#: The espeak engine keeps a worker for speech jobs (``low_priority_workers``: ``docs/jobs.md``).
+BUILT_IN_ENGINES: dict[str, dict[str, Any]] = {
+    "chattts": {"kind": "chattts"},
+    "espeak": {"kind": "espeak", "low_priority_workers": 1},
+}
 #: OpenAI's model names, dated snapshots included (a client pinned to one keeps working): ChatTTS, else espeak. The
 #: speech models, then the Realtime models OpenAI sends speech callers to when the speech models retire (2027-01-06):
 #: on ``/v1/realtime`` (and ``/v1/audio/speech`` alike) they are aliases like any other.
