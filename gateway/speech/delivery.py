@@ -10,7 +10,7 @@ from gateway.schemas import SpeechUsage
 from gateway.speech.alignment import SpeechChunk, word_times
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from engines.backend import PcmStream
     from gateway.audio import AudioEncoder
@@ -29,19 +29,24 @@ class AudioClock:
 
 
 async def encode_timed(
-    pcm: PcmStream, tempo: float, encoder: AudioEncoder, clock: AudioClock
+    pcm: PcmStream,
+    tempo: float,
+    encoder: AudioEncoder,
+    clock: AudioClock,
+    offload: Callable[[Callable[[bytes], bytes], bytes], Awaitable[bytes]] | None = None,
 ) -> AsyncIterator[SpeechChunk]:
     """Encode ``pcm`` chunk by chunk as it arrives, advancing ``clock`` by each chunk's duration, each piece with the
     words of the stream's marks that became known with it, in output time (stretched by ``tempo``).
 
     The encoder is not finished here: the HTTP endpoint finishes it at the end of a response, a realtime session
-    drains it after each segment and finishes it when the session ends.
+    drains it after each segment and finishes it when the session ends. ``offload``: where each piece is encoded
+    (a speech job's: ``gateway/speech/background.py``); ``None``: here.
     """
     bytes_per_second = pcm.sample_rate * 2 * tempo
     told = 0
     async for chunk in pcm:
         clock.seconds += len(chunk) / bytes_per_second
-        data = encoder.encode(chunk)
+        data = encoder.encode(chunk) if offload is None else await offload(encoder.encode, chunk)
         marks = pcm.marks
         words = word_times(marks[told:], pcm.sample_rate, tempo) if len(marks) > told else ()
         told = len(marks)

@@ -35,6 +35,7 @@ from gateway.speech.alignment import (
     OnCallerText,
     SpeechChunk,
 )
+from gateway.speech.background import encode_in_background
 from gateway.speech.cache_record import fitted_words, hit_chunks, pack_record, plan_key, tenant_scope, unpack_record
 from gateway.speech.contract import Admission, SpeechRecord
 from gateway.speech.delivery import AudioClock, encode_timed
@@ -222,7 +223,9 @@ class SpeechService:
             self._metrics.cache.labels("hit").inc()
         else:
             self._metrics.cache.labels("miss").inc()
-            reply = await self._miss(key, plan, finish, tenant, self._share(tenant, admission))
+            reply = await self._miss(
+                key, plan, finish, tenant, self._share(tenant, admission), of_job=admission is Admission.OF_JOB
+            )
         # Usage counts requests that were served (a stream cut short included), not ones that failed to start; a
         # job's segments count once, with the job (``gateway/jobs/runner.py``).
         if admission.counted_here:
@@ -276,12 +279,12 @@ class SpeechService:
         return share
 
     async def _miss(
-        self, key: str, plan: SpeechPlan, finish: AsyncExitStack, tenant: Tenant, share: TenantShare
+        self, key: str, plan: SpeechPlan, finish: AsyncExitStack, tenant: Tenant, share: TenantShare, *, of_job: bool
     ) -> SpeechReply:
         outcome = self._outcomes.setdefault(key, Outcome(plan.pool.name, key))
         chunks = self.flights.stream(
             key,
-            lambda: self._produce(key, plan, outcome, tenant, share),
+            lambda: self._produce(key, plan, outcome, tenant, share, of_job=of_job),
             on_complete=lambda produced: self._store(outcome, produced),
         )
         finish.push_async_callback(chunks.aclose)  # our share of a single flight ends with this response
@@ -293,7 +296,7 @@ class SpeechService:
         )  # fmt: skip
 
     async def _produce(
-        self, key: str, plan: SpeechPlan, outcome: Outcome, tenant: Tenant, share: TenantShare
+        self, key: str, plan: SpeechPlan, outcome: Outcome, tenant: Tenant, share: TenantShare, *, of_job: bool
     ) -> AsyncIterator[SpeechChunk]:
         started = time.perf_counter()
         try:
@@ -302,7 +305,10 @@ class SpeechService:
                 tempo = pcm.plan.tempo
                 encoder = open_encoder(plan.request.response_format, pcm.sample_rate, tempo, plan.request.sample_rate)
                 caller = OnCallerText(plan.respelled, plan.text) if plan.respelled.replacements else None
-                async for chunk in encode_timed(pcm, tempo, encoder, outcome.clock):
+                # A job's segment is encoded off the event loop, at a lower CPU priority (issue #47: encoding a flood of
+                # jobs' MP3 on the loop made another tenant's first byte 15x slower).
+                offload = encode_in_background if of_job else None
+                async for chunk in encode_timed(pcm, tempo, encoder, outcome.clock, offload):
                     if caller is not None:
                         chunk = SpeechChunk(chunk.audio, caller.words(chunk.words))  # noqa: PLW2901 - moved words
                     outcome.words.extend(chunk.words)
