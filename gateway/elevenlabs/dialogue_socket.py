@@ -52,7 +52,8 @@ from gateway.elevenlabs.session import (
 from gateway.elevenlabs.timestamps import PendingCharacters
 from gateway.elevenlabs.websocket import serve_session
 from gateway.elevenlabs.wire import DEFAULT_DIALOGUE_MODEL_ID, MAX_DIALOGUE_VOICES, TextToSpeechRequest, VoiceSettings
-from gateway.http.errors import OpenAIError
+from gateway.http.errors import OpenAIError, as_openai_error
+from gateway.speech.errors import SpeechError
 
 if TYPE_CHECKING:
     from gateway.elevenlabs.session import PieceRenderer, SessionContext
@@ -144,8 +145,8 @@ class DialogueSession(ElevenLabsStreamSession):
         """Handle one message; an error names the context it was for, which LiveKit fails with it."""
         try:
             await self._handle_dialogue(message)
-        except OpenAIError as error:
-            await self._send(self._error(error, message))
+        except (OpenAIError, SpeechError) as error:
+            await self._send(self._error(as_openai_error(error), message))
 
     def _error(self, error: OpenAIError, message: dict[str, Any]) -> str:
         context_id = message.get("context_id")

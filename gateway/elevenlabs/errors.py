@@ -35,7 +35,8 @@ from gateway.elevenlabs.wire import (
 )
 from gateway.http.auth.security import presented_authorization
 from gateway.http.errors import EXCEPTION_HANDLERS as OPENAI_EXCEPTION_HANDLERS
-from gateway.http.errors import UnknownVoiceError, as_openai_error, note_error
+from gateway.http.errors import OpenAIError, as_openai_error, note_error
+from gateway.speech.errors import SpeechError, UnknownVoiceError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -90,6 +91,8 @@ class ErrorAnswer:
 
 def as_elevenlabs_error(exc: Exception, headers: Mapping[str, str]) -> ErrorAnswer:
     """The ElevenLabs error ``exc`` becomes, for a request with ``headers`` (whether it presented a credential)."""
+    if isinstance(exc, OpenAIError) and isinstance(exc.source, SpeechError):  # carried by a socket's refusal
+        exc = exc.source
     if isinstance(exc, ValidationException):
         return ErrorAnswer(HTTP_422_UNPROCESSABLE_ENTITY, _problems(exc), {})
     if isinstance(exc, ValidationError):  # a model a handler validated itself

@@ -63,6 +63,7 @@ from gateway.realtime.segmenter import SentenceBuffer
 from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
 from gateway.speech.alignment import CharacterCursor
 from gateway.speech.contract import Admission, session_record
+from gateway.speech.errors import SpeechError
 
 if TYPE_CHECKING:
     from litestar import WebSocket
@@ -260,8 +261,8 @@ class ElevenLabsStreamSession(EndedByServer):
                 await self._close_socket()
                 return True
             await self._handle(message)
-        except OpenAIError as error:
-            await self._send(error_message(error))
+        except (OpenAIError, SpeechError) as error:
+            await self._send(error_message(as_openai_error(error)))
         return False
 
     # The dialect: what the single-context session changes.

@@ -16,16 +16,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from litestar import Controller, Request, get
 from litestar.params import Parameter
-from litestar.status_codes import HTTP_404_NOT_FOUND
 
 from gateway.elevenlabs.errors import error_responses
 from gateway.elevenlabs.wire import ElevenLabsVoice, VoicePage, Voices
 from gateway.http.auth.dependencies import Caller, Router, VoicesDep
-from gateway.http.errors import UnknownVoiceError
 from gateway.schemas import (
     CUSTOM_VOICE_PREFIX,
     BuiltInVoice,
 )
+from gateway.speech.errors import UnknownVoiceError
 from gateway.speech.voice_aliases import PREMADE_VOICES, built_in_aliases
 from gateway.speech.voices import CustomVoiceRecord  # noqa: TC001 - a parameter's type
 from gateway.state import gateway_state
@@ -87,10 +86,7 @@ class VoicesController(Controller):
                 # An alias (a premade id, say) is the voice it speaks, under the id the caller asked for.
                 name = PREMADE_VOICES[voice_id].name if voice_id in PREMADE_VOICES else voice_id
                 return target.model_copy(update={"voice_id": voice_id, "name": name})
-        raise UnknownVoiceError(
-            HTTP_404_NOT_FOUND, f"Voice '{voice_id}' was not found.", voice_id=voice_id, param="voice_id",
-            code="voice_not_found",
-        )  # fmt: skip
+        raise UnknownVoiceError(f"Voice '{voice_id}' was not found.", voice_id=voice_id, param="voice_id")
 
 
 class VoicesV2Controller(Controller):

@@ -32,7 +32,7 @@ from gateway.elevenlabs.session import ElevenLabsStreamSession, SingleContextSes
 from gateway.elevenlabs.speech import VoiceId
 from gateway.elevenlabs.wire import SocketSpeechOptions
 from gateway.http.auth.security import presented_authorization
-from gateway.http.errors import OpenAIError
+from gateway.http.errors import OpenAIError, as_openai_error
 from gateway.realtime.serving import (
     POLICY_VIOLATION,
     SessionRefusedError,
@@ -44,6 +44,7 @@ from gateway.realtime.serving import (
     tenant_realtime,
 )
 from gateway.schemas import MAX_SEED
+from gateway.speech.errors import SpeechError
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
@@ -116,8 +117,8 @@ async def serve_session(
         )
         try:
             await session.check()
-        except OpenAIError as exc:
-            raise SessionRefusedError(exc, POLICY_VIOLATION) from None
+        except (OpenAIError, SpeechError) as exc:
+            raise SessionRefusedError(as_openai_error(exc), POLICY_VIOLATION) from None
         await admit_session(socket, principal, held)
         if socket.connection_state == "init":
             await socket.accept()

@@ -17,6 +17,7 @@ from litestar.status_codes import (
     HTTP_401_UNAUTHORIZED,
     HTTP_403_FORBIDDEN,
     HTTP_404_NOT_FOUND,
+    HTTP_409_CONFLICT,
     HTTP_429_TOO_MANY_REQUESTS,
     HTTP_500_INTERNAL_SERVER_ERROR,
     HTTP_503_SERVICE_UNAVAILABLE,
@@ -32,6 +33,14 @@ from engines.errors import EngineNotReadyError, EngineOverloadedError, Synthesis
 from gateway.http.ratelimit_headers import rate_limit_headers
 from gateway.http.request_record import request_record
 from gateway.schemas import ErrorResponse
+from gateway.speech.errors import (
+    FailoverExhaustedError,
+    InvalidSpeechRequestError,
+    JobQuotaError,
+    OverLimitError,
+    ResponseTruncatedError,
+    SpeechError,
+)
 from gateway.text import MarkupError
 from gateway.uploads.errors import TooManyUploadsError, UploadsBusyError
 from lifecycle import naming
@@ -46,7 +55,6 @@ __all__ = [
     "EXCEPTION_HANDLERS",
     "OpenAIError",
     "ResponseTruncatedError",
-    "UnknownVoiceError",
     "as_openai_error",
     "error_body",
     "error_response",
@@ -61,12 +69,6 @@ INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
 #: nginx's status for a request its client abandoned: never sent (nobody is listening), but logged and counted.
 CLIENT_CLOSED_REQUEST = 499
-
-
-class ResponseTruncatedError(Exception):
-    """A response whose first bytes went out ends short (its engine failed or was cut off): it has been logged and
-    counted where it happened, and the HTTP layer ends the response without its last chunk, so that the client sees
-    it incomplete, with no traceback (``gateway/http/tracking.py``)."""
 
 
 class OpenAIError(Exception):
@@ -89,16 +91,10 @@ class OpenAIError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
-
-
-class UnknownVoiceError(OpenAIError):
-    """A voice the request's model does not offer, or a custom voice the caller does not have. OpenAI's answer is as
-    for any :class:`OpenAIError` (400 ``invalid_value``, 404 ``voice_not_found``); other API families tell it apart
-    (ElevenLabs answers 404 ``voice_not_found`` for both)."""
-
-    def __init__(self, status_code: int, message: str, *, voice_id: str, param: str, code: str) -> None:
-        super().__init__(status_code, message, param=param, code=code)
-        self.voice_id = voice_id
+        self.source: Exception | None = None
+        """The error this one renders (a domain error, as :func:`as_openai_error` made it), for another API
+        family's table to render in its own words where a socket carries it as this (``gateway/realtime/serving.py``).
+        """
 
 
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:  # noqa: A002
@@ -130,14 +126,6 @@ def error_responses(*status_codes: int) -> dict[int, ResponseSpec]:
     }
 
 
-def _with_retries(exc: Exception, error: OpenAIError) -> OpenAIError:
-    """An engine error after failover carries the retries the request took (``x-retries``), as a success does."""
-    retries = getattr(exc, "retries", None)
-    if isinstance(retries, int):
-        error.headers = {**error.headers, "x-retries": str(retries)}
-    return error
-
-
 def _respond(error: OpenAIError) -> Response[dict[str, Any]]:
     return Response(
         error_body(error.message, error.type, error.param, error.code),
@@ -152,14 +140,50 @@ def as_openai_error(exc: Exception) -> OpenAIError:
 
     The HTTP handlers send it as a response; the realtime endpoint sends it as an ``error`` event.
     """
-    for cls in type(exc).__mro__:
-        if (convert := _CONVERSIONS.get(cls)) is not None:
-            return _with_retries(exc, convert(exc))
-    return _unexpected(exc)
+    convert = next((_CONVERSIONS[cls] for cls in type(exc).__mro__ if cls in _CONVERSIONS), _unexpected)
+    error = convert(exc)
+    if error is not exc:
+        error.source = exc
+    return error
 
 
 def _openai_error(exc: OpenAIError) -> OpenAIError:
     return exc
+
+
+# The speech domain's errors by kind, where the kind alone decides: (status, type, code).
+_SPEECH_KINDS: dict[str, tuple[int, str, str]] = {
+    "model_not_found": (HTTP_404_NOT_FOUND, INVALID_REQUEST, "model_not_found"),
+    "model_not_allowed": (HTTP_403_FORBIDDEN, INVALID_REQUEST, "model_not_allowed"),
+    "voice_not_found": (HTTP_404_NOT_FOUND, INVALID_REQUEST, "voice_not_found"),
+    "voice_not_offered": (HTTP_400_BAD_REQUEST, INVALID_REQUEST, "invalid_value"),
+    "pronunciation_dictionary_not_found": (HTTP_404_NOT_FOUND, INVALID_REQUEST, "pronunciation_dictionary_not_found"),
+    "job_not_found": (HTTP_404_NOT_FOUND, INVALID_REQUEST, "not_found"),
+    "conflict": (HTTP_409_CONFLICT, INVALID_REQUEST, "conflict"),
+}
+
+
+def _speech_error(exc: SpeechError) -> OpenAIError:
+    """A speech domain error in OpenAI's words: a request refused as it is is a 400 with the kind as its code; a
+    limit of the domain's own is a 429 as OpenAI's limits are (a job's quota as ``insufficient_quota``)."""
+    if isinstance(exc, InvalidSpeechRequestError):
+        return OpenAIError(HTTP_400_BAD_REQUEST, exc.message, param=exc.param, code=exc.kind)
+    if isinstance(exc, OverLimitError):
+        kind = "insufficient_quota" if isinstance(exc, JobQuotaError) else "requests"
+        headers = {} if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
+        return OpenAIError(HTTP_429_TOO_MANY_REQUESTS, exc.message, type=kind, code=exc.kind, headers=headers)
+    if (known := _SPEECH_KINDS.get(exc.kind)) is None:
+        return _unexpected(exc)
+    status_code, kind, code = known
+    return OpenAIError(status_code, exc.message, type=kind, param=exc.param, code=code)
+
+
+def _failover_exhausted(exc: FailoverExhaustedError) -> OpenAIError:
+    """The engine's error the failover gave up on, with the retries the request took (``x-retries``), as a success
+    tells them."""
+    error = as_openai_error(exc.error)
+    error.headers = {**error.headers, "x-retries": str(exc.retries)}
+    return error
 
 
 def _validation_error(exc: ValidationException) -> OpenAIError:
@@ -349,6 +373,8 @@ def _unexpected(_: Exception) -> OpenAIError:
 
 _CONVERSIONS: dict[type[Exception], Callable[[Any], OpenAIError]] = {
     OpenAIError: _openai_error,
+    SpeechError: _speech_error,
+    FailoverExhaustedError: _failover_exhausted,
     ValidationException: _validation_error,
     ValidationError: _model_validation_error,
     HTTPException: _http_error,

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 from auth import ANONYMOUS, Principal
 from engines.base import InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
-from gateway.http.errors import OpenAIError, ResponseTruncatedError
 from gateway.jobs.records import SEGMENT_FORMATS, JobRecord, JobStatus
 from gateway.jobs.store import SpokenSegment
 from gateway.schemas import SpeechRequest
 from gateway.speech.contract import Admission, job_record
+from gateway.speech.errors import FailoverExhaustedError, ResponseTruncatedError, SpeechError
 from lifecycle import naming
 
 if TYPE_CHECKING:
@@ -34,7 +34,13 @@ logger = naming.logger("jobs")
 
 JOBS_PATH = "/v1/audio/speech/jobs"
 # What makes one try of a segment fail without ending the job at once: the engine could not serve it then.
-_RETRIED = (SynthesisFailedError, EngineNotReadyError, EngineOverloadedError, ResponseTruncatedError)
+_RETRIED = (
+    SynthesisFailedError,
+    EngineNotReadyError,
+    EngineOverloadedError,
+    ResponseTruncatedError,
+    FailoverExhaustedError,
+)
 
 
 class _JobFailedError(Exception):
@@ -118,7 +124,7 @@ class JobRunner:
             except _RETRIED as exc:
                 if attempt == self._attempts:
                     raise _JobFailedError(f"A segment could not be spoken: {exc}") from exc
-            except (OpenAIError, InvalidSynthesisRequestError) as exc:  # a voice deleted, a model no longer allowed
+            except (SpeechError, InvalidSynthesisRequestError) as exc:  # a voice deleted, a model no longer allowed
                 raise _JobFailedError(str(exc)) from exc
             else:
                 return SpokenSegment(audio, len(text), round(seconds * 1000), charged)

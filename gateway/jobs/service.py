@@ -8,14 +8,18 @@ when it fails or is cancelled.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_404_NOT_FOUND, HTTP_429_TOO_MANY_REQUESTS
-
-from gateway.http.errors import OpenAIError
 from gateway.jobs.followers import JobFollowers
 from gateway.jobs.records import ACTIVE, SEGMENT_FORMATS, JobRecord, now_s, reservation_bytes
 from gateway.schemas import SpeechJobObject, SpeechJobProgress, SpeechRequest
+from gateway.speech.errors import (
+    InputTooLongError,
+    InvalidSpeechRequestError,
+    JobQuotaError,
+    OverLimitError,
+    UnknownJobError,
+)
 from gateway.speech.segments import split_text
 from gateway.text import is_ssml
 from storage import sortable_id
@@ -53,8 +57,8 @@ class SpeechJobs:
         """Check, admit, store and queue a new job.
 
         Raises:
-            OpenAIError: a body the jobs do not take (400), a model or voice the tenant may not use (403/404/400),
-                too many jobs or too much stored audio (429).
+            SpeechError: a body the jobs do not take, a model or voice the tenant may not use, too many jobs or too
+                much stored audio (:class:`~gateway.speech.errors.JobQuotaError`).
             RateLimitExceededError: over the tenant's requests per minute (429).
         """
         tenant = principal.tenant
@@ -89,61 +93,53 @@ class SpeechJobs:
 
     def _check(self, tenant: Tenant, body: SpeechJobCreate) -> None:
         if body.stream_format != "audio":
-            raise OpenAIError(
-                HTTP_400_BAD_REQUEST,
+            raise InvalidSpeechRequestError(
                 "A job's audio is fetched from its content; follow its progress at its events.",
+                kind="unsupported_value",
                 param="stream_format",
-                code="unsupported_value",
             )
         if body.response_format not in SEGMENT_FORMATS:
-            raise OpenAIError(
-                HTTP_400_BAD_REQUEST,
+            raise InvalidSpeechRequestError(
                 f"Jobs are spoken in {', '.join(SEGMENT_FORMATS)}; not in {body.response_format}.",
+                kind="unsupported_value",
                 param="response_format",
-                code="unsupported_value",
             )
         if is_ssml(body.input):  # cut into segments by sentence, a document would be cut between its tags
-            raise OpenAIError(
-                HTTP_400_BAD_REQUEST,
+            raise InvalidSpeechRequestError(
                 "A job's input is plain text: SSML is read by /v1/audio/speech, not by jobs.",
+                kind="unsupported_value",
                 param="input",
-                code="unsupported_value",
             )
         cap = self.max_input_chars(tenant)
         if len(body.input) > cap:
-            raise OpenAIError(
-                HTTP_400_BAD_REQUEST,
-                f"input holds {len(body.input)} characters; a job of your tenant may hold at most {cap}.",
-                param="input",
-                code="string_above_max_length",
+            raise InputTooLongError(
+                f"input holds {len(body.input)} characters; a job of your tenant may hold at most {cap}.", limit=cap
             )
 
     async def get(self, tenant: str, job_id: str) -> JobRecord:
         """The tenant's job (another tenant's is not found either).
 
         Raises:
-            OpenAIError: no such job (404).
+            UnknownJobError: no such job.
         """
         record = await self.store.get(tenant, job_id)
         if record is None:
-            raise _not_found(job_id)
+            raise UnknownJobError(job_id)
         return record
 
     def follow(self, tenant: str) -> FollowerPlace:
         """A place for one more follower of the tenant's jobs' events, to release when its stream ends.
 
         Raises:
-            OpenAIError: the tenant has ``jobs.max_followers_per_tenant`` followers on this replica (429).
+            OverLimitError: the tenant has ``jobs.max_followers_per_tenant`` followers on this replica.
         """
         place = self.followers.admit(tenant)
         if place is None:
             cap = self.followers.max_per_tenant
-            raise OpenAIError(
-                HTTP_429_TOO_MANY_REQUESTS,
+            raise OverLimitError(
                 f"Your tenant follows {cap} jobs' events at once, the most it may; close one, or poll the job.",
-                type="requests",
-                code="concurrency_limit_exceeded",
-                headers={"Retry-After": "1"},
+                kind="concurrency_limit_exceeded",
+                retry_after_s=1,
             )
         return place
 
@@ -157,7 +153,7 @@ class SpeechJobs:
         (``docs/jobs.md``); what it spoke is counted once, even when a later call deletes it at once.
 
         Raises:
-            OpenAIError: no such job (404).
+            UnknownJobError: no such job.
         """
         record = await self.get(tenant.name, job_id)
         if record.status in ACTIVE:
@@ -168,7 +164,7 @@ class SpeechJobs:
             self._speech.account_job(tenant, cancelled.charged_characters, cancelled.audio_ms / 1000)
             return cancelled
         if not await self.store.delete(tenant.name, job_id):
-            raise _not_found(job_id)
+            raise UnknownJobError(job_id)
         return None
 
 
@@ -192,11 +188,7 @@ def shown(record: JobRecord) -> SpeechJobObject:
     )
 
 
-def _not_found(job_id: str) -> OpenAIError:
-    return OpenAIError(HTTP_404_NOT_FOUND, f"Speech job '{job_id}' was not found.", param="job_id", code="not_found")
-
-
-def _refused(refusal: Refusal, reserved: int, quota_bytes: int) -> OpenAIError:
+def _refused(refusal: Refusal, reserved: int, quota_bytes: int) -> JobQuotaError:
     if refusal.reason == "too_many_jobs":
         message = f"Your tenant holds {refusal.held} jobs, the most it may; delete ended ones or let them expire."
     else:
@@ -204,4 +196,7 @@ def _refused(refusal: Refusal, reserved: int, quota_bytes: int) -> OpenAIError:
             f"This job needs about {reserved} bytes of stored audio, and your tenant's jobs hold {refusal.held} of its "
             f"quota of {quota_bytes}; delete finished jobs, wait for them to expire, or send a shorter input."
         )
-    return OpenAIError(HTTP_429_TOO_MANY_REQUESTS, message, type="insufficient_quota", code=f"job_{refusal.reason}")
+    reason: Literal["too_many_jobs", "storage_quota"] = (
+        "too_many_jobs" if refusal.reason == "too_many_jobs" else "storage_quota"
+    )
+    return JobQuotaError(message, reason=reason, held=refusal.held)

@@ -39,6 +39,7 @@ from gateway.realtime.segmenter import SentenceBuffer
 from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
 from gateway.speech.contract import Admission, session_record
 from gateway.speech.delivery import AudioClock, speech_usage
+from gateway.speech.errors import SpeechError
 from gateway.text import Markup, is_ssml
 
 if TYPE_CHECKING:
@@ -270,7 +271,8 @@ class RealtimeSession(EndedByServer):
         config = event.apply(self._config)
         try:
             await self._speech.check(self._principal, config.speech_request("-"))
-        except OpenAIError as exc:
+        except (OpenAIError, SpeechError) as refused:
+            exc = as_openai_error(refused)
             if exc.param is not None:
                 exc.param = f"session.{exc.param}"
             await self._refuse(exc, event.event_id)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from engines.errors import ConsumerTooSlowError, EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from gateway.speech.errors import FailoverExhaustedError
 from lifecycle import naming
 
 if TYPE_CHECKING:
@@ -113,13 +114,14 @@ class _Tries:
     pending: tuple[str, RetryReason] | None = None
     """The engine and reason of the last failed try: it becomes a retry once another try starts."""
 
-    def error(self) -> Exception:
-        """The error to answer with when no try succeeded: the last one that says more than "not ready" (an engine
-        further down the alias that is not ready must not hide why the ones before it failed)."""
+    def error(self) -> FailoverExhaustedError:
+        """The error to answer with when no try succeeded, around the last one that says more than "not ready" (an
+        engine further down the alias that is not ready must not hide why the ones before it failed)."""
         telling = [error for error in self.errors if not isinstance(error, EngineNotReadyError)]
         error = (telling or self.errors)[-1]
-        error.retries = self.retries  # type: ignore[attr-defined]  # for the x-retries header of the error response
-        return error
+        exhausted = FailoverExhaustedError(error, self.retries)
+        exhausted.__cause__ = error
+        return exhausted
 
 
 class Failover:
@@ -144,8 +146,8 @@ class Failover:
 
         Raises:
             InvalidSynthesisRequestError: the engine rejected the request (never retried).
-            EngineNotReadyError, EngineOverloadedError, SynthesisFailedError: no try produced audio; the most telling
-                error of the last tries.
+            EngineOverloadedError: the engine is overloaded and the model's alias does not spill (no retry).
+            FailoverExhaustedError: no try produced audio; around the most telling engine error of the last tries.
         """
         async with AsyncExitStack() as stack:
             yield await self._first_audio(plan, _Opener(open_engine_stream, stack))

@@ -10,11 +10,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypeAlias
 
-from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_403_FORBIDDEN, HTTP_404_NOT_FOUND
-
 from engines.base import SynthesisRequest
-from gateway.http.errors import OpenAIError, UnknownVoiceError
 from gateway.schemas import MAX_INPUT_CHARS, EngineNodeSpeechRequest, voice_reference
+from gateway.speech.errors import InputTooLongError, InvalidSpeechRequestError, ModelNotAllowedError, UnknownVoiceError
 from gateway.speech.pronunciation import NO_LEXICON, AppliedLexicon
 from gateway.speech.voice_aliases import aliased
 from gateway.text import Script, Silence
@@ -159,19 +157,14 @@ class Planner:
                 latest)`` each; ``None``: the tenant's default dictionaries (those it no longer has are skipped).
 
         Raises:
-            OpenAIError: a model the tenant may not use (403), unknown model (404) or voice (400, 404), a dictionary
-                the tenant does not have (404), a phoneme-only rule that matched (400).
+            SpeechError: a model the tenant may not use, an unknown model or voice, a dictionary the tenant does not
+                have, a phoneme-only rule that matched.
         """
         tenant = principal.tenant
         if tenant.control_tokens and not request.control_tokens:  # the tenant opted in for all its requests
             request = request.model_copy(update={"control_tokens": True})
         if not tenant.allows_model(request.model):
-            raise OpenAIError(
-                HTTP_403_FORBIDDEN,
-                f"Your tenant may not use the model `{request.model}`.",
-                param="model",
-                code="model_not_allowed",
-            )
+            raise ModelNotAllowedError(request.model)
         pool = self.router.resolve(request.model)
         info = pool.info
         voice = await self._resolve_voice(tenant, request, pool.name, info)
@@ -233,16 +226,10 @@ class Planner:
         else:
             custom = await self._voices.get(tenant.name, request.voice.id)
             if custom is None:
-                raise UnknownVoiceError(
-                    HTTP_404_NOT_FOUND,
-                    f"Custom voice '{request.voice.id}' was not found.",
-                    voice_id=request.voice.id,
-                    param="voice",
-                    code="voice_not_found",
-                )
+                raise UnknownVoiceError(f"Custom voice '{request.voice.id}' was not found.", voice_id=request.voice.id)
         if custom.model != engine:
             message = f"Custom voice '{custom.id}' belongs to model '{custom.model}', not to '{engine}'."
-            raise OpenAIError(HTTP_400_BAD_REQUEST, message, param="voice", code="invalid_value")
+            raise InvalidSpeechRequestError(message, kind="invalid_value", param="voice")
         return Voice(custom.id, custom.speaker, custom.speaker_sha256)
 
 
@@ -272,11 +259,9 @@ def _check_offered(model: str, info: EngineInfo, voice: Voice) -> None:
     if voice.speaker is None and not info.offers_voice(voice.engine_voice):
         known = sorted({v.id for v in info.voices})
         raise UnknownVoiceError(
-            HTTP_400_BAD_REQUEST,
             f"Voice '{voice.engine_voice}' is not available for model '{model}'. Voices: {', '.join(known)}.",
             voice_id=voice.engine_voice,
-            param="voice",
-            code="invalid_value",
+            kind="voice_not_offered",
         )
 
 
@@ -297,7 +282,7 @@ def _script_jobs(  # noqa: PLR0917 - the plan's parts a script's jobs come from
     the engine's native range), a silence lengthened by ``tempo`` (the encoder shortens it back).
 
     Raises:
-        UnknownVoiceError: a span's voice the engine does not offer (400).
+        UnknownVoiceError: a span's voice the engine does not offer.
     """
     jobs: list[Job] = []
     for part in script.parts if script is not None else ():
@@ -330,16 +315,15 @@ def _checked_silence(script: Script) -> float:
     """The seconds of silence ``script`` asks for, all its breaks together.
 
     Raises:
-        OpenAIError: more than :data:`MAX_SILENCE_S` (400).
+        InvalidSpeechRequestError: more than :data:`MAX_SILENCE_S`.
     """
     silence = sum(part.seconds for part in script.parts if isinstance(part, Silence))
     if silence > MAX_SILENCE_S:
-        raise OpenAIError(
-            HTTP_400_BAD_REQUEST,
+        raise InvalidSpeechRequestError(
             f"The breaks add up to {silence:.1f} seconds of silence; at most {MAX_SILENCE_S:.0f} may be asked for in "
             "one request.",
+            kind="invalid_value",
             param="input",
-            code="invalid_value",
         )
     return silence
 
@@ -353,17 +337,17 @@ def _respelled(applied: AppliedLexicon, text: str, bound: int) -> Respelled:
     """``text`` as the engine says it, by ``applied``'s rules.
 
     Raises:
-        OpenAIError: a rule that gives only a phoneme string matched (400): no engine here takes IPA or Arpabet
-            (espeak-ng reads its own phoneme mnemonics, not IPA), so such a rule needs an alias; or the respelled
-            text is over ``bound`` characters (400).
+        InvalidSpeechRequestError: a rule that gives only a phoneme string matched: no engine here takes IPA or
+            Arpabet (espeak-ng reads its own phoneme mnemonics, not IPA), so such a rule needs an alias.
+        InputTooLongError: the respelled text is over ``bound`` characters.
     """
     if not applied.lexicon:
         return Respelled(text)
     try:
         respelled = applied.lexicon.respell(text)
     except PhonemeOnlyRuleError as exc:
-        raise OpenAIError(
-            HTTP_400_BAD_REQUEST, str(exc), param="pronunciation_dictionary_locators", code="phoneme_not_supported"
+        raise InvalidSpeechRequestError(
+            str(exc), kind="phoneme_not_supported", param="pronunciation_dictionary_locators"
         ) from None
     _check_spoken(respelled.text, bound)
     return respelled
@@ -372,10 +356,8 @@ def _respelled(applied: AppliedLexicon, text: str, bound: int) -> Respelled:
 def _check_spoken(text: str, bound: int) -> None:
     """Refuse a ``text`` to speak over ``bound`` characters (400)."""
     if len(text) > bound:
-        raise OpenAIError(
-            HTTP_400_BAD_REQUEST,
+        raise InputTooLongError(
             f"The text becomes {len(text)} characters once its pronunciation dictionaries respell it and its markup "
             f"is expanded; at most {bound} may be spoken in this request.",
-            param="input",
-            code="string_above_max_length",
+            limit=bound,
         )

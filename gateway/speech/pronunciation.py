@@ -28,15 +28,8 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from litestar.status_codes import (
-    HTTP_400_BAD_REQUEST,
-    HTTP_404_NOT_FOUND,
-    HTTP_409_CONFLICT,
-    HTTP_429_TOO_MANY_REQUESTS,
-)
-
-from gateway.http.errors import OpenAIError
 from gateway.speech.compile_process import CompileProcessError
+from gateway.speech.errors import ConflictError, InvalidSpeechRequestError, OverLimitError, UnknownDictionaryError
 from gateway.text.lexicon import Lexicon, Rule
 from gateway.text.pls import PLSError, RuleCaps, check_rules
 from lifecycle import naming
@@ -286,7 +279,7 @@ class _CompileBudget:
     how much of a replica's CPU one tenant's compiles can take, whatever else its limits let it send.
 
     Raises (:meth:`spend`):
-        OpenAIError: 429 ``rate_limit_exceeded`` with ``Retry-After`` when the tenant's compiles of the last minute
+        OverLimitError: ``rate_limit_exceeded``, with when to retry, when the tenant's compiles of the last minute
             spent it.
     """
 
@@ -300,14 +293,12 @@ class _CompileBudget:
         left = self._refilled(scope, now)
         if characters > left:
             retry_after_s = math.ceil((characters - left) * 60 / self.per_minute)
-            raise OpenAIError(
-                HTTP_429_TOO_MANY_REQUESTS,
+            raise OverLimitError(
                 f"Rate limit reached for compiling pronunciation dictionaries: {self.per_minute} grapheme characters "
                 f"a minute (pronunciation.compile_characters_per_minute), and this version has {characters}; apply "
                 f"versions already compiled, or retry after {retry_after_s} s.",
-                type="requests",
-                code="rate_limit_exceeded",
-                headers={"Retry-After": str(retry_after_s)},
+                kind="rate_limit_exceeded",
+                retry_after_s=retry_after_s,
             )
         for full in [key for key in self._left if self._refilled(key, now) >= self.per_minute]:
             del self._left[full]
@@ -318,26 +309,17 @@ class _CompileBudget:
         return min(self.per_minute, left + (now - at) * self.per_minute / 60)
 
 
-def _not_found(dictionary_id: str, version_id: str | None = None) -> OpenAIError:
-    what = f"version '{version_id}' of " if version_id else ""
-    return OpenAIError(
-        HTTP_404_NOT_FOUND,
-        f"The {what}pronunciation dictionary '{dictionary_id}' was not found.",
-        param="pronunciation_dictionary_id",
-        code="pronunciation_dictionary_not_found",
-    )
-
-
-def _invalid_rules(exc: PLSError) -> OpenAIError:
-    return OpenAIError(HTTP_400_BAD_REQUEST, str(exc), param="rules", code="invalid_pronunciation_rules")
+def _invalid_rules(exc: PLSError) -> InvalidSpeechRequestError:
+    return InvalidSpeechRequestError(str(exc), kind="invalid_pronunciation_rules", param="rules")
 
 
 class PronunciationDictionaries:
     """Creates and changes a tenant's dictionaries within its caps, and compiles the lexicon of a request.
 
     Raises (every method that changes or reads by id):
-        OpenAIError: 404 for an id (or version) the tenant does not have; 400 for rules over the caps or malformed,
-            or one dictionary more than ``max_per_tenant``.
+        UnknownDictionaryError: an id (or version) the tenant does not have.
+        InvalidSpeechRequestError: rules over the caps or malformed, or one dictionary more than ``max_per_tenant``.
+        ConflictError: other requests kept changing the dictionary.
     """
 
     def __init__(
@@ -377,10 +359,9 @@ class PronunciationDictionaries:
             version_id=version, rules=tuple(rules), versions=(version,),
         )  # fmt: skip
         if not await self.store.add(record, max_per_tenant=self.max_per_tenant):
-            raise OpenAIError(
-                HTTP_400_BAD_REQUEST,
+            raise InvalidSpeechRequestError(
                 f"Your tenant has {self.max_per_tenant} pronunciation dictionaries, the most it may keep.",
-                code="pronunciation_dictionary_limit_reached",
+                kind="pronunciation_dictionary_limit_reached",
             )
         return record
 
@@ -394,13 +375,13 @@ class PronunciationDictionaries:
     async def get(self, tenant: str, dictionary_id: str) -> DictionaryRecord:
         record = await self.store.get(tenant, dictionary_id)
         if record is None:
-            raise _not_found(dictionary_id)
+            raise UnknownDictionaryError(dictionary_id)
         return record
 
     async def version_rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...]:
         rules = await self.store.rules(tenant, dictionary_id, version_id)
         if rules is None:
-            raise _not_found(dictionary_id, version_id)
+            raise UnknownDictionaryError(dictionary_id, version_id)
         return rules
 
     async def add_rules(self, tenant: str, dictionary_id: str, rules: Sequence[Rule]) -> DictionaryRecord:
@@ -433,13 +414,11 @@ class PronunciationDictionaries:
                 updated, made_from=current.version_id, dropped=kept[: max(0, len(kept) - KEPT_VERSIONS)]
             )
             if done is None:
-                raise _not_found(dictionary_id)
+                raise UnknownDictionaryError(dictionary_id)
             if done:
                 return updated
-        raise OpenAIError(
-            HTTP_409_CONFLICT,
-            f"The pronunciation dictionary '{dictionary_id}' is being changed by other requests; try again.",
-            code="conflict",
+        raise ConflictError(
+            f"The pronunciation dictionary '{dictionary_id}' is being changed by other requests; try again."
         )
 
     async def lexicon(
@@ -455,7 +434,7 @@ class PronunciationDictionaries:
         ``generation``: the tenant's (a tenant deleted and made again never reaches what the old one compiled).
 
         Raises:
-            OpenAIError: 404 for a dictionary or version the tenant does not have.
+            UnknownDictionaryError: a dictionary or version the tenant does not have.
         """
         if not locators:
             return NO_LEXICON
@@ -471,7 +450,7 @@ class PronunciationDictionaries:
             elif missing_ok:
                 logger.warning("tenant %s has no pronunciation dictionary %s (a default)", tenant, dictionary_id)
             else:
-                raise _not_found(dictionary_id)
+                raise UnknownDictionaryError(dictionary_id)
         if not versions:
             return NO_LEXICON
         scope = f"{tenant}#{generation}"

@@ -12,8 +12,8 @@ import anyio
 
 from engines.base import InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
-from gateway.http.errors import ResponseTruncatedError
 from gateway.speech.delivery import AudioClock, speech_usage
+from gateway.speech.errors import FailoverExhaustedError, ResponseTruncatedError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -29,7 +29,13 @@ __all__ = ["Outcome", "SpeechReply"]
 
 # What can end a stream after its first bytes: the engine failed, its stream was cut, or a later segment could not
 # start. Anything else (a bug) keeps its traceback.
-_ENGINE_ERRORS = (SynthesisFailedError, EngineNotReadyError, EngineOverloadedError, InvalidSynthesisRequestError)
+_ENGINE_ERRORS = (
+    SynthesisFailedError,
+    EngineNotReadyError,
+    EngineOverloadedError,
+    InvalidSynthesisRequestError,
+    FailoverExhaustedError,
+)
 
 
 @dataclass

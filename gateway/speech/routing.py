@@ -14,12 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from litestar.status_codes import HTTP_404_NOT_FOUND
-
 from engines.breaker import BREAKER_STATE_CODES, CircuitBreaker
-from gateway.http.errors import OpenAIError
 from gateway.schemas import BuiltInVoice
 from gateway.settings import AliasSettings, FailoverSettings, ReadinessSettings
+from gateway.speech.errors import UnknownModelError
 from lifecycle import naming
 
 if TYPE_CHECKING:
@@ -88,7 +86,7 @@ class ModelRouter:
         """The pool that should serve ``model`` now (the first of :meth:`route`).
 
         Raises:
-            OpenAIError: 404 when no engine or alias has this name.
+            UnknownModelError: no engine or alias has this name.
         """
         return self.route(model).engines[0]
 
@@ -98,14 +96,13 @@ class ModelRouter:
         cannot serve); for one without, its first engine alone, whatever its state.
 
         Raises:
-            OpenAIError: 404 when no engine or alias has this name.
+            UnknownModelError: no engine or alias has this name.
         """
         if model in self.pools:
             return Route((self.pools[model],))
         alias = self.aliases.get(model)
         if alias is None:
-            message = f"The model `{model}` does not exist or you do not have access to it."
-            raise OpenAIError(HTTP_404_NOT_FOUND, message, param="model", code="model_not_found")
+            raise UnknownModelError(model)
         if not alias.fallback:
             return Route((self.pools[alias.engines[0]],))
         candidates = [self.pools[name] for name in alias.engines]

@@ -22,11 +22,8 @@ import time
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
-from litestar.status_codes import HTTP_400_BAD_REQUEST
-
 from engines.scheduling import TenantShare
 from gateway.audio import open_encoder
-from gateway.http.errors import OpenAIError
 from gateway.observability.tracing import span
 from gateway.schemas import MAX_INPUT_CHARS, EngineNodeSpeechRequest
 from gateway.settings import SpeechSettings
@@ -39,6 +36,7 @@ from gateway.speech.background import encode_in_background
 from gateway.speech.cache_record import fitted_words, hit_chunks, pack_record, plan_key, tenant_scope, unpack_record
 from gateway.speech.contract import Admission, SpeechRecord
 from gateway.speech.delivery import AudioClock, encode_timed
+from gateway.speech.errors import InputTooLongError
 from gateway.speech.failover import Failover
 from gateway.speech.reply import Outcome, SpeechReply
 from gateway.speech.segments import SegmentedStream, script_segments, split_text
@@ -128,13 +126,12 @@ class SpeechService:
                 ``None``: the tenant's defaults. Timestamps name the caller's characters all the same.
 
         Raises:
-            OpenAIError: an input over the tenant's cap (400), a model the tenant may not use (403), unknown model
-                (404) or voice (400), a pronunciation dictionary the tenant does not have (404) or a phoneme-only rule
-                that matched (400).
+            SpeechError: an input over the tenant's cap, a model the tenant may not use, an unknown model or voice, a
+                pronunciation dictionary the tenant does not have or a phoneme-only rule that matched.
             MarkupError: markup that cannot be read, or a script its pronunciations leave silent (400).
             RateLimitExceededError: over one of the tenant's limits (429).
             LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
-            EngineNotReadyError, EngineOverloadedError, SynthesisFailedError: the engine cannot serve it now.
+            FailoverExhaustedError, EngineOverloadedError: the engines cannot serve it now.
         """
         _describe(record, principal.tenant, request)
         record.api_key_id = _key_id(principal)
@@ -181,7 +178,7 @@ class SpeechService:
         speaking it.
 
         Raises:
-            OpenAIError: as :meth:`speak`'s plan would (a model the tenant may not use, an unknown model or voice).
+            SpeechError: as :meth:`speak`'s plan would (a model the tenant may not use, an unknown model or voice).
         """
         await self.planner.plan(principal, request)
 
@@ -269,7 +266,7 @@ class SpeechService:
         cap = self.input_cap(tenant)
         if len(request.input) > cap:  # worded as the body's own validation words it
             message = f"Invalid value for 'input': String should have at most {cap} characters"
-            raise OpenAIError(HTTP_400_BAD_REQUEST, message, param="input", code="invalid_value")
+            raise InputTooLongError(message, limit=cap, kind="invalid_value")
 
     def _share(self, tenant: Tenant, admission: Admission) -> TenantShare:
         """The tenant's share of a busy engine; a job's segments wait in the jobs' class (``jobs.priority``)."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from litestar import WebSocket, websocket
 
-from gateway.http.errors import OpenAIError
+from gateway.http.errors import OpenAIError, as_openai_error
 from gateway.realtime.openai import events
 from gateway.realtime.openai.session import OpenAIRealtimeSession
 from gateway.realtime.serving import (
@@ -26,6 +26,7 @@ from gateway.realtime.serving import (
     socket_budget,
     tenant_realtime,
 )
+from gateway.speech.errors import SpeechError
 from gateway.state import gateway_state
 
 __all__ = ["DEFAULT_MODEL", "PATH", "openai_realtime"]
@@ -62,8 +63,8 @@ async def openai_realtime(socket: WebSocket[Any, Any, Any]) -> None:
         )
         try:
             await session.check_model()
-        except OpenAIError as exc:
-            raise SessionRefusedError(exc, POLICY_VIOLATION) from None
+        except (OpenAIError, SpeechError) as exc:
+            raise SessionRefusedError(as_openai_error(exc), POLICY_VIOLATION) from None
         await admit_session(socket, principal, held)
         await socket.accept(subprotocols=_SUBPROTOCOL if _SUBPROTOCOL in offered else None)
         with state.sessions.registered(session, principal):

@@ -44,6 +44,7 @@ from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
 from gateway.schemas import MAX_INPUT_CHARS
 from gateway.speech.contract import Admission, session_record
 from gateway.speech.delivery import speech_usage
+from gateway.speech.errors import SpeechError
 from gateway.text import Markup
 
 if TYPE_CHECKING:
@@ -211,7 +212,8 @@ class OpenAIRealtimeSession(EndedByServer):
         settings = self._settings.apply(event.patch)
         try:
             await self._speech.check(self._principal, settings.speech_request("-"))
-        except OpenAIError as exc:
+        except (OpenAIError, SpeechError) as refused:
+            exc = as_openai_error(refused)
             exc.param = _SETTING_PARAMS.get(exc.param or "", exc.param)
             await self._send(events.error_event(exc, client_event_id=event.event_id))
             return

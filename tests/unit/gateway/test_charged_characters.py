@@ -15,8 +15,9 @@ from auth import Principal
 from auth.settings import TenantSettings
 from auth.tenants import tenant_from_settings
 from engines.settings import engine_settings
-from gateway.http.errors import OpenAIError
+from gateway.http.errors import as_openai_error
 from gateway.schemas import SpeechRequest
+from gateway.speech.errors import InvalidSpeechRequestError
 from gateway.speech.plan import CHARACTERS_PER_SILENT_SECOND, MAX_SILENCE_S, Planner, charged_characters
 from gateway.speech.routing import ModelRouter
 from gateway.speech.voices import MemoryVoiceStore
@@ -121,9 +122,9 @@ async def test_the_plan_charges_what_it_makes_spoken(planner: Planner) -> None:
     breaks = '<speak>One.<break time="10s"/>Two.<break time="10s"/><prosody rate="slow">Three.</prosody></speak>'
     plan = await _plan(planner, breaks)
     assert plan.characters == max(len(breaks), len("One. Two. Three.") + 20 * CHARACTERS_PER_SILENT_SECOND)
-    with pytest.raises(OpenAIError) as refused:  # 2,560 characters of markup asking for 1,280 s of silence
+    with pytest.raises(InvalidSpeechRequestError) as refused:  # 2,560 characters of markup: 1,280 s of silence
         await _plan(planner, "<speak>" + 'b<break time="10s"/>' * 128 + "</speak>")
-    assert refused.value.status_code == 400
+    assert as_openai_error(refused.value).status_code == 400
 
 
 async def test_plain_text_is_charged_its_length(acme: Tenant) -> None:

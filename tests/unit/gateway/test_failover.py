@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from engines.pool import EnginePool
 from engines.settings import engine_settings, local_engine_settings
 from gateway.schemas import SpeechRequest
 from gateway.settings import AliasSettings, FailoverSettings, Settings
+from gateway.speech.errors import FailoverExhaustedError
 from gateway.speech.failover import Failover, FirstAudioTimeoutError, retry_reason
 from gateway.speech.plan import Planner, Voice
 from gateway.speech.routing import ModelRouter
@@ -33,7 +35,7 @@ from tests.inprocess import ThreadBackend
 from tests.waiting import wait_for
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Iterator
 
     from engines.backend import EngineBackend
     from gateway.speech.failover import SpokenStream
@@ -42,6 +44,16 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.slow  # starts engine worker processes: left out of `make quick`
 
 PRINCIPAL = Principal(ANONYMOUS, "open")
+
+
+@contextmanager
+def gave_up(error: type[Exception], match: str | None = None) -> Iterator[None]:
+    """The block's request ends with failover giving up, on an engine error of type ``error`` (matching ``match``)."""
+    with pytest.raises(FailoverExhaustedError) as exhausted:
+        yield
+    assert isinstance(exhausted.value.error, error)
+    assert exhausted.value.__cause__ is exhausted.value.error
+    assert match is None or re.search(match, str(exhausted.value.error))
 
 
 class FakeClock:
@@ -111,7 +123,7 @@ async def test_an_engine_that_fails_before_its_first_audio_hands_the_request_to_
 async def test_tries_on_one_engine_are_bounded_and_the_last_error_is_answered() -> None:
     broken = await thread_engine("broken", fail_after_chunks=0)
     gateway = Gateway({"broken": broken}, {}, same_engine_attempts=3)
-    with pytest.raises(SynthesisFailedError, match="injected failure"):
+    with gave_up(SynthesisFailedError, match="injected failure"):
         await gateway.speak(await gateway.plan("broken"))
     assert broken.served == 3
     assert gateway.retried("broken", "failed") == 2  # three tries are two retries
@@ -164,7 +176,7 @@ async def test_a_custom_voice_stays_on_its_engine() -> None:
         voice=Voice("voice_1", "seed:7", "sha"),
         synthesis=replace(plan.synthesis, voice="voice_1", speaker="seed:7"),
     )
-    with pytest.raises(SynthesisFailedError):
+    with gave_up(SynthesisFailedError):
         await gateway.speak(custom)
     assert (broken.served, backup.served) == (2, 0)
 
@@ -186,7 +198,7 @@ async def test_no_try_starts_after_the_deadline() -> None:
     slow = await thread_engine("slow", request_delay_ms=3000)
     backup = await thread_engine("backup")
     gateway = Gateway({"slow": slow, "backup": backup}, {"voice": ["slow", "backup"]}, deadline_s=0.3)
-    with pytest.raises(FirstAudioTimeoutError, match="deadline"):
+    with gave_up(FirstAudioTimeoutError, match="deadline"):
         await gateway.speak(await gateway.plan("voice"))
     assert backup.served == 0
 
@@ -228,11 +240,11 @@ async def test_the_breaker_opens_fails_fast_half_opens_and_closes() -> None:
     clock = FakeClock()
     breaker = gateway.router.breakers["flaky"] = CircuitBreaker(gateway.router.breakers["flaky"].settings, clock)
     for _ in range(2):
-        with pytest.raises(SynthesisFailedError):
+        with gave_up(SynthesisFailedError):
             await gateway.speak(await gateway.plan("flaky", "fails #fail"))
     assert gateway.router.breaker_state("flaky") == "open"
     assert gateway.router.breaker_codes() == {"flaky": 2, "backup": 0}
-    with pytest.raises(EngineNotReadyError, match="circuit open"):
+    with gave_up(EngineNotReadyError, match="circuit open"):
         await gateway.speak(await gateway.plan("flaky"))
     assert flaky.served == 2  # failed fast: the engine never saw it
     spoken, _ = await gateway.speak(await gateway.plan("voice"))
@@ -249,7 +261,7 @@ async def test_a_half_open_trial_that_ends_without_a_verdict_frees_its_slot() ->
     gateway = Gateway({"flaky": flaky}, {}, same_engine_attempts=1)
     clock = FakeClock()
     breaker = gateway.router.breakers["flaky"] = CircuitBreaker(gateway.router.breakers["flaky"].settings, clock)
-    with pytest.raises(SynthesisFailedError):
+    with gave_up(SynthesisFailedError):
         await gateway.speak(await gateway.plan("flaky", "fails #fail"))
     clock.now += 5
     plan = await gateway.plan("flaky")
@@ -292,7 +304,7 @@ async def test_a_worker_killed_before_the_first_audio_is_replaced_and_the_reques
 async def test_a_request_that_kills_its_workers_is_tried_only_so_often() -> None:
     async with worker_pool("fragile", workers=2) as pool:
         gateway = Gateway({"fragile": pool}, {})
-        with pytest.raises(SynthesisFailedError, match="worker died"):
+        with gave_up(SynthesisFailedError, match="worker died"):
             await gateway.speak(await gateway.plan("fragile", "x" * 10 + " #crash-after=0"))
         assert pool.status().restarts == 2  # same_engine_attempts: two workers, not every worker forever
         assert gateway.retried("fragile", "died") == 1

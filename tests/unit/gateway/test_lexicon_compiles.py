@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from gateway.http.errors import OpenAIError
+from gateway.http.errors import as_openai_error
 from gateway.speech.compile_process import CompileProcess
+from gateway.speech.errors import OverLimitError
 from gateway.speech.pronunciation import MemoryDictionaryStore, PronunciationDictionaries
 from gateway.text.lexicon import Lexicon, Rule
 from gateway.text.pls import PLSError, RuleCaps, check_rules
@@ -114,11 +115,11 @@ async def test_a_tenants_compiles_past_its_budget_are_refused() -> None:
     second = await dictionaries.create("acme", "two", None, _full_version(2))
     other = await dictionaries.create("globex", "one", None, _full_version(3))
     await dictionaries.lexicon("acme", [(first.id, None)])  # 65,536 of acme's 100,000 a minute
-    with pytest.raises(OpenAIError) as refused:
+    with pytest.raises(OverLimitError) as refused:
         await dictionaries.lexicon("acme", [(second.id, None)])
-    assert refused.value.status_code == 429
-    assert refused.value.code == "rate_limit_exceeded"
-    assert 1 <= int((refused.value.headers or {})["Retry-After"]) <= 60  # 31,072 characters at 100,000 a minute: 19 s
+    answer = as_openai_error(refused.value)
+    assert (answer.status_code, answer.type, answer.code) == (429, "requests", "rate_limit_exceeded")
+    assert 1 <= int(answer.headers["Retry-After"]) <= 60  # 31,072 characters at 100,000 a minute: 19 s
     await dictionaries.lexicon("acme", [(first.id, None)])  # compiled already: applied whatever the budget
     await dictionaries.lexicon("globex", [(other.id, None)])  # another tenant's budget is its own
     assert dictionaries.compiles == 2
@@ -132,7 +133,7 @@ async def test_the_budget_refills_over_a_minute(monkeypatch: pytest.MonkeyPatch)
     now = time.monotonic()
     monkeypatch.setattr(time, "monotonic", lambda: now)
     await dictionaries.lexicon("acme", [(records[0].id, None)])
-    with pytest.raises(OpenAIError, match="retry after 60 s"):
+    with pytest.raises(OverLimitError, match="retry after 60 s"):
         await dictionaries.lexicon("acme", [(records[1].id, None)])
     monkeypatch.setattr(time, "monotonic", lambda: now + 60)
     await dictionaries.lexicon("acme", [(records[1].id, None)])

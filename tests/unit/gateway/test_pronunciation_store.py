@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import pytest
 from redis.asyncio import Redis
 
-from gateway.http.errors import OpenAIError
+from gateway.http.errors import as_openai_error
+from gateway.speech.errors import InvalidSpeechRequestError, UnknownDictionaryError
 from gateway.speech.pronunciation import (
     KEPT_VERSIONS,
     MemoryDictionaryStore,
@@ -43,8 +44,8 @@ async def test_a_tenant_gets_no_more_dictionaries_than_its_cap(dictionaries: Pro
     made = await asyncio.gather(
         *(dictionaries.create("acme", f"d{i}", None, [GW]) for i in range(6)), return_exceptions=True
     )
-    refused = [result for result in made if isinstance(result, OpenAIError)]
-    assert len(refused) == 3 and {error.code for error in refused} == {"pronunciation_dictionary_limit_reached"}
+    refused = [result for result in made if isinstance(result, InvalidSpeechRequestError)]
+    assert len(refused) == 3 and {error.kind for error in refused} == {"pronunciation_dictionary_limit_reached"}
     assert len((await dictionaries.store.page("acme", after=None, limit=100)).data) == 3
     await dictionaries.create("globex", "mine", None, [GW])  # per tenant
 
@@ -65,9 +66,9 @@ async def test_only_the_last_versions_are_kept(dictionaries: PronunciationDictio
     for i in range(KEPT_VERSIONS):
         latest = await dictionaries.set_rules("acme", created.id, [Rule("GW", alias=f"v{i}")])
     assert len(latest.versions) == KEPT_VERSIONS
-    with pytest.raises(OpenAIError) as gone:
+    with pytest.raises(UnknownDictionaryError) as gone:
         await dictionaries.version_rules("acme", created.id, created.version_id)
-    assert gone.value.status_code == 404
+    assert (gone.value.version_id, as_openai_error(gone.value).status_code) == (created.version_id, 404)
     assert await dictionaries.version_rules("acme", created.id, latest.versions[0])
 
 
@@ -80,9 +81,9 @@ async def test_another_tenant_sees_nothing_of_a_dictionary(dictionaries: Pronunc
         dictionaries.version_rules("globex", created.id, created.version_id),
         dictionaries.lexicon("globex", [(created.id, None)]),
     ):
-        with pytest.raises(OpenAIError) as refused:
+        with pytest.raises(UnknownDictionaryError) as refused:
             await attempt
-        assert refused.value.status_code == 404
+        assert as_openai_error(refused.value).status_code == 404
     assert (await dictionaries.store.page("globex", after=None, limit=10)).data == []
     assert await dictionaries.store.latest_versions("globex", [created.id]) == [None]
     assert await dictionaries.store.latest_versions("acme", [created.id]) == [created.version_id]
@@ -115,10 +116,11 @@ async def test_pages_follow_the_cursor_and_tenants_are_forgotten(dictionaries: P
 
 
 async def test_rules_over_the_caps_are_refused(dictionaries: PronunciationDictionaries) -> None:
-    with pytest.raises(OpenAIError) as refused:
+    with pytest.raises(InvalidSpeechRequestError) as refused:
         await dictionaries.create("acme", "big", None, [Rule(f"w{i}", alias="x") for i in range(51)])
-    assert (refused.value.status_code, refused.value.code) == (400, "invalid_pronunciation_rules")
+    answer = as_openai_error(refused.value)
+    assert (answer.status_code, answer.code, answer.param) == (400, "invalid_pronunciation_rules", "rules")
     created = await dictionaries.create("acme", "ok", None, [GW])
-    with pytest.raises(OpenAIError):
+    with pytest.raises(InvalidSpeechRequestError):
         await dictionaries.add_rules("acme", created.id, [Rule(f"w{i}", alias="x") for i in range(50)])
     assert (await dictionaries.get("acme", created.id)).version_id == created.version_id  # nothing changed
