@@ -5,12 +5,15 @@ HTTP errors); :data:`EXCEPTION_HANDLERS`, scoped to the ElevenLabs routes, answe
 
 - a request that fails validation: 422 ``{"detail": [{"loc", "msg", "type"}, ...]}`` (FastAPI's shape, which the
   SDK raises as ``UnprocessableEntityError``);
+- the speech domain's errors (``gateway/speech/errors.py``): ``{"detail": {"status", "message"}}`` from this
+  module's own table, by the error's kind: ``voice_not_found`` (404, whether the voice is an unknown built-in or a
+  custom voice the tenant does not have), ``too_many_concurrent_requests``, ``model_not_found``...; an error of
+  failover that gave up answers as its engine's error, with ``x-retries``;
 - anything else: ``{"detail": {"status", "message"}}`` with the status code the same error gets on the OpenAI routes
   (the gateway's decision, from :func:`gateway.http.errors.as_openai_error`) and its headers (``Retry-After``, the
-  rate-limit headers, ``x-retries``), in ElevenLabs' words where it has its own: ``needs_authorization`` (no
-  credential), ``invalid_api_key``, ``voice_not_found`` (404, whether the voice is an unknown built-in or a custom
-  voice the tenant does not have), ``too_many_concurrent_requests``, ``system_busy``, ``quota_exceeded`` (401, as
-  ElevenLabs answers a spent character quota: a monthly budget); otherwise the gateway's code.
+  rate-limit headers), in ElevenLabs' words where it has its own: ``needs_authorization`` (no credential),
+  ``invalid_api_key``, ``too_many_concurrent_requests``, ``system_busy``, ``quota_exceeded`` (401, as ElevenLabs
+  answers a spent character quota: a monthly budget); otherwise the gateway's code.
 """
 
 from __future__ import annotations
@@ -21,9 +24,14 @@ from litestar import MediaType, Response
 from litestar.exceptions import ClientException, SerializationException, ValidationException
 from litestar.openapi import ResponseSpec
 from litestar.status_codes import (
+    HTTP_400_BAD_REQUEST,
     HTTP_401_UNAUTHORIZED,
+    HTTP_403_FORBIDDEN,
     HTTP_404_NOT_FOUND,
+    HTTP_409_CONFLICT,
     HTTP_422_UNPROCESSABLE_ENTITY,
+    HTTP_429_TOO_MANY_REQUESTS,
+    HTTP_500_INTERNAL_SERVER_ERROR,
 )
 from pydantic import ValidationError
 
@@ -36,7 +44,13 @@ from gateway.elevenlabs.wire import (
 from gateway.http.auth.security import presented_authorization
 from gateway.http.errors import EXCEPTION_HANDLERS as OPENAI_EXCEPTION_HANDLERS
 from gateway.http.errors import OpenAIError, as_openai_error, note_error
-from gateway.speech.errors import SpeechError, UnknownVoiceError
+from gateway.speech.errors import (
+    FailoverExhaustedError,
+    InvalidSpeechRequestError,
+    OverLimitError,
+    SpeechError,
+    UnknownVoiceError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -53,6 +67,21 @@ NEEDS_AUTHORIZATION = "Neither authorization header nor xi-api-key received, ple
 _STATUSES: Mapping[str, str] = {
     "concurrency_limit_exceeded": "too_many_concurrent_requests",
     "engine_overloaded": "system_busy",
+}
+# The speech domain's errors by kind: (status code, ``detail.status``); a request refused as it is is a 400 named
+# by its kind.
+_SPEECH_KINDS: Mapping[str, tuple[int, str]] = {
+    "model_not_found": (HTTP_404_NOT_FOUND, "model_not_found"),
+    "model_not_allowed": (HTTP_403_FORBIDDEN, "model_not_allowed"),
+    "voice_not_found": (HTTP_404_NOT_FOUND, "voice_not_found"),
+    "voice_not_offered": (HTTP_404_NOT_FOUND, "voice_not_found"),
+    "pronunciation_dictionary_not_found": (HTTP_404_NOT_FOUND, "pronunciation_dictionary_not_found"),
+    "job_not_found": (HTTP_404_NOT_FOUND, "not_found"),
+    "conflict": (HTTP_409_CONFLICT, "conflict"),
+    "rate_limit_exceeded": (HTTP_429_TOO_MANY_REQUESTS, "rate_limit_exceeded"),
+    "concurrency_limit_exceeded": (HTTP_429_TOO_MANY_REQUESTS, "too_many_concurrent_requests"),
+    "job_too_many_jobs": (HTTP_429_TOO_MANY_REQUESTS, "job_too_many_jobs"),
+    "job_storage_quota": (HTTP_429_TOO_MANY_REQUESTS, "job_storage_quota"),
 }
 # For an error without a code of its own (Litestar's HTTP errors).
 _BY_HTTP_STATUS: Mapping[int, str] = {
@@ -93,6 +122,8 @@ def as_elevenlabs_error(exc: Exception, headers: Mapping[str, str]) -> ErrorAnsw
     """The ElevenLabs error ``exc`` becomes, for a request with ``headers`` (whether it presented a credential)."""
     if isinstance(exc, OpenAIError) and isinstance(exc.source, SpeechError):  # carried by a socket's refusal
         exc = exc.source
+    if isinstance(exc, SpeechError):
+        return _speech_error(exc, headers)
     if isinstance(exc, ValidationException):
         return ErrorAnswer(HTTP_422_UNPROCESSABLE_ENTITY, _problems(exc), {})
     if isinstance(exc, ValidationError):  # a model a handler validated itself
@@ -103,14 +134,29 @@ def as_elevenlabs_error(exc: Exception, headers: Mapping[str, str]) -> ErrorAnsw
     error = as_openai_error(exc)
     status_code, message = error.status_code, error.message
     status = _STATUSES.get(error.code or "") or error.code or _BY_HTTP_STATUS.get(status_code, "internal_error")
-    if isinstance(exc, UnknownVoiceError):
-        status_code, status = HTTP_404_NOT_FOUND, "voice_not_found"
-        message = f"A voice with the voice_id '{exc.voice_id}' was not found."
-    elif error.code == QUOTA_CODE:  # a monthly budget spent: ElevenLabs says 401 for a spent quota
+    if error.code == QUOTA_CODE:  # a monthly budget spent: ElevenLabs says 401 for a spent quota
         status_code, status = HTTP_401_UNAUTHORIZED, "quota_exceeded"
     elif status_code == HTTP_401_UNAUTHORIZED and presented_authorization(headers) is None:
         status, message = "needs_authorization", NEEDS_AUTHORIZATION
     return ErrorAnswer(status_code, ElevenLabsErrorDetail(status=status, message=message), dict(error.headers))
+
+
+def _speech_error(exc: SpeechError, headers: Mapping[str, str]) -> ErrorAnswer:
+    """A speech domain error in ElevenLabs' words, from :data:`_SPEECH_KINDS`."""
+    if isinstance(exc, FailoverExhaustedError):  # what the engine said, and the retries taken (as on a success)
+        answer = as_elevenlabs_error(exc.error, headers)
+        answer.headers = {**answer.headers, "x-retries": str(exc.retries)}
+        return answer
+    message = exc.message
+    if isinstance(exc, UnknownVoiceError):
+        message = f"A voice with the voice_id '{exc.voice_id}' was not found."
+    if isinstance(exc, InvalidSpeechRequestError):
+        status_code, status = HTTP_400_BAD_REQUEST, exc.kind
+    else:
+        status_code, status = _SPEECH_KINDS.get(exc.kind, (HTTP_500_INTERNAL_SERVER_ERROR, "internal_error"))
+    retry_after_s = exc.retry_after_s if isinstance(exc, OverLimitError) else None
+    answer_headers = {} if retry_after_s is None else {"Retry-After": str(retry_after_s)}
+    return ErrorAnswer(status_code, ElevenLabsErrorDetail(status=status, message=message), answer_headers)
 
 
 def _problems(exc: ValidationException) -> list[ValidationProblem]:
