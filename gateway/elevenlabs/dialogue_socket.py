@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from litestar import WebSocket, websocket
 
+from gateway.elevenlabs.errors import socket_error
 from gateway.elevenlabs.session import (
     DEFAULT_CONTEXT_ID,
     ElevenLabsStreamSession,
@@ -52,7 +53,7 @@ from gateway.elevenlabs.session import (
 from gateway.elevenlabs.timestamps import PendingCharacters
 from gateway.elevenlabs.websocket import serve_session
 from gateway.elevenlabs.wire import DEFAULT_DIALOGUE_MODEL_ID, MAX_DIALOGUE_VOICES, TextToSpeechRequest, VoiceSettings
-from gateway.http.errors import OpenAIError, as_openai_error
+from gateway.http.errors import OpenAIError
 from gateway.speech.errors import SpeechError
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ class DialogueSession(ElevenLabsStreamSession):
         try:
             await self._handle_dialogue(message)
         except (OpenAIError, SpeechError) as error:
-            await self._send(self._error(as_openai_error(error), message))
+            await self._send(self._error(socket_error(error), message))
 
     def _error(self, error: OpenAIError, message: dict[str, Any]) -> str:
         context_id = message.get("context_id")

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from litestar import Request
     from litestar.types import ExceptionHandlersMap
 
-__all__ = ["EXCEPTION_HANDLERS", "QUOTA_CODE", "ErrorAnswer", "as_elevenlabs_error", "error_responses"]
+__all__ = ["EXCEPTION_HANDLERS", "QUOTA_CODE", "ErrorAnswer", "as_elevenlabs_error", "error_responses", "socket_error"]
 
 QUOTA_CODE = "insufficient_quota"
 """The gateway's code for a request refused by a monthly budget (``auth.limits.QuotaExceededError``)."""
@@ -82,6 +82,18 @@ _SPEECH_KINDS: Mapping[str, tuple[int, str]] = {
     "concurrency_limit_exceeded": (HTTP_429_TOO_MANY_REQUESTS, "too_many_concurrent_requests"),
     "job_too_many_jobs": (HTTP_429_TOO_MANY_REQUESTS, "job_too_many_jobs"),
     "job_storage_quota": (HTTP_429_TOO_MANY_REQUESTS, "job_storage_quota"),
+}
+# The speech domain's errors on ElevenLabs' sockets, by kind: (``code``, a status; ``error``). A socket names them as
+# its first release did, not as the REST routes do (an SDK's socket client reads ``message`` alone); a request refused
+# as it is is a 400 named by its kind, a limit of the domain's own a 429 named by its kind.
+_SOCKET_KINDS: Mapping[str, tuple[int, str]] = {
+    "model_not_found": (HTTP_404_NOT_FOUND, "model_not_found"),
+    "model_not_allowed": (HTTP_403_FORBIDDEN, "model_not_allowed"),
+    "voice_not_found": (HTTP_404_NOT_FOUND, "voice_not_found"),
+    "voice_not_offered": (HTTP_400_BAD_REQUEST, "invalid_value"),
+    "pronunciation_dictionary_not_found": (HTTP_404_NOT_FOUND, "pronunciation_dictionary_not_found"),
+    "job_not_found": (HTTP_404_NOT_FOUND, "not_found"),
+    "conflict": (HTTP_409_CONFLICT, "conflict"),
 }
 # For an error without a code of its own (Litestar's HTTP errors).
 _BY_HTTP_STATUS: Mapping[int, str] = {
@@ -157,6 +169,28 @@ def _speech_error(exc: SpeechError, headers: Mapping[str, str]) -> ErrorAnswer:
     retry_after_s = exc.retry_after_s if isinstance(exc, OverLimitError) else None
     answer_headers = {} if retry_after_s is None else {"Retry-After": str(retry_after_s)}
     return ErrorAnswer(status_code, ElevenLabsErrorDetail(status=status, message=message), answer_headers)
+
+
+def socket_error(exc: BaseException) -> OpenAIError:
+    """What an ElevenLabs socket says of ``exc`` (``{"message", "error", "code"}``, ``gateway/elevenlabs/session.py``),
+    in the error object the sockets carry (``gateway/realtime/serving.py``): the speech domain's errors from
+    :data:`_SOCKET_KINDS`; others as the gateway decides them for every API family. The error keeps ``exc`` as its
+    source, so that a refused handshake is answered in the REST routes' words (:func:`as_elevenlabs_error`)."""
+    if isinstance(exc, FailoverExhaustedError):  # what the engine said
+        exc = exc.error
+    if not isinstance(exc, SpeechError):
+        return as_openai_error(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+    if isinstance(exc, InvalidSpeechRequestError):
+        status_code, code = HTTP_400_BAD_REQUEST, exc.kind
+    elif isinstance(exc, OverLimitError):
+        status_code, code = HTTP_429_TOO_MANY_REQUESTS, exc.kind
+    elif (known := _SOCKET_KINDS.get(exc.kind)) is not None:
+        status_code, code = known
+    else:
+        return as_openai_error(exc)
+    error = OpenAIError(status_code, exc.message, param=exc.param, code=code)
+    error.source = exc
+    return error
 
 
 def _problems(exc: ValidationException) -> list[ValidationProblem]:

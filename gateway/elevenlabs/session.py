@@ -54,9 +54,9 @@ from pydantic import ValidationError
 
 from engines.errors import ConsumerTooSlowError
 from gateway.audio import AudioFormat, open_encoding, output_sample_rate
-from gateway.elevenlabs.errors import QUOTA_CODE
+from gateway.elevenlabs.errors import QUOTA_CODE, socket_error
 from gateway.elevenlabs.wire import SocketSpeechOptions, TextToSpeechRequest, VoiceSettings, text_markup
-from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
+from gateway.http.errors import OpenAIError, ResponseTruncatedError
 from gateway.realtime.channel import SessionChannel
 from gateway.realtime.ending import EndedByServer
 from gateway.realtime.segmenter import SentenceBuffer
@@ -262,7 +262,7 @@ class ElevenLabsStreamSession(EndedByServer):
                 return True
             await self._handle(message)
         except (OpenAIError, SpeechError) as error:
-            await self._send(error_message(as_openai_error(error)))
+            await self._send(error_message(socket_error(error)))
         return False
 
     # The dialect: what the single-context session changes.
@@ -605,7 +605,7 @@ def _piece_error(exc: Exception) -> OpenAIError:
         exc = exc.__cause__
     if isinstance(exc, ConsumerTooSlowError):
         raise SlowClientError from exc
-    error = as_openai_error(exc)
+    error = socket_error(exc)
     if error.status_code >= 500 and error.code is None:
         logger.error("elevenlabs context failed", exc_info=exc)
     return error

@@ -26,13 +26,13 @@ from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
 from pydantic import ValidationError
 
-from gateway.elevenlabs.errors import as_elevenlabs_error
+from gateway.elevenlabs.errors import as_elevenlabs_error, socket_error
 from gateway.elevenlabs.formats import DEFAULT_OUTPUT_FORMAT, OutputFormat, encoding_of
 from gateway.elevenlabs.session import ElevenLabsStreamSession, SingleContextSession, error_message
 from gateway.elevenlabs.speech import VoiceId
 from gateway.elevenlabs.wire import SocketSpeechOptions
 from gateway.http.auth.security import presented_authorization
-from gateway.http.errors import OpenAIError, as_openai_error
+from gateway.http.errors import OpenAIError
 from gateway.realtime.serving import (
     POLICY_VIOLATION,
     SessionRefusedError,
@@ -118,7 +118,7 @@ async def serve_session(
         try:
             await session.check()
         except (OpenAIError, SpeechError) as exc:
-            raise SessionRefusedError(as_openai_error(exc), POLICY_VIOLATION) from None
+            raise SessionRefusedError(socket_error(exc), POLICY_VIOLATION) from None
         await admit_session(socket, principal, held)
         if socket.connection_state == "init":
             await socket.accept()

@@ -23,9 +23,10 @@ from litestar.exceptions import WebSocketDisconnect
 from engines.errors import ConsumerTooSlowError
 from gateway.audio import open_encoder
 from gateway.audio.formats import AudioFormat, output_sample_rate
-from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
+from gateway.http.errors import OpenAIError, ResponseTruncatedError
 from gateway.realtime.channel import SessionChannel
 from gateway.realtime.ending import EndedByServer
+from gateway.realtime.errors import socket_error
 from gateway.realtime.protocol import (
     InputAppend,
     InputFlush,
@@ -272,7 +273,7 @@ class RealtimeSession(EndedByServer):
         try:
             await self._speech.check(self._principal, config.speech_request("-"))
         except (OpenAIError, SpeechError) as refused:
-            exc = as_openai_error(refused)
+            exc = socket_error(refused)
             if exc.param is not None:
                 exc.param = f"session.{exc.param}"
             await self._refuse(exc, event.event_id)
@@ -461,7 +462,7 @@ def _outcome(segment: _Segment, task: asyncio.Task[None] | None) -> OpenAIError 
     segment.status = "failed"
     if isinstance(exc, ProtocolError):
         return exc.error
-    error = as_openai_error(exc) if isinstance(exc, Exception) else as_openai_error(RuntimeError(repr(exc)))
+    error = socket_error(exc)
     if error.status_code >= 500 and error.code is None:
         logger.error("realtime segment %s failed", segment.id, exc_info=exc)
     return error

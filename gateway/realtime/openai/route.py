@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from litestar import WebSocket, websocket
 
-from gateway.http.errors import OpenAIError, as_openai_error
+from gateway.http.errors import OpenAIError
+from gateway.realtime.errors import socket_error
 from gateway.realtime.openai import events
 from gateway.realtime.openai.session import OpenAIRealtimeSession
 from gateway.realtime.serving import (
@@ -64,7 +65,7 @@ async def openai_realtime(socket: WebSocket[Any, Any, Any]) -> None:
         try:
             await session.check_model()
         except (OpenAIError, SpeechError) as exc:
-            raise SessionRefusedError(as_openai_error(exc), POLICY_VIOLATION) from None
+            raise SessionRefusedError(socket_error(exc), POLICY_VIOLATION) from None
         await admit_session(socket, principal, held)
         await socket.accept(subprotocols=_SUBPROTOCOL if _SUBPROTOCOL in offered else None)
         with state.sessions.registered(session, principal):

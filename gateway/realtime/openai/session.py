@@ -19,9 +19,10 @@ from litestar.exceptions import WebSocketDisconnect
 
 from engines.errors import ConsumerTooSlowError
 from gateway.audio import AudioFormat, open_g711_encoder, output_sample_rate
-from gateway.http.errors import OpenAIError, ResponseTruncatedError, as_openai_error
+from gateway.http.errors import OpenAIError, ResponseTruncatedError
 from gateway.realtime.channel import SessionChannel
 from gateway.realtime.ending import EndedByServer
+from gateway.realtime.errors import socket_error
 from gateway.realtime.openai import events
 from gateway.realtime.openai.events import (
     ConversationItemCreate,
@@ -213,7 +214,7 @@ class OpenAIRealtimeSession(EndedByServer):
         try:
             await self._speech.check(self._principal, settings.speech_request("-"))
         except (OpenAIError, SpeechError) as refused:
-            exc = as_openai_error(refused)
+            exc = socket_error(refused)
             exc.param = _SETTING_PARAMS.get(exc.param or "", exc.param)
             await self._send(events.error_event(exc, client_event_id=event.event_id))
             return
@@ -465,7 +466,7 @@ def _response_error(exc: Exception) -> OpenAIError:
         exc = exc.__cause__  # the engine's own error says what happened
     if isinstance(exc, ConsumerTooSlowError):
         raise SlowClientError from exc
-    error = as_openai_error(exc)
+    error = socket_error(exc)
     if error.status_code >= 500 and error.code is None:
         logger.error("realtime response failed", exc_info=exc)
     return error
