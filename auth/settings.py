@@ -1,6 +1,6 @@
 """What auth is configured with: tenants and their limits, JWTs, the admin token, and how limits behave in an outage.
 
-The gateway's settings (``gateway/settings.py``) compose these; nothing in ``auth`` reads any other settings.
+The gateway's settings (``gateway/settings/``) compose these; nothing in ``auth`` reads any other settings.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ MAX_SAMPLE_BYTES = 6 * 1024 * 1024
 """The largest recording any backend carries (2 min 11 s of 24 kHz mono int16); an engine node's route takes a body
 this large (in base64) and no larger."""
 MAX_TRANSCRIPT_CHARS = 4096
-"""The longest transcript any backend carries (the longest speech input of an engine node, ``gateway/settings.py``)."""
+"""The longest transcript any backend carries (the longest speech input of an engine node, ``gateway/settings/``)."""
 _SAMPLE_RATES = (8000, 192000)
 
 

@@ -1,7 +1,7 @@
 """Engine settings: the queue knobs every engine has, the pool knobs of local engines, and one options model per
 kind, selected by ``kind``.
 
-The gateway's settings (``gateway/settings.py``) compose these; the engines never read anything else. Options are
+The gateway's settings (``gateway/settings/``) compose these; the engines never read anything else. Options are
 typed pydantic models, so values from environment variables (strings) are coerced and a typo or an out-of-range
 value stops the start with a message naming the option, before a worker process exists.
 """

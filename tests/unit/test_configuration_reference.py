@@ -5,7 +5,7 @@ place a setting's meaning is written): the checked-in file must be what the gene
 have a docstring, and the document is also checked on its own, as written, against the models, so a fault of the
 generator cannot hide a missing setting or a wrong default.
 
-The settings are pydantic models, composed in ``gateway/settings.py: Settings``. Each table of the document that
+The settings are pydantic models, composed in ``gateway/settings/root.py: Settings``. Each table of the document that
 documents one is preceded by a marker naming it (several for a table shared by models with the same fields):
 
     <!-- settings: ServerSettings -->

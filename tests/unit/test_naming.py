@@ -21,7 +21,7 @@ _NAMED_LOGGER = re.compile(r"""getLogger\(\s*f?["']([^"']+)["']""")
 _FORMER_NAME_KEPT = {
     "gateway/app.py",
     "gateway/schemas.py",
-    "gateway/settings.py",
+    "gateway/settings/__init__.py",
     "engines/chattts/assets.py",
     "engines/chattts/loader.py",
     "engines/chattts/options.py",
