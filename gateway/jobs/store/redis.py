@@ -1,221 +1,24 @@
-"""Where speech jobs live: their records, segments and committed audio, in this process's memory or in Redis.
-
-The one rule that keeps a job whole across replicas is in :meth:`JobStore.commit`: a segment's audio is taken only
-when it is the next one the job is missing and the job still runs, in one atomic step. A replica that resumes a job
-starts from ``segments_done``; a replica that was thought dead and wakes up finds its segment taken or the job over,
-and stops. No segment is missing (each is committed before the next starts) or doubled (a second commit of the same
-index is refused).
-
-Expiry: a job's audio lives ``ttl_s`` after the job ended; its record says ``expired`` for as long again, then it is
-gone. In Redis every key expires by itself (no sweeper needed); a running job's keys are renewed at each commit.
-In Redis a tenant's jobs share one hash slot (``{tenant}`` in every key): on a Redis Cluster each script keeps to one
-slot, and a tenant's stored audio sits on one node (bounded by its quota).
-"""
+"""Jobs in Redis, shared by every replica: :class:`RedisJobStore`."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import re
-import secrets
-import shutil
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, cast
 
-from gateway.jobs.records import ACTIVE, JobRecord, JobStatus, now_s
-from lifecycle import naming
-from storage import STORAGE_ERRORS, Page
+from gateway.jobs.records import JobRecord, JobStatus, now_s
+from storage import Page
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
+    from gateway.jobs.store.files import AudioFiles
     from storage import RedisClient
 
-__all__ = ["AudioFiles", "JobStore", "MemoryJobStore", "RedisJobStore", "Refusal", "SpokenSegment"]
+from gateway.jobs.store.base import (
+    Refusal,
+    SpokenSegment,
+)
 
-
-@dataclass(frozen=True, slots=True)
-class SpokenSegment:
-    """One segment's stored audio, and what it adds to the job's progress."""
-
-    audio: bytes
-    characters: int
-    audio_ms: int
-    charged: int = 0
-    """What the segment was charged (what it made the engine say); the job's usage is their sum."""
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why a new job was not stored: the tenant holds ``max_jobs`` jobs, or its stored audio reached its quota."""
-
-    reason: str
-    """``too_many_jobs`` or ``storage_quota``."""
-    held: int
-
-
-class JobStore(Protocol):
-    """The jobs of every tenant; each method is scoped to one tenant (another tenant's job is "not there")."""
-
-    ttl_s: int
-
-    async def create(
-        self, record: JobRecord, segments: list[str], *, quota_bytes: int, max_jobs: int
-    ) -> Refusal | None:
-        """Store a new job, unless the tenant holds ``max_jobs`` jobs or the job's reservation
-        (``record.reserved_bytes``) does not fit in ``quota_bytes`` beside what the tenant's jobs hold
-        (:meth:`JobRecord.held_bytes`). The check and the write are one atomic step: of creations at the same
-        instant, never more are stored than fit. What a job holds is read from its record, so it is given back
-        when the job is cancelled, fails, is deleted or its audio expires, with nothing to release by hand."""
-        ...
-
-    async def get(self, tenant: str, job_id: str) -> JobRecord | None: ...
-
-    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[JobRecord]:
-        """Up to ``limit`` of the tenant's jobs whose id sorts after ``after``, oldest first."""
-        ...
-
-    async def segments(self, tenant: str, job_id: str) -> list[str]:
-        """The texts of the job's segments, in order (empty once it ended)."""
-        ...
-
-    async def start(self, tenant: str, job_id: str) -> JobRecord | None:
-        """Mark a queued (or resumed) job running; ``None`` when it is gone or over."""
-        ...
-
-    async def commit(self, tenant: str, job_id: str, index: int, spoken: SpokenSegment) -> bool:
-        """Add segment ``index``'s audio, if the job runs and ``index`` is its next segment; ``False`` otherwise."""
-        ...
-
-    async def sizes(self, tenant: str, job_id: str) -> list[int]:
-        """The stored bytes of each committed segment, in order."""
-        ...
-
-    async def chunk(self, tenant: str, job_id: str, index: int) -> bytes | None:
-        """Segment ``index``'s audio; ``None`` when it is not (or no longer) there."""
-        ...
-
-    async def finish(self, tenant: str, job_id: str, status: JobStatus, error: str | None = None) -> JobRecord | None:
-        """End an active job as ``status`` (completed, failed, cancelled) and return it as it ended, read in the same
-        step (a concurrent delete cannot take what it spoke from whoever counts it); ``None`` when it was not active.
-        A job that did not complete gives its stored audio up."""
-        ...
-
-    async def delete(self, tenant: str, job_id: str) -> bool:
-        """Forget the job and its audio; ``False`` when there was none."""
-        ...
-
-
-def _ended(record: JobRecord, status: JobStatus, error: str | None, ttl_s: int) -> JobRecord:
-    now = now_s()
-    kept = status == "completed"
-    return replace(
-        record,
-        status=status,
-        error=error,
-        completed_at=int(now),
-        expires_at=int(now) + ttl_s,
-        stored_bytes=record.stored_bytes if kept else 0,
-        characters_done=record.characters_total if kept else record.characters_done,
-    )
-
-
-class MemoryJobStore:
-    """The jobs of one process (without ``redis_url``): lost when it stops; expired ones are dropped as they are met."""
-
-    def __init__(self, ttl_s: int) -> None:
-        self.ttl_s = ttl_s
-        self._records: dict[str, dict[str, JobRecord]] = {}
-        self._segments: dict[tuple[str, str], list[str]] = {}
-        self._audio: dict[tuple[str, str], list[bytes]] = {}
-
-    async def create(
-        self, record: JobRecord, segments: list[str], *, quota_bytes: int, max_jobs: int
-    ) -> Refusal | None:
-        # No await from the check to the write: no other creation runs in between (one event loop, no lock needed).
-        jobs = self._live(record.tenant)
-        if len(jobs) >= max_jobs:
-            return Refusal("too_many_jobs", len(jobs))
-        now = now_s()
-        held = sum(job.held_bytes(now) for job in jobs.values())
-        if held + record.reserved_bytes > quota_bytes:
-            return Refusal("storage_quota", held)
-        jobs[record.id] = record
-        self._segments[record.tenant, record.id] = segments
-        self._audio[record.tenant, record.id] = []
-        return None
-
-    async def get(self, tenant: str, job_id: str) -> JobRecord | None:
-        return self._live(tenant).get(job_id)
-
-    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[JobRecord]:
-        jobs = sorted((job for job in self._live(tenant).values() if after is None or job.id > after), key=_by_id)
-        return Page.of(jobs[: limit + 1], limit)
-
-    async def segments(self, tenant: str, job_id: str) -> list[str]:
-        return self._segments.get((tenant, job_id), [])
-
-    async def start(self, tenant: str, job_id: str) -> JobRecord | None:
-        record = await self.get(tenant, job_id)
-        if record is None or record.status not in ACTIVE:
-            return None
-        record = self._records[tenant][job_id] = replace(record, status="running")
-        return record
-
-    async def commit(self, tenant: str, job_id: str, index: int, spoken: SpokenSegment) -> bool:
-        record = await self.get(tenant, job_id)
-        if record is None or record.status != "running" or record.segments_done != index:
-            return False
-        self._audio[tenant, job_id].append(spoken.audio)
-        self._records[tenant][job_id] = replace(
-            record,
-            segments_done=index + 1,
-            characters_done=record.characters_done + spoken.characters,
-            characters_charged=record.characters_charged + spoken.charged,
-            audio_ms=record.audio_ms + spoken.audio_ms,
-            stored_bytes=record.stored_bytes + len(spoken.audio),
-        )
-        return True
-
-    async def sizes(self, tenant: str, job_id: str) -> list[int]:
-        return [len(audio) for audio in self._audio.get((tenant, job_id), [])]
-
-    async def chunk(self, tenant: str, job_id: str, index: int) -> bytes | None:
-        audio = self._audio.get((tenant, job_id), [])
-        return audio[index] if index < len(audio) else None
-
-    async def finish(self, tenant: str, job_id: str, status: JobStatus, error: str | None = None) -> JobRecord | None:
-        record = await self.get(tenant, job_id)
-        if record is None or record.status not in ACTIVE:
-            return None
-        ended = self._records[tenant][job_id] = _ended(record, status, error, self.ttl_s)
-        self._segments.pop((tenant, job_id), None)
-        if status != "completed":
-            self._audio.pop((tenant, job_id), None)
-        return ended
-
-    async def delete(self, tenant: str, job_id: str) -> bool:
-        self._segments.pop((tenant, job_id), None)
-        self._audio.pop((tenant, job_id), None)
-        return self._records.get(tenant, {}).pop(job_id, None) is not None
-
-    def _live(self, tenant: str) -> dict[str, JobRecord]:
-        """The tenant's jobs, those past both their TTLs dropped (their audio at the first TTL)."""
-        jobs = self._records.setdefault(tenant, {})
-        now = now_s()
-        for job in list(jobs.values()):
-            if job.expires_at is None:
-                continue
-            if now >= job.expires_at + self.ttl_s:
-                del jobs[job.id]
-            if now >= job.expires_at:
-                self._audio.pop((tenant, job.id), None)
-        return jobs
-
-
-def _by_id(record: JobRecord) -> str:
-    return record.id
+__all__ = ["RedisJobStore"]
 
 
 # Stores a new job unless its tenant holds ARGV[3] jobs or the job's reservation does not fit in the quota beside what
@@ -300,80 +103,6 @@ _FIELDS = (
     "reserved",
     "charged",
 )
-
-
-class AudioFiles:
-    """Segments' audio as files under a directory every replica mounts (``jobs.directory``: a ReadWriteMany volume),
-    one per segment at ``<root>/<tenant>/<job id>/<index>.<name>``, written whole (a temporary name, then renamed)
-    before its commit, which records the name: a runner whose commit is refused (the segment was taken) removes its
-    own file and never replaces the one committed. Files do not expire by themselves: :meth:`sweep` removes those of
-    jobs whose audio expired or is gone."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def _path(self, tenant: str, job_id: str, index: int | None = None, name: str = "") -> Path:
-        if not (_SAFE_NAME.match(tenant) and _SAFE_NAME.match(job_id) and (not name or _SAFE_NAME.match(name))):
-            raise ValueError("a tenant, job id or file name that is no plain file name")
-        folder = self.root / tenant / job_id
-        return folder if index is None else folder / f"{index:06d}.{name}"
-
-    async def put(self, tenant: str, job_id: str, index: int, audio: bytes) -> str:
-        """Write the segment's audio under a new name, and return the name."""
-        name = secrets.token_hex(8)
-        await asyncio.to_thread(_write_whole, self._path(tenant, job_id, index, name), audio)
-        return name
-
-    async def discard(self, tenant: str, job_id: str, index: int, name: str) -> None:
-        await asyncio.to_thread(self._path(tenant, job_id, index, name).unlink, True)
-
-    async def get(self, tenant: str, job_id: str, index: int, name: str) -> bytes | None:
-        return await asyncio.to_thread(_read_or_none, self._path(tenant, job_id, index, name))
-
-    async def drop(self, tenant: str, job_id: str) -> None:
-        await asyncio.to_thread(shutil.rmtree, self._path(tenant, job_id), True)
-
-    async def sweep(self, store: JobStore) -> int:
-        """Remove the files of every job whose record is gone or whose audio expired; returns how many jobs."""
-        removed = 0
-        for tenant, job_id in await asyncio.to_thread(self._jobs):
-            record = await store.get(tenant, job_id)
-            if record is None or (record.expires_at is not None and now_s() >= record.expires_at):
-                await self.drop(tenant, job_id)
-                removed += 1
-        return removed
-
-    async def sweep_forever(self, store: JobStore, every_s: float) -> None:
-        """:meth:`sweep` every ``every_s`` (on every replica: each removal is idempotent), until cancelled."""
-        while True:
-            await asyncio.sleep(every_s)
-            try:
-                await self.sweep(store)
-            except STORAGE_ERRORS as exc:  # Redis or the volume (an OSError) out of reach: the next round tries again
-                logger.warning("could not sweep the jobs' audio files: %r", exc)
-
-    def _jobs(self) -> list[tuple[str, str]]:
-        if not self.root.is_dir():
-            return []
-        return [(t.name, j.name) for t in self.root.iterdir() if t.is_dir() for j in t.iterdir() if j.is_dir()]
-
-
-logger = naming.logger("jobs")
-_SAFE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
-
-
-def _write_whole(path: Path, audio: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(audio)
-    temporary.replace(path)  # a reader sees the whole file or none
-
-
-def _read_or_none(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
 
 
 class RedisJobStore:
