@@ -9,7 +9,7 @@ a worker pays only its weights' load. The server process itself still never impo
 The template is supervised: the pools' watchdogs call :meth:`WorkerTemplate.check`, which starts a new template as
 soon as the old one has died (so that the next replacement is warm again), and a fork that finds the template gone
 starts one and tries again. Should a template not serve (it could not start, or CUDA was initialised while
-importing), the pool starts the worker the cold way, as a fresh interpreter (``engines/pool.py``).
+importing), the pool starts the worker the cold way, as a fresh interpreter (``engines/pool/``).
 """
 
 from __future__ import annotations

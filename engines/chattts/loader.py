@@ -100,7 +100,7 @@ def hub_snapshot(cache_dir: Path) -> Path | None:
 
 def weights_present(options: ChatTTSOptions) -> bool:
     """Whether the weights are where ``options`` say, without verifying or fetching them (cheap, and torch-free: the
-    server asks it). A pool forks workers from its warm template only then (``engines/pool.py``); otherwise the worker
+    server asks it). A pool forks workers from its warm template only then (``engines/pool/``); otherwise the worker
     starts cold, finds out in milliseconds what is missing (or downloads it) and says so, and no template importing
     torch is kept for an engine that cannot load."""
     if options.source == "dir":

@@ -7,13 +7,13 @@ import pytest
 from engines.base import EngineInfo
 from engines.errors import SynthesisFailedError
 from engines.messages import JobEnded
-from engines.pool import _MAX_JOINED_BYTES, SynthesisStream, _Job
+from engines.pool.stream import MAX_JOINED_BYTES, Job, SynthesisStream
 
 INFO = EngineInfo(name="tones", sample_rate=24000, voices=())
 
 
-def job_with(*pieces: bytes, ended: JobEnded | None = None) -> _Job:
-    job = _Job(1, max_buffered_bytes=10 * _MAX_JOINED_BYTES)
+def job_with(*pieces: bytes, ended: JobEnded | None = None) -> Job:
+    job = Job(1, max_buffered_bytes=10 * MAX_JOINED_BYTES)
     for piece in pieces:
         assert job.on_chunk(piece)
     if ended is not None:
@@ -41,12 +41,12 @@ async def test_a_failure_behind_queued_pcm_is_raised_after_that_pcm() -> None:
 
 
 async def test_joined_pieces_stop_growing_at_the_cap() -> None:
-    piece = b"\x00" * (_MAX_JOINED_BYTES // 3 + 2)
+    piece = b"\x00" * (MAX_JOINED_BYTES // 3 + 2)
     job = job_with(*[piece] * 6, ended=JobEnded(1))
     out = await read_all(SynthesisStream(job, INFO))
     assert b"".join(out) == piece * 6
     assert len(out) == 2
-    assert all(len(chunk) < _MAX_JOINED_BYTES + len(piece) for chunk in out)
+    assert all(len(chunk) < MAX_JOINED_BYTES + len(piece) for chunk in out)
 
 
 async def test_a_piece_that_arrives_alone_is_handed_on_at_once() -> None:

@@ -1,11 +1,4 @@
-"""A pool of engine worker processes, driven from the server's event loop.
-
-Each worker is a process holding one engine (``engines.worker``). The pool's scheduler (``engines.scheduling``) hands
-the workers' slots to requests, from bounded per-tenant queues served fairly across tenants (beyond the bounds:
-:class:`EngineOverloadedError`); the pool streams PCM back as the worker produces it, cancels jobs whose consumer
-went away, and replaces workers that die, hang or stop answering. Voice samples (:meth:`EnginePool.speaker_from_sample`)
-go to a ready worker outside the scheduler's slots: the worker encodes them between the steps of what it runs.
-"""
+"""The pool itself: :class:`EnginePool` (see the package's docstring)."""
 
 from __future__ import annotations
 
@@ -13,16 +6,14 @@ import asyncio
 import contextlib
 import itertools
 import multiprocessing
-import os
 import socket
 import time
 from collections import Counter
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from engines.base import InvalidSynthesisRequestError, cannot_clone_error
-from engines.errors import ConsumerTooSlowError, EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from engines.messages import (
     BatchStarted,
     CancelJob,
@@ -37,7 +28,7 @@ from engines.messages import (
     WorkerLoadFailed,
     WorkerReady,
 )
-from engines.pipe import frame, read_message
+from engines.pipe import read_message
 from engines.registry import ready_to_fork
 from engines.samples import check_sample
 from engines.scheduling import SlotScheduler, expected_speech_s
@@ -47,7 +38,7 @@ from engines.worker import run_worker
 from lifecycle import BackgroundTasks, naming
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import AsyncIterator
 
     from engines.base import EngineInfo, SynthesisRequest
     from engines.breaker import BreakerSettings
@@ -55,246 +46,18 @@ if TYPE_CHECKING:
     from engines.settings import LocalEngineSettings
     from engines.status import PoolState
     from engines.template import WorkerProcess, WorkerTemplates
-    from engines.timing import WordMark
+from engines.pool.stream import Job, LowLaneGate, SynthesisStream
+from engines.pool.workers import Lane, Worker, WorkerSlots, abandon, lower_cpu_priority
 
-__all__ = ["EnginePool", "SynthesisStream"]
-
-_Lane: TypeAlias = Literal["main", "low"]
-"""Which requests a worker serves: ``low``, only the ``low`` priority class (``low_priority_workers``); ``main``, the
-others (and every class when the pool has no ``low`` workers)."""
+__all__ = ["EnginePool"]
 
 logger = naming.logger("pool")
 
 # A worker that cannot load (no weights yet) is retried, for weights may appear on a mounted volume, but rarely:
 # each try imports the engine again.
 _MAX_RESTART_BACKOFF_S = 300.0
-_MAX_JOINED_BYTES = 96_000  # 2 s of 24 kHz PCM: the largest piece a stream hands on at once
 # Samples waiting for one worker before the next gets a 503: each costs the worker's running jobs one encoder pass.
 _MAX_SAMPLES_PER_WORKER = 4
-_LOW_NICENESS = 10
-_MAX_YIELD_S = 0.5
-"""The longest the ``low`` lane pauses for the other requests at a time; after one such pause it runs for as long
-before it pauses again, so that a steady stream of requests slows the jobs to at most half speed, never stops them."""
-"""How much lower the CPU priority of a ``low`` worker is (nice): Linux's scheduler then gives a runnable worker of
-the default priority about nine tenths of a contended core against it, and it all of an idle one."""
-
-
-class _Job:
-    """Server-side state of one job: the PCM and word marks the worker sent and not yet consumed, and how it ended."""
-
-    def __init__(self, job_id: int, max_buffered_bytes: int, grant: Grant[_Worker] | None = None) -> None:
-        self.id = job_id
-        self.grant = grant
-        self.produced_bytes = 0
-        self.events: asyncio.Queue[bytes | tuple[WordMark, ...] | JobEnded] = asyncio.Queue()
-        self.buffered_bytes = 0
-        self.max_buffered_bytes = max_buffered_bytes
-        self.cancelled_at: float | None = None
-        self.ended = False
-
-    def on_chunk(self, pcm: bytes, marks: tuple[WordMark, ...] = ()) -> bool:
-        """Queue a chunk, then the marks that came with it; False when the consumer has fallen too far behind (it then
-        gets an error)."""
-        self.produced_bytes += len(pcm)
-        if self.cancelled_at is not None:
-            return True
-        self.buffered_bytes += len(pcm)
-        if self.buffered_bytes > self.max_buffered_bytes:
-            ended = JobEnded(self.id, error="the client read audio too slowly; request dropped", slow_consumer=True)
-            self.events.put_nowait(ended)
-            return False
-        if pcm:
-            self.events.put_nowait(pcm)
-        if marks:
-            self.events.put_nowait(marks)
-        return True
-
-    def on_end(self, ended: JobEnded, sample_rate: int) -> None:
-        """The job ended (done, failed or cancelled): its slot is free, and its tenant is charged what it made."""
-        self.ended = True
-        self.events.put_nowait(ended)
-        if self.grant is not None:
-            self.grant.finish(self.produced_bytes / (2 * sample_rate))
-
-
-class SynthesisStream:
-    """The PCM of one job as it arrives (an :class:`~engines.backend.PcmStream`), and its word marks as they come
-    after their audio."""
-
-    def __init__(self, job: _Job, info: EngineInfo, gate: _LowLaneGate | None = None) -> None:
-        """``gate``: what a ``low`` lane's stream waits for before it hands on a piece."""
-        self._job = job
-        self._gate = gate
-        self.info = info
-        self.sample_rate = info.sample_rate
-        self.marks: list[WordMark] = []
-        self._ending: JobEnded | None = None
-
-    def __aiter__(self) -> SynthesisStream:
-        return self
-
-    async def __anext__(self) -> bytes:
-        if self._gate is not None:
-            await self._gate.wait()
-        while self._ending is None:
-            item = await self._job.events.get()
-            if isinstance(item, bytes):
-                return self._with_queued(item)
-            if isinstance(item, tuple):
-                self.marks.extend(item)
-                continue
-            self._end(item)
-        assert self._ending is not None
-        if self._ending.error is None:
-            raise StopAsyncIteration
-        if self._ending.invalid:
-            raise InvalidSynthesisRequestError(self._ending.error, self._ending.invalid_param)
-        if self._ending.slow_consumer:
-            raise ConsumerTooSlowError(self._ending.error)
-        raise SynthesisFailedError(self._ending.error)
-
-    def _with_queued(self, first: bytes) -> bytes:
-        """``first`` joined with the PCM already queued behind it.
-
-        When the engine runs ahead of its consumer, fewer and larger pieces save a round of encoding, fan-out and
-        HTTP writing per piece; nothing waits for more, so the first audio is never delayed.
-        """
-        pieces, size = [first], len(first)
-        events = self._job.events
-        while size < _MAX_JOINED_BYTES and not events.empty():
-            item = events.get_nowait()
-            if isinstance(item, tuple):
-                self.marks.extend(item)  # their audio is in the pieces before them: in what this call returns
-                continue
-            if not isinstance(item, bytes):
-                self._end(item)  # the job ended behind these pieces: reported on the next call
-                break
-            pieces.append(item)
-            size += len(item)
-        self._job.buffered_bytes -= size
-        return first if len(pieces) == 1 else b"".join(pieces)
-
-    def _end(self, ending: JobEnded) -> None:
-        self._ending = ending
-        self.marks.extend(ending.marks)
-
-
-class _LowLaneGate:
-    """While requests of the main lane are in flight (waiting for a worker or running), the ``low`` lane's work pauses:
-    its workers' pipes are not read (a worker then blocks on its next send, within a few buffers: the CPU goes to the
-    requests, as a preemption would give it) and its streams hand on no PCM (the gateway's own work for them, encoding
-    and storing a job's audio, waits too). A pause lasts until the main lane is quiet, at most ``_MAX_YIELD_S``."""
-
-    def __init__(self) -> None:
-        self._in_flight = 0
-        self._quiet = asyncio.Event()
-        self._quiet.set()
-        self._free_until = 0.0
-
-    @contextlib.contextmanager
-    def in_flight(self) -> Iterator[None]:
-        """A main-lane request, from asking for a worker until its stream closes."""
-        self._in_flight += 1
-        self._quiet.clear()
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            if not self._in_flight:
-                self._quiet.set()
-
-    async def wait(self) -> None:
-        """Return once the main lane is quiet, or at most ``_MAX_YIELD_S`` later (at once within the run that follows
-        a pause that lasted that long)."""
-        if self._quiet.is_set() or time.monotonic() < self._free_until:
-            return
-        try:
-            async with asyncio.timeout(_MAX_YIELD_S):
-                await self._quiet.wait()
-        except TimeoutError:
-            self._free_until = time.monotonic() + _MAX_YIELD_S
-
-
-class _Worker:
-    """The server's handle on one worker process."""
-
-    def __init__(self, pool: EnginePool, process: WorkerProcess, writer: asyncio.StreamWriter, lane: _Lane) -> None:
-        self.pool = pool
-        self.process = process
-        self.lane = lane
-        self.pid = process.pid
-        """Kept: a closed ``multiprocessing`` process no longer says its pid."""
-        self.writer = writer
-        self.reader_task: asyncio.Task[None] | None = None
-        self.state: Literal["starting", "ready", "dead"] = "starting"
-        self.info: EngineInfo | None = None
-        self.jobs: dict[int, _Job] = {}
-        self.samples: dict[int, asyncio.Future[SampleEncoded]] = {}
-        """Samples sent to encode, by request id, each waiting for its answer."""
-        self.reserved = 0
-        self.started_at = time.monotonic()
-        self.ping_sent_at: float | None = None
-        self.last_seen = time.monotonic()
-        self.last_progress = time.monotonic()
-        """When the worker last produced audio or finished a job, or last went from idle to busy."""
-        self.kill_reason: str | None = None
-
-    @property
-    def load(self) -> int:
-        return len(self.jobs) + self.reserved
-
-    @property
-    def capacity(self) -> int:
-        return self.info.max_batch if self.info is not None else 0
-
-    @property
-    def sample_rate(self) -> int:
-        return self.info.sample_rate if self.info is not None else 24000
-
-    def has_free_slot(self) -> bool:
-        return self.state == "ready" and self.load < self.capacity
-
-    def send(self, message: object) -> None:
-        if self.writer.is_closing():
-            self.kill("its pipe broke")
-            return
-        self.writer.write(frame(message))
-
-    def kill(self, reason: str) -> None:
-        """Kill the process; its pipe then reaches EOF and the pool cleans up and replaces it."""
-        if self.kill_reason is None:
-            self.kill_reason = reason
-            logger.warning("killing %s worker pid %s: %s", self.pool.name, self.pid, reason)
-        with contextlib.suppress(Exception):
-            self.process.kill()
-
-
-class _WorkerSlots:
-    """The pool's workers of one lane as a scheduler's slot source: a slot is a place in a ready worker's batch."""
-
-    def __init__(self, workers: list[_Worker], lane: _Lane) -> None:
-        self._all = workers
-        self._lane = lane
-
-    @property
-    def _workers(self) -> list[_Worker]:
-        return [w for w in self._all if w.lane == self._lane]
-
-    def free_slot(self) -> _Worker | None:
-        candidates = [w for w in self._workers if w.has_free_slot()]
-        return min(candidates, key=lambda w: w.load) if candidates else None
-
-    def take(self, holder: _Worker) -> None:
-        holder.reserved += 1
-
-    def give_back(self, holder: _Worker) -> None:
-        holder.reserved -= 1
-
-    def total_slots(self) -> int:
-        return sum(w.capacity for w in self._workers if w.state == "ready")
-
-    def free_slots(self) -> int:
-        return sum(w.capacity - w.load for w in self._workers if w.state == "ready")
 
 
 class EnginePool:
@@ -314,13 +77,13 @@ class EnginePool:
         self._worker_logging = worker_logging
         self._templates = templates
         self._context = multiprocessing.get_context("spawn")
-        self._workers: list[_Worker] = []
-        self._slots: SlotScheduler[_Worker] = SlotScheduler(name, settings, _WorkerSlots(self._workers, "main"))
-        self._low_slots: SlotScheduler[_Worker] | None = (
-            SlotScheduler(name, settings, _WorkerSlots(self._workers, "low")) if settings.low_priority_workers else None
+        self._workers: list[Worker] = []
+        self._slots: SlotScheduler[Worker] = SlotScheduler(name, settings, WorkerSlots(self._workers, "main"))
+        self._low_slots: SlotScheduler[Worker] | None = (
+            SlotScheduler(name, settings, WorkerSlots(self._workers, "low")) if settings.low_priority_workers else None
         )
         """The ``low`` class's own workers and queue (``low_priority_workers``), or ``None``: it shares the others'."""
-        self._gate = _LowLaneGate()
+        self._gate = LowLaneGate()
         self._job_ids = itertools.count(1)
         self._ping_nonces = itertools.count(1)
         self._restarts = 0
@@ -336,8 +99,8 @@ class EnginePool:
     async def start(self) -> None:
         """Start every worker in the background: each is forked (once its template has imported the engine's modules,
         the first time) or started, then loads and warms up (see :meth:`status`)."""
-        main: list[_Lane] = ["main"]
-        low: list[_Lane] = ["low"]
+        main: list[Lane] = ["main"]
+        low: list[Lane] = ["low"]
         for lane in main * self.settings.workers + low * self.settings.low_priority_workers:
             self._respawns.spawn(self._spawn(lane), name=f"spawn-{self.name}")
         self._watchdog = asyncio.create_task(self._watch(), name=f"watchdog-{self.name}")
@@ -399,10 +162,10 @@ class EnginePool:
             queued_by_tenant=dict(queued_by_tenant),
         )
 
-    def _schedulers(self) -> list[SlotScheduler[_Worker]]:
+    def _schedulers(self) -> list[SlotScheduler[Worker]]:
         return [self._slots] if self._low_slots is None else [self._slots, self._low_slots]
 
-    def _state(self, ready: list[_Worker]) -> PoolState:
+    def _state(self, ready: list[Worker]) -> PoolState:
         if self._stopped:
             return "stopped"
         if ready:
@@ -426,7 +189,7 @@ class EnginePool:
         its cost, the seconds of speech its text should make (corrected by what it made once it ends);
         ``continuing``: see :meth:`~engines.backend.EngineBackend.open_stream`. With ``low_priority_workers``, a
         request of the ``low`` class runs on those, and while any other is in flight the ``low`` lane pauses
-        (:class:`_LowLaneGate`).
+        (:class:`LowLaneGate`).
         """
         low = self._low_slots is not None and share is not None and share.priority == "low"
         in_flight = self._gate.in_flight() if self._low_slots is not None and not low else contextlib.nullcontext()
@@ -445,7 +208,7 @@ class EnginePool:
             grant.abandon()
             grant = await self._acquire(slots, tenant, share, cost, continuing)
         worker = grant.holder
-        job = _Job(next(self._job_ids), self._max_buffered_bytes(worker), grant)
+        job = Job(next(self._job_ids), self._max_buffered_bytes(worker), grant)
         worker.reserved -= 1  # the slot handed to the tenant is its job now
         grant.start()
         if not worker.jobs:
@@ -488,7 +251,7 @@ class EnginePool:
             raise SynthesisFailedError(encoded.error or "the engine made no speaker")
         return encoded.speaker
 
-    def _sample_worker(self) -> _Worker:
+    def _sample_worker(self) -> Worker:
         """The ready worker to encode a sample on.
 
         Raises:
@@ -505,13 +268,13 @@ class EnginePool:
             raise EngineOverloadedError(self.name, 1)
         return worker
 
-    def _max_buffered_bytes(self, worker: _Worker) -> int:
+    def _max_buffered_bytes(self, worker: Worker) -> int:
         rate = worker.info.sample_rate if worker.info is not None else 24000
         return int(self.settings.max_buffered_audio_s * rate * 2)
 
     async def _acquire(
-        self, slots: SlotScheduler[_Worker], tenant: str, share: TenantShare | None, cost: float, continuing: bool
-    ) -> Grant[_Worker]:
+        self, slots: SlotScheduler[Worker], tenant: str, share: TenantShare | None, cost: float, continuing: bool
+    ) -> Grant[Worker]:
         status = self.status()
         if status.state == "starting" and self._info is None:
             # Loading for the first time: say so at once (a 503 with Retry-After, or the alias's next engine). A pool
@@ -530,7 +293,7 @@ class EnginePool:
             scheduler.hand_out()
 
     # ----------------------------------------------------------------- worker processes
-    async def _spawn(self, lane: _Lane) -> None:
+    async def _spawn(self, lane: Lane) -> None:
         parent_socket, child_socket = socket.socketpair()  # the pipe (engines/pipe.py); the child gets a duplicate
         # In a thread: a fork waits for the template's imports the first time. Cancelled meanwhile (the pool stops),
         # the thread still finishes with the socket; the worker it started is then ended.
@@ -538,7 +301,7 @@ class EnginePool:
         try:
             process = await asyncio.shield(starting)
         except asyncio.CancelledError:
-            starting.add_done_callback(lambda started: _abandon(started, parent_socket, child_socket))
+            starting.add_done_callback(lambda started: abandon(started, parent_socket, child_socket))
             raise
         except BaseException:
             parent_socket.close()
@@ -546,18 +309,18 @@ class EnginePool:
             raise
         child_socket.close()
         reader, writer = await asyncio.open_unix_connection(sock=parent_socket)
-        worker = _Worker(self, process, writer, lane)
+        worker = Worker(self, process, writer, lane)
         self._workers.append(worker)
         worker.reader_task = asyncio.create_task(self._read(worker, reader), name=f"worker-{process.pid}")
         if self._stopped:  # stopped while it started
             worker.kill("the pool is stopping")
 
-    def _start_process(self, child_socket: socket.socket, lane: _Lane) -> WorkerProcess:
+    def _start_process(self, child_socket: socket.socket, lane: Lane) -> WorkerProcess:
         """A worker process running this pool's engine on ``child_socket``, at a lower CPU priority in the ``low``
         lane (blocking: called in a thread)."""
         process = self._fork_or_start(child_socket)
         if lane == "low" and process.pid is not None:
-            _lower_cpu_priority(process.pid)
+            lower_cpu_priority(process.pid)
         return process
 
     def _fork_or_start(self, child_socket: socket.socket) -> WorkerProcess:
@@ -580,7 +343,7 @@ class EnginePool:
         process.start()
         return process
 
-    async def _read(self, worker: _Worker, reader: asyncio.StreamReader) -> None:
+    async def _read(self, worker: Worker, reader: asyncio.StreamReader) -> None:
         try:
             while True:
                 if worker.lane == "low":
@@ -589,7 +352,7 @@ class EnginePool:
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             self._on_exit(worker)  # end of file: the worker process is gone
 
-    def _on_message(self, worker: _Worker, message: object) -> None:
+    def _on_message(self, worker: Worker, message: object) -> None:
         worker.last_seen = time.monotonic()
         if isinstance(message, JobChunk | JobEnded):
             worker.last_progress = worker.last_seen
@@ -616,13 +379,13 @@ class EnginePool:
             log("engine %s failed to load: %s", self.name, message.reason)
             self._unavailable_reason = message.reason
 
-    def _on_job_ended(self, worker: _Worker, ended: JobEnded) -> None:
+    def _on_job_ended(self, worker: Worker, ended: JobEnded) -> None:
         job = worker.jobs.pop(ended.job_id, None)
         if job is not None:
             job.on_end(ended, worker.sample_rate)
         self._hand_out()
 
-    def _on_worker_ready(self, worker: _Worker, info: EngineInfo) -> None:
+    def _on_worker_ready(self, worker: Worker, info: EngineInfo) -> None:
         worker.state = "ready"
         worker.info = info
         self._info = info
@@ -631,7 +394,7 @@ class EnginePool:
         logger.info("engine %s worker pid %s ready", self.name, worker.pid)
         self._hand_out()
 
-    def _on_exit(self, worker: _Worker) -> None:
+    def _on_exit(self, worker: Worker) -> None:
         was_ready = worker.state == "ready"
         exitcode = self._close(worker)
         reason = worker.kill_reason or f"exit code {exitcode}"
@@ -653,7 +416,7 @@ class EnginePool:
         if self.status().state == "unavailable":
             self._fail_waiters()
 
-    def _close(self, worker: _Worker) -> int | None:
+    def _close(self, worker: Worker) -> int | None:
         """Forget the worker, releasing what the pool holds of it; returns its exit code (None: not known)."""
         if worker.reader_task is not None and worker.reader_task is not asyncio.current_task():
             worker.reader_task.cancel()
@@ -670,7 +433,7 @@ class EnginePool:
     def _backoff_s(self) -> float:
         return min(_MAX_RESTART_BACKOFF_S, 0.5 * 2.0 ** max(0, self._failed_starts - 1))
 
-    def _schedule_respawn(self, delay_s: float, lane: _Lane) -> None:
+    def _schedule_respawn(self, delay_s: float, lane: Lane) -> None:
         async def respawn() -> None:
             await asyncio.sleep(delay_s)
             if not self._stopped:
@@ -691,7 +454,7 @@ class EnginePool:
             for scheduler in self._schedulers():
                 scheduler.tick()  # a slot kept for a tenant whose share has lapsed goes to those waiting
 
-    def _check(self, worker: _Worker, now: float) -> None:
+    def _check(self, worker: Worker, now: float) -> None:
         settings = self.settings
         if worker.state == "starting":
             if now - worker.started_at > settings.start_timeout_s:
@@ -705,36 +468,10 @@ class EnginePool:
             worker.kill(f"no progress for {settings.stall_timeout_s:g} s on {len(worker.jobs)} job(s)")
         self._check_health(worker, now)
 
-    def _check_health(self, worker: _Worker, now: float) -> None:
+    def _check_health(self, worker: Worker, now: float) -> None:
         interval = self.settings.health_interval_s
         if worker.ping_sent_at is not None and now - worker.ping_sent_at > interval:
             worker.kill("no answer to a health ping")
         elif worker.ping_sent_at is None and now - worker.last_seen > interval:
             worker.ping_sent_at = now
             worker.send(Ping(next(self._ping_nonces)))
-
-
-def _lower_cpu_priority(pid: int) -> None:
-    """Lower the CPU priority of every thread of process ``pid`` by ``_LOW_NICENESS``.
-
-    Linux's niceness is per thread (``setpriority`` on a pid sets its main thread's only); the threads the worker starts
-    later (espeak's synthesis thread) inherit it from the main thread that starts them.
-    """
-    try:
-        threads = [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
-    except OSError:  # not Linux: the process's priority is the process's
-        threads = [pid]
-    for tid in threads:
-        with contextlib.suppress(OSError):  # the thread ended meanwhile
-            niceness = os.getpriority(os.PRIO_PROCESS, tid)
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, niceness + _LOW_NICENESS))
-
-
-def _abandon(started: asyncio.Future[WorkerProcess], parent_socket: socket.socket, child_socket: socket.socket) -> None:
-    """End a worker whose start was cancelled (its pool stopped meanwhile)."""
-    parent_socket.close()
-    child_socket.close()
-    if not started.cancelled() and started.exception() is None:
-        process = started.result()
-        process.kill()
-        process.join(timeout=1.0)
