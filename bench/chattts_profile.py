@@ -138,6 +138,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--dtype", default="auto", choices=get_args(Dtype),
                         help="the engine's dtype option")  # fmt: skip
+    parser.add_argument("--decoder", default="torch", choices=("torch", "onnxruntime"), help="the decoder option")
+    parser.add_argument("--weights", default="float32", choices=("float32", "int8"), help="the weights option")
     parser.add_argument("--stagger", type=int, default=0, help="steps between requests (0: all together)")
     parser.add_argument("--prefill-chunk-tokens", type=int, help="prefill_chunk_tokens (default: prompts whole)")
     parser.add_argument("--max-chunk-tokens", type=int, default=96,
@@ -147,7 +149,8 @@ def main() -> None:
     options = {"source": "dir", "path": args.assets, "device": "cpu", "threads": args.threads,
                "max_new_token": args.tokens, "min_new_token": args.tokens, "max_batch": max(8, args.batch),
                "stream_max_chunk_tokens": args.max_chunk_tokens,
-               "prefill_chunk_tokens": args.prefill_chunk_tokens, "dtype": args.dtype}  # fmt: skip
+               "prefill_chunk_tokens": args.prefill_chunk_tokens, "dtype": args.dtype,
+               "decoder": args.decoder, "weights": args.weights}  # fmt: skip
     engine = ChatTTSEngine(options)
     engine.load()
     tally = Tally()

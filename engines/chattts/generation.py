@@ -21,6 +21,7 @@ padded on the left.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -304,6 +305,10 @@ class CodeBatch:
     def step(self) -> list[StepEvent]:
         """One forward pass: a token for every running sequence, and the next part of the waiting prompts (a
         sequence whose prompt completes gets its first token)."""
+        with _torch_threads(1 if self._graph is not None and not self._waiting else None):
+            return self._step()
+
+    def _step(self) -> list[StepEvent]:
         events = self._drop_cancelled_waiting()
         parts = self._parts()
         if not parts:
@@ -389,8 +394,8 @@ class CodeBatch:
         assert self._graph is not None
         hidden = rows.inputs[:, 0].to(torch.float32)
         cos, sin = self._backbone.rotary_emb(hidden.unsqueeze(1), rows.positions)  # each (rows, 1, head_dim)
-        bias = torch.zeros(rows.mask.shape).masked_fill_(rows.mask == 0, torch.finfo(torch.float32).min)
-        outputs = self._graph.step(hidden, cos[:, 0], sin[:, 0], bias, _cache_tensors(rows.cache))
+        cache, bias = _graph_cache(rows)
+        outputs = self._graph.step(hidden, cos[:, 0], sin[:, 0], bias, cache)
         for index, (keys, values) in enumerate(outputs.columns):
             rows.cache.update(keys, values, index)
         return outputs.hidden, outputs.logits
@@ -472,6 +477,40 @@ class CodeBatch:
             else:
                 kept.append(row)
         return events, kept
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """torch on ``threads`` threads meanwhile (``None``: unchanged).
+
+    A pass the decode graph computes leaves torch only small tensors (the rotary, the bias, sampling), too small to
+    share out; but every op torch does share out leaves its OpenMP threads spinning for a while after it, on the
+    cores ONNX Runtime's threads then need (``bench/chattts_step_overhead.py``). On one thread, torch starts none."""
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _graph_cache(rows: _Rows) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+    """The cache a graph step reads, and its additive attention bias ``(rows, columns + 1)``: the cache's whole
+    buffers where it grows in place (their unused columns masked like padding: attention over keys does not care
+    where they lie), so that no step copies it; else its tensors."""
+    lowest = torch.finfo(torch.float32).min
+    buffers = kv_cache.whole_buffers(rows.cache)
+    if buffers is None:
+        return _cache_tensors(rows.cache), torch.zeros(rows.mask.shape).masked_fill_(rows.mask == 0, lowest)
+    cache, used = buffers
+    assert used == rows.cached_columns, "the cache holds every column before the new one"
+    bias = torch.full((len(rows), cache[0][0].size(2) + 1), lowest)
+    bias[:, :used].masked_fill_(rows.mask[:, :used] != 0, 0.0)
+    bias[:, -1] = 0.0  # the new token's own column
+    return cache, bias
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SPARE_COLUMNS", "growing_cache"]
+__all__ = ["SPARE_COLUMNS", "growing_cache", "whole_buffers"]
 
 SPARE_COLUMNS = 64
 """The least room a buffer is given beyond what it holds."""
@@ -76,6 +76,19 @@ def _growing_layer_class() -> type[Any]:
             self._view = self.keys
             return self.keys, self.values
 
+        def whole(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+            """The whole key and value buffers (contiguous: no copy to hand them on), with room for one more column,
+            and how many of their columns are used; the others are zeros."""
+            held_keys, held_values = self.keys, self.values
+            assert held_keys is not None, "a prefilled layer"
+            assert held_values is not None, "a prefilled layer"
+            used = held_keys.shape[-2]
+            if self._buffers is None or held_keys is not self._view or used + 1 > self._buffers[0].shape[-2]:
+                self._buffers = _room_for((held_keys, held_values), (held_keys, held_values), used, used + 1)
+                self.keys, self.values = self._buffers[0][..., :used, :], self._buffers[1][..., :used, :]
+                self._view = self.keys
+            return self._buffers[0], self._buffers[1], used
+
     return GrowingLayer
 
 
@@ -85,7 +98,22 @@ def _room_for(
     """New key and value buffers holding the first ``used`` columns of ``held``, with room for ``needed`` and more
     (shaped like ``new``, the states about to be written)."""
     capacity = needed + max(SPARE_COLUMNS, needed // 2)
-    keys, values = (states.new_empty((*states.shape[:-2], capacity, states.shape[-1])) for states in new)
+    # Zeros, not garbage: ``whole`` hands the unused columns on, masked; a NaN there would survive the mask.
+    keys, values = (states.new_zeros((*states.shape[:-2], capacity, states.shape[-1])) for states in new)
     if used:
         keys[..., :used, :], values[..., :used, :] = held
     return keys, values
+
+
+def whole_buffers(cache: Any) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], int] | None:
+    """Every layer's whole ``(keys, values)`` buffers, contiguous, with room for one more column, and how many of
+    their columns are used (the rest are zeros, to be masked); ``None`` for a cache that is not growing.
+
+    What a step that takes its cache as contiguous arrays (the ONNX decode graph) reads instead of the used views:
+    those are strided (the spare room lies between heads), and making them contiguous copied the whole cache of
+    every layer at every step."""
+    layers = getattr(cache, "layers", None)
+    if not layers or not all(hasattr(layer, "whole") for layer in layers):
+        return None
+    wholes = [layer.whole() for layer in layers]
+    return [(keys, values) for keys, values, _ in wholes], wholes[0][2]
