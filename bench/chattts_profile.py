@@ -56,6 +56,8 @@ class Tally:
 
     def __init__(self) -> None:
         self.spent: defaultdict[str, float] = defaultdict(float)
+        self.cpu: defaultdict[str, float] = defaultdict(float)
+        """CPU seconds of the whole process (every thread): on a busy machine, less disturbed than wall time."""
         self.calls: Counter[str] = Counter()
         self.flops: Counter[str] = Counter()
         self.decoded_tokens = 0
@@ -64,6 +66,7 @@ class Tally:
 
     def clear(self) -> None:
         self.spent.clear()
+        self.cpu.clear()
         self.calls.clear()
         self.decoded_tokens = 0
 
@@ -73,11 +76,12 @@ class Tally:
                 result = call()
             self.flops[label] += counter.get_total_flops()
             return result
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
             return call()
         finally:
             self.spent[label] += time.perf_counter() - started
+            self.cpu[label] += time.process_time() - cpu
             self.calls[label] += 1
 
 
@@ -177,7 +181,9 @@ def main() -> None:
     for label in LABELS:
         spent, share = tally.spent[label], 100 * tally.spent[label] / total
         rate = f"{tally.flops[label] / spent / 1e9:6.1f} GFLOP/s" if spent else ""
-        print(f"  {label:12} {spent * 1000:7.0f} ms  {tally.calls[label]:4d} calls  {share:5.1f} %  {rate}")
+        cpu, cpu_share = tally.cpu[label], 100 * tally.cpu[label] / max(sum(tally.cpu.values()), 1e-9)
+        print(f"  {label:12} {spent * 1000:7.0f} ms  {tally.calls[label]:4d} calls  {share:5.1f} %  "
+              f"CPU {cpu * 1000:7.0f} ms {cpu_share:5.1f} %  {rate}")  # fmt: skip
     print_bound(tally, args.batch * args.tokens / decoded_tokens)
 
 
