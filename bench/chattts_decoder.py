@@ -11,7 +11,9 @@ the memory bound (bytes per step over the copy rate), and, over ``--compare-step
 alike (the graph's and torch's), the largest logits difference and the share of (row, codebook) argmax tokens that
 agree. With ``--int8``, the same for the 8-bit graph (``weights: int8``) against the float32 graph: its step, and the
 share of (row, codebook) argmax tokens that agree over ``--int8-steps`` steps in which both graphs see the same inputs
-(the float32 graph's outputs drive the batch).
+(the float32 graph's outputs drive the batch), and the log spectral distance between the first row's audio decoded
+(DVAE decoder and Vocos) from each graph's hidden states of those steps: a proxy only, as random weights make noise
+that no one can judge by ear.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ from engines.chattts.engine import ChatTTSEngine
 from engines.chattts.generation import CodeBatch, Sampling
 from engines.chattts.loader import verify_directory
 from engines.chattts.onnx_step import DecodeGraph, DecodeOutputs, graph_key, graph_path, load_decode_graph
+from engines.chattts.streaming import decode_hiddens
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+
+    import numpy as np
 
 __all__ = ["main"]
 
@@ -111,16 +116,29 @@ def compare(engine: ChatTTSEngine, prompt: list[int], rows: int, steps: int) -> 
 
 
 class ShadowedGraph:
-    """The float32 graph, with the 8-bit one run on the same inputs each step; their logits are kept in pairs."""
+    """The float32 graph, with the 8-bit one run on the same inputs each step; their logits and their first row's
+    hidden states are kept in pairs."""
 
     def __init__(self, main: DecodeGraph, shadow: DecodeGraph) -> None:
         self.main, self.shadow = main, shadow
         self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.hiddens: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def step(self, *inputs: Any) -> DecodeOutputs:
-        outputs = self.main.step(*inputs)
-        self.pairs.append((outputs.logits, self.shadow.step(*inputs).logits))
+        outputs, shadowed = self.main.step(*inputs), self.shadow.step(*inputs)
+        self.pairs.append((outputs.logits, shadowed.logits))
+        self.hiddens.append((outputs.hidden[0], shadowed.hidden[0]))
         return outputs
+
+
+def log_spectral_distance(reference: np.ndarray, other: np.ndarray) -> float:
+    """The root mean square difference of two signals' log magnitude spectra (1024-point frames, hop 256), in dB,
+    averaged over frames: 0 for the same audio."""
+    window = torch.hann_window(1024)
+    spectra = [torch.stft(torch.from_numpy(audio), 1024, 256, window=window, return_complex=True).abs()
+               for audio in (reference, other)]  # fmt: skip
+    decibels = [20 * torch.log10(spectrum.clamp(min=1e-5)) for spectrum in spectra]
+    return float((decibels[0] - decibels[1]).pow(2).mean(0).sqrt().mean())
 
 
 def int8_graph(engine: ChatTTSEngine, assets: str, threads: int) -> DecodeGraph:
@@ -135,8 +153,12 @@ def int8_graph(engine: ChatTTSEngine, assets: str, threads: int) -> DecodeGraph:
     return graph
 
 
-def int8_agreement(engine: ChatTTSEngine, prompt: list[int], rows: int, steps: int, int8: DecodeGraph) -> float:
-    """The share of (row, codebook) argmax tokens of the 8-bit graph equal to the float32 graph's, same inputs."""
+def int8_agreement(
+    engine: ChatTTSEngine, prompt: list[int], rows: int, steps: int, int8: DecodeGraph
+) -> tuple[float, float]:
+    """The share of (row, codebook) argmax tokens of the 8-bit graph equal to the float32 graph's, same inputs; and
+    the log spectral distance (dB) of the first row's audio decoded from each graph's hidden states of those tokens
+    (the float32 graph's tokens drive both)."""
     assert engine._graph is not None
     shadowed = ShadowedGraph(engine._graph, int8)
     codes = CodeBatch(engine._chat, Sampling(), graph=cast("DecodeGraph", shadowed))
@@ -147,21 +169,24 @@ def int8_agreement(engine: ChatTTSEngine, prompt: list[int], rows: int, steps: i
     num_vq, vocabulary = engine._chat.config.gpt.num_vq, engine._chat.config.gpt.num_audio_tokens
     same = [(a.view(-1, num_vq, vocabulary).argmax(-1) == b.view(-1, num_vq, vocabulary).argmax(-1))
             for a, b in shadowed.pairs]  # fmt: skip
-    return float(sum(int(s.sum()) for s in same)) / sum(s.numel() for s in same)
+    audio = [decode_hiddens(engine._chat, torch.stack(side)) for side in zip(*shadowed.hiddens, strict=True)]
+    return float(sum(int(s.sum()) for s in same)) / sum(s.numel() for s in same), log_spectral_distance(*audio)
 
 
 def print_int8(engine: ChatTTSEngine, prompt: list[int], args: argparse.Namespace, weights: int) -> None:
     int8 = int8_graph(engine, args.assets, args.threads)
-    print(f"\n8-bit weights (MatMulNBits): argmax agreement with float32 over {args.int8_steps} steps, same inputs")
-    print("| batch | float32 graph (ms) | int8 graph (ms) | speed-up | int8 GB/s of float32 bytes | argmax agree |")
-    print("|---|---|---|---|---|---|")
+    print(f"\n8-bit weights (MatMulNBits): argmax agreement with float32 over {args.int8_steps} steps, same inputs;"
+          " log spectral distance of the first row's audio decoded from each graph's hidden states")  # fmt: skip
+    print("| batch | float32 graph (ms) | int8 graph (ms) | speed-up | int8 GB/s of float32 bytes | argmax agree "
+          "| spectral distance (dB) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for rows in (int(size) for size in args.batches.split(",")):
         measures = {name: partial(step_ms, engine, prompt, rows, args.steps, graph)
                     for name, graph in (("float32", engine._graph), ("int8", int8))}  # fmt: skip
         step = alternating(measures, args.rounds)
-        agree = int8_agreement(engine, prompt, rows, args.int8_steps, int8)
+        agree, distance = int8_agreement(engine, prompt, rows, args.int8_steps, int8)
         print(f"| {rows} | {step['float32']:.1f} | {step['int8']:.1f} | {step['float32'] / step['int8']:.2f}x | "
-              f"{weights / step['int8'] / 1e6:.1f} | {agree:.1%} |")  # fmt: skip
+              f"{weights / step['int8'] / 1e6:.1f} | {agree:.1%} | {distance:.2f} |")  # fmt: skip
 
 
 def alternating(measures: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, float]:
