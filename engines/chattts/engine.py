@@ -313,7 +313,25 @@ class ChatTTSEngine:
                 due[index] = True  # its last decode covers a chunk that fell due at this same step too
             elif plan.decoder.add(hidden):
                 due[index] = False
+        for index in self._held(due, live):
+            del due[index]
         yield from self._decode_due([(live[index], ended) for index, ended in due.items()], live)
+
+    @staticmethod
+    def _held(due: dict[int, bool], live: dict[int, _Plan]) -> list[int]:
+        """The due later chunks that wait while a request waits for its first audio.
+
+        A decode stops every row's next step for as long as it takes (a chunk's window costs a few steps): a new
+        request that must wait out the running rows' decodes before its own first chunk hears it later the bigger the
+        batch. So while a segment's first chunk is coming, the others' later chunks wait, within what their listeners
+        have left (:meth:`StreamDecoder.may_wait`) and up to ``stream_max_chunk_tokens``; they then leave as one
+        bigger chunk, which costs less than two (each chunk decodes its left context again)."""
+        if all(plan.decoder is None or plan.decoder.started for plan in live.values() if plan.running):
+            return []
+        return [
+            index for index, ended in due.items()
+            if not ended and (decoder := live[index].decoder) is not None and decoder.may_wait()
+        ]  # fmt: skip
 
     def _decode_due(self, due: list[tuple[_Plan, bool]], live: dict[int, _Plan]) -> Generator[BatchItem, None, None]:
         """Decode the due chunks together (one call per window length) and yield them, with the requests' ends."""

@@ -83,12 +83,13 @@ class StreamDecoder:
         holdback: int = 4,
         crossfade: int = 1024,
         max_chunk_tokens: int = 96,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if crossfade > holdback * SAMPLES_PER_TOKEN:
             raise ValueError("the crossfade must fit in the held-back tokens")
         self._first, self._chunk, self._left, self._holdback = first_tokens, chunk_tokens, left_context, holdback
-        self._max_chunk, self._clock = max(chunk_tokens, max_chunk_tokens), clock
+        self._max_chunk = max(chunk_tokens, max_chunk_tokens)
+        self._clock = clock if clock is not None else time.monotonic  # looked up here: tests may stop the clock
         self._fade_in = np.linspace(0.0, 1.0, crossfade, dtype=np.float32)
         self._hiddens: list[torch.Tensor] = []
         self._emitted = 0  # absolute sample up to which audio has left (without the pending tail)
@@ -114,6 +115,18 @@ class StreamDecoder:
         if pending < self._chunk:
             return False
         return pending >= self._next_chunk or self._listener_runs_short(pending)
+
+    @property
+    def started(self) -> bool:
+        """Whether the first chunk has been decoded."""
+        return self._decoded_tokens > 0
+
+    def may_wait(self) -> bool:
+        """Whether a due later chunk may wait a few more tokens (while another sequence's first chunk is coming): not
+        a first chunk, not at ``max_chunk_tokens`` yet, and the listener keeps audio enough meanwhile (or generation is
+        slower than real time: the listener waits anyway, and a bigger chunk costs less)."""
+        pending = self.tokens - self._decoded_tokens
+        return self.started and pending < self._max_chunk and not self._listener_runs_short(pending)
 
     def _listener_runs_short(self, pending: int) -> bool:
         """Whether a chunk must leave now, smaller than it could grow, so that the listener's audio lasts."""

@@ -85,3 +85,43 @@ def test_a_chunk_leaves_early_when_the_listener_would_run_out() -> None:
 
 def test_fixed_size_chunks_when_the_largest_is_the_smallest() -> None:
     assert set(sizes(stream(0.080, 0.050, chunk_tokens=24, max_chunk_tokens=24))) == {24}
+
+
+def paced(step_s: float, tokens: int) -> tuple[StreamDecoder, Clock]:
+    """A decoder past its first chunk (24 tokens), then ``tokens`` more, one every ``step_s``."""
+    clock = Clock()
+    decoder = StreamDecoder(clock=clock, chunk_tokens=8)
+    for count in range(24 + tokens):
+        clock.now += step_s
+        if decoder.add(torch.zeros(8)) and count < 24:
+            decoder.emit(np.zeros(len(decoder.window()) * SAMPLES_PER_TOKEN, dtype=np.float32))
+    return decoder, clock
+
+
+def test_a_first_chunk_never_waits() -> None:
+    decoder = StreamDecoder(clock=Clock())
+    for _ in range(24):
+        decoder.add(torch.zeros(8))
+    assert not decoder.started
+    assert not decoder.may_wait()
+
+
+def test_a_later_chunk_waits_while_the_listener_has_audio_enough() -> None:
+    decoder, _ = paced(step_s=0.002, tokens=16)  # far faster than real time: 20 tokens of audio barely started
+    assert decoder.started
+    assert decoder.may_wait()
+
+
+def test_a_later_chunk_does_not_wait_when_the_listener_would_run_short() -> None:
+    decoder, _ = paced(step_s=0.02, tokens=16)  # just faster than real time: 0.43 s of audio, 0.32 s of it played
+    assert not decoder.may_wait()
+
+
+def test_a_later_chunk_waits_when_generation_is_slower_than_real_time() -> None:
+    decoder, _ = paced(step_s=0.05, tokens=16)  # the listener waits anyway; a bigger chunk costs less
+    assert decoder.may_wait()
+
+
+def test_a_chunk_stops_waiting_at_its_largest_size() -> None:
+    decoder, _ = paced(step_s=0.002, tokens=96)
+    assert not decoder.may_wait()

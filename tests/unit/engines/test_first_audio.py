@@ -1,0 +1,99 @@
+"""A request that joins a running ChatTTS batch hears its first audio within its prefill and ``stream_first_tokens``
+steps, with no running request's later chunk decoded meanwhile (each decode stops every row's next step), and every
+request still gets exactly its own audio; over both decoders and both weight types, on tiny random-weight assets.
+
+The streaming decoder's clock is stopped (the listener always has audio enough), so that which chunks wait depends on
+token counts only, not on how fast this machine steps.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+
+from engines.base import CancelFlag, SynthesisRequest
+from engines.chattts import ChatTTSEngine, streaming
+from tests.chattts_assets import chattts_engine_options
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from engines.base import CancelToken
+
+pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
+
+FIRST_TOKENS = 24
+TOLERANCE = 2
+"""int16 steps, as test_continuous_batching.py allows between batched and alone (left padding)."""
+RUNNING = SynthesisRequest("The first sentence is a long one.", "nova", seed=31)
+JOINER = SynthesisRequest("Another voice, later.", "onyx", seed=32)
+TOKENS = 64
+ARRIVES_AT = 26
+"""Two steps after the running request's first chunk (24 tokens): its next one (16 tokens later, 8 doubled) falls due
+during the joiner's first 24 tokens, well before its segment (TOKENS) ends."""
+
+
+@pytest.fixture(scope="module", params=[("torch", "float32"), ("onnxruntime", "float32"), ("onnxruntime", "int8")],
+                ids=["torch", "onnxruntime", "onnxruntime-int8"])  # fmt: skip
+def engine(request: pytest.FixtureRequest) -> ChatTTSEngine:
+    decoder, weights = request.param
+    loaded = ChatTTSEngine(chattts_engine_options(
+        decoder=decoder, weights=weights, max_batch=4, max_new_token=TOKENS, min_new_token=TOKENS,
+        stream_first_tokens=FIRST_TOKENS, stream_chunk_tokens=8,
+    ))  # fmt: skip
+    info = loaded.load()
+    assert (info.details["decoder"], info.details["decode_weights"]) == (decoder, weights)
+    return loaded
+
+
+@pytest.fixture(autouse=True)
+def stopped_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(streaming, "time", types.SimpleNamespace(monotonic=lambda: 0.0))
+
+
+class Arrivals:
+    """Hands ``request`` over at the engine's ``at``-th poll (one poll per forward pass)."""
+
+    def __init__(self, request: SynthesisRequest, at: int) -> None:
+        self.request, self.at, self.polls = request, at, 0
+
+    def __call__(self, limit: int) -> Sequence[tuple[SynthesisRequest, CancelToken]]:
+        self.polls += 1
+        return [(self.request, CancelFlag())] if self.polls == self.at and limit else []
+
+
+def items(engine: ChatTTSEngine, arrivals: Arrivals) -> Iterator[tuple[int, int, np.ndarray | None]]:
+    """``(poll, index, chunk or None)`` for every item the batch yields."""
+    for index, item in engine.synthesize_batch([RUNNING], [CancelFlag()], arrivals):
+        assert not isinstance(item, Exception)
+        yield arrivals.polls, index, item
+
+
+def alone(engine: ChatTTSEngine, request: SynthesisRequest) -> np.ndarray:
+    return np.concatenate(list(engine.synthesize(request, CancelFlag())))
+
+
+def test_a_joiner_hears_its_first_audio_within_its_prefill_and_first_tokens_steps(engine: ChatTTSEngine) -> None:
+    arrivals = Arrivals(JOINER, ARRIVES_AT)
+    seen = list(items(engine, arrivals))
+    first = next(poll for poll, index, chunk in seen if index == 1 and chunk is not None)
+    # Polled at ARRIVES_AT, prefilled in that pass (its first token), then FIRST_TOKENS - 1 more passes.
+    assert first - ARRIVES_AT <= FIRST_TOKENS
+    running = [poll for poll, index, chunk in seen if index == 0 and chunk is not None]
+    assert running[0] < ARRIVES_AT, "the running request spoke before the joiner came"
+    assert not [poll for poll in running if ARRIVES_AT <= poll < first], "a running request's decode held it up"
+    assert any(first <= poll < first + 8 for poll in running), "the held chunk left right after"
+
+
+def test_every_request_still_gets_its_own_audio(engine: ChatTTSEngine) -> None:
+    audio: dict[int, list[np.ndarray]] = {}
+    for _, index, chunk in items(engine, Arrivals(JOINER, ARRIVES_AT)):
+        if chunk is not None:
+            audio.setdefault(index, []).append(chunk)
+    for index, request in ((0, RUNNING), (1, JOINER)):
+        joined, reference = np.concatenate(audio[index]), alone(engine, request)
+        assert len(joined) == len(reference)
+        assert np.allclose(joined, reference, atol=TOLERANCE), "holding a chunk must not change its audio"
