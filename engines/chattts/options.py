@@ -116,7 +116,9 @@ class ChatTTSOptions(BaseModel):
     stream_max_chunk_tokens: int = Field(default=96, ge=8)
     """Later chunks double up to this size while the listener has audio enough to wait for them, or while generation
     is slower than real time (each chunk decodes ``stream_left_context`` tokens again, so bigger chunks cost less);
-    equal to ``stream_chunk_tokens``: fixed-size chunks."""
+    equal to ``stream_chunk_tokens``: fixed-size chunks. While another request's first chunk is coming, a due later
+    chunk also waits, up to this size and within what its listener has left: each decode stops every request's next
+    token, so that a request joining a big batch does not wait out the others' decodes."""
     stream_left_context: int = Field(default=40, ge=0)
     """Tokens of already-spoken context decoded again with each chunk (the decoder's receptive field)."""
     max_sample_s: float = Field(default=30.0, ge=1.0, le=60.0)
