@@ -15,6 +15,7 @@ from gateway.audio.formats import AudioFormat
 from gateway.http.errors import OpenAIError, error_body
 from gateway.http.json_depth import json_depth_exceeds
 from gateway.schemas import MAX_INPUT_CHARS, MAX_SEED, CustomVoice, SpeechRequest, SpeechUsage
+from gateway.sessions.dialect import ProtocolError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -40,15 +41,6 @@ __all__ = [
 ]
 
 SegmentStatus = Literal["completed", "cancelled", "failed"]
-
-
-class ProtocolError(Exception):
-    """A client message the session refuses; the session goes on."""
-
-    def __init__(self, message: str, *, code: str, param: str | None = None, event_id: str | None = None) -> None:
-        super().__init__(message)
-        self.error = OpenAIError(400, message, code=code, param=param)
-        self.event_id = event_id
 
 
 class SessionConfig(BaseModel):

@@ -1,34 +1,25 @@
-"""``GET /v1/audio/speech/stream``: the realtime WebSocket — authentication, limits, then a session."""
+"""``GET /v1/audio/speech/stream``: the realtime WebSocket, served by the session kernel (``gateway/sessions/``):
+how its credentials arrive, and the dialect its first message chooses."""
 
 from __future__ import annotations
 
-import asyncio
-from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 from litestar import WebSocket, websocket
-from litestar.exceptions import WebSocketDisconnect
 
 from gateway.http.errors import OpenAIError
 from gateway.realtime.dialect import NativeDialect, SpokenDialect
+from gateway.realtime.errors import socket_error
 from gateway.realtime.protocol import ProtocolError, SessionUpdate, parse_client_event
-from gateway.realtime.serving import (
-    POLICY_VIOLATION,
-    SessionRefusedError,
-    admit_session,
-    authenticated,
-    awaiting_credentials,
-    serving,
-    socket_budget,
-    tenant_realtime,
-)
+from gateway.realtime.serving import POLICY_VIOLATION, SessionRefusedError, authenticated, awaiting_credentials
 from gateway.realtime.session import RealtimeSession
-from gateway.state import gateway_state
+from gateway.sessions.kernel import first_message, serve
 
 if TYPE_CHECKING:
     from litestar.types import ReceiveMessage
 
     from auth import Principal
+    from gateway.sessions.dialect import Opened
     from gateway.settings import RealtimeSettings
 
 __all__ = ["realtime_speech"]
@@ -39,28 +30,40 @@ PATH = "/v1/audio/speech/stream"
 @websocket(PATH, name="realtime_speech")
 async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
     """Speech as text arrives, in this gateway's protocol or vLLM-Omni's (``docs/realtime.md``)."""
-    state = gateway_state(socket.app)
-    settings = state.settings.realtime
-    spoken = SpokenDialect()
-    await socket.accept()
-    async with serving(socket, PATH, spoken.error_event) as log, AsyncExitStack() as held:
-        principal, first, opening = await _authenticate(socket, settings, spoken)
-        log.tenant = principal.tenant.name
-        log.realtime = tenant_realtime(settings, principal.tenant)  # the tenant's idle timeout
-        await admit_session(socket, principal, held)
-        log.session = session = RealtimeSession(
-            socket,
-            state.speech,
-            principal,
-            settings=log.realtime,
-            session_id=log.session_id,
-            send_timeout_s=state.settings.server.send_timeout_s,  # one timeout for every slow reader
-            spoken=spoken,
-            max_json_depth=state.settings.server.max_json_depth,
-            budget=socket_budget(socket, log),
-        )
-        with state.sessions.registered(session, principal):
-            await session.run(first, opening)
+    await serve(socket, _RealtimeSocket())
+
+
+class _RealtimeSocket:
+    """This gateway's dialect and vLLM-Omni's, as the kernel serves them (``gateway/sessions/dialect.py``): the
+    socket is accepted first, so that credentials can come in the first message, which also chooses the dialect."""
+
+    path = PATH
+    refusal = None  # OpenAI's error body
+
+    def __init__(self) -> None:
+        self._spoken = SpokenDialect()
+        self._first: SessionUpdate | None = None
+        self._opening: ReceiveMessage | None = None
+
+    def error_event(self, error: OpenAIError) -> str:
+        return self._spoken.error_event(error)
+
+    def socket_error(self, exc: BaseException) -> OpenAIError:
+        return socket_error(exc)  # the OpenAI family's table
+
+    async def caller(self, socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Principal:
+        await socket.accept()
+        principal, self._first, self._opening = await _authenticate(socket, settings, self._spoken)
+        return principal
+
+    def settings(self, tenant_settings: RealtimeSettings) -> RealtimeSettings:
+        return tenant_settings
+
+    def build(self, opened: Opened) -> RealtimeSession:
+        return RealtimeSession(opened, spoken=self._spoken, first=self._first, opening=self._opening)
+
+    def subprotocol(self) -> str | None:
+        return None
 
 
 async def _authenticate(
@@ -102,13 +105,9 @@ async def _opening_message(
     Raises:
         WebSocketDisconnect: the client left.
     """
-    try:
-        async with asyncio.timeout(wait_s):
-            message = await socket.receive()
-    except TimeoutError:
+    message = await first_message(socket, wait_s)
+    if message is None:
         return None
-    if message["type"] == "websocket.disconnect":
-        raise WebSocketDisconnect(detail="client disconnected")
     text = message.get("text")
     spoken.choose(text if isinstance(text, str) else None)
     return message
@@ -130,13 +129,9 @@ async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float, spo
         "session.update with a 'token' as the first message.",
         code="invalid_api_key",
     )
-    try:
-        async with asyncio.timeout(timeout_s):
-            message = await socket.receive()
-    except TimeoutError:
-        raise SessionRefusedError(missing, POLICY_VIOLATION) from None
-    if message["type"] == "websocket.disconnect":
-        raise WebSocketDisconnect(detail="client disconnected")
+    message = await first_message(socket, timeout_s)
+    if message is None:
+        raise SessionRefusedError(missing, POLICY_VIOLATION)
     text = message.get("text")
     if not isinstance(spoken.choose(text if isinstance(text, str) else None), NativeDialect):
         raise SessionRefusedError(missing, POLICY_VIOLATION)

@@ -14,16 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from litestar.exceptions import WebSocketDisconnect
-
-from engines.errors import ConsumerTooSlowError
 from gateway.audio import open_encoder
-from gateway.audio.formats import AudioFormat, output_sample_rate
-from gateway.http.errors import OpenAIError, ResponseTruncatedError
+from gateway.http.errors import OpenAIError
 from gateway.realtime.channel import SessionChannel
 from gateway.realtime.ending import EndedByServer
 from gateway.realtime.errors import socket_error
@@ -37,8 +32,8 @@ from gateway.realtime.protocol import (
     SessionUpdate,
 )
 from gateway.realtime.segmenter import SentenceBuffer
-from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
-from gateway.speech.contract import Admission, session_record
+from gateway.realtime.session_errors import SessionDrainedError
+from gateway.sessions.lanes import PIPELINE_RATE, Lane, Tally, failure, play, stop
 from gateway.speech.delivery import AudioClock, speech_usage
 from gateway.speech.errors import SpeechError
 from gateway.text import Markup, is_ssml
@@ -46,27 +41,21 @@ from gateway.text import Markup, is_ssml
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from litestar import WebSocket
     from litestar.types import ReceiveMessage
 
-    from auth import Principal
     from gateway.audio import AudioEncoder
-    from gateway.realtime.budget import SocketBudget
     from gateway.realtime.dialect import Dialect, Frame, SpokenDialect
     from gateway.realtime.protocol import ClientEvent, SegmentStatus
     from gateway.schemas import SpeechUsage
-    from gateway.settings import RealtimeSettings
-    from gateway.speech.service import SpeechService
+    from gateway.sessions.dialect import Opened
 
 __all__ = ["RealtimeSession"]
 
-logger = logging.getLogger("chattts_gateway.realtime")
 
 # Changing it would change the audio stream itself (its container and rate) mid-way, in a dialect whose session is one
 # stream. Every segment reaches the session as 24 kHz PCM with its own speed applied, so model, voice and speed may
 # change between segments.
 _LOCKED_FIELDS = ("response_format",)
-_SEGMENT_PCM_RATE = output_sample_rate(AudioFormat.PCM)
 
 
 _SHUTTING_DOWN = (
@@ -98,40 +87,39 @@ class RealtimeSession(EndedByServer):
 
     def __init__(
         self,
-        socket: WebSocket[Any, Any, Any],
-        speech: SpeechService,
-        principal: Principal,
+        opened: Opened,
         *,
-        settings: RealtimeSettings,
-        send_timeout_s: float,
-        session_id: str,
         spoken: SpokenDialect,
-        max_json_depth: int = 32,
-        budget: SocketBudget | None = None,
+        first: SessionUpdate | None = None,
+        opening: ReceiveMessage | None = None,
     ) -> None:
+        """``first``: the first message, when it was read already for the credentials it carried; ``opening``: the
+        first message, when it was read already to choose the dialect."""
         super().__init__()  # ``run`` raises what the server ends the session with (revocation, shutdown)
-        self.id = session_id
+        self.id = opened.session_id
+        self._first = first
+        self._opening = opening
+        settings = opened.settings
         self._spoken = spoken
         """The dialect, chosen by the client's first message: where the session reads and writes the wire."""
-        self._max_json_depth = max_json_depth
+        self._max_json_depth = opened.max_json_depth
         """``server.max_json_depth``: deeper messages get an error event, as deeper HTTP bodies get a 400."""
         self._channel = SessionChannel(
-            socket,
-            send_timeout_s=send_timeout_s,
+            opened.socket,
+            send_timeout_s=opened.send_timeout_s,
             idle_timeout_s=settings.idle_timeout_s,
             busy=self._busy,
-            budget=budget,
+            budget=opened.budget,
         )
         """The socket: sends within ``send_timeout_s``; idle when no client event came and nothing was queued or
         spoken for ``idle_timeout_s`` (from the last event or the last segment's end); every client message paid for
         in ``budget``."""
-        self._speech = speech
-        self._principal = principal
+        self._speaker = opened.speaker
         self._settings = settings
         self._config = SessionConfig()
         self._buffer = SentenceBuffer(settings.max_segment_chars)
         self._queue: asyncio.Queue[_Segment] = asyncio.Queue()
-        self._current: asyncio.Task[None] | None = None
+        self._lane = Lane()
         self._encoder: AudioEncoder | None = None
         self._streaming = False
         """Set by the first segment: the fields in ``_LOCKED_FIELDS`` are fixed from then on."""
@@ -142,16 +130,14 @@ class RealtimeSession(EndedByServer):
         self._queued_chars = 0
         """Characters of the segments waiting to be spoken: they count against ``max_pending_chars`` too."""
         self._background: set[asyncio.Task[None]] = set()
-        self.segments_spoken = 0
+        self._tally = Tally("segments")
         """Segments that produced audio (completed or cut short), for the session's log line."""
-        self.audio_seconds = 0.0
 
-    async def run(self, first: SessionUpdate | None = None, opening: ReceiveMessage | None = None) -> None:
+    async def check(self) -> None:
+        """Nothing to check before the session opens: its settings come in its messages."""
+
+    async def run(self) -> None:
         """Serve the session; returns when the client closed it or went away.
-
-        Args:
-            first: The first message, when it was read already for the credentials it carried.
-            opening: The first message, when it was read already to choose the dialect.
 
         Raises:
             SlowClientError: the client stopped taking audio.
@@ -161,10 +147,10 @@ class RealtimeSession(EndedByServer):
             WebSocketDisconnect: the client went away while the session was sending.
         """
         await self._send_all(self._dialect.session_created(self.id, self._config))
-        if first is not None:
-            await self._update(first)
-        if opening is not None:
-            await self._on_message(opening)
+        if self._first is not None:
+            await self._update(self._first)
+        if self._opening is not None:
+            await self._on_message(self._opening)
         speaker = asyncio.create_task(self._speak_queued(), name=f"realtime-speaker-{self.id}")
         receiver = asyncio.create_task(self._receive(), name=f"realtime-receiver-{self.id}")
         try:
@@ -172,13 +158,10 @@ class RealtimeSession(EndedByServer):
             # session drained); the server ends it when its credentials are revoked.
             await self._until_ended(receiver, speaker)
         finally:
-            for running in (self._current, speaker, receiver, *self._background):
-                if running is not None:
-                    running.cancel()
-            await asyncio.gather(speaker, receiver, *self._background, return_exceptions=True)
+            await stop(self._lane.current, speaker, receiver, *self._background)
 
     def log_fields(self) -> dict[str, Any]:
-        return {"segments": self.segments_spoken, "audio_seconds": round(self.audio_seconds, 3)}
+        return self._tally.fields()
 
     @property
     def _dialect(self) -> Dialect:
@@ -271,7 +254,7 @@ class RealtimeSession(EndedByServer):
             )
         config = event.apply(self._config)
         try:
-            await self._speech.check(self._principal, config.speech_request("-"))
+            await self._speaker.check(config.speech_request("-"))
         except (OpenAIError, SpeechError) as refused:
             exc = socket_error(refused)
             if exc.param is not None:
@@ -308,8 +291,7 @@ class RealtimeSession(EndedByServer):
     def _cancel(self) -> None:
         """Barge-in: stop the segment in progress, drop the queued ones and the text not yet segmented."""
         self._drop_pending()
-        if self._current is not None:
-            self._current.cancel()
+        self._lane.cancel()
 
     def _drop_pending(self) -> None:
         """Drop the text not yet segmented, and mark the queued segments cancelled (reported in order)."""
@@ -334,14 +316,11 @@ class RealtimeSession(EndedByServer):
             self._segment_in_hand = True
             task: asyncio.Task[None] | None = None
             if segment.status != "cancelled":
-                task = self._current = asyncio.create_task(self._speak(segment), name=f"realtime-{segment.id}")
                 try:
-                    await asyncio.wait({task})  # cancelling the segment (barge-in) must not cancel the speaker
+                    task = await self._lane.speak(self._speak(segment), name=f"realtime-{segment.id}")
                 except asyncio.CancelledError:  # the session ends (client gone): what was spoken still counts
                     self._account(segment)
                     raise
-                finally:
-                    self._current = None
             await self._finish_segment(segment, task)
             self._segment_in_hand = False
             self._channel.active()
@@ -352,25 +331,19 @@ class RealtimeSession(EndedByServer):
         as 24 kHz PCM, and encode it into the session's audio stream."""
         self._streaming = True
         await self._send_all(self._dialect.segment_started(segment.id, segment.text, self._config.response_format))
-        # Not logged (the session has one line of its own); a cut-short segment's warning names it by this id.
-        record = session_record(f"{self.id}/{segment.id}")
         request = self._config.speech_request(segment.text)
-        speaking = self._speech.speak(
-            self._principal, request, record, admission=Admission.IN_SESSION, markup=Markup.SSML
-        )
+        speaking = self._speaker.speak(request, record_id=f"{self.id}/{segment.id}", markup=Markup.SSML)
         async with await speaking as reply:
             segment.characters = reply.characters
-            encoder = self._stream_encoder()
-            async for chunk in reply.timed():
-                segment.clock.seconds += len(chunk.audio) / (2 * _SEGMENT_PCM_RATE)
-                if chunk.audio and (data := encoder.encode(chunk.audio)):
+            async for chunk, data in play(reply, segment.clock, self._stream_encoder()):
+                if data:
                     await self._send_all(self._dialect.audio(segment.id, data))
                 if chunk.words and self._config.word_timestamps:
                     await self._send_all(self._dialect.words(segment.id, reply.alignment.text, chunk.words))
 
     def _stream_encoder(self) -> AudioEncoder:
         if self._encoder is None:
-            self._encoder = open_encoder(self._config.response_format, _SEGMENT_PCM_RATE)
+            self._encoder = open_encoder(self._config.response_format, PIPELINE_RATE)
         return self._encoder
 
     async def _finish_segment(self, segment: _Segment, task: asyncio.Task[None] | None) -> None:
@@ -397,9 +370,7 @@ class RealtimeSession(EndedByServer):
 
     def _account(self, segment: _Segment) -> None:
         """The session's own tally, for its log line (the tenant's usage is the speech pipeline's)."""
-        if segment.audio_seconds > 0:  # served, if only in part
-            self.segments_spoken += 1
-            self.audio_seconds += segment.audio_seconds
+        self._tally.add(segment.audio_seconds)
 
     async def _end_stream(self) -> None:
         if self._encoder is not None and (tail := self._encoder.finish()):
@@ -453,16 +424,6 @@ def _outcome(segment: _Segment, task: asyncio.Task[None] | None) -> OpenAIError 
     exc = task.exception()
     if exc is None:
         return None
-    if isinstance(exc, ResponseTruncatedError) and isinstance(exc.__cause__, Exception):
-        exc = exc.__cause__  # the engine's own error says what happened
-    if isinstance(exc, SlowClientError | WebSocketDisconnect):
-        raise exc
-    if isinstance(exc, ConsumerTooSlowError):  # the session's audio backlog overflowed: it is not being read
-        raise SlowClientError from exc
+    error = failure(exc, f"realtime segment {segment.id}", socket_error)  # raises for a client too slow or gone
     segment.status = "failed"
-    if isinstance(exc, ProtocolError):
-        return exc.error
-    error = socket_error(exc)
-    if error.status_code >= 500 and error.code is None:
-        logger.error("realtime segment %s failed", segment.id, exc_info=exc)
     return error

@@ -182,6 +182,15 @@ class SpeechService:
         """
         await self.planner.plan(principal, request)
 
+    def model_voice(self, model: str) -> str | None:
+        """A voice the model's engine lists, to check the model with (``None``: it lists none yet).
+
+        Raises:
+            UnknownModelError: an unknown model.
+        """
+        pool = self.planner.router.resolve(model)
+        return pool.info.voices[0].id if pool.info is not None and pool.info.voices else None
+
     async def open_session(self, tenant: Tenant, held: AsyncExitStack) -> None:
         """Admit a WebSocket session: one of the tenant's open sessions (across replicas), counted as one request,
         holding one of its concurrent streams until ``held`` closes; its parts then :meth:`speak`

@@ -1,8 +1,10 @@
-"""The realtime sessions speak only through the speech service's public operation (issue #33): they hold the service
-as ``self._speech`` and touch nothing of it but ``speak``, ``check`` and ``open_session``, and they import its module
-only for typing. A rule of the pipeline (limits, cache, failover...) reached around that operation would be a rule
-the HTTP endpoint and the sessions could each get wrong on their own. ``pyproject.toml`` adds an import-linter
-contract: ``gateway.realtime`` imports none of the pipeline's inner modules.
+"""The realtime sessions speak only through the speech service's public operation (issue #33): the session kernel's
+``Speaker`` (``gateway/sessions/lanes.py``) holds the service as ``self._speech`` and touches nothing of it but
+``speak``, ``check``, ``open_session`` and ``model_voice``; the dialects hold no service at all, only the kernel's
+``Speaker`` (issue #48: one call site of ``speak`` for every socket); each imports the service's module only for
+typing. A rule of the pipeline (limits, cache, failover...) reached around that operation would be a rule the HTTP
+endpoint and the sessions could each get wrong on their own. ``pyproject.toml`` adds an import-linter contract:
+``gateway.realtime`` imports none of the pipeline's inner modules.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 SESSIONS = (
-    "gateway/realtime/session.py",
+    "gateway/sessions/lanes.py",
     "gateway/realtime/openai/session.py",
     "gateway/elevenlabs/session.py",
 )
-PUBLIC_OPERATIONS = frozenset({"speak", "check", "open_session"})
+DIALECTS = ("gateway/realtime/session.py",)
+PUBLIC_OPERATIONS = frozenset({"speak", "check", "open_session", "model_voice"})
 SERVICE_MODULE = "gateway.speech.service"
 _HELD = "_speech"  # the attribute a session keeps the service in
 _PARAMETER = "speech"  # the constructor's parameter that hands it over
@@ -97,9 +100,33 @@ def test_a_session_uses_only_the_public_operations_of_the_speech_service(path: s
     assert not escapes, f"{path} hands the speech service on: {escapes}"
 
 
-@pytest.mark.parametrize("path", SESSIONS)
+@pytest.mark.parametrize("path", SESSIONS + DIALECTS)
 def test_a_session_imports_the_speech_service_only_for_typing(path: str) -> None:
     assert not runtime_service_imports((ROOT / path).read_text())
+
+
+def speech_held(source: str) -> list[str]:
+    """Where a dialect holds or reaches the service itself: ``self._speech``, or a ``speech`` parameter or name."""
+    return [
+        f"line {getattr(node, 'lineno', '?')}: {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(source))
+        if _is_held(node)
+        or (
+            isinstance(node, ast.Name | ast.arg)
+            and _PARAMETER in {getattr(node, "id", None), getattr(node, "arg", None)}
+        )
+    ]
+
+
+@pytest.mark.parametrize("path", DIALECTS)
+def test_a_dialect_speaks_only_through_the_kernel(path: str) -> None:
+    assert not speech_held((ROOT / path).read_text()), f"{path} holds the speech service: speak through its Speaker"
+
+
+def test_the_check_catches_a_dialect_holding_the_service() -> None:
+    assert speech_held("self._speech.speak(principal, request, record)")
+    assert speech_held("def __init__(self, speech):\n    pass")
+    assert not speech_held("self._speaker.speak(request, record_id='a', markup=m)")
 
 
 # The checks themselves: each of these is what they are there to catch.

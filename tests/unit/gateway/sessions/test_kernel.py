@@ -1,0 +1,176 @@
+"""The session kernel (``gateway/sessions/``) serves a dialect of a few dozen lines: ``Say``, below, speaks each text
+message as raw PCM in binary frames, then ``{"done": seconds}``; an error is ``{"error": code}``. It is what a new
+dialect costs (CONTRIBUTING.md, "How to add a socket dialect"), and it checks what the kernel does for every dialect:
+the handshake refused in the dialect's words, each segment spoken through the one pipeline and heard to its end, a
+failed segment an error in the dialect's words while the session goes on, and the session's one log line. In process,
+espeak in a thread (``tests/inprocess.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from litestar import WebSocket, websocket
+from litestar.exceptions import WebSocketDisconnect
+from litestar.testing import TestClient
+
+from gateway.audio import AudioFormat
+from gateway.realtime.channel import SessionChannel
+from gateway.realtime.ending import EndedByServer
+from gateway.realtime.errors import socket_error
+from gateway.realtime.serving import authenticated
+from gateway.schemas import SpeechRequest
+from gateway.sessions.kernel import serve
+from gateway.sessions.lanes import HeardClock, Tally, failure, play, stop
+from gateway.text import Markup
+from tests.inprocess import in_process_app
+from tests.waiting import wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from litestar import Litestar
+
+    from auth import Principal
+    from gateway.http.errors import OpenAIError
+    from gateway.sessions.dialect import Opened
+    from gateway.settings import RealtimeSettings
+
+RATE = 24_000
+CONFIG: dict[str, Any] = {"engines": {"chattts": None, "espeak": {"kind": "espeak"}}, "aliases": {"tts-1": ["espeak"]}}
+
+
+# ----------------------------------------------------------------- the whole dialect
+class _SaySession(EndedByServer):
+    def __init__(self, opened: Opened, voice: str) -> None:
+        super().__init__()
+        self._speaker, self._voice, self._tally = opened.speaker, voice, Tally("lines")
+        self._channel = SessionChannel(
+            opened.socket,
+            send_timeout_s=opened.send_timeout_s,
+            idle_timeout_s=opened.settings.idle_timeout_s,
+            busy=self._busy,
+            budget=opened.budget,
+        )
+
+    def _busy(self) -> bool:
+        return False  # a line is spoken while the receiver waits for it: never idle meanwhile
+
+    def _request(self, text: str) -> SpeechRequest:
+        return SpeechRequest(model="tts-1", input=text, voice=self._voice, response_format=AudioFormat.PCM)
+
+    async def check(self) -> None:
+        await self._speaker.check(self._request("-"))
+
+    async def run(self) -> None:
+        receiver = asyncio.create_task(self._receive())
+        try:
+            await self._until_ended(receiver)
+        finally:
+            await stop(receiver)
+
+    def log_fields(self) -> dict[str, Any]:
+        return self._tally.fields()
+
+    async def _receive(self) -> None:
+        while (message := await self._channel.receive())["type"] != "websocket.disconnect":
+            try:
+                await self._say(str(message.get("text") or ""))
+            except Exception as exc:
+                await self._channel.send(json.dumps({"error": failure(exc, "say line", socket_error).code}))
+
+    async def _say(self, text: str) -> None:
+        clock = HeardClock()
+        try:
+            speaking = self._speaker.speak(self._request(text), record_id="line", markup=Markup.SSML)
+            async with await speaking as reply:
+                async for _, data in play(reply, clock, None):
+                    if data:
+                        await self._channel.send(data)
+        finally:
+            self._tally.add(clock.seconds)
+        await self._channel.send(json.dumps({"done": clock.seconds}))
+
+
+class _SaySocket:
+    path = "/test/say"
+    refusal = None
+
+    def __init__(self, socket: WebSocket[Any, Any, Any]) -> None:
+        self._voice = socket.query_params.get("voice", "alloy")
+
+    def error_event(self, error: OpenAIError) -> str:
+        return json.dumps({"error": error.code})
+
+    def socket_error(self, exc: BaseException) -> OpenAIError:
+        return socket_error(exc)  # OpenAI's error objects: a test dialect needs no table of its own
+
+    async def caller(self, socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Principal:
+        return await authenticated(socket, socket.headers.get("authorization"))
+
+    def settings(self, tenant_settings: RealtimeSettings) -> RealtimeSettings:
+        return tenant_settings
+
+    def build(self, opened: Opened) -> _SaySession:
+        return _SaySession(opened, self._voice)
+
+    def subprotocol(self) -> str | None:
+        return None
+
+
+@websocket("/test/say")
+async def say(socket: WebSocket[Any, Any, Any]) -> None:
+    await serve(socket, _SaySocket(socket))
+
+
+# ----------------------------------------------------------------- what the kernel does for it
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient[Litestar]]:
+    app = in_process_app(CONFIG, capacity=2)
+    app.register(say)
+    with TestClient(app=app) as client:
+        yield client
+
+
+def _line(socket: Any) -> tuple[bytes, dict[str, Any]]:
+    """The audio of one line, and the message that ends it."""
+    audio = b""
+    while "bytes" in (message := socket.receive()) and message["bytes"]:
+        audio += message["bytes"]
+    return audio, json.loads(message["text"])
+
+
+def test_a_dialect_speaks_each_segment_through_the_kernel_to_its_end(
+    client: TestClient[Litestar], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="chattts_gateway.realtime")
+    with client.websocket_connect("/test/say") as socket:
+        socket.send_text("Hello there.")
+        audio, done = _line(socket)
+        socket.send_text("<speak>Broken <break time='x'/></speak>")
+        failed = json.loads(socket.receive_text())
+        socket.send_text("Two.")
+        again, _ = _line(socket)
+    assert len(audio) / 2 / RATE == pytest.approx(done["done"], abs=1e-6)
+    assert done["done"] > 0.3
+    assert failed == {"error": "invalid_ssml"}  # the pipeline's 400, in the dialect's words; the session goes on
+    assert len(again) / 2 / RATE > 0.2  # "Two."
+
+    def logged() -> list[dict[str, Any]]:
+        lines = [getattr(r, "record", {}) for r in caplog.records if r.getMessage() == "realtime session"]
+        return [line for line in lines if line.get("path") == "/test/say"]
+
+    wait_until(lambda: bool(logged()), what="the session's log line")  # written once the server saw the close
+    record = logged()[0]
+    assert record["outcome"] == "closed"
+    assert record["lines"] == 2
+    assert record["audio_seconds"] == pytest.approx(done["done"] + len(again) / 2 / RATE, abs=1e-3)
+
+
+def test_a_session_that_cannot_be_served_is_refused_at_the_handshake(client: TestClient[Litestar]) -> None:
+    with pytest.raises(WebSocketDisconnect) as refused, client.websocket_connect("/test/say?voice=nobody") as socket:
+        socket.receive_text()
+    assert refused.value.code == 1008
