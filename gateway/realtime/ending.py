@@ -42,6 +42,12 @@ class EndedByServer:
         itself when it is done."""
         raise NotImplementedError
 
+    def _lane_ended(self, task: asyncio.Task[None]) -> None:
+        """A done-callback for a lane's task (a response, a context): one that raised ends the session with it (a
+        client too slow or gone, or a bug, with its traceback)."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._end(exc)
+
     def _end(self, reason: BaseException) -> None:
         if not self._ended_by.done():
             self._ended_by.set_result(reason)

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, JsonValue, StringConstraints, Tag, ValidationError
 
 from gateway.audio import MAX_TEMPO, MIN_TEMPO
-from gateway.realtime.protocol import ProtocolError
 from gateway.schemas import MAX_INPUT_CHARS, MAX_SEED, CustomVoice
+from gateway.sessions.dialect import ProtocolError
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -41,7 +41,7 @@ __all__ = [
 class RealtimeProtocolError(ProtocolError):
     """A client event the session refuses; the session goes on. ``error`` holds OpenAI's code, message and param.
 
-    A :class:`~gateway.realtime.protocol.ProtocolError`, so that both realtime dialects refuse events one way.
+    A :class:`~gateway.sessions.dialect.ProtocolError`, so that both realtime dialects refuse events one way.
     """
 
 

@@ -9,31 +9,25 @@ OpenAI's error body: no socket ever waits unauthenticated here.
 
 from __future__ import annotations
 
-from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 from litestar import WebSocket, websocket
 
-from gateway.http.errors import OpenAIError
 from gateway.realtime.errors import socket_error
 from gateway.realtime.openai import events
 from gateway.realtime.openai.session import OpenAIRealtimeSession
-from gateway.realtime.serving import (
-    POLICY_VIOLATION,
-    SessionRefusedError,
-    admit_session,
-    authenticated,
-    serving,
-    socket_budget,
-    tenant_realtime,
-)
-from gateway.speech.errors import SpeechError
-from gateway.state import gateway_state
+from gateway.realtime.serving import authenticated
+from gateway.sessions.kernel import serve
 
 __all__ = ["DEFAULT_MODEL", "PATH", "openai_realtime"]
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from auth import Principal
+    from gateway.http.errors import OpenAIError
+    from gateway.sessions.dialect import Opened
+    from gateway.settings import RealtimeSettings
 
 PATH = "/v1/realtime"
 DEFAULT_MODEL = "gpt-realtime"
@@ -45,31 +39,37 @@ _KEY_SUBPROTOCOL = "openai-insecure-api-key."
 @websocket(PATH, name="openai_realtime")
 async def openai_realtime(socket: WebSocket[Any, Any, Any]) -> None:
     """OpenAI's Realtime API, text in and speech out: the events are in ``docs/realtime.md``."""
-    state = gateway_state(socket.app)
-    offered: Sequence[str] = socket.scope.get("subprotocols") or ()
-    async with serving(socket, PATH, events.error_event) as log, AsyncExitStack() as held:
-        principal = await authenticated(socket, _authorization(socket, offered))
-        log.tenant = principal.tenant.name
-        log.realtime = tenant_realtime(state.settings.realtime, principal.tenant)  # the tenant's idle timeout
-        log.session = session = OpenAIRealtimeSession(
-            socket,
-            state.speech,
-            principal,
-            model=socket.query_params.get("model") or DEFAULT_MODEL,
-            settings=log.realtime,
-            send_timeout_s=state.settings.server.send_timeout_s,
-            session_id=log.session_id,
-            max_json_depth=state.settings.server.max_json_depth,
-            budget=socket_budget(socket, log),
-        )
-        try:
-            await session.check_model()
-        except (OpenAIError, SpeechError) as exc:
-            raise SessionRefusedError(socket_error(exc), POLICY_VIOLATION) from None
-        await admit_session(socket, principal, held)
-        await socket.accept(subprotocols=_SUBPROTOCOL if _SUBPROTOCOL in offered else None)
-        with state.sessions.registered(session, principal):
-            await session.run()
+    await serve(socket, _OpenAIRealtimeSocket(socket))
+
+
+class _OpenAIRealtimeSocket:
+    """OpenAI's Realtime dialect, as the kernel serves it (``gateway/sessions/dialect.py``): credentials at the
+    handshake, the model in the URL."""
+
+    path = PATH
+    refusal = None  # OpenAI's error body
+
+    def __init__(self, socket: WebSocket[Any, Any, Any]) -> None:
+        self._offered: Sequence[str] = socket.scope.get("subprotocols") or ()
+        self._model = socket.query_params.get("model") or DEFAULT_MODEL
+
+    def error_event(self, error: OpenAIError) -> str:
+        return events.error_event(error)
+
+    def socket_error(self, exc: BaseException) -> OpenAIError:
+        return socket_error(exc)  # the OpenAI family's table
+
+    async def caller(self, socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Principal:
+        return await authenticated(socket, _authorization(socket, self._offered))
+
+    def settings(self, tenant_settings: RealtimeSettings) -> RealtimeSettings:
+        return tenant_settings
+
+    def build(self, opened: Opened) -> OpenAIRealtimeSession:
+        return OpenAIRealtimeSession(opened, model=self._model)
+
+    def subprotocol(self) -> str | None:
+        return _SUBPROTOCOL if _SUBPROTOCOL in self._offered else None
 
 
 def _authorization(socket: WebSocket[Any, Any, Any], offered: Sequence[str]) -> str | None:

@@ -11,15 +11,13 @@ receiver keeps reading while it speaks, so ``response.cancel`` stops its audio a
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from litestar.exceptions import WebSocketDisconnect
 
-from engines.errors import ConsumerTooSlowError
-from gateway.audio import AudioFormat, open_g711_encoder, output_sample_rate
-from gateway.http.errors import OpenAIError, ResponseTruncatedError
+from gateway.audio import open_g711_encoder
+from gateway.http.errors import OpenAIError
 from gateway.realtime.channel import SessionChannel
 from gateway.realtime.ending import EndedByServer
 from gateway.realtime.errors import socket_error
@@ -43,32 +41,24 @@ from gateway.realtime.openai.events import (
 )
 from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
 from gateway.schemas import MAX_INPUT_CHARS
-from gateway.speech.contract import Admission, session_record
+from gateway.sessions.lanes import PIPELINE_RATE, HeardClock, Tally, cancel, failure, play, stop
 from gateway.speech.delivery import speech_usage
 from gateway.speech.errors import SpeechError
 from gateway.text import Markup
 
 if TYPE_CHECKING:
-    from litestar import WebSocket
-
-    from auth import Principal
     from auth.limits import LimitState
     from gateway.audio import AudioEncoder
-    from gateway.realtime.budget import SocketBudget
     from gateway.realtime.openai.events import ClientEvent
     from gateway.schemas import SpeechUsage
-    from gateway.settings import RealtimeSettings
-    from gateway.speech.service import SpeechService
+    from gateway.sessions.dialect import Opened
 
 __all__ = ["MAX_CONVERSATION_ITEMS", "OpenAIRealtimeSession"]
-
-logger = logging.getLogger("chattts_gateway.realtime")
 
 MAX_CONVERSATION_ITEMS = 64
 """Items a conversation keeps; older ones drop, as OpenAI truncates a long conversation. A response speaks only its
 last user message, so what drops is never needed, and a session's memory stays bounded (by
 ``realtime.max_conversation_chars`` too)."""
-_PCM_RATE = output_sample_rate(AudioFormat.PCM)
 _SHUTTING_DOWN = (
     "The server is shutting down: no new response is started; the response in progress finishes, then the session "
     "closes (1012). Reconnect to go on."
@@ -88,7 +78,7 @@ class _Response:
 
     state: ResponseState
     text: str
-    seconds: float = 0.0
+    clock: HeardClock = field(default_factory=HeardClock)
     """Audio sent so far."""
     limits: list[RateLimit] | None = None
     """The tenant's standing once the speech pipeline admitted the response (``None``: it has no limits)."""
@@ -100,53 +90,39 @@ class _Response:
         """Its usage, once its audio began (as the speech pipeline records it for the tenant)."""
         if not self.state.transcript:
             return None
-        return speech_usage(len(self.text) if self.characters is None else self.characters, self.seconds)
+        return speech_usage(len(self.text) if self.characters is None else self.characters, self.clock.seconds)
 
 
 class OpenAIRealtimeSession(EndedByServer):
     """Serves one accepted, authenticated ``/v1/realtime`` WebSocket until either side closes it."""
 
-    def __init__(
-        self,
-        socket: WebSocket[Any, Any, Any],
-        speech: SpeechService,
-        principal: Principal,
-        *,
-        model: str,
-        settings: RealtimeSettings,
-        send_timeout_s: float,
-        session_id: str,
-        max_json_depth: int = events.MAX_EVENT_DEPTH,
-        budget: SocketBudget | None = None,
-    ) -> None:
+    def __init__(self, opened: Opened, *, model: str) -> None:
         super().__init__()  # ``run`` raises what the session is ended with (revocation, shutdown, a client too slow)
-        self.id = session_id
+        self.id = opened.session_id
         self._channel = SessionChannel(
-            socket,
-            send_timeout_s=send_timeout_s,
-            idle_timeout_s=settings.idle_timeout_s,
+            opened.socket,
+            send_timeout_s=opened.send_timeout_s,
+            idle_timeout_s=opened.settings.idle_timeout_s,
             busy=self._busy,
-            budget=budget,  # every event paid for before it is parsed (``gateway/realtime/budget.py``)
+            budget=opened.budget,  # every event paid for before it is parsed (``gateway/realtime/budget.py``)
         )
-        self._speech = speech
-        self._principal = principal
-        self._max_json_depth = max_json_depth
-        self._max_conversation_chars = settings.max_conversation_chars
+        self._speaker = opened.speaker
+        self._max_json_depth = opened.max_json_depth
+        self._max_conversation_chars = opened.settings.max_conversation_chars
         self._settings = SessionSettings(model=model)
         self._conversation_id = events.new_id("conv")
         self._items: list[Item] = []
         self._active: _Response | None = None
-        self.responses = 0
+        self._tally = Tally("responses")
         """Responses that produced audio (completed or cut short), for the session's log line."""
-        self.audio_seconds = 0.0
 
-    async def check_model(self) -> None:
+    async def check(self) -> None:
         """Check, before the handshake is accepted, that the session's model and default voice can be served.
 
         Raises:
             OpenAIError: a model the tenant may not use (403), an unknown model (404) or voice (400).
         """
-        await self._speech.check(self._principal, self._settings.speech_request("-"))
+        await self._speaker.check(self._settings.speech_request("-"))
 
     async def run(self) -> None:
         """Serve the session; returns when the client closed it.
@@ -163,17 +139,10 @@ class OpenAIRealtimeSession(EndedByServer):
         try:
             await self._until_ended(receiver)
         finally:
-            tasks = [receiver] if self._active is None else [receiver, self._active.task]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await stop(receiver, None if self._active is None else self._active.task)
 
     def log_fields(self) -> dict[str, Any]:
-        return {
-            "model": self._settings.model,
-            "responses": self.responses,
-            "audio_seconds": round(self.audio_seconds, 3),
-        }
+        return {"model": self._settings.model, **self._tally.fields()}
 
     # ----------------------------------------------------------------- client events
     async def _receive(self) -> None:
@@ -212,7 +181,7 @@ class OpenAIRealtimeSession(EndedByServer):
     async def _update(self, event: SessionUpdate) -> None:
         settings = self._settings.apply(event.patch)
         try:
-            await self._speech.check(self._principal, settings.speech_request("-"))
+            await self._speaker.check(settings.speech_request("-"))
         except (OpenAIError, SpeechError) as refused:
             exc = socket_error(refused)
             exc.param = _SETTING_PARAMS.get(exc.param or "", exc.param)
@@ -323,7 +292,7 @@ class OpenAIRealtimeSession(EndedByServer):
         except (SlowClientError, WebSocketDisconnect):
             raise
         except Exception as exc:
-            error = _response_error(exc)
+            error = failure(exc, "realtime response", socket_error)
             await self._send(events.error_event(error))
             active.state = active.state.finish("failed", usage=active.usage(), error=error)
         else:
@@ -331,11 +300,8 @@ class OpenAIRealtimeSession(EndedByServer):
         await self._report_end(active)
 
     async def _speak(self, active: _Response, settings: SessionSettings) -> None:
-        record = session_record(active.state.id)  # not logged: a truncation's warning names it
         request = settings.speech_request(active.text)
-        speaking = self._speech.speak(
-            self._principal, request, record, admission=Admission.IN_SESSION, markup=Markup.SSML
-        )
+        speaking = self._speaker.speak(request, record_id=active.state.id, markup=Markup.SSML)
         async with await speaking as reply:
             active.characters = reply.characters
             active.limits = _rate_limits(reply.limits)
@@ -348,14 +314,13 @@ class OpenAIRealtimeSession(EndedByServer):
             await self._send(events.response_output_audio_transcript_delta(active.state, active.text))
             encoder = _encoder(settings)
             try:
-                async for pcm in reply.audio():
-                    active.seconds += len(pcm) / (2 * _PCM_RATE)
-                    if data := encoder.encode(pcm) if encoder is not None else pcm:
+                async for _, data in play(reply, active.clock, encoder):
+                    if data:
                         await self._send(events.response_output_audio_delta(active.state, data))
                 if encoder is not None and (tail := encoder.finish()):
                     await self._send(events.response_output_audio_delta(active.state, tail))
             finally:
-                self._count(active.seconds)
+                self._tally.add(active.clock.seconds)
         await self._send(events.response_output_audio_done(active.state))
         await self._send(events.response_output_audio_transcript_done(active.state))
         await self._send(events.response_content_part_done(active.state))
@@ -393,17 +358,14 @@ class OpenAIRealtimeSession(EndedByServer):
                 param="response_id",
                 event_id=event.event_id,
             )
-        active.task.cancel()
-        await asyncio.wait({active.task})
-        if active.task.cancelled():  # else it ended on its own meanwhile, and said so
+        if await cancel(active.task):  # else it ended on its own meanwhile, and said so
             active.state = active.state.finish("cancelled", usage=active.usage())
             await self._report_end(active)
 
     def _response_ended(self, task: asyncio.Task[None]) -> None:
         """A response's task ended: a client too slow or gone ends the session (as would a bug, with its traceback);
         a drain that waited for the response ends now."""
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            self._end(exc)
+        self._lane_ended(task)
         if self._draining:
             self._end(SessionDrainedError())
 
@@ -418,11 +380,6 @@ class OpenAIRealtimeSession(EndedByServer):
 
     def _last_item_id(self) -> str | None:
         return self._items[-1].id if self._items else None
-
-    def _count(self, seconds: float) -> None:
-        if seconds > 0:
-            self.responses += 1
-            self.audio_seconds += seconds
 
     # ----------------------------------------------------------------- plumbing
     async def _send(self, text: str) -> None:
@@ -439,7 +396,7 @@ class OpenAIRealtimeSession(EndedByServer):
 def _encoder(settings: SessionSettings) -> AudioEncoder | None:
     """G.711 from the pipeline's 24 kHz PCM; ``None`` for PCM, which goes out as it comes."""
     law = settings.output_format.g711_law
-    return None if law is None else open_g711_encoder(law, _PCM_RATE)
+    return None if law is None else open_g711_encoder(law, PIPELINE_RATE)
 
 
 def _rate_limits(state: LimitState | None) -> list[RateLimit] | None:
@@ -454,19 +411,3 @@ def _rate_limits(state: LimitState | None) -> list[RateLimit] | None:
     if state.limit_tokens is not None and state.remaining_tokens is not None:
         limits.append(RateLimit("tokens", state.limit_tokens, state.remaining_tokens, state.reset_tokens_s or 0))
     return limits or None
-
-
-def _response_error(exc: Exception) -> OpenAIError:
-    """What a failed response reports.
-
-    Raises:
-        SlowClientError: the response's audio backlog overflowed: the client is not reading, and the session ends.
-    """
-    if isinstance(exc, ResponseTruncatedError) and isinstance(exc.__cause__, Exception):
-        exc = exc.__cause__  # the engine's own error says what happened
-    if isinstance(exc, ConsumerTooSlowError):
-        raise SlowClientError from exc
-    error = socket_error(exc)
-    if error.status_code >= 500 and error.code is None:
-        logger.error("realtime response failed", exc_info=exc)
-    return error
