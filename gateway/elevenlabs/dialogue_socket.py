@@ -42,14 +42,8 @@ from typing import TYPE_CHECKING, Any
 from litestar import WebSocket, websocket
 
 from gateway.elevenlabs.errors import socket_error
-from gateway.elevenlabs.session import (
-    DEFAULT_CONTEXT_ID,
-    ElevenLabsStreamSession,
-    _dictionaries,
-    _invalid,
-    _voice_settings,
-    error_message,
-)
+from gateway.elevenlabs.session import DEFAULT_CONTEXT_ID, ElevenLabsStreamSession
+from gateway.elevenlabs.socket_wire import dictionary_locators, error_message, invalid, voice_settings_of
 from gateway.elevenlabs.timestamps import PendingCharacters
 from gateway.elevenlabs.websocket import serve_session
 from gateway.elevenlabs.wire import DEFAULT_DIALOGUE_MODEL_ID, MAX_DIALOGUE_VOICES, TextToSpeechRequest, VoiceSettings
@@ -57,7 +51,8 @@ from gateway.http.errors import OpenAIError
 from gateway.speech.errors import SpeechError
 
 if TYPE_CHECKING:
-    from gateway.elevenlabs.session import PieceRenderer, SessionContext
+    from gateway.elevenlabs.session import SessionContext
+    from gateway.elevenlabs.socket_wire import PieceRenderer
     from gateway.schemas import SpeechRequest
     from gateway.speech.alignment import CharacterTimes
 
@@ -123,17 +118,17 @@ class DialogueSession(ElevenLabsStreamSession):
         """Check, before the handshake is accepted, that the model can be served (its voices come per context).
 
         Raises:
-            OpenAIError: a model the tenant may not use, or an unknown model (an engine that does not list its voices
+            SpeechError: a model the tenant may not use, or an unknown model (an engine that does not list its voices
                 yet: the first voice registered finds out).
         """
         request = self.speech_request("-")
-        pool = self._speech.planner.router.resolve(request.model_id or DEFAULT_DIALOGUE_MODEL_ID)  # 404: unknown
-        if pool.info is not None and pool.info.voices:  # any of its voices: the model is what is checked here
-            await self._speech.check(self._principal, request.speech_request(pool.info.voices[0].id))
+        voice = self._speaker.model_voice(request.model_id or DEFAULT_DIALOGUE_MODEL_ID)  # 404: unknown
+        if voice is not None:  # any of its voices: the model is what is checked here
+            await self._speaker.check(request.speech_request(voice))
 
-    async def run(self, first: dict[str, Any] | None = None) -> None:
+    async def run(self) -> None:
         try:
-            await super().run(first)
+            await super().run()
         finally:
             for cast in self._casts.values():
                 if cast.idle is not None:
@@ -162,7 +157,7 @@ class DialogueSession(ElevenLabsStreamSession):
         context = self._contexts.get(context_id)
         cast = self._casts.get(context_id)
         if context is None or cast is None:
-            raise _invalid(
+            raise invalid(
                 f"Context {context_id} is not open: open it with its `voices` first.", "context_not_registered"
             )
         self._touch(context_id, cast)
@@ -174,7 +169,7 @@ class DialogueSession(ElevenLabsStreamSession):
         if not inputs and not flush:
             return  # a keep-alive, or a registration alone
         if context.closing:
-            raise _invalid(f"Context {context_id} is closing: open another one.", "context_closing")
+            raise invalid(f"Context {context_id} is closing: open another one.", "context_closing")
         if self._draining:
             raise OpenAIError(503, "The server is shutting down: reconnect to go on.", code="server_shutting_down")
         for text, voice_id, new_turn in inputs:
@@ -189,18 +184,18 @@ class DialogueSession(ElevenLabsStreamSession):
             OpenAIError: registered already, no voices or too many, a voice or setting that cannot be served.
         """
         if context_id in self._contexts:
-            raise _invalid(f"Context {context_id} is open already: its voices are registered once.", "context_exists")
+            raise invalid(f"Context {context_id} is open already: its voices are registered once.", "context_exists")
         voices = message["voices"]
         if (
             not isinstance(voices, list)
             or not 1 <= len(voices) <= MAX_DIALOGUE_VOICES
             or not all(isinstance(v, str) and 0 < len(v) <= 256 for v in voices)
         ):
-            raise _invalid(f"voices must be a list of 1 to {MAX_DIALOGUE_VOICES} voice ids.", "invalid_voices")
-        settings = None if message.get("voice_settings") is None else _voice_settings(message["voice_settings"])
-        dictionaries = _dictionaries(message.get("pronunciation_dictionary_locators"))
+            raise invalid(f"voices must be a list of 1 to {MAX_DIALOGUE_VOICES} voice ids.", "invalid_voices")
+        settings = None if message.get("voice_settings") is None else voice_settings_of(message["voice_settings"])
+        dictionaries = dictionary_locators(message.get("pronunciation_dictionary_locators"))
         for voice_id in dict.fromkeys(voices):
-            await self._speech.check(self._principal, self.speech_request("-", settings).speech_request(voice_id))
+            await self._speaker.check(self.speech_request("-", settings).speech_request(voice_id))
         context = self._open(context_id)
         context.voice_settings, context.dictionaries = settings, dictionaries
         self._casts[context_id] = _Cast(voices=list(voices), current=voices[0])
@@ -212,7 +207,7 @@ class DialogueSession(ElevenLabsStreamSession):
             OpenAIError: a voice the context did not register (400).
         """
         if voice_id not in cast.voices:
-            raise _invalid(f"Voice {voice_id} is not one of context {context.id}'s voices.", "voice_not_registered")
+            raise invalid(f"Voice {voice_id} is not one of context {context.id}'s voices.", "voice_not_registered")
         if voice_id != cast.current or new_turn:
             self._append(context, cast, "", flush=True)
             cast.current = voice_id
@@ -367,12 +362,12 @@ def _inputs(value: object) -> list[tuple[str, str, bool]]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _invalid("inputs must be a list of {text, voice_id} lines.")
+        raise invalid("inputs must be a list of {text, voice_id} lines.")
     lines = []
     for line in value:
         text = line.get("text") if isinstance(line, dict) else None
         voice_id = line.get("voice_id") if isinstance(line, dict) else None
         if not isinstance(text, str) or not isinstance(voice_id, str):
-            raise _invalid("Each of inputs is {text, voice_id, new_turn?}, text and voice_id strings.")
+            raise invalid("Each of inputs is {text, voice_id, new_turn?}, text and voice_id strings.")
         lines.append((text, voice_id, line.get("new_turn") is True))
     return lines

@@ -32,7 +32,7 @@ speaks to it, whatever ``context_id`` it carries; ``{"text": ""}`` ends the inpu
 follows, then the server closes the socket with 1000, which the SDK's ``convert_realtime`` waits for); messages out
 carry no ``contextId``.
 
-Every piece of text goes through the one speech pipeline (:meth:`SpeechService.speak`, as 24 kHz PCM, ``in_session``),
+Every piece of text goes through the one speech pipeline (:meth:`SpeechService.speak`, as 24 kHz PCM, ``IN_SESSION``),
 encoded at the edge into ``output_format``. Each context speaks its pieces in order, one at a time; contexts speak
 side by side.
 """
@@ -40,74 +40,58 @@ side by side.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
-import logging
 import re
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from litestar.exceptions import WebSocketDisconnect
-from pydantic import ValidationError
 
-from engines.errors import ConsumerTooSlowError
-from gateway.audio import AudioFormat, open_encoding, output_sample_rate
-from gateway.elevenlabs.errors import QUOTA_CODE, socket_error
+from gateway.audio import open_encoding
+from gateway.elevenlabs.errors import socket_error
+from gateway.elevenlabs.socket_wire import (
+    StreamInputPiece,
+    audio_message,
+    dictionary_locators,
+    error_message,
+    invalid,
+    parse_message,
+    voice_settings_of,
+)
 from gateway.elevenlabs.wire import SocketSpeechOptions, TextToSpeechRequest, VoiceSettings, text_markup
-from gateway.http.errors import OpenAIError, ResponseTruncatedError
+from gateway.http.errors import OpenAIError
 from gateway.realtime.channel import SessionChannel
 from gateway.realtime.ending import EndedByServer
 from gateway.realtime.segmenter import SentenceBuffer
 from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
+from gateway.sessions.lanes import PIPELINE_RATE, HeardClock, Tally, cancel, failure, play, stop
 from gateway.speech.alignment import CharacterCursor
-from gateway.speech.contract import Admission, session_record
 from gateway.speech.errors import SpeechError
 
 if TYPE_CHECKING:
-    from litestar import WebSocket
-    from litestar.types import ReceiveMessage
-
-    from auth import Principal
     from gateway.audio import AudioEncoder, Encoding
-    from gateway.realtime.budget import SocketBudget
+    from gateway.elevenlabs.socket_wire import PieceRenderer
     from gateway.schemas import SpeechRequest
-    from gateway.settings import RealtimeSettings
-    from gateway.speech.alignment import CharacterTimes, WordTime
-    from gateway.speech.service import SpeechService
+    from gateway.sessions.dialect import Opened
+    from gateway.speech.alignment import WordTime
 
 __all__ = [
     "DEFAULT_CONTEXT_ID",
     "MAX_CONTEXTS",
     "ElevenLabsStreamSession",
-    "PieceRenderer",
     "SessionContext",
     "SingleContextSession",
-    "error_message",
 ]
 
-logger = logging.getLogger("chattts_gateway.realtime")
 
-PIPELINE_RATE = output_sample_rate(AudioFormat.PCM)
 MAX_CONTEXTS = 5
 """Contexts a socket may have open at once, as on ElevenLabs."""
 DEFAULT_CONTEXT_ID = "default"
 _MARKUP = re.compile(r"<[A-Za-z/!?]")
 """A tag in a message: the message is then spoken as one piece, read as its markup (break tags; SSML when asked)."""
 """The context of a message that names none."""
-
-
-def error_message(error: OpenAIError) -> str:
-    """An error on the socket: ``{"message", "error", "code"}`` (the SDK's WebSocket error payload), ``code`` being
-    the status the same error gets on the REST routes."""
-    if error.code == QUOTA_CODE:  # a monthly budget spent, in ElevenLabs' words (as on its REST routes)
-        return json.dumps({"message": error.message, "error": "quota_exceeded", "code": 401})
-    return json.dumps({"message": error.message, "error": error.code or "error", "code": error.status_code})
-
-
-def _invalid(message: str, code: str = "invalid_message") -> OpenAIError:
-    return OpenAIError(400, message, code=code)
 
 
 @dataclass(eq=False)
@@ -145,45 +129,40 @@ class ElevenLabsStreamSession(EndedByServer):
 
     def __init__(
         self,
-        socket: WebSocket[Any, Any, Any],
-        speech: SpeechService,
-        principal: Principal,
+        opened: Opened,
         *,
         voice_id: str,
         model_id: str | None,
         encoding: Encoding,
-        settings: RealtimeSettings,
-        send_timeout_s: float,
-        session_id: str,
         ssml: bool = False,
         auto_mode: bool = False,
-        budget: SocketBudget | None = None,
         options: SocketSpeechOptions | None = None,
+        first: dict[str, Any] | None = None,
     ) -> None:
+        """``first``: the client's first message, when it was read already (for the credentials it carried)."""
         super().__init__()
-        self.id = session_id
+        self.id = opened.session_id
+        self._first = first
         self._options = options or SocketSpeechOptions()
         """The URL's ``seed``, ``language_code`` and ``apply_text_normalization``: every piece of every context."""
         self._markup = text_markup(ssml)
         """Break tags in every piece; the SSML subset too with ``enable_ssml_parsing``."""
         self._channel = SessionChannel(
-            socket,
-            send_timeout_s=send_timeout_s,
-            idle_timeout_s=settings.idle_timeout_s,
+            opened.socket,
+            send_timeout_s=opened.send_timeout_s,
+            idle_timeout_s=opened.settings.idle_timeout_s,
             busy=self._busy,
-            budget=budget,  # every message paid for before it is parsed (``gateway/realtime/budget.py``)
+            budget=opened.budget,  # every message paid for before it is parsed (``gateway/realtime/budget.py``)
         )
-        self._speech = speech
-        self._principal = principal
+        self._speaker = opened.speaker
         self._voice_id = voice_id
         self._model_id = model_id
         self._encoding = encoding
-        self._limits = settings
+        self._limits = opened.settings
         self._auto_mode = auto_mode
         self._contexts: dict[str, _Context] = {}
         self.contexts_opened = 0
-        self.pieces_spoken = 0
-        self.audio_seconds = 0.0
+        self._tally = Tally("pieces")
 
     def speech_request(self, text: str, voice_settings: VoiceSettings | None = None) -> TextToSpeechRequest:
         return self.piece_request(text, self._model_id, voice_settings)
@@ -205,33 +184,24 @@ class ElevenLabsStreamSession(EndedByServer):
         """Check, before the handshake is accepted, that the model and voice can be served.
 
         Raises:
-            OpenAIError: a model the tenant may not use, an unknown model or voice.
+            SpeechError: a model the tenant may not use, an unknown model or voice.
         """
-        await self._speech.check(self._principal, self.speech_request("-").speech_request(self._voice_id))
+        await self._speaker.check(self.speech_request("-").speech_request(self._voice_id))
 
-    async def run(self, first: dict[str, Any] | None = None) -> None:
-        """Serve the session; returns when the client closed it (or asked to, with ``close_socket``). ``first``: the
-        client's first message, when it was read already (for the credentials it carried).
+    async def run(self) -> None:
+        """Serve the session; returns when the client closed it (or asked to, with ``close_socket``).
 
         Raises:
             SlowClientError, SessionIdleError, SessionRevokedError, SessionDrainedError, WebSocketDisconnect.
         """
-        receiver = asyncio.create_task(self._receive(first), name=f"elevenlabs-receiver-{self.id}")
+        receiver = asyncio.create_task(self._receive(self._first), name=f"elevenlabs-receiver-{self.id}")
         try:
             await self._until_ended(receiver)
         finally:
-            tasks = [receiver, *(c.task for c in self._contexts.values() if c.task is not None)]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await stop(receiver, *(c.task for c in self._contexts.values()))
 
     def log_fields(self) -> dict[str, Any]:
-        return {
-            "voice_id": self._voice_id,
-            "contexts": self.contexts_opened,
-            "pieces": self.pieces_spoken,
-            "audio_seconds": round(self.audio_seconds, 3),
-        }
+        return {"voice_id": self._voice_id, "contexts": self.contexts_opened, **self._tally.fields()}
 
     # ----------------------------------------------------------------- ended by the server
     def _busy(self) -> bool:
@@ -247,7 +217,7 @@ class ElevenLabsStreamSession(EndedByServer):
             if message["type"] == "websocket.disconnect":
                 return
             try:
-                parsed = _parse(message)
+                parsed = parse_message(message)
             except OpenAIError as error:
                 await self._send(error_message(error))
                 continue
@@ -277,7 +247,7 @@ class ElevenLabsStreamSession(EndedByServer):
         """
         context_id = message.get("context_id", DEFAULT_CONTEXT_ID)
         if not isinstance(context_id, str) or not context_id or len(context_id) > 256:
-            raise _invalid("context_id must be a string of 1 to 256 characters.")
+            raise invalid("context_id must be a string of 1 to 256 characters.")
         return context_id
 
     def _tag(self, context_id: str) -> dict[str, Any]:
@@ -288,7 +258,7 @@ class ElevenLabsStreamSession(EndedByServer):
         context_id = self._context_id(message)
         text = message.get("text")
         if text is not None and not isinstance(text, str):
-            raise _invalid("text must be a string.")
+            raise invalid("text must be a string.")
         if message.get("close_context") is True:
             await self._close_context(context_id)
             return
@@ -300,11 +270,11 @@ class ElevenLabsStreamSession(EndedByServer):
         context = self._contexts.get(context_id)
         if context is None:
             if text is None:
-                raise _invalid(f"Context {context_id} is not open: open it with a text message first.")
+                raise invalid(f"Context {context_id} is not open: open it with a text message first.")
             context = self._open(context_id)
-            context.dictionaries = _dictionaries(message.get("pronunciation_dictionary_locators"))
+            context.dictionaries = dictionary_locators(message.get("pronunciation_dictionary_locators"))
         if message.get("voice_settings") is not None:
-            context.voice_settings = _voice_settings(message["voice_settings"])
+            context.voice_settings = voice_settings_of(message["voice_settings"])
         self._add(context, text or "", flush=flush)
 
     def _add(self, context: _Context, text: str, *, flush: bool) -> None:
@@ -332,12 +302,12 @@ class ElevenLabsStreamSession(EndedByServer):
 
     def _open(self, context_id: str) -> _Context:
         if len(self._contexts) >= MAX_CONTEXTS:
-            raise _invalid(
+            raise invalid(
                 f"A socket may have at most {MAX_CONTEXTS} contexts open: close one first.", "max_contexts_exceeded"
             )
         context = _Context(context_id, SentenceBuffer(self._limits.max_segment_chars))
         context.task = asyncio.create_task(self._speak_context(context), name=f"elevenlabs-{self.id}-{context_id}")
-        context.task.add_done_callback(self._context_ended)
+        context.task.add_done_callback(self._lane_ended)
         self._contexts[context_id] = context
         self.contexts_opened += 1
         return context
@@ -353,9 +323,7 @@ class ElevenLabsStreamSession(EndedByServer):
         while len(context.pieces) > context.flushed:
             context.pieces.pop()
         if context.speaking and not context.current_flushed and context.task is not None:
-            context.task.cancel()  # barge-in: the engine's job is cancelled with it
-            await asyncio.wait({context.task})
-            if context.task.cancelled():
+            if await cancel(context.task):  # barge-in: the engine's job is cancelled with it
                 await self._final(context)
             return
         context.wake.set()
@@ -388,49 +356,42 @@ class ElevenLabsStreamSession(EndedByServer):
             except (SlowClientError, WebSocketDisconnect, asyncio.CancelledError):
                 raise
             except Exception as exc:  # reported to the client; the context goes on
-                await self._send(error_message(_piece_error(exc)))
+                await self._send(error_message(failure(exc, "elevenlabs context", socket_error)))
             finally:
                 context.speaking = False
                 context.current_flushed = False
         await self._final(context)
 
     async def _speak(self, context: _Context, text: str) -> None:
-        record = session_record(f"{self.id}/{context.id}")  # not logged: the session is
         request = self._piece_request(context, text)
         if context.encoder is None:
             context.encoder = open_encoding(self._encoding, PIPELINE_RATE)
         encoder = context.encoder
         render = self._piece_renderer(context)
         words: list[WordTime] = []
-        seconds = 0.0
+        clock = HeardClock()
         try:
-            speaking = self._speech.speak(
-                self._principal,
+            speaking = self._speaker.speak(
                 request,
-                record,
-                admission=Admission.IN_SESSION,
+                record_id=f"{self.id}/{context.id}",
                 markup=self._markup,
                 dictionaries=context.dictionaries,
             )
             async with await speaking as reply:
                 cursor = CharacterCursor(reply.alignment.text)  # the text spoken: markup read, not said
-                async for chunk in reply.timed():
-                    seconds += len(chunk.audio) / (2 * PIPELINE_RATE)
-                    data = encoder.encode(chunk.audio) if chunk.audio else b""
+                async for chunk, data in play(reply, clock, encoder):
                     words.extend(chunk.words)
                     run = cursor.advance(words) if chunk.words else None
-                    for message in render.audio(data, run, seconds):
+                    for message in render.audio(data, run, clock.seconds):
                         await self._send(message)
-                run = cursor.advance(words, audio_s=seconds)
+                run = cursor.advance(words, audio_s=clock.seconds)
                 tail = encoder.drain()
                 context.gap_s = encoder.drained_s
-                for message in render.end(tail, run, seconds, encoder.drained_s):
+                for message in render.end(tail, run, clock.seconds, encoder.drained_s):
                     await self._send(message)
         finally:
             context.spoken += 1
-            if seconds > 0:
-                self.pieces_spoken += 1
-                self.audio_seconds += seconds
+            self._tally.add(clock.seconds)
 
     # Extension points of a dialect on this session (``dialogue_socket.py``): a piece's request, its messages out, and
     # a context's last ones.
@@ -441,12 +402,12 @@ class ElevenLabsStreamSession(EndedByServer):
     def _piece_renderer(self, context: _Context) -> PieceRenderer:
         """What renders one piece's audio and alignment as messages out."""
         lead = context.gap_s if context.spoken > 0 else None  # the space between this piece and the one before
-        return _StreamInputPiece(self._tag(context.id), lead)
+        return StreamInputPiece(self._tag(context.id), lead)
 
     def _final_messages(self, context: _Context, tail: bytes) -> list[str]:
         """A closed context's last messages: the audio its encoder held, then ``isFinal``."""
         tag = self._tag(context.id)
-        audio = [_audio_message(tag, tail, None, 0.0, lead=None)] if tail else []
+        audio = [audio_message(tag, tail, None, 0.0, lead=None)] if tail else []
         return [*audio, json.dumps({"isFinal": True, **tag})]
 
     async def _final(self, context: _Context) -> None:
@@ -458,11 +419,6 @@ class ElevenLabsStreamSession(EndedByServer):
             await self._send(message)
         if self._draining and not self._busy():
             self._end(SessionDrainedError())
-
-    def _context_ended(self, task: asyncio.Task[None]) -> None:
-        """A client too slow or gone ends the session (as would a bug, with its traceback)."""
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            self._end(exc)
 
     # ----------------------------------------------------------------- plumbing
     async def _send(self, text: str) -> None:
@@ -488,124 +444,3 @@ class SingleContextSession(ElevenLabsStreamSession):
         if (context := self._contexts.get(DEFAULT_CONTEXT_ID)) is not None and not context.closing:
             self._add(context, "", flush=True)
         await super()._close_socket()
-
-
-class PieceRenderer(Protocol):
-    """Renders the messages out of one piece as it is spoken: its audio, and its characters' times as they become
-    known."""
-
-    def audio(self, data: bytes, run: CharacterTimes | None, heard_s: float) -> list[str]:
-        """The messages of encoded ``data`` and the characters ``run`` that became known with it; ``heard_s``: the
-        piece's audio so far, with this one's, in seconds."""
-
-    def end(self, tail: bytes, run: CharacterTimes | None, heard_s: float, drained_s: float) -> list[str]:
-        """The piece's last messages: the encoder's ``tail`` (``drained_s`` of silence after ``heard_s``) and the
-        characters left."""
-
-
-class _StreamInputPiece:
-    """Text-to-speech sockets: each alignment counted from the end of the one before (where Pipecat's clock stands),
-    the first after ``lead`` seconds of space since the context's previous piece."""
-
-    def __init__(self, tag: dict[str, Any], lead: float | None) -> None:
-        self._tag = tag
-        self._lead = lead
-        self._since = 0.0
-
-    def audio(self, data: bytes, run: CharacterTimes | None, heard_s: float) -> list[str]:
-        if not data and run is None:
-            return []
-        message = _audio_message(self._tag, data, run, self._since, lead=self._lead if run else None)
-        if run is not None:
-            self._since, self._lead = run.ends[-1], None
-        return [message]
-
-    def end(self, tail: bytes, run: CharacterTimes | None, heard_s: float, drained_s: float) -> list[str]:
-        return self.audio(tail, run, heard_s)
-
-
-def _parse(message: ReceiveMessage) -> dict[str, Any]:
-    """A client message as a JSON object.
-
-    Raises:
-        OpenAIError: a binary frame, or not a JSON object (400).
-    """
-    text = message.get("text")
-    if not isinstance(text, str):
-        raise _invalid("Messages are JSON text frames.")
-    try:
-        parsed = json.loads(text)
-    except (ValueError, RecursionError):
-        raise _invalid("The message is not valid JSON.") from None
-    if not isinstance(parsed, dict):
-        raise _invalid("A message is a JSON object.")
-    return parsed
-
-
-def _dictionaries(value: object) -> list[tuple[str, str | None]] | None:
-    """A context's first message's ``pronunciation_dictionary_locators`` (as on the REST routes).
-
-    Raises:
-        OpenAIError: not a list of at most 3 locators (400).
-    """
-    if value is None:
-        return None
-    try:
-        locators = TextToSpeechRequest.model_validate({"text": "-", "pronunciation_dictionary_locators": value})
-    except ValidationError as exc:
-        raise _invalid(f"Invalid pronunciation_dictionary_locators: {exc.errors()[0]['msg']}") from None
-    return locators.dictionaries()
-
-
-def _voice_settings(value: object) -> VoiceSettings:
-    """A message's ``voice_settings`` (only ``speed`` changes anything).
-
-    Raises:
-        OpenAIError: not ElevenLabs' voice settings (400).
-    """
-    try:
-        return VoiceSettings.model_validate(value)
-    except ValidationError as exc:
-        raise _invalid(f"Invalid voice_settings: {exc.errors()[0]['msg']}") from None
-
-
-def _audio_message(
-    tag: dict[str, Any], audio: bytes, run: CharacterTimes | None, since_s: float, *, lead: float | None
-) -> str:
-    """``AudioOutputMulti`` (``AudioOutput`` without ``tag``): the audio, and the alignment of the characters that
-    became known with it; ``lead``: after the space that separates them from the context's previous piece, which lasts
-    that many seconds (the silence the encoder put between the two)."""
-    alignment: dict[str, Any] | None = None
-    if run is not None:
-        alignment = run.stream_input(since_s - (lead or 0.0))
-        if lead is not None:
-            alignment = {
-                "chars": [" ", *alignment["chars"]],
-                "charStartTimesMs": [0, *alignment["charStartTimesMs"]],
-                "charDurationsMs": [round(lead * 1000), *alignment["charDurationsMs"]],
-            }
-    return json.dumps(
-        {
-            "audio": base64.b64encode(audio).decode(),
-            "isFinal": None,
-            **tag,
-            "alignment": alignment,
-            "normalizedAlignment": alignment,
-        }
-    )
-
-
-def _piece_error(exc: Exception) -> OpenAIError:
-    """What a piece that failed reports.
-
-    Raises:
-        SlowClientError: the audio backlog overflowed: the client is not reading, and the session ends.
-    """
-    if isinstance(exc, ResponseTruncatedError) and isinstance(exc.__cause__, Exception):
-        exc = exc.__cause__
-    if isinstance(exc, ConsumerTooSlowError):
-        raise SlowClientError from exc
-    error = socket_error(exc)
-    if error.status_code >= 500 and error.code is None:
-        logger.error("elevenlabs context failed", exc_info=exc)
-    return error

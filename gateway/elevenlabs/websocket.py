@@ -17,40 +17,29 @@ read credentials from the first message), as an error message and a close (1008)
 
 from __future__ import annotations
 
-import asyncio
 import json
-from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 from litestar import WebSocket, websocket
-from litestar.exceptions import WebSocketDisconnect
 from pydantic import ValidationError
 
 from gateway.elevenlabs.errors import as_elevenlabs_error, socket_error
 from gateway.elevenlabs.formats import DEFAULT_OUTPUT_FORMAT, OutputFormat, encoding_of
-from gateway.elevenlabs.session import ElevenLabsStreamSession, SingleContextSession, error_message
+from gateway.elevenlabs.session import ElevenLabsStreamSession, SingleContextSession
+from gateway.elevenlabs.socket_wire import error_message
 from gateway.elevenlabs.speech import VoiceId
 from gateway.elevenlabs.wire import SocketSpeechOptions
 from gateway.http.auth.security import presented_authorization
 from gateway.http.errors import OpenAIError
-from gateway.realtime.serving import (
-    POLICY_VIOLATION,
-    SessionRefusedError,
-    admit_session,
-    authenticated,
-    awaiting_credentials,
-    serving,
-    socket_budget,
-    tenant_realtime,
-)
+from gateway.realtime.serving import POLICY_VIOLATION, SessionRefusedError, authenticated, awaiting_credentials
 from gateway.schemas import MAX_SEED
-from gateway.speech.errors import SpeechError
-from gateway.state import gateway_state
+from gateway.sessions.kernel import first_message, serve
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from auth import Principal
+    from gateway.sessions.dialect import Opened
     from gateway.settings import RealtimeSettings
 
 __all__ = [
@@ -86,44 +75,64 @@ async def serve_session(
     socket: WebSocket[Any, Any, Any], voice_id: str, session_type: type[ElevenLabsStreamSession], path: str
 ) -> None:
     """Serve one of ElevenLabs' sockets with a session of ``session_type`` (the dialect), from the handshake on."""
-    state = gateway_state(socket.app)
-    headers = socket.headers
+    await serve(socket, _ElevenLabsSocket(socket, voice_id, session_type, path))
 
-    def refusal(error: OpenAIError) -> tuple[int, dict[str, Any]]:
-        answer = as_elevenlabs_error(error, headers)
+
+class _ElevenLabsSocket:
+    """ElevenLabs' sockets, as the kernel serves them (``gateway/sessions/dialect.py``): the URL's options, credentials
+    at the handshake or in the first message, ElevenLabs' error body and messages, its own inactivity timeout."""
+
+    def __init__(
+        self,
+        socket: WebSocket[Any, Any, Any],
+        voice_id: str,
+        session_type: type[ElevenLabsStreamSession],
+        path: str,
+    ) -> None:
+        self.path = path
+        self._headers = socket.headers
+        self._query = socket.query_params
+        self._voice_id = voice_id
+        self._session_type = session_type
+        self._first: dict[str, Any] | None = None
+        self._inactivity_s = DEFAULT_INACTIVITY_TIMEOUT_S
+        self._output_format = OutputFormat(DEFAULT_OUTPUT_FORMAT)
+        self._options = SocketSpeechOptions()
+
+    def refusal(self, error: OpenAIError) -> tuple[int, dict[str, Any]]:
+        """ElevenLabs' status and error body."""
+        answer = as_elevenlabs_error(error, self._headers)
         return answer.status_code, answer.body()
 
-    async with serving(socket, path, error_message, refusal) as log, AsyncExitStack() as held:
-        output_format, inactivity_s = _query(socket.query_params)
-        options = _speech_options(socket.query_params)
-        principal, first = await _caller(socket, state.settings.realtime)
-        log.tenant = principal.tenant.name
-        realtime = tenant_realtime(state.settings.realtime, principal.tenant)
-        log.realtime = realtime.model_copy(update={"idle_timeout_s": float(inactivity_s)})
-        log.session = session = session_type(
-            socket,
-            state.speech,
-            principal,
-            voice_id=voice_id,
-            model_id=socket.query_params.get("model_id") or None,
-            encoding=encoding_of(output_format),
-            settings=log.realtime,
-            send_timeout_s=state.settings.server.send_timeout_s,
-            session_id=log.session_id,
-            ssml=socket.query_params.get("enable_ssml_parsing", "").lower() == "true",
-            auto_mode=socket.query_params.get("auto_mode") == "true",
-            budget=socket_budget(socket, log),
-            options=options,
+    def error_event(self, error: OpenAIError) -> str:
+        return error_message(error)
+
+    def socket_error(self, exc: BaseException) -> OpenAIError:
+        return socket_error(exc)  # ElevenLabs' table
+
+    async def caller(self, socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Principal:
+        self._output_format, self._inactivity_s = _query(self._query)
+        self._options = _speech_options(self._query)
+        principal, self._first = await _caller(socket, settings)
+        return principal
+
+    def settings(self, tenant_settings: RealtimeSettings) -> RealtimeSettings:
+        return tenant_settings.model_copy(update={"idle_timeout_s": float(self._inactivity_s)})
+
+    def build(self, opened: Opened) -> ElevenLabsStreamSession:
+        return self._session_type(
+            opened,
+            voice_id=self._voice_id,
+            model_id=self._query.get("model_id") or None,
+            encoding=encoding_of(self._output_format),
+            ssml=self._query.get("enable_ssml_parsing", "").lower() == "true",
+            auto_mode=self._query.get("auto_mode") == "true",
+            options=self._options,
+            first=self._first,
         )
-        try:
-            await session.check()
-        except (OpenAIError, SpeechError) as exc:
-            raise SessionRefusedError(socket_error(exc), POLICY_VIOLATION) from None
-        await admit_session(socket, principal, held)
-        if socket.connection_state == "init":
-            await socket.accept()
-        with state.sessions.registered(session, principal):
-            await session.run(first)
+
+    def subprotocol(self) -> str | None:
+        return None
 
 
 async def _caller(
@@ -162,13 +171,9 @@ async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float) -> 
         SessionRefusedError: none within ``timeout_s``, or not a JSON object (1008).
         WebSocketDisconnect: the client left.
     """
-    try:
-        async with asyncio.timeout(timeout_s):
-            message = await socket.receive()
-    except TimeoutError:
-        raise SessionRefusedError(_missing_credentials(), POLICY_VIOLATION) from None
-    if message["type"] == "websocket.disconnect":
-        raise WebSocketDisconnect(detail="client disconnected")
+    message = await first_message(socket, timeout_s)
+    if message is None:
+        raise SessionRefusedError(_missing_credentials(), POLICY_VIOLATION)
     text = message.get("text")
     try:
         parsed = json.loads(text) if isinstance(text, str) else None

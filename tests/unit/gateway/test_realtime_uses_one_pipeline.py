@@ -15,8 +15,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-SESSIONS = ("gateway/sessions/lanes.py", "gateway/elevenlabs/session.py")
-DIALECTS = ("gateway/realtime/session.py", "gateway/realtime/openai/session.py")
+SESSIONS = ("gateway/sessions/lanes.py",)
+DIALECTS = (
+    "gateway/realtime/session.py",
+    "gateway/realtime/openai/session.py",
+    "gateway/elevenlabs/session.py",
+    "gateway/elevenlabs/dialogue_socket.py",
+)
 PUBLIC_OPERATIONS = frozenset({"speak", "check", "open_session", "model_voice"})
 SERVICE_MODULE = "gateway.speech.service"
 _HELD = "_speech"  # the attribute a session keeps the service in
