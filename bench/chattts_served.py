@@ -1,6 +1,7 @@
 """ChatTTS served over HTTP on each decoder (issue #37): ``decoder: torch`` against ``decoder: onnxruntime``.
 
     .venv/bin/python -m bench.chattts_served --assets /tmp/chattts-full-onnx    # about 10 minutes on 2 cores
+    .venv/bin/python -m bench.chattts_served --assets /tmp/chattts-full --decoders onnxruntime+int8 --concurrency 1
 
 For each decoder in turn, one ``chattts-gateway serve`` with one ChatTTS worker on the same assets (``max_batch:
 auto``, continuous batching on, ``--tokens`` audio tokens per request: ``min_new_token == max_new_token``, so every
@@ -39,8 +40,10 @@ TEXT = "Request number %d of the served decoder benchmark, spoken in one sentenc
 
 
 def gateway_config(assets: Path, decoder: str, tokens: int) -> dict[str, Any]:
-    options = {"source": "dir", "path": str(assets), "decoder": decoder, "max_batch": "auto",
-               "max_new_token": tokens, "min_new_token": tokens}  # fmt: skip
+    """One ChatTTS worker on ``decoder``; ``onnxruntime+int8`` names the 8-bit graph (``weights: int8``)."""
+    decoder, _, weights = decoder.partition("+")
+    options = {"source": "dir", "path": str(assets), "decoder": decoder, "weights": weights or "float32",
+               "max_batch": "auto", "max_new_token": tokens, "min_new_token": tokens}  # fmt: skip
     chattts = {"kind": "chattts", "workers": 1, "options": options, "queue_size": 64, "queue_timeout_s": 600,
                "start_timeout_s": 900, "stall_timeout_s": 600}  # fmt: skip
     return {"engines": {"chattts": chattts}, "cache": {"enabled": False}}
