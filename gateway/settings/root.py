@@ -16,7 +16,13 @@ from pydantic_settings import (
 )
 
 from auth.settings import AuthSettings, LimitsSettings
-from engines.settings import EngineSettings
+from engines.settings import (
+    ChatTTSEngineSettings,
+    EngineSettings,
+    EspeakEngineSettings,
+    RemoteEngineSettings,
+    SyntheticEngineSettings,
+)
 from gateway.observability.tracing import TracingSettings
 from gateway.uploads.settings import UploadSettings
 from lifecycle import naming
@@ -58,6 +64,16 @@ BUILT_IN_ENGINES: dict[str, dict[str, Any]] = {
     "chattts": {"kind": "chattts"},
     "espeak": {"kind": "espeak", "low_priority_workers": 1},
 }
+_ENGINE_FIELDS: dict[str, frozenset[str]] = {
+    kind: frozenset(model.model_fields)
+    for kind, model in (
+        ("chattts", ChatTTSEngineSettings),
+        ("espeak", EspeakEngineSettings),
+        ("synthetic", SyntheticEngineSettings),
+        ("openai", RemoteEngineSettings),
+    )
+}
+"""The settings each engine kind takes."""
 #: OpenAI's model names, dated snapshots included (a client pinned to one keeps working): ChatTTS, else espeak. The
 #: speech models, then the Realtime models OpenAI sends speech callers to when the speech models retire (2027-01-06):
 #: on ``/v1/realtime`` (and ``/v1/audio/speech`` alike) they are aliases like any other.
@@ -117,6 +133,20 @@ def _without_removed(value: object) -> object:
     return {name: entry for name, entry in value.items() if entry is not None and entry != "null"}
 
 
+def _engines_as_given(value: object) -> object:
+    """Engines without the removed ones; a built-in engine redefined as another kind keeps no setting of the built-in
+    that its kind does not take (``espeak`` as ``kind: openai`` gets no ``low_priority_workers``)."""
+    kept = _without_removed(value)
+    if not isinstance(kept, dict):
+        return kept
+    for name, built_in in BUILT_IN_ENGINES.items():
+        entry = kept.get(name)
+        if isinstance(entry, dict) and entry.get("kind", built_in["kind"]) != built_in["kind"]:
+            taken = _ENGINE_FIELDS.get(str(entry.get("kind")), frozenset(entry))
+            kept[name] = {key: item for key, item in entry.items() if key in taken or key not in built_in}
+    return kept
+
+
 def _aliases_as_mappings(value: object) -> object:
     """Aliases without the removed ones, each in the mapping form (the list form is short for ``{engines: [...]}``)."""
     kept = _without_removed(value)
@@ -132,7 +162,7 @@ class Settings(BaseSettings):
 
     server: ServerSettings = Field(default_factory=ServerSettings)
     """The HTTP server."""
-    engines: Annotated[dict[str, EngineSettings], BeforeValidator(_without_removed)] = Field(default_factory=dict)
+    engines: Annotated[dict[str, EngineSettings], BeforeValidator(_engines_as_given)] = Field(default_factory=dict)
     """Engines by the model name clients use for them directly (built in: ``chattts``, ``espeak``)."""
     aliases: Annotated[dict[str, AliasSettings], BeforeValidator(_aliases_as_mappings)] = Field(default_factory=dict)
     """Model names that route to engines: a list of engines (the first ready one serves the request, the next ones

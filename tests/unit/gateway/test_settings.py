@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from engines.settings import SyntheticEngineSettings
+from engines.settings import EspeakEngineSettings, SyntheticEngineSettings
 from gateway.cli import build_parser
 from gateway.settings import Settings, load_settings
 
@@ -218,3 +218,30 @@ def test_a_bad_engine_option_stops_the_start_naming_it(
     with pytest.raises(ValidationError) as refused:
         load_settings()
     assert any(named in str(error["loc"]) for error in refused.value.errors()), refused.value
+
+
+def test_a_built_in_engine_redefined_as_another_kind_takes_none_of_the_built_ins_settings(tmp_path: Path) -> None:
+    """Before: the built-in espeak's ``low_priority_workers`` merged into a front tier's ``espeak`` of ``kind:
+    openai``, which takes no such setting, and the gateway refused to start."""
+    config = tmp_path / "front.yaml"
+    config.write_text(
+        "engines:\n"
+        "  espeak: {kind: openai, options: {endpoints: ['http://node:8000/v1'], model: espeak}}\n"
+        "  chattts: {kind: synthetic}\n"
+    )
+    settings = load_settings(config)
+    espeak, chattts = settings.engines["espeak"], settings.engines["chattts"]
+    assert espeak.kind == "openai"
+    assert not hasattr(espeak, "low_priority_workers")
+    assert chattts.kind == "synthetic"
+    built_in = load_settings().engines["espeak"]
+    assert isinstance(built_in, EspeakEngineSettings)
+    assert built_in.low_priority_workers == 1  # the built-in keeps its jobs' worker
+
+
+def test_an_espeak_of_another_local_kind_keeps_what_its_kind_takes(tmp_path: Path) -> None:
+    config = tmp_path / "tones.yaml"
+    config.write_text("engines: {espeak: {kind: synthetic, workers: 2}}\n")
+    espeak = load_settings(config).engines["espeak"]
+    assert isinstance(espeak, SyntheticEngineSettings)
+    assert (espeak.workers, espeak.low_priority_workers) == (2, 1)
