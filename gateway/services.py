@@ -32,13 +32,9 @@ from gateway.speech.admission import AdmissionControl
 from gateway.speech.cache import AudioCache
 from gateway.speech.compile_process import CompileProcess
 from gateway.speech.consents import ConsentStore, MemoryConsentStore, RedisConsentStore
+from gateway.speech.dictionaries import DictionaryStore, MemoryDictionaryStore, RedisDictionaryStore
 from gateway.speech.plan import Planner
-from gateway.speech.pronunciation import (
-    DictionaryStore,
-    MemoryDictionaryStore,
-    PronunciationDictionaries,
-    RedisDictionaryStore,
-)
+from gateway.speech.pronunciation import PronunciationDictionaries
 from gateway.speech.service import SpeechService
 from gateway.speech.singleflight import SingleFlight
 from gateway.speech.voice_aliases import built_in_aliases

@@ -29,7 +29,8 @@ from storage import MAX_PAGE
 if TYPE_CHECKING:
     from litestar import Request
 
-    from gateway.speech.pronunciation import DictionaryRecord, PronunciationDictionaries
+    from gateway.speech.dictionaries import DictionaryRecord
+    from gateway.speech.pronunciation import PronunciationDictionaries
 
 __all__ = ["FORM_ALLOWANCE_BYTES", "PronunciationDictionariesController", "pronunciation_file_router"]
 

@@ -5,56 +5,37 @@ Every change of a dictionary's rules makes a new version with a new ``version_id
 versions a request applies are part of its audio cache key (``gateway/speech/service.py``) and each version's compiled
 lexicon can be kept in memory for as long as wanted: a request of several dictionaries joins theirs, compiling nothing
 (what a compile may cost, and who waits for it: docs/pronunciation.md). A dictionary keeps its last
-:data:`KEPT_VERSIONS` versions (a locator or a download naming an older one gets 404).
-
-A tenant only ever sees its own dictionaries: another tenant's id answers "not found", so ids do not leak. In Redis
-(shared by the replicas) a tenant's dictionaries live under one hash tag (``{<tenant>}``: one Redis Cluster slot for
-the scripts): ``P pron:{t}`` (hash: id -> the dictionary's JSON, with the latest rules), ``P pron-ids:{t}`` (sorted
-set of ids, for pages; ids sort by creation), ``P pron-rules:{t}`` (hash: ``<id>/<version_id>`` -> that version's
-rules) and ``P pron-latest:{t}`` (hash: id -> its latest version id: what a request reads, one small ``HMGET`` for
-all the dictionaries it applies, before it finds their compiled lexicon in memory). A new version is written only if
-the dictionary's latest version is still the one it was made from (a script compares), so concurrent changes on any
-replicas are applied one after the other, none lost.
+:data:`KEPT_VERSIONS` versions (a locator or a download naming an older one gets 404). The dictionaries themselves are
+kept by a store (``gateway/speech/dictionaries/``: in memory or in Redis).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from collections import OrderedDict
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from gateway.speech.compile_process import CompileProcessError
 from gateway.speech.errors import ConflictError, InvalidSpeechRequestError, OverLimitError, UnknownDictionaryError
 from gateway.text.lexicon import Lexicon, Rule
 from gateway.text.pls import PLSError, RuleCaps, check_rules
 from lifecycle import naming
-from storage import Page, sortable_id
+from storage import sortable_id
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Generator, Iterable, Sequence
+    from collections.abc import AsyncIterator, Callable, Generator, Sequence
 
     from gateway.speech.compile_process import CompileProcess
-    from storage import RedisClient
+from gateway.speech.dictionaries.base import KEPT_VERSIONS, DictionaryRecord, DictionaryStore
 
-__all__ = [
-    "KEPT_VERSIONS",
-    "AppliedLexicon",
-    "DictionaryRecord",
-    "DictionaryStore",
-    "MemoryDictionaryStore",
-    "PronunciationDictionaries",
-    "RedisDictionaryStore",
-]
+__all__ = ["NO_LEXICON", "AppliedLexicon", "PronunciationDictionaries"]
 
 logger = naming.logger("pronunciation")
 
-KEPT_VERSIONS = 10
-"""Versions a dictionary keeps (its latest and the nine before it)."""
 _STATES_KEPT = 2_000_000
 """Automaton states of the compiled versions a replica keeps (about 300 MB at most; least recently used out first). A
 version never changes, so its compiled lexicon is kept for as long as it is used."""
@@ -62,203 +43,6 @@ _COMPILE_SLICE_S = 0.001
 """How long a compile (or the loading of one compiled apart) runs on the event loop before it gives the other tasks
 their turn (the most a version may hold, 64 Ki grapheme characters, take some 0.07 s to compile in all)."""
 _UPDATE_TRIES = 5
-
-
-@dataclass(frozen=True, slots=True)
-class DictionaryRecord:
-    """A dictionary and its latest version's rules."""
-
-    id: str
-    tenant: str
-    name: str
-    description: str | None
-    created_at: float
-    version_id: str
-    rules: tuple[Rule, ...]
-    versions: tuple[str, ...]
-    """The kept version ids, oldest first (the last is :attr:`version_id`)."""
-
-    def to_json(self) -> str:
-        return json.dumps({**asdict(self), "rules": [asdict(rule) for rule in self.rules]})
-
-    @classmethod
-    def from_json(cls, raw: bytes | str) -> DictionaryRecord:
-        fields: dict[str, Any] = json.loads(raw)
-        fields["rules"] = _rules_from(fields["rules"])
-        fields["versions"] = tuple(fields["versions"])
-        return cls(**fields)
-
-
-def _rules_from(raw: Sequence[dict[str, Any]]) -> tuple[Rule, ...]:
-    return tuple(Rule(**rule) for rule in raw)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _rules_json(rules: Iterable[Rule]) -> str:
-    return json.dumps([asdict(rule) for rule in rules])
-
-
-class DictionaryStore(Protocol):
-    async def add(self, record: DictionaryRecord, *, max_per_tenant: int) -> bool:
-        """Store a new dictionary unless its tenant has ``max_per_tenant`` already (then ``False``)."""
-        ...
-
-    async def get(self, tenant: str, dictionary_id: str) -> DictionaryRecord | None: ...
-
-    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[DictionaryRecord]:
-        """The tenant's dictionaries by id (oldest first), the first ``limit`` after the id ``after``."""
-        ...
-
-    async def rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...] | None:
-        """The rules of a kept version; ``None`` when the dictionary or the version is unknown."""
-        ...
-
-    async def latest_versions(self, tenant: str, dictionary_ids: Sequence[str]) -> list[str | None]:
-        """Each dictionary's latest version id (``None``: the tenant has no such dictionary), in one round trip."""
-        ...
-
-    async def replace(self, updated: DictionaryRecord, *, made_from: str, dropped: Sequence[str]) -> bool | None:
-        """Store ``updated`` (a new latest version) if the dictionary's latest version is still ``made_from``,
-        deleting the ``dropped`` versions' rules. ``None``: the dictionary is gone; ``False``: it changed meanwhile."""
-        ...
-
-    async def forget_tenant(self, tenant: str) -> None:
-        """Delete every dictionary of the tenant (the tenant was deleted)."""
-        ...
-
-
-class MemoryDictionaryStore:
-    """Dictionaries of one process (the embedded default)."""
-
-    def __init__(self) -> None:
-        self._records: dict[str, dict[str, DictionaryRecord]] = {}
-        self._rules: dict[tuple[str, str, str], tuple[Rule, ...]] = {}
-
-    async def add(self, record: DictionaryRecord, *, max_per_tenant: int) -> bool:
-        records = self._records.setdefault(record.tenant, {})
-        if len(records) >= max_per_tenant:
-            return False
-        records[record.id] = record
-        self._rules[record.tenant, record.id, record.version_id] = record.rules
-        return True
-
-    async def get(self, tenant: str, dictionary_id: str) -> DictionaryRecord | None:
-        return self._records.get(tenant, {}).get(dictionary_id)
-
-    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[DictionaryRecord]:
-        ids = sorted(i for i in self._records.get(tenant, {}) if after is None or i > after)
-        return Page.of([self._records[tenant][i] for i in ids[: limit + 1]], limit)
-
-    async def rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...] | None:
-        return self._rules.get((tenant, dictionary_id, version_id))
-
-    async def latest_versions(self, tenant: str, dictionary_ids: Sequence[str]) -> list[str | None]:
-        records = self._records.get(tenant, {})
-        return [record.version_id if (record := records.get(i)) is not None else None for i in dictionary_ids]
-
-    async def replace(self, updated: DictionaryRecord, *, made_from: str, dropped: Sequence[str]) -> bool | None:
-        current = await self.get(updated.tenant, updated.id)
-        if current is None:
-            return None
-        if current.version_id != made_from:
-            return False
-        self._records[updated.tenant][updated.id] = updated
-        self._rules[updated.tenant, updated.id, updated.version_id] = updated.rules
-        for version in dropped:
-            self._rules.pop((updated.tenant, updated.id, version), None)
-        return True
-
-    async def forget_tenant(self, tenant: str) -> None:
-        self._records.pop(tenant, None)
-        for key in [key for key in self._rules if key[0] == tenant]:
-            del self._rules[key]
-
-
-# Adds a dictionary while the tenant has fewer than ARGV[4]. KEYS: records, ids, rules, latest. ARGV: id, record,
-# version id, limit, rules. Returns 1, or 0 at the limit.
-_ADD_LUA = """
-if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[2], 0, ARGV[1])
-redis.call('HSET', KEYS[3], ARGV[1] .. '/' .. ARGV[3], ARGV[5])
-redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
-return 1
-"""
-# Writes a new latest version if the latest is still ARGV[2]. KEYS: records, rules, latest. ARGV: id, made from,
-# record, version id, rules, then the version ids to delete. Returns 1, 0 (changed meanwhile) or -1 (gone).
-_REPLACE_LUA = """
-local current = redis.call('HGET', KEYS[3], ARGV[1])
-if not current then return -1 end
-if current ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[2], ARGV[1] .. '/' .. ARGV[4], ARGV[5])
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])
-for i = 6, #ARGV do redis.call('HDEL', KEYS[2], ARGV[1] .. '/' .. ARGV[i]) end
-return 1
-"""
-# One page of records in id order. KEYS: records, ids. ARGV: lower bound (BYLEX), count.
-_PAGE_LUA = """
-local ids = redis.call('ZRANGE', KEYS[2], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, tonumber(ARGV[2]))
-if #ids == 0 then return {} end
-return redis.call('HMGET', KEYS[1], unpack(ids))
-"""
-
-
-class RedisDictionaryStore:
-    """Dictionaries shared by every replica (layout in the module's docstring)."""
-
-    def __init__(self, client: RedisClient, prefix: str = "tts:") -> None:
-        self._client = client
-        self._prefix = prefix
-        self._add = client.register_script(_ADD_LUA)
-        self._replace = client.register_script(_REPLACE_LUA)
-        self._page = client.register_script(_PAGE_LUA)
-
-    def _keys(self, tenant: str) -> tuple[str, str, str, str]:
-        """The tenant's records, ordered ids, versions' rules and latest versions."""
-        tag = f"{{{tenant}}}"
-        prefix = self._prefix
-        return (
-            f"{prefix}pron:{tag}",
-            f"{prefix}pron-ids:{tag}",
-            f"{prefix}pron-rules:{tag}",
-            f"{prefix}pron-latest:{tag}",
-        )
-
-    async def add(self, record: DictionaryRecord, *, max_per_tenant: int) -> bool:
-        args: list[str | int] = [record.id, record.to_json(), record.version_id, max_per_tenant]
-        args.append(_rules_json(record.rules))
-        return bool(int(await self._add(keys=self._keys(record.tenant), args=args)))
-
-    async def get(self, tenant: str, dictionary_id: str) -> DictionaryRecord | None:
-        raw = await self._client.hget(self._keys(tenant)[0], dictionary_id)
-        return DictionaryRecord.from_json(raw) if raw else None
-
-    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[DictionaryRecord]:
-        records, ids, _, _ = self._keys(tenant)
-        lower = "-" if after is None else f"({after}"
-        raw = await self._page(keys=[records, ids], args=[lower, limit + 1])
-        return Page.of([DictionaryRecord.from_json(item) for item in raw if item], limit)
-
-    async def rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...] | None:
-        raw = await self._client.hget(self._keys(tenant)[2], f"{dictionary_id}/{version_id}")
-        return _rules_from(json.loads(raw)) if raw else None
-
-    async def latest_versions(self, tenant: str, dictionary_ids: Sequence[str]) -> list[str | None]:
-        found = await self._client.hmget(self._keys(tenant)[3], list(dictionary_ids))
-        return [_text(version) if version else None for version in found]
-
-    async def replace(self, updated: DictionaryRecord, *, made_from: str, dropped: Sequence[str]) -> bool | None:
-        records, _, rules, latest = self._keys(updated.tenant)
-        args = [updated.id, made_from, updated.to_json(), updated.version_id, _rules_json(updated.rules), *dropped]
-        done = int(await self._replace(keys=[records, rules, latest], args=args))
-        return None if done < 0 else bool(done)
-
-    async def forget_tenant(self, tenant: str) -> None:
-        await self._client.delete(*self._keys(tenant))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,9 @@ import pytest
 
 from gateway.http.errors import as_openai_error
 from gateway.speech.compile_process import CompileProcess
+from gateway.speech.dictionaries import MemoryDictionaryStore
 from gateway.speech.errors import OverLimitError
-from gateway.speech.pronunciation import MemoryDictionaryStore, PronunciationDictionaries
+from gateway.speech.pronunciation import PronunciationDictionaries
 from gateway.text.lexicon import Lexicon, Rule
 from gateway.text.pls import PLSError, RuleCaps, check_rules
 

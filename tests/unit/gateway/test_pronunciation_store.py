@@ -12,13 +12,9 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.http.errors import as_openai_error
+from gateway.speech.dictionaries import KEPT_VERSIONS, MemoryDictionaryStore, RedisDictionaryStore
 from gateway.speech.errors import InvalidSpeechRequestError, UnknownDictionaryError
-from gateway.speech.pronunciation import (
-    KEPT_VERSIONS,
-    MemoryDictionaryStore,
-    PronunciationDictionaries,
-    RedisDictionaryStore,
-)
+from gateway.speech.pronunciation import PronunciationDictionaries
 from gateway.text.lexicon import Rule
 from gateway.text.pls import RuleCaps
 

@@ -1,0 +1,110 @@
+"""Dictionaries in Redis, shared by the replicas: :class:`RedisDictionaryStore`.
+
+A tenant's dictionaries live under one hash tag (``{<tenant>}``: one Redis Cluster slot for the scripts): ``P pron:{t}``
+(hash: id -> the dictionary's JSON, with the latest rules), ``P pron-ids:{t}`` (sorted set of ids, for pages; ids sort
+by creation), ``P pron-rules:{t}`` (hash: ``<id>/<version_id>`` -> that version's rules) and ``P pron-latest:{t}``
+(hash: id -> its latest version id: what a request reads, one small ``HMGET`` for all the dictionaries it applies,
+before it finds their compiled lexicon in memory). A new version is written only if the dictionary's latest version is
+still the one it was made from (a script compares), so concurrent changes on any replicas are applied one after the
+other, none lost.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from storage import Page
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gateway.text.lexicon import Rule
+    from storage import RedisClient
+from gateway.speech.dictionaries.base import DictionaryRecord, rules_from, rules_json, text_of
+
+__all__ = ["RedisDictionaryStore"]
+
+_UPDATE_TRIES = 5
+
+
+_ADD_LUA = """
+if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], 0, ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1] .. '/' .. ARGV[3], ARGV[5])
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
+return 1
+"""
+# Writes a new latest version if the latest is still ARGV[2]. KEYS: records, rules, latest. ARGV: id, made from,
+# record, version id, rules, then the version ids to delete. Returns 1, 0 (changed meanwhile) or -1 (gone).
+_REPLACE_LUA = """
+local current = redis.call('HGET', KEYS[3], ARGV[1])
+if not current then return -1 end
+if current ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[1] .. '/' .. ARGV[4], ARGV[5])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])
+for i = 6, #ARGV do redis.call('HDEL', KEYS[2], ARGV[1] .. '/' .. ARGV[i]) end
+return 1
+"""
+# One page of records in id order. KEYS: records, ids. ARGV: lower bound (BYLEX), count.
+_PAGE_LUA = """
+local ids = redis.call('ZRANGE', KEYS[2], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, tonumber(ARGV[2]))
+if #ids == 0 then return {} end
+return redis.call('HMGET', KEYS[1], unpack(ids))
+"""
+
+
+class RedisDictionaryStore:
+    """Dictionaries shared by every replica (layout in the module's docstring)."""
+
+    def __init__(self, client: RedisClient, prefix: str = "tts:") -> None:
+        self._client = client
+        self._prefix = prefix
+        self._add = client.register_script(_ADD_LUA)
+        self._replace = client.register_script(_REPLACE_LUA)
+        self._page = client.register_script(_PAGE_LUA)
+
+    def _keys(self, tenant: str) -> tuple[str, str, str, str]:
+        """The tenant's records, ordered ids, versions' rules and latest versions."""
+        tag = f"{{{tenant}}}"
+        prefix = self._prefix
+        return (
+            f"{prefix}pron:{tag}",
+            f"{prefix}pron-ids:{tag}",
+            f"{prefix}pron-rules:{tag}",
+            f"{prefix}pron-latest:{tag}",
+        )
+
+    async def add(self, record: DictionaryRecord, *, max_per_tenant: int) -> bool:
+        args: list[str | int] = [record.id, record.to_json(), record.version_id, max_per_tenant]
+        args.append(rules_json(record.rules))
+        return bool(int(await self._add(keys=self._keys(record.tenant), args=args)))
+
+    async def get(self, tenant: str, dictionary_id: str) -> DictionaryRecord | None:
+        raw = await self._client.hget(self._keys(tenant)[0], dictionary_id)
+        return DictionaryRecord.from_json(raw) if raw else None
+
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[DictionaryRecord]:
+        records, ids, _, _ = self._keys(tenant)
+        lower = "-" if after is None else f"({after}"
+        raw = await self._page(keys=[records, ids], args=[lower, limit + 1])
+        return Page.of([DictionaryRecord.from_json(item) for item in raw if item], limit)
+
+    async def rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...] | None:
+        raw = await self._client.hget(self._keys(tenant)[2], f"{dictionary_id}/{version_id}")
+        return rules_from(json.loads(raw)) if raw else None
+
+    async def latest_versions(self, tenant: str, dictionary_ids: Sequence[str]) -> list[str | None]:
+        found = await self._client.hmget(self._keys(tenant)[3], list(dictionary_ids))
+        return [text_of(version) if version else None for version in found]
+
+    async def replace(self, updated: DictionaryRecord, *, made_from: str, dropped: Sequence[str]) -> bool | None:
+        records, _, rules, latest = self._keys(updated.tenant)
+        args = [updated.id, made_from, updated.to_json(), updated.version_id, rules_json(updated.rules), *dropped]
+        done = int(await self._replace(keys=[records, rules, latest], args=args))
+        return None if done < 0 else bool(done)
+
+    async def forget_tenant(self, tenant: str) -> None:
+        await self._client.delete(*self._keys(tenant))
