@@ -25,7 +25,7 @@ from gateway.realtime.protocol import (
     parse_client_event,
     session_event,
 )
-from gateway.realtime.vllm_omni import VllmOmniDialect
+from gateway.vllm_omni.dialect import VllmOmniDialect
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -12,8 +12,8 @@ from gateway.audio.formats import AudioFormat
 from gateway.http.errors import OpenAIError
 from gateway.realtime.dialect import NativeDialect, dialect_for
 from gateway.realtime.protocol import InputAppend, InputFlush, ProtocolError, SessionClose, SessionConfig
-from gateway.realtime.vllm_omni import VllmOmniDialect
 from gateway.schemas import SpeechUsage
+from gateway.vllm_omni.dialect import VllmOmniDialect
 
 USAGE = SpeechUsage(input_tokens=1, output_tokens=1, total_tokens=2)
 
