@@ -37,7 +37,6 @@ from gateway.http.tracking import request_tracking_middleware
 from gateway.observability.metrics import PoolCollector, SpeechMetrics
 from gateway.observability.tracing import Tracing
 from gateway.realtime import openai_realtime, realtime_speech
-from gateway.realtime.redaction import QueryTokenRedactor
 from gateway.routes.admin import AdminController
 from gateway.routes.catalog import ModelsController, VoicesController
 from gateway.routes.consents import VoiceConsentsController
@@ -50,6 +49,7 @@ from gateway.routes.playground import playground_handlers
 from gateway.routes.speech import EngineNodeSpeechController, speech_routes
 from gateway.routes.usage import UsageController
 from gateway.services import open_state
+from gateway.sessions.redaction import QueryTokenRedactor
 from gateway.settings import Settings, load_settings
 from gateway.speech.consents import ConsentStore  # noqa: TC001
 from gateway.speech.pronunciation import PronunciationDictionaries  # noqa: TC001

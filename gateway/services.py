@@ -27,7 +27,7 @@ from gateway.jobs.service import SpeechJobs
 from gateway.jobs.store import AudioFiles, JobStore, MemoryJobStore, RedisJobStore
 from gateway.jobs.turns import TenantTurns
 from gateway.legacy import move_legacy_layout
-from gateway.realtime.registry import SessionRegistry
+from gateway.sessions.registry import SessionRegistry
 from gateway.speech.admission import AdmissionControl
 from gateway.speech.cache import AudioCache
 from gateway.speech.compile_process import CompileProcess

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from gateway.http.auth.credential_throttle import AdminThrottle, CredentialThrottle
     from gateway.jobs.service import SpeechJobs
     from gateway.observability.metrics import SpeechMetrics
-    from gateway.realtime.registry import SessionRegistry
+    from gateway.sessions.registry import SessionRegistry
     from gateway.settings import Settings
     from gateway.speech.admission import AdmissionControl
     from gateway.speech.consents import ConsentStore

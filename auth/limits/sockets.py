@@ -1,5 +1,5 @@
 """What a tenant's realtime sockets sent on every replica together (:class:`RedisSocketSends`): the shared half of the
-tenant's socket budget (``gateway/realtime/budget.py``).
+tenant's socket budget (``gateway/sessions/budget.py``).
 
 A socket's messages are paid for on its replica, in memory, as they arrive: a storage round trip per message would
 cost more than the parse the budget guards. Each replica then adds what its sockets of a tenant sent to two counters

@@ -3,7 +3,7 @@
 On SIGTERM uvicorn closes every WebSocket with 1012 the moment its shutdown begins (its protocol's ``shutdown()``),
 while HTTP responses run on through the grace period. Realtime sessions are drained first instead: they take no
 more text, finish the segment they are speaking (with its ``audio.done``) and close with 1012 themselves
-(``gateway/realtime/registry.py``), all within ``server.shutdown_grace_s``; uvicorn's own shutdown follows, with
+(``gateway/sessions/registry.py``), all within ``server.shutdown_grace_s``; uvicorn's own shutdown follows, with
 what is left of the grace period.
 """
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from gateway.realtime.registry import drain_realtime_sessions
+from gateway.sessions.registry import drain_realtime_sessions
 
 if TYPE_CHECKING:
     import socket

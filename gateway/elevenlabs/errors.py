@@ -173,7 +173,7 @@ def _speech_error(exc: SpeechError, headers: Mapping[str, str]) -> ErrorAnswer:
 
 def socket_error(exc: BaseException) -> OpenAIError:
     """What an ElevenLabs socket says of ``exc`` (``{"message", "error", "code"}``, ``gateway/elevenlabs/session.py``),
-    in the error object the sockets carry (``gateway/realtime/serving.py``): the speech domain's errors from
+    in the error object the sockets carry (``gateway/sessions/serving.py``): the speech domain's errors from
     :data:`_SOCKET_KINDS`; others as the gateway decides them for every API family. The error keeps ``exc`` as its
     source, so that a refused handshake is answered in the REST routes' words (:func:`as_elevenlabs_error`)."""
     if isinstance(exc, FailoverExhaustedError):  # what the engine said

@@ -62,11 +62,11 @@ from gateway.elevenlabs.socket_wire import (
 )
 from gateway.elevenlabs.wire import SocketSpeechOptions, TextToSpeechRequest, VoiceSettings, text_markup
 from gateway.http.errors import OpenAIError
-from gateway.realtime.channel import SessionChannel
-from gateway.realtime.ending import EndedByServer
-from gateway.realtime.segmenter import SentenceBuffer
-from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
+from gateway.sessions.channel import SessionChannel
+from gateway.sessions.ending import EndedByServer
 from gateway.sessions.lanes import PIPELINE_RATE, HeardClock, Tally, cancel, failure, play, stop
+from gateway.sessions.segmenter import SentenceBuffer
+from gateway.sessions.session_errors import SessionDrainedError, SlowClientError
 from gateway.speech.alignment import CharacterCursor
 from gateway.speech.errors import SpeechError
 
@@ -152,7 +152,7 @@ class ElevenLabsStreamSession(EndedByServer):
             send_timeout_s=opened.send_timeout_s,
             idle_timeout_s=opened.settings.idle_timeout_s,
             busy=self._busy,
-            budget=opened.budget,  # every message paid for before it is parsed (``gateway/realtime/budget.py``)
+            budget=opened.budget,  # every message paid for before it is parsed (``gateway/sessions/budget.py``)
         )
         self._speaker = opened.speaker
         self._voice_id = voice_id

@@ -31,9 +31,9 @@ from gateway.elevenlabs.speech import VoiceId
 from gateway.elevenlabs.wire import SocketSpeechOptions
 from gateway.http.auth.security import presented_authorization
 from gateway.http.errors import OpenAIError
-from gateway.realtime.serving import POLICY_VIOLATION, SessionRefusedError, authenticated, awaiting_credentials
 from gateway.schemas import MAX_SEED
 from gateway.sessions.kernel import first_message, serve
+from gateway.sessions.serving import POLICY_VIOLATION, SessionRefusedError, authenticated, awaiting_credentials
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -93,7 +93,7 @@ class OpenAIError(Exception):
         self.headers = headers or {}
         self.source: Exception | None = None
         """The error this one renders (a domain error, as :func:`as_openai_error` made it), for another API
-        family's table to render in its own words where a socket carries it as this (``gateway/realtime/serving.py``).
+        family's table to render in its own words where a socket carries it as this (``gateway/sessions/serving.py``).
         """
 
 

@@ -8,7 +8,7 @@ ignored the close sent 835 MB in those 10 s (issue #47: ``bench/socket_flood.py`
 tenant shares.
 
 So a close with a policy code (1008, which the realtime endpoints send for exactly those reasons:
-``gateway/realtime/serving.py``) waits ``CLOSE_AFTER_S`` for the reply, not 10 s, and reads at most
+``gateway/sessions/serving.py``) waits ``CLOSE_AFTER_S`` for the reply, not 10 s, and reads at most
 ``READ_AFTER_CLOSE_BYTES`` meanwhile: a client that answers the close is closed on its answer as before, and one
 still sending past that is read no more (TCP's flow control holds it back, at no cost to the loop) and closed when the
 wait is over; what the server sent (the error event, the close frame) has had that long to reach it. Closing at once

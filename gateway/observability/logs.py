@@ -21,7 +21,7 @@ UNFINISHED_RESPONSE_LOGGED: contextvars.ContextVar[bool] = contextvars.ContextVa
 """Set (``gateway/http/tracking.py``) in the task of a request the gateway ended short and logged: uvicorn's own line
 about the unfinished response, written in the same task afterwards, then says nothing new."""
 HANDSHAKE_REFUSAL_LOGGED: contextvars.ContextVar[bool] = contextvars.ContextVar("refusal_logged", default=False)
-"""Set (``gateway/realtime/serving.py``) in the task of a WebSocket handshake the gateway refused with an HTTP answer
+"""Set (``gateway/sessions/serving.py``) in the task of a WebSocket handshake the gateway refused with an HTTP answer
 (a 401, a 429) and logged: uvicorn's websockets-sansio protocol (0.54) never counts such an answer as the handshake's
 end, and its error line afterwards, in the same task, says nothing true."""
 
@@ -60,7 +60,7 @@ class WebSocketFrameRedactor(logging.Filter):
     (``"< %s"`` with the frame, its text included: appended input, a first message's token) and every handshake header
     (``"< %s: %s"``: ``Authorization`` and ElevenLabs' ``xi-api-key`` included). Frames keep their type and size and
     lose their content; credential headers lose their value. (The query string's ``?token=`` is
-    ``gateway/realtime/redaction.py``'s.)"""
+    ``gateway/sessions/redaction.py``'s.)"""
 
     _FRAME_LINES = frozenset({"< %s", "> %s"})
     _HEADER_LINES = frozenset({"< %s: %s", "> %s: %s"})

@@ -17,7 +17,7 @@ refusal:
 - ``admin``: the admin API's token wrong (401 ``invalid_api_key``) or its address throttled (429
   ``rate_limit_exceeded``);
 - ``socket``: a realtime socket closed (1008) for sending more than its budget (429 ``rate_limit_exceeded``): its
-  own messages or bytes a second, or those of all its tenant's sockets on the replica (``gateway/realtime/budget.py``);
+  own messages or bytes a second, or those of all its tenant's sockets on the replica (``gateway/sessions/budget.py``);
   for reading its audio too slowly (400 ``client_too_slow``: ``realtime.send_timeout_s``); or because its API key was
   revoked or its tenant deleted while it was open (401 ``api_key_revoked``, ``tenant_deleted``);
 - ``service_token``: an engine node's request without the tier's service token (401 ``invalid_api_key``; 403 for a

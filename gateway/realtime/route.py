@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Any
 from litestar import WebSocket, websocket
 
 from gateway.http.errors import OpenAIError
-from gateway.realtime.dialect import NativeDialect, SpokenDialect
-from gateway.realtime.errors import socket_error
-from gateway.realtime.protocol import ProtocolError, SessionUpdate, parse_client_event
-from gateway.realtime.serving import POLICY_VIOLATION, SessionRefusedError, authenticated, awaiting_credentials
-from gateway.realtime.session import RealtimeSession
+from gateway.native.dialect import NativeDialect
+from gateway.native.protocol import parse_client_event
+from gateway.realtime.choice import SpokenDialect
+from gateway.sessions.errors import socket_error
 from gateway.sessions.kernel import first_message, serve
+from gateway.sessions.serving import POLICY_VIOLATION, SessionRefusedError, authenticated, awaiting_credentials
+from gateway.sessions.stream_events import ProtocolError, SessionUpdate
+from gateway.sessions.text_stream import RealtimeSession
 
 if TYPE_CHECKING:
     from litestar.types import ReceiveMessage

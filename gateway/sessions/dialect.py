@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from litestar import WebSocket
 
     from auth import Principal
-    from gateway.realtime.budget import SocketBudget
+    from gateway.sessions.budget import SocketBudget
     from gateway.sessions.lanes import Speaker
     from gateway.settings import RealtimeSettings
 
@@ -50,11 +50,11 @@ class Opened:
     max_json_depth: int
     """``server.max_json_depth``: deeper messages are refused, as deeper HTTP bodies are."""
     budget: SocketBudget
-    """What the client may send a second (``gateway/realtime/budget.py``), every message paid for before parsing."""
+    """What the client may send a second (``gateway/sessions/budget.py``), every message paid for before parsing."""
 
 
 class DialectSession(Protocol):
-    """One session of a dialect (an :class:`~gateway.realtime.ending.EndedByServer`, so the registry can revoke and
+    """One session of a dialect (an :class:`~gateway.sessions.ending.EndedByServer`, so the registry can revoke and
     drain it)."""
 
     async def check(self) -> None:
@@ -102,7 +102,7 @@ class SocketDialect(Protocol):
         ...
 
     async def caller(self, socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Principal:
-        """Who is calling, by the credentials the dialect takes (through ``gateway.realtime.serving.authenticated``); a
+        """Who is calling, by the credentials the dialect takes (through ``gateway.sessions.serving.authenticated``); a
         message read for them, or to choose the dialect, is kept for the session.
 
         Raises:

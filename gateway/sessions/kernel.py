@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 from litestar.exceptions import WebSocketDisconnect
 
 from gateway.http.errors import OpenAIError
-from gateway.realtime.serving import (
+from gateway.sessions.dialect import Opened
+from gateway.sessions.lanes import Speaker
+from gateway.sessions.serving import (
     POLICY_VIOLATION,
     SessionRefusedError,
     admit_session,
@@ -21,8 +23,6 @@ from gateway.realtime.serving import (
     socket_budget,
     tenant_realtime,
 )
-from gateway.sessions.dialect import Opened
-from gateway.sessions.lanes import Speaker
 from gateway.speech.errors import SpeechError
 from gateway.state import gateway_state
 

@@ -18,8 +18,8 @@ from litestar.exceptions import WebSocketDisconnect
 from engines.errors import ConsumerTooSlowError
 from gateway.audio.formats import AudioFormat, output_sample_rate
 from gateway.http.errors import OpenAIError, ResponseTruncatedError
-from gateway.realtime.session_errors import SlowClientError
 from gateway.sessions.dialect import ProtocolError
+from gateway.sessions.session_errors import SlowClientError
 from gateway.speech.contract import Admission, session_record
 from gateway.speech.delivery import AudioClock
 from lifecycle import naming

@@ -1,7 +1,7 @@
 """Long inputs as segments, one engine job each: where text may be cut, and the PCM of the segments as one stream.
 
 One set of cutting rules serves the HTTP speech path (:func:`split_text`, whole inputs) and the realtime sessions
-(``gateway/realtime/segmenter.py``, text arriving in fragments): a segment ends at a sentence end, else at a clause
+(``gateway/sessions/segmenter.py``, text arriving in fragments): a segment ends at a sentence end, else at a clause
 break, else at a word break, else at the limit (one long word, or CJK text without punctuation).
 
 A request whose input is longer than ``speech.max_segment_chars`` is spoken as a :class:`SegmentedStream`: the job

@@ -31,7 +31,9 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstrain
 
 from gateway.audio.formats import AudioFormat, output_sample_rate
 from gateway.http.json_depth import json_depth_exceeds
-from gateway.realtime.protocol import (
+from gateway.schemas import MAX_INPUT_CHARS, MAX_SEED, CustomVoice
+from gateway.sessions.segmenter import Granularity
+from gateway.sessions.stream_events import (
     InputAppend,
     InputFlush,
     ProtocolError,
@@ -39,17 +41,15 @@ from gateway.realtime.protocol import (
     SessionConfig,
     SessionUpdate,
 )
-from gateway.realtime.segmenter import Granularity
-from gateway.schemas import MAX_INPUT_CHARS, MAX_SEED, CustomVoice
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Self
 
     from gateway.http.errors import OpenAIError
-    from gateway.realtime.dialect import Frame
-    from gateway.realtime.protocol import ClientEvent, SegmentStatus
     from gateway.schemas import SpeechUsage
+    from gateway.sessions.stream_dialect import Frame
+    from gateway.sessions.stream_events import ClientEvent, SegmentStatus
     from gateway.speech.alignment import WordTime
 
 __all__ = ["VllmOmniDialect"]

@@ -1,4 +1,4 @@
-"""Every socket message is paid for (issue #47, ``gateway/realtime/budget.py``), end to end on a real gateway: a client
+"""Every socket message is paid for (issue #47, ``gateway/sessions/budget.py``), end to end on a real gateway: a client
 that floods any of the three socket dialects gets its dialect's own error (``rate_limit_exceeded``) then close code
 1008, through the clients the other tests use (the OpenAI SDK's realtime client; ``websockets`` as vLLM-Omni's and
 Pipecat's ElevenLabs clients send); a session within the budget is served as before."""

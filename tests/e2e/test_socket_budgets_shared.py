@@ -1,4 +1,4 @@
-"""A tenant's socket budget is shared by the replicas on one Redis (issue #47, ``gateway/realtime/budget.py`` and
+"""A tenant's socket budget is shared by the replicas on one Redis (issue #47, ``gateway/sessions/budget.py`` and
 ``auth/limits/sockets.py``), end to end: two real gateway replicas on one real redis-server, a realtime socket on
 each, each within what one replica allows the tenant, together over it: one of them is closed (1008) with the
 tenant-wide refusal, where a lone socket sending the same on one replica is served throughout."""

@@ -1,7 +1,7 @@
 """What a socket over its budget costs after it is refused, end to end on a real gateway (issue #47, part 2): a client
 that ignores the close frame and keeps sending is cut off at once instead of read for uvicorn's 10 s close timeout
 (``gateway/http/websocket_close.py``); many sockets of one tenant share the tenant's budget on the replica
-(``gateway/realtime/budget.py``); each refusal is counted in ``tts_requests_refused_total{source="socket"}``."""
+(``gateway/sessions/budget.py``); each refusal is counted in ``tts_requests_refused_total{source="socket"}``."""
 
 from __future__ import annotations
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from litestar import WebSocket, websocket
 
-from gateway.realtime.errors import socket_error
 from gateway.realtime.openai import events
 from gateway.realtime.openai.session import OpenAIRealtimeSession
-from gateway.realtime.serving import authenticated
+from gateway.sessions.errors import socket_error
 from gateway.sessions.kernel import serve
+from gateway.sessions.serving import authenticated
 
 __all__ = ["DEFAULT_MODEL", "PATH", "openai_realtime"]
 

@@ -18,9 +18,6 @@ from litestar.exceptions import WebSocketDisconnect
 
 from gateway.audio import open_g711_encoder
 from gateway.http.errors import OpenAIError
-from gateway.realtime.channel import SessionChannel
-from gateway.realtime.ending import EndedByServer
-from gateway.realtime.errors import socket_error
 from gateway.realtime.openai import events
 from gateway.realtime.openai.events import (
     ConversationItemCreate,
@@ -39,9 +36,12 @@ from gateway.realtime.openai.events import (
     SessionUpdate,
     Unsupported,
 )
-from gateway.realtime.session_errors import SessionDrainedError, SlowClientError
 from gateway.schemas import MAX_INPUT_CHARS
+from gateway.sessions.channel import SessionChannel
+from gateway.sessions.ending import EndedByServer
+from gateway.sessions.errors import socket_error
 from gateway.sessions.lanes import PIPELINE_RATE, HeardClock, Tally, cancel, failure, play, stop
+from gateway.sessions.session_errors import SessionDrainedError, SlowClientError
 from gateway.speech.delivery import speech_usage
 from gateway.speech.errors import SpeechError
 from gateway.text import Markup
@@ -104,7 +104,7 @@ class OpenAIRealtimeSession(EndedByServer):
             send_timeout_s=opened.send_timeout_s,
             idle_timeout_s=opened.settings.idle_timeout_s,
             busy=self._busy,
-            budget=opened.budget,  # every event paid for before it is parsed (``gateway/realtime/budget.py``)
+            budget=opened.budget,  # every event paid for before it is parsed (``gateway/sessions/budget.py``)
         )
         self._speaker = opened.speaker
         self._max_json_depth = opened.max_json_depth

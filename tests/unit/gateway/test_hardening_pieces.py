@@ -26,9 +26,10 @@ from gateway.http.client_address import ProxyTrust, address_key
 from gateway.http.connection_limits import ConnectionLimits
 from gateway.http.errors import EXCEPTION_HANDLERS, OpenAIError
 from gateway.http.json_depth import json_depth_exceeds, json_depth_middleware
+from gateway.native.protocol import parse_client_event
 from gateway.observability.logs import JsonLogFormatter, WebSocketFrameRedactor
-from gateway.realtime.protocol import ProtocolError, parse_client_event
-from gateway.realtime.redaction import QueryTokenRedactor
+from gateway.sessions.redaction import QueryTokenRedactor
+from gateway.sessions.stream_events import ProtocolError
 from gateway.settings import ServerSettings, Settings
 
 

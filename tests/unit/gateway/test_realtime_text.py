@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from gateway.realtime.protocol import (
+from gateway.native.protocol import parse_client_event
+from gateway.sessions.segmenter import SentenceBuffer
+from gateway.sessions.stream_events import (
     InputAppend,
     ProtocolError,
     SessionConfig,
     SessionUpdate,
-    parse_client_event,
 )
-from gateway.realtime.segmenter import SentenceBuffer
 
 
 def feed(buffer: SentenceBuffer, text: str, size: int) -> list[str]:

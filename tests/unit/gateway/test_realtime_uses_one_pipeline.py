@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 SESSIONS = ("gateway/sessions/lanes.py",)
 DIALECTS = (
-    "gateway/realtime/session.py",
+    "gateway/sessions/text_stream.py",
     "gateway/realtime/openai/session.py",
     "gateway/elevenlabs/session.py",
     "gateway/elevenlabs/dialogue_socket.py",

@@ -12,7 +12,7 @@ import redis.asyncio
 from auth import MemoryAuthStore, Principal, Tenant
 from auth.revocations import RedisRevocationBus, Revocation
 from auth.settings import TenantLimits
-from gateway.realtime.registry import SessionRegistry
+from gateway.sessions.registry import SessionRegistry
 from storage import connect_redis
 
 if TYPE_CHECKING:

@@ -10,9 +10,10 @@ import pytest
 
 from gateway.audio.formats import AudioFormat
 from gateway.http.errors import OpenAIError
-from gateway.realtime.dialect import NativeDialect, dialect_for
-from gateway.realtime.protocol import InputAppend, InputFlush, ProtocolError, SessionClose, SessionConfig
+from gateway.native.dialect import NativeDialect
+from gateway.realtime.choice import dialect_for
 from gateway.schemas import SpeechUsage
+from gateway.sessions.stream_events import InputAppend, InputFlush, ProtocolError, SessionClose, SessionConfig
 from gateway.vllm_omni.dialect import VllmOmniDialect
 
 USAGE = SpeechUsage(input_tokens=1, output_tokens=1, total_tokens=2)

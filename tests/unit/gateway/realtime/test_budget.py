@@ -1,4 +1,4 @@
-"""A socket's budget (``gateway/realtime/budget.py``): messages and bytes a second as token buckets, echoes owed."""
+"""A socket's budget (``gateway/sessions/budget.py``): messages and bytes a second as token buckets, echoes owed."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from auth.limits.sockets import MemorySocketSends
-from gateway.realtime.budget import SocketBudget, TenantShare, TenantSocketBudgets, TokenBucket
-from gateway.realtime.session_errors import SocketBudgetExceededError
+from gateway.sessions.budget import SocketBudget, TenantShare, TenantSocketBudgets, TokenBucket
+from gateway.sessions.session_errors import SocketBudgetExceededError
 from gateway.settings import RealtimeSettings
 
 if TYPE_CHECKING:

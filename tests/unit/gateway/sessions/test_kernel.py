@@ -18,13 +18,13 @@ from litestar.exceptions import WebSocketDisconnect
 from litestar.testing import TestClient
 
 from gateway.audio import AudioFormat
-from gateway.realtime.channel import SessionChannel
-from gateway.realtime.ending import EndedByServer
-from gateway.realtime.errors import socket_error
-from gateway.realtime.serving import authenticated
 from gateway.schemas import SpeechRequest
+from gateway.sessions.channel import SessionChannel
+from gateway.sessions.ending import EndedByServer
+from gateway.sessions.errors import socket_error
 from gateway.sessions.kernel import serve
 from gateway.sessions.lanes import HeardClock, Tally, failure, play, stop
+from gateway.sessions.serving import authenticated
 from gateway.text import Markup
 from tests.inprocess import in_process_app
 from tests.waiting import wait_until

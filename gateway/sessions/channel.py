@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from litestar.exceptions import WebSocketDisconnect
 
-from gateway.realtime.session_errors import SessionIdleError, SlowClientError
+from gateway.sessions.session_errors import SessionIdleError, SlowClientError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from litestar import WebSocket
     from litestar.types import ReceiveMessage
 
-    from gateway.realtime.budget import SocketBudget
+    from gateway.sessions.budget import SocketBudget
 
 __all__ = ["SessionChannel"]
 
@@ -42,7 +42,7 @@ class SessionChannel:
         self._idle_timeout_s = idle_timeout_s
         self._busy = busy
         self.budget = budget
-        """What the client may send a second (``gateway/realtime/budget.py``); ``None``: unbounded."""
+        """What the client may send a second (``gateway/sessions/budget.py``); ``None``: unbounded."""
         self._send_lock = asyncio.Lock()
         self._last_activity = asyncio.get_running_loop().time()
 

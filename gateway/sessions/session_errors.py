@@ -1,5 +1,5 @@
 """How a realtime session ends other than by the client closing it: each becomes a close code in
-``gateway/realtime/serving.py``."""
+``gateway/sessions/serving.py``."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class SessionDrainedError(Exception):
 
 
 class SocketBudgetExceededError(Exception):
-    """The client sent more messages or bytes a second than its socket may (``gateway/realtime/budget.py``)."""
+    """The client sent more messages or bytes a second than its socket may (``gateway/sessions/budget.py``)."""
 
     def __init__(self, error: OpenAIError) -> None:
         super().__init__(error.message)

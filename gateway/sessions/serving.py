@@ -24,8 +24,8 @@ from gateway.http.client_address import address_key
 from gateway.http.errors import SERVER_ERROR, OpenAIError, as_openai_error, error_body
 from gateway.observability.logs import HANDSHAKE_REFUSAL_LOGGED
 from gateway.observability.refusals import counted
-from gateway.realtime.budget import SOCKET_BUDGET_CLOSE_CODE, SocketBudget, TenantShare
-from gateway.realtime.session_errors import (
+from gateway.sessions.budget import SOCKET_BUDGET_CLOSE_CODE, SocketBudget, TenantShare
+from gateway.sessions.session_errors import (
     SessionDrainedError,
     SessionIdleError,
     SessionRevokedError,
@@ -161,7 +161,7 @@ def tenant_realtime(settings: RealtimeSettings, tenant: Tenant) -> RealtimeSetti
 
 
 def socket_budget(socket: WebSocket[Any, Any, Any], log: SessionLog) -> SocketBudget:
-    """A new budget for the session's socket (``gateway/realtime/budget.py``), under the settings the session runs
+    """A new budget for the session's socket (``gateway/sessions/budget.py``), under the settings the session runs
     under, paying into its tenant's on this replica as well (once the tenant is known), noted in its log line."""
     state = gateway_state(socket.app)
     settings = log.realtime or state.settings.realtime

@@ -4,7 +4,7 @@ event, so the table is the OpenAI family's (:func:`gateway.http.errors.as_openai
 included; ElevenLabs' sockets have their own (``gateway/elevenlabs/errors.py``).
 
 A socket sends the error as an ``error`` event (its session goes on) or, when the session ends, before its close code
-(``gateway/realtime/serving.py``).
+(``gateway/sessions/serving.py``).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ for as it arrives, before it is parsed.
 Two token buckets per socket, filled at ``realtime.max_socket_messages_per_s`` messages and
 ``realtime.max_socket_bytes_per_s`` bytes a second and holding ``realtime.socket_burst_s`` seconds of each (the bytes'
 bucket at least one message of the largest size the server takes, ``server.max_body_bytes``). A message the buckets
-cannot pay for is never parsed: :class:`~gateway.realtime.session_errors.SocketBudgetExceededError` ends the session,
-which ``gateway/realtime/serving.py`` answers with the protocol's own error and close code 1008. So the JSON a socket
+cannot pay for is never parsed: :class:`~gateway.sessions.session_errors.SocketBudgetExceededError` ends the session,
+which ``gateway/sessions/serving.py`` answers with the protocol's own error and close code 1008. So the JSON a socket
 makes the event loop parse, and the events it makes the session handle, are bounded per second whatever it sends
 (issue #47: one ``/v1/realtime`` socket sending 60 KB items in a loop froze every other tenant's speech).
 
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.http.errors import OpenAIError
-from gateway.realtime.session_errors import SocketBudgetExceededError
+from gateway.sessions.session_errors import SocketBudgetExceededError
 from lifecycle import BackgroundTasks, naming
 from storage import STORAGE_ERRORS, OutageLatch
 

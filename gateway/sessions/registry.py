@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from auth import AuthBackendError
 from auth.revocations import Revocation
 from gateway.http.errors import OpenAIError
-from gateway.realtime.budget import SocketSends, TenantSocketBudgets
+from gateway.sessions.budget import SocketSends, TenantSocketBudgets
 from gateway.state import gateway_state
 from lifecycle import BackgroundTasks, naming
 
@@ -34,7 +34,7 @@ _AFTER_GRACE_S = 1.0
 
 
 class LiveSession(Protocol):
-    """What the registry asks of a session (every session is an :class:`~gateway.realtime.ending.EndedByServer`)."""
+    """What the registry asks of a session (every session is an :class:`~gateway.sessions.ending.EndedByServer`)."""
 
     def revoke(self, error: OpenAIError) -> None:
         """End the session now: its credentials no longer hold."""
@@ -73,7 +73,7 @@ class SessionRegistry:
         self._all_gone.set()
         self.draining = False
         self.socket_budgets = TenantSocketBudgets(shared=shared_sends)
-        """What each tenant's sockets on this replica may send together (``gateway/realtime/budget.py``)."""
+        """What each tenant's sockets on this replica may send together (``gateway/sessions/budget.py``)."""
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -1,13 +1,13 @@
 """How the server ends a realtime session, the same on every protocol (the gateway's own, OpenAI's Realtime,
 ElevenLabs' WebSockets): a revoked key or deleted tenant ends it at once; a shutdown drains it, letting what is being
-spoken finish, until its grace period is over. The registry (``gateway/realtime/registry.py``) calls these."""
+spoken finish, until its grace period is over. The registry (``gateway/sessions/registry.py``) calls these."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from gateway.realtime.session_errors import SessionDrainedError, SessionRevokedError
+from gateway.sessions.session_errors import SessionDrainedError, SessionRevokedError
 
 if TYPE_CHECKING:
     from gateway.http.errors import OpenAIError
@@ -17,7 +17,7 @@ __all__ = ["EndedByServer"]
 
 class EndedByServer:
     """The server's side of a session's end: a future resolved with the reason (an exception the session's serving
-    raises, which ``gateway/realtime/serving.py`` turns into a close code). Construct it on the running loop."""
+    raises, which ``gateway/sessions/serving.py`` turns into a close code). Construct it on the running loop."""
 
     def __init__(self) -> None:
         self._draining = False

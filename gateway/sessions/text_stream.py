@@ -4,7 +4,7 @@ Two tasks share a session: the receiver reads client events and cuts the text in
 synthesizes the queued segments in order, through one encoder, so that the audio of every segment continues the
 same stream. ``response.cancel`` stops the segment in progress (its worker job is cancelled) and drops the rest.
 
-What goes over the wire is the session's dialect's (``gateway/realtime/dialect.py``): this gateway's protocol, or
+What goes over the wire is the session's dialect's (``gateway/sessions/stream_dialect.py``): this gateway's protocol, or
 vLLM-Omni's, chosen by the client's first message. The session tells it what happened, and takes from it the few
 rules that differ: vLLM-Omni's segments are files of their own (an encoder each, not one a session), its
 ``session.close`` drops the text not flushed, and its refused first ``session.config`` ends the session.
@@ -19,10 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.audio import open_encoder
 from gateway.http.errors import OpenAIError
-from gateway.realtime.channel import SessionChannel
-from gateway.realtime.ending import EndedByServer
-from gateway.realtime.errors import socket_error
-from gateway.realtime.protocol import (
+from gateway.sessions.channel import SessionChannel
+from gateway.sessions.ending import EndedByServer
+from gateway.sessions.errors import socket_error
+from gateway.sessions.lanes import PIPELINE_RATE, Lane, Tally, failure, play, stop
+from gateway.sessions.segmenter import SentenceBuffer
+from gateway.sessions.session_errors import SessionDrainedError
+from gateway.sessions.stream_events import (
     InputAppend,
     InputFlush,
     ProtocolError,
@@ -31,9 +34,6 @@ from gateway.realtime.protocol import (
     SessionConfig,
     SessionUpdate,
 )
-from gateway.realtime.segmenter import SentenceBuffer
-from gateway.realtime.session_errors import SessionDrainedError
-from gateway.sessions.lanes import PIPELINE_RATE, Lane, Tally, failure, play, stop
 from gateway.speech.delivery import AudioClock, speech_usage
 from gateway.speech.errors import SpeechError
 from gateway.text import Markup, is_ssml
@@ -44,10 +44,10 @@ if TYPE_CHECKING:
     from litestar.types import ReceiveMessage
 
     from gateway.audio import AudioEncoder
-    from gateway.realtime.dialect import Dialect, Frame, SpokenDialect
-    from gateway.realtime.protocol import ClientEvent, SegmentStatus
     from gateway.schemas import SpeechUsage
     from gateway.sessions.dialect import Opened
+    from gateway.sessions.stream_dialect import Dialect, Frame, Spoken
+    from gateway.sessions.stream_events import ClientEvent, SegmentStatus
 
 __all__ = ["RealtimeSession"]
 
@@ -89,7 +89,7 @@ class RealtimeSession(EndedByServer):
         self,
         opened: Opened,
         *,
-        spoken: SpokenDialect,
+        spoken: Spoken,
         first: SessionUpdate | None = None,
         opening: ReceiveMessage | None = None,
     ) -> None:
