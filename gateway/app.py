@@ -36,7 +36,10 @@ from gateway.http.json_depth import json_depth_middleware
 from gateway.http.tracking import request_tracking_middleware
 from gateway.observability.metrics import PoolCollector, SpeechMetrics
 from gateway.observability.tracing import Tracing
-from gateway.realtime import openai_realtime, realtime_speech
+from gateway.openai.organization_usage import OrganizationUsageController
+from gateway.openai.realtime.route import openai_realtime
+from gateway.openai.speech import EngineNodeSpeechController, speech_routes
+from gateway.realtime import realtime_speech
 from gateway.routes.admin import AdminController
 from gateway.routes.catalog import ModelsController, VoicesController
 from gateway.routes.consents import VoiceConsentsController
@@ -44,9 +47,7 @@ from gateway.routes.docs import docs_assets_router, docs_render_plugin
 from gateway.routes.engine_node import EngineNodeController
 from gateway.routes.health import HealthController
 from gateway.routes.jobs import jobs_router
-from gateway.routes.organization_usage import OrganizationUsageController
 from gateway.routes.playground import playground_handlers
-from gateway.routes.speech import EngineNodeSpeechController, speech_routes
 from gateway.routes.usage import UsageController
 from gateway.services import open_state
 from gateway.sessions.redaction import QueryTokenRedactor

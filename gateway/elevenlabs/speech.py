@@ -41,8 +41,8 @@ from gateway.http.auth.dependencies import Caller  # noqa: TC001 - read at runti
 from gateway.http.disconnect import unless_client_leaves
 from gateway.http.errors import OpenAIError, ResponseTruncatedError
 from gateway.http.released import ReleasedResponse, ReleasedStream
+from gateway.http.reply_headers import reply_headers
 from gateway.http.request_record import http_record
-from gateway.routes.speech import reply_headers
 from gateway.speech.alignment import CharacterCursor
 from gateway.state import gateway_state
 
@@ -277,7 +277,7 @@ async def speak_pcm(
 
 def streamed(reply: SpeechReply, encoding: Encoding, headers: dict[str, str]) -> Response[Any]:
     """The response that streams ``reply``'s audio in ``encoding`` as it comes (all at once for a cache hit), the
-    reply released after it however it ended, as on ``POST /v1/audio/speech`` (``gateway/routes/speech.py``)."""
+    reply released after it however it ended, as on ``POST /v1/audio/speech`` (``gateway/openai/speech.py``)."""
     media_type = CONTENT_TYPES[encoding.codec]
     if reply.whole is not None:  # a cache hit: complete already
         whole = encode_whole(reply.whole, encoding)

@@ -22,7 +22,7 @@ from engines.remote.context import SAMPLE_ROUTE
 from engines.samples import MAX_SAMPLE_BYTES, MAX_TRANSCRIPT_CHARS
 from gateway.http.auth.dependencies import Caller, Router
 from gateway.http.errors import error_responses
-from gateway.routes.speech import require_json
+from gateway.http.json_body import require_json
 
 __all__ = ["EngineNodeController", "SpeakerFromSample", "SpeakerFromSampleRequest"]
 

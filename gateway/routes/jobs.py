@@ -22,6 +22,7 @@ from litestar.status_codes import (
 from gateway.audio.formats import CONTENT_TYPES
 from gateway.http.auth.dependencies import Caller
 from gateway.http.errors import OpenAIError, error_responses
+from gateway.http.json_body import require_json
 from gateway.jobs.content import (
     RangeNotSatisfiableError,
     complete_file,
@@ -32,7 +33,6 @@ from gateway.jobs.content import (
 )
 from gateway.jobs.records import ACTIVE, TERMINAL, JobRecord, now_s
 from gateway.jobs.service import shown
-from gateway.routes.speech import require_json
 from gateway.schemas import (
     SpeechJobCreate,
     SpeechJobDeleted,

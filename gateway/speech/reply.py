@@ -59,7 +59,7 @@ class Outcome:
 @dataclass
 class SpeechReply:
     """Audio on its way to one client: iterate :meth:`audio` or :meth:`timed` once (or render it, as OpenAI's
-    server-sent events do: ``gateway/routes/speech_events.py``), or send :attr:`whole` (when it is there).
+    server-sent events do: ``gateway/openai/speech_events.py``), or send :attr:`whole` (when it is there).
 
     Whoever called :meth:`SpeechService.speak` owns the reply and releases it, with :meth:`close` or ``async with``:
     the HTTP endpoint after its response, a realtime session when the segment or response ends. Release frees what

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SESSIONS = ("gateway/sessions/lanes.py",)
 DIALECTS = (
     "gateway/sessions/text_stream.py",
-    "gateway/realtime/openai/session.py",
+    "gateway/openai/realtime/session.py",
     "gateway/elevenlabs/session.py",
     "gateway/elevenlabs/dialogue_socket.py",
 )

@@ -46,7 +46,7 @@ from openai.types.realtime.realtime_server_event import ConversationItemRetrieve
 from pydantic import BaseModel, TypeAdapter
 
 from gateway.http.errors import OpenAIError
-from gateway.realtime.openai.events import (
+from gateway.openai.realtime.events import (
     MAX_EVENT_DEPTH,
     ContentPart,
     ConversationItemCreate,

@@ -8,17 +8,18 @@ from typing import TYPE_CHECKING, Any
 from litestar import Controller, Request, Response, Router, post
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
 from litestar.params import JSONBody  # noqa: TC002 - Litestar reads the hints of handlers at runtime
-from litestar.status_codes import HTTP_200_OK, HTTP_415_UNSUPPORTED_MEDIA_TYPE
+from litestar.status_codes import HTTP_200_OK
 
 from engines.remote.context import TIMESTAMPS_HEADER
 from gateway.audio.formats import CONTENT_TYPES
 from gateway.http.auth.dependencies import Caller  # noqa: TC001 - read at runtime, as JSONBody
 from gateway.http.disconnect import unless_client_leaves
-from gateway.http.errors import OpenAIError, error_responses
-from gateway.http.ratelimit_headers import rate_limit_headers
+from gateway.http.errors import error_responses
+from gateway.http.json_body import require_json
 from gateway.http.released import ReleasedResponse, ReleasedServerSentEvent, ReleasedStream
+from gateway.http.reply_headers import reply_headers
 from gateway.http.request_record import http_record
-from gateway.routes.speech_events import sse_events
+from gateway.openai.speech_events import sse_events
 from gateway.schemas import (
     MAX_INPUT_CHARS,
     EngineNodeSpeechRequest,
@@ -30,24 +31,8 @@ from gateway.text import Markup
 if TYPE_CHECKING:
     from auth import Principal
     from gateway.settings import ServerSettings, SpeechSettings
-    from gateway.speech.reply import SpeechReply
 
-__all__ = ["EngineNodeSpeechController", "SpeechController", "reply_headers", "speech_routes"]
-
-
-async def require_json(request: Request[Any, Any, Any]) -> None:
-    """Reject bodies that do not say they are JSON, as OpenAI does, before they are parsed.
-
-    A ``before_request`` hook rather than a guard: Litestar copies the route handler for every guard it calls and
-    runs a synchronous one in a worker thread, costs paid on every request.
-    """
-    content_type = request.headers.get("content-type", "")
-    if content_type.split(";")[0].strip().lower() != "application/json":
-        raise OpenAIError(
-            HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-            f"Unsupported content type {content_type or '(none)'!r}: send application/json.",
-            code="unsupported_media_type",
-        )
+__all__ = ["EngineNodeSpeechController", "SpeechController", "speech_routes"]
 
 
 _AUDIO_SCHEMA = Schema(type=OpenAPIType.STRING, format="binary")  # type: ignore[arg-type]
@@ -152,16 +137,3 @@ def speech_routes(settings: SpeechSettings, server: ServerSettings) -> type[Cont
         return SpeechController
     longest = max(server.max_body_bytes, settings.max_input_chars * 6 + 16 * 1024)
     return Router(path="/", route_handlers=[SpeechController], request_max_body_size=longest)
-
-
-def reply_headers(reply: SpeechReply) -> dict[str, str]:
-    """``x-engine`` (who spoke), ``x-cache``, ``x-retries`` (tries repeated before the first audio) and OpenAI's
-    ``x-ratelimit-*`` headers."""
-    headers = {
-        "x-engine": reply.engine,
-        "x-cache": "hit" if reply.cache_hit else "miss",
-        "x-retries": str(reply.retries),
-    }
-    if reply.limits is not None:
-        headers.update(rate_limit_headers(reply.limits))
-    return headers

@@ -1,4 +1,4 @@
-"""OpenAI Realtime's client events, parsed and validated as :mod:`gateway.realtime.openai.events` describes."""
+"""OpenAI Realtime's client events, parsed and validated as :mod:`gateway.openai.realtime.events` describes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Final, TypeAlias
 
 from gateway.http.errors import OpenAIError
 from gateway.http.json_depth import json_depth_exceeds
-from gateway.realtime.openai import _wire
-from gateway.realtime.openai._wire import RealtimeProtocolError, json_kind, validate
-from gateway.realtime.openai.states import (
+from gateway.openai.realtime import _wire
+from gateway.openai.realtime._wire import RealtimeProtocolError, json_kind, validate
+from gateway.openai.realtime.states import (
     ContentPart,
     Item,
     ItemReference,

@@ -34,8 +34,8 @@ import base64
 import json
 from typing import TYPE_CHECKING, Any
 
-from gateway.realtime.openai._wire import RealtimeProtocolError
-from gateway.realtime.openai.client_events import (
+from gateway.openai.realtime._wire import RealtimeProtocolError
+from gateway.openai.realtime.client_events import (
     MAX_EVENT_DEPTH,
     ClientEvent,
     ConversationItemCreate,
@@ -49,7 +49,7 @@ from gateway.realtime.openai.client_events import (
     binary_frame_error,
     parse_client_event,
 )
-from gateway.realtime.openai.states import (
+from gateway.openai.realtime.states import (
     ContentPart,
     Item,
     ItemReference,

@@ -18,8 +18,8 @@ from litestar.exceptions import WebSocketDisconnect
 
 from gateway.audio import open_g711_encoder
 from gateway.http.errors import OpenAIError
-from gateway.realtime.openai import events
-from gateway.realtime.openai.events import (
+from gateway.openai.realtime import events
+from gateway.openai.realtime.events import (
     ConversationItemCreate,
     ConversationItemDelete,
     ConversationItemRetrieve,
@@ -49,7 +49,7 @@ from gateway.text import Markup
 if TYPE_CHECKING:
     from auth.limits import LimitState
     from gateway.audio import AudioEncoder
-    from gateway.realtime.openai.events import ClientEvent
+    from gateway.openai.realtime.events import ClientEvent
     from gateway.schemas import SpeechUsage
     from gateway.sessions.dialect import Opened
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from litestar import WebSocket, websocket
 
-from gateway.realtime.openai import events
-from gateway.realtime.openai.session import OpenAIRealtimeSession
+from gateway.openai.realtime import events
+from gateway.openai.realtime.session import OpenAIRealtimeSession
 from gateway.sessions.errors import socket_error
 from gateway.sessions.kernel import serve
 from gateway.sessions.serving import authenticated
