@@ -4,7 +4,8 @@
 ``Speaker`` (issue #48: one call site of ``speak`` for every socket); each imports the service's module only for
 typing. A rule of the pipeline (limits, cache, failover...) reached around that operation would be a rule the HTTP
 endpoint and the sessions could each get wrong on their own. ``pyproject.toml`` adds an import-linter contract:
-``gateway.realtime`` imports none of the pipeline's inner modules.
+the socket packages (``gateway.sessions``, ``gateway.realtime``, the families' dialects) import none of the
+pipeline's inner modules.
 """
 
 from __future__ import annotations
