@@ -340,7 +340,9 @@ class ChatTTSEngine:
         decoders = [plan.decoder for plan, _ in due if plan.decoder is not None]
         windows = [decoder.window() for decoder in decoders]
         spoken = [position for position, window in enumerate(windows) if len(window)]  # a segment may end tokenless
-        decoded = decode_windows(self._chat, [windows[position] for position in spoken])
+        decoded = decode_windows(
+            self._chat, [windows[position] for position in spoken], self.options.stream_decode_threads
+        )
         audio = dict(zip(spoken, decoded, strict=True))
         for position, ((plan, ended), decoder) in enumerate(zip(due, decoders, strict=True)):
             chunk = decoder.emit(audio[position], ended) if position in audio else None

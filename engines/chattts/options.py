@@ -121,6 +121,11 @@ class ChatTTSOptions(BaseModel):
     token, so that a request joining a big batch does not wait out the others' decodes."""
     stream_left_context: int = Field(default=40, ge=0)
     """Tokens of already-spoken context decoded again with each chunk (the decoder's receptive field)."""
+    stream_decode_threads: int | None = Field(default=1, ge=1, le=256)
+    """Torch threads that turn tokens into audio (the DVAE decoder and Vocos: small convolutions and products); unset:
+    the worker's ``threads``. One thread cost 2.5 to 12x less CPU and wall time than two on a 2-core machine shared
+    with other work (BENCHMARKS.md, issue #51): on two, each small op waits for a busy core and then leaves torch's
+    OpenMP threads spinning on the cores the next decode step needs."""
     max_sample_s: float = Field(default=30.0, ge=1.0, le=60.0)
     """Longest voice sample a voice is made from (``POST /v1/audio/voices``). Its audio codes are the end of every
     prompt spoken with that voice (about 47 positions a second, prefilled with each sentence), and its speaker string

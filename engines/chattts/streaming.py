@@ -21,6 +21,7 @@ the rows whose chunk is due (:meth:`StreamDecoder.window`), decodes them in one 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -30,11 +31,13 @@ import torch
 from engines.chattts.engine import SAMPLE_RATE
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     import numpy.typing as npt
 
-__all__ = ["MARGIN_S", "SAMPLES_PER_TOKEN", "StreamDecoder", "decode_hiddens", "decode_windows", "to_int16"]
+__all__ = [
+    "MARGIN_S", "SAMPLES_PER_TOKEN", "StreamDecoder", "decode_hiddens", "decode_windows", "to_int16", "torch_threads",
+]  # fmt: skip
 
 SAMPLES_PER_TOKEN = 512
 """Each audio token becomes two mel frames of 256 samples at 24 kHz."""
@@ -53,8 +56,14 @@ def decode_hiddens(chat: Any, hiddens: torch.Tensor) -> npt.NDArray[np.float32]:
 
 
 @torch.inference_mode()
-def decode_windows(chat: Any, windows: list[torch.Tensor]) -> list[npt.NDArray[np.float32]]:
-    """Decode several ``(tokens, hidden)`` windows, those of one length in one batched call; in ``windows``' order."""
+def decode_windows(chat: Any, windows: list[torch.Tensor], threads: int | None = None) -> list[npt.NDArray[np.float32]]:
+    """Decode several ``(tokens, hidden)`` windows, those of one length in one batched call; in ``windows``' order;
+    on ``threads`` torch threads (``None``: as many as torch has)."""
+    with torch_threads(threads):
+        return _decode_windows(chat, windows)
+
+
+def _decode_windows(chat: Any, windows: list[torch.Tensor]) -> list[npt.NDArray[np.float32]]:
     by_length: dict[int, list[int]] = {}
     for position, window in enumerate(windows):
         by_length.setdefault(len(window), []).append(position)
@@ -65,6 +74,20 @@ def decode_windows(chat: Any, windows: list[torch.Tensor]) -> list[npt.NDArray[n
         for row, position in enumerate(positions):
             audio[position] = decoded[row]
     return audio
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch on ``threads`` threads meanwhile (``None``: unchanged). The count is the calling thread's own."""
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def to_int16(audio: npt.NDArray[np.float32]) -> npt.NDArray[np.int16]:

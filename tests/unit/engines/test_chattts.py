@@ -382,6 +382,47 @@ def test_windows_decoded_together_equal_each_decoded_alone(engine: ChatTTSEngine
         np.testing.assert_allclose(audio, alone, atol=1e-4 * float(np.abs(alone).max()))
 
 
+def test_windows_decode_on_the_threads_asked_for_and_give_the_same_audio(
+    engine: ChatTTSEngine, hiddens: list[Any]
+) -> None:
+    import torch
+
+    from engines.chattts.streaming import decode_windows
+
+    seen: list[int] = []
+    hook = engine._chat.decoder.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
+    windows = [torch.stack(hiddens[0:30]), torch.stack(hiddens[40:70])]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        on_two = decode_windows(engine._chat, windows)
+        on_one = decode_windows(engine._chat, windows, threads=1)
+        assert torch.get_num_threads() == 2  # given back after the decode
+    finally:
+        torch.set_num_threads(before)
+        hook.remove()
+    assert seen == [2, 1]
+    for two, one in zip(on_two, on_one, strict=True):
+        np.testing.assert_allclose(one, two, atol=1e-5 * float(np.abs(two).max()))
+
+
+def test_a_stream_decodes_on_stream_decode_threads(any_decoder: ChatTTSEngine) -> None:
+    import torch
+
+    seen: list[int] = []
+    hook = any_decoder._chat.decoder.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        request = SynthesisRequest("One sentence.", "alloy", seed=1)
+        items = list(any_decoder.synthesize_batch([request], [CancelFlag()]))
+    finally:
+        torch.set_num_threads(before)
+        hook.remove()
+    assert any(isinstance(item, np.ndarray) and item.size for _, item in items)
+    assert seen and set(seen) == {any_decoder.options.stream_decode_threads} == {1}
+
+
 def test_decoding_cost_is_linear(engine: ChatTTSEngine, hiddens: list[Any]) -> None:
     decoded: list[int] = []
     stream(engine, hiddens, decoded)
