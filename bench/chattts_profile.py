@@ -148,13 +148,16 @@ def main() -> None:
     parser.add_argument("--prefill-chunk-tokens", type=int, help="prefill_chunk_tokens (default: prompts whole)")
     parser.add_argument("--max-chunk-tokens", type=int, default=96,
                         help="stream_max_chunk_tokens (24: fixed-size chunks, as before they grew)")  # fmt: skip
+    parser.add_argument("--stream-decode-threads", type=lambda s: None if s == "none" else int(s), default=1,
+                        help="stream_decode_threads (none: the worker's threads, as before issue #51)")  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     options = {"source": "dir", "path": args.assets, "device": "cpu", "threads": args.threads,
                "max_new_token": args.tokens, "min_new_token": args.tokens, "max_batch": max(8, args.batch),
                "stream_max_chunk_tokens": args.max_chunk_tokens,
                "prefill_chunk_tokens": args.prefill_chunk_tokens, "dtype": args.dtype,
-               "decoder": args.decoder, "weights": args.weights}  # fmt: skip
+               "decoder": args.decoder, "weights": args.weights,
+               "stream_decode_threads": args.stream_decode_threads}  # fmt: skip
     engine = ChatTTSEngine(options)
     engine.load()
     tally = Tally()

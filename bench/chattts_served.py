@@ -2,6 +2,8 @@
 
     .venv/bin/python -m bench.chattts_served --assets /tmp/chattts-full-onnx    # about 10 minutes on 2 cores
     .venv/bin/python -m bench.chattts_served --assets /tmp/chattts-full --decoders onnxruntime+int8 --concurrency 1
+    .venv/bin/python -m bench.chattts_served --decoders onnxruntime+int8,onnxruntime+int8+stream_decode_threads=none \
+        --concurrency 1 --repeat-one 5    # issue #51: the streaming decode on one torch thread, and on the worker's
 
 For each decoder in turn, one ``chattts-gateway serve`` with one ChatTTS worker on the same assets (``max_batch:
 auto``, continuous batching on, ``--tokens`` audio tokens per request: ``min_new_token == max_new_token``, so every
@@ -40,10 +42,17 @@ TEXT = "Request number %d of the served decoder benchmark, spoken in one sentenc
 
 
 def gateway_config(assets: Path, decoder: str, tokens: int) -> dict[str, Any]:
-    """One ChatTTS worker on ``decoder``; ``onnxruntime+int8`` names the 8-bit graph (``weights: int8``)."""
-    decoder, _, weights = decoder.partition("+")
-    options = {"source": "dir", "path": str(assets), "decoder": decoder, "weights": weights or "float32",
-               "max_batch": "auto", "max_new_token": tokens, "min_new_token": tokens}  # fmt: skip
+    """One ChatTTS worker on ``decoder``; ``onnxruntime+int8`` names the 8-bit graph (``weights: int8``), and a
+    ``+option=value`` part sets any other engine option (``none``: null), e.g. ``+stream_decode_threads=none``."""
+    decoder, *parts = decoder.split("+")
+    options: dict[str, Any] = {"source": "dir", "path": str(assets), "decoder": decoder, "weights": "float32",
+                               "max_batch": "auto", "max_new_token": tokens, "min_new_token": tokens}  # fmt: skip
+    for part in parts:
+        name, equals, value = part.partition("=")
+        if not equals:
+            options["weights"] = name
+        else:
+            options[name] = None if value == "none" else json.loads(value)
     chattts = {"kind": "chattts", "workers": 1, "options": options, "queue_size": 64, "queue_timeout_s": 600,
                "start_timeout_s": 900, "stall_timeout_s": 600}  # fmt: skip
     return {"engines": {"chattts": chattts}, "cache": {"enabled": False}}
@@ -87,7 +96,8 @@ def measure_decoder(assets: Path, decoder: str, args: argparse.Namespace) -> dic
     numbers = iter(range(10**6))
     with tempfile.TemporaryDirectory(prefix=f"served-{decoder}-") as workdir:
         started = time.perf_counter()
-        served = gateway(gateway_config(assets, decoder, args.tokens), Path(workdir), None)
+        config = gateway_config(assets, decoder, args.tokens)
+        served = gateway(config, Path(workdir), None, timeout_s=900)  # a busy CPU loads the model slowly
         try:
             ready_s = time.perf_counter() - started
             details = served.engine("chattts").get("details", {})

@@ -41,10 +41,11 @@ def pinned(cpus: set[int] | None) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def gateway(config: dict[str, Any], workdir: Path, cpus: set[int] | None) -> GatewayProcess:
-    """A started ``chattts-gateway serve`` (uvicorn, uvloop, httptools, one process) with every engine settled."""
+def gateway(config: dict[str, Any], workdir: Path, cpus: set[int] | None, timeout_s: float = 60.0) -> GatewayProcess:
+    """A started ``chattts-gateway serve`` (uvicorn, uvloop, httptools, one process) with every engine settled within
+    ``timeout_s``."""
     with pinned(cpus):
-        return GatewayProcess(config, workdir).start()
+        return GatewayProcess(config, workdir).start(timeout_s)
 
 
 class ServerProcess:
