@@ -123,9 +123,9 @@ class ChatTTSOptions(BaseModel):
     """Tokens of already-spoken context decoded again with each chunk (the decoder's receptive field)."""
     stream_decode_threads: int | None = Field(default=1, ge=1, le=256)
     """Torch threads that turn tokens into audio (the DVAE decoder and Vocos: small convolutions and products); unset:
-    the worker's ``threads``. One thread cost 2.5 to 12x less CPU and wall time than two on a 2-core machine shared
-    with other work (BENCHMARKS.md, issue #51): on two, each small op waits for a busy core and then leaves torch's
-    OpenMP threads spinning on the cores the next decode step needs."""
+    the worker's ``threads``. On a busy 2-core machine one thread cost a streamed request's decode 1.7x less CPU and
+    1.9x less wall time than two (BENCHMARKS.md, issue #51): on two, each small op waits for the other, busy core and
+    leaves torch's OpenMP threads spinning on the cores the next decode step needs."""
     max_sample_s: float = Field(default=30.0, ge=1.0, le=60.0)
     """Longest voice sample a voice is made from (``POST /v1/audio/voices``). Its audio codes are the end of every
     prompt spoken with that voice (about 47 positions a second, prefilled with each sentence), and its speaker string
