@@ -68,9 +68,9 @@ def instrument(timeline: Timeline) -> None:
         timeline.spans.append((started, time.perf_counter(), kind))
         return result
 
-    def timed_decode(chat: Any, windows: list[torch.Tensor]) -> Any:
+    def timed_decode(chat: Any, windows: list[torch.Tensor], threads: int | None = None) -> Any:
         started = time.perf_counter()
-        result = decode(chat, windows)
+        result = decode(chat, windows, threads)
         timeline.spans.append((started, time.perf_counter(), "decode"))
         return result
 
