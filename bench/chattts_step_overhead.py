@@ -5,7 +5,7 @@
 Loads the engine with ``decoder: onnxruntime`` (``--weights``), runs a batch of ``--rows`` sequences, and at each
 ``--at`` steps into their generation times ``--steps`` decode steps two ways, alternating over ``--rounds`` rounds:
 ``engine``, as the engine steps now; ``all threads``, torch left on all its threads during graph steps (its OpenMP
-threads then spin between steps on the cores ONNX Runtime needs: ``generation._torch_threads``); ``before``, that and
+threads then spin between steps on the cores ONNX Runtime needs: ``engines/chattts/threads.py``); ``before``, that and
 the KV cache's used columns made contiguous at every step (``kv_cache.whole_buffers`` off), as before issue #51.
 Each way is timed as wall time and as
 this process's CPU time (every thread's, ONNX Runtime's included: on a busy machine the wall time also counts the
@@ -51,7 +51,7 @@ def way(name: str) -> contextlib.ExitStack:
     """The patches of way ``name`` (see the module docstring)."""
     stack = contextlib.ExitStack()
     if name in {"all threads", "before"}:
-        stack.enter_context(mock.patch.object(generation, "_torch_threads", return_value=contextlib.nullcontext()))
+        stack.enter_context(mock.patch.object(generation, "torch_threads", return_value=contextlib.nullcontext()))
     if name == "before":
         stack.enter_context(mock.patch.object(kv_cache, "whole_buffers", return_value=None))
     return stack

@@ -21,7 +21,6 @@ padded on the left.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch.nn.utils import parametrize
 
 from engines.chattts import kv_cache
+from engines.chattts.threads import torch_threads
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -305,7 +305,9 @@ class CodeBatch:
     def step(self) -> list[StepEvent]:
         """One forward pass: a token for every running sequence, and the next part of the waiting prompts (a
         sequence whose prompt completes gets its first token)."""
-        with _torch_threads(1 if self._graph is not None and not self._waiting else None):
+        # A pass the decode graph computes leaves torch only small tensors (the rotary, the bias, sampling), too small
+        # to share out: on one thread, torch's spinning threads leave ONNX Runtime's cores alone.
+        with torch_threads(1 if self._graph is not None and not self._waiting else None):
             return self._step()
 
     def _step(self) -> list[StepEvent]:
@@ -477,24 +479,6 @@ class CodeBatch:
             else:
                 kept.append(row)
         return events, kept
-
-
-@contextlib.contextmanager
-def _torch_threads(threads: int | None) -> Iterator[None]:
-    """torch on ``threads`` threads meanwhile (``None``: unchanged).
-
-    A pass the decode graph computes leaves torch only small tensors (the rotary, the bias, sampling), too small to
-    share out; but every op torch does share out leaves its OpenMP threads spinning for a while after it, on the
-    cores ONNX Runtime's threads then need (``bench/chattts_step_overhead.py``). On one thread, torch starts none."""
-    if threads is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _graph_cache(rows: _Rows) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:

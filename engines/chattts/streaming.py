@@ -21,7 +21,6 @@ the rows whose chunk is due (:meth:`StreamDecoder.window`), decodes them in one 
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -29,14 +28,15 @@ import numpy as np
 import torch
 
 from engines.chattts.engine import SAMPLE_RATE
+from engines.chattts.threads import torch_threads
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     import numpy.typing as npt
 
 __all__ = [
-    "MARGIN_S", "SAMPLES_PER_TOKEN", "StreamDecoder", "decode_hiddens", "decode_windows", "to_int16", "torch_threads",
+    "MARGIN_S", "SAMPLES_PER_TOKEN", "StreamDecoder", "decode_hiddens", "decode_windows", "to_int16",
 ]  # fmt: skip
 
 SAMPLES_PER_TOKEN = 512
@@ -74,20 +74,6 @@ def _decode_windows(chat: Any, windows: list[torch.Tensor]) -> list[npt.NDArray[
         for row, position in enumerate(positions):
             audio[position] = decoded[row]
     return audio
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """torch on ``threads`` threads meanwhile (``None``: unchanged). The count is the calling thread's own."""
-    if threads is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def to_int16(audio: npt.NDArray[np.float32]) -> npt.NDArray[np.int16]:
