@@ -64,6 +64,8 @@ _TAKE_LOOKAHEAD = 2000
 """How many of the oldest queued jobs a take chooses among (beyond them, the queue is first come, first served)."""
 _SETTLE_S = 1.0
 """How long a take waits for the job taken before it to start running here (and be counted) before it looks again."""
+_TAKEN_GRACE_S = 2.0
+"""How long a job in the active list may stay unmarked (taken; its worker marks it active next) before it is swept."""
 
 # Moves the fairest queued job a replica may take to the active list, as SAQ's take (BLMOVE) does with the first:
 # the oldest of the tenant with the fewest active jobs (on all replicas), among those this replica may take: any when
@@ -91,6 +93,14 @@ if not best then return false end
 redis.call('LREM', KEYS[1], 1, best)
 redis.call('RPUSH', KEYS[2], best)
 return best
+"""
+
+# SAQ's sweep lock and listing: the active list's job ids, unless a replica swept it within the last ARGV[1] seconds.
+# KEYS: the sweep lock, active.
+_SWEEP_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {} end
+redis.call('SETEX', KEYS[1], ARGV[1], 1)
+return redis.call('LRANGE', KEYS[2], 0, -1)
 """
 
 
@@ -170,6 +180,7 @@ class _Queue(RedisQueue):
         super().__init__(redis, name=QUEUE_NAME)
         self._policy = policy
         self._take: AsyncScript = redis.register_script(_TAKE_LUA)
+        self._sweep_list: AsyncScript = redis.register_script(_SWEEP_LUA)
         self._taking = asyncio.Lock()
 
     async def version(self) -> VersionTuple:
@@ -232,10 +243,50 @@ class _Queue(RedisQueue):
         raise TimeoutError
 
     async def sweep(self, lock: int = 60, abort: float = 5.0) -> list[str]:
+        """SAQ's sweep of the active list (one replica per ``lock`` seconds), except that a job taken but not yet
+        marked active gets ``_TAKEN_GRACE_S`` to become so: SAQ's swept it at once as lost, aborting and queuing
+        again a job a live worker had just taken (it restarted its segment)."""
         try:
-            return await super().sweep(lock, abort=1.0)  # a swept job's worker is gone: waiting for it is moot
+            listed = await self._listed_once_per(lock)
+            if any(job is not None and job.status == Status.QUEUED for _, job in listed):
+                await asyncio.sleep(_TAKEN_GRACE_S)
+                listed = [(job_id, await self._again_if_queued(job_id, job)) for job_id, job in listed]
+            return [job_id for job_id, job in listed if await self._swept(job_id, job)]
         except STORAGE_ERRORS:
             return []
+
+    async def _listed_once_per(self, lock: int) -> list[tuple[str, Job | None]]:
+        """The active list's jobs, if no replica swept it in the last ``lock`` seconds (SAQ's lock key)."""
+        job_ids = cast("list[bytes]", await self._sweep_list(keys=[self._sweep, self._active], args=[lock]))
+        if not job_ids:
+            return []
+        jobs = await self.redis.mget(job_ids)
+        return [(job_id.decode(), self.deserialize(data)) for job_id, data in zip(job_ids, jobs, strict=True)]
+
+    async def _again_if_queued(self, job_id: str, job: Job | None) -> Job | None:
+        return await self._get_job_by_id(job_id) if job is not None and job.status == Status.QUEUED else job
+
+    async def _swept(self, job_id: str, job: Job | None) -> bool:
+        """Sweep one listed job if it is lost: its record gone, or not running (an ended one has left the list in
+        the transaction that ended it), or its worker's heartbeat stopped; then queued again or given up."""
+        if job is None:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.lrem(self._active, 0, job_id)
+                pipe.zrem(self._incomplete, job_id)
+                await pipe.execute()
+            logger.info("swept the missing job %s", job_id)
+            return True
+        if job.status in TERMINAL_STATUSES or (job.status == Status.ACTIVE and not job.stuck):
+            return False
+        logger.info("swept the job %s (%s)", job_id, job.status)
+        await self.abort(job, error=self.swept_error_message)
+        with contextlib.suppress(TimeoutError):
+            await job.refresh(1.0)  # a swept job's worker is gone: waiting for it longer is moot
+        if job.retryable:
+            await self.retry(job, error=self.swept_error_message)
+        else:
+            await self.finish(job, Status.ABORTED, error=self.swept_error_message)
+        return True
 
     async def abort(self, job: Job, error: str, ttl: float = 5) -> None:
         """SAQ's abort, with its announcement sent after its transaction rather than in it: redis-py's Cluster
