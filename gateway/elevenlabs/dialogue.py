@@ -16,42 +16,28 @@ line's segments cover that line's characters, their indexes counted in the whole
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 from litestar import Controller, Request, Response
-from litestar.background_tasks import BackgroundTask
+from litestar.di import Dependency, Provide
 from litestar.openapi.spec import Operation
-from litestar.params import JSONBody  # noqa: TC002 - read at runtime, by Litestar
-from litestar.response import Stream
+from litestar.params import JSONBody, SkipValidationMarker
+from litestar.response import Stream  # noqa: TC002 - Litestar reads the handlers' hints at runtime
 from pydantic import BaseModel
 
-from gateway.elevenlabs.formats import CONTENT_TYPES, DEFAULT_OUTPUT_FORMAT
-from gateway.elevenlabs.speech import (
-    JSON_LINES,
-    Format,
-    JsonLinesOperation,
-    Logging,
-    audio_route,
-    encoding_of,
-    speak_pcm,
-    streamed,
-    timed_lines,
-    whole_audio,
-)
+from gateway.elevenlabs.formats import DEFAULT_OUTPUT_FORMAT
+from gateway.elevenlabs.speech import Format, JsonLinesOperation, Logging, Spoken, audio_route, speak_pcm
 from gateway.elevenlabs.wire import CharacterAlignment, TextToDialogueRequest
 from gateway.http.auth.dependencies import Caller  # noqa: TC001 - read at runtime, as JSONBody
-from gateway.http.disconnect import unless_client_leaves
 from gateway.text import Markup
 from gateway.text.breaks import read_breaks
 from gateway.text.script import Speech
 
 if TYPE_CHECKING:
-    from auth import Principal
-    from gateway.elevenlabs.formats import OutputFormat
     from gateway.speech.alignment import CharacterTimes
-    from gateway.speech.reply import SpeechReply
 
-__all__ = ["DIALOGUE_PATH", "AudioWithVoiceSegments", "TextToDialogueController", "VoiceSegment"]
+__all__ = ["DIALOGUE_PATH", "AudioWithVoiceSegments", "SpokenDialogue", "TextToDialogueController", "VoiceSegment"]
 
 DIALOGUE_PATH = "/v1/text-to-dialogue"
 
@@ -79,36 +65,62 @@ class AudioWithVoiceSegments(BaseModel):
     voice_segments: list[VoiceSegment]
 
 
+_Turn = tuple[str, int, int]
+"""A turn's voice and its characters ``[start, end)`` in the script's text."""
+
+
+@dataclass
+class SpokenDialogue(Spoken):
+    """A dialogue being spoken, with where each of its turns lies in the script's text."""
+
+    turns: list[_Turn]
+
+    def with_segments(self, audio: bytes, characters: CharacterTimes | None) -> AudioWithVoiceSegments:
+        """A piece of the audio with its characters' times and the turns those characters belong to."""
+        return _with_segments(self.turns, audio, characters)
+
+    def line(self, audio: bytes, characters: CharacterTimes | None) -> bytes:
+        """:meth:`with_segments` as a line of ``…/stream/with-timestamps``."""
+        return self.with_segments(audio, characters).model_dump_json().encode() + b"\n"
+
+
+SpokenDialogueDep: TypeAlias = Annotated[SpokenDialogue, Dependency(kind="named"), SkipValidationMarker()]
+"""What a dialogue route speaks (provided as ``spoken``)."""
+
+
+async def _spoken_dialogue(
+    request: Request[Any, Any, Any],
+    data: JSONBody[TextToDialogueRequest],
+    principal: Caller,
+    output_format: Format = DEFAULT_OUTPUT_FORMAT,
+    enable_logging: Logging = None,
+) -> SpokenDialogue:
+    """What every dialogue route speaks (a dependency, so that the four routes take and document the same parameters
+    from one place): the dialogue, every turn in its voice."""
+    spoken = await speak_pcm(
+        request,
+        principal,
+        data.speech_request(),
+        output_format,
+        markup=Markup.PLAIN,
+        script=data.script(),
+        dictionaries=data.dictionaries(),
+    )
+    return SpokenDialogue(spoken.reply, spoken.encoding, spoken.headers, _turns(data))
+
+
 class TextToDialogueController(Controller):
     path = DIALOGUE_PATH
     tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
+    dependencies = {"spoken": Provide(_spoken_dialogue)}  # noqa: RUF012 - Litestar's declared type
 
     @audio_route("/", "elevenLabsTextToDialogue", "ElevenLabs: the whole audio of a dialogue, each turn in its voice.")
-    async def convert(
-        self,
-        request: Request[Any, Any, Any],
-        data: JSONBody[TextToDialogueRequest],
-        principal: Caller,
-        output_format: Format = DEFAULT_OUTPUT_FORMAT,
-        enable_logging: Logging = None,
-    ) -> Response[bytes]:
-        encoding = encoding_of(output_format)
-        reply, headers = await _speak(request, principal, data, output_format)
-        audio = await unless_client_leaves(request.receive, whole_audio(request, reply, encoding))
-        return Response(audio, media_type=CONTENT_TYPES[encoding.codec], headers=headers)
+    async def convert(self, request: Request[Any, Any, Any], spoken: SpokenDialogueDep) -> Response[bytes]:
+        return await spoken.whole_response(request)
 
     @audio_route("/stream", "elevenLabsTextToDialogueStream", "ElevenLabs: the audio of a dialogue, as it is spoken.")
-    async def stream(
-        self,
-        request: Request[Any, Any, Any],
-        data: JSONBody[TextToDialogueRequest],
-        principal: Caller,
-        output_format: Format = DEFAULT_OUTPUT_FORMAT,
-        enable_logging: Logging = None,
-    ) -> Response[Any]:
-        encoding = encoding_of(output_format)
-        reply, headers = await _speak(request, principal, data, output_format)
-        return streamed(reply, encoding, headers)
+    async def stream(self, spoken: SpokenDialogueDep) -> Response[Any]:
+        return spoken.streamed()
 
     @audio_route(
         "/with-timestamps",
@@ -117,17 +129,10 @@ class TextToDialogueController(Controller):
         operation_class=Operation,  # the body's own schema
     )
     async def convert_with_timestamps(
-        self,
-        request: Request[Any, Any, Any],
-        data: JSONBody[TextToDialogueRequest],
-        principal: Caller,
-        output_format: Format = DEFAULT_OUTPUT_FORMAT,
-        enable_logging: Logging = None,
+        self, request: Request[Any, Any, Any], spoken: SpokenDialogueDep
     ) -> Response[AudioWithVoiceSegments]:
-        encoding = encoding_of(output_format)
-        reply, headers = await _speak(request, principal, data, output_format)
-        audio = await unless_client_leaves(request.receive, whole_audio(request, reply, encoding))
-        return Response(_with_segments(_turns(data), audio, reply.alignment.characters()), headers=headers)
+        audio = await spoken.whole_audio(request)
+        return Response(spoken.with_segments(audio, spoken.reply.alignment.characters()), headers=spoken.headers)
 
     @audio_route(
         "/stream/with-timestamps",
@@ -135,27 +140,8 @@ class TextToDialogueController(Controller):
         "ElevenLabs: the audio of a dialogue as it is spoken, in JSON lines with its characters' times and turns.",
         operation_class=JsonLinesOperation,
     )
-    async def stream_with_timestamps(
-        self,
-        request: Request[Any, Any, Any],
-        data: JSONBody[TextToDialogueRequest],
-        principal: Caller,
-        output_format: Format = DEFAULT_OUTPUT_FORMAT,
-        enable_logging: Logging = None,
-    ) -> Stream:
-        encoding = encoding_of(output_format)
-        reply, headers = await _speak(request, principal, data, output_format)
-        turns = _turns(data)
-
-        def line(audio: bytes, characters: CharacterTimes | None) -> bytes:
-            return _with_segments(turns, audio, characters).model_dump_json().encode() + b"\n"
-
-        release = BackgroundTask(reply.close)  # as the stream route's
-        return Stream(timed_lines(reply, encoding, line), media_type=JSON_LINES, headers=headers, background=release)
-
-
-_Turn = tuple[str, int, int]
-"""A turn's voice and its characters ``[start, end)`` in the script's text."""
+    async def stream_with_timestamps(self, spoken: SpokenDialogueDep) -> Stream:
+        return spoken.timed_lines(spoken.line)
 
 
 def _turns(data: TextToDialogueRequest) -> list[_Turn]:
@@ -201,18 +187,3 @@ def _segments(turns: list[_Turn], characters: CharacterTimes) -> list[VoiceSegme
             )
         )
     return segments
-
-
-async def _speak(
-    request: Request[Any, Any, Any], principal: Principal, data: TextToDialogueRequest, output_format: OutputFormat
-) -> tuple[SpeechReply, dict[str, str]]:
-    """Start speaking the dialogue, every turn in its voice; the reply (the caller owns it) and the headers."""
-    return await speak_pcm(
-        request,
-        principal,
-        data.speech_request(),
-        output_format,
-        markup=Markup.PLAIN,
-        script=data.script(),
-        dictionaries=data.dictionaries(),
-    )

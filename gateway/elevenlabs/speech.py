@@ -19,11 +19,12 @@ from __future__ import annotations
 import base64
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 from litestar import Controller, Request, Response, post
+from litestar.di import Dependency, Provide
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
-from litestar.params import JSONBody, Parameter
+from litestar.params import JSONBody, Parameter, SkipValidationMarker
 from litestar.response import Stream  # noqa: TC002 - Litestar reads the handlers' hints at runtime
 from litestar.status_codes import HTTP_200_OK, HTTP_400_BAD_REQUEST
 
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Format",
     "Logging",
+    "Spoken",
+    "SpokenDep",
     "TextToSpeechController",
     "audio_route",
     "encoding_of",
@@ -141,114 +144,33 @@ def audio_route(path: str, operation_id: str, summary: str, operation_class: typ
     )
 
 
-class TextToSpeechController(Controller):
-    path = PATH
-    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
+@dataclass
+class Spoken:
+    """A text being spoken for one of these routes: the reply (the response made of it releases it), the encoding
+    ``output_format`` asked for and the response's headers. Each route answers it in its own shape."""
 
-    @audio_route(
-        "/{voice_id:str}",
-        "elevenLabsTextToSpeech",
-        "ElevenLabs: the whole audio of the text, once it is complete (with Content-Length).",
-    )
-    async def convert(  # noqa: PLR0917 - Litestar's parameters
-        self,
-        request: Request[Any, Any, Any],
-        voice_id: VoiceId,
-        data: JSONBody[TextToSpeechRequest],
-        principal: Caller,
-        output_format: Format = DEFAULT_OUTPUT_FORMAT,
-        optimize_streaming_latency: Latency = None,
-        enable_logging: Logging = None,
-        enable_ssml_parsing: SsmlParsing = None,
-    ) -> Response[bytes]:
-        encoding = encoding_of(output_format)
-        reply, headers = await _speak_text(request, principal, voice_id, data, output_format, enable_ssml_parsing)
-        audio = await unless_client_leaves(request.receive, whole_audio(request, reply, encoding))
-        return Response(audio, media_type=CONTENT_TYPES[encoding.codec], headers=headers)
+    reply: SpeechReply
+    encoding: Encoding
+    headers: dict[str, str]
 
-    @audio_route(
-        "/{voice_id:str}/stream",
-        "elevenLabsTextToSpeechStream",
-        "ElevenLabs: the audio of the text, streamed as it is spoken.",
-    )
-    async def stream(  # noqa: PLR0917 - Litestar's parameters
-        self,
-        request: Request[Any, Any, Any],
-        voice_id: VoiceId,
-        data: JSONBody[TextToSpeechRequest],
-        principal: Caller,
-        output_format: Format = DEFAULT_OUTPUT_FORMAT,
-        optimize_streaming_latency: Latency = None,
-        enable_logging: Logging = None,
-        enable_ssml_parsing: SsmlParsing = None,
-    ) -> Response[Any]:
-        encoding = encoding_of(output_format)
-        reply, headers = await _speak_text(request, principal, voice_id, data, output_format, enable_ssml_parsing)
-        return streamed(reply, encoding, headers)
+    async def whole_audio(self, request: Request[Any, Any, Any]) -> bytes:
+        """All of the audio in the encoding (:func:`whole_audio`), unless the client leaves first."""
+        return await unless_client_leaves(request.receive, whole_audio(request, self.reply, self.encoding))
 
-    @audio_route(
-        "/{voice_id:str}/with-timestamps",
-        "elevenLabsTextToSpeechWithTimestamps",
-        "ElevenLabs: the whole audio of the text in base64, with when each of its characters is heard.",
-        operation_class=Operation,  # the body's own schema
-    )
-    async def convert_with_timestamps(  # noqa: PLR0917 - Litestar's parameters
-        self,
-        request: Request[Any, Any, Any],
-        voice_id: VoiceId,
-        data: JSONBody[TextToSpeechRequest],
-        principal: Caller,
-        output_format: Format = DEFAULT_OUTPUT_FORMAT,
-        optimize_streaming_latency: Latency = None,
-        enable_logging: Logging = None,
-        enable_ssml_parsing: SsmlParsing = None,
-    ) -> Response[AudioWithTimestamps]:
-        encoding = encoding_of(output_format)
-        reply, headers = await _speak_text(request, principal, voice_id, data, output_format, enable_ssml_parsing)
-        audio = await unless_client_leaves(request.receive, whole_audio(request, reply, encoding))
-        return Response(_with_timestamps(audio, reply.alignment.characters()), headers=headers)
+    async def whole_response(self, request: Request[Any, Any, Any]) -> Response[bytes]:
+        """The whole audio, with ``Content-Length``."""
+        audio = await self.whole_audio(request)
+        return Response(audio, media_type=CONTENT_TYPES[self.encoding.codec], headers=self.headers)
 
-    @audio_route(
-        "/{voice_id:str}/stream/with-timestamps",
-        "elevenLabsTextToSpeechStreamWithTimestamps",
-        "ElevenLabs: the audio of the text as it is spoken, in JSON lines with its characters' times.",
-        operation_class=JsonLinesOperation,
-    )
-    async def stream_with_timestamps(  # noqa: PLR0917 - Litestar's parameters
-        self,
-        request: Request[Any, Any, Any],
-        voice_id: VoiceId,
-        data: JSONBody[TextToSpeechRequest],
-        principal: Caller,
-        output_format: Format = DEFAULT_OUTPUT_FORMAT,
-        optimize_streaming_latency: Latency = None,
-        enable_logging: Logging = None,
-        enable_ssml_parsing: SsmlParsing = None,
-    ) -> Stream:
-        encoding = encoding_of(output_format)
-        reply, headers = await _speak_text(request, principal, voice_id, data, output_format, enable_ssml_parsing)
-        lines = timed_lines(reply, encoding)
-        return ReleasedStream(lines, media_type=JSON_LINES, headers=headers, release=reply.close)
+    def streamed(self) -> Response[Any]:
+        """The audio as it comes (:func:`streamed`)."""
+        return streamed(self.reply, self.encoding, self.headers)
 
-
-async def _speak_text(  # noqa: PLR0917 - a route's parameters, passed on
-    request: Request[Any, Any, Any],
-    principal: Principal,
-    voice_id: str,
-    data: TextToSpeechRequest,
-    output_format: OutputFormat,
-    enable_ssml_parsing: bool | None,
-) -> tuple[SpeechReply, dict[str, str]]:
-    """Start speaking a text-to-speech body (:func:`speak_pcm`) in ``voice_id``'s voice, with the markup the query
-    asks for and the dictionaries the body names."""
-    return await speak_pcm(
-        request,
-        principal,
-        data.speech_request(voice_id),
-        output_format,
-        markup=text_markup(enable_ssml_parsing),
-        dictionaries=data.dictionaries(),
-    )
+    def timed_lines(self, line: Callable[[bytes, CharacterTimes | None], bytes]) -> Stream:
+        """The audio as JSON lines, each rendered by ``line`` (:func:`timed_lines`), the reply released however the
+        stream ends."""
+        lines = timed_lines(self.reply, self.encoding, line)
+        return ReleasedStream(lines, media_type=JSON_LINES, headers=self.headers, release=self.reply.close)
 
 
 async def speak_pcm(
@@ -260,10 +182,11 @@ async def speak_pcm(
     markup: Markup,
     script: Script | None = None,
     dictionaries: list[tuple[str, str | None]] | None = None,
-) -> tuple[SpeechReply, dict[str, str]]:
+) -> Spoken:
     """Start speaking ``speech_request`` (24 kHz PCM) with ``markup`` honoured (or ``script``, read already: a
-    dialogue's) and the pronunciation ``dictionaries`` named (``None``: the tenant's defaults); the reply (the caller
-    owns it) and the response's headers."""
+    dialogue's) and the pronunciation ``dictionaries`` named (``None``: the tenant's defaults), for a response in
+    ``output_format``."""
+    encoding = encoding_of(output_format)
     speech = gateway_state(request.app).speech
     record = http_record(request.scope)
     speaking = speech.speak(principal, speech_request, record, markup=markup, script=script, dictionaries=dictionaries)
@@ -272,7 +195,77 @@ async def speak_pcm(
     headers = reply_headers(reply)
     headers["x-character-count"] = str(len(reply.request.input))  # what ElevenLabs charges, as it says
     headers["request-id"] = record.request_id
-    return reply, headers
+    return Spoken(reply, encoding, headers)
+
+
+SpokenDep: TypeAlias = Annotated[Spoken, Dependency(kind="named"), SkipValidationMarker()]
+"""What a route of these families speaks (provided as ``spoken``): the app's own object, not validated."""
+
+
+async def _spoken_text(  # noqa: PLR0917 - the routes' parameters, read by Litestar
+    request: Request[Any, Any, Any],
+    voice_id: VoiceId,
+    data: JSONBody[TextToSpeechRequest],
+    principal: Caller,
+    output_format: Format = DEFAULT_OUTPUT_FORMAT,
+    optimize_streaming_latency: Latency = None,
+    enable_logging: Logging = None,
+    enable_ssml_parsing: SsmlParsing = None,
+) -> Spoken:
+    """What every text-to-speech route speaks (a dependency, so that the four routes take and document the same
+    parameters from one place): the body's text in ``voice_id``'s voice, with the markup the query asks for and the
+    dictionaries the body names."""
+    return await speak_pcm(
+        request,
+        principal,
+        data.speech_request(voice_id),
+        output_format,
+        markup=text_markup(enable_ssml_parsing),
+        dictionaries=data.dictionaries(),
+    )
+
+
+class TextToSpeechController(Controller):
+    path = PATH
+    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
+    dependencies = {"spoken": Provide(_spoken_text)}  # noqa: RUF012 - Litestar's declared type
+
+    @audio_route(
+        "/{voice_id:str}",
+        "elevenLabsTextToSpeech",
+        "ElevenLabs: the whole audio of the text, once it is complete (with Content-Length).",
+    )
+    async def convert(self, request: Request[Any, Any, Any], spoken: SpokenDep) -> Response[bytes]:
+        return await spoken.whole_response(request)
+
+    @audio_route(
+        "/{voice_id:str}/stream",
+        "elevenLabsTextToSpeechStream",
+        "ElevenLabs: the audio of the text, streamed as it is spoken.",
+    )
+    async def stream(self, spoken: SpokenDep) -> Response[Any]:
+        return spoken.streamed()
+
+    @audio_route(
+        "/{voice_id:str}/with-timestamps",
+        "elevenLabsTextToSpeechWithTimestamps",
+        "ElevenLabs: the whole audio of the text in base64, with when each of its characters is heard.",
+        operation_class=Operation,  # the body's own schema
+    )
+    async def convert_with_timestamps(
+        self, request: Request[Any, Any, Any], spoken: SpokenDep
+    ) -> Response[AudioWithTimestamps]:
+        audio = await spoken.whole_audio(request)
+        return Response(_with_timestamps(audio, spoken.reply.alignment.characters()), headers=spoken.headers)
+
+    @audio_route(
+        "/{voice_id:str}/stream/with-timestamps",
+        "elevenLabsTextToSpeechStreamWithTimestamps",
+        "ElevenLabs: the audio of the text as it is spoken, in JSON lines with its characters' times.",
+        operation_class=JsonLinesOperation,
+    )
+    async def stream_with_timestamps(self, spoken: SpokenDep) -> Stream:
+        return spoken.timed_lines(_line)
 
 
 def streamed(reply: SpeechReply, encoding: Encoding, headers: dict[str, str]) -> Response[Any]:
@@ -356,16 +349,15 @@ def _line(audio: bytes, characters: CharacterTimes | None) -> bytes:
 
 
 async def timed_lines(
-    reply: SpeechReply, encoding: Encoding, line: Callable[[bytes, CharacterTimes | None], bytes] | None = None
+    reply: SpeechReply, encoding: Encoding, line: Callable[[bytes, CharacterTimes | None], bytes]
 ) -> AsyncIterator[bytes]:
     """The reply's audio in ``encoding`` as JSON lines: each piece (whole samples where that matters) with the
     characters that start before the end of the PCM it was encoded from, times from the start of the audio; each
-    rendered by ``line`` (``AudioWithTimestamps`` unless a dialogue's says more).
+    rendered by ``line`` (``AudioWithTimestamps``, or a dialogue's, which says more).
 
     A character is known once its word is (with, or after, the audio in which the word starts); then it goes with
     the next piece of audio, or the last line.
     """
-    line = line or _line
     alignment = reply.alignment
     cursor = CharacterCursor(alignment.text)
     pending = PendingCharacters()
