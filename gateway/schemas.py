@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Generic, Literal, TypeVar, get_args
+from typing import Annotated, Any, Generic, Literal, Protocol, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 
@@ -35,6 +35,7 @@ __all__ = [
     "SpeechJobProgress",
     "SpeechRequest",
     "SpeechUsage",
+    "SpokenSettings",
     "TenantUsage",
     "UsageBudget",
     "VoiceConsentDeleted",
@@ -98,6 +99,20 @@ def voice_reference(name: str) -> str | CustomVoice:
     return CustomVoice(id=name) if name.startswith(CUSTOM_VOICE_PREFIX) else name
 
 
+class SpokenSettings(Protocol):
+    """How a socket session speaks each of its segments (ours, OpenAI Realtime's): :meth:`SpeechRequest.pcm_segment`'s
+    model, voice, speed and seed."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def voice(self) -> str | CustomVoice: ...
+    @property
+    def speed(self) -> float: ...
+    @property
+    def seed(self) -> int | None: ...
+
+
 class SpeechRequest(BaseModel):
     """``POST /v1/audio/speech`` — OpenAI's ``CreateSpeechRequest``."""
 
@@ -156,6 +171,20 @@ class SpeechRequest(BaseModel):
         if value not in rates:
             raise ValueError(f"{fmt} is encoded at {', '.join(map(str, sorted(rates)))} Hz, not {value}")
         return value
+
+    @classmethod
+    def pcm_segment(cls, text: str, settings: SpokenSettings, instructions: str | None) -> SpeechRequest:
+        """``text`` as a socket session has the pipeline speak a segment: raw 24 kHz PCM, which the session encodes
+        into its own stream, with ``settings`` and ``instructions`` (each dialect says which mean none)."""
+        return cls(
+            model=settings.model,
+            input=text,
+            voice=settings.voice,
+            response_format=AudioFormat.PCM,
+            speed=settings.speed,
+            instructions=instructions,
+            seed=settings.seed,
+        )
 
     @field_validator("input")
     @classmethod

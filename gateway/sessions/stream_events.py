@@ -52,15 +52,7 @@ class SessionConfig(BaseModel):
     def speech_request(self, text: str) -> SpeechRequest:
         """The HTTP endpoint's request for ``text`` spoken this way as raw 24 kHz PCM (one segment is exactly such a
         request), which the session encodes into its one stream of ``response_format``."""
-        return SpeechRequest(
-            model=self.model,
-            input=text,
-            voice=self.voice,
-            response_format=AudioFormat.PCM,
-            speed=self.speed,
-            instructions=self.instructions,
-            seed=self.seed,
-        )
+        return SpeechRequest.pcm_segment(text, self, self.instructions)
 
 
 class _SessionPatch(BaseModel):

@@ -130,15 +130,7 @@ class SessionSettings:
 
     def speech_request(self, text: str) -> SpeechRequest:
         """The speech request for ``text``, as 24 kHz PCM: G.711 is encoded from it (``open_g711_encoder``)."""
-        return SpeechRequest(
-            model=self.model,
-            input=text,
-            voice=self.voice,
-            response_format=AudioFormat.PCM,
-            speed=self.speed,
-            instructions=self.instructions or None,
-            seed=self.seed,
-        )
+        return SpeechRequest.pcm_segment(text, self, self.instructions or None)  # "": none, as OpenAI says
 
 
 @dataclass(frozen=True, slots=True)
