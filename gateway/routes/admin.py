@@ -208,16 +208,8 @@ class AdminController(Controller):
     async def create_tenant(
         self, data: JSONBody[TenantCreate], auth_store: AuthStoreDep, pronunciation: PronunciationDep
     ) -> TenantObject:
-        # Validated as a configuration entry would be (name pattern, limits).
-        settings = TenantSettings(
-            name=data.name,
-            limits=data.limits,
-            models=data.models,
-            scheduling=data.scheduling,
-            pronunciation_dictionaries=data.pronunciation_dictionaries,
-            control_tokens=data.control_tokens,
-            voice_aliases=data.voice_aliases,
-        )
+        # Every field of the body, validated as a configuration entry would be (name pattern, limits).
+        settings = TenantSettings(**dict(data))
         for dictionary_id in data.pronunciation_dictionaries:
             if await pronunciation.store.get(data.name, dictionary_id) is None:
                 raise OpenAIError(
