@@ -10,10 +10,11 @@ tenant's default dictionaries (``docs/pronunciation.md``). ``workspace_access``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from litestar import Controller, Response, Router, get, post
 from litestar.datastructures import UploadFile  # noqa: TC002 - read at runtime, in the form's type
+from litestar.di import NamedDependency, Provide
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, FromPath, JSONBody, Parameter
 from litestar.status_codes import HTTP_200_OK, HTTP_400_BAD_REQUEST
@@ -192,6 +193,10 @@ def _rule(rule: AliasRule | PhonemeRule) -> Rule:
     )
 
 
+def _rules(rules: list[AliasRule | PhonemeRule]) -> list[Rule]:
+    return [_rule(rule) for rule in rules]
+
+
 def _rule_out(rule: Rule) -> AliasRuleOut | PhonemeRuleOut:
     sensitive, bounded = rule.case_sensitive, rule.word_boundaries
     if rule.alias is not None:
@@ -256,6 +261,14 @@ Ignored = Annotated[str | None, Parameter(description="Accepted and ignored: old
 PageSize = Annotated[int, Parameter(description="Dictionaries per page.", ge=1, le=MAX_PAGE)]
 
 
+Tenant: TypeAlias = NamedDependency[str]
+"""The caller's tenant's name (provided as ``tenant``): whose dictionaries these routes read and change."""
+
+
+def _tenant(principal: Caller) -> str:
+    return principal.tenant.name
+
+
 def _form_text_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     """Litestar decodes the form's text fields before the handler runs: one not in its charset (or in a charset Python
     does not know) is the caller's 400, not a 500. Any other lookup error is answered as it would be elsewhere."""
@@ -270,6 +283,7 @@ class PronunciationFileController(Controller):
 
     path = "/v1/pronunciation-dictionaries"
     tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
+    dependencies = {"tenant": Provide(_tenant, sync_to_thread=False)}  # noqa: RUF012 - Litestar's declared type
 
     @post(
         "/add-from-file",
@@ -281,14 +295,14 @@ class PronunciationFileController(Controller):
     async def add_from_file(
         self,
         data: Annotated[AddFromFile, Body(media_type=RequestEncodingType.MULTI_PART)],
-        principal: Caller,
+        tenant: Tenant,
         pronunciation: PronunciationDep,
     ) -> AddedDictionary:
         if not 1 <= len(data.name) <= 256:
             raise OpenAIError(HTTP_400_BAD_REQUEST, "`name` must have 1 to 256 characters.", param="name")
         rules = await _read_file(data.file, pronunciation)
         description = (data.description or None) and data.description[:4096]
-        return _added(await pronunciation.create(principal.tenant.name, data.name, description, rules))
+        return _added(await pronunciation.create(tenant, data.name, description, rules))
 
 
 def pronunciation_file_router(max_file_bytes: int) -> Router:
@@ -303,24 +317,31 @@ def pronunciation_file_router(max_file_bytes: int) -> Router:
     )
 
 
+def _rules_route(action: str, operation_id: str) -> post:
+    """The declaration of a route that changes a dictionary's rules (``add-rules``...): a new version."""
+    return post(
+        f"/{{dictionary_id:str}}/{action}", status_code=HTTP_200_OK, operation_id=operation_id, responses=_ERRORS
+    )
+
+
 class PronunciationDictionariesController(Controller):
     path = "/v1/pronunciation-dictionaries"
     tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
+    dependencies = {"tenant": Provide(_tenant, sync_to_thread=False)}  # noqa: RUF012 - Litestar's declared type
 
     @post(
         "/add-from-rules", status_code=HTTP_200_OK, operation_id="elevenLabsAddDictionaryFromRules", responses=_ERRORS
     )
     async def add_from_rules(
-        self, data: JSONBody[AddFromRules], principal: Caller, pronunciation: PronunciationDep
+        self, data: JSONBody[AddFromRules], tenant: Tenant, pronunciation: PronunciationDep
     ) -> AddedDictionary:
-        rules = [_rule(rule) for rule in data.rules]
-        tenant = principal.tenant.name
+        rules = _rules(data.rules)
         return _added(await pronunciation.create(tenant, data.name, data.description, rules))
 
     @get("/", operation_id="elevenLabsListDictionaries", responses=_ERRORS)
     async def list_dictionaries(  # noqa: PLR0917 - Litestar's parameters
         self,
-        principal: Caller,
+        tenant: Tenant,
         pronunciation: PronunciationDep,
         cursor: Cursor = None,
         page_size: PageSize = 30,
@@ -328,7 +349,7 @@ class PronunciationDictionariesController(Controller):
         sort_direction: Ignored = None,
         include_archived: Annotated[bool | None, Parameter(description="Accepted and ignored.")] = None,
     ) -> DictionaryPage:
-        page = await pronunciation.store.page(principal.tenant.name, after=cursor, limit=page_size)
+        page = await pronunciation.store.page(tenant, after=cursor, limit=page_size)
         next_cursor = page.data[-1].id if page.has_more and page.data else None
         return DictionaryPage(
             pronunciation_dictionaries=[_metadata(r) for r in page.data],
@@ -338,52 +359,32 @@ class PronunciationDictionariesController(Controller):
 
     @get("/{dictionary_id:str}", operation_id="elevenLabsGetDictionary", responses=_ERRORS)
     async def get_dictionary(
-        self, dictionary_id: DictionaryPath, principal: Caller, pronunciation: PronunciationDep
+        self, dictionary_id: DictionaryPath, tenant: Tenant, pronunciation: PronunciationDep
     ) -> DictionaryWithRules:
-        record = await pronunciation.get(principal.tenant.name, dictionary_id)
+        record = await pronunciation.get(tenant, dictionary_id)
         return DictionaryWithRules(**_metadata(record).model_dump(), rules=[_rule_out(r) for r in record.rules])
 
-    @post(
-        "/{dictionary_id:str}/add-rules", status_code=HTTP_200_OK, operation_id="elevenLabsAddRules", responses=_ERRORS
-    )
+    @_rules_route("add-rules", "elevenLabsAddRules")
     async def add_rules(
-        self,
-        dictionary_id: DictionaryPath,
-        data: JSONBody[AddRules],
-        principal: Caller,
-        pronunciation: PronunciationDep,
+        self, dictionary_id: DictionaryPath, data: JSONBody[AddRules], tenant: Tenant, pronunciation: PronunciationDep
     ) -> RulesChanged:
-        rules = [_rule(rule) for rule in data.rules]
-        return _changed(await pronunciation.add_rules(principal.tenant.name, dictionary_id, rules))
+        return _changed(await pronunciation.add_rules(tenant, dictionary_id, _rules(data.rules)))
 
-    @post(
-        "/{dictionary_id:str}/set-rules", status_code=HTTP_200_OK, operation_id="elevenLabsSetRules", responses=_ERRORS
-    )
+    @_rules_route("set-rules", "elevenLabsSetRules")
     async def set_rules(
-        self,
-        dictionary_id: DictionaryPath,
-        data: JSONBody[AddRules],
-        principal: Caller,
-        pronunciation: PronunciationDep,
+        self, dictionary_id: DictionaryPath, data: JSONBody[AddRules], tenant: Tenant, pronunciation: PronunciationDep
     ) -> RulesChanged:
-        rules = [_rule(rule) for rule in data.rules]
-        return _changed(await pronunciation.set_rules(principal.tenant.name, dictionary_id, rules))
+        return _changed(await pronunciation.set_rules(tenant, dictionary_id, _rules(data.rules)))
 
-    @post(
-        "/{dictionary_id:str}/remove-rules",
-        status_code=HTTP_200_OK,
-        operation_id="elevenLabsRemoveRules",
-        responses=_ERRORS,
-    )
+    @_rules_route("remove-rules", "elevenLabsRemoveRules")
     async def remove_rules(
         self,
         dictionary_id: DictionaryPath,
         data: JSONBody[RemoveRules],
-        principal: Caller,
+        tenant: Tenant,
         pronunciation: PronunciationDep,
     ) -> RulesChanged:
-        record = await pronunciation.remove_rules(principal.tenant.name, dictionary_id, data.rule_strings)
-        return _changed(record)
+        return _changed(await pronunciation.remove_rules(tenant, dictionary_id, data.rule_strings))
 
     @get(
         "/{dictionary_id:str}/{version_id:str}/download",
@@ -395,9 +396,9 @@ class PronunciationDictionariesController(Controller):
         self,
         dictionary_id: FromPath[str],
         version_id: FromPath[str],
-        principal: Caller,
+        tenant: Tenant,
         pronunciation: PronunciationDep,
     ) -> Response[bytes]:
-        rules = await pronunciation.version_rules(principal.tenant.name, dictionary_id, version_id)
+        rules = await pronunciation.version_rules(tenant, dictionary_id, version_id)
         headers = {"content-disposition": f'attachment; filename="{dictionary_id}-{version_id}.pls"'}
         return Response(write_pls(rules), media_type=PLS_MEDIA_TYPE, headers=headers)
