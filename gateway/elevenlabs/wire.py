@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from gateway.audio import AudioFormat
 from gateway.schemas import MAX_INPUT_CHARS, SpeechRequest, voice_reference
@@ -57,6 +57,16 @@ _Context = Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
 _RequestIds = Annotated[list[_Id], Field(max_length=3)]
 _LanguageCode = Annotated[str, StringConstraints(max_length=35, pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*$")]
 _Normalization = Literal["auto", "on", "off"]
+
+
+def _has_words(value: str) -> str:
+    if not value.strip():
+        raise ValueError("text must contain at least one non-whitespace character")
+    return value
+
+
+_Text = Annotated[str, Field(max_length=MAX_INPUT_CHARS), AfterValidator(_has_words)]
+"""What a request or a dialogue's turn says: at most 4,096 characters, some of them not white space."""
 
 
 class SocketSpeechOptions(BaseModel):
@@ -126,7 +136,7 @@ class TextToSpeechRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    text: Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
+    text: _Text
     """What to say: 1 to 4,096 characters after trimming."""
     model_id: _Id | None = None
     """A model or alias of ``GET /v1/models``; absent or ``null``: ``eleven_multilingual_v2``."""
@@ -143,13 +153,6 @@ class TextToSpeechRequest(BaseModel):
     apply_language_text_normalization: bool | None = None
     audio_effects: None = None
     """Refused unless ``null``: no engine of this gateway applies effects."""
-
-    @field_validator("text")
-    @classmethod
-    def _text_has_words(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("text must contain at least one non-whitespace character")
-        return value
 
     def dictionaries(self) -> list[tuple[str, str | None]] | None:
         """The pronunciation dictionaries named (:func:`named_dictionaries`)."""
@@ -175,15 +178,8 @@ class DialogueInput(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    text: Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
+    text: _Text
     voice_id: _Id
-
-    @field_validator("text")
-    @classmethod
-    def _text_has_words(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("text must contain at least one non-whitespace character")
-        return value
 
 
 class DialogueSettings(BaseModel):
