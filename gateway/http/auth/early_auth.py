@@ -31,8 +31,9 @@ from gateway.http.errors import OpenAIError, as_openai_error
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
+    from litestar.di import Provide
     from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
 
     from auth import Tenant
@@ -165,8 +166,22 @@ async def _with_reading_counted(
 
 
 def _takes_principal(handler: Any) -> bool:
-    """Whether the route's handler takes the caller (every ``/v1`` handler does; its signature is parsed once)."""
-    return handler is not None and "principal" in handler.parsed_fn_signature.parameters
+    """Whether the route's handler takes the caller, itself or through a dependency it takes (every ``/v1`` handler
+    does: ElevenLabs' speech routes through the one dependency that speaks them); signatures are parsed once."""
+    if handler is None:
+        return False
+    provided = handler.resolve_dependencies()
+    return _wants_principal(handler.parsed_fn_signature.parameters, provided, set())
+
+
+def _wants_principal(parameters: Mapping[str, Any], provided: Mapping[str, Provide], seen: set[str]) -> bool:
+    if "principal" in parameters:
+        return True
+    for name in parameters.keys() & provided.keys() - seen:
+        seen.add(name)
+        if _wants_principal(provided[name].parsed_fn_signature.parameters, provided, seen):
+            return True
+    return False
 
 
 def _announces_body(scope: Scope) -> bool:
