@@ -1,19 +1,22 @@
 """ElevenLabs' error bodies, and the one table that renders every error of its routes in them.
 
-The routes raise what every route raises (the speech pipeline's and auth's domain errors, Litestar's validation and
-HTTP errors); :data:`EXCEPTION_HANDLERS`, scoped to the ElevenLabs routes, answers them as ElevenLabs' server does:
+The routes raise what every route raises (the speech pipeline's, the engines', auth's and the HTTP guards' domain
+errors, Litestar's validation and HTTP errors); :data:`EXCEPTION_HANDLERS`, scoped to the ElevenLabs routes, answers
+them as ElevenLabs' server does, each from this module's own table (:data:`_ANSWERS`), never from another API
+family's codes:
 
 - a request that fails validation: 422 ``{"detail": [{"loc", "msg", "type"}, ...]}`` (FastAPI's shape, which the
   SDK raises as ``UnprocessableEntityError``);
-- the speech domain's errors (``gateway/speech/errors.py``): ``{"detail": {"status", "message"}}`` from this
-  module's own table, by the error's kind: ``voice_not_found`` (404, whether the voice is an unknown built-in or a
-  custom voice the tenant does not have), ``too_many_concurrent_requests``, ``model_not_found``...; an error of
-  failover that gave up answers as its engine's error, with ``x-retries``;
-- anything else: ``{"detail": {"status", "message"}}`` with the status code the same error gets on the OpenAI routes
-  (the gateway's decision, from :func:`gateway.http.errors.as_openai_error`) and its headers (``Retry-After``, the
-  rate-limit headers), in ElevenLabs' words where it has its own: ``needs_authorization`` (no credential),
-  ``invalid_api_key``, ``too_many_concurrent_requests``, ``system_busy``, ``quota_exceeded`` (401, as ElevenLabs
-  answers a spent character quota: a monthly budget); otherwise the gateway's code.
+- everything else: ``{"detail": {"status", "message"}}``, by the error's class and kind: ``voice_not_found`` (404,
+  whether the voice is an unknown built-in or a custom voice the tenant does not have), ``model_not_found``,
+  ``invalid_api_key`` (``needs_authorization`` when the request presented no credential), ``quota_exceeded`` (401,
+  as ElevenLabs answers a spent character quota: a monthly budget), ``rate_limit_exceeded``,
+  ``too_many_concurrent_requests``, ``system_busy`` (the engine's queue full)...; where ElevenLabs has no word of its
+  own, the gateway's kind (``engine_not_ready``, ``backend_unavailable``, ``json_too_deep``...), with the headers a
+  client needs (``Retry-After``, the rate-limit headers); an error of failover that gave up answers as its engine's
+  error, with ``x-retries``.
+
+An ``OpenAIError`` that a shared route still raises itself is answered with its status, and its code as ``status``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from litestar import MediaType, Response
-from litestar.exceptions import ClientException, SerializationException, ValidationException
+from litestar.exceptions import (
+    ClientException,
+    HTTPException,
+    SerializationException,
+    ValidationException,
+)
 from litestar.openapi import ResponseSpec
 from litestar.status_codes import (
     HTTP_400_BAD_REQUEST,
@@ -29,12 +37,18 @@ from litestar.status_codes import (
     HTTP_403_FORBIDDEN,
     HTTP_404_NOT_FOUND,
     HTTP_409_CONFLICT,
+    HTTP_415_UNSUPPORTED_MEDIA_TYPE,
     HTTP_422_UNPROCESSABLE_ENTITY,
     HTTP_429_TOO_MANY_REQUESTS,
     HTTP_500_INTERNAL_SERVER_ERROR,
+    HTTP_503_SERVICE_UNAVAILABLE,
 )
 from pydantic import ValidationError
 
+from auth.errors import InvalidCredentialsError, UnknownTenantError
+from auth.limits import QuotaExceededError, RateLimitExceededError
+from engines.base import InvalidSynthesisRequestError
+from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from gateway.elevenlabs.wire import (
     ElevenLabsErrorDetail,
     ElevenLabsErrorResponse,
@@ -42,8 +56,19 @@ from gateway.elevenlabs.wire import (
     ValidationProblem,
 )
 from gateway.http.auth.security import presented_authorization
+from gateway.http.errors import CLIENT_CLOSED_REQUEST, OpenAIError, as_openai_error, note_error
 from gateway.http.errors import EXCEPTION_HANDLERS as OPENAI_EXCEPTION_HANDLERS
-from gateway.http.errors import OpenAIError, as_openai_error, note_error
+from gateway.http.ratelimit_headers import rate_limit_headers
+from gateway.http.refusals import (
+    BACKEND_ERRORS,
+    BACKEND_UNAVAILABLE,
+    AddressThrottledError,
+    GuardRefusalError,
+    RefusedBeforeBodyError,
+    client_closed,
+    limit_message,
+    quota_message,
+)
 from gateway.speech.errors import (
     FailoverExhaustedError,
     InvalidSpeechRequestError,
@@ -51,38 +76,24 @@ from gateway.speech.errors import (
     SpeechError,
     UnknownVoiceError,
 )
+from gateway.text import MarkupError
+from gateway.uploads.errors import TooManyUploadsError, UploadsBusyError
+from lifecycle import naming
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from litestar import Request
     from litestar.types import ExceptionHandlersMap
 
 __all__ = ["EXCEPTION_HANDLERS", "QUOTA_CODE", "ErrorAnswer", "as_elevenlabs_error", "error_responses", "socket_error"]
 
+logger = naming.logger("errors")
+
 QUOTA_CODE = "insufficient_quota"
-"""The gateway's code for a request refused by a monthly budget (``auth.limits.QuotaExceededError``)."""
+"""The code a socket's error object carries for a request refused by a monthly budget (``auth.limits.
+QuotaExceededError``), which the socket names ``quota_exceeded`` (``gateway/elevenlabs/socket_wire.py``)."""
 NEEDS_AUTHORIZATION = "Neither authorization header nor xi-api-key received, please provide one."
-# The gateway's codes that ElevenLabs names otherwise; any other code is sent as it is.
-_STATUSES: Mapping[str, str] = {
-    "concurrency_limit_exceeded": "too_many_concurrent_requests",
-    "engine_overloaded": "system_busy",
-}
-# The speech domain's errors by kind: (status code, ``detail.status``); a request refused as it is is a 400 named
-# by its kind.
-_SPEECH_KINDS: Mapping[str, tuple[int, str]] = {
-    "model_not_found": (HTTP_404_NOT_FOUND, "model_not_found"),
-    "model_not_allowed": (HTTP_403_FORBIDDEN, "model_not_allowed"),
-    "voice_not_found": (HTTP_404_NOT_FOUND, "voice_not_found"),
-    "voice_not_offered": (HTTP_404_NOT_FOUND, "voice_not_found"),
-    "pronunciation_dictionary_not_found": (HTTP_404_NOT_FOUND, "pronunciation_dictionary_not_found"),
-    "job_not_found": (HTTP_404_NOT_FOUND, "not_found"),
-    "conflict": (HTTP_409_CONFLICT, "conflict"),
-    "rate_limit_exceeded": (HTTP_429_TOO_MANY_REQUESTS, "rate_limit_exceeded"),
-    "concurrency_limit_exceeded": (HTTP_429_TOO_MANY_REQUESTS, "too_many_concurrent_requests"),
-    "job_too_many_jobs": (HTTP_429_TOO_MANY_REQUESTS, "job_too_many_jobs"),
-    "job_storage_quota": (HTTP_429_TOO_MANY_REQUESTS, "job_storage_quota"),
-}
 # The speech domain's errors on ElevenLabs' sockets, by kind: (``code``, a status; ``error``). A socket names them as
 # its first release did, not as the REST routes do (an SDK's socket client reads ``message`` alone); a request refused
 # as it is is a 400 named by its kind, a limit of the domain's own a 429 named by its kind.
@@ -95,7 +106,27 @@ _SOCKET_KINDS: Mapping[str, tuple[int, str]] = {
     "job_not_found": (HTTP_404_NOT_FOUND, "not_found"),
     "conflict": (HTTP_409_CONFLICT, "conflict"),
 }
-# For an error without a code of its own (Litestar's HTTP errors).
+# The speech domain's errors on the REST routes, by kind: (status code, ``detail.status``), as on the sockets but for a
+# built-in voice the model does not offer (not found, as ElevenLabs says of any voice it does not know) and the limits;
+# a request refused as it is is a 400 named by its kind.
+_SPEECH_KINDS: Mapping[str, tuple[int, str]] = {
+    **_SOCKET_KINDS,
+    "voice_not_offered": (HTTP_404_NOT_FOUND, "voice_not_found"),
+    "rate_limit_exceeded": (HTTP_429_TOO_MANY_REQUESTS, "rate_limit_exceeded"),
+    "concurrency_limit_exceeded": (HTTP_429_TOO_MANY_REQUESTS, "too_many_concurrent_requests"),
+    "job_too_many_jobs": (HTTP_429_TOO_MANY_REQUESTS, "job_too_many_jobs"),
+    "job_storage_quota": (HTTP_429_TOO_MANY_REQUESTS, "job_storage_quota"),
+}
+# The HTTP guards' refusals by kind: the status code (the kind is ``detail.status``).
+_GUARD_KINDS: Mapping[str, int] = {
+    "not_found": HTTP_404_NOT_FOUND,
+    "too_many_failed_authentications": HTTP_429_TOO_MANY_REQUESTS,
+    "rate_limit_exceeded": HTTP_429_TOO_MANY_REQUESTS,
+    "unsupported_media_type": HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+    "json_too_deep": HTTP_400_BAD_REQUEST,
+    "client_closed_request": CLIENT_CLOSED_REQUEST,
+}
+# For an error without a kind of its own (Litestar's HTTP errors).
 _BY_HTTP_STATUS: Mapping[int, str] = {
     400: "invalid_request",
     401: "invalid_api_key",
@@ -131,34 +162,36 @@ class ErrorAnswer:
 
 
 def as_elevenlabs_error(exc: Exception, headers: Mapping[str, str]) -> ErrorAnswer:
-    """The ElevenLabs error ``exc`` becomes, for a request with ``headers`` (whether it presented a credential)."""
-    if isinstance(exc, OpenAIError) and isinstance(exc.source, SpeechError):  # carried by a socket's refusal
+    """The ElevenLabs error ``exc`` becomes, for a request with ``headers`` (whether it presented a credential): the
+    table's entry for its most specific class; a 401 to a request without any credential is ``needs_authorization``,
+    as ElevenLabs says."""
+    if isinstance(exc, OpenAIError) and exc.source is not None:  # carried by a socket's refusal: what it renders
         exc = exc.source
-    if isinstance(exc, SpeechError):
-        return _speech_error(exc, headers)
-    if isinstance(exc, ValidationException):
-        return ErrorAnswer(HTTP_422_UNPROCESSABLE_ENTITY, _problems(exc), {})
-    if isinstance(exc, ValidationError):  # a model a handler validated itself
-        return ErrorAnswer(HTTP_422_UNPROCESSABLE_ENTITY, _pydantic_problems(exc, "body"), {})
-    if isinstance(exc, ClientException) and isinstance(exc.__cause__, SerializationException):
-        problem = ValidationProblem(loc=["body"], msg="JSON decode error", type="json_invalid")
-        return ErrorAnswer(HTTP_422_UNPROCESSABLE_ENTITY, [problem], dict(exc.headers or {}))
-    error = as_openai_error(exc)
-    status_code, message = error.status_code, error.message
-    status = _STATUSES.get(error.code or "") or error.code or _BY_HTTP_STATUS.get(status_code, "internal_error")
-    if error.code == QUOTA_CODE:  # a monthly budget spent: ElevenLabs says 401 for a spent quota
-        status_code, status = HTTP_401_UNAUTHORIZED, "quota_exceeded"
-    elif status_code == HTTP_401_UNAUTHORIZED and presented_authorization(headers) is None:
-        status, message = "needs_authorization", NEEDS_AUTHORIZATION
-    return ErrorAnswer(status_code, ElevenLabsErrorDetail(status=status, message=message), dict(error.headers))
+    answer = _answer(exc)
+    if (
+        answer.status_code == HTTP_401_UNAUTHORIZED
+        and answer.code != "quota_exceeded"
+        and presented_authorization(headers) is None
+    ):
+        answer.detail = ElevenLabsErrorDetail(status="needs_authorization", message=NEEDS_AUTHORIZATION)
+    return answer
 
 
-def _speech_error(exc: SpeechError, headers: Mapping[str, str]) -> ErrorAnswer:
+def _answer(exc: Exception) -> ErrorAnswer:
+    convert = next((_ANSWERS[cls] for cls in type(exc).__mro__ if cls in _ANSWERS), _unexpected)
+    return convert(exc)
+
+
+def _detail(status_code: int, status: str, message: str, headers: Mapping[str, str] | None = None) -> ErrorAnswer:
+    return ErrorAnswer(status_code, ElevenLabsErrorDetail(status=status, message=message), dict(headers or {}))
+
+
+def _retry_after(retry_after_s: int | None) -> dict[str, str]:
+    return {} if retry_after_s is None else {"Retry-After": str(retry_after_s)}
+
+
+def _speech_error(exc: SpeechError) -> ErrorAnswer:
     """A speech domain error in ElevenLabs' words, from :data:`_SPEECH_KINDS`."""
-    if isinstance(exc, FailoverExhaustedError):  # what the engine said, and the retries taken (as on a success)
-        answer = as_elevenlabs_error(exc.error, headers)
-        answer.headers = {**answer.headers, "x-retries": str(exc.retries)}
-        return answer
     message = exc.message
     if isinstance(exc, UnknownVoiceError):
         message = f"A voice with the voice_id '{exc.voice_id}' was not found."
@@ -167,8 +200,116 @@ def _speech_error(exc: SpeechError, headers: Mapping[str, str]) -> ErrorAnswer:
     else:
         status_code, status = _SPEECH_KINDS.get(exc.kind, (HTTP_500_INTERNAL_SERVER_ERROR, "internal_error"))
     retry_after_s = exc.retry_after_s if isinstance(exc, OverLimitError) else None
-    answer_headers = {} if retry_after_s is None else {"Retry-After": str(retry_after_s)}
-    return ErrorAnswer(status_code, ElevenLabsErrorDetail(status=status, message=message), answer_headers)
+    return _detail(status_code, status, message, _retry_after(retry_after_s))
+
+
+def _failover_exhausted(exc: FailoverExhaustedError) -> ErrorAnswer:
+    """What the engine said, and the retries the request took (as a success tells them)."""
+    answer = _answer(exc.error)
+    answer.headers = {**answer.headers, "x-retries": str(exc.retries)}
+    return answer
+
+
+def _validation_error(exc: ValidationException) -> ErrorAnswer:
+    return ErrorAnswer(HTTP_422_UNPROCESSABLE_ENTITY, _problems(exc), {})
+
+
+def _model_validation_error(exc: ValidationError) -> ErrorAnswer:  # a model a handler validated itself
+    return ErrorAnswer(HTTP_422_UNPROCESSABLE_ENTITY, _pydantic_problems(exc, "body"), {})
+
+
+def _client_error(exc: ClientException) -> ErrorAnswer:
+    if isinstance(exc.__cause__, SerializationException):  # a body that is not JSON, as FastAPI reports it
+        problem = ValidationProblem(loc=["body"], msg="JSON decode error", type="json_invalid")
+        return ErrorAnswer(HTTP_422_UNPROCESSABLE_ENTITY, [problem], dict(exc.headers or {}))
+    return _http_error(exc)
+
+
+def _http_error(exc: HTTPException) -> ErrorAnswer:
+    if (gone := client_closed(exc)) is not None:
+        return _guard_refusal(gone)
+    status = _BY_HTTP_STATUS.get(exc.status_code, "internal_error")
+    return _detail(exc.status_code, status, exc.detail, exc.headers)
+
+
+def _unavailable(status: str, message: str, retry_after_s: int) -> ErrorAnswer:
+    return _detail(HTTP_503_SERVICE_UNAVAILABLE, status, message, _retry_after(retry_after_s))
+
+
+def _backend_down(exc: Exception) -> ErrorAnswer:
+    logger.warning("a shared backend is unreachable: %s", exc)
+    return _unavailable("backend_unavailable", BACKEND_UNAVAILABLE, 1)
+
+
+def _rate_limited(exc: RateLimitExceededError) -> ErrorAnswer:
+    """A tenant's limit: per minute (``rate_limit_exceeded``) or at once (``too_many_concurrent_requests``, as
+    ElevenLabs names its concurrency limit)."""
+    per_minute = exc.reason in {"requests", "characters"}
+    status = "rate_limit_exceeded" if per_minute else "too_many_concurrent_requests"
+    headers = {**rate_limit_headers(exc.state), "Retry-After": str(exc.retry_after_s)}
+    return _detail(HTTP_429_TOO_MANY_REQUESTS, status, limit_message(exc), headers)
+
+
+def _quota_exceeded(exc: QuotaExceededError) -> ErrorAnswer:
+    """A monthly budget spent: ElevenLabs says 401 ``quota_exceeded``. Nothing but the month's end helps, so a client
+    that honours ``x-should-retry`` is told not to retry."""
+    headers = {**rate_limit_headers(exc.state), "Retry-After": str(exc.retry_after_s), "x-should-retry": "false"}
+    return _detail(HTTP_401_UNAUTHORIZED, "quota_exceeded", quota_message(exc), headers)
+
+
+def _too_many_uploads(exc: TooManyUploadsError) -> ErrorAnswer:
+    message = f"{exc} Retry after {exc.retry_after_s} s."
+    return _detail(HTTP_429_TOO_MANY_REQUESTS, "too_many_concurrent_requests", message, _retry_after(exc.retry_after_s))
+
+
+def _guard_refusal(exc: GuardRefusalError) -> ErrorAnswer:
+    """An HTTP guard's refusal: its kind as ``detail.status``; a throttled address is told when to retry."""
+    if (status_code := _GUARD_KINDS.get(exc.kind)) is None:
+        return _unexpected(exc)
+    retry_after_s = exc.retry_after_s if isinstance(exc, AddressThrottledError) else None
+    return _detail(status_code, exc.kind, exc.message, _retry_after(retry_after_s))
+
+
+def _refused_before_body(exc: RefusedBeforeBodyError) -> ErrorAnswer:
+    """The refusal, closing the connection: its announced body is not read, so it cannot carry another request."""
+    answer = _answer(exc.refused)
+    answer.headers = {**answer.headers, "connection": "close"}
+    return answer
+
+
+def _openai_error(exc: OpenAIError) -> ErrorAnswer:
+    """An error a shared route raised in OpenAI's shape itself: its status, and its code as ``detail.status``."""
+    status = exc.code or _BY_HTTP_STATUS.get(exc.status_code, "internal_error")
+    return _detail(exc.status_code, status, exc.message, exc.headers)
+
+
+def _unexpected(_: Exception) -> ErrorAnswer:
+    return _detail(HTTP_500_INTERNAL_SERVER_ERROR, "internal_error", "The server had an error processing your request.")
+
+
+_ANSWERS: dict[type[Exception], Callable[[Any], ErrorAnswer]] = {
+    OpenAIError: _openai_error,
+    SpeechError: _speech_error,
+    FailoverExhaustedError: _failover_exhausted,
+    ValidationException: _validation_error,
+    ValidationError: _model_validation_error,
+    ClientException: _client_error,
+    HTTPException: _http_error,
+    EngineNotReadyError: lambda exc: _unavailable("engine_not_ready", str(exc), 5),
+    EngineOverloadedError: lambda exc: _unavailable("system_busy", str(exc), exc.retry_after_s),
+    SynthesisFailedError: lambda exc: _unavailable("engine_failed", f"The engine failed: {exc}", 1),
+    UploadsBusyError: lambda exc: _unavailable("uploads_busy", str(exc), exc.retry_after_s),
+    InvalidSynthesisRequestError: lambda exc: _detail(HTTP_400_BAD_REQUEST, "invalid_value", str(exc)),
+    MarkupError: lambda exc: _detail(HTTP_400_BAD_REQUEST, "invalid_ssml", str(exc)),
+    InvalidCredentialsError: lambda exc: _detail(HTTP_401_UNAUTHORIZED, "invalid_api_key", str(exc)),
+    UnknownTenantError: lambda exc: _detail(HTTP_403_FORBIDDEN, "unknown_tenant", str(exc)),
+    RateLimitExceededError: _rate_limited,
+    QuotaExceededError: _quota_exceeded,
+    TooManyUploadsError: _too_many_uploads,
+    GuardRefusalError: _guard_refusal,
+    RefusedBeforeBodyError: _refused_before_body,
+    **dict.fromkeys(BACKEND_ERRORS, _backend_down),
+}
 
 
 def socket_error(exc: BaseException) -> OpenAIError:
@@ -230,11 +371,9 @@ def error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[
     return Response(error.body(), status_code=error.status_code, headers=error.headers, media_type=MediaType.JSON)
 
 
-EXCEPTION_HANDLERS: ExceptionHandlersMap = dict.fromkeys(
-    [*OPENAI_EXCEPTION_HANDLERS, ValidationError, ClientException], error_response
-)
-"""Every exception the OpenAI table answers (the same keys, so that none of its entries wins on these routes),
-answered in ElevenLabs' shape."""
+EXCEPTION_HANDLERS: ExceptionHandlersMap = dict.fromkeys([*_ANSWERS, *OPENAI_EXCEPTION_HANDLERS], error_response)
+"""Every exception of this table, answered in ElevenLabs' shape; with the OpenAI table's keys too (the app's), so that
+none of its entries is more specific than this table's on these routes."""
 
 _DESCRIPTIONS = {
     400: "Invalid request (a custom voice of another model, a request the engine refuses).",

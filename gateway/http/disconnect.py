@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, TypeVar
 
-from gateway.http.errors import CLIENT_CLOSED_REQUEST, OpenAIError
+from gateway.http.refusals import ClientClosedError
 from lifecycle import naming
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ async def unless_client_leaves(receive: Receive, work: Awaitable[_T]) -> _T:
     ``except``/``finally`` blocks as a ``CancelledError``, like any other).
 
     Raises:
-        OpenAIError: 499 (``client_closed_request``, never sent: nobody listens) when the client disconnected first;
+        ClientClosedError: (499 ``client_closed_request``, never sent: nobody listens) the client disconnected first;
             ``work`` has been cancelled and has finished its cleanup.
     """
     # asyncio's timeout does the cancelling, moved to "now" when the client leaves: it tells its own cancellation
@@ -62,11 +62,7 @@ async def unless_client_leaves(receive: Receive, work: Awaitable[_T]) -> _T:
     except TimeoutError:
         if not leaving.expired():
             raise  # the work's own timeout
-        raise OpenAIError(
-            CLIENT_CLOSED_REQUEST,
-            "The client closed the connection before the response started.",
-            code="client_closed_request",
-        ) from None
+        raise ClientClosedError("The client closed the connection before the response started.") from None
 
 
 class _DisconnectWatch:

@@ -6,7 +6,6 @@ Handlers never catch exceptions themselves: they raise, and :data:`EXCEPTION_HAN
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from litestar import MediaType, Response
@@ -18,19 +17,28 @@ from litestar.status_codes import (
     HTTP_403_FORBIDDEN,
     HTTP_404_NOT_FOUND,
     HTTP_409_CONFLICT,
+    HTTP_415_UNSUPPORTED_MEDIA_TYPE,
     HTTP_429_TOO_MANY_REQUESTS,
     HTTP_500_INTERNAL_SERVER_ERROR,
     HTTP_503_SERVICE_UNAVAILABLE,
 )
 from pydantic import ValidationError
-from redis.exceptions import RedisError
 
-from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
-from auth.limits import LimitsUnavailableError, QuotaExceededError, RateLimitExceededError
-from auth.usage import UsageUnavailableError
+from auth.errors import InvalidCredentialsError, UnknownTenantError
+from auth.limits import QuotaExceededError, RateLimitExceededError
 from engines.base import InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from gateway.http.ratelimit_headers import rate_limit_headers
+from gateway.http.refusals import (
+    BACKEND_ERRORS,
+    BACKEND_UNAVAILABLE,
+    AddressThrottledError,
+    GuardRefusalError,
+    RefusedBeforeBodyError,
+    client_closed,
+    limit_message,
+    quota_message,
+)
 from gateway.http.request_record import request_record
 from gateway.schemas import ErrorResponse
 from gateway.speech.errors import (
@@ -232,41 +240,26 @@ def _http_error(exc: HTTPException) -> OpenAIError:
 
 
 def _server_exception(exc: InternalServerException) -> OpenAIError:
-    # Litestar reports a client that disconnected before its whole body arrived (gone mid-upload, or closed by the
-    # body timeout) as this exception, told apart only by its detail: not a server error, and no traceback.
-    if exc.detail == "client disconnected prematurely":
-        return OpenAIError(
-            CLIENT_CLOSED_REQUEST,
-            "The client closed the connection before sending the whole body.",
-            code="client_closed_request",
-        )
-    return _http_error(exc)
+    gone = client_closed(exc)  # a client gone mid-body, as Litestar reports it
+    return _http_error(exc) if gone is None else _guard_refusal(gone)
+
+
+def _unavailable(message: str, code: str, retry_after_s: int) -> OpenAIError:
+    """A 503 worth retrying after ``retry_after_s``: an engine or a backend that cannot serve now."""
+    headers = {"Retry-After": str(retry_after_s)}
+    return OpenAIError(HTTP_503_SERVICE_UNAVAILABLE, message, type=SERVER_ERROR, code=code, headers=headers)
 
 
 def _not_ready(exc: EngineNotReadyError) -> OpenAIError:
-    return OpenAIError(
-        HTTP_503_SERVICE_UNAVAILABLE, str(exc), type=SERVER_ERROR, code="engine_not_ready", headers={"Retry-After": "5"}
-    )
+    return _unavailable(str(exc), "engine_not_ready", 5)
 
 
 def _overloaded(exc: EngineOverloadedError) -> OpenAIError:
-    return OpenAIError(
-        HTTP_503_SERVICE_UNAVAILABLE,
-        str(exc),
-        type=SERVER_ERROR,
-        code="engine_overloaded",
-        headers={"Retry-After": str(exc.retry_after_s)},
-    )
+    return _unavailable(str(exc), "engine_overloaded", exc.retry_after_s)
 
 
 def _synthesis_failed(exc: SynthesisFailedError) -> OpenAIError:
-    return OpenAIError(
-        HTTP_503_SERVICE_UNAVAILABLE,
-        f"The engine failed: {exc}",
-        type=SERVER_ERROR,
-        code="engine_failed",
-        headers={"Retry-After": "1"},
-    )
+    return _unavailable(f"The engine failed: {exc}", "engine_failed", 1)
 
 
 def _invalid_for_engine(exc: InvalidSynthesisRequestError) -> OpenAIError:
@@ -290,8 +283,7 @@ def _rate_limited(exc: RateLimitExceededError) -> OpenAIError:
     kind = "tokens" if exc.reason == "characters" else "requests"
     code = "rate_limit_exceeded" if exc.reason in {"requests", "characters"} else "concurrency_limit_exceeded"
     headers = {**rate_limit_headers(exc.state), "Retry-After": str(exc.retry_after_s)}
-    message = f"{_LIMIT_MESSAGES[exc.reason]} Retry after {exc.retry_after_s} s."
-    return OpenAIError(HTTP_429_TOO_MANY_REQUESTS, message, type=kind, code=code, headers=headers)
+    return OpenAIError(HTTP_429_TOO_MANY_REQUESTS, limit_message(exc), type=kind, code=code, headers=headers)
 
 
 def _quota_exceeded(exc: QuotaExceededError) -> OpenAIError:
@@ -311,37 +303,8 @@ def _quota_exceeded(exc: QuotaExceededError) -> OpenAIError:
     )
 
 
-def quota_message(exc: QuotaExceededError) -> str:
-    """What a client refused by a monthly budget is told: which budget, how much of it is left, and when it returns."""
-    standing = exc.standing
-    resets = datetime.fromtimestamp(standing.month.end, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    if exc.budget == "characters_per_month":
-        limit, used = standing.characters_limit or 0, standing.characters_used or 0
-        spent = f"{limit} input characters: {max(0, limit - used)} remain, this request needs {int(exc.asked)}"
-    else:
-        limit_s, used_s = standing.audio_seconds_limit or 0.0, standing.audio_seconds_used or 0.0
-        spent = f"{limit_s:g} audio seconds, of which {used_s:.1f} are spoken"
-    return f"You exceeded your current quota: your monthly budget of {spent}. It starts again at {resets}."
-
-
-_LIMIT_MESSAGES = {
-    "requests": "Rate limit reached for requests per minute.",
-    "characters": "Rate limit reached for input characters per minute.",
-    "concurrency": "Too many concurrent streams for your tenant.",
-    "sessions": "Too many open sessions for your tenant.",
-    "bodies": "Too many requests of your tenant are still sending their body.",
-    "fair_share": "The server is near its connection capacity and your tenant holds its fair share of it.",
-}
-
-
 def _uploads_busy(exc: UploadsBusyError) -> OpenAIError:
-    return OpenAIError(
-        HTTP_503_SERVICE_UNAVAILABLE,
-        str(exc),
-        type=SERVER_ERROR,
-        code="uploads_busy",
-        headers={"Retry-After": str(exc.retry_after_s)},
-    )
+    return _unavailable(str(exc), "uploads_busy", exc.retry_after_s)
 
 
 def _too_many_uploads(exc: TooManyUploadsError) -> OpenAIError:
@@ -356,13 +319,34 @@ def _too_many_uploads(exc: TooManyUploadsError) -> OpenAIError:
 
 def _backend_down(exc: Exception) -> OpenAIError:
     logger.warning("a shared backend is unreachable: %s", exc)
-    return OpenAIError(
-        HTTP_503_SERVICE_UNAVAILABLE,
-        "A backend of the gateway is unreachable; retry soon.",
-        type=SERVER_ERROR,
-        code="backend_unavailable",
-        headers={"Retry-After": "1"},
-    )
+    return _unavailable(BACKEND_UNAVAILABLE, "backend_unavailable", 1)
+
+
+# The guards' refusals by kind: (status, type); the kind is the code.
+_GUARD_KINDS: dict[str, tuple[int, str]] = {
+    "not_found": (HTTP_404_NOT_FOUND, INVALID_REQUEST),
+    "too_many_failed_authentications": (HTTP_429_TOO_MANY_REQUESTS, "requests"),
+    "rate_limit_exceeded": (HTTP_429_TOO_MANY_REQUESTS, "requests"),
+    "unsupported_media_type": (HTTP_415_UNSUPPORTED_MEDIA_TYPE, INVALID_REQUEST),
+    "json_too_deep": (HTTP_400_BAD_REQUEST, INVALID_REQUEST),
+    "client_closed_request": (CLIENT_CLOSED_REQUEST, INVALID_REQUEST),
+}
+
+
+def _guard_refusal(exc: GuardRefusalError) -> OpenAIError:
+    """A guard's refusal in OpenAI's words: its kind as the code; a throttled address is told when to retry."""
+    if (known := _GUARD_KINDS.get(exc.kind)) is None:
+        return _unexpected(exc)
+    status_code, kind = known
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, AddressThrottledError) else {}
+    return OpenAIError(status_code, exc.message, type=kind, code=exc.kind, headers=headers)
+
+
+def _refused_before_body(exc: RefusedBeforeBodyError) -> OpenAIError:
+    """The refusal, closing the connection: its announced body is not read, so it cannot carry another request."""
+    error = as_openai_error(exc.refused)
+    error.headers = {**error.headers, "connection": "close"}
+    return error
 
 
 def _unexpected(_: Exception) -> OpenAIError:
@@ -390,10 +374,9 @@ _CONVERSIONS: dict[type[Exception], Callable[[Any], OpenAIError]] = {
     QuotaExceededError: _quota_exceeded,
     UploadsBusyError: _uploads_busy,
     TooManyUploadsError: _too_many_uploads,
-    LimitsUnavailableError: _backend_down,
-    AuthBackendError: _backend_down,
-    UsageUnavailableError: _backend_down,  # GET /v1/usage while Redis is unreachable
-    RedisError: _backend_down,  # custom voices and admin operations while Redis is unreachable
+    GuardRefusalError: _guard_refusal,
+    RefusedBeforeBodyError: _refused_before_body,
+    **dict.fromkeys(BACKEND_ERRORS, _backend_down),
 }
 
 

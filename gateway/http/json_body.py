@@ -1,4 +1,4 @@
-"""Bodies that must say they are JSON, refused as OpenAI refuses them, before they are parsed (``POST
+"""Bodies that must say they are JSON, refused (415) before they are parsed (``POST
 /v1/audio/speech``, the speech jobs, an engine node's route)."""
 
 from __future__ import annotations
@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Request  # noqa: TC002 - a before_request hook's hint, read by Litestar at runtime
-from litestar.status_codes import HTTP_415_UNSUPPORTED_MEDIA_TYPE
 
-from gateway.http.errors import OpenAIError
+from gateway.http.refusals import UnsupportedMediaTypeError
 
 __all__ = ["require_json"]
 
@@ -21,8 +20,4 @@ async def require_json(request: Request[Any, Any, Any]) -> None:
     """
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
-        raise OpenAIError(
-            HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-            f"Unsupported content type {content_type or '(none)'!r}: send application/json.",
-            code="unsupported_media_type",
-        )
+        raise UnsupportedMediaTypeError(content_type)

@@ -12,16 +12,15 @@ import re
 from typing import TYPE_CHECKING
 
 from litestar.enums import ScopeType
-from litestar.status_codes import HTTP_400_BAD_REQUEST
 
-from gateway.http.errors import OpenAIError
+from gateway.http.refusals import JsonTooDeepError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
 
-__all__ = ["JsonTooDeepError", "json_depth_exceeds", "json_depth_middleware"]
+__all__ = ["json_depth_exceeds", "json_depth_middleware"]
 
 #: A string literal (skipped whole) or one bracket.
 _TOKENS_BYTES = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
@@ -29,15 +28,6 @@ _TOKENS_TEXT = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 _OPENERS_BYTES, _CLOSERS_BYTES = frozenset(b"[{"), frozenset(b"]}")
 _OPENERS_TEXT, _CLOSERS_TEXT = frozenset("[{"), frozenset("]}")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-
-
-class JsonTooDeepError(OpenAIError):
-    """A JSON document nested deeper than the configured limit."""
-
-    def __init__(self, max_depth: int) -> None:
-        super().__init__(
-            HTTP_400_BAD_REQUEST, f"The JSON body is nested deeper than {max_depth} levels.", code="json_too_deep"
-        )
 
 
 def _openers(data: bytes | str) -> int:
@@ -99,10 +89,10 @@ def _is_form(scope: Scope) -> bool:
 
 
 def json_depth_middleware(max_depth: int) -> Callable[[ASGIApp], ASGIApp]:
-    """Litestar middleware: a request body nested deeper than ``max_depth`` gets 400 with OpenAI's error body.
+    """Litestar middleware: a request body nested deeper than ``max_depth`` gets 400 (``json_too_deep``).
 
     The check runs as the body is received, so it answers before the handler's JSON parser recurses; the error is
-    raised from ``receive`` and the exception table (``gateway/http/errors.py``) turns it into the response.
+    raised from ``receive`` and the route's API family's exception table turns it into the response.
     """
 
     def wrap(app: ASGIApp) -> ASGIApp:

@@ -33,14 +33,15 @@ holds an address or a credential.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, TypeVar
 
 from prometheus_client import Counter
 
-if TYPE_CHECKING:
-    from gateway.http.errors import OpenAIError
+from gateway.http.errors import as_openai_error
 
 __all__ = ["RefusalSource", "count_refusal", "counted"]
+
+_Refusal = TypeVar("_Refusal", bound=Exception)
 
 RefusalSource = Literal["connection", "credentials", "admin", "socket", "service_token"]
 
@@ -57,7 +58,10 @@ def count_refusal(source: RefusalSource, status: int, code: str | None) -> None:
     _REFUSALS.labels(source, str(status), code or "").inc()
 
 
-def counted(source: RefusalSource, error: OpenAIError) -> OpenAIError:
-    """``error``, counted as a refusal from ``source``: ``raise counted(...)``."""
-    count_refusal(source, error.status_code, error.code)
+def counted(source: RefusalSource, error: _Refusal) -> _Refusal:
+    """``error``, counted as a refusal from ``source``: ``raise counted(...)``. A domain error is counted with the
+    status and code the gateway's own table gives it (OpenAI's: the codes this counter has always carried), whichever
+    API family answers it."""
+    answer = as_openai_error(error)
+    count_refusal(source, answer.status_code, answer.code)
     return error

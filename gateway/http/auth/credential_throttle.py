@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
-from litestar.status_codes import HTTP_429_TOO_MANY_REQUESTS
 
 from auth.errors import InvalidCredentialsError, UnknownTenantError
 from gateway.http.client_address import address_key
-from gateway.http.errors import OpenAIError, as_openai_error
+from gateway.http.errors import as_openai_error
+from gateway.http.refusals import AddressThrottledError
 from gateway.observability.refusals import counted
 from lifecycle import naming
 
@@ -94,10 +94,29 @@ class CredentialThrottle:
         authorization: str | None,
         authenticate: Callable[[str | None], Awaitable[Principal]],
     ) -> Principal:
-        """``authenticate(authorization)``, unless ``client``'s address is throttled and the credential unproven.
+        """As :meth:`admit`, with a throttled address's refusal in the error object the socket sessions still catch
+        (``gateway/sessions/serving.py``), until they catch :class:`AddressThrottledError` themselves.
 
         Raises:
             OpenAIError: 429 with ``Retry-After``: the address is throttled and the credential was not looked up.
+            InvalidCredentialsError, UnknownTenantError: refused (and counted against the address).
+        """
+        try:
+            return await self.admit(client, authorization, authenticate)
+        except AddressThrottledError as throttled:
+            raise as_openai_error(throttled) from None
+
+    async def admit(
+        self,
+        client: str | None,
+        authorization: str | None,
+        authenticate: Callable[[str | None], Awaitable[Principal]],
+    ) -> Principal:
+        """``authenticate(authorization)``, unless ``client``'s address is throttled and the credential unproven.
+
+        Raises:
+            AddressThrottledError: the address is throttled and the credential was not looked up (429 with
+                ``Retry-After``).
             InvalidCredentialsError, UnknownTenantError: refused (and counted against the address).
         """
         credential = _presented(authorization)
@@ -110,7 +129,7 @@ class CredentialThrottle:
         try:
             principal = await authenticate(authorization)
         except (InvalidCredentialsError, UnknownTenantError) as exc:
-            counted("credentials", as_openai_error(exc))
+            counted("credentials", exc)
             self._count_failure(key)
             raise
         self._remember(proof)
@@ -136,14 +155,12 @@ class CredentialThrottle:
         if len(self._proven) > self._proven_capacity:
             self._proven.popitem(last=False)
 
-    def _throttled(self, key: str) -> OpenAIError:
+    def _throttled(self, key: str) -> AddressThrottledError:
         retry_after_s = self._failures.retry_after_s(key)
-        return OpenAIError(
-            HTTP_429_TOO_MANY_REQUESTS,
+        return AddressThrottledError(
             f"Too many refused credentials from your address; retry after {retry_after_s} s.",
-            type="requests",
-            code="too_many_failed_authentications",
-            headers={"Retry-After": str(retry_after_s)},
+            retry_after_s=retry_after_s,
+            kind="too_many_failed_authentications",
         )
 
 
@@ -177,12 +194,10 @@ class AdminThrottle:
             retry_after_s = self._failures.retry_after_s(address_key(client))
             raise counted(
                 "admin",
-                OpenAIError(
-                    HTTP_429_TOO_MANY_REQUESTS,
+                AddressThrottledError(
                     f"Too many failed admin authentications; retry after {retry_after_s} s.",
-                    type="requests",
-                    code="rate_limit_exceeded",
-                    headers={"Retry-After": str(retry_after_s)},
+                    retry_after_s=retry_after_s,
+                    kind="rate_limit_exceeded",
                 ),
             )
 

@@ -6,8 +6,9 @@ sockets from one address took a 50-connection gateway's every slot, without a cr
 the route is known and before the body is read: it authenticates a request whose handler takes ``principal`` from
 its ``Authorization`` (or ElevenLabs' ``xi-api-key``) header and keeps the principal for the handler
 (``provide_principal``); a missing or bad credential is a 401 at once (a 429 from an address throttled for refused
-credentials, ``gateway/http/auth/credential_throttle.py``), with ``Connection: close`` when a body was announced, so
-the connection is freed instead of waiting for a body nobody will read. Once the caller is known, its body must keep
+credentials, ``gateway/http/auth/credential_throttle.py``), with ``Connection: close`` when a body was announced
+(:class:`~gateway.http.refusals.RefusedBeforeBodyError`), so the connection is freed instead of waiting for a body
+nobody will read. Once the caller is known, its body must keep
 arriving at its tenant's minimum rate (``TenantLimits.body_min_rate_bytes_per_s``, when set), and counts among its
 tenant's bodies in flight (``TenantLimits.bodies_in_flight``) until its last byte has reached the server, and among
 what it holds of a crowded replica (``auth.limits.HeldConnections``): one tenant cannot hold every connection with
@@ -27,7 +28,7 @@ from auth.errors import InvalidCredentialsError, UnknownTenantError
 from auth.limits import RateLimitExceededError
 from gateway.http.arriving_body import arriving_body
 from gateway.http.auth.security import PRINCIPAL_KEY, authenticate_request
-from gateway.http.errors import OpenAIError, as_openai_error
+from gateway.http.refusals import AddressThrottledError, RefusedBeforeBodyError
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["credentials_before_body_middleware"]
 
-_REFUSED = (InvalidCredentialsError, UnknownTenantError, OpenAIError)  # an OpenAIError: the throttle's 429
+_REFUSED = (InvalidCredentialsError, UnknownTenantError, AddressThrottledError)
 
 
 def credentials_before_body_middleware(app: ASGIApp) -> ASGIApp:
@@ -53,10 +54,9 @@ def credentials_before_body_middleware(app: ASGIApp) -> ASGIApp:
             try:
                 principal = await authenticate_request(request)
             except _REFUSED as exc:
-                error = as_openai_error(exc)
-                if _announces_body(scope):
-                    error.headers["connection"] = "close"  # the body is not read: the connection cannot go on
-                raise error from None
+                if _announces_body(scope):  # the body is not read: the connection cannot go on
+                    raise RefusedBeforeBodyError(exc) from None
+                raise
             scope.setdefault("state", {})[PRINCIPAL_KEY] = principal
             if _announces_body(scope):
                 await _with_body_counted(app, scope, receive, send, principal.tenant)

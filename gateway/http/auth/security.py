@@ -6,11 +6,11 @@ import hmac
 from typing import TYPE_CHECKING, Any
 
 from litestar import Request  # noqa: TC002 - Litestar reads the hints of dependencies at runtime
-from litestar.status_codes import HTTP_401_UNAUTHORIZED, HTTP_404_NOT_FOUND
 
 from auth import Principal  # noqa: TC001 - Litestar reads the hints of dependencies at runtime
+from auth.errors import InvalidCredentialsError
 from gateway.http.auth.service_token import ServiceTokenAuthenticator
-from gateway.http.errors import OpenAIError
+from gateway.http.refusals import NotServedHereError
 from gateway.http.request_record import request_record
 from gateway.observability.refusals import counted
 from gateway.observability.tracing import span
@@ -77,16 +77,14 @@ async def authenticate_request(request: Request[Any, Any, Any]) -> Principal:
         else:  # a front gateway: a tenant's context headers are never read, so they can claim nothing
             client = request.client.host if request.client else None
             authorization = presented_authorization(request.headers)
-            principal = await state.credential_throttle.authenticate(client, authorization, authenticator.authenticate)
+            principal = await state.credential_throttle.admit(client, authorization, authenticator.authenticate)
     if (record := request_record(request.scope)) is not None:
         record.tenant = principal.tenant.name
     if state.settings.server.profile == "engine" and (
         getattr(request.scope["route_handler"], "operation_id", None) in _NOT_ON_ENGINE_NODES
     ):
-        raise OpenAIError(
-            HTTP_404_NOT_FOUND,
-            "Custom voices and consent recordings are managed by the front gateway, not an engine node.",
-            code="not_found",
+        raise NotServedHereError(
+            "Custom voices and consent recordings are managed by the front gateway, not an engine node."
         )
     return principal
 
@@ -106,15 +104,13 @@ def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHa
     state = gateway_state(connection.app)
     token = state.settings.auth.admin_token
     if token is None:
-        raise OpenAIError(HTTP_404_NOT_FOUND, "The admin API is disabled: set auth.admin_token.", code="not_found")
+        raise NotServedHereError("The admin API is disabled: set auth.admin_token.")
     throttle = state.admin_throttle
     client = connection.client.host if connection.client else "unknown"
     throttle.check(client)
     scheme, _space, presented = connection.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not presented.strip():
-        needs_bearer = OpenAIError(
-            HTTP_401_UNAUTHORIZED, "The admin API needs 'Authorization: Bearer <admin token>'.", code="invalid_api_key"
-        )
+        needs_bearer = InvalidCredentialsError("The admin API needs 'Authorization: Bearer <admin token>'.")
         if not scheme:  # guesses nothing: neither throttled nor counted, as for the API's credentials
             throttle.not_presented(client, connection.url.path)
             raise needs_bearer
@@ -122,4 +118,4 @@ def require_admin(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHa
         raise counted("admin", needs_bearer)
     if not hmac.compare_digest(presented.strip().encode(), token.get_secret_value().encode()):
         throttle.failed(client, "wrong_token", connection.url.path)
-        raise counted("admin", OpenAIError(HTTP_401_UNAUTHORIZED, "Invalid admin token.", code="invalid_api_key"))
+        raise counted("admin", InvalidCredentialsError("Invalid admin token."))

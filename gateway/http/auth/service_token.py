@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING
 
 from litestar.datastructures import Headers
 from litestar.enums import ScopeType
-from litestar.status_codes import HTTP_401_UNAUTHORIZED, HTTP_403_FORBIDDEN
+from litestar.status_codes import HTTP_403_FORBIDDEN
 
 from auth import Authenticator, AuthStore, Principal
 from auth.errors import InvalidCredentialsError
 from auth.settings import TenantLimits, TenantScheduling
 from auth.tenants import Tenant
 from engines.remote.context import read_context
-from gateway.http.errors import OpenAIError
 from gateway.observability.refusals import count_refusal, counted
 
 if TYPE_CHECKING:
@@ -46,6 +45,7 @@ __all__ = [
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 """What an orchestrator asks without credentials: open on engine nodes too."""
+_WRONG_SERVICE_CREDENTIAL = "Invalid service token: this is an engine node, called by a gateway."
 
 
 def presents_service_token(headers: Mapping[str, str], token: str) -> bool:
@@ -72,14 +72,7 @@ def service_token_middleware(token: str) -> Callable[[ASGIApp], ASGIApp]:
                 count_refusal("service_token", HTTP_403_FORBIDDEN, "invalid_api_key")
                 await send({"type": "websocket.close", "code": 1008, "reason": "service token required"})
                 return
-            raise counted(
-                "service_token",
-                OpenAIError(
-                    HTTP_401_UNAUTHORIZED,
-                    "Invalid service token: this is an engine node, called by a gateway.",
-                    code="invalid_api_key",
-                ),
-            )
+            raise counted("service_token", InvalidCredentialsError(_WRONG_SERVICE_CREDENTIAL))
 
         return guarded
 
@@ -104,7 +97,7 @@ class ServiceTokenAuthenticator(Authenticator):
 
     async def authenticate(self, authorization: str | None) -> Principal:
         if not is_bearer(authorization, self._token):
-            raise InvalidCredentialsError("Invalid service token: this is an engine node, called by a gateway.")
+            raise InvalidCredentialsError(_WRONG_SERVICE_CREDENTIAL)
         return SERVICE_PRINCIPAL
 
     async def authenticate_front(self, authorization: str | None, headers: Mapping[str, str]) -> Principal:

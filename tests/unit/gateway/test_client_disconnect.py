@@ -13,7 +13,8 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.http.disconnect import unless_client_leaves
-from gateway.http.errors import CLIENT_CLOSED_REQUEST, OpenAIError
+from gateway.http.errors import CLIENT_CLOSED_REQUEST, as_openai_error
+from gateway.http.refusals import ClientClosedError
 from gateway.state import gateway_state
 from tests.inprocess import in_process_app
 from tests.waiting import wait_for
@@ -78,10 +79,10 @@ async def test_a_disconnect_cancels_the_work_after_its_cleanup_and_raises_499() 
 
     loop = asyncio.get_running_loop()
     loop.call_later(LONGER_THAN_THE_GRACE_S, channel.disconnect)
-    with pytest.raises(OpenAIError) as raised:
+    with pytest.raises(ClientClosedError) as raised:
         await unless_client_leaves(channel.receive, wait_for_ever())
-    assert raised.value.status_code == CLIENT_CLOSED_REQUEST
-    assert raised.value.code == "client_closed_request"
+    answer = as_openai_error(raised.value)
+    assert (answer.status_code, answer.code) == (CLIENT_CLOSED_REQUEST, "client_closed_request")
     assert cleaned_up.is_set()
     task = asyncio.current_task()
     assert task is not None and task.cancelling() == 0  # the cancellation is taken back: the task goes on normally
@@ -94,9 +95,9 @@ async def test_a_receive_that_fails_counts_as_a_disconnect(caplog: pytest.LogCap
     async def receive() -> ReceiveMessage:
         raise OSError("connection reset")
 
-    with caplog.at_level("DEBUG", "chattts_gateway.connections"), pytest.raises(OpenAIError) as raised:
+    with caplog.at_level("DEBUG", "chattts_gateway.connections"), pytest.raises(ClientClosedError) as raised:
         await unless_client_leaves(receive, answer_after(10))
-    assert raised.value.code == "client_closed_request"
+    assert raised.value.kind == "client_closed_request"
     assert "OSError" in caplog.text
     assert "connection reset" not in caplog.text  # the type only: a message may carry what a log must not
 

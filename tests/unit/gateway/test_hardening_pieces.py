@@ -24,8 +24,9 @@ from gateway.cli.server import _one_line
 from gateway.http.auth.credential_throttle import ADMIN_FAILURES_PER_MINUTE, AdminThrottle, CredentialThrottle
 from gateway.http.client_address import ProxyTrust, address_key
 from gateway.http.connection_limits import ConnectionLimits
-from gateway.http.errors import EXCEPTION_HANDLERS, OpenAIError
+from gateway.http.errors import EXCEPTION_HANDLERS, as_openai_error
 from gateway.http.json_depth import json_depth_exceeds, json_depth_middleware
+from gateway.http.refusals import AddressThrottledError
 from gateway.native.protocol import parse_client_event
 from gateway.observability.logs import JsonLogFormatter, WebSocketFrameRedactor
 from gateway.sessions.redaction import QueryTokenRedactor
@@ -148,10 +149,11 @@ def test_the_throttle_answers_429_after_the_failures_of_one_address_only(caplog:
         for _ in range(ADMIN_FAILURES_PER_MINUTE):
             throttle.check("10.0.0.1")
             throttle.failed("10.0.0.1", "wrong_token", "/admin/tenants")
-    with pytest.raises(OpenAIError) as raised:
+    with pytest.raises(AddressThrottledError) as raised:
         throttle.check("10.0.0.1")
-    assert raised.value.status_code == 429
-    assert 1 <= int(raised.value.headers["Retry-After"]) <= 60
+    answer = as_openai_error(raised.value)
+    assert answer.status_code == 429
+    assert 1 <= int(answer.headers["Retry-After"]) <= 60
     throttle.check("10.0.0.2")  # another address is not affected
     assert len(caplog.records) == ADMIN_FAILURES_PER_MINUTE
     assert all(record.levelno == logging.WARNING for record in caplog.records)
@@ -233,11 +235,11 @@ class _Store:
 
 async def _attempt(throttle: CredentialThrottle, store: _Store, client: str, authorization: str | None) -> int:
     try:
-        await throttle.authenticate(client, authorization, store.authenticate)
+        await throttle.admit(client, authorization, store.authenticate)
     except InvalidCredentialsError:
         return 401
-    except OpenAIError as error:
-        throttled = error
+    except AddressThrottledError as error:
+        throttled = as_openai_error(error)
     else:
         return 200
     assert throttled.code == "too_many_failed_authentications" and 1 <= int(throttled.headers["Retry-After"]) <= 60

@@ -1,0 +1,289 @@
+"""The refusals every API family shares (the HTTP guards', auth's, the limits', the engines') through each family's
+table: what an OpenAI client and an ElevenLabs client see, pinned to what they were answered before the guards
+raised errors of their own (issue #48), and ElevenLabs' answer taken from its own table, not from OpenAI's codes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from litestar.exceptions import InternalServerException, NotFoundException
+from redis.exceptions import RedisError
+
+from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
+from auth.limits import LimitsUnavailableError, QuotaExceededError, RateLimitExceededError
+from auth.limits.base import BudgetState, LimitState, Month
+from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
+from gateway.elevenlabs.errors import as_elevenlabs_error
+from gateway.http.errors import as_openai_error, error_body
+from gateway.http.refusals import (
+    AddressThrottledError,
+    ClientClosedError,
+    JsonTooDeepError,
+    NotServedHereError,
+    RefusedBeforeBodyError,
+    UnsupportedMediaTypeError,
+)
+from gateway.uploads.errors import TooManyUploadsError, UploadsBusyError
+
+# 2026-01-01T00:00:00Z, the end of the month the budgets count in.
+MONTH = Month(start=1764547200, end=1767225600)
+STATE = LimitState(
+    limit_requests=10,
+    remaining_requests=0,
+    reset_requests_s=3.0,
+    budget=BudgetState(month=MONTH, characters_limit=100, characters_used=90),
+)
+LIMIT_HEADERS = {
+    "x-ratelimit-limit-requests": "10",
+    "x-ratelimit-remaining-requests": "0",
+    "x-ratelimit-reset-requests": "3s",
+    # a tenant without a characters limit: OpenAI's SDKs read the headers as numbers, so "unlimited" is the largest
+    "x-ratelimit-limit-tokens": "2147483647",
+    "x-ratelimit-remaining-tokens": "2147483647",
+    "x-ratelimit-reset-tokens": "0s",
+}
+RETRY_1 = {"Retry-After": "1"}
+THROTTLED = "Too many refused credentials from your address; retry after 5 s."
+ADMIN_THROTTLED = "Too many failed admin authentications; retry after 5 s."
+ENGINE_NODE = "Custom voices and consent recordings are managed by the front gateway, not an engine node."
+QUOTA = (
+    "You exceeded your current quota: your monthly budget of 100 input characters: 10 remain, this request needs 20. "
+    "It starts again at 2026-01-01T00:00:00Z."
+)
+GONE_MID_BODY = "The client closed the connection before sending the whole body."
+UPLOADS = "Your tenant has 4 uploads in flight, the most it may have at once. Retry after 2 s."
+NEEDS_AUTHORIZATION = "Neither authorization header nor xi-api-key received, please provide one."
+BACKEND = "A backend of the gateway is unreachable; retry soon."
+
+# (error, OpenAI's (status, type, code, message, headers), ElevenLabs' (status, detail.status, message, headers)),
+# for a request that presented a credential.
+OpenAIAnswer = tuple[int, str, str | None, str, dict[str, str]]
+ElevenLabsAnswer = tuple[int, str, str, dict[str, str]]
+CASES: list[tuple[str, Exception, OpenAIAnswer, ElevenLabsAnswer]] = [
+    (
+        "not_served_here",
+        NotServedHereError(ENGINE_NODE),
+        (404, "invalid_request_error", "not_found", ENGINE_NODE, {}),
+        (404, "not_found", ENGINE_NODE, {}),
+    ),
+    (
+        "address_throttled",
+        AddressThrottledError(THROTTLED, retry_after_s=5, kind="too_many_failed_authentications"),
+        (429, "requests", "too_many_failed_authentications", THROTTLED, {"Retry-After": "5"}),
+        (429, "too_many_failed_authentications", THROTTLED, {"Retry-After": "5"}),
+    ),
+    (
+        "admin_throttled",
+        AddressThrottledError(ADMIN_THROTTLED, retry_after_s=5, kind="rate_limit_exceeded"),
+        (429, "requests", "rate_limit_exceeded", ADMIN_THROTTLED, {"Retry-After": "5"}),
+        (429, "rate_limit_exceeded", ADMIN_THROTTLED, {"Retry-After": "5"}),
+    ),
+    (
+        "unsupported_media_type",
+        UnsupportedMediaTypeError("text/plain"),
+        (
+            415,
+            "invalid_request_error",
+            "unsupported_media_type",
+            "Unsupported content type 'text/plain': send application/json.",
+            {},
+        ),
+        (415, "unsupported_media_type", "Unsupported content type 'text/plain': send application/json.", {}),
+    ),
+    (
+        "json_too_deep",
+        JsonTooDeepError(64),
+        (400, "invalid_request_error", "json_too_deep", "The JSON body is nested deeper than 64 levels.", {}),
+        (400, "json_too_deep", "The JSON body is nested deeper than 64 levels.", {}),
+    ),
+    (
+        "client_closed",
+        ClientClosedError("The client left."),
+        (499, "invalid_request_error", "client_closed_request", "The client left.", {}),
+        (499, "client_closed_request", "The client left.", {}),
+    ),
+    (
+        "client_gone_mid_body",
+        InternalServerException(detail="client disconnected prematurely"),
+        (499, "invalid_request_error", "client_closed_request", GONE_MID_BODY, {}),
+        (499, "client_closed_request", GONE_MID_BODY, {}),
+    ),
+    (
+        "refused_before_body",
+        RefusedBeforeBodyError(UnknownTenantError("Tenant 't' does not exist.")),
+        (403, "invalid_request_error", "unknown_tenant", "Tenant 't' does not exist.", {"connection": "close"}),
+        (403, "unknown_tenant", "Tenant 't' does not exist.", {"connection": "close"}),
+    ),
+    (
+        "invalid_credentials",
+        InvalidCredentialsError("Invalid admin token."),
+        (401, "invalid_request_error", "invalid_api_key", "Invalid admin token.", {}),
+        (401, "invalid_api_key", "Invalid admin token.", {}),
+    ),
+    (
+        "rate_limited",
+        RateLimitExceededError("requests", 7, STATE),
+        (
+            429,
+            "requests",
+            "rate_limit_exceeded",
+            "Rate limit reached for requests per minute. Retry after 7 s.",
+            {**LIMIT_HEADERS, "Retry-After": "7"},
+        ),
+        (
+            429,
+            "rate_limit_exceeded",
+            "Rate limit reached for requests per minute. Retry after 7 s.",
+            {**LIMIT_HEADERS, "Retry-After": "7"},
+        ),
+    ),
+    (
+        "characters_limited",
+        RateLimitExceededError("characters", 7, STATE),
+        (
+            429,
+            "tokens",
+            "rate_limit_exceeded",
+            "Rate limit reached for input characters per minute. Retry after 7 s.",
+            {**LIMIT_HEADERS, "Retry-After": "7"},
+        ),
+        (
+            429,
+            "rate_limit_exceeded",
+            "Rate limit reached for input characters per minute. Retry after 7 s.",
+            {**LIMIT_HEADERS, "Retry-After": "7"},
+        ),
+    ),
+    (
+        "bodies_in_flight",
+        RateLimitExceededError("bodies", 1, STATE),
+        (
+            429,
+            "requests",
+            "concurrency_limit_exceeded",
+            "Too many requests of your tenant are still sending their body. Retry after 1 s.",
+            {**LIMIT_HEADERS, **RETRY_1},
+        ),
+        (
+            429,
+            "too_many_concurrent_requests",
+            "Too many requests of your tenant are still sending their body. Retry after 1 s.",
+            {**LIMIT_HEADERS, **RETRY_1},
+        ),
+    ),
+    (
+        "quota_exceeded",
+        QuotaExceededError("characters_per_month", 1000, STATE, 20),
+        (
+            429,
+            "insufficient_quota",
+            "insufficient_quota",
+            QUOTA,
+            {**LIMIT_HEADERS, "Retry-After": "1000", "x-should-retry": "false"},
+        ),
+        (401, "quota_exceeded", QUOTA, {**LIMIT_HEADERS, "Retry-After": "1000", "x-should-retry": "false"}),
+    ),
+    (
+        "engine_not_ready",
+        EngineNotReadyError("e", "loading"),
+        (503, "server_error", "engine_not_ready", "engine 'e' is not ready: loading", {"Retry-After": "5"}),
+        (503, "engine_not_ready", "engine 'e' is not ready: loading", {"Retry-After": "5"}),
+    ),
+    (
+        "engine_overloaded",
+        EngineOverloadedError("e", 4),
+        (
+            503,
+            "server_error",
+            "engine_overloaded",
+            "engine 'e' is overloaded, retry after 4 s",
+            {"Retry-After": "4"},
+        ),
+        (503, "system_busy", "engine 'e' is overloaded, retry after 4 s", {"Retry-After": "4"}),
+    ),
+    (
+        "engine_failed",
+        SynthesisFailedError("boom"),
+        (503, "server_error", "engine_failed", "The engine failed: boom", RETRY_1),
+        (503, "engine_failed", "The engine failed: boom", RETRY_1),
+    ),
+    (
+        "uploads_busy",
+        UploadsBusyError("Busy.", 3),
+        (503, "server_error", "uploads_busy", "Busy.", {"Retry-After": "3"}),
+        (503, "uploads_busy", "Busy.", {"Retry-After": "3"}),
+    ),
+    (
+        "too_many_uploads",
+        TooManyUploadsError(4, 2),
+        (429, "requests", "concurrency_limit_exceeded", UPLOADS, {"Retry-After": "2"}),
+        (429, "too_many_concurrent_requests", UPLOADS, {"Retry-After": "2"}),
+    ),
+    *(
+        (
+            f"backend_{type(down).__name__}",
+            down,
+            (503, "server_error", "backend_unavailable", BACKEND, RETRY_1),
+            (503, "backend_unavailable", BACKEND, RETRY_1),
+        )
+        for down in (LimitsUnavailableError("x"), AuthBackendError("x"), RedisError("x"))
+    ),
+    (
+        "http_not_found",
+        NotFoundException(detail="Not here."),
+        (404, "invalid_request_error", "not_found", "Not here.", {}),
+        (404, "not_found", "Not here.", {}),
+    ),
+]
+
+
+@pytest.mark.parametrize(("error", "openai", "elevenlabs"), [case[1:] for case in CASES], ids=[c[0] for c in CASES])
+def test_each_family_answers_a_shared_refusal_as_it_did(
+    error: Exception, openai: OpenAIAnswer, elevenlabs: ElevenLabsAnswer
+) -> None:
+    status_code, kind, code, message, headers = openai
+    answer = as_openai_error(error)
+    assert (answer.status_code, answer.headers) == (status_code, headers)
+    assert error_body(answer.message, answer.type, answer.param, answer.code) == error_body(message, kind, None, code)
+    rest = as_elevenlabs_error(error, {"xi-api-key": "k"})
+    assert (rest.status_code, rest.body(), rest.headers) == (
+        elevenlabs[0],
+        {"detail": {"status": elevenlabs[1], "message": elevenlabs[2]}},
+        elevenlabs[3],
+    )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        InvalidCredentialsError("Invalid API key."),
+        RefusedBeforeBodyError(InvalidCredentialsError("Invalid API key.")),
+    ],
+    ids=["refused", "refused_before_body"],
+)
+def test_a_401_without_any_credential_is_needs_authorization_on_elevenlabs_routes(error: Exception) -> None:
+    presented = as_elevenlabs_error(error, {"authorization": "Bearer k"})
+    assert (presented.status_code, presented.code) == (401, "invalid_api_key")
+    missing: Any = as_elevenlabs_error(error, {})
+    assert (missing.status_code, missing.body()["detail"]["status"]) == (401, "needs_authorization")
+    assert (
+        missing.body()["detail"]["message"]
+        == "Neither authorization header nor xi-api-key received, please provide one."
+    )
+    assert as_openai_error(error).code == "invalid_api_key"  # OpenAI's table does not tell them apart
+
+
+def test_a_spent_quota_is_never_needs_authorization() -> None:
+    answer = as_elevenlabs_error(QuotaExceededError("characters_per_month", 9, STATE, 1), {})
+    assert (answer.status_code, answer.code) == (401, "quota_exceeded")
+
+
+def test_a_refusal_a_socket_carries_is_answered_from_its_source() -> None:
+    """A handshake refused with the error object a socket carries (OpenAI's, for now) is answered from the refusal it
+    renders, in ElevenLabs' table: a spent quota is 401 ``quota_exceeded``, a tenant's concurrency limit
+    ``too_many_concurrent_requests``."""
+    quota = as_elevenlabs_error(as_openai_error(QuotaExceededError("characters_per_month", 9, STATE, 1)), {"a": "b"})
+    assert (quota.status_code, quota.code) == (401, "quota_exceeded")
+    sessions = as_elevenlabs_error(as_openai_error(RateLimitExceededError("sessions", 1, STATE)), {"xi-api-key": "k"})
+    assert (sessions.status_code, sessions.code) == (429, "too_many_concurrent_requests")
