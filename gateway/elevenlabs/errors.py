@@ -55,20 +55,11 @@ from gateway.elevenlabs.wire import (
     ElevenLabsValidationError,
     ValidationProblem,
 )
+from gateway.http import refusals
 from gateway.http.auth.security import presented_authorization
 from gateway.http.errors import CLIENT_CLOSED_REQUEST, OpenAIError, as_openai_error, note_error
 from gateway.http.errors import EXCEPTION_HANDLERS as OPENAI_EXCEPTION_HANDLERS
 from gateway.http.ratelimit_headers import rate_limit_headers
-from gateway.http.refusals import (
-    BACKEND_ERRORS,
-    BACKEND_UNAVAILABLE,
-    AddressThrottledError,
-    GuardRefusalError,
-    RefusedBeforeBodyError,
-    client_closed,
-    limit_message,
-    quota_message,
-)
 from gateway.speech.errors import (
     FailoverExhaustedError,
     InvalidSpeechRequestError,
@@ -107,16 +98,14 @@ _SOCKET_KINDS: Mapping[str, tuple[int, str]] = {
     "conflict": (HTTP_409_CONFLICT, "conflict"),
 }
 # The speech domain's errors on the REST routes, by kind: (status code, ``detail.status``), as on the sockets but for a
-# built-in voice the model does not offer (not found, as ElevenLabs says of any voice it does not know) and the limits;
-# a request refused as it is is a 400 named by its kind.
+# built-in voice the model does not offer: not found, as ElevenLabs says of any voice it does not know. A request
+# refused as it is is a 400 named by its kind, a limit of the domain's own a 429 named by its kind (its concurrency
+# limit as ElevenLabs names its own).
 _SPEECH_KINDS: Mapping[str, tuple[int, str]] = {
     **_SOCKET_KINDS,
     "voice_not_offered": (HTTP_404_NOT_FOUND, "voice_not_found"),
-    "rate_limit_exceeded": (HTTP_429_TOO_MANY_REQUESTS, "rate_limit_exceeded"),
-    "concurrency_limit_exceeded": (HTTP_429_TOO_MANY_REQUESTS, "too_many_concurrent_requests"),
-    "job_too_many_jobs": (HTTP_429_TOO_MANY_REQUESTS, "job_too_many_jobs"),
-    "job_storage_quota": (HTTP_429_TOO_MANY_REQUESTS, "job_storage_quota"),
 }
+_LIMIT_STATUSES: Mapping[str, str] = {"concurrency_limit_exceeded": "too_many_concurrent_requests"}
 # The HTTP guards' refusals by kind: the status code (the kind is ``detail.status``).
 _GUARD_KINDS: Mapping[str, int] = {
     "not_found": HTTP_404_NOT_FOUND,
@@ -195,11 +184,14 @@ def _speech_error(exc: SpeechError) -> ErrorAnswer:
     message = exc.message
     if isinstance(exc, UnknownVoiceError):
         message = f"A voice with the voice_id '{exc.voice_id}' was not found."
+    retry_after_s = None
     if isinstance(exc, InvalidSpeechRequestError):
         status_code, status = HTTP_400_BAD_REQUEST, exc.kind
+    elif isinstance(exc, OverLimitError):
+        status_code, status = HTTP_429_TOO_MANY_REQUESTS, _LIMIT_STATUSES.get(exc.kind, exc.kind)
+        retry_after_s = exc.retry_after_s
     else:
         status_code, status = _SPEECH_KINDS.get(exc.kind, (HTTP_500_INTERNAL_SERVER_ERROR, "internal_error"))
-    retry_after_s = exc.retry_after_s if isinstance(exc, OverLimitError) else None
     return _detail(status_code, status, message, _retry_after(retry_after_s))
 
 
@@ -226,7 +218,7 @@ def _client_error(exc: ClientException) -> ErrorAnswer:
 
 
 def _http_error(exc: HTTPException) -> ErrorAnswer:
-    if (gone := client_closed(exc)) is not None:
+    if (gone := refusals.client_closed(exc)) is not None:
         return _guard_refusal(gone)
     status = _BY_HTTP_STATUS.get(exc.status_code, "internal_error")
     return _detail(exc.status_code, status, exc.detail, exc.headers)
@@ -238,7 +230,7 @@ def _unavailable(status: str, message: str, retry_after_s: int) -> ErrorAnswer:
 
 def _backend_down(exc: Exception) -> ErrorAnswer:
     logger.warning("a shared backend is unreachable: %s", exc)
-    return _unavailable("backend_unavailable", BACKEND_UNAVAILABLE, 1)
+    return _unavailable("backend_unavailable", refusals.BACKEND_UNAVAILABLE, 1)
 
 
 def _rate_limited(exc: RateLimitExceededError) -> ErrorAnswer:
@@ -247,14 +239,14 @@ def _rate_limited(exc: RateLimitExceededError) -> ErrorAnswer:
     per_minute = exc.reason in {"requests", "characters"}
     status = "rate_limit_exceeded" if per_minute else "too_many_concurrent_requests"
     headers = {**rate_limit_headers(exc.state), "Retry-After": str(exc.retry_after_s)}
-    return _detail(HTTP_429_TOO_MANY_REQUESTS, status, limit_message(exc), headers)
+    return _detail(HTTP_429_TOO_MANY_REQUESTS, status, refusals.limit_message(exc), headers)
 
 
 def _quota_exceeded(exc: QuotaExceededError) -> ErrorAnswer:
     """A monthly budget spent: ElevenLabs says 401 ``quota_exceeded``. Nothing but the month's end helps, so a client
     that honours ``x-should-retry`` is told not to retry."""
     headers = {**rate_limit_headers(exc.state), "Retry-After": str(exc.retry_after_s), "x-should-retry": "false"}
-    return _detail(HTTP_401_UNAUTHORIZED, "quota_exceeded", quota_message(exc), headers)
+    return _detail(HTTP_401_UNAUTHORIZED, "quota_exceeded", refusals.quota_message(exc), headers)
 
 
 def _too_many_uploads(exc: TooManyUploadsError) -> ErrorAnswer:
@@ -262,15 +254,15 @@ def _too_many_uploads(exc: TooManyUploadsError) -> ErrorAnswer:
     return _detail(HTTP_429_TOO_MANY_REQUESTS, "too_many_concurrent_requests", message, _retry_after(exc.retry_after_s))
 
 
-def _guard_refusal(exc: GuardRefusalError) -> ErrorAnswer:
+def _guard_refusal(exc: refusals.GuardRefusalError) -> ErrorAnswer:
     """An HTTP guard's refusal: its kind as ``detail.status``; a throttled address is told when to retry."""
     if (status_code := _GUARD_KINDS.get(exc.kind)) is None:
         return _unexpected(exc)
-    retry_after_s = exc.retry_after_s if isinstance(exc, AddressThrottledError) else None
+    retry_after_s = exc.retry_after_s if isinstance(exc, refusals.AddressThrottledError) else None
     return _detail(status_code, exc.kind, exc.message, _retry_after(retry_after_s))
 
 
-def _refused_before_body(exc: RefusedBeforeBodyError) -> ErrorAnswer:
+def _refused_before_body(exc: refusals.RefusedBeforeBodyError) -> ErrorAnswer:
     """The refusal, closing the connection: its announced body is not read, so it cannot carry another request."""
     answer = _answer(exc.refused)
     answer.headers = {**answer.headers, "connection": "close"}
@@ -306,9 +298,9 @@ _ANSWERS: dict[type[Exception], Callable[[Any], ErrorAnswer]] = {
     RateLimitExceededError: _rate_limited,
     QuotaExceededError: _quota_exceeded,
     TooManyUploadsError: _too_many_uploads,
-    GuardRefusalError: _guard_refusal,
-    RefusedBeforeBodyError: _refused_before_body,
-    **dict.fromkeys(BACKEND_ERRORS, _backend_down),
+    refusals.GuardRefusalError: _guard_refusal,
+    refusals.RefusedBeforeBodyError: _refused_before_body,
+    **dict.fromkeys(refusals.BACKEND_ERRORS, _backend_down),
 }
 
 
