@@ -11,10 +11,11 @@ family's codes:
   whether the voice is an unknown built-in or a custom voice the tenant does not have), ``model_not_found``,
   ``invalid_api_key`` (``needs_authorization`` when the request presented no credential), ``quota_exceeded`` (401,
   as ElevenLabs answers a spent character quota: a monthly budget), ``rate_limit_exceeded``,
-  ``too_many_concurrent_requests``, ``system_busy`` (the engine's queue full)...; where ElevenLabs has no word of its
-  own, the gateway's kind (``engine_not_ready``, ``backend_unavailable``, ``json_too_deep``...), with the headers a
-  client needs (``Retry-After``, the rate-limit headers); an error of failover that gave up answers as its engine's
-  error, with ``x-retries``.
+  ``too_many_concurrent_requests``, ``system_busy`` (429, as ElevenLabs sends it: the engine's queue full)...; where
+  ElevenLabs has no word of its own, the gateway's kind (``engine_not_ready``, ``backend_unavailable``,
+  ``json_too_deep``...) with the status the gateway gives it everywhere, and the headers a client needs
+  (``Retry-After``, the rate-limit headers); an error of failover that gave up answers as its engine's error, with
+  ``x-retries``.
 
 An ``OpenAIError`` that a shared route still raises itself is answered with its status, and its code as ``status``.
 """
@@ -228,6 +229,12 @@ def _unavailable(status: str, message: str, retry_after_s: int) -> ErrorAnswer:
     return _detail(HTTP_503_SERVICE_UNAVAILABLE, status, message, _retry_after(retry_after_s))
 
 
+def _overloaded(exc: EngineOverloadedError) -> ErrorAnswer:
+    """The engine's queue full: ElevenLabs' ``system_busy``, which it sends as a 429 (its other 429 being
+    ``too_many_concurrent_requests``), retried after ``Retry-After``."""
+    return _detail(HTTP_429_TOO_MANY_REQUESTS, "system_busy", str(exc), _retry_after(exc.retry_after_s))
+
+
 def _backend_down(exc: Exception) -> ErrorAnswer:
     logger.warning("a shared backend is unreachable: %s", exc)
     return _unavailable("backend_unavailable", refusals.BACKEND_UNAVAILABLE, 1)
@@ -288,7 +295,7 @@ _ANSWERS: dict[type[Exception], Callable[[Any], ErrorAnswer]] = {
     ClientException: _client_error,
     HTTPException: _http_error,
     EngineNotReadyError: lambda exc: _unavailable("engine_not_ready", str(exc), 5),
-    EngineOverloadedError: lambda exc: _unavailable("system_busy", str(exc), exc.retry_after_s),
+    EngineOverloadedError: _overloaded,
     SynthesisFailedError: lambda exc: _unavailable("engine_failed", f"The engine failed: {exc}", 1),
     UploadsBusyError: lambda exc: _unavailable("uploads_busy", str(exc), exc.retry_after_s),
     InvalidSynthesisRequestError: lambda exc: _detail(HTTP_400_BAD_REQUEST, "invalid_value", str(exc)),
@@ -374,9 +381,9 @@ _DESCRIPTIONS = {
     404: "`voice_not_found` or `model_not_found`.",
     413: "Request body over the size limit.",
     422: "The request failed validation: where and why, as ElevenLabs' server reports it.",
-    429: "Over a tenant limit (`rate_limit_exceeded`, `too_many_concurrent_requests`); see Retry-After.",
-    503: "Overloaded (`system_busy`), not ready, engine failure before the first byte, or a backend unreachable; "
-    "see Retry-After.",
+    429: "Over a tenant limit (`rate_limit_exceeded`, `too_many_concurrent_requests`), or the engines busy "
+    "(`system_busy`); see Retry-After.",
+    503: "Not ready, engine failure before the first byte, or a backend unreachable; see Retry-After.",
 }
 
 

@@ -200,7 +200,8 @@ CASES: list[tuple[str, Exception, OpenAIAnswer, ElevenLabsAnswer]] = [
             "engine 'e' is overloaded, retry after 4 s",
             {"Retry-After": "4"},
         ),
-        (503, "system_busy", "engine 'e' is overloaded, retry after 4 s", {"Retry-After": "4"}),
+        # ElevenLabs' own status for its system_busy (issue #48: it was OpenAI's 503)
+        (429, "system_busy", "engine 'e' is overloaded, retry after 4 s", {"Retry-After": "4"}),
     ),
     (
         "engine_failed",

@@ -146,7 +146,8 @@ def test_failover_that_gave_up_answers_its_engines_error_with_the_retries() -> N
     assert (answer.status_code, answer.code) == (503, "engine_overloaded")
     assert answer.headers == {"Retry-After": "3", "x-retries": "2"}
     rest = as_elevenlabs_error(exhausted, {"xi-api-key": "k"})
-    assert (rest.status_code, rest.code, rest.headers) == (503, "system_busy", {"Retry-After": "3", "x-retries": "2"})
+    # ElevenLabs sends its ``system_busy`` as a 429 (OpenAI's routes: 503 ``engine_overloaded``).
+    assert (rest.status_code, rest.code, rest.headers) == (429, "system_busy", {"Retry-After": "3", "x-retries": "2"})
     on_socket = json.loads(error_message(socket_error(exhausted)))
     assert on_socket == {"message": str(exhausted.error), "error": "engine_overloaded", "code": 503}
     failed = as_openai_error(FailoverExhaustedError(SynthesisFailedError("boom"), retries=0))
