@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from litestar.exceptions import InternalServerException, NotFoundException
+from litestar.testing import AsyncTestClient
 from redis.exceptions import RedisError
 
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
@@ -25,6 +26,7 @@ from gateway.http.refusals import (
     UnsupportedMediaTypeError,
 )
 from gateway.uploads.errors import TooManyUploadsError, UploadsBusyError
+from tests.inprocess import in_process_app
 
 # 2026-01-01T00:00:00Z, the end of the month the budgets count in.
 MONTH = Month(start=1764547200, end=1767225600)
@@ -54,6 +56,7 @@ QUOTA = (
 GONE_MID_BODY = "The client closed the connection before sending the whole body."
 UPLOADS = "Your tenant has 4 uploads in flight, the most it may have at once. Retry after 2 s."
 NEEDS_AUTHORIZATION = "Neither authorization header nor xi-api-key received, please provide one."
+DEEP_32 = "The JSON body is nested deeper than 32 levels."
 BACKEND = "A backend of the gateway is unreachable; retry soon."
 
 # (error, OpenAI's (status, type, code, message, headers), ElevenLabs' (status, detail.status, message, headers)),
@@ -288,3 +291,52 @@ def test_a_refusal_a_socket_carries_is_answered_from_its_source() -> None:
     assert (quota.status_code, quota.code) == (401, "quota_exceeded")
     sessions = as_elevenlabs_error(as_openai_error(RateLimitExceededError("sessions", 1, STATE)), {"xi-api-key": "k"})
     assert (sessions.status_code, sessions.code) == (429, "too_many_concurrent_requests")
+
+
+# ------------------------------------------------------------------------------------------ through the real app
+
+IN_PROCESS: dict[str, Any] = {
+    "engines": {"chattts": None, "tones": {"kind": "synthetic", "options": {"seconds_per_char": 0.01}}},
+    "aliases": {"tts-1": ["tones"], "eleven_multilingual_v2": ["tones"]},
+}
+SPEAK = {"model": "tts-1", "voice": "alloy", "input": "Hello."}
+SAY = {"text": "Hello.", "model_id": "tones"}
+
+
+async def test_the_guards_refusals_reach_each_family_in_its_shape() -> None:
+    """A guard's refusal on an ElevenLabs route answers from ElevenLabs' table, on an OpenAI route from OpenAI's: a
+    credential refused from the head (the body unread, so the connection closes) and a body nested too deep."""
+    config = {**IN_PROCESS, "auth": {"admin_token": "refusal-tables-admin-token-0123456789"}}
+    async with AsyncTestClient(app=in_process_app(config)) as http:
+        wrong = {"xi-api-key": "sk-wrong"}
+        eleven = await http.post("/v1/text-to-speech/alloy", json=SAY, headers=wrong)
+        assert (eleven.status_code, eleven.json()["detail"]["status"]) == (401, "invalid_api_key")
+        assert eleven.headers["connection"] == "close"
+        missing = await http.post("/v1/text-to-speech/alloy", json=SAY)
+        assert missing.json()["detail"] == {"status": "needs_authorization", "message": NEEDS_AUTHORIZATION}
+        openai_ = await http.post("/v1/audio/speech", json=SPEAK, headers={"authorization": "Bearer sk-wrong"})
+        assert (openai_.status_code, openai_.json()["error"]["code"]) == (401, "invalid_api_key")
+        assert openai_.headers["connection"] == "close"
+    async with AsyncTestClient(app=in_process_app(IN_PROCESS)) as http:
+        deep = b'{"text": ' + b"[" * 40 + b"]" * 40 + b"}"
+        eleven = await http.post("/v1/text-to-speech/alloy", content=deep, headers={"content-type": "application/json"})
+        assert eleven.json() == {"detail": {"status": "json_too_deep", "message": DEEP_32}}
+        assert eleven.status_code == 400
+        openai_ = await http.post("/v1/audio/speech", content=deep, headers={"content-type": "application/json"})
+        assert (openai_.status_code, openai_.json()["error"]["code"]) == (400, "json_too_deep")
+
+
+async def test_an_overloaded_engine_is_elevenlabs_system_busy_429_and_openais_503() -> None:
+    async with AsyncTestClient(app=in_process_app(IN_PROCESS, capacity=0)) as full:
+        eleven = await full.post("/v1/text-to-speech/alloy", json=SAY)
+        openai_ = await full.post("/v1/audio/speech", json=SPEAK)
+    assert (eleven.status_code, eleven.json()["detail"]["status"], eleven.headers["retry-after"]) == (
+        429,
+        "system_busy",
+        "1",
+    )
+    assert (openai_.status_code, openai_.json()["error"]["code"], openai_.headers["retry-after"]) == (
+        503,
+        "engine_overloaded",
+        "1",
+    )
