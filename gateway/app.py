@@ -34,6 +34,8 @@ from gateway.http.backpressure import send_timeout_middleware
 from gateway.http.errors import EXCEPTION_HANDLERS
 from gateway.http.json_depth import json_depth_middleware
 from gateway.http.tracking import request_tracking_middleware
+from gateway.native.jobs import jobs_router
+from gateway.node.samples import EngineNodeController
 from gateway.observability.metrics import PoolCollector, SpeechMetrics
 from gateway.observability.tracing import Tracing
 from gateway.openai.organization_usage import OrganizationUsageController
@@ -44,9 +46,7 @@ from gateway.routes.admin import AdminController
 from gateway.routes.catalog import ModelsController, VoicesController
 from gateway.routes.consents import VoiceConsentsController
 from gateway.routes.docs import docs_assets_router, docs_render_plugin
-from gateway.routes.engine_node import EngineNodeController
 from gateway.routes.health import HealthController
-from gateway.routes.jobs import jobs_router
 from gateway.routes.playground import playground_handlers
 from gateway.routes.usage import UsageController
 from gateway.services import open_state

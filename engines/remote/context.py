@@ -20,7 +20,7 @@ front reports an espeak-ng node's marks as exact. A node of an older version ans
 places the words itself, from the audio.
 
 An engine node also makes voices from samples for its fronts, on a route of its own (``POST /v1`` +
-:data:`SAMPLE_ROUTE`, ``gateway/routes/engine_node.py``): a JSON body ``{"model", "transcript", "sample_rate", "pcm"}``
+:data:`SAMPLE_ROUTE`, ``gateway/node/samples.py``): a JSON body ``{"model", "transcript", "sample_rate", "pcm"}``
 (``pcm``: base64 of mono int16 little-endian samples) answered ``{"speaker": "..."}``. It keeps nothing; the front
 stores the speaker and sends it back in ``x_tts_speaker`` with each request for that voice.
 
