@@ -21,9 +21,6 @@ from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from litestar.plugins.pydantic import PydanticPlugin
 from prometheus_client import REGISTRY
 
-# Litestar reads the return types of the dependency providers below at runtime.
-from auth import AuthStore  # noqa: TC001
-from auth.usage import UsageLedger  # noqa: TC001
 from engines.factory import create_backend
 from engines.remote.context import engine_node_headers
 from gateway.elevenlabs import elevenlabs_router
@@ -52,14 +49,9 @@ from gateway.routes.usage import UsageController
 from gateway.services import open_state
 from gateway.sessions.redaction import QueryTokenRedactor
 from gateway.settings import Settings, load_settings
-from gateway.speech.consents import ConsentStore  # noqa: TC001
-from gateway.speech.pronunciation import PronunciationDictionaries  # noqa: TC001
 from gateway.speech.routing import ModelRouter
-from gateway.speech.voices import VoiceStore  # noqa: TC001
 from gateway.state import gateway_state, installed
-from gateway.uploads import Uploads  # noqa: TC001
 from lifecycle import naming
-from storage.probe import StorageProbe  # noqa: TC001
 from storage.redis import pool_exhaustions
 
 if TYPE_CHECKING:
@@ -69,6 +61,7 @@ if TYPE_CHECKING:
 
     from engines.backend import EngineBackend
     from engines.settings import AnyEngineSettings
+    from gateway.state import GatewayState
     from gateway.uploads import DecoderProcesses
 
 __all__ = ["VERSION", "create_app", "openapi_document"]
@@ -225,50 +218,27 @@ async def _start_pools(
     return pools
 
 
-# Litestar reads each provider's parameters and return type at runtime. Only HTTP handlers take these.
-def _router(request: Request[Any, Any, Any]) -> ModelRouter:
-    return gateway_state(request.app).router
+def _from_state(read: Callable[[GatewayState], object]) -> Provide:
+    """A provider of one of the app's services, read from its typed state. Only HTTP handlers take these; each
+    declares the type it gets (``gateway/http/auth/dependencies.py``)."""
 
+    def provide(request: Request[Any, Any, Any]) -> object:
+        return read(gateway_state(request.app))
 
-def _auth_store(request: Request[Any, Any, Any]) -> AuthStore:
-    return gateway_state(request.app).auth_store
-
-
-def _usage(request: Request[Any, Any, Any]) -> UsageLedger:
-    return gateway_state(request.app).usage
-
-
-def _voices(request: Request[Any, Any, Any]) -> VoiceStore:
-    return gateway_state(request.app).voices
-
-
-def _consents(request: Request[Any, Any, Any]) -> ConsentStore:
-    return gateway_state(request.app).consents
-
-
-def _pronunciation(request: Request[Any, Any, Any]) -> PronunciationDictionaries:
-    return gateway_state(request.app).pronunciation
-
-
-def _storage(request: Request[Any, Any, Any]) -> StorageProbe:
-    return gateway_state(request.app).storage
-
-
-def _uploads(request: Request[Any, Any, Any]) -> Uploads:
-    return gateway_state(request.app).uploads
+    return Provide(provide, sync_to_thread=False)
 
 
 def _dependencies() -> dict[str, Provide]:
     """Each service a handler may ask for, by parameter name (``gateway/http/auth/dependencies.py``)."""
     return {
-        "router": Provide(_router, sync_to_thread=False),
-        "auth_store": Provide(_auth_store, sync_to_thread=False),
-        "usage": Provide(_usage, sync_to_thread=False),
-        "voices": Provide(_voices, sync_to_thread=False),
-        "consents": Provide(_consents, sync_to_thread=False),
-        "pronunciation": Provide(_pronunciation, sync_to_thread=False),
-        "storage": Provide(_storage, sync_to_thread=False),
-        "uploads": Provide(_uploads, sync_to_thread=False),
+        "router": _from_state(lambda state: state.router),
+        "auth_store": _from_state(lambda state: state.auth_store),
+        "usage": _from_state(lambda state: state.usage),
+        "voices": _from_state(lambda state: state.voices),
+        "consents": _from_state(lambda state: state.consents),
+        "pronunciation": _from_state(lambda state: state.pronunciation),
+        "storage": _from_state(lambda state: state.storage),
+        "uploads": _from_state(lambda state: state.uploads),
         "principal": Provide(provide_principal),
     }
 
