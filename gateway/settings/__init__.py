@@ -10,44 +10,12 @@ the two disagree.
 
 from __future__ import annotations
 
-from gateway.settings.root import (
-    BUILT_IN_ALIASES,
-    BUILT_IN_ENGINES,
-    BUILT_IN_MODEL_NAMES,
-    ELEVENLABS_MODEL_NAMES,
-    OPENAI_MODEL_NAMES,
-    Settings,
-    load_settings,
-)
-from gateway.settings.sections import (
-    AliasSettings,
-    CacheSettings,
-    FailoverSettings,
-    JobsSettings,
-    PronunciationSettings,
-    ReadinessSettings,
-    RealtimeSettings,
-    SpeechSettings,
-    VoicesSettings,
-)
+# The package's surface is its modules' surfaces, each declared once in its module's ``__all__``.
+from gateway.settings import root, sections
+from gateway.settings.root import *  # noqa: F403
+from gateway.settings.sections import *  # noqa: F403
 from gateway.settings.server import ServerSettings
 
-__all__ = [
-    "BUILT_IN_ALIASES",
-    "BUILT_IN_ENGINES",
-    "BUILT_IN_MODEL_NAMES",
-    "ELEVENLABS_MODEL_NAMES",
-    "OPENAI_MODEL_NAMES",
-    "AliasSettings",
-    "CacheSettings",
-    "FailoverSettings",
-    "JobsSettings",
-    "PronunciationSettings",
-    "ReadinessSettings",
-    "RealtimeSettings",
-    "ServerSettings",
-    "Settings",
-    "SpeechSettings",
-    "VoicesSettings",
-    "load_settings",
-]
+__all__ = ["ServerSettings"]
+__all__ += root.__all__
+__all__ += sections.__all__
