@@ -58,6 +58,16 @@ request is then held to its tenant's cap (``limits.speech_input_characters``, el
 ItemT = TypeVar("ItemT")
 
 
+class Identified(Protocol):
+    """An item of a listing: what its page's bounds are made of."""
+
+    @property
+    def id(self) -> str: ...
+
+
+IdentifiedT = TypeVar("IdentifiedT", bound=Identified)
+
+
 class ListPage(BaseModel, Generic[ItemT]):
     """A page of a listing in OpenAI's list shape, oldest (or first by name) first; the next page is
     ``?after=<last_id>`` while ``has_more``. Every paged listing of the gateway is one of these, so that neither a
@@ -73,6 +83,12 @@ class ListPage(BaseModel, Generic[ItemT]):
     last_id: str | None
     """The cursor of the next page (``after``); ``null`` when the page holds nothing to continue from."""
     has_more: bool
+
+    @classmethod
+    def of(cls: type[ListPage[IdentifiedT]], data: list[IdentifiedT], *, has_more: bool) -> ListPage[IdentifiedT]:
+        """The page of ``data``, bounded by its first and last items' ids."""
+        first, last = (data[0].id, data[-1].id) if data else (None, None)
+        return cls(data=data, first_id=first, last_id=last, has_more=has_more)
 
     @classmethod
     def model_parametrized_name(cls, params: tuple[Any, ...]) -> str:

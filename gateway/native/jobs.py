@@ -99,9 +99,7 @@ class SpeechJobsController(Controller):
         limit: Annotated[int, Parameter(description="Jobs per page.", ge=1, le=100)] = 20,
     ) -> SpeechJobList:
         page = await _jobs(request).page(principal.tenant.name, after=after, limit=limit)
-        data = [shown(record) for record in page.data]
-        first, last = (data[0].id, data[-1].id) if data else (None, None)
-        return SpeechJobList(data=data, first_id=first, last_id=last, has_more=page.has_more)
+        return SpeechJobList.of([shown(record) for record in page.data], has_more=page.has_more)
 
     @get(
         "/{job_id:str}",

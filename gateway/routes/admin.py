@@ -182,10 +182,6 @@ def _retired(retired: RetiredUsage) -> RetiredTenantUsage:
     )
 
 
-def _bounds(ids: list[str]) -> tuple[str | None, str | None]:
-    return (ids[0], ids[-1]) if ids else (None, None)
-
-
 def _no_tenant(name: str) -> OpenAIError:
     return OpenAIError(HTTP_404_NOT_FOUND, f"Tenant '{name}' was not found.", param="name", code="tenant_not_found")
 
@@ -201,8 +197,7 @@ class AdminController(Controller):
     @get("/tenants", operation_id="adminListTenants", responses=_ERRORS)
     async def list_tenants(self, auth_store: AuthStoreDep, after: After = None, limit: Limit = 20) -> TenantList:
         page = await auth_store.page_tenants(after=after, limit=limit)
-        first, last = _bounds([tenant.name for tenant in page.data])
-        return TenantList(data=[_tenant(t) for t in page.data], first_id=first, last_id=last, has_more=page.has_more)
+        return TenantList.of([_tenant(tenant) for tenant in page.data], has_more=page.has_more)
 
     @post("/tenants", status_code=HTTP_201_CREATED, operation_id="adminCreateTenant", responses=_ERRORS)
     async def create_tenant(
@@ -261,8 +256,7 @@ class AdminController(Controller):
         self, name: FromPath[str], auth_store: AuthStoreDep, after: After = None, limit: Limit = 20
     ) -> KeyList:
         page = await auth_store.page_keys(name, after=after, limit=limit)
-        first, last = _bounds([record.id for record in page.data])
-        return KeyList(data=[_key(r) for r in page.data], first_id=first, last_id=last, has_more=page.has_more)
+        return KeyList.of([_key(record) for record in page.data], has_more=page.has_more)
 
     @delete("/keys/{key_id:str}", status_code=200, operation_id="adminRevokeKey", responses=_ERRORS)
     async def revoke_key(self, key_id: FromPath[str], auth_store: AuthStoreDep) -> KeyRevoked:
@@ -279,8 +273,7 @@ class AdminController(Controller):
         page = await auth_store.page_tenants(after=after, limit=limit)
         records = await usage.many(page.data)  # one round trip for the page
         data = [_usage(tenant.name, record) for tenant, record in zip(page.data, records, strict=True)]
-        first, last = _bounds([tenant.name for tenant in page.data])
-        return TenantUsageList(data=data, first_id=first, last_id=last, has_more=page.has_more)
+        return TenantUsageList.of(data, has_more=page.has_more)
 
     @get("/retired-usage/{name:str}", operation_id="adminRetiredUsage", responses=_ERRORS)
     async def retired_usage(self, name: FromPath[str], usage: UsageDep) -> RetiredUsageList:

@@ -79,6 +79,13 @@ def _not_found(consent_id: str) -> OpenAIError:
     )
 
 
+def _found(consent: ConsentRecord | None, consent_id: str) -> ConsentRecord:
+    """The tenant's consent recording ``consent_id`` as its store found it, else 404."""
+    if consent is None:
+        raise _not_found(consent_id)
+    return consent
+
+
 def _shown(consent: ConsentRecord) -> VoiceConsentObject:
     return VoiceConsentObject.model_validate(consent.public())
 
@@ -131,9 +138,7 @@ class VoiceConsentsController(Controller):
         limit: Annotated[int, Parameter(description="Consents per page.", ge=1, le=100)] = 20,
     ) -> VoiceConsentList:
         page = await consents.page(principal.tenant.name, after=after, limit=limit)
-        data = [_shown(consent) for consent in page.data]
-        first, last = (data[0].id, data[-1].id) if data else (None, None)
-        return VoiceConsentList(data=data, first_id=first, last_id=last, has_more=page.has_more)
+        return VoiceConsentList.of([_shown(consent) for consent in page.data], has_more=page.has_more)
 
     @get(
         "/{consent_id:str}",
@@ -144,10 +149,7 @@ class VoiceConsentsController(Controller):
     async def retrieve_consent(
         self, consent_id: FromPath[str], consents: ConsentsDep, principal: Caller
     ) -> VoiceConsentObject:
-        consent = await consents.get(principal.tenant.name, consent_id)
-        if consent is None:
-            raise _not_found(consent_id)
-        return _shown(consent)
+        return _shown(_found(await consents.get(principal.tenant.name, consent_id), consent_id))
 
     @post(
         "/{consent_id:str}",
@@ -163,10 +165,7 @@ class VoiceConsentsController(Controller):
         consents: ConsentsDep,
         principal: Caller,
     ) -> VoiceConsentObject:
-        consent = await consents.rename(principal.tenant.name, consent_id, data.name)
-        if consent is None:
-            raise _not_found(consent_id)
-        return _shown(consent)
+        return _shown(_found(await consents.rename(principal.tenant.name, consent_id, data.name), consent_id))
 
     @delete(
         "/{consent_id:str}",
@@ -179,8 +178,7 @@ class VoiceConsentsController(Controller):
         self, consent_id: FromPath[str], consents: ConsentsDep, voices: VoicesDep, principal: Caller
     ) -> VoiceConsentDeleted:
         tenant = principal.tenant.name
-        if await consents.get(tenant, consent_id) is None:
-            raise _not_found(consent_id)
+        _found(await consents.get(tenant, consent_id), consent_id)
         # The recording is the evidence for the voices made with it: it goes only after them.
         if using := [voice.id for voice in await voices.list(tenant) if voice.consent == consent_id]:
             raise OpenAIError(
