@@ -30,7 +30,7 @@ from gateway.elevenlabs.wire import ElevenLabsModel
 from gateway.http.auth.dependencies import Caller, ConsentsDep, Router, UploadsDep, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.routes._forms import FORM, JSON, content_type_of, decode_upload, form_body, json_body, open_form
-from gateway.routes.consents import UPLOAD_BODY_BYTES
+from gateway.routes.consents import UPLOAD_BODY_BYTES, cap_reached
 from gateway.schemas import BuiltInVoice, ModelEngine, ModelList, ModelObject, VoiceDeleted, VoiceList, VoiceObject
 from gateway.speech.voices import SEED_SPEAKER_PREFIX, CustomVoiceRecord, VoiceNameTakenError, new_voice
 from gateway.state import gateway_state
@@ -100,11 +100,7 @@ def _model_not_found(model: str) -> OpenAIError:
 
 
 def _voice_limit_reached(limit: int) -> OpenAIError:
-    return OpenAIError(
-        HTTP_400_BAD_REQUEST,
-        f"Your tenant has {limit} custom voices, the most it may have; delete one first.",
-        code="voice_limit_reached",
-    )
+    return cap_reached(limit, "custom voices", "voice_limit_reached")
 
 
 def _voice_not_found(voice_id: str) -> OpenAIError:

@@ -27,7 +27,7 @@ from gateway.state import gateway_state
 if TYPE_CHECKING:
     from gateway.speech.consents import ConsentRecord
 
-__all__ = ["UPLOAD_BODY_BYTES", "VoiceConsentCreate", "VoiceConsentUpdate", "VoiceConsentsController"]
+__all__ = ["UPLOAD_BODY_BYTES", "VoiceConsentCreate", "VoiceConsentUpdate", "VoiceConsentsController", "cap_reached"]
 
 UPLOAD_BODY_BYTES = MAX_RECORDING_BYTES + 64 * 1024
 """The largest body of an upload route: a 10 MiB recording, and room for the other fields and the form's framing."""
@@ -64,12 +64,15 @@ class ConsentCreateOperation(Operation):
         self.request_body = RequestBody(required=True, content={FORM: form_body(VoiceConsentCreate, _RECORDING)})
 
 
-def _consent_limit_reached(limit: int) -> OpenAIError:
+def cap_reached(limit: int, kept: str, code: str) -> OpenAIError:
+    """A tenant holds as many of what it keeps here (``kept``: consent recordings, custom voices) as it may."""
     return OpenAIError(
-        HTTP_400_BAD_REQUEST,
-        f"Your tenant has {limit} consent recordings, the most it may have; delete one first.",
-        code="consent_limit_reached",
+        HTTP_400_BAD_REQUEST, f"Your tenant has {limit} {kept}, the most it may have; delete one first.", code=code
     )
+
+
+def _consent_limit_reached(limit: int) -> OpenAIError:
+    return cap_reached(limit, "consent recordings", "consent_limit_reached")
 
 
 def _not_found(consent_id: str) -> OpenAIError:
