@@ -50,4 +50,5 @@ def elevenlabs_router(settings: Settings) -> Router:
             *(_SOCKETS if websockets else []),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
+        tags=["ElevenLabs"],  # every route of the family, in the OpenAPI document
     )

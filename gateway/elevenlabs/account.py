@@ -107,7 +107,6 @@ class History(BaseModel):
 
 class AccountController(Controller):
     path = "/v1"
-    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
 
     @get(
         "/user/subscription",

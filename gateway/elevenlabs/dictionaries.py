@@ -282,7 +282,6 @@ class PronunciationFileController(Controller):
     (:func:`pronunciation_file_router`), theirs the server's ``max_body_bytes``."""
 
     path = "/v1/pronunciation-dictionaries"
-    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
     dependencies = {"tenant": Provide(_tenant, sync_to_thread=False)}  # noqa: RUF012 - Litestar's declared type
 
     @post(
@@ -326,7 +325,6 @@ def _rules_route(action: str, operation_id: str) -> post:
 
 class PronunciationDictionariesController(Controller):
     path = "/v1/pronunciation-dictionaries"
-    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
     dependencies = {"tenant": Provide(_tenant, sync_to_thread=False)}  # noqa: RUF012 - Litestar's declared type
 
     @post(

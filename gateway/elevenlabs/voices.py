@@ -42,7 +42,6 @@ _CUSTOM_VOICE_TYPES = frozenset({"personal", "non-default", "non-community", "wo
 
 class VoicesController(Controller):
     path = "/v1/voices"
-    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
 
     @get(
         operation_id="elevenLabsListVoices",
@@ -91,7 +90,6 @@ class VoicesController(Controller):
 
 class VoicesV2Controller(Controller):
     path = "/v2/voices"
-    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
 
     @get(
         operation_id="elevenLabsSearchVoices",
