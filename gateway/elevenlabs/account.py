@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 from litestar import Controller, HttpMethod, Request, get, route
+from litestar.di import NamedDependency, Provide
 from litestar.exceptions import NotFoundException
 from litestar.params import Parameter
 from pydantic import BaseModel, Field
@@ -105,8 +106,32 @@ class History(BaseModel):
     scanned_until: int | None = None
 
 
+async def _subscription(
+    request: Request[Any, Any, Any], principal: Caller, usage: UsageDep, voices: VoicesDep
+) -> Subscription:
+    tenant = principal.tenant
+    state = gateway_state(request.app)
+    slots = _Slots(len(await voices.list(tenant.name)), state.settings.voices.max_per_tenant)
+    if (month_limit := tenant.limits.characters_per_month) is not None:
+        budget = await state.admission.budget(tenant)
+        return slots.subscription(budget.characters_used or 0, month_limit, budget.month.end, monthly=True)
+    limit = tenant.limits.characters_per_minute
+    if limit is None:
+        spoken = asdict(await usage.get(tenant))["input_characters"]
+        return slots.subscription(spoken, NO_LIMIT, None)
+    standing = await state.limiter.state(tenant.name, tenant.limits)
+    remaining = limit if standing.remaining_tokens is None else standing.remaining_tokens
+    reset_s = standing.reset_tokens_s or 0.0
+    return slots.subscription(max(limit - remaining, 0), limit, int(time.time() + reset_s))
+
+
+TenantSubscription: TypeAlias = NamedDependency[Subscription]
+"""The caller's subscription (provided as ``subscription`` to the account routes)."""
+
+
 class AccountController(Controller):
     path = "/v1"
+    dependencies = {"subscription": Provide(_subscription)}  # noqa: RUF012 - Litestar's declared type
 
     @get(
         "/user/subscription",
@@ -114,10 +139,8 @@ class AccountController(Controller):
         summary="ElevenLabs: the tenant's character budget (its month's, else its minute's) and voice slots.",
         responses=error_responses(401, 429, 503),
     )
-    async def get_subscription(
-        self, request: Request[Any, Any, Any], principal: Caller, usage: UsageDep, voices: VoicesDep
-    ) -> Subscription:
-        return await _subscription(request, principal, usage, voices)
+    async def get_subscription(self, subscription: TenantSubscription) -> Subscription:
+        return subscription
 
     @get(
         "/user",
@@ -125,10 +148,7 @@ class AccountController(Controller):
         summary="ElevenLabs: the tenant, with its subscription.",
         responses=error_responses(401, 429, 503),
     )
-    async def get_user(
-        self, request: Request[Any, Any, Any], principal: Caller, usage: UsageDep, voices: VoicesDep
-    ) -> User:
-        subscription = await _subscription(request, principal, usage, voices)
+    async def get_user(self, principal: Caller, subscription: TenantSubscription) -> User:
         name = principal.tenant.name
         return User(user_id=name, workspace_id=name, subscription=subscription)
 
@@ -160,25 +180,6 @@ class AccountController(Controller):
         self, principal: Caller, voice_id: Annotated[str, Parameter(min_length=1, max_length=256)]
     ) -> VoiceSettings:
         return DEFAULT_VOICE_SETTINGS
-
-
-async def _subscription(
-    request: Request[Any, Any, Any], principal: Caller, usage: UsageDep, voices: VoicesDep
-) -> Subscription:
-    tenant = principal.tenant
-    state = gateway_state(request.app)
-    slots = _Slots(len(await voices.list(tenant.name)), state.settings.voices.max_per_tenant)
-    if (month_limit := tenant.limits.characters_per_month) is not None:
-        budget = await state.admission.budget(tenant)
-        return slots.subscription(budget.characters_used or 0, month_limit, budget.month.end, monthly=True)
-    limit = tenant.limits.characters_per_minute
-    if limit is None:
-        spoken = asdict(await usage.get(tenant))["input_characters"]
-        return slots.subscription(spoken, NO_LIMIT, None)
-    standing = await state.limiter.state(tenant.name, tenant.limits)
-    remaining = limit if standing.remaining_tokens is None else standing.remaining_tokens
-    reset_s = standing.reset_tokens_s or 0.0
-    return slots.subscription(max(limit - remaining, 0), limit, int(time.time() + reset_s))
 
 
 @dataclass(frozen=True, slots=True)
