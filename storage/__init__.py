@@ -8,7 +8,7 @@ policy, and a Redis URL (one Redis, a Sentinel-managed master or a Redis Cluster
 
 from __future__ import annotations
 
-from storage.listing import MAX_PAGE, Page, sortable_id
+from storage.listing import MAX_PAGE, Page, RedisListing, sortable_id
 from storage.outage import STORAGE_ERRORS, OutageLatch
 from storage.redis import RedisClient, connect_redis
 from storage.redis_url import InvalidRedisURLError, redact_redis_url
@@ -20,6 +20,7 @@ __all__ = [
     "OutageLatch",
     "Page",
     "RedisClient",
+    "RedisListing",
     "connect_redis",
     "redact_redis_url",
     "sortable_id",

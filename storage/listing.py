@@ -1,4 +1,5 @@
-"""What every listing shares: ids that sort by creation time, and a page of a listing with its cursor rule.
+"""What every listing shares: ids that sort by creation time, a page of a listing with its cursor rule, and the
+pages of a listing kept in Redis.
 
 A listing is ordered by id and a page starts right after its ``after`` cursor, as OpenAI's lists do. Ids from
 :func:`sortable_id` begin with the time they were made, so that order is creation order, and a cursor stays valid
@@ -10,9 +11,12 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-__all__ = ["MAX_PAGE", "Page", "sortable_id"]
+if TYPE_CHECKING:
+    from storage.redis import RedisClient
+
+__all__ = ["MAX_PAGE", "Page", "RedisListing", "sortable_id"]
 
 T = TypeVar("T")
 
@@ -53,3 +57,25 @@ class Page(Generic[T]):
     def of(cls, ordered: list[T], limit: int) -> Page[T]:
         """The page from ``ordered``, which holds up to ``limit + 1`` records (one more tells whether more follow)."""
         return cls(ordered[:limit], len(ordered) > limit)
+
+
+# One page of records in id order. KEYS: records, ids. ARGV: lower bound (BYLEX), count.
+_PAGE_LUA = """
+local ids = redis.call('ZRANGE', KEYS[2], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, tonumber(ARGV[2]))
+if #ids == 0 then return {} end
+return redis.call('HMGET', KEYS[1], unpack(ids))
+"""
+
+
+class RedisListing:
+    """Pages of a listing kept in Redis as a hash of records by id beside a sorted set of the ids, all at score 0 so
+    that the set is in id order: a page is read in one round trip."""
+
+    def __init__(self, client: RedisClient) -> None:
+        self._page = client.register_script(_PAGE_LUA)
+
+    async def page(self, records: str, ids: str, *, after: str | None, limit: int) -> Page[bytes | str]:
+        """The stored records of the page after ``after``; an id whose record went meanwhile is passed over."""
+        lower = "-" if after is None else f"({after}"
+        raw = await self._page(keys=[records, ids], args=[lower, limit + 1])
+        return Page.of([item for item in raw if item], limit)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from storage import Page
+from storage import Page, RedisListing
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -48,12 +48,6 @@ redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])
 for i = 6, #ARGV do redis.call('HDEL', KEYS[2], ARGV[1] .. '/' .. ARGV[i]) end
 return 1
 """
-# One page of records in id order. KEYS: records, ids. ARGV: lower bound (BYLEX), count.
-_PAGE_LUA = """
-local ids = redis.call('ZRANGE', KEYS[2], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, tonumber(ARGV[2]))
-if #ids == 0 then return {} end
-return redis.call('HMGET', KEYS[1], unpack(ids))
-"""
 
 
 class RedisDictionaryStore:
@@ -64,7 +58,7 @@ class RedisDictionaryStore:
         self._prefix = prefix
         self._add = client.register_script(_ADD_LUA)
         self._replace = client.register_script(_REPLACE_LUA)
-        self._page = client.register_script(_PAGE_LUA)
+        self._listing = RedisListing(client)
 
     def _keys(self, tenant: str) -> tuple[str, str, str, str]:
         """The tenant's records, ordered ids, versions' rules and latest versions."""
@@ -88,9 +82,8 @@ class RedisDictionaryStore:
 
     async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[DictionaryRecord]:
         records, ids, _, _ = self._keys(tenant)
-        lower = "-" if after is None else f"({after}"
-        raw = await self._page(keys=[records, ids], args=[lower, limit + 1])
-        return Page.of([DictionaryRecord.from_json(item) for item in raw if item], limit)
+        page = await self._listing.page(records, ids, after=after, limit=limit)
+        return Page([DictionaryRecord.from_json(item) for item in page.data], page.has_more)
 
     async def rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...] | None:
         raw = await self._client.hget(self._keys(tenant)[2], f"{dictionary_id}/{version_id}")

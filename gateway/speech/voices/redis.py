@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from storage import Page
+from storage import Page, RedisListing
 
 if TYPE_CHECKING:
     from storage import RedisClient
@@ -43,12 +43,6 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 return 1
 """
-# One page of records in id order. KEYS: records, ids. ARGV: lower bound (BYLEX), count.
-_PAGE_LUA = """
-local ids = redis.call('ZRANGE', KEYS[2], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, tonumber(ARGV[2]))
-if #ids == 0 then return {} end
-return redis.call('HMGET', KEYS[1], unpack(ids))
-"""
 
 
 class RedisVoiceStore:
@@ -60,7 +54,7 @@ class RedisVoiceStore:
         self._add = client.register_script(_ADD_VOICE_LUA)
         self._by_name = client.register_script(_BY_NAME_LUA)
         self._delete = client.register_script(_DELETE_VOICE_LUA)
-        self._page = client.register_script(_PAGE_LUA)
+        self._listing = RedisListing(client)
 
     def _keys(self, tenant: str) -> tuple[str, str, str]:
         """The tenant's records, name index and ordered ids."""
@@ -92,9 +86,8 @@ class RedisVoiceStore:
 
     async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[CustomVoiceRecord]:
         records, _, ids = self._keys(tenant)
-        lower = "-" if after is None else f"({after}"
-        raw = await self._page(keys=[records, ids], args=[lower, limit + 1])
-        return Page.of([from_json(item) for item in raw if item], limit)
+        page = await self._listing.page(records, ids, after=after, limit=limit)
+        return Page([from_json(item) for item in page.data], page.has_more)
 
     async def delete(self, tenant: str, voice_id: str) -> bool:
         return bool(await self._delete(keys=self._keys(tenant), args=[voice_id]))

@@ -42,3 +42,16 @@ async def test_forgetting_a_tenant_deletes_its_voices_only(store: VoiceStore) ->
     assert await store.list("acme") == []
     assert await store.list("globex") == [kept]
     assert await store.add(new_voice("acme", "mine", "chattts", "seed:1"), max_per_tenant=1)
+
+
+async def test_pages_follow_their_cursor_past_a_deleted_voice(store: VoiceStore) -> None:
+    made = [new_voice("acme", f"v{i}", "chattts", f"seed:{i}") for i in range(5)]
+    for voice in made:
+        await store.add(voice, max_per_tenant=10)
+    first = await store.page("acme", after=None, limit=2)
+    assert (first.data, first.has_more) == (made[:2], True)
+    assert (await store.page("acme", after=made[0].id, limit=1)).data == [made[1]]
+    await store.delete("acme", made[1].id)  # the cursor's own voice: the next page starts where it stood
+    rest = await store.page("acme", after=made[1].id, limit=5)
+    assert (rest.data, rest.has_more) == (made[2:], False)
+    assert (await store.page("globex", after=None, limit=2)).data == []
