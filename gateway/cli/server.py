@@ -187,22 +187,21 @@ async def _create_key_in_redis(settings: Settings, tenant: str) -> int:
 def _write_openapi(args: argparse.Namespace) -> int:
     from gateway.app import openapi_document
 
-    document = openapi_document()
-    if args.output is None:
-        print(document, end="")
-    else:
-        args.output.write_text(document)
-    return 0
+    return _write_document(openapi_document(), args.output)
 
 
 def _write_config_reference(args: argparse.Namespace) -> int:
     from gateway.cli.config_reference import render_reference
 
-    document = render_reference()
-    if args.output is None:
+    return _write_document(render_reference(), args.output)
+
+
+def _write_document(document: str, output: Path | None) -> int:
+    """A generated document to ``--output``, else to standard output."""
+    if output is None:
         print(document, end="")
     else:
-        args.output.write_text(document)
+        output.write_text(document)
     return 0
 
 
