@@ -20,7 +20,7 @@ from gateway.elevenlabs.dialogue_socket import dialogue_multi_stream_input, dial
 from gateway.elevenlabs.dictionaries import PronunciationDictionariesController, pronunciation_file_router
 from gateway.elevenlabs.errors import EXCEPTION_HANDLERS
 from gateway.elevenlabs.speech import TextToSpeechController
-from gateway.elevenlabs.voices import VoicesController, VoicesV2Controller
+from gateway.elevenlabs.voices import VoicesController
 from gateway.elevenlabs.websocket import multi_stream_input, stream_input
 
 if TYPE_CHECKING:
@@ -42,7 +42,6 @@ def elevenlabs_router(settings: Settings) -> Router:
             TextToSpeechController,
             TextToDialogueController,
             VoicesController,
-            VoicesV2Controller,
             PronunciationDictionariesController,
             pronunciation_file_router(settings.pronunciation.max_file_bytes),
             AccountController,

@@ -34,16 +34,19 @@ if TYPE_CHECKING:
 
     from engines.base import EngineInfo
 
-__all__ = ["LabelFilter", "VoicesController", "VoicesV2Controller"]
+__all__ = ["LabelFilter", "VoicesController"]
 
 MAX_PAGE_SIZE = 100
 _CUSTOM_VOICE_TYPES = frozenset({"personal", "non-default", "non-community", "workspace", "saved"})
 
 
 class VoicesController(Controller):
-    path = "/v1/voices"
+    """ElevenLabs' voices: its listing (``/v1/voices``), its search (``/v2/voices``) and one voice."""
+
+    path = "/"
 
     @get(
+        "/v1/voices",
         operation_id="elevenLabsListVoices",
         summary="ElevenLabs: every voice you may speak with, built in and your own.",
         responses=error_responses(401, 422, 429, 503),
@@ -58,7 +61,7 @@ class VoicesController(Controller):
         return Voices(voices=await _all_voices(router, voices, principal))
 
     @get(
-        "/{voice_id:str}",
+        "/v1/voices/{voice_id:str}",
         operation_id="elevenLabsGetVoice",
         summary="ElevenLabs: one voice.",
         responses=error_responses(401, 404, 422, 429, 503),
@@ -87,11 +90,8 @@ class VoicesController(Controller):
                 return target.model_copy(update={"voice_id": voice_id, "name": name})
         raise UnknownVoiceError(f"Voice '{voice_id}' was not found.", voice_id=voice_id, param="voice_id")
 
-
-class VoicesV2Controller(Controller):
-    path = "/v2/voices"
-
     @get(
+        "/v2/voices",
         operation_id="elevenLabsSearchVoices",
         summary="ElevenLabs: a page of the voices you may speak with, searched, filtered and sorted.",
         responses=error_responses(401, 422, 429, 503),
