@@ -151,7 +151,7 @@ class VoicesController(Controller):
 
 
 def _builtin_by_id(router: Router, principal: Caller, voice_id: str) -> ElevenLabsVoice | None:
-    for voice in router.builtin_voices(_models(router, principal)):
+    for voice in router.builtin_voices(router.model_names_for(principal.tenant)):
         if voice.id == voice_id:
             return _builtin(voice, router)
     return None
@@ -165,13 +165,9 @@ def _aliased(request: Request[Any, Any, Any], principal: Caller, voice_id: str) 
     )
 
 
-def _models(router: Router, principal: Caller) -> list[str]:
-    return [name for name in router.model_names() if principal.tenant.allows_model(name)]
-
-
 async def _all_voices(router: Router, voices: VoicesDep, principal: Caller) -> list[ElevenLabsVoice]:
     """The built-in voices of the models the tenant may use, then the tenant's custom voices of their engines."""
-    models = _models(router, principal)
+    models = router.model_names_for(principal.tenant)
     engines = {router.resolve(name).name for name in models}
     builtin = [_builtin(voice, router) for voice in router.builtin_voices(models)]
     custom = [_custom(voice) for voice in await voices.list(principal.tenant.name) if voice.model in engines]

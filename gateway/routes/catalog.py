@@ -124,7 +124,7 @@ class ModelsController(Controller):
     async def list_models(
         self, request: Request[Any, Any, Any], router: Router, principal: Caller
     ) -> ModelList | list[ElevenLabsModel]:
-        names = [n for n in router.model_names() if principal.tenant.allows_model(n)]
+        names = router.model_names_for(principal.tenant)
         if is_elevenlabs_client(request.headers):
             return elevenlabs_models(router, names)
         return ModelList(data=[_model(router, name) for name in names])
@@ -170,7 +170,7 @@ class VoicesController(Controller):
         ] = None,
         limit: Annotated[int, Parameter(description="Custom voices per page.", ge=1, le=MAX_PAGE)] = MAX_PAGE,
     ) -> VoiceList:
-        models = [n for n in router.model_names() if principal.tenant.allows_model(n)]
+        models = router.model_names_for(principal.tenant)
         if model is not None:
             if model not in models:
                 raise _model_not_found(model)

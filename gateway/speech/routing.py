@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from prometheus_client import Counter
 
+    from auth import Tenant
     from engines.backend import EngineBackend
     from engines.breaker import BreakerState
 
@@ -68,6 +69,10 @@ class ModelRouter:
 
     def model_names(self) -> list[str]:
         return [*self.aliases, *self.pools]
+
+    def model_names_for(self, tenant: Tenant) -> list[str]:
+        """The model names ``tenant`` may use: the models every API family lists to it."""
+        return [name for name in self.model_names() if tenant.allows_model(name)]
 
     def builtin_voices(self, models: Iterable[str]) -> list[BuiltInVoice]:
         """The voices the engines of ``models`` have built in (those loaded), each with the models of ``models`` that
