@@ -41,9 +41,14 @@ from typing import TYPE_CHECKING, Any
 
 from litestar import WebSocket, websocket
 
-from gateway.elevenlabs.errors import socket_error
 from gateway.elevenlabs.session import DEFAULT_CONTEXT_ID, ElevenLabsStreamSession
-from gateway.elevenlabs.socket_wire import dictionary_locators, error_message, invalid, voice_settings_of
+from gateway.elevenlabs.socket_wire import (
+    dictionary_locators,
+    error_message,
+    invalid,
+    socket_error,
+    voice_settings_of,
+)
 from gateway.elevenlabs.timestamps import PendingCharacters
 from gateway.elevenlabs.websocket import serve_session
 from gateway.elevenlabs.wire import DEFAULT_DIALOGUE_MODEL_ID, MAX_DIALOGUE_VOICES, TextToSpeechRequest, VoiceSettings

@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Any
 from litestar.exceptions import WebSocketDisconnect
 
 from gateway.audio import open_encoding
-from gateway.elevenlabs.errors import socket_error
 from gateway.elevenlabs.socket_wire import (
     StreamInputPiece,
     audio_message,
@@ -58,6 +57,8 @@ from gateway.elevenlabs.socket_wire import (
     error_message,
     invalid,
     parse_message,
+    socket_error,
+    unexpected,
     voice_settings_of,
 )
 from gateway.elevenlabs.wire import SocketSpeechOptions, TextToSpeechRequest, VoiceSettings, text_markup
@@ -356,7 +357,7 @@ class ElevenLabsStreamSession(EndedByServer):
             except (SlowClientError, WebSocketDisconnect, asyncio.CancelledError):
                 raise
             except Exception as exc:  # reported to the client; the context goes on
-                await self._send(error_message(failure(exc, "elevenlabs context", socket_error)))
+                await self._send(error_message(socket_error(failure(exc, "elevenlabs context", unexpected))))
             finally:
                 context.speaking = False
                 context.current_flushed = False

@@ -9,9 +9,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
+from gateway.elevenlabs import errors
 from gateway.elevenlabs.errors import QUOTA_CODE
 from gateway.elevenlabs.wire import TextToSpeechRequest, VoiceSettings
 from gateway.http.errors import OpenAIError
+from gateway.http.socket_errors import fault_error
+from gateway.sessions.session_errors import SessionError
 
 if TYPE_CHECKING:
     from litestar.types import ReceiveMessage
@@ -26,8 +29,25 @@ __all__ = [
     "error_message",
     "invalid",
     "parse_message",
+    "socket_error",
+    "unexpected",
     "voice_settings_of",
 ]
+
+
+def socket_error(failure: BaseException) -> OpenAIError:
+    """ElevenLabs' table on its sockets: what :func:`error_message` says of ``failure``, the session kernel's own
+    faults (``gateway/sessions/session_errors.py``) in their fields, any other failure by
+    :func:`gateway.elevenlabs.errors.socket_error`."""
+    if isinstance(failure, SessionError):
+        return fault_error(failure)
+    return errors.socket_error(failure)
+
+
+def unexpected(failure: BaseException) -> bool:
+    """Whether the table has no words for ``failure`` but an internal error's (a bug: its traceback is logged)."""
+    error = socket_error(failure)
+    return error.status_code >= 500 and error.code is None
 
 
 def error_message(error: OpenAIError) -> str:

@@ -23,15 +23,16 @@ from typing import TYPE_CHECKING, Any
 from litestar import WebSocket, websocket
 from pydantic import ValidationError
 
-from gateway.elevenlabs.errors import as_elevenlabs_error, socket_error
+from gateway.elevenlabs.errors import as_elevenlabs_error
 from gateway.elevenlabs.formats import DEFAULT_OUTPUT_FORMAT, OutputFormat, encoding_of
 from gateway.elevenlabs.session import ElevenLabsStreamSession, SingleContextSession
-from gateway.elevenlabs.socket_wire import error_message
+from gateway.elevenlabs.socket_wire import error_message, socket_error
 from gateway.elevenlabs.speech import VoiceId
 from gateway.elevenlabs.wire import SocketSpeechOptions
 from gateway.http.auth.security import presented_authorization
 from gateway.http.errors import OpenAIError
 from gateway.schemas import MAX_SEED
+from gateway.sessions.dialect import Said
 from gateway.sessions.kernel import first_message, serve
 from gateway.sessions.serving import POLICY_VIOLATION, SessionRefusedError, authenticated, awaiting_credentials
 
@@ -99,16 +100,12 @@ class _ElevenLabsSocket:
         self._output_format = OutputFormat(DEFAULT_OUTPUT_FORMAT)
         self._options = SocketSpeechOptions()
 
-    def refusal(self, error: OpenAIError) -> tuple[int, dict[str, Any]]:
-        """ElevenLabs' status and error body."""
+    def say(self, failure: BaseException) -> Said:
+        """ElevenLabs' error message on the open socket; a refused handshake with its REST routes' status and error
+        body."""
+        error = socket_error(failure)  # ElevenLabs' table
         answer = as_elevenlabs_error(error, self._headers)
-        return answer.status_code, answer.body()
-
-    def error_event(self, error: OpenAIError) -> str:
-        return error_message(error)
-
-    def socket_error(self, exc: BaseException) -> OpenAIError:
-        return socket_error(exc)  # ElevenLabs' table
+        return Said(error_message(error), error.message, error.code, answer.status_code, answer.body(), error.headers)
 
     async def caller(self, socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Principal:
         self._output_format, self._inactivity_s = _query(self._query)

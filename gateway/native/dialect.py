@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
+from gateway.http.socket_errors import socket_error, unexpected
 from gateway.native.protocol import (
     audio_delta,
     audio_done,
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from gateway.audio.formats import AudioFormat
-    from gateway.http.errors import OpenAIError
     from gateway.schemas import SpeechUsage
     from gateway.sessions.segmenter import Granularity
     from gateway.sessions.stream_dialect import Frame
@@ -65,5 +65,18 @@ class NativeDialect:
     def utterance_done(self) -> list[Frame]:
         return []
 
-    def error(self, error: OpenAIError, *, event_id: str | None = None, segment_id: str | None = None) -> str:
+    def error(
+        self,
+        failure: BaseException,
+        *,
+        event_id: str | None = None,
+        segment_id: str | None = None,
+        setting: bool = False,
+    ) -> str:
+        error = socket_error(failure)  # the OpenAI family's table
+        if setting and error.param is not None:
+            error.param = f"session.{error.param}"
         return error_event(error, event_id=event_id, segment_id=segment_id)
+
+    def unexpected(self, failure: BaseException) -> bool:
+        return unexpected(failure)

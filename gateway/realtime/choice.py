@@ -15,7 +15,6 @@ from gateway.sessions.stream_events import MAX_MESSAGE_DEPTH
 from gateway.vllm_omni.dialect import VllmOmniDialect
 
 if TYPE_CHECKING:
-    from gateway.http.errors import OpenAIError
     from gateway.sessions.stream_dialect import Dialect
 
 __all__ = ["SpokenDialect", "dialect_for"]
@@ -49,5 +48,5 @@ class SpokenDialect:
         self.current, self.chosen = dialect_for(first_message), True
         return self.current
 
-    def error_event(self, error: OpenAIError) -> str:
-        return self.current.error(error)
+    def error_event(self, failure: BaseException) -> str:
+        return self.current.error(failure)

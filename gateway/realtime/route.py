@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from litestar import WebSocket, websocket
 
-from gateway.http.errors import OpenAIError
+from gateway.http.socket_errors import said
 from gateway.native.dialect import NativeDialect
 from gateway.native.protocol import parse_client_event
 from gateway.realtime.choice import SpokenDialect
-from gateway.sessions.errors import socket_error
 from gateway.sessions.kernel import first_message, serve
 from gateway.sessions.serving import POLICY_VIOLATION, SessionRefusedError, authenticated, awaiting_credentials
+from gateway.sessions.session_errors import SessionError
 from gateway.sessions.stream_events import ProtocolError, SessionUpdate
 from gateway.sessions.text_stream import RealtimeSession
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from litestar.types import ReceiveMessage
 
     from auth import Principal
-    from gateway.sessions.dialect import Opened
+    from gateway.sessions.dialect import Opened, Said
     from gateway.settings import RealtimeSettings
 
 __all__ = ["realtime_speech"]
@@ -40,18 +40,15 @@ class _RealtimeSocket:
     socket is accepted first, so that credentials can come in the first message, which also chooses the dialect."""
 
     path = PATH
-    refusal = None  # OpenAI's error body
 
     def __init__(self) -> None:
         self._spoken = SpokenDialect()
         self._first: SessionUpdate | None = None
         self._opening: ReceiveMessage | None = None
 
-    def error_event(self, error: OpenAIError) -> str:
-        return self._spoken.error_event(error)
-
-    def socket_error(self, exc: BaseException) -> OpenAIError:
-        return socket_error(exc)  # the OpenAI family's table
+    def say(self, failure: BaseException) -> Said:
+        """In the OpenAI family's words (both dialects' table), the event in the dialect the socket speaks."""
+        return said(failure, lambda _: self._spoken.error_event(failure))
 
     async def caller(self, socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Principal:
         await socket.accept()
@@ -125,7 +122,7 @@ async def _first_message_within_cap(
 
 
 async def _first_message(socket: WebSocket[Any, Any, Any], timeout_s: float, spoken: SpokenDialect) -> SessionUpdate:
-    missing = OpenAIError(
+    missing = SessionError(
         401,
         "No credentials: send an Authorization header, a ?token= query parameter, or a "
         "session.update with a 'token' as the first message.",

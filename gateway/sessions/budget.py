@@ -39,8 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from gateway.http.errors import OpenAIError
-from gateway.sessions.session_errors import SocketBudgetExceededError
+from gateway.sessions.session_errors import SessionError, SocketBudgetExceededError
 from lifecycle import BackgroundTasks, naming
 from storage import STORAGE_ERRORS, OutageLatch
 
@@ -326,11 +325,11 @@ class SocketBudget:
             self._tenant.sent(0, size)
 
 
-def _over(what: str, buckets: _Buckets, where: str) -> OpenAIError:
+def _over(what: str, buckets: _Buckets, where: str) -> SessionError:
     rate = buckets.messages.rate if what == "messages" else buckets.bytes.rate
     message = (
         f"Rate limit reached for socket {what}: at most {rate:g} {what} a second {where} (the server's "
         f"echoes of your messages count among its bytes). The socket is closed ({SOCKET_BUDGET_CLOSE_CODE}); "
         "reconnect and send more slowly."
     )
-    return OpenAIError(429, message, type="requests", code="rate_limit_exceeded")
+    return SessionError(429, message, code="rate_limit_exceeded")

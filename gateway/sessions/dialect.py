@@ -1,20 +1,24 @@
 """The contract of a socket dialect: what the kernel (``kernel.py``) asks of it, and what it gets.
 
 A dialect is a parser and a renderer. Its route hands the kernel a :class:`SocketDialect`: how its credentials arrive,
-how an error is said on its wire (an event or message once the socket is open, an HTTP answer before the handshake),
-and the :class:`DialectSession` it builds, which parses client messages into what its lanes speak (``lanes.py``) and
-renders what happens into its own messages.
+how a failure is said on its wire (:meth:`SocketDialect.say`: an event or message once the socket is open, an HTTP
+answer before the handshake, from the dialect's own error table), and the :class:`DialectSession` it builds, which
+parses client messages into what its lanes speak (``lanes.py``) and renders what happens into its own messages.
+
+What reaches the dialect's table is the failure itself, in no dialect's words: a speech domain error
+(``gateway/speech/errors.py``), another domain's (auth, limits), or the session's own
+(:class:`~gateway.sessions.session_errors.SessionError`, a :class:`ProtocolError` among them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.http.errors import OpenAIError
+from gateway.sessions.session_errors import SessionError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Mapping
 
     from litestar import WebSocket
 
@@ -23,16 +27,35 @@ if TYPE_CHECKING:
     from gateway.sessions.lanes import Speaker
     from gateway.settings import RealtimeSettings
 
-__all__ = ["DialectSession", "Opened", "ProtocolError", "SocketDialect"]
+__all__ = ["DialectSession", "Opened", "ProtocolError", "Said", "SocketDialect"]
 
 
-class ProtocolError(Exception):
-    """A client message the session refuses (a dialect's parser raises it); the session goes on."""
+class ProtocolError(SessionError):
+    """A client message the session refuses (a dialect's parser raises it): a 400; the session goes on.
+    ``event_id``: the refused event's, where the client gave it one."""
 
     def __init__(self, message: str, *, code: str, param: str | None = None, event_id: str | None = None) -> None:
-        super().__init__(message)
-        self.error = OpenAIError(400, message, code=code, param=param)
+        super().__init__(400, message, code=code, param=param)
         self.event_id = event_id
+
+
+@dataclass(frozen=True)
+class Said:
+    """A failure in a dialect's words (:meth:`SocketDialect.say`): what the kernel sends when it ends or refuses the
+    session for it."""
+
+    event: str
+    """The error event (or message) on the open socket, sent before it closes."""
+    reason: str
+    """The close frame's reason (cut to fit)."""
+    code: str | None
+    """The error's code in the dialect's table, for the session's log line."""
+    status: int
+    """Before the handshake is accepted: the HTTP status of the refusal..."""
+    body: dict[str, Any]
+    """...its JSON body..."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """...and its headers (``Retry-After``, say)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +84,7 @@ class DialectSession(Protocol):
         """Before the handshake is accepted: whether the session's settings can be served.
 
         Raises:
-            OpenAIError, SpeechError: they cannot (the handshake is refused with the error the dialect's table makes of
+            SpeechError, SessionError: they cannot (the handshake is refused with what the dialect's table makes of
                 it, 1008 once accepted).
         """
         ...
@@ -74,7 +97,7 @@ class DialectSession(Protocol):
         """What the session did, for its log line."""
         ...
 
-    def revoke(self, error: OpenAIError) -> None: ...
+    def revoke(self, error: SessionError) -> None: ...
 
     def begin_drain(self) -> None: ...
 
@@ -87,18 +110,10 @@ class SocketDialect(Protocol):
     path: str
     """The path the session's log line names."""
 
-    @property
-    def refusal(self) -> Callable[[OpenAIError], tuple[int, dict[str, Any]]] | None:
-        """A refused handshake's HTTP status and body; ``None``: OpenAI's error body with the error's status."""
-        ...
-
-    def error_event(self, error: OpenAIError) -> str:
-        """An error on the open socket, in the dialect's words (before it closes, say)."""
-        ...
-
-    def socket_error(self, exc: BaseException) -> OpenAIError:
-        """The dialect's error table: the error object its wire carries for ``exc`` (a speech domain error, say:
-        ``gateway/speech/errors.py``), which :meth:`error_event` or :attr:`refusal` then renders."""
+    def say(self, failure: BaseException) -> Said:
+        """The dialect's error table: ``failure`` (a :class:`~gateway.sessions.session_errors.SessionError`, a speech
+        domain error, an auth or limits error, or the rare bug) in the dialect's words, as an event on the open socket
+        and as a refused handshake's HTTP answer."""
         ...
 
     async def caller(self, socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Principal:

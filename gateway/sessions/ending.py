@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.sessions.session_errors import SessionDrainedError, SessionRevokedError
 
 if TYPE_CHECKING:
-    from gateway.http.errors import OpenAIError
+    from gateway.sessions.session_errors import SessionError
 
 __all__ = ["EndedByServer"]
 
@@ -23,7 +23,7 @@ class EndedByServer:
         self._draining = False
         self._ended_by: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
 
-    def revoke(self, error: OpenAIError) -> None:
+    def revoke(self, error: SessionError) -> None:
         """End the session at once: its key was revoked or its tenant deleted."""
         self._end(SessionRevokedError(error))
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from litestar.exceptions import WebSocketDisconnect
 
-from gateway.http.errors import OpenAIError
 from gateway.sessions.dialect import Opened
 from gateway.sessions.lanes import Speaker
 from gateway.sessions.serving import (
@@ -23,6 +22,7 @@ from gateway.sessions.serving import (
     socket_budget,
     tenant_realtime,
 )
+from gateway.sessions.session_errors import SessionError
 from gateway.speech.errors import SpeechError
 from gateway.state import gateway_state
 
@@ -39,7 +39,7 @@ async def serve(socket: WebSocket[Any, Any, Any], dialect: SocketDialect) -> Non
     """Serve ``socket`` in ``dialect`` from the handshake until the session ends; every refusal and end is said in
     the dialect's words (an HTTP answer before the handshake is accepted), then logged in one line."""
     state = gateway_state(socket.app)
-    async with serving(socket, dialect.path, dialect.error_event, dialect.refusal) as log, AsyncExitStack() as held:
+    async with serving(socket, dialect.path, dialect.say) as log, AsyncExitStack() as held:
         principal = await dialect.caller(socket, state.settings.realtime)
         log.tenant = principal.tenant.name
         log.realtime = dialect.settings(tenant_realtime(state.settings.realtime, principal.tenant))
@@ -55,8 +55,8 @@ async def serve(socket: WebSocket[Any, Any, Any], dialect: SocketDialect) -> Non
         log.session = session = dialect.build(opened)
         try:
             await session.check()
-        except (OpenAIError, SpeechError) as exc:
-            raise SessionRefusedError(dialect.socket_error(exc), POLICY_VIOLATION) from None
+        except (SpeechError, SessionError) as exc:
+            raise SessionRefusedError(exc, POLICY_VIOLATION) from None
         await admit_session(socket, principal, held)
         if socket.connection_state == "init":
             await socket.accept(subprotocols=dialect.subprotocol())

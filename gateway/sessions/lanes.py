@@ -17,11 +17,10 @@ from litestar.exceptions import WebSocketDisconnect
 
 from engines.errors import ConsumerTooSlowError
 from gateway.audio.formats import AudioFormat, output_sample_rate
-from gateway.http.errors import OpenAIError, ResponseTruncatedError
-from gateway.sessions.dialect import ProtocolError
 from gateway.sessions.session_errors import SlowClientError
 from gateway.speech.contract import Admission, session_record
 from gateway.speech.delivery import AudioClock
+from gateway.speech.errors import ResponseTruncatedError
 from lifecycle import naming
 
 if TYPE_CHECKING:
@@ -141,14 +140,15 @@ async def cancel(task: asyncio.Task[None]) -> bool:
     return task.cancelled()
 
 
-ErrorTable = Callable[[BaseException], OpenAIError]
-"""A dialect's error table (:meth:`~gateway.sessions.dialect.SocketDialect.socket_error`): the error object its wire
-carries for a failure, a speech domain error (``gateway/speech/errors.py``) or another."""
+ErrorTable = Callable[[BaseException], bool]
+"""Whether a dialect's error table has no words of its own for a failure (a bug, answered as an internal error)."""
 
 
-def failure(exc: BaseException, what: str, errors: ErrorTable) -> OpenAIError:
-    """What a segment that failed with ``exc`` reports to its client, in the words of the dialect's table ``errors``
-    (``what`` names the segment in the log line of a bug).
+def failure(exc: BaseException, what: str, unexpected: ErrorTable) -> BaseException:
+    """What a segment that failed with ``exc`` reports to its client, for the dialect's table to say: the failure
+    itself (a speech domain error, a :class:`~gateway.sessions.session_errors.SessionError`...), the engine's own
+    error for a response cut short; one that the table finds ``unexpected`` is logged with its traceback (``what``
+    names the segment).
 
     Raises:
         SlowClientError: the segment's audio backlog overflowed, or a send timed out: the client is not reading.
@@ -160,12 +160,9 @@ def failure(exc: BaseException, what: str, errors: ErrorTable) -> OpenAIError:
         raise exc
     if isinstance(exc, ConsumerTooSlowError):
         raise SlowClientError from exc
-    if isinstance(exc, ProtocolError):
-        return exc.error
-    error = errors(exc)
-    if error.status_code >= 500 and error.code is None:
+    if unexpected(exc):
         logger.error("%s failed", what, exc_info=exc)
-    return error
+    return exc
 
 
 @dataclass

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from auth import AuthBackendError
 from auth.revocations import Revocation
-from gateway.http.errors import OpenAIError
 from gateway.sessions.budget import SocketSends, TenantSocketBudgets
+from gateway.sessions.session_errors import SessionError
 from gateway.state import gateway_state
 from lifecycle import BackgroundTasks, naming
 
@@ -36,7 +36,7 @@ _AFTER_GRACE_S = 1.0
 class LiveSession(Protocol):
     """What the registry asks of a session (every session is an :class:`~gateway.sessions.ending.EndedByServer`)."""
 
-    def revoke(self, error: OpenAIError) -> None:
+    def revoke(self, error: SessionError) -> None:
         """End the session now: its credentials no longer hold."""
 
     def begin_drain(self) -> None:
@@ -161,10 +161,10 @@ def _gone(entry: _Entry, tenant: Tenant | None, keys: list[ApiKeyRecord]) -> Rev
     return None
 
 
-def _revoked_error(revocation: Revocation) -> OpenAIError:
+def _revoked_error(revocation: Revocation) -> SessionError:
     if revocation.kind == "key":
-        return OpenAIError(401, "The API key of this session has been revoked.", code="api_key_revoked")
-    return OpenAIError(401, "The tenant of this session has been deleted.", code="tenant_deleted")
+        return SessionError(401, "The API key of this session has been revoked.", code="api_key_revoked")
+    return SessionError(401, "The tenant of this session has been deleted.", code="tenant_deleted")
 
 
 async def drain_realtime_sessions(app: Litestar) -> None:

@@ -21,12 +21,12 @@ from litestar.exceptions import WebSocketDisconnect
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
 from auth.limits import LimitsUnavailableError, RateLimitExceededError
 from gateway.http.client_address import address_key
-from gateway.http.errors import SERVER_ERROR, OpenAIError, as_openai_error, error_body
 from gateway.observability.logs import HANDSHAKE_REFUSAL_LOGGED
-from gateway.observability.refusals import counted
+from gateway.observability.refusals import RefusalSource, count_refusal
 from gateway.sessions.budget import SOCKET_BUDGET_CLOSE_CODE, SocketBudget, TenantShare
 from gateway.sessions.session_errors import (
     SessionDrainedError,
+    SessionError,
     SessionIdleError,
     SessionRevokedError,
     SlowClientError,
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from litestar import WebSocket
 
     from auth import Principal, Tenant
+    from gateway.sessions.dialect import Said
     from gateway.settings import RealtimeSettings
 
 __all__ = [
@@ -68,11 +69,12 @@ _AUTH_ERRORS = (InvalidCredentialsError, UnknownTenantError)
 
 
 class SessionRefusedError(Exception):
-    """The session cannot open: refused at the handshake (an HTTP status), or closed with ``close_code`` when the
-    socket was accepted already."""
+    """The session cannot open for ``error`` (a :class:`~gateway.sessions.session_errors.SessionError`, or a domain
+    error: bad credentials, a tenant over its limits, a model it may not use), which the dialect's table says: refused
+    at the handshake (an HTTP status), or closed with ``close_code`` when the socket was accepted already."""
 
-    def __init__(self, error: OpenAIError, close_code: int) -> None:
-        super().__init__(error.message)
+    def __init__(self, error: Exception, close_code: int) -> None:
+        super().__init__(str(error))
         self.error = error
         self.close_code = close_code
 
@@ -101,12 +103,11 @@ class SessionLog:
 async def serving(
     socket: WebSocket[Any, Any, Any],
     path: str,
-    error_event: Callable[[OpenAIError], str],
-    refusal: Callable[[OpenAIError], tuple[int, dict[str, Any]]] | None = None,
+    say: Callable[[BaseException], Said],
 ) -> AsyncIterator[SessionLog]:
-    """Serve one socket in the block; how the session ended decides how the socket closes (after an ``error`` event
-    rendered by ``error_event`` that says why), and is logged. A refusal at the handshake answers OpenAI's error body
-    with the error's status, or what ``refusal`` makes of the error (another API's status and body)."""
+    """Serve one socket in the block; how the session ended decides how the socket closes (after an error event that
+    says why, in the words of the dialect's table ``say``), and is logged. A refusal at the handshake is answered with
+    the HTTP status and body ``say`` makes of it."""
     metrics = gateway_state(socket.app).metrics
     server_realtime = gateway_state(socket.app).settings.realtime
     log = SessionLog(path)
@@ -118,25 +119,26 @@ async def serving(
         yield log
     except SessionRevokedError as revoked:
         outcome = f"revoked: {revoked.error.code}"
-        await _close(socket, error_event, POLICY_VIOLATION, counted("socket", revoked.error))
+        await _close(socket, POLICY_VIOLATION, say(counted("socket", revoked.error)))
     except SessionDrainedError:
         outcome = "drained for shutdown"
-        await _close(socket, error_event, SERVICE_RESTART, None, reason="server shutting down; reconnect")
+        await _close(socket, SERVICE_RESTART, None, reason="server shutting down; reconnect")
     except SessionRefusedError as refused:
-        outcome = f"refused: {refused.error.code}"
-        status = await _refuse(socket, error_event, refused, refusal)
+        said = say(refused.error)
+        outcome = f"refused: {said.code}"
+        status = await _refuse(socket, refused.close_code, said)
     except SlowClientError:
         outcome = "client too slow"
-        slow = OpenAIError(400, "The client read audio too slowly.", code="client_too_slow")
-        await _close(socket, error_event, POLICY_VIOLATION, counted("socket", slow))
+        slow = SessionError(400, "The client read audio too slowly.", code="client_too_slow")
+        await _close(socket, POLICY_VIOLATION, say(counted("socket", slow)))
     except SocketBudgetExceededError as over:
         outcome = f"over socket budget: {over.error.code}"
-        await _close(socket, error_event, SOCKET_BUDGET_CLOSE_CODE, counted("socket", over.error))
+        await _close(socket, SOCKET_BUDGET_CLOSE_CODE, say(counted("socket", over.error)))
     except SessionIdleError:
         outcome = "idle timeout"
         idle_timeout_s = (log.realtime or server_realtime).idle_timeout_s
         message = f"The session was idle for {idle_timeout_s:g} s and has been closed."
-        await _close(socket, error_event, NORMAL_CLOSURE, OpenAIError(408, message, code="session_idle_timeout"))
+        await _close(socket, NORMAL_CLOSURE, say(SessionError(408, message, code="session_idle_timeout")))
     except WebSocketDisconnect:
         outcome = "client left"  # leaving the session cancelled its speech and released its lease
     finally:
@@ -187,10 +189,10 @@ async def authenticated(socket: WebSocket[Any, Any, Any], authorization: str | N
     try:
         return await state.credential_throttle.authenticate(client, authorization, state.authenticator.authenticate)
     except _AUTH_ERRORS as exc:
-        raise SessionRefusedError(as_openai_error(exc), POLICY_VIOLATION) from None
+        raise SessionRefusedError(exc, POLICY_VIOLATION) from None
     except AuthBackendError as exc:
-        raise SessionRefusedError(as_openai_error(exc), TRY_AGAIN_LATER) from None
-    except OpenAIError as throttled:  # the address is throttled for refused credentials: 429
+        raise SessionRefusedError(exc, TRY_AGAIN_LATER) from None
+    except Exception as throttled:  # the address is throttled for refused credentials: the throttle's 429
         raise SessionRefusedError(throttled, TRY_AGAIN_LATER) from None
 
 
@@ -206,11 +208,10 @@ def awaiting_credentials(socket: WebSocket[Any, Any, Any], settings: RealtimeSet
     waiting = gateway_state(socket.app).awaiting_credentials
     address = address_key(socket.client.host if socket.client else "unknown")
     if waiting.total() >= settings.max_unauthenticated or waiting[address] >= settings.max_unauthenticated_per_address:
-        busy = OpenAIError(
+        busy = SessionError(
             503,
             "Too many connections are waiting to authenticate: send the credentials in the Authorization header, "
             "or retry soon.",
-            type=SERVER_ERROR,
             code="too_many_connections",
         )
         raise SessionRefusedError(counted("connection", busy), TRY_AGAIN_LATER)
@@ -236,56 +237,45 @@ async def admit_session(socket: WebSocket[Any, Any, Any], principal: Principal, 
         held.callback(state.held.take(principal.tenant.name, "sessions"))
         await state.speech.open_session(principal.tenant, held)
     except (RateLimitExceededError, LimitsUnavailableError) as exc:
-        raise SessionRefusedError(as_openai_error(exc), TRY_AGAIN_LATER) from None
+        raise SessionRefusedError(exc, TRY_AGAIN_LATER) from None
 
 
-async def _refuse(
-    socket: WebSocket[Any, Any, Any],
-    error_event: Callable[[OpenAIError], str],
-    refused: SessionRefusedError,
-    refusal: Callable[[OpenAIError], tuple[int, dict[str, Any]]] | None = None,
-) -> int | None:
-    """Before the handshake is accepted: an HTTP answer with OpenAI's error body where the server can send one
-    (uvicorn's ``websocket.http.response`` extension), else the handshake's plain 403; after it, a close. Returns the
-    HTTP status the handshake was refused with (``None`` for a close)."""
+def counted(source: RefusalSource, fault: SessionError) -> SessionError:
+    """``fault``, counted among the refusals of the gateway's defences (``gateway/observability/refusals.py``)."""
+    count_refusal(source, fault.status_code, fault.code)
+    return fault
+
+
+async def _refuse(socket: WebSocket[Any, Any, Any], close_code: int, said: Said) -> int | None:
+    """Before the handshake is accepted: the HTTP answer ``said`` where the server can send one (uvicorn's
+    ``websocket.http.response`` extension), else the handshake's plain 403; after it, a close. Returns the HTTP status
+    the handshake was refused with (``None`` for a close)."""
     if socket.connection_state != "init":
-        await _close(socket, error_event, refused.close_code, refused.error)
+        await _close(socket, close_code, said)
         return None
-    error = refused.error
     if "websocket.http.response" not in (socket.scope.get("extensions") or {}):
-        await socket.close(refused.close_code)
+        await socket.close(close_code)
         return None
-    status, answer = (
-        (error.status_code, error_body(error.message, error.type, error.param, error.code))
-        if refusal is None
-        else refusal(error)
-    )
-    body = json.dumps(answer).encode()
+    body = json.dumps(said.body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
+    headers += [(name.lower().encode(), value.encode()) for name, value in said.headers.items()]
     try:
-        await socket.send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+        await socket.send({"type": "websocket.http.response.start", "status": said.status, "headers": headers})
         await socket.send({"type": "websocket.http.response.body", "body": body, "more_body": False})
     except (WebSocketDisconnect, OSError):
         pass  # the client is gone
     HANDSHAKE_REFUSAL_LOGGED.set(True)  # the session's line says so (serving); uvicorn's error line would be false
-    return status
+    return said.status
 
 
-async def _close(
-    socket: WebSocket[Any, Any, Any],
-    error_event: Callable[[OpenAIError], str],
-    code: int,
-    error: OpenAIError | None,
-    reason: str = "",
-) -> None:
+async def _close(socket: WebSocket[Any, Any, Any], code: int, said: Said | None, reason: str = "") -> None:
     """Say why in an error event (unless the session said so already), then close; a client gone (or not reading)
     by now just misses it."""
     try:
         async with asyncio.timeout(1.0):
-            if error is not None:
-                await socket.send_text(error_event(error))
-                reason = error.message
+            if said is not None:
+                await socket.send_text(said.event)
+                reason = said.reason
             await socket.close(code, reason[:120])  # a close reason is at most 123 bytes
     except (TimeoutError, WebSocketDisconnect, OSError):
         pass

@@ -1,20 +1,41 @@
-"""How a realtime session ends other than by the client closing it: each becomes a close code in
-``gateway/sessions/serving.py``."""
+"""The session's own failures, in no dialect's words: how a session ends other than by the client closing it (each a
+close code in ``gateway/sessions/serving.py``), and :class:`SessionError`, what the kernel refuses itself.
+
+What flows through the kernel is the failure itself: a :class:`SessionError`, a speech domain error
+(``gateway/speech/errors.py``) or another domain's (auth, limits). Each dialect's table says it on its wire
+(:meth:`~gateway.sessions.dialect.SocketDialect.say`)::
+
+    SessionError                  status_code, message, code, param: the kernel's own refusals
+    └── ProtocolError             a client message refused (``dialect.py``): 400, the session goes on
+    SlowClientError, SessionIdleError, SessionDrainedError
+    SessionRevokedError           error: the key revoked (401 ``api_key_revoked``) or the tenant deleted
+    SocketBudgetExceededError     error: over the socket's budget (429 ``rate_limit_exceeded``)
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from gateway.http.errors import OpenAIError
-
 __all__ = [
     "SessionDrainedError",
+    "SessionError",
     "SessionIdleError",
     "SessionRevokedError",
     "SlowClientError",
     "SocketBudgetExceededError",
 ]
+
+
+class SessionError(Exception):
+    """Something the session itself refuses (a message it cannot parse, a socket over its budget, a key revoked, a
+    client too slow or idle, a server shutting down), in neutral terms that each dialect's table renders:
+    ``status_code`` is the HTTP status the gateway gives it on every API family (a refused handshake's answer),
+    ``code`` names it for machines, ``param`` the field it is about (if one is)."""
+
+    def __init__(self, status_code: int, message: str, *, code: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.code = code
+        self.param = param
 
 
 class SlowClientError(Exception):
@@ -29,7 +50,7 @@ class SessionIdleError(Exception):
 class SessionRevokedError(Exception):
     """The session's key was revoked or its tenant deleted (on any replica)."""
 
-    def __init__(self, error: OpenAIError) -> None:
+    def __init__(self, error: SessionError) -> None:
         super().__init__(error.message)
         self.error = error
 
@@ -41,6 +62,6 @@ class SessionDrainedError(Exception):
 class SocketBudgetExceededError(Exception):
     """The client sent more messages or bytes a second than its socket may (``gateway/sessions/budget.py``)."""
 
-    def __init__(self, error: OpenAIError) -> None:
+    def __init__(self, error: SessionError) -> None:
         super().__init__(error.message)
         self.error = error

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from gateway.audio.formats import AudioFormat
-    from gateway.http.errors import OpenAIError
     from gateway.schemas import SpeechUsage
     from gateway.sessions.segmenter import Granularity
     from gateway.sessions.stream_events import ClientEvent, SegmentStatus, SessionConfig, SessionUpdate
@@ -74,7 +73,22 @@ class Dialect(Protocol):
         """Every segment of an ``input.flush`` (or ``input.done``) has been served."""
         ...
 
-    def error(self, error: OpenAIError, *, event_id: str | None = None, segment_id: str | None = None) -> str: ...
+    def error(
+        self,
+        failure: BaseException,
+        *,
+        event_id: str | None = None,
+        segment_id: str | None = None,
+        setting: bool = False,
+    ) -> str:
+        """``failure`` (a speech domain error, a :class:`~gateway.sessions.session_errors.SessionError`...) as the
+        dialect's error event, from its own table: of the client event ``event_id``, the segment ``segment_id``, or
+        (``setting``) of a session setting the client asked for, its ``param`` then named as the session's."""
+        ...
+
+    def unexpected(self, failure: BaseException) -> bool:
+        """Whether the dialect's table has no words for ``failure`` but an internal error's (a bug, then logged)."""
+        ...
 
 
 class Spoken(Protocol):

@@ -18,13 +18,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gateway.audio import open_encoder
-from gateway.http.errors import OpenAIError
 from gateway.sessions.channel import SessionChannel
 from gateway.sessions.ending import EndedByServer
-from gateway.sessions.errors import socket_error
-from gateway.sessions.lanes import PIPELINE_RATE, Lane, Tally, failure, play, stop
+from gateway.sessions.lanes import PIPELINE_RATE, ErrorTable, Lane, Tally, failure, play, stop
 from gateway.sessions.segmenter import SentenceBuffer
-from gateway.sessions.session_errors import SessionDrainedError
+from gateway.sessions.session_errors import SessionDrainedError, SessionError
 from gateway.sessions.stream_events import (
     InputAppend,
     InputFlush,
@@ -176,7 +174,7 @@ class RealtimeSession(EndedByServer):
         self._draining = self._closing = True
         self._drop_pending()
         self._queue.put_nowait(_END_OF_SESSION)
-        shutting_down = OpenAIError(503, _SHUTTING_DOWN, type="server_error", code="server_shutting_down")
+        shutting_down = SessionError(503, _SHUTTING_DOWN, code="server_shutting_down")
         notice = asyncio.create_task(self._send(self._dialect.error(shutting_down)))
         self._background.add(notice)
         notice.add_done_callback(_forget_quietly(self._background))
@@ -202,11 +200,12 @@ class RealtimeSession(EndedByServer):
                 raise ProtocolError("The session is closing.", code="session_closing", event_id=event.event_id)
             await self._handle(event)
         except ProtocolError as exc:
-            await self._refuse(exc.error, exc.event_id)
+            await self._refuse(exc, exc.event_id)
 
-    async def _refuse(self, error: OpenAIError, event_id: str | None) -> None:
-        """Say why a client event was refused; the session goes on, unless its dialect ends it then."""
-        await self._send(self._dialect.error(error, event_id=event_id))
+    async def _refuse(self, error: Exception, event_id: str | None, *, setting: bool = False) -> None:
+        """Say why a client event was refused (``setting``: for a setting it asked for); the session goes on, unless
+        its dialect ends it then."""
+        await self._send(self._dialect.error(error, event_id=event_id, setting=setting))
         if self._dialect.ends_on_error:
             self._close_after_queued()
 
@@ -255,11 +254,8 @@ class RealtimeSession(EndedByServer):
         config = event.apply(self._config)
         try:
             await self._speaker.check(config.speech_request("-"))
-        except (OpenAIError, SpeechError) as refused:
-            exc = socket_error(refused)
-            if exc.param is not None:
-                exc.param = f"session.{exc.param}"
-            await self._refuse(exc, event.event_id)
+        except SpeechError as refused:
+            await self._refuse(refused, event.event_id, setting=True)
             return
         self._config = config
         frames = self._dialect.session_updated(self.id, config, event)
@@ -351,7 +347,7 @@ class RealtimeSession(EndedByServer):
         # First: what went out is the tenant's usage even when the segment ended because the client did (too slow
         # to read, gone), which ``_outcome`` raises, and a send below can fail or be cancelled the same way.
         self._account(segment)
-        error = _outcome(segment, task)
+        error = _outcome(segment, task, self._dialect.unexpected)
         if tail := self._segment_tail():
             await self._send_all(self._dialect.audio(segment.id, tail))
         if error is not None:
@@ -412,8 +408,9 @@ def _is_marker(item: _Segment) -> bool:
     return item is _END_OF_SESSION or item is _END_OF_UTTERANCE
 
 
-def _outcome(segment: _Segment, task: asyncio.Task[None] | None) -> OpenAIError | None:
-    """Set how the segment ended from its task, and return the error to report, if any.
+def _outcome(segment: _Segment, task: asyncio.Task[None] | None, unexpected: ErrorTable) -> BaseException | None:
+    """Set how the segment ended from its task, and return the failure to report, if any (``unexpected``: the
+    dialect's table has no words for it).
 
     Raises:
         SlowClientError, WebSocketDisconnect: the segment failed because the client did; the session ends.
@@ -424,6 +421,6 @@ def _outcome(segment: _Segment, task: asyncio.Task[None] | None) -> OpenAIError 
     exc = task.exception()
     if exc is None:
         return None
-    error = failure(exc, f"realtime segment {segment.id}", socket_error)  # raises for a client too slow or gone
+    error = failure(exc, f"realtime segment {segment.id}", unexpected)  # raises for a client too slow or gone
     segment.status = "failed"
     return error

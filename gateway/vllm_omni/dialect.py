@@ -31,6 +31,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstrain
 
 from gateway.audio.formats import AudioFormat, output_sample_rate
 from gateway.http.json_depth import json_depth_exceeds
+from gateway.http.socket_errors import socket_error, unexpected
 from gateway.schemas import MAX_INPUT_CHARS, MAX_SEED, CustomVoice
 from gateway.sessions.segmenter import Granularity
 from gateway.sessions.stream_events import (
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Self
 
-    from gateway.http.errors import OpenAIError
     from gateway.schemas import SpeechUsage
     from gateway.sessions.stream_dialect import Frame
     from gateway.sessions.stream_events import ClientEvent, SegmentStatus
@@ -271,13 +271,24 @@ class VllmOmniDialect:
         self._utterance, self._sentences = self._utterance + 1, 0
         return [_dump(done)]
 
-    def error(self, error: OpenAIError, *, event_id: str | None = None, segment_id: str | None = None) -> str:
+    def error(
+        self,
+        failure: BaseException,
+        *,
+        event_id: str | None = None,
+        segment_id: str | None = None,
+        setting: bool = False,
+    ) -> str:
+        error = socket_error(failure)  # the OpenAI family's table: vLLM-Omni's error says its message alone
         sentence = self._sentence_of(segment_id)
         if sentence is None:
             return _dump({"type": "error", "message": error.message})
         message = f"Generation failed for utterance {self._utterance}, sentence {sentence.index}: {error.message}"
         partial = {"partial_audio": True, "action": "discard"} if sentence.total_bytes else {}
         return _dump({"type": "error", "message": message, **partial})
+
+    def unexpected(self, failure: BaseException) -> bool:
+        return unexpected(failure)
 
     def _sentence_of(self, segment_id: str | None) -> _Sentence | None:
         if self._sentence is not None and self._sentence.segment_id == segment_id:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from litestar import WebSocket, websocket
 
+from gateway.http.socket_errors import said
 from gateway.openai.realtime import events
 from gateway.openai.realtime.session import OpenAIRealtimeSession
-from gateway.sessions.errors import socket_error
 from gateway.sessions.kernel import serve
 from gateway.sessions.serving import authenticated
 
@@ -25,8 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from auth import Principal
-    from gateway.http.errors import OpenAIError
-    from gateway.sessions.dialect import Opened
+    from gateway.sessions.dialect import Opened, Said
     from gateway.settings import RealtimeSettings
 
 PATH = "/v1/realtime"
@@ -47,17 +46,13 @@ class _OpenAIRealtimeSocket:
     handshake, the model in the URL."""
 
     path = PATH
-    refusal = None  # OpenAI's error body
 
     def __init__(self, socket: WebSocket[Any, Any, Any]) -> None:
         self._offered: Sequence[str] = socket.scope.get("subprotocols") or ()
         self._model = socket.query_params.get("model") or DEFAULT_MODEL
 
-    def error_event(self, error: OpenAIError) -> str:
-        return events.error_event(error)
-
-    def socket_error(self, exc: BaseException) -> OpenAIError:
-        return socket_error(exc)  # the OpenAI family's table
+    def say(self, failure: BaseException) -> Said:
+        return said(failure, events.error_event)  # the OpenAI family's table
 
     async def caller(self, socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Principal:
         return await authenticated(socket, _authorization(socket, self._offered))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from litestar.exceptions import WebSocketDisconnect
 
 from gateway.audio import open_g711_encoder
-from gateway.http.errors import OpenAIError
+from gateway.http.socket_errors import socket_error, unexpected
 from gateway.openai.realtime import events
 from gateway.openai.realtime.events import (
     ConversationItemCreate,
@@ -39,7 +39,6 @@ from gateway.openai.realtime.events import (
 from gateway.schemas import MAX_INPUT_CHARS
 from gateway.sessions.channel import SessionChannel
 from gateway.sessions.ending import EndedByServer
-from gateway.sessions.errors import socket_error
 from gateway.sessions.lanes import PIPELINE_RATE, HeardClock, Tally, cancel, failure, play, stop
 from gateway.sessions.session_errors import SessionDrainedError, SlowClientError
 from gateway.speech.delivery import speech_usage
@@ -120,7 +119,7 @@ class OpenAIRealtimeSession(EndedByServer):
         """Check, before the handshake is accepted, that the session's model and default voice can be served.
 
         Raises:
-            OpenAIError: a model the tenant may not use (403), an unknown model (404) or voice (400).
+            SpeechError: a model the tenant may not use (403), an unknown model (404) or voice (400).
         """
         await self._speaker.check(self._settings.speech_request("-"))
 
@@ -156,7 +155,7 @@ class OpenAIRealtimeSession(EndedByServer):
                     raise events.binary_frame_error()
                 await self._handle(events.parse_client_event(text, max_depth=self._max_json_depth))
             except RealtimeProtocolError as exc:
-                await self._send(events.error_event(exc.error, client_event_id=exc.event_id))
+                await self._send(events.error_event(socket_error(exc), client_event_id=exc.event_id))
 
     def _busy(self) -> bool:
         """A response is being spoken: a client listening to a long response is not idle."""
@@ -182,7 +181,7 @@ class OpenAIRealtimeSession(EndedByServer):
         settings = self._settings.apply(event.patch)
         try:
             await self._speaker.check(settings.speech_request("-"))
-        except (OpenAIError, SpeechError) as refused:
+        except SpeechError as refused:
             exc = socket_error(refused)
             exc.param = _SETTING_PARAMS.get(exc.param or "", exc.param)
             await self._send(events.error_event(exc, client_event_id=event.event_id))
@@ -292,7 +291,7 @@ class OpenAIRealtimeSession(EndedByServer):
         except (SlowClientError, WebSocketDisconnect):
             raise
         except Exception as exc:
-            error = failure(exc, "realtime response", socket_error)
+            error = socket_error(failure(exc, "realtime response", unexpected))
             await self._send(events.error_event(error))
             active.state = active.state.finish("failed", usage=active.usage(), error=error)
         else:

@@ -88,7 +88,7 @@ def test_a_body_over_the_depth_gets_400_with_openai_body_before_it_is_parsed() -
 def test_a_realtime_message_over_the_depth_is_a_protocol_error() -> None:
     with pytest.raises(ProtocolError) as raised:
         parse_client_event("[" * 1000 + "]" * 1000)
-    assert raised.value.error.code == "json_too_deep" and raised.value.error.status_code == 400
+    assert raised.value.code == "json_too_deep" and raised.value.status_code == 400
     assert parse_client_event(json.dumps({"type": "input.append", "text": "[[[[" * 100})).type == "input.append"
 
 

@@ -124,5 +124,5 @@ def test_client_events_parse_into_their_types() -> None:
 def test_bad_client_events_are_refused_with_a_code_and_param(message: str, code: str, param: str | None) -> None:
     with pytest.raises(ProtocolError) as refused:
         parse_client_event(message)
-    assert (refused.value.error.code, refused.value.error.param) == (code, param)
-    assert refused.value.error.message
+    assert (refused.value.code, refused.value.param) == (code, param)
+    assert refused.value.message

@@ -16,7 +16,7 @@ from gateway.sessions.registry import SessionRegistry
 from storage import connect_redis
 
 if TYPE_CHECKING:
-    from gateway.http.errors import OpenAIError
+    from gateway.sessions.session_errors import SessionError
 
 
 @dataclass
@@ -29,7 +29,7 @@ class Session:
     finishes_drain: bool = True
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def revoke(self, error: OpenAIError) -> None:
+    def revoke(self, error: SessionError) -> None:
         self.revoked_with.append(error.code)
 
     def begin_drain(self) -> None:

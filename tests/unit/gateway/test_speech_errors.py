@@ -12,7 +12,7 @@ from engines.errors import EngineOverloadedError, SynthesisFailedError
 from gateway.elevenlabs.errors import as_elevenlabs_error, socket_error
 from gateway.elevenlabs.socket_wire import error_message
 from gateway.http.errors import as_openai_error, error_body
-from gateway.sessions.errors import socket_error as openai_socket_error
+from gateway.http.socket_errors import socket_error as openai_socket_error
 from gateway.speech.errors import (
     ConflictError,
     FailoverExhaustedError,

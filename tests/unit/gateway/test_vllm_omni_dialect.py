@@ -85,7 +85,7 @@ def test_text_messages_map_onto_the_sessions_events() -> None:
 def test_refused_messages_say_why_as_vllm_omni_does(message: dict[str, Any], says: str) -> None:
     with pytest.raises(ProtocolError) as refused:
         parse(VllmOmniDialect(), **message)
-    assert says in refused.value.error.message
+    assert says in refused.value.message
 
 
 def configured(**config: Any) -> VllmOmniDialect:

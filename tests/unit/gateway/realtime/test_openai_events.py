@@ -46,6 +46,7 @@ from openai.types.realtime.realtime_server_event import ConversationItemRetrieve
 from pydantic import BaseModel, TypeAdapter
 
 from gateway.http.errors import OpenAIError
+from gateway.http.socket_errors import socket_error
 from gateway.openai.realtime.events import (
     MAX_EVENT_DEPTH,
     ContentPart,
@@ -144,8 +145,10 @@ def refused(text: str) -> RealtimeProtocolError:
     with pytest.raises(RealtimeProtocolError) as caught:
         parse_client_event(text)
     # Whatever is refused, the error event the session sends about it is OpenAI's shape.
-    sent = server_event(error_event(caught.value.error, client_event_id=caught.value.event_id), RealtimeErrorEvent)
-    assert sent.error.code == caught.value.error.code
+    sent = server_event(
+        error_event(socket_error(caught.value), client_event_id=caught.value.event_id), RealtimeErrorEvent
+    )
+    assert sent.error.code == socket_error(caught.value).code
     assert sent.error.event_id == caught.value.event_id
     return caught.value
 
@@ -175,7 +178,7 @@ def _outcome(text: str) -> object:
     try:
         return parse_client_event(text)
     except RealtimeProtocolError as exc:
-        return exc.error.code, exc.error.param
+        return socket_error(exc).code, socket_error(exc).param
 
 
 def test_every_client_event_type_of_the_sdk_is_handled() -> None:
@@ -464,7 +467,7 @@ FORMAT = "session.audio.output.format"
     ],
 )
 def test_refused(text: str, code: str, param: str | None) -> None:
-    error = refused(text).error
+    error = socket_error(refused(text))
     assert (error.code, error.param) == (code, param)
     assert error.status_code == 400
     assert error.type == "invalid_request_error"
@@ -478,24 +481,27 @@ def test_an_error_names_the_client_event() -> None:
 
 def test_an_unknown_type_is_refused_as_openai_refuses_it() -> None:
     """OpenAI answers an unknown type with ``invalid_value`` on ``type``, listing the types it takes."""
-    error = refused('{"type": "nope"}').error
+    error = socket_error(refused('{"type": "nope"}'))
     assert (error.code, error.param) == ("invalid_value", "type")
     assert error.message.startswith("Invalid value: 'nope'. Supported values are: 'session.update',")
 
 
 def test_openais_wording() -> None:
-    assert refused(_session_update({"bogus_field": 1})).error.message == "Unknown parameter: 'session.bogus_field'."
-    assert refused(_item([{"type": "input_text", "text": TOO_LONG}])).error.message == (
+    assert (
+        socket_error(refused(_session_update({"bogus_field": 1}))).message
+        == "Unknown parameter: 'session.bogus_field'."
+    )
+    assert socket_error(refused(_item([{"type": "input_text", "text": TOO_LONG}]))).message == (
         f"Invalid 'item.content[0].text': string too long. Expected a string with maximum length {MAX_INPUT_CHARS}, "
         f"but got a string with length {MAX_INPUT_CHARS + 1} instead."
     )
-    assert refused(_item([{"type": "input_text"}])).error.message == (
+    assert socket_error(refused(_item([{"type": "input_text"}]))).message == (
         "Missing required parameter: 'item.content[0].text'."
     )
 
 
 def test_a_binary_frame_is_refused_as_openai_refuses_it() -> None:
-    error = binary_frame_error().error
+    error = socket_error(binary_frame_error())
     sent = server_event(error_event(error), RealtimeErrorEvent)
     assert (sent.error.code, sent.error.param, sent.error.event_id) == ("invalid_event", None, None)
 
@@ -505,12 +511,12 @@ def test_too_deep_json_is_refused_before_parsing() -> None:
     deep = (
         '{"type": "session.update", "session": {"type": "realtime", "tracing": ' + "[" * 100_000 + "]" * 100_000 + "}}"
     )
-    assert refused(deep).error.code == "json_too_deep"
+    assert socket_error(refused(deep)).code == "json_too_deep"
     nested = _session_update({"tracing": {"metadata": {"a": {"b": [[[]]]}}}})
     assert isinstance(parse_client_event(nested, max_depth=MAX_EVENT_DEPTH), SessionUpdate)
     with pytest.raises(RealtimeProtocolError) as caught:
         parse_client_event(nested, max_depth=4)
-    assert caught.value.error.code == "json_too_deep"
+    assert socket_error(caught.value).code == "json_too_deep"
 
 
 # --- Server events ------------------------------------------------------------------------------------------------
@@ -718,7 +724,7 @@ def test_event_ids_are_fresh() -> None:
 
 def test_text_that_utf8_cannot_carry_is_refused() -> None:
     """JSON lets a client send a lone surrogate, which no UTF-8 text frame could carry back to it."""
-    error = refused(_item([{"type": "input_text", "text": "\ud800"}])).error
+    error = socket_error(refused(_item([{"type": "input_text", "text": "\ud800"}])))
     assert (error.code, error.param) == ("invalid_value", "item.content[0].text")
 
 

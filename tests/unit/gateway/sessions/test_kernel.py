@@ -1,9 +1,10 @@
 """The session kernel (``gateway/sessions/``) serves a dialect of a few dozen lines: ``Say``, below, speaks each text
-message as raw PCM in binary frames, then ``{"done": seconds}``; an error is ``{"error": code}``. It is what a new
-dialect costs (CONTRIBUTING.md, "How to add a socket dialect"), and it checks what the kernel does for every dialect:
-the handshake refused in the dialect's words, each segment spoken through the one pipeline and heard to its end, a
-failed segment an error in the dialect's words while the session goes on, and the session's one log line. In process,
-espeak in a thread (``tests/inprocess.py``)."""
+message as raw PCM in binary frames, then ``{"done": seconds}``; an error is ``{"error": name}``, from a table of
+its own that is not OpenAI's. It is what a new dialect costs (CONTRIBUTING.md, "How to add a socket dialect"), and it
+checks what the kernel does for every dialect: the handshake refused in the dialect's words, each segment spoken
+through the one pipeline and heard to its end, a failed segment an error in the dialect's words while the session goes
+on, the kernel's own faults (a refused message, a socket over its budget) handed to the dialect's table as the neutral
+``SessionError``, and the session's one log line. In process, espeak in a thread (``tests/inprocess.py``)."""
 
 from __future__ import annotations
 
@@ -18,14 +19,17 @@ from litestar.exceptions import WebSocketDisconnect
 from litestar.testing import TestClient
 
 from gateway.audio import AudioFormat
+from gateway.http.errors import OpenAIError
 from gateway.schemas import SpeechRequest
 from gateway.sessions.channel import SessionChannel
+from gateway.sessions.dialect import ProtocolError, Said
 from gateway.sessions.ending import EndedByServer
-from gateway.sessions.errors import socket_error
 from gateway.sessions.kernel import serve
 from gateway.sessions.lanes import HeardClock, Tally, failure, play, stop
 from gateway.sessions.serving import authenticated
-from gateway.text import Markup
+from gateway.sessions.session_errors import SessionError
+from gateway.speech.errors import SpeechError
+from gateway.text import Markup, MarkupError
 from tests.inprocess import in_process_app
 from tests.waiting import wait_until
 
@@ -35,15 +39,29 @@ if TYPE_CHECKING:
     from litestar import Litestar
 
     from auth import Principal
-    from gateway.http.errors import OpenAIError
     from gateway.sessions.dialect import Opened
     from gateway.settings import RealtimeSettings
 
 RATE = 24_000
-CONFIG: dict[str, Any] = {"engines": {"chattts": None, "espeak": {"kind": "espeak"}}, "aliases": {"tts-1": ["espeak"]}}
+CONFIG: dict[str, Any] = {
+    "engines": {"chattts": None, "espeak": {"kind": "espeak"}},
+    "aliases": {"tts-1": ["espeak"]},
+    "realtime": {"max_socket_messages_per_s": 1, "socket_burst_s": 3},  # a socket's burst: three messages
+}
+SAID: list[BaseException] = []
+"""Every failure the kernel asked the dialect to say, as it reached the dialect's table."""
 
 
 # ----------------------------------------------------------------- the whole dialect
+def _name(failure: BaseException) -> str:
+    """The dialect's own error table: a name for each failure, in no other API's words."""
+    if isinstance(failure, SessionError):
+        return f"session/{failure.code}"
+    if isinstance(failure, SpeechError):
+        return f"speech/{failure.kind}"
+    return "markup" if isinstance(failure, MarkupError) else "internal"
+
+
 class _SaySession(EndedByServer):
     def __init__(self, opened: Opened, voice: str) -> None:
         super().__init__()
@@ -78,9 +96,12 @@ class _SaySession(EndedByServer):
     async def _receive(self) -> None:
         while (message := await self._channel.receive())["type"] != "websocket.disconnect":
             try:
-                await self._say(str(message.get("text") or ""))
+                if (text := message.get("text")) is None:
+                    raise ProtocolError("Send text.", code="binary_frame")
+                await self._say(str(text))
             except Exception as exc:
-                await self._channel.send(json.dumps({"error": failure(exc, "say line", socket_error).code}))
+                said = failure(exc, "say line", lambda failed: _name(failed) == "internal")
+                await self._channel.send(json.dumps({"error": _name(said)}))
 
     async def _say(self, text: str) -> None:
         clock = HeardClock()
@@ -97,16 +118,14 @@ class _SaySession(EndedByServer):
 
 class _SaySocket:
     path = "/test/say"
-    refusal = None
 
     def __init__(self, socket: WebSocket[Any, Any, Any]) -> None:
         self._voice = socket.query_params.get("voice", "alloy")
 
-    def error_event(self, error: OpenAIError) -> str:
-        return json.dumps({"error": error.code})
-
-    def socket_error(self, exc: BaseException) -> OpenAIError:
-        return socket_error(exc)  # OpenAI's error objects: a test dialect needs no table of its own
+    def say(self, failure: BaseException) -> Said:
+        SAID.append(failure)
+        name = _name(failure)
+        return Said(json.dumps({"error": name}), f"say: {name}", name, 418, {"say_error": name})
 
     async def caller(self, socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Principal:
         return await authenticated(socket, socket.headers.get("authorization"))
@@ -156,7 +175,7 @@ def test_a_dialect_speaks_each_segment_through_the_kernel_to_its_end(
         again, _ = _line(socket)
     assert len(audio) / 2 / RATE == pytest.approx(done["done"], abs=1e-6)
     assert done["done"] > 0.3
-    assert failed == {"error": "invalid_ssml"}  # the pipeline's 400, in the dialect's words; the session goes on
+    assert failed == {"error": "markup"}  # the pipeline's refusal, in the dialect's words; the session goes on
     assert len(again) / 2 / RATE > 0.2  # "Two."
 
     def logged() -> list[dict[str, Any]]:
@@ -174,3 +193,27 @@ def test_a_session_that_cannot_be_served_is_refused_at_the_handshake(client: Tes
     with pytest.raises(WebSocketDisconnect) as refused, client.websocket_connect("/test/say?voice=nobody") as socket:
         socket.receive_text()
     assert refused.value.code == 1008
+    assert isinstance(SAID[-1], SpeechError)  # the domain's error reached the dialect's table, not OpenAI's object
+    assert SAID[-1].kind == "voice_not_offered"
+
+
+def test_the_kernels_own_faults_reach_the_dialects_table_as_neutral_errors(
+    client: TestClient[Litestar], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="chattts_gateway.realtime")
+    SAID.clear()
+    received: list[dict[str, Any]] = []
+    with pytest.raises(WebSocketDisconnect) as closed, client.websocket_connect("/test/say") as socket:
+        for _ in range(5):  # the burst is three messages: the fourth is over the socket's budget
+            socket.send_bytes(b"\x00")
+        while True:
+            received.append(json.loads(socket.receive_text()))
+    assert received[0] == {"error": "session/binary_frame"}  # a protocol fault, in the dialect's words; it goes on
+    assert received[-1] == {"error": "session/rate_limit_exceeded"}  # the kernel's own close, said by the dialect
+    assert closed.value.code == 1008
+    assert closed.value.detail == "say: session/rate_limit_exceeded"  # the close reason is the dialect's too
+    assert len(SAID) == 1
+    over = SAID[0]
+    assert isinstance(over, SessionError)
+    assert not isinstance(over, OpenAIError)
+    assert (over.status_code, over.code) == (429, "rate_limit_exceeded")
