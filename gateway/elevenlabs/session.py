@@ -43,7 +43,6 @@ import asyncio
 import contextlib
 import json
 import re
-from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -63,15 +62,16 @@ from gateway.elevenlabs.socket_wire import (
 )
 from gateway.elevenlabs.wire import SocketSpeechOptions, TextToSpeechRequest, VoiceSettings, text_markup
 from gateway.http.errors import OpenAIError
-from gateway.sessions.channel import SessionChannel
 from gateway.sessions.ending import EndedByServer
-from gateway.sessions.lanes import PIPELINE_RATE, HeardClock, Tally, cancel, failure, play, stop
+from gateway.sessions.lanes import PIPELINE_RATE, HeardClock, Lane, Tally, failure, play, stop
 from gateway.sessions.segmenter import SentenceBuffer
 from gateway.sessions.session_errors import SessionDrainedError, SlowClientError
 from gateway.speech.alignment import CharacterCursor
 from gateway.speech.errors import SpeechError
 
 if TYPE_CHECKING:
+    from collections import deque
+
     from gateway.audio import AudioEncoder, Encoding
     from gateway.elevenlabs.socket_wire import PieceRenderer
     from gateway.schemas import SpeechRequest
@@ -97,28 +97,35 @@ _MARKUP = re.compile(r"<[A-Za-z/!?]")
 
 @dataclass(eq=False)
 class _Context:
-    """One context: its text not yet spoken, its pieces waiting, and the task that speaks them."""
+    """One context: its text not yet spoken, and its lane (the pieces waiting, the task that speaks them)."""
 
     id: str
     buffer: SentenceBuffer
     voice_settings: VoiceSettings | None = None
     dictionaries: list[tuple[str, str | None]] | None = None
     """The pronunciation dictionaries its first message named; ``None``: the tenant's defaults."""
-    pieces: deque[str] = field(default_factory=deque)
+    lane: Lane[str] = field(default_factory=Lane)
     flushed: int = 0
     """Of ``pieces``, the first this many are covered by a flush (spoken even once the context closes)."""
     current_flushed: bool = False
     """Whether the piece being spoken is covered by a flush."""
     speaking: bool = False
-    closing: bool = False
     spoken: int = 0
     """Pieces spoken so far (the next one's alignment starts with the space between them)."""
     gap_s: float = 0.0
     """The silence the encoder added after the last piece (its drain): the space before the next one lasts that
     long, so that the alignment's clock stays the audio's."""
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
     encoder: AudioEncoder | None = None
-    task: asyncio.Task[None] | None = None
+
+    @property
+    def pieces(self) -> deque[str]:
+        """The pieces waiting to be spoken, in order."""
+        return self.lane.queued
+
+    @property
+    def closing(self) -> bool:
+        """Closed by the client: what a flush covered is still spoken, then ``isFinal``."""
+        return self.lane.closed
 
 
 SessionContext = _Context
@@ -148,13 +155,7 @@ class ElevenLabsStreamSession(EndedByServer):
         """The URL's ``seed``, ``language_code`` and ``apply_text_normalization``: every piece of every context."""
         self._markup = text_markup(ssml)
         """Break tags in every piece; the SSML subset too with ``enable_ssml_parsing``."""
-        self._channel = SessionChannel(
-            opened.socket,
-            send_timeout_s=opened.send_timeout_s,
-            idle_timeout_s=opened.settings.idle_timeout_s,
-            busy=self._busy,
-            budget=opened.budget,  # every message paid for before it is parsed (``gateway/sessions/budget.py``)
-        )
+        self._channel = opened.channel(self._busy)
         self._speaker = opened.speaker
         self._voice_id = voice_id
         self._model_id = model_id
@@ -199,7 +200,7 @@ class ElevenLabsStreamSession(EndedByServer):
         try:
             await self._until_ended(receiver)
         finally:
-            await stop(receiver, *(c.task for c in self._contexts.values()))
+            await stop(receiver, *(task for c in self._contexts.values() for task in c.lane.tasks))
 
     def log_fields(self) -> dict[str, Any]:
         return {"voice_id": self._voice_id, "contexts": self.contexts_opened, **self._tally.fields()}
@@ -295,11 +296,10 @@ class ElevenLabsStreamSession(EndedByServer):
             pieces = [*context.buffer.flush(), text.strip()] if markup else context.buffer.append(text)
         if flush or (self._auto_mode and text):
             pieces += context.buffer.flush()
-        context.pieces.extend(pieces)
+        context.lane.put(*pieces)
         if flush:
             context.flushed = len(context.pieces)
             context.current_flushed = context.current_flushed or context.speaking
-        context.wake.set()
 
     def _open(self, context_id: str) -> _Context:
         if len(self._contexts) >= MAX_CONTEXTS:
@@ -307,8 +307,9 @@ class ElevenLabsStreamSession(EndedByServer):
                 f"A socket may have at most {MAX_CONTEXTS} contexts open: close one first.", "max_contexts_exceeded"
             )
         context = _Context(context_id, SentenceBuffer(self._limits.max_segment_chars))
-        context.task = asyncio.create_task(self._speak_context(context), name=f"elevenlabs-{self.id}-{context_id}")
-        context.task.add_done_callback(self._lane_ended)
+        context.lane.start(
+            self._speak_context(context), name=f"elevenlabs-{self.id}-{context_id}", ended=self._lane_ended
+        )
         self._contexts[context_id] = context
         self.contexts_opened += 1
         return context
@@ -319,21 +320,19 @@ class ElevenLabsStreamSession(EndedByServer):
         context = self._contexts.get(context_id)
         if context is None or context.closing:
             return
-        context.closing = True
         context.buffer.clear()
         while len(context.pieces) > context.flushed:
             context.pieces.pop()
-        if context.speaking and not context.current_flushed and context.task is not None:
-            if await cancel(context.task):  # barge-in: the engine's job is cancelled with it
-                await self._final(context)
-            return
-        context.wake.set()
+        context.lane.close()
+        # Barge-in on a piece no flush covered: nothing after it is either; the engine's job is cancelled with it.
+        if context.speaking and not context.current_flushed and await context.lane.stop():
+            await self._final(context)
 
     async def _close_socket(self) -> None:
         """Close every context (what a flush covered is spoken), then the socket."""
         for context_id in list(self._contexts):
             await self._close_context(context_id)
-        tasks = [c.task for c in self._contexts.values() if c.task is not None]
+        tasks = [c.lane.task for c in self._contexts.values() if c.lane.task is not None]
         if tasks:
             await asyncio.wait(tasks)
         with contextlib.suppress(WebSocketDisconnect, OSError):
@@ -342,13 +341,7 @@ class ElevenLabsStreamSession(EndedByServer):
     # ----------------------------------------------------------------- speaking
     async def _speak_context(self, context: _Context) -> None:
         """Speak the context's pieces in order, one at a time, until it is closed and has nothing left."""
-        while True:
-            while not context.pieces and not context.closing:
-                context.wake.clear()
-                await context.wake.wait()
-            if not context.pieces:
-                break
-            text = context.pieces.popleft()
+        while (text := await context.lane.next()) is not None:
             context.current_flushed = context.flushed > 0
             context.flushed = max(0, context.flushed - 1)
             context.speaking = True

@@ -15,10 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gateway.sessions.channel import SessionChannel
 from gateway.sessions.session_errors import SessionError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from litestar import WebSocket
 
@@ -74,6 +75,17 @@ class Opened:
     """``server.max_json_depth``: deeper messages are refused, as deeper HTTP bodies are."""
     budget: SocketBudget
     """What the client may send a second (``gateway/sessions/budget.py``), every message paid for before parsing."""
+
+    def channel(self, busy: Callable[[], bool]) -> SessionChannel:
+        """The session's way to its socket (``channel.py``): sends within the send timeout, the client's messages
+        paid for in the budget, idle after the settings' ``idle_timeout_s`` without a message while not ``busy``."""
+        return SessionChannel(
+            self.socket,
+            send_timeout_s=self.send_timeout_s,
+            idle_timeout_s=self.settings.idle_timeout_s,
+            busy=busy,
+            budget=self.budget,
+        )
 
 
 class DialectSession(Protocol):

@@ -2,16 +2,18 @@
 through the edge encoder with the heard clock advanced (:func:`play`), a failure as the error the dialect reports
 (:func:`failure`), the session's tally for its log line (:class:`Tally`), and the teardown of its tasks (:func:`stop`).
 
-A lane is what speaks one segment after another: one for this gateway's and vLLM-Omni's sessions, one for each OpenAI
-response, one for each ElevenLabs context. The dialect keeps its lanes; every segment of every lane is spoken here.
+A lane (:class:`Lane`) is what speaks one segment after another: one for this gateway's and vLLM-Omni's sessions, one
+for each OpenAI response, one for each ElevenLabs context. The kernel owns its mechanics (its queue, its task, barge-in,
+teardown); the dialect opens its lanes and says what each item is. Every segment of every lane is spoken here.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from litestar.exceptions import WebSocketDisconnect
 
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["PIPELINE_RATE", "ErrorTable", "HeardClock", "Lane", "Speaker", "Tally", "cancel", "failure", "play", "stop"]
 
 logger = naming.logger("realtime")
+
+T = TypeVar("T")
 
 PIPELINE_RATE = output_sample_rate(AudioFormat.PCM)
 """Every segment reaches a session as 24 kHz PCM, its speed applied; the dialect's encoder makes its format."""
@@ -102,16 +106,73 @@ async def play(
         yield chunk, chunk.audio if encoder is None else encoder.encode(chunk.audio)
 
 
-class Lane:
-    """Speaks one segment at a time, each in a task of its own, so that :meth:`cancel` (barge-in) stops the segment
-    in progress, its engine job with it, and not the lane that waits for it."""
+class Lane(Generic[T]):
+    """A lane of a session: what it speaks, one item after another, in a task of its own. The kernel owns its
+    mechanics (the queue, the lane's task and its end, barge-in, teardown); the dialect says what an item is, how one
+    is spoken and how it is rendered.
+
+    A session has one lane (this gateway's and vLLM-Omni's: segments of one text stream), one a response (OpenAI
+    Realtime: its lane's task speaks the response, nothing is queued) or N (ElevenLabs: one a context, its pieces
+    queued). A lane that speaks each item in a task of its own (:meth:`speak`) can stop the item in progress
+    (:meth:`cancel`) and go on; :meth:`stop` stops the whole lane.
+    """
 
     def __init__(self) -> None:
+        self.queued: deque[T] = deque()
+        """What waits to be spoken, in order: the dialect may drop or mark what waits (a cancel, a context closed)."""
+        self.closed = False
+        """Whether the lane ends once nothing waits (:meth:`close`)."""
+        self.task: asyncio.Task[None] | None = None
+        """The lane's own task (:meth:`start`)."""
         self.current: asyncio.Task[None] | None = None
-        """The segment being spoken."""
+        """The item being spoken, when :meth:`speak` speaks it in a task of its own."""
+        self._wake = asyncio.Event()
+
+    def start(
+        self, run: Coroutine[Any, Any, None], *, name: str, ended: Callable[[asyncio.Task[None]], None] | None = None
+    ) -> asyncio.Task[None]:
+        """Run the lane in a task of its own: ``run`` takes its items (:meth:`next`) until it is closed, or is the
+        lane's one item; ``ended`` is called with the task once it ended (:meth:`EndedByServer._lane_ended
+        <gateway.sessions.ending.EndedByServer._lane_ended>`: one that raised ends the session)."""
+        task = self.task = asyncio.create_task(run, name=name)
+        if ended is not None:
+            task.add_done_callback(ended)
+        return task
+
+    @property
+    def running(self) -> bool:
+        """Whether the lane's task has started and not ended."""
+        return self.task is not None and not self.task.done()
+
+    @property
+    def tasks(self) -> tuple[asyncio.Task[None] | None, asyncio.Task[None] | None]:
+        """The lane's tasks, for the session's teardown (:func:`stop`): the item in progress, then the lane."""
+        return self.current, self.task
+
+    def put(self, *items: T) -> None:
+        """Queue ``items`` after what waits."""
+        self.queued.extend(items)
+        self._wake.set()
+
+    def close(self) -> None:
+        """End the lane once what waits has been spoken."""
+        self.closed = True
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Let the lane look again at what waits (the dialect changed it)."""
+        self._wake.set()
+
+    async def next(self) -> T | None:
+        """The next item once one waits; ``None`` once the lane is closed and nothing waits."""
+        while not self.queued and not self.closed:
+            self._wake.clear()
+            await self._wake.wait()
+        return self.queued.popleft() if self.queued else None
 
     async def speak(self, segment: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
-        """Speak ``segment`` until it ends, fails or is cancelled; the ended task says which.
+        """Speak ``segment`` in a task of its own until it ends, fails or is cancelled (:meth:`cancel`, barge-in:
+        the segment in progress stops, its engine job with it, and not the lane); the ended task says which.
 
         Raises:
             asyncio.CancelledError: the lane itself was cancelled (the session ends); the segment is cancelled too.
@@ -127,9 +188,14 @@ class Lane:
         return task
 
     def cancel(self) -> None:
-        """Stop the segment in progress, if any."""
+        """Stop the segment in progress (:meth:`speak`), if any; the lane goes on."""
         if self.current is not None:
             self.current.cancel()
+
+    async def stop(self) -> bool:
+        """Barge-in on the whole lane: cancel its task and wait until it stopped; whether it was cancelled
+        (``False``: it ended on its own meanwhile, and said so)."""
+        return self.task is not None and await cancel(self.task)
 
 
 async def cancel(task: asyncio.Task[None]) -> bool:

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gateway.audio import open_encoder
-from gateway.sessions.channel import SessionChannel
 from gateway.sessions.ending import EndedByServer
 from gateway.sessions.lanes import PIPELINE_RATE, ErrorTable, Lane, Tally, failure, play, stop
 from gateway.sessions.segmenter import SentenceBuffer
@@ -102,13 +101,7 @@ class RealtimeSession(EndedByServer):
         """The dialect, chosen by the client's first message: where the session reads and writes the wire."""
         self._max_json_depth = opened.max_json_depth
         """``server.max_json_depth``: deeper messages get an error event, as deeper HTTP bodies get a 400."""
-        self._channel = SessionChannel(
-            opened.socket,
-            send_timeout_s=opened.send_timeout_s,
-            idle_timeout_s=settings.idle_timeout_s,
-            busy=self._busy,
-            budget=opened.budget,
-        )
+        self._channel = opened.channel(self._busy)
         """The socket: sends within ``send_timeout_s``; idle when no client event came and nothing was queued or
         spoken for ``idle_timeout_s`` (from the last event or the last segment's end); every client message paid for
         in ``budget``."""
@@ -116,8 +109,8 @@ class RealtimeSession(EndedByServer):
         self._settings = settings
         self._config = SessionConfig()
         self._buffer = SentenceBuffer(settings.max_segment_chars)
-        self._queue: asyncio.Queue[_Segment] = asyncio.Queue()
-        self._lane = Lane()
+        self._lane: Lane[_Segment] = Lane()
+        """The session's one lane: its segments, and the markers of the flushes served, in order."""
         self._encoder: AudioEncoder | None = None
         self._streaming = False
         """Set by the first segment: the fields in ``_LOCKED_FIELDS`` are fixed from then on."""
@@ -149,14 +142,14 @@ class RealtimeSession(EndedByServer):
             await self._update(self._first)
         if self._opening is not None:
             await self._on_message(self._opening)
-        speaker = asyncio.create_task(self._speak_queued(), name=f"realtime-speaker-{self.id}")
+        speaker = self._lane.start(self._speak_queued(), name=f"realtime-speaker-{self.id}")
         receiver = asyncio.create_task(self._receive(), name=f"realtime-receiver-{self.id}")
         try:
-            # The receiver ends when the client leaves; the speaker when a session.close has been served (or the
+            # The receiver ends when the client leaves; the lane when a session.close has been served (or the
             # session drained); the server ends it when its credentials are revoked.
             await self._until_ended(receiver, speaker)
         finally:
-            await stop(self._lane.current, speaker, receiver, *self._background)
+            await stop(*self._lane.tasks, receiver, *self._background)
 
     def log_fields(self) -> dict[str, Any]:
         return self._tally.fields()
@@ -173,7 +166,7 @@ class RealtimeSession(EndedByServer):
             return
         self._draining = self._closing = True
         self._drop_pending()
-        self._queue.put_nowait(_END_OF_SESSION)
+        self._lane.close()
         shutting_down = SessionError(503, _SHUTTING_DOWN, code="server_shutting_down")
         notice = asyncio.create_task(self._send(self._dialect.error(shutting_down)))
         self._background.add(notice)
@@ -211,7 +204,7 @@ class RealtimeSession(EndedByServer):
 
     def _busy(self) -> bool:
         """A segment is being spoken or waits: a client listening to long speech is not idle."""
-        return self._segment_in_hand or not self._queue.empty()
+        return self._segment_in_hand or bool(self._lane.queued)
 
     async def _handle(self, event: ClientEvent) -> None:
         if isinstance(event, SessionUpdate):
@@ -220,7 +213,7 @@ class RealtimeSession(EndedByServer):
             self._append(event)
         elif isinstance(event, InputFlush):
             self._enqueue(self._buffer.flush())
-            self._queue.put_nowait(_END_OF_UTTERANCE)
+            self._lane.put(_END_OF_UTTERANCE)
         elif isinstance(event, ResponseCancel):
             self._cancel()
         elif isinstance(event, SessionClose):
@@ -232,7 +225,7 @@ class RealtimeSession(EndedByServer):
     def _close_after_queued(self) -> None:
         if not self._closing:
             self._closing = True
-            self._queue.put_nowait(_END_OF_SESSION)
+            self._lane.close()
 
     async def _update(self, event: SessionUpdate) -> None:
         if event.token is not None:
@@ -282,7 +275,7 @@ class RealtimeSession(EndedByServer):
     def _enqueue(self, texts: list[str]) -> None:
         for text in texts:
             self._queued_chars += len(text)
-            self._queue.put_nowait(_Segment(f"seg_{next(self._segment_ids)}", text))
+            self._lane.put(_Segment(f"seg_{next(self._segment_ids)}", text))
 
     def _cancel(self) -> None:
         """Barge-in: stop the segment in progress, drop the queued ones and the text not yet segmented."""
@@ -292,18 +285,14 @@ class RealtimeSession(EndedByServer):
     def _drop_pending(self) -> None:
         """Drop the text not yet segmented, and mark the queued segments cancelled (reported in order)."""
         self._buffer.clear()
-        queued: list[_Segment] = []
-        while not self._queue.empty():
-            queued.append(self._queue.get_nowait())
-        for segment in queued:
-            if not _is_marker(segment) and segment.status != "cancelled":
+        for segment in self._lane.queued:
+            if segment is not _END_OF_UTTERANCE and segment.status != "cancelled":
                 segment.status = "cancelled"  # the speaker reports it, in order, without speaking it
                 self._queued_chars -= len(segment.text)  # nothing left to speak: it no longer counts
-            self._queue.put_nowait(segment)
 
     # ----------------------------------------------------------------- speech
     async def _speak_queued(self) -> None:
-        while (segment := await self._queue.get()) is not _END_OF_SESSION:
+        while (segment := await self._lane.next()) is not None:
             if segment is _END_OF_UTTERANCE:
                 await self._send_all(self._dialect.utterance_done())
                 continue
@@ -397,15 +386,9 @@ def _forget_quietly(tasks: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[No
     return done
 
 
-_END_OF_SESSION = _Segment("", "")
-"""Queued by ``session.close``: the speaker ends the stream when it gets there."""
 _END_OF_UTTERANCE = _Segment("", "")
 """Queued by a flush after its segments: the speaker tells the dialect when it gets there (vLLM-Omni's
 ``session.done``)."""
-
-
-def _is_marker(item: _Segment) -> bool:
-    return item is _END_OF_SESSION or item is _END_OF_UTTERANCE
 
 
 def _outcome(segment: _Segment, task: asyncio.Task[None] | None, unexpected: ErrorTable) -> BaseException | None:

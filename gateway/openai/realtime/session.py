@@ -37,9 +37,8 @@ from gateway.openai.realtime.events import (
     Unsupported,
 )
 from gateway.schemas import MAX_INPUT_CHARS
-from gateway.sessions.channel import SessionChannel
 from gateway.sessions.ending import EndedByServer
-from gateway.sessions.lanes import PIPELINE_RATE, HeardClock, Tally, cancel, failure, play, stop
+from gateway.sessions.lanes import PIPELINE_RATE, HeardClock, Lane, Tally, failure, play, stop
 from gateway.sessions.session_errors import SessionDrainedError, SlowClientError
 from gateway.speech.delivery import speech_usage
 from gateway.speech.errors import SpeechError
@@ -83,7 +82,8 @@ class _Response:
     """The tenant's standing once the speech pipeline admitted the response (``None``: it has no limits)."""
     characters: int | None = None
     """What the response was charged (what it made the engine say), once the speech pipeline planned it."""
-    task: asyncio.Task[None] = field(init=False)
+    lane: Lane[None] = field(default_factory=Lane)
+    """The response's lane: its task speaks it, nothing is queued."""
 
     def usage(self) -> SpeechUsage | None:
         """Its usage, once its audio began (as the speech pipeline records it for the tenant)."""
@@ -98,13 +98,7 @@ class OpenAIRealtimeSession(EndedByServer):
     def __init__(self, opened: Opened, *, model: str) -> None:
         super().__init__()  # ``run`` raises what the session is ended with (revocation, shutdown, a client too slow)
         self.id = opened.session_id
-        self._channel = SessionChannel(
-            opened.socket,
-            send_timeout_s=opened.send_timeout_s,
-            idle_timeout_s=opened.settings.idle_timeout_s,
-            busy=self._busy,
-            budget=opened.budget,  # every event paid for before it is parsed (``gateway/sessions/budget.py``)
-        )
+        self._channel = opened.channel(self._busy)
         self._speaker = opened.speaker
         self._max_json_depth = opened.max_json_depth
         self._max_conversation_chars = opened.settings.max_conversation_chars
@@ -138,7 +132,7 @@ class OpenAIRealtimeSession(EndedByServer):
         try:
             await self._until_ended(receiver)
         finally:
-            await stop(receiver, None if self._active is None else self._active.task)
+            await stop(receiver, *(() if self._active is None else self._active.lane.tasks))
 
     def log_fields(self) -> dict[str, Any]:
         return {"model": self._settings.model, **self._tally.fields()}
@@ -159,7 +153,7 @@ class OpenAIRealtimeSession(EndedByServer):
 
     def _busy(self) -> bool:
         """A response is being spoken: a client listening to a long response is not idle."""
-        return self._active is not None and not self._active.task.done()
+        return self._active is not None and self._active.lane.running
 
     async def _handle(self, event: ClientEvent) -> None:
         if isinstance(event, SessionUpdate):
@@ -264,7 +258,7 @@ class OpenAIRealtimeSession(EndedByServer):
     async def _create_response(self, event: ResponseCreate) -> None:
         if self._draining:
             raise RealtimeProtocolError(_SHUTTING_DOWN, code="server_shutting_down", event_id=event.event_id)
-        if (active := self._active) is not None and not active.task.done():
+        if (active := self._active) is not None and active.lane.running:
             raise RealtimeProtocolError(
                 f"Conversation already has an active response in progress: {active.state.id}. Wait until the "
                 "response is finished before creating a new one.",
@@ -275,8 +269,7 @@ class OpenAIRealtimeSession(EndedByServer):
         state = ResponseState.start(self._settings, event.params, conversation_id=self._conversation_id)
         active = self._active = _Response(state, text)
         speaking = self._respond(active, self._settings.for_response(event.params))
-        active.task = asyncio.create_task(speaking, name=f"openai-realtime-{state.id}")
-        active.task.add_done_callback(self._response_ended)
+        active.lane.start(speaking, name=f"openai-realtime-{state.id}", ended=self._response_ended)
 
     async def _respond(self, active: _Response, settings: SessionSettings) -> None:
         """Speak one response, sending its events in OpenAI's order; a failure ends it ``failed``.
@@ -342,7 +335,7 @@ class OpenAIRealtimeSession(EndedByServer):
         """Barge-in: the audio stops at once (the engine's job is cancelled with it); the response ends
         ``cancelled``, and nothing of it follows its ``response.done``."""
         active = self._active
-        if active is None or active.task.done():
+        if active is None or not active.lane.running:
             if isinstance(event, OutputAudioBufferClear):
                 return  # nothing is playing: nothing to clear
             raise RealtimeProtocolError(
@@ -357,7 +350,7 @@ class OpenAIRealtimeSession(EndedByServer):
                 param="response_id",
                 event_id=event.event_id,
             )
-        if await cancel(active.task):  # else it ended on its own meanwhile, and said so
+        if await active.lane.stop():  # else it ended on its own meanwhile, and said so
             active.state = active.state.finish("cancelled", usage=active.usage())
             await self._report_end(active)
 

@@ -21,7 +21,6 @@ from litestar.testing import TestClient
 from gateway.audio import AudioFormat
 from gateway.http.errors import OpenAIError
 from gateway.schemas import SpeechRequest
-from gateway.sessions.channel import SessionChannel
 from gateway.sessions.dialect import ProtocolError, Said
 from gateway.sessions.ending import EndedByServer
 from gateway.sessions.kernel import serve
@@ -66,13 +65,7 @@ class _SaySession(EndedByServer):
     def __init__(self, opened: Opened, voice: str) -> None:
         super().__init__()
         self._speaker, self._voice, self._tally = opened.speaker, voice, Tally("lines")
-        self._channel = SessionChannel(
-            opened.socket,
-            send_timeout_s=opened.send_timeout_s,
-            idle_timeout_s=opened.settings.idle_timeout_s,
-            busy=self._busy,
-            budget=opened.budget,
-        )
+        self._channel = opened.channel(self._busy)
 
     def _busy(self) -> bool:
         return False  # a line is spoken while the receiver waits for it: never idle meanwhile
