@@ -105,7 +105,15 @@ class _ElevenLabsSocket:
         body."""
         error = socket_error(failure)  # ElevenLabs' table
         answer = as_elevenlabs_error(error, self._headers)
-        return Said(error_message(error), error.message, error.code, answer.status_code, answer.body(), error.headers)
+        return Said(
+            error_message(error),
+            error.message,
+            error.code,
+            answer.status_code,
+            answer.body(),
+            error.headers,
+            unexpected=error.status_code >= 500 and error.code is None,
+        )
 
     async def caller(self, socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Principal:
         self._output_format, self._inactivity_s = _query(self._query)

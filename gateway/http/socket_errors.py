@@ -53,4 +53,5 @@ def said(failure: BaseException, event: Callable[[OpenAIError], str]) -> Said:
     handshake is accepted, OpenAI's error body with the error's status and headers."""
     error = socket_error(failure)
     body = error_body(error.message, error.type, error.param, error.code)
-    return Said(event(error), error.message, error.code, error.status_code, body, error.headers)
+    unexpected = error.status_code >= 500 and error.code is None
+    return Said(event(error), error.message, error.code, error.status_code, body, error.headers, unexpected=unexpected)

@@ -48,7 +48,7 @@ class _RealtimeSocket:
 
     def say(self, failure: BaseException) -> Said:
         """In the OpenAI family's words (both dialects' table), the event in the dialect the socket speaks."""
-        return said(failure, lambda _: self._spoken.error_event(failure))
+        return said(failure, self._spoken.error_event)
 
     async def caller(self, socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Principal:
         await socket.accept()

@@ -57,6 +57,8 @@ class Said:
     """...its JSON body..."""
     headers: Mapping[str, str] = field(default_factory=dict)
     """...and its headers (``Retry-After``, say)."""
+    unexpected: bool = False
+    """Whether the table has no words for the failure but an internal error's (a bug: the kernel logs it)."""
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,8 @@ async def serving(
     except SessionRefusedError as refused:
         said = say(refused.error)
         outcome = f"refused: {said.code}"
+        if said.unexpected:  # a bug met while refusing (credentials, admission): answered as an internal error
+            logger.error("realtime session refused", exc_info=refused.error)
         status = await _refuse(socket, refused.close_code, said)
     except SlowClientError:
         outcome = "client too slow"
@@ -192,7 +194,8 @@ async def authenticated(socket: WebSocket[Any, Any, Any], authorization: str | N
         raise SessionRefusedError(exc, POLICY_VIOLATION) from None
     except AuthBackendError as exc:
         raise SessionRefusedError(exc, TRY_AGAIN_LATER) from None
-    except Exception as throttled:  # the address is throttled for refused credentials: the throttle's 429
+    except Exception as throttled:  # the address is throttled for refused credentials: the throttle's 429 (a bug
+        # would be an internal error, logged by ``serving``)
         raise SessionRefusedError(throttled, TRY_AGAIN_LATER) from None
 
 

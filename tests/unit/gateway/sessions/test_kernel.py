@@ -28,6 +28,7 @@ from gateway.sessions.lanes import HeardClock, Tally, failure, play, stop
 from gateway.sessions.serving import authenticated
 from gateway.sessions.session_errors import SessionError
 from gateway.speech.errors import SpeechError
+from gateway.state import gateway_state
 from gateway.text import Markup, MarkupError
 from tests.inprocess import in_process_app
 from tests.waiting import wait_until
@@ -118,7 +119,8 @@ class _SaySocket:
     def say(self, failure: BaseException) -> Said:
         SAID.append(failure)
         name = _name(failure)
-        return Said(json.dumps({"error": name}), f"say: {name}", name, 418, {"say_error": name})
+        event = json.dumps({"error": name})
+        return Said(event, f"say: {name}", name, 418, {"say_error": name}, unexpected=name == "internal")
 
     async def caller(self, socket: WebSocket[Any, Any, Any], settings: RealtimeSettings) -> Principal:
         return await authenticated(socket, socket.headers.get("authorization"))
@@ -210,3 +212,19 @@ def test_the_kernels_own_faults_reach_the_dialects_table_as_neutral_errors(
     assert isinstance(over, SessionError)
     assert not isinstance(over, OpenAIError)
     assert (over.status_code, over.code) == (429, "rate_limit_exceeded")
+
+
+def test_a_bug_met_while_refusing_is_said_as_the_dialects_internal_error_and_logged(
+    client: TestClient[Litestar], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(authorization: str | None) -> Principal:
+        raise RuntimeError("a bug in the authenticator")
+
+    monkeypatch.setattr(gateway_state(client.app).authenticator, "authenticate", broken)
+    caplog.set_level(logging.INFO, logger="chattts_gateway.realtime")
+    with pytest.raises(WebSocketDisconnect) as refused, client.websocket_connect("/test/say") as socket:
+        socket.receive_text()
+    assert refused.value.code == 1013  # refused as the auth backend's failures are, in the dialect's words
+    assert isinstance(SAID[-1], RuntimeError)
+    logged = [r for r in caplog.records if r.getMessage() == "realtime session refused"]
+    assert logged and logged[0].exc_info is not None and logged[0].exc_info[1] is SAID[-1]  # its traceback
