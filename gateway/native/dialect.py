@@ -65,17 +65,8 @@ class NativeDialect:
     def utterance_done(self) -> list[Frame]:
         return []
 
-    def error(
-        self,
-        failure: BaseException,
-        *,
-        event_id: str | None = None,
-        segment_id: str | None = None,
-        setting: bool = False,
-    ) -> str:
+    def error(self, failure: BaseException, *, event_id: str | None = None, segment_id: str | None = None) -> str:
         error = socket_error(failure)  # the OpenAI family's table
-        if setting and error.param is not None:
-            error.param = f"session.{error.param}"
         return error_event(error, event_id=event_id, segment_id=segment_id)
 
     def unexpected(self, failure: BaseException) -> bool:

@@ -73,17 +73,10 @@ class Dialect(Protocol):
         """Every segment of an ``input.flush`` (or ``input.done``) has been served."""
         ...
 
-    def error(
-        self,
-        failure: BaseException,
-        *,
-        event_id: str | None = None,
-        segment_id: str | None = None,
-        setting: bool = False,
-    ) -> str:
+    def error(self, failure: BaseException, *, event_id: str | None = None, segment_id: str | None = None) -> str:
         """``failure`` (a speech domain error, a :class:`~gateway.sessions.session_errors.SessionError`...) as the
-        dialect's error event, from its own table: of the client event ``event_id``, the segment ``segment_id``, or
-        (``setting``) of a session setting the client asked for, its ``param`` then named as the session's."""
+        dialect's error event, from its own table: of the client event ``event_id``, or of the segment
+        ``segment_id``."""
         ...
 
     def unexpected(self, failure: BaseException) -> bool:

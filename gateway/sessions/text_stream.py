@@ -195,10 +195,9 @@ class RealtimeSession(EndedByServer):
         except ProtocolError as exc:
             await self._refuse(exc, exc.event_id)
 
-    async def _refuse(self, error: Exception, event_id: str | None, *, setting: bool = False) -> None:
-        """Say why a client event was refused (``setting``: for a setting it asked for); the session goes on, unless
-        its dialect ends it then."""
-        await self._send(self._dialect.error(error, event_id=event_id, setting=setting))
+    async def _refuse(self, error: Exception, event_id: str | None) -> None:
+        """Say why a client event was refused; the session goes on, unless its dialect ends it then."""
+        await self._send(self._dialect.error(error, event_id=event_id))
         if self._dialect.ends_on_error:
             self._close_after_queued()
 
@@ -247,8 +246,10 @@ class RealtimeSession(EndedByServer):
         config = event.apply(self._config)
         try:
             await self._speaker.check(config.speech_request("-"))
-        except SpeechError as refused:
-            await self._refuse(refused, event.event_id, setting=True)
+        except SpeechError as refused:  # raised for this check alone: its field is named as the session's setting
+            if refused.param is not None:
+                refused.param = f"session.{refused.param}"
+            await self._refuse(refused, event.event_id)
             return
         self._config = config
         frames = self._dialect.session_updated(self.id, config, event)

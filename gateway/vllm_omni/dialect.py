@@ -271,14 +271,7 @@ class VllmOmniDialect:
         self._utterance, self._sentences = self._utterance + 1, 0
         return [_dump(done)]
 
-    def error(
-        self,
-        failure: BaseException,
-        *,
-        event_id: str | None = None,
-        segment_id: str | None = None,
-        setting: bool = False,
-    ) -> str:
+    def error(self, failure: BaseException, *, event_id: str | None = None, segment_id: str | None = None) -> str:
         error = socket_error(failure)  # the OpenAI family's table: vLLM-Omni's error says its message alone
         sentence = self._sentence_of(segment_id)
         if sentence is None:
