@@ -1,5 +1,5 @@
 """What every listing shares: ids that sort by creation time, a page of a listing with its cursor rule, and the
-pages of a listing kept in Redis.
+base of a store that keeps each tenant's listing in Redis.
 
 A listing is ordered by id and a page starts right after its ``after`` cursor, as OpenAI's lists do. Ids from
 :func:`sortable_id` begin with the time they were made, so that order is creation order, and a cursor stays valid
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from storage.redis import RedisClient
 
 __all__ = ["MAX_PAGE", "Page", "RedisListing", "sortable_id"]
@@ -67,15 +69,46 @@ return redis.call('HMGET', KEYS[1], unpack(ids))
 """
 
 
-class RedisListing:
-    """Pages of a listing kept in Redis as a hash of records by id beside a sorted set of the ids, all at score 0 so
-    that the set is in id order: a page is read in one round trip."""
+class RedisListing(Generic[T]):
+    """The base of a store that keeps each tenant's records in Redis: a hash of the records by id beside a sorted set
+    of the ids, all at score 0 so that the set is in id order (a page is read in one round trip), and whatever else
+    the store keeps of the tenant. Every key of a tenant carries its hash tag (``<prefix><name>:{<tenant>}``): one Redis
+    Cluster slot, which a script that touches several of them needs.
+    """
 
-    def __init__(self, client: RedisClient) -> None:
+    def __init__(
+        self,
+        client: RedisClient,
+        prefix: str,
+        layout: tuple[str, ...],
+        *,
+        ids: str,
+        decode: Callable[[bytes | str], T],
+    ) -> None:
+        """``layout``: the names of the tenant's keys, the records' hash first, in the order the store's scripts take
+        them; ``ids``: the name of the sorted set of ids among them; ``decode``: a stored record."""
+        self._client = client
+        self._prefix = prefix
+        self._layout = layout
+        self._ids = layout.index(ids)
+        self._decode = decode
         self._page = client.register_script(_PAGE_LUA)
 
-    async def page(self, records: str, ids: str, *, after: str | None, limit: int) -> Page[bytes | str]:
-        """The stored records of the page after ``after``; an id whose record went meanwhile is passed over."""
+    def _keys(self, tenant: str) -> tuple[str, ...]:
+        """The tenant's keys, in the order of the layout."""
+        return tuple(f"{self._prefix}{name}:{{{tenant}}}" for name in self._layout)
+
+    async def get(self, tenant: str, record_id: str) -> T | None:
+        raw = await self._client.hget(self._keys(tenant)[0], record_id)
+        return self._decode(raw) if raw else None
+
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[T]:
+        """The records of the page after ``after``; an id whose record went meanwhile is passed over."""
+        keys = self._keys(tenant)
         lower = "-" if after is None else f"({after}"
-        raw = await self._page(keys=[records, ids], args=[lower, limit + 1])
-        return Page.of([item for item in raw if item], limit)
+        raw = await self._page(keys=[keys[0], keys[self._ids]], args=[lower, limit + 1])
+        found = Page.of([item for item in raw if item], limit)
+        return Page([self._decode(item) for item in found.data], found.has_more)
+
+    async def forget_tenant(self, tenant: str) -> None:
+        await self._client.delete(*self._keys(tenant))

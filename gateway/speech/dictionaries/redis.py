@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from storage import Page, RedisListing
+from storage import RedisListing
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -50,40 +50,20 @@ return 1
 """
 
 
-class RedisDictionaryStore:
+class RedisDictionaryStore(RedisListing[DictionaryRecord]):
     """Dictionaries shared by every replica (layout in the module's docstring)."""
 
     def __init__(self, client: RedisClient, prefix: str = "tts:") -> None:
-        self._client = client
-        self._prefix = prefix
+        # The tenant's records, ordered ids, versions' rules and latest versions.
+        layout = ("pron", "pron-ids", "pron-rules", "pron-latest")
+        super().__init__(client, prefix, layout, ids="pron-ids", decode=DictionaryRecord.from_json)
         self._add = client.register_script(_ADD_LUA)
         self._replace = client.register_script(_REPLACE_LUA)
-        self._listing = RedisListing(client)
-
-    def _keys(self, tenant: str) -> tuple[str, str, str, str]:
-        """The tenant's records, ordered ids, versions' rules and latest versions."""
-        tag = f"{{{tenant}}}"
-        prefix = self._prefix
-        return (
-            f"{prefix}pron:{tag}",
-            f"{prefix}pron-ids:{tag}",
-            f"{prefix}pron-rules:{tag}",
-            f"{prefix}pron-latest:{tag}",
-        )
 
     async def add(self, record: DictionaryRecord, *, max_per_tenant: int) -> bool:
         args: list[str | int] = [record.id, record.to_json(), record.version_id, max_per_tenant]
         args.append(rules_json(record.rules))
         return bool(int(await self._add(keys=self._keys(record.tenant), args=args)))
-
-    async def get(self, tenant: str, dictionary_id: str) -> DictionaryRecord | None:
-        raw = await self._client.hget(self._keys(tenant)[0], dictionary_id)
-        return DictionaryRecord.from_json(raw) if raw else None
-
-    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[DictionaryRecord]:
-        records, ids, _, _ = self._keys(tenant)
-        page = await self._listing.page(records, ids, after=after, limit=limit)
-        return Page([DictionaryRecord.from_json(item) for item in page.data], page.has_more)
 
     async def rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...] | None:
         raw = await self._client.hget(self._keys(tenant)[2], f"{dictionary_id}/{version_id}")
@@ -98,6 +78,3 @@ class RedisDictionaryStore:
         args = [updated.id, made_from, updated.to_json(), updated.version_id, rules_json(updated.rules), *dropped]
         done = int(await self._replace(keys=[records, rules, latest], args=args))
         return None if done < 0 else bool(done)
-
-    async def forget_tenant(self, tenant: str) -> None:
-        await self._client.delete(*self._keys(tenant))

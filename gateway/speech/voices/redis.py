@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from storage import Page, RedisListing
+from storage import RedisListing
 
 if TYPE_CHECKING:
     from storage import RedisClient
@@ -14,8 +14,8 @@ from gateway.speech.voices.base import CustomVoiceRecord, VoiceNameTakenError, f
 
 __all__ = ["RedisVoiceStore"]
 
-# A tenant's voices in Redis, under one hash tag ({<tenant>}: one Redis Cluster slot for the scripts): records by
-# id, ids by name (the name index) and the ids in order (for pages; ids sort by creation).
+# A tenant's voices in Redis, under one hash tag (``storage.RedisListing``): records by id, ids by name (the name
+# index) and the ids in order (for pages; ids sort by creation).
 
 # Adds a voice only while the tenant has fewer than ARGV[3] and none of its name, atomically, so that concurrent
 # creations (on any replica) can overshoot neither. KEYS: records, names, ids. ARGV: id, record, limit, name.
@@ -45,21 +45,14 @@ return 1
 """
 
 
-class RedisVoiceStore:
+class RedisVoiceStore(RedisListing[CustomVoiceRecord]):
     """Voices shared by every replica (layout above the scripts)."""
 
     def __init__(self, client: RedisClient, prefix: str = "tts:") -> None:
-        self._client = client
-        self._prefix = prefix
+        super().__init__(client, prefix, ("voices", "voice-names", "voice-ids"), ids="voice-ids", decode=from_json)
         self._add = client.register_script(_ADD_VOICE_LUA)
         self._by_name = client.register_script(_BY_NAME_LUA)
         self._delete = client.register_script(_DELETE_VOICE_LUA)
-        self._listing = RedisListing(client)
-
-    def _keys(self, tenant: str) -> tuple[str, str, str]:
-        """The tenant's records, name index and ordered ids."""
-        tag = f"{{{tenant}}}"
-        return f"{self._prefix}voices:{tag}", f"{self._prefix}voice-names:{tag}", f"{self._prefix}voice-ids:{tag}"
 
     async def add(self, voice: CustomVoiceRecord, *, max_per_tenant: int) -> bool:
         args: list[str | int] = [voice.id, json.dumps(asdict(voice)), max_per_tenant, voice.name]
@@ -67,13 +60,6 @@ class RedisVoiceStore:
         if added < 0:
             raise VoiceNameTakenError(voice.name)
         return added > 0
-
-    async def forget_tenant(self, tenant: str) -> None:
-        await self._client.delete(*self._keys(tenant))
-
-    async def get(self, tenant: str, voice_id: str) -> CustomVoiceRecord | None:
-        raw = await self._client.hget(self._keys(tenant)[0], voice_id)
-        return from_json(raw) if raw else None
 
     async def find_by_name(self, tenant: str, name: str) -> CustomVoiceRecord | None:
         records, names, _ = self._keys(tenant)
@@ -83,11 +69,6 @@ class RedisVoiceStore:
     async def list(self, tenant: str) -> list[CustomVoiceRecord]:
         raw = await self._client.hvals(self._keys(tenant)[0])
         return sorted((from_json(item) for item in raw), key=lambda v: (v.created_at, v.id))
-
-    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[CustomVoiceRecord]:
-        records, _, ids = self._keys(tenant)
-        page = await self._listing.page(records, ids, after=after, limit=limit)
-        return Page([from_json(item) for item in page.data], page.has_more)
 
     async def delete(self, tenant: str, voice_id: str) -> bool:
         return bool(await self._delete(keys=self._keys(tenant), args=[voice_id]))
