@@ -106,21 +106,9 @@ async def complete_file(
 ) -> AsyncIterator[bytes]:
     """The bytes ``wanted`` (all when ``None``) of a completed job's file, reading only the segments they fall in."""
     header = file_header(record.response_format, sum(sizes))
-    total = len(header) + sum(sizes)
-    first, last = (wanted.first, wanted.last) if wanted else (0, total - 1)
-    if first < len(header):
-        yield header[first : last + 1]
-    offset = len(header)
-    for index, size in enumerate(sizes):
-        begin, end = max(first - offset, 0), min(last - offset, size - 1)
-        if begin <= end:
-            audio = await store.chunk(record.tenant, record.id, index)
-            if audio is None:  # expired while it was read: the file ends short
-                return
-            yield audio[begin : end + 1]
-        offset += size
-        if offset > last:
-            return
+    whole = ByteRange(0, len(header) + sum(sizes) - 1)
+    async for part in _part(store, record, header, _listed(sizes), wanted or whole):
+        yield part
 
 
 def range_under_way(header: str | None) -> ByteRange | None:
@@ -157,22 +145,37 @@ async def follow(
     ``readings``: where the job's record is read anew (the job's one poll per process,
     :meth:`~gateway.jobs.followers.JobFollowers.readings`); without it, this follower reads it every ``poll_s``.
     """
-    first, last = (wanted.first, wanted.last) if wanted else (0, LIVE_END)
     header = file_header(record.response_format, None)
+    async with aclosing(_committed(store, record, readings or _polled(store, poll_s))) as committed:
+        async for part in _part(store, record, header, committed, wanted or ByteRange(0, LIVE_END)):
+            yield part
+
+
+async def _part(
+    store: JobStore, record: JobRecord, header: bytes, segments: AsyncIterator[tuple[int, int]], wanted: ByteRange
+) -> AsyncIterator[bytes]:
+    """The bytes ``wanted`` of the job's file: of its header, then of the ``segments`` (index, size each) they reach,
+    reading only the audio of those they fall in."""
+    first, last = wanted.first, wanted.last
     if first < len(header):
         yield header[first : last + 1]
     offset = len(header)
-    async with aclosing(_committed(store, record, readings or _polled(store, poll_s))) as committed:
-        async for index, size in committed:
-            begin, end = max(first - offset, 0), min(last - offset, size - 1)
-            if begin <= end:
-                audio = await store.chunk(record.tenant, record.id, index)
-                if audio is None:
-                    return
-                yield audio[begin : end + 1]
-            offset += size
-            if offset > last:
+    async for index, size in segments:
+        begin, end = max(first - offset, 0), min(last - offset, size - 1)
+        if begin <= end:
+            audio = await store.chunk(record.tenant, record.id, index)
+            if audio is None:  # expired while it was read: the file ends short
                 return
+            yield audio[begin : end + 1]
+        offset += size
+        if offset > last:
+            return
+
+
+async def _listed(sizes: list[int]) -> AsyncIterator[tuple[int, int]]:
+    """The completed job's segments, (index, size) each."""
+    for segment in enumerate(sizes):
+        yield segment
 
 
 async def _committed(store: JobStore, record: JobRecord, readings: Readings) -> AsyncGenerator[tuple[int, int]]:
