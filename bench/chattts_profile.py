@@ -12,6 +12,11 @@ preparation). What the parts leave of the total is the engine loop's own bookkee
 ``--stagger N`` starts the requests N steps apart instead of together (each joins a running batch), as requests
 arriving one by one do.
 
+``--compare torch,onnxruntime,onnxruntime+int8`` (issue #51) loads the model once with both ONNX graphs beside it
+and speaks the batch on each decode step in turn, ``--rounds`` times, the order reversed every other round: on a
+busy machine the variants share its moods. Per run it prints each part's share of the batch's wall time (the rest:
+the engine loop, sampling's bookkeeping, PCM), then each variant's batch time over torch's (median of the rounds).
+
 Then the bound: the requests are spoken once more with torch's FLOP counter on (not timed), giving each part's
 arithmetic; with the CPU's own peak (the best of a large matrix product, timed here) it prints how fast prefill and
 decode already run, and the largest share of the time the steps could have if both ran at that peak and the stream
@@ -21,9 +26,13 @@ decoded no token twice (its left context re-decodes some): how close to the step
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
+import statistics
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any, get_args
 
 import torch
@@ -31,8 +40,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from engines.base import CancelFlag, SynthesisRequest
 from engines.chattts import generation, streaming
+from engines.chattts.assets import ASSET_FILES, HASH_FILE
 from engines.chattts.engine import ChatTTSEngine
-from engines.chattts.options import Dtype
+from engines.chattts.options import Dtype, Weights
 
 __all__ = ["main"]
 
@@ -143,14 +153,18 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", choices=get_args(Dtype),
                         help="the engine's dtype option")  # fmt: skip
     parser.add_argument("--decoder", default="torch", choices=("torch", "onnxruntime"), help="the decoder option")
-    parser.add_argument("--weights", default="float32", choices=("float32", "int8"), help="the weights option")
+    parser.add_argument("--weights", default="float32", choices=get_args(Weights), help="the weights option")
     parser.add_argument("--stagger", type=int, default=0, help="steps between requests (0: all together)")
     parser.add_argument("--prefill-chunk-tokens", type=int, help="prefill_chunk_tokens (default: prompts whole)")
     parser.add_argument("--max-chunk-tokens", type=int, default=96,
                         help="stream_max_chunk_tokens (24: fixed-size chunks, as before they grew)")  # fmt: skip
     parser.add_argument("--stream-decode-threads", type=lambda s: None if s == "none" else int(s), default=1,
                         help="stream_decode_threads (none: the worker's threads, as before issue #51)")  # fmt: skip
+    parser.add_argument("--compare", help="decode steps to alternate: torch, onnxruntime, onnxruntime+int8")
+    parser.add_argument("--rounds", type=int, default=2, help="with --compare: runs of each")
     args = parser.parse_args()
+    if args.compare:
+        args.decoder, args.weights = "onnxruntime", "float32"
     torch.set_num_threads(args.threads)
     options = {"source": "dir", "path": args.assets, "device": "cpu", "threads": args.threads,
                "max_new_token": args.tokens, "min_new_token": args.tokens, "max_batch": max(8, args.batch),
@@ -174,6 +188,9 @@ def main() -> None:
             pass
         return time.perf_counter() - started
 
+    if args.compare:
+        compare(engine, tally, speak, args.compare.split(","), args.rounds)
+        return
     speak()
     tally.clear()
     total = speak()
@@ -188,6 +205,52 @@ def main() -> None:
         print(f"  {label:12} {spent * 1000:7.0f} ms  {tally.calls[label]:4d} calls  {share:5.1f} %  "
               f"CPU {cpu * 1000:7.0f} ms {cpu_share:5.1f} %  {rate}")  # fmt: skip
     print_bound(tally, args.batch * args.tokens / decoded_tokens)
+
+
+def compare(engine: ChatTTSEngine, tally: Tally, speak: Any, variants: list[str], rounds: int) -> None:
+    """Speak the batch on each variant's decode step in turn (see the module docstring)."""
+    from engines.chattts.onnx_step import DecodeGraph
+
+    assert engine._graph is not None, "the float32 graph did not load"
+    float32 = engine._graph
+    graphs: dict[str, Any] = {"torch": None, "onnxruntime": float32}
+    if "onnxruntime+int8" in variants:
+        graphs["onnxruntime+int8"] = DecodeGraph(engine_int8_path(engine), torch.get_num_threads())
+    totals: dict[str, list[float]] = {variant: [] for variant in variants}
+    print("| round | decode steps | batch ms | prefill | steps | DVAE + Vocos | rest | CPU s | load |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for round_number in range(rounds):
+        for variant in variants if round_number % 2 == 0 else variants[::-1]:
+            engine._graph = graphs[variant]
+            tally.clear()
+            total = speak()
+            totals[variant].append(total)
+            steps = tally.spent["step"] + tally.spent["step+prefill"]
+            parts = [tally.spent["prefill"], steps, tally.spent["decode"]]
+            shares = [f"{100 * part / total:.1f} %" for part in [*parts, total - sum(parts)]]
+            print(f"| {round_number} | {variant} | {total * 1000:.0f} | {' | '.join(shares)} | "
+                  f"{sum(tally.cpu.values()):.1f} | {os.getloadavg()[0]:.1f} |", flush=True)  # fmt: skip
+    base = statistics.median(totals[variants[0]])
+    for variant in variants[1:]:
+        ratios = ", ".join(f"{a / b:.2f}" for a, b in zip(totals[variants[0]], totals[variant], strict=True))
+        print(f"- {variants[0]} batch time / {variant}'s: {base / statistics.median(totals[variant]):.2f}x "
+              f"(median; per round {ratios})")  # fmt: skip
+
+
+def engine_int8_path(engine: ChatTTSEngine) -> Path:
+    """Where the engine keeps (or would keep) its 8-bit graph of generated assets, made now if missing (their hash
+    map is their own: read, not computed again)."""
+    from engines.chattts.onnx_step import graph_key, graph_path, quantize_graph
+
+    assert engine._graph is not None
+    assert engine.options.path is not None
+    model = Path(engine.options.path)
+    hashes = json.loads((model / HASH_FILE).read_text())
+    key = graph_key({name: hashes[name] for name in ASSET_FILES}, torch.float32, int8=True)
+    path = graph_path(model, Path(engine.options.cache_dir).expanduser(), key)
+    if not path.is_file():
+        quantize_graph(engine._graph.path, path)
+    return path
 
 
 def print_bound(tally: Tally, needed_share: float) -> None:

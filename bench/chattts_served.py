@@ -4,6 +4,8 @@
     .venv/bin/python -m bench.chattts_served --assets /tmp/chattts-full --decoders onnxruntime+int8 --concurrency 1
     .venv/bin/python -m bench.chattts_served --decoders onnxruntime+int8,onnxruntime+int8+stream_decode_threads=none \
         --concurrency 1 --repeat-one 5    # issue #51: the streaming decode on one torch thread, and on the worker's
+    .venv/bin/python -m bench.chattts_served --decoders torch,onnxruntime,onnxruntime+int8 --concurrency 4,8 \
+        --alternate --rounds 2 --profile    # issue #51: alternating on a busy machine, with the step's share
 
 For each decoder in turn, one ``chattts-gateway serve`` with one ChatTTS worker on the same assets (``max_batch:
 auto``, continuous batching on, ``--tokens`` audio tokens per request: ``min_new_token == max_new_token``, so every
@@ -13,6 +15,11 @@ per wall second (all the audio over the time from the first send to the last byt
 request to its first audio byte (median and 90th percentile). Then the ratios the issue asks for: each level's
 throughput on onnxruntime over torch's, concurrency 8 over 4, and first audio at 8 over 1.
 
+``--alternate``: every decoder's gateway is started first, then each level runs on each decoder in turn, ``--rounds``
+times, the order reversed every other round: on a machine whose load drifts, the decoders share its moods.
+``--profile``: the worker's engine time per part, summed over each level (``bench/served_profile.py``): prefill,
+decode steps, the streaming decode and the rest; the step's share is of the engine's wall time.
+
 Prints Markdown tables and writes every figure to ``bench/results/chattts_served.json``.
 """
 
@@ -20,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -30,12 +39,14 @@ from typing import Any
 
 import httpx
 
-from bench.servers import gateway
+from bench import served_profile
+from bench.servers import ROOT, GatewayProcess, gateway
 
 __all__ = ["main", "measure_decoder"]
 
 RESULTS = Path(__file__).resolve().parent / "results" / "chattts_served.json"
 SAMPLE_RATE = 24_000
+PYTHONPATH = os.environ.get("PYTHONPATH", "")
 REQUEST_TIMEOUT_S = 600.0
 # Distinct sentences, so that no request shares another's synthesis (the audio cache is off as well).
 TEXT = "Request number %d of the served decoder benchmark, spoken in one sentence."
@@ -114,21 +125,112 @@ def measure_decoder(assets: Path, decoder: str, args: argparse.Namespace) -> dic
     return {"decoder": decoder, "ready_s": round(ready_s, 1), "details": details, "levels": levels}
 
 
+def with_profile(directory: Path | None, level: Any) -> dict[str, Any]:
+    """Run ``level()``; with ``directory``, add the worker's engine time per part over it (seconds, and shares of
+    the engine's wall time)."""
+    if directory is None:
+        found: dict[str, Any] = level()
+        return found
+    before = served_profile.read_totals(directory)
+    found = level()
+    time.sleep(1.0)  # the batch ends (and its totals are written) just after the last byte
+    after = served_profile.read_totals(directory)
+    wall = {part: after["wall"][part] - before["wall"][part] for part in served_profile.PARTS}
+    cpu = {part: after["cpu"][part] - before["cpu"][part] for part in served_profile.PARTS}
+    steps = wall["step"] + wall["step+prefill"]
+    engine = max(wall["engine"], 1e-9)
+    found["engine_s"] = {part: round(value, 2) for part, value in wall.items()}
+    found["engine_cpu_s"] = {part: round(value, 2) for part, value in cpu.items()}
+    found["step_share"] = round(steps / engine, 3)
+    found["shares"] = {"prefill": round(wall["prefill"] / engine, 3), "steps": round(steps / engine, 3),
+                       "decode": round(wall["decode"] / engine, 3),
+                       "rest": round(1 - (steps + wall["prefill"] + wall["decode"]) / engine, 3)}  # fmt: skip
+    return found
+
+
+def measure_alternating(assets: Path, decoders: list[str], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Every decoder's gateway up at once (started together: on a busy machine one after another takes minutes
+    each); each level on each in turn, ``args.rounds`` times."""
+    numbers = iter(range(10**6))
+    runs: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="served-alternating-") as workdir:
+        profiles = {decoder: Path(workdir) / f"profile-{decoder}" if args.profile else None for decoder in decoders}
+        if args.profile:
+            served_profile.write_hook(Path(workdir))
+        started = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(len(decoders)) as pool:
+            starting = {
+                decoder: pool.submit(start_gateway, assets, decoder, args.tokens, Path(workdir), profiles[decoder])
+                for decoder in decoders
+            }
+        served = {decoder: future.result() for decoder, future in starting.items() if future.exception() is None}
+        try:
+            for decoder, future in starting.items():
+                if (error := future.exception()) is not None:
+                    raise RuntimeError(f"{decoder} did not start") from error
+                details = served[decoder].engine("chattts").get("details", {})
+                print(
+                    f"{decoder}: ready in {time.perf_counter() - started:.0f} s, engine details {details}", flush=True
+                )
+                runs[decoder] = {"decoder": decoder, "details": details, "levels": []}
+            for decoder in decoders:  # unrecorded: a fresh worker's first request
+                asyncio.run(closed_loop(served[decoder].base_url, 1, 1, numbers))
+            for round_number in range(args.rounds):
+                order = decoders if round_number % 2 == 0 else decoders[::-1]
+                for concurrency in args.concurrency:
+                    repeat = args.repeat_one if concurrency == 1 else args.repeat
+                    for decoder in order:
+                        url = served[decoder].base_url
+                        level = with_profile(profiles[decoder],
+                                             lambda: asyncio.run(closed_loop(url, concurrency, repeat, numbers)))  # noqa: B023  # fmt: skip
+                        level["round"] = round_number
+                        print(f"  round {round_number} {decoder} c={concurrency}: {level}", flush=True)
+                        runs[decoder]["levels"].append(level)
+        finally:
+            for server in served.values():
+                server.stop()
+    return runs
+
+
+def start_gateway(assets: Path, decoder: str, tokens: int, workdir: Path, profile: Path | None) -> GatewayProcess:
+    """One decoder's gateway in a folder of its own; with ``profile``, its processes write their engine time there
+    (``bench/served_profile.py``)."""
+    env: dict[str, str] = {}
+    if profile is not None:
+        profile.mkdir()
+        hook = workdir / "hook"  # served_profile.write_hook's
+        env["PYTHONPATH"] = os.pathsep.join([str(hook), str(ROOT), *PYTHONPATH.split(os.pathsep)]).rstrip(os.pathsep)
+        env[served_profile.ENV] = str(profile)
+    folder = workdir / decoder
+    folder.mkdir()
+    return GatewayProcess(gateway_config(assets, decoder, tokens), folder, env).start(900)
+
+
 def ratios(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
-    by_level = {run["decoder"]: {level["concurrency"]: level for level in run["levels"]} for run in runs.values()}
+    """Each decoder's throughput over the first one's (``torch`` first by default) per level (and per round where
+    alternating: ``r1`` the second), 8 over 4, 8 over 1."""
+    by_level: dict[str, dict[str, dict[str, Any]]] = {}
+    for run in runs.values():
+        for level in run["levels"]:
+            suffix = f" r{level['round']}" if "round" in level else ""
+            by_level.setdefault(run["decoder"], {})[f"c={level['concurrency']}{suffix}"] = level
     found: dict[str, float] = {}
-    torch, onnx = by_level.get("torch", {}), by_level.get("onnxruntime", {})
-    for concurrency in sorted(set(torch) & set(onnx)):
-        found[f"onnxruntime/torch throughput c={concurrency}"] = round(
-            onnx[concurrency]["throughput"] / torch[concurrency]["throughput"], 3
-        )
+    first = next(iter(by_level), "")
+    baseline = by_level.get(first, {})
     for decoder, levels in by_level.items():
-        if 4 in levels and 8 in levels:
-            found[f"{decoder}: throughput c=8 / c=4"] = round(levels[8]["throughput"] / levels[4]["throughput"], 3)
-        if 1 in levels and 8 in levels:
-            found[f"{decoder}: first audio p50 c=8 / c=1"] = round(
-                levels[8]["first_audio_p50_s"] / levels[1]["first_audio_p50_s"], 3
+        for key in sorted(set(levels) & set(baseline)) if decoder != first else ():
+            found[f"{decoder}/{first} throughput {key}"] = round(
+                levels[key]["throughput"] / baseline[key]["throughput"], 3
             )
+        for key in levels:
+            if key.startswith("c=4") and (eight := levels.get(key.replace("c=4", "c=8"))):
+                found[f"{decoder}: throughput c=8 / c=4{key[3:]}"] = round(
+                    eight["throughput"] / levels[key]["throughput"], 3
+                )
+            if key.startswith("c=1") and (eight := levels.get(key.replace("c=1", "c=8"))):
+                found[f"{decoder}: first audio p50 c=8 / c=1{key[3:]}"] = round(
+                    eight["first_audio_p50_s"] / levels[key]["first_audio_p50_s"], 3
+                )
     return found
 
 
@@ -141,19 +243,30 @@ def main() -> None:
     parser.add_argument("--repeat-one", type=int, default=3, help="requests at concurrency 1")
     parser.add_argument("--decoders", default="torch,onnxruntime")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--alternate", action="store_true", help="every gateway up at once, levels in turn")
+    parser.add_argument("--rounds", type=int, default=1, help="with --alternate: times each level runs")
+    parser.add_argument("--profile", action="store_true", help="the worker's engine time per part")
     args = parser.parse_args()
-    runs = {decoder: measure_decoder(args.assets, decoder, args) for decoder in args.decoders.split(",")}
+    load = os.getloadavg()
+    decoders = args.decoders.split(",")
+    if args.alternate:
+        runs = measure_alternating(args.assets, decoders, args)
+    else:
+        runs = {decoder: measure_decoder(args.assets, decoder, args) for decoder in decoders}
     found = ratios(runs)
-    print("\n| decoder | concurrency | requests | audio s per s | first audio p50 / p90 s |")
-    print("|---|---|---|---|---|")
+    print(f"\n1-minute load average {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
+    print("\n| decoder | concurrency | requests | audio s per s | first audio p50 / p90 s | step share |")
+    print("|---|---|---|---|---|---|")
     for run in runs.values():
         for level in run["levels"]:
+            share = level.get("shares", "")
             print(f"| {run['decoder']} | {level['concurrency']} | {level['requests']} | {level['throughput']} | "
-                  f"{level['first_audio_p50_s']} / {level['first_audio_p90_s']} |")  # fmt: skip
+                  f"{level['first_audio_p50_s']} / {level['first_audio_p90_s']} | {share} |")  # fmt: skip
     print()
     for name, value in found.items():
         print(f"- {name}: {value}x")
-    report = {"python": platform.python_version(), "tokens": args.tokens, "runs": runs, "ratios": found}
+    report = {"python": platform.python_version(), "tokens": args.tokens, "runs": runs, "ratios": found,
+              "load_start_end": [load[0], os.getloadavg()[0]]}  # fmt: skip
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=1))
 
