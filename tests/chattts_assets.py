@@ -31,9 +31,11 @@ def tiny_assets_dir() -> Path:
 
 
 def chattts_engine_options(**overrides: object) -> dict[str, object]:
-    """Engine options for the tiny assets, with exact segment lengths."""
+    """Engine options for the tiny assets, with exact segment lengths and float32 decode steps (``weights: auto``
+    would take 8 bits on most CPUs: tests that compare the decoders need torch's logits; 8-bit tests ask for it)."""
     options: dict[str, object] = {
         "source": "dir", "path": str(tiny_assets_dir()), "max_new_token": TEST_TOKENS, "min_new_token": TEST_TOKENS,
+        "weights": "float32",
     }  # fmt: skip
     return {**options, **overrides}
 

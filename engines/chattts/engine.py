@@ -34,6 +34,7 @@ from engines.chattts.text import (
     split_control_tokens,
     split_segments,
 )
+from engines.chattts.weights import choose_weights
 from lifecycle import naming
 
 if TYPE_CHECKING:
@@ -100,6 +101,7 @@ class ChatTTSEngine:
         self._prefixes: PrefixCache | None = None
         """Sample voices' prompt beginnings, prefilled once per worker (``voice_prefix_cache_mb``)."""
         self._max_batch = self.options.max_batch if isinstance(self.options.max_batch, int) else 1
+        self._weights = choose_weights(self.options.weights, onnxruntime_on_cpu=False)  # the graph's, settled at load
 
     # ----------------------------------------------------------------- loading
     def load(self) -> EngineInfo:
@@ -142,7 +144,7 @@ class ChatTTSEngine:
                    "dtype": str(dtype).removeprefix("torch."),
                    "text_normalizer": active_normalizer() if options.normalize else OFF,
                    "decoder": "torch" if self._graph is None else "onnxruntime", "max_batch": batch,
-                   "decode_weights": "float32" if self._graph is None else self.options.weights}  # fmt: skip
+                   "decode_weights": self._weights.describe()}  # fmt: skip
         # Weights without the DVAE's encoder (ChatTTS's own decode-only builds) cannot encode a sample.
         clones = hasattr(self._chat.dvae, "encoder")
         return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, self._max_batch, details, clones_voices=clones)
@@ -166,8 +168,8 @@ class ChatTTSEngine:
         dtype, cache_dir = self._chat.gpt.gpt.dtype, Path(self.options.cache_dir).expanduser()
         try:
             path = graph_path(location.path, cache_dir, graph_key(location.hashes, dtype))
-            int8_path = None
-            if self.options.weights == "int8":
+            int8_path, choice = None, choose_weights(self.options.weights, onnxruntime_on_cpu=True)
+            if choice.weights == "int8":
                 int8_path = graph_path(location.path, cache_dir, graph_key(location.hashes, dtype, int8=True))
         except (OSError, ImportError) as exc:
             logger.warning("decoder onnxruntime unavailable, decode steps stay in torch: %s", exc)
@@ -175,7 +177,8 @@ class ChatTTSEngine:
         heads = stacked_audio_heads(self._chat)
         graph = load_decode_graph(self._chat, heads, path, torch.get_num_threads(), int8_path)
         if graph is not None:
-            logger.info("decode steps through ONNX Runtime (%s)", graph.path)
+            self._weights = choice
+            logger.info("decode steps through ONNX Runtime (%s), weights %s", graph.path, choice.describe())
         return graph
 
     def _batch_size(self) -> str:

@@ -16,7 +16,7 @@ Source = Literal["hub", "dir"]
 Device = Literal["auto", "cpu", "cuda"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 Decoder = Literal["auto", "torch", "onnxruntime"]
-Weights = Literal["float32", "int8"]
+Weights = Literal["auto", "float32", "int8"]
 
 
 class ChatTTSOptions(BaseModel):
@@ -50,11 +50,15 @@ class ChatTTSOptions(BaseModel):
     beside them: ``engines/chattts/onnx_step.py``; 1.16-1.9x faster at batch 1 on 2 CPU cores, BENCHMARKS.md). ``auto``:
     onnxruntime on CPU with a float32 backbone, torch otherwise. Where the graph cannot be exported or run, the
     engine logs why and steps in torch. Prefill, sampling and everything else run in torch on both."""
-    weights: Weights = "float32"
-    """With the ``onnxruntime`` decoder: ``int8`` stores the decode graph's weight matrices in 8 bits (ONNX Runtime's
-    ``MatMulNBits``, blocks of 32 with a scale each), reading a quarter of the bytes per step, for operators who trade
-    exactness for speed: its tokens differ from float32's (BENCHMARKS.md), and its audio has not been judged by ear.
-    Prefill stays float32 in torch."""
+    weights: Weights = "auto"
+    """The decode graph's weights (``onnxruntime`` decoder): ``int8`` stores its weight matrices in 8 bits (ONNX
+    Runtime's ``MatMulNBits``, blocks of 32 with a scale each), reading a quarter of the bytes per step: on 2 CPU cores
+    one stream then keeps up with playback, where float32 cannot (BENCHMARKS.md, issue #51). Its tokens differ from
+    float32's (98.4 % agree over 512 steps; the audio 0.15 dB apart) and its audio has not been judged by ear.
+    ``auto``: ``int8`` where the steps run in ONNX Runtime on a CPU with the instructions its 8-bit products use
+    (AVX2 and FMA, or ARM's dot product), ``float32`` otherwise (torch steps, CUDA); ``/readyz``'s ``decode_weights``
+    detail says which and why (``engines/chattts/weights.py``). ``float32``: the exact steps. Prefill stays float32
+    in torch."""
     threads: int | None = Field(default=None, ge=1, le=256)
     """Torch CPU threads per worker (unset: torch's choice); ONNX Runtime's decode steps use as many."""
     blocked_weights: bool = True
