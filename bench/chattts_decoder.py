@@ -213,7 +213,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     engine = ChatTTSEngine({"source": "dir", "path": args.assets, "device": "cpu", "threads": args.threads,
-                            "decoder": "onnxruntime", "max_batch": 1})  # fmt: skip
+                            "decoder": "onnxruntime", "weights": "float32", "max_batch": 1})  # fmt: skip
     engine.load()
     if engine._graph is None:
         raise SystemExit("the decode graph could not be built here (see the log): nothing to compare")
