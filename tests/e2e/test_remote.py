@@ -26,6 +26,7 @@ from auth.keys import generate_api_key, hash_api_key
 from engines.synthetic import voice_frequency
 from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess, closed_port, free_port
 from tests.audio_decode import DURATION_TOLERANCE_S, SPEECH_FORMATS, SpeechFormat, decode_audio, dominant_frequency
+from tests.starting import running_together, start_together, stop_together
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -81,28 +82,35 @@ def front_config(nodes: list[GatewayProcess], **engines: dict[str, Any]) -> dict
     }
 
 
-def start_nodes(workdir: Path, count: int = 2) -> list[GatewayProcess]:
+def node_processes(workdir: Path, count: int = 2) -> list[GatewayProcess]:
+    """Engine nodes, not started yet: a front's config names them by their ports, so both can start together."""
     for i in range(count):
         (workdir / f"node{i}").mkdir()
-    nodes = [GatewayProcess(node_config(), workdir / f"node{i}") for i in range(count)]
-    for node in nodes:
-        node.start()
-    return nodes
+    return [GatewayProcess(node_config(), workdir / f"node{i}") for i in range(count)]
+
+
+#: How long a front started together with its nodes may take to see them all ready: they start meanwhile.
+NODES_READY_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayProcess]]:
-    started = start_nodes(tmp_path_factory.mktemp("nodes"))
-    yield started
-    for node in started:
-        node.stop()
+def tiers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[GatewayProcess], GatewayProcess]]:
+    """The two engine nodes and the front in front of them, started together."""
+    nodes = node_processes(tmp_path_factory.mktemp("nodes"))
+    front = GatewayProcess(front_config(nodes), tmp_path_factory.mktemp("front"))
+    with running_together([*nodes, front]):
+        front.wait_engine("remote", NODES_READY_S, state="ready", ready_workers=2)
+        yield nodes, front
 
 
 @pytest.fixture(scope="module")
-def front(nodes: list[GatewayProcess], tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    with GatewayProcess(front_config(nodes), tmp_path_factory.mktemp("front")) as process:
-        process.wait_engine("remote", state="ready", ready_workers=2)
-        yield process
+def nodes(tiers: tuple[list[GatewayProcess], GatewayProcess]) -> list[GatewayProcess]:
+    return tiers[0]
+
+
+@pytest.fixture(scope="module")
+def front(tiers: tuple[list[GatewayProcess], GatewayProcess]) -> GatewayProcess:
+    return tiers[1]
 
 
 @pytest.fixture
@@ -414,34 +422,31 @@ def test_unreachable_endpoints_start_and_say_why_in_readyz(tmp_path: Path) -> No
 
 
 def test_a_killed_node_is_taken_out_and_the_other_serves(tmp_path: Path) -> None:
-    own_nodes = start_nodes(tmp_path)
-    try:
-        with GatewayProcess(front_config(own_nodes), subdir(tmp_path, "front")) as front:
-            front.wait_engine("remote", state="ready", ready_workers=2)
-            victim = own_nodes[0]
-            victim_url = f"{victim.base_url}/v1"
-            loads = [LoadLoop(front) for _ in range(3)]
-            for load in loads:
-                load.start()
-            wait_until(lambda: all(load.count >= 3 for load in loads), what="load on the front")
-            assert victim.process is not None
-            victim.process.send_signal(signal.SIGKILL)
-            wait_until(
-                lambda: next(e for e in endpoints_of(front) if e["url"] == victim_url)["state"] == "unhealthy",
-                what="the killed node taken out",
-            )
-            served_after = sum(load.count for load in loads)
-            wait_until(lambda: sum(load.count for load in loads) >= served_after + 9, what="more requests served")
-            for load in loads:
-                load.stop()
-            assert served_by_nodes(own_nodes[1:])[0] > 0
-            # Only a request whose audio had started when its node died may fail (cut); with failover before the
-            # first byte (gateway/speech/failover.py) every other one is served by the surviving node.
-            assert [failure for load in loads for failure in load.failures] == []
-            assert all(len(load.cut) <= 1 for load in loads)
-    finally:
-        for node in own_nodes:
-            node.stop()
+    own_nodes = node_processes(tmp_path)
+    front = GatewayProcess(front_config(own_nodes), subdir(tmp_path, "front"))
+    with running_together([*own_nodes, front]):
+        front.wait_engine("remote", NODES_READY_S, state="ready", ready_workers=2)
+        victim = own_nodes[0]
+        victim_url = f"{victim.base_url}/v1"
+        loads = [LoadLoop(front) for _ in range(3)]
+        for load in loads:
+            load.start()
+        wait_until(lambda: all(load.count >= 3 for load in loads), what="load on the front")
+        assert victim.process is not None
+        victim.process.send_signal(signal.SIGKILL)
+        wait_until(
+            lambda: next(e for e in endpoints_of(front) if e["url"] == victim_url)["state"] == "unhealthy",
+            what="the killed node taken out",
+        )
+        served_after = sum(load.count for load in loads)
+        wait_until(lambda: sum(load.count for load in loads) >= served_after + 9, what="more requests served")
+        for load in loads:
+            load.stop()
+        assert served_by_nodes(own_nodes[1:])[0] > 0
+        # Only a request whose audio had started when its node died may fail (cut); with failover before the
+        # first byte (gateway/speech/failover.py) every other one is served by the surviving node.
+        assert [failure for load in loads for failure in load.failures] == []
+        assert all(len(load.cut) <= 1 for load in loads)
 
 
 class LoadLoop:
@@ -487,65 +492,54 @@ class LoadLoop:
 
 
 def test_a_node_that_hangs_before_the_first_byte_counts_in_its_breaker(tmp_path: Path) -> None:
-    with (
-        silent_server() as hanging,
-        GatewayProcess(
-            {"engines": {"remote": remote([hanging], first_byte_timeout_s=0.5, breaker={"failures": 2, "open_s": 60})}},
-            tmp_path,
-        ) as front,
-    ):
-        # A bare TCP server that accepts and never answers: probes fail too, so it is unhealthy from the start...
-        assert endpoints_of(front)[0]["state"] == "unhealthy"
-    with (
-        hanging_node(tmp_path / "node") as node,
-        GatewayProcess(
-            {"engines": {"remote": remote([node], first_byte_timeout_s=0.5, breaker={"failures": 2, "open_s": 60})}},
-            subdir(tmp_path, "front"),
-        ) as front,
-    ):
-        # ...while a node whose engine hangs (#hang-after=0) answers its probes: only the timeout can catch it.
-        front.wait_engine("remote", state="ready")
-        url = f"{node.base_url}/v1"
-        for attempt in range(2):
-            started = time.monotonic()
-            response = httpx.post(
-                f"{front.base_url}/v1/audio/speech",
-                timeout=30,
-                json={"model": "remote", "input": "hang #hang-after=0", "voice": "alloy"},
-            )
-            assert response.status_code == 503, response.text
-            assert time.monotonic() - started < 10
-            if attempt == 0:
-                assert "no answer within 0.5 s" in endpoints_of(front)[0]["last_error"]
-        assert endpoints_of(front)[0]["breaker"] == "open"
-        assert metric(front, "tts_engine_endpoint_breaker_state", url) == 2
+    hanging = hanging_node(tmp_path / "node")
+    options: dict[str, Any] = {"first_byte_timeout_s": 0.5, "breaker": {"failures": 2, "open_s": 60}}
+    with silent_server() as silent:
+        fronts = [
+            GatewayProcess({"engines": {"remote": remote([silent], **options)}}, subdir(tmp_path, "silent-front")),
+            GatewayProcess({"engines": {"remote": remote([hanging.node], **options)}}, subdir(tmp_path, "front")),
+        ]
+        with hanging.alongside(*fronts) as node:
+            # A bare TCP server that accepts and never answers: probes fail too, so it is unhealthy from the start...
+            assert endpoints_of(fronts[0])[0]["state"] == "unhealthy"
+            front = fronts[1]
+            # ...while a node whose engine hangs (#hang-after=0) answers its probes: only the timeout can catch it.
+            front.wait_engine("remote", NODES_READY_S, state="ready")
+            url = f"{node.base_url}/v1"
+            for attempt in range(2):
+                started = time.monotonic()
+                response = httpx.post(
+                    f"{front.base_url}/v1/audio/speech",
+                    timeout=30,
+                    json={"model": "remote", "input": "hang #hang-after=0", "voice": "alloy"},
+                )
+                assert response.status_code == 503, response.text
+                assert time.monotonic() - started < 10
+                if attempt == 0:
+                    assert "no answer within 0.5 s" in endpoints_of(front)[0]["last_error"]
+            assert endpoints_of(front)[0]["breaker"] == "open"
+            assert metric(front, "tts_engine_endpoint_breaker_state", url) == 2
 
 
 def test_a_request_to_an_endpoint_that_hangs_is_served_by_the_other_node(tmp_path: Path) -> None:
-    own_nodes = start_nodes(tmp_path, count=1)
+    own_nodes = node_processes(tmp_path, count=1)
     engines = {"remote": remote([*own_nodes], first_byte_timeout_s=0.5, breaker={"failures": 100})}
-    try:
-        with healthy_but_silent_server() as silent:
-            engines["remote"]["options"]["endpoints"].append(silent.url)
-            with (
-                GatewayProcess({"engines": engines}, subdir(tmp_path, "front")) as front,
-                httpx.Client(base_url=front.base_url, timeout=30) as http,
-            ):
-                front.wait_engine("remote", state="ready", ready_workers=2)
-                for i in range(4):
-                    started = time.monotonic()
-                    response = http.post(
-                        "/v1/audio/speech",
-                        json={"model": "remote", "input": f"try {i}", "voice": "alloy", "response_format": "pcm"},
-                    )
-                    assert response.status_code == 200, response.text
-                    assert time.monotonic() - started < 5.0  # the 0.5 s first-byte timeout, not the client's 30 s
-                assert silent.posts >= 1, "the balancer never sent a request to the silent endpoint"
-                silent_endpoint = next(e for e in endpoints_of(front) if e["url"] == silent.url)
-                assert "no answer within 0.5 s" in silent_endpoint["last_error"]
-    finally:
-        for node in own_nodes:
-            node.stop()
+    with healthy_but_silent_server() as silent:
+        engines["remote"]["options"]["endpoints"].append(silent.url)
+        front = GatewayProcess({"engines": engines}, subdir(tmp_path, "front"))
+        with running_together([*own_nodes, front]), httpx.Client(base_url=front.base_url, timeout=30) as http:
+            front.wait_engine("remote", NODES_READY_S, state="ready", ready_workers=2)
+            for i in range(4):
+                started = time.monotonic()
+                response = http.post(
+                    "/v1/audio/speech",
+                    json={"model": "remote", "input": f"try {i}", "voice": "alloy", "response_format": "pcm"},
+                )
+                assert response.status_code == 200, response.text
+                assert time.monotonic() - started < 5.0  # the 0.5 s first-byte timeout, not the client's 30 s
+            assert silent.posts >= 1, "the balancer never sent a request to the silent endpoint"
+            silent_endpoint = next(e for e in endpoints_of(front) if e["url"] == silent.url)
+            assert "no answer within 0.5 s" in silent_endpoint["last_error"]
 
 
 class healthy_but_silent_server:  # noqa: N801 - used like a function in a with statement
@@ -583,40 +577,35 @@ class healthy_but_silent_server:  # noqa: N801 - used like a function in a with 
 
 
 def test_the_breaker_opens_fails_fast_half_opens_and_closes(tmp_path: Path) -> None:
-    own_nodes = start_nodes(tmp_path, count=1)
+    own_nodes = node_processes(tmp_path, count=1)
     node = own_nodes[0]
     url = f"{node.base_url}/v1"
     engines = {"remote": remote(own_nodes, breaker={"failures": 2, "window_s": 30, "open_s": 2})}
-    try:
-        with (
-            GatewayProcess({"engines": engines}, subdir(tmp_path, "front")) as front,
-            httpx.Client(base_url=front.base_url, timeout=30) as http,
-        ):
-            front.wait_engine("remote", state="ready")
+    front = GatewayProcess({"engines": engines}, subdir(tmp_path, "front"))
+    with running_together([node, front]), httpx.Client(base_url=front.base_url, timeout=30) as http:
+        front.wait_engine("remote", NODES_READY_S, state="ready")
 
-            def speak(text: str) -> httpx.Response:
-                return http.post("/v1/audio/speech", json={"model": "remote", "input": text, "voice": "alloy"})
+        def speak(text: str) -> httpx.Response:
+            return http.post("/v1/audio/speech", json={"model": "remote", "input": text, "voice": "alloy"})
 
-            for _ in range(2):
-                assert speak("broken #fail").status_code == 503
-            assert endpoints_of(front)[0]["breaker"] == "open"
-            assert metric(front, "tts_engine_endpoint_breaker_state", url) == 2
-            seen = speech_requests_seen(node)
+        for _ in range(2):
+            assert speak("broken #fail").status_code == 503
+        assert endpoints_of(front)[0]["breaker"] == "open"
+        assert metric(front, "tts_engine_endpoint_breaker_state", url) == 2
+        seen = speech_requests_seen(node)
 
-            refused = speak("fails fast")
-            assert refused.status_code == 503
-            assert "circuit breaker open" in refused.json()["error"]["message"]
-            assert front.engine("remote")["state"] == "unavailable"
-            time.sleep(0.3)  # the access log line of a request that reached the node would be written by now
-            assert speech_requests_seen(node) == seen, "an open breaker must not reach the node"
+        refused = speak("fails fast")
+        assert refused.status_code == 503
+        assert "circuit breaker open" in refused.json()["error"]["message"]
+        assert front.engine("remote")["state"] == "unavailable"
+        time.sleep(0.3)  # the access log line of a request that reached the node would be written by now
+        assert speech_requests_seen(node) == seen, "an open breaker must not reach the node"
 
-            wait_until(lambda: endpoints_of(front)[0]["breaker"] == "half_open", 10, "half-open")
-            assert metric(front, "tts_engine_endpoint_breaker_state", url) == 1
-            assert speak("the node is back").status_code == 200
-            assert endpoints_of(front)[0]["breaker"] == "closed"
-            assert metric(front, "tts_engine_endpoint_breaker_state", url) == 0
-    finally:
-        node.stop()
+        wait_until(lambda: endpoints_of(front)[0]["breaker"] == "half_open", 10, "half-open")
+        assert metric(front, "tts_engine_endpoint_breaker_state", url) == 1
+        assert speak("the node is back").status_code == 200
+        assert endpoints_of(front)[0]["breaker"] == "closed"
+        assert metric(front, "tts_engine_endpoint_breaker_state", url) == 0
 
 
 class silent_server:  # noqa: N801 - used like a function in a with statement
@@ -641,14 +630,21 @@ class hanging_node:  # noqa: N801 - used like a function in a with statement
         workdir.mkdir()
         config = node_config()
         config["engines"]["tones"]["stall_timeout_s"] = 1.0
-        self._node = GatewayProcess(config, workdir)
+        self.node = GatewayProcess(config, workdir)
+        self._others: list[GatewayProcess] = []
+
+    def alongside(self, *others: GatewayProcess) -> hanging_node:
+        """Start ``others`` (fronts that name the node) together with the node, and stop them with it."""
+        self._others = list(others)
+        return self
 
     def __enter__(self) -> GatewayProcess:
-        return self._node.start()
+        start_together([self.node, *self._others])
+        return self.node
 
     def __exit__(self, *exc: object) -> None:
-        workers = [pid for engine in self._node.readiness()["engines"].values() for pid in engine["pids"]]
-        self._node.stop()
+        workers = [pid for engine in self.node.readiness()["engines"].values() for pid in engine["pids"]]
+        stop_together([self.node, *self._others])
         for pid in workers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

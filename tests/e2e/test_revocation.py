@@ -25,6 +25,7 @@ from websockets.uri import parse_uri
 
 from harness.gateway_process import GatewayProcess
 from tests.realtime_client import Session, open_connections
+from tests.starting import start_together, stop_together
 from tests.tenancy import ADMIN_TOKEN, Admin
 from tests.waiting import wait_until
 
@@ -61,8 +62,7 @@ def config(redis_url: str | None, **server: Any) -> dict[str, Any]:
 
 
 def start_all(processes: list[GatewayProcess]) -> list[GatewayProcess]:
-    for process in processes:
-        process.start()
+    start_together(processes)
     return processes
 
 
@@ -73,8 +73,7 @@ def replicas(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
         [GatewayProcess(config(redis_server.url), tmp_path_factory.mktemp(f"replica{i}")) for i in range(2)]
     )
     yield processes
-    for process in processes:
-        process.stop()
+    stop_together(processes)
 
 
 @pytest.fixture(scope="module")
@@ -413,8 +412,7 @@ def outage_replicas(
         [GatewayProcess(config(outage_redis.url), tmp_path_factory.mktemp(f"outage{i}")) for i in range(2)]
     )
     yield processes
-    for process in processes:
-        process.stop()
+    stop_together(processes)
 
 
 def test_during_an_outage_a_replica_refuses_what_it_learned_was_revoked(

@@ -19,6 +19,7 @@ from engines.synthetic import voice_frequency
 from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess
 from tests.audio_decode import decode_audio, dominant_frequency
 from tests.redis_server import RedisServer, disconnected
+from tests.starting import start_together, stop_together
 from tests.tenancy import AUDIENCE, JWT_SECRET, Admin, speak, tenancy_config
 from tests.waiting import wait_until
 
@@ -58,11 +59,9 @@ def replicas(
     processes = [
         GatewayProcess(tenancy_config(shared_redis.url), tmp_path_factory.mktemp(f"replica{i}")) for i in range(2)
     ]
-    for process in processes:
-        process.start()
+    start_together(processes)
     yield processes
-    for process in processes:
-        process.stop()
+    stop_together(processes)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import pytest
 
 from harness.gateway_process import GatewayProcess
 from harness.otlp_receiver import OtlpReceiver
+from tests.starting import start_together, stop_together
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -49,15 +50,12 @@ class Tiers:
         self.front = GatewayProcess(front, workdir)
 
     def __enter__(self) -> Tiers:
-        self.node.start()
-        self.front.start()
-        self.front.wait_engine("tones", state="ready")
+        start_together([self.node, self.front])
+        self.front.wait_engine("tones", 60, state="ready")  # the front may have settled before its node
         return self
 
     def __exit__(self, *_: object) -> None:
-        for process in (self.front, self.node):
-            if process.process is not None:
-                process.stop()
+        stop_together([self.front, self.node])
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from websockets.exceptions import InvalidStatus
 from auth.keys import generate_api_key, hash_api_key
 from harness.gateway_process import GatewayProcess
 from tests.redis_server import RedisServer
+from tests.starting import running_together
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -93,16 +94,12 @@ def tiers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayPro
     redis.start()
     workdir = tmp_path_factory.mktemp("two-tier-fairness")
     try:
-        with GatewayProcess(node_config(), mkdir(workdir, "node")) as node:
-            fronts = [GatewayProcess(front_config(node, redis.url), mkdir(workdir, f"front{i}")) for i in (1, 2)]
-            try:
-                for front in fronts:
-                    front.start()
-                    front.wait_engine("paced", state="ready")
-                yield node, fronts
-            finally:
-                for front in fronts:
-                    front.stop()
+        node = GatewayProcess(node_config(), mkdir(workdir, "node"))
+        fronts = [GatewayProcess(front_config(node, redis.url), mkdir(workdir, f"front{i}")) for i in (1, 2)]
+        with running_together([node, *fronts]):
+            for front in fronts:
+                front.wait_engine("paced", 60, state="ready")  # a front may have settled before its node
+            yield node, fronts
     finally:
         redis.remove()
 
