@@ -18,6 +18,7 @@ from elevenlabs import ElevenLabs
 from websockets.asyncio.client import connect
 
 from harness.gateway_process import GatewayProcess
+from tests.starting import start_together, stop_together
 from tests.tenancy import ADMIN_TOKEN, Admin, bearer, speak, tenancy_config
 from tests.waiting import wait_until
 
@@ -40,11 +41,9 @@ def replicas(
     )
     shared.flush()
     processes = [GatewayProcess(tenancy_config(shared.url), tmp_path_factory.mktemp(f"replica{i}")) for i in range(2)]
-    for process in processes:
-        process.start()
+    start_together(processes)
     yield processes
-    for process in processes:
-        process.stop()
+    stop_together(processes)
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from gateway.audio.samples import MAX_RECORDING_BYTES, SAMPLE_RATE, decode_recor
 from harness.gateway_process import GatewayProcess
 from harness.recordings import CONTAINERS, recording, tone
 from tests.audio_decode import SPEECH_FORMATS, decode_audio, dominant_frequency
+from tests.starting import start_together, stop_together
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -72,11 +73,9 @@ def replicas(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
     processes = [
         GatewayProcess(gateway_config(redis_server.url), tmp_path_factory.mktemp(f"voices{i}")) for i in range(2)
     ]
-    for process in processes:
-        process.start()
+    start_together(processes)
     yield processes
-    for process in processes:
-        process.stop()
+    stop_together(processes)
 
 
 class Tenant:

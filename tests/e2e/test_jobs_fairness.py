@@ -13,6 +13,7 @@ import pytest
 from auth.keys import generate_api_key, hash_api_key
 from harness.gateway_process import GatewayProcess
 from tests.redis_server import RedisServer
+from tests.starting import start_together, stop_together
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -48,12 +49,10 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayP
     }
     processes = [GatewayProcess(config, tmp_path_factory.mktemp(f"fair{i}")) for i in range(2)]
     try:
-        for process in processes:
-            process.start()
+        start_together(processes)
         yield processes
     finally:
-        for process in processes:
-            process.stop()
+        stop_together(processes)
         server.remove()
 
 

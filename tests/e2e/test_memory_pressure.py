@@ -26,6 +26,7 @@ import redis
 from gateway.speech.cache import REFUSAL_PAUSE_S
 from harness.gateway_process import GatewayProcess
 from tests.redis_server import RedisServer
+from tests.starting import start_together, stop_together
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -75,8 +76,7 @@ class Deployment:
         for i in range(2):
             (workdir / f"replica{i}").mkdir()
         self.replicas = [GatewayProcess(config, workdir / f"replica{i}") for i in range(2)]
-        for replica in self.replicas:
-            replica.start()
+        start_together(self.replicas)
         self.admin = Admin(self.replicas[0].base_url)
         self.http = httpx.Client(timeout=30)
 
@@ -127,8 +127,7 @@ class Deployment:
     def close(self) -> None:
         self.http.close()
         self.admin.http.close()
-        for replica in self.replicas:
-            replica.stop()
+        stop_together(self.replicas)
         self.redis.connection_pool.disconnect()
         self.redis_server.remove()
 

@@ -20,6 +20,7 @@ import redis
 
 from harness.gateway_process import GatewayProcess
 from tests.redis_server import RedisServer
+from tests.starting import start_together, stop_together
 from tests.tenancy import ADMIN_TOKEN, Admin, bearer, speak
 from tests.waiting import wait_until
 
@@ -44,11 +45,9 @@ def config(redis_url: str) -> dict[str, Any]:
 
 def two_replicas(server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayProcess]]:
     processes = [GatewayProcess(config(server.url), tmp_path_factory.mktemp(f"replica{i}")) for i in range(2)]
-    for process in processes:
-        process.start()
+    start_together(processes)
     yield processes
-    for process in processes:
-        process.stop()
+    stop_together(processes)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from websockets.exceptions import ConnectionClosed
 
 from auth.keys import generate_api_key, hash_api_key
 from harness.gateway_process import GatewayProcess
+from tests.starting import start_together, stop_together
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -55,11 +56,9 @@ def config(redis_url: str) -> dict[str, Any]:
 def replicas(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayProcess]]:
     redis_server.flush()
     processes = [GatewayProcess(config(redis_server.url), tmp_path_factory.mktemp(f"shared{i}")) for i in range(2)]
-    for process in processes:
-        process.start()
+    start_together(processes)
     yield processes
-    for process in processes:
-        process.stop()
+    stop_together(processes)
 
 
 def ws(replica: GatewayProcess) -> str:

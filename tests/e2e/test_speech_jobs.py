@@ -21,6 +21,7 @@ from gateway.speech.segments import split_text
 from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio
 from tests.redis_server import RedisServer
+from tests.starting import start_together, stop_together
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -64,12 +65,10 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayP
     }
     processes = [GatewayProcess(config, tmp_path_factory.mktemp(f"jobs{i}")) for i in range(2)]
     try:
-        for process in processes:
-            process.start()
+        start_together(processes)
         yield processes
     finally:
-        for process in processes:
-            process.stop()
+        stop_together(processes)
         server.remove()
 
 
