@@ -25,6 +25,7 @@ import pytest
 from auth.keys import generate_api_key, hash_api_key
 from harness.gateway_process import GatewayProcess
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio
+from tests.starting import start_together, stop_together
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -89,23 +90,31 @@ def gateway_config(node: GatewayProcess) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    with GatewayProcess(node_config(), tmp_path_factory.mktemp("node")) as process:
-        yield process
-
-
-@pytest.fixture(scope="module")
-def gateway(node: GatewayProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    process = GatewayProcess(gateway_config(node), tmp_path_factory.mktemp("gateway")).start()
+def tiers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
+    """The engine node and the gateway in front of it, started together: the gateway's config names the node by its
+    port, and it waits for its remote engine to see the node ready."""
+    node = GatewayProcess(node_config(), tmp_path_factory.mktemp("node"))
+    process = GatewayProcess(gateway_config(node), tmp_path_factory.mktemp("gateway"))
+    start_together([node, process])
     try:
-        process.wait_engine("remote-waiting", state="ready")
-        yield process
+        process.wait_engine("remote-waiting", 60, state="ready")
+        yield node, process
     finally:
         workers = [pid for engine in process.readiness()["engines"].values() for pid in engine["pids"]]
-        process.stop()
+        stop_together([process, node])
         for pid in workers:  # a hung worker still alive (the test failed before it was replaced) must not outlive it
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def node(tiers: tuple[GatewayProcess, GatewayProcess]) -> GatewayProcess:
+    return tiers[0]
+
+
+@pytest.fixture(scope="module")
+def gateway(tiers: tuple[GatewayProcess, GatewayProcess]) -> GatewayProcess:
+    return tiers[1]
 
 
 # ---------------------------------------------------------------------------------------------------------- helpers

@@ -40,6 +40,7 @@ from engines.synthetic import voice_frequency
 from harness.gateway_process import CONSOLE_SCRIPT, GatewayProcess, exact_engines, free_port
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio, dominant_frequency
 from tests.redis_server import RedisServer
+from tests.starting import running_together
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -809,20 +810,34 @@ def admin_attempts(gateway: GatewayProcess, forwarded_for: list[str], token: str
         ]
 
 
-def test_a_forged_forwarded_address_does_not_dodge_the_admin_throttle(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def forwarding(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, GatewayProcess]]:
+    """A gateway that trusts no proxy and one that trusts 127.0.0.1, started together; each is one test's own (its
+    admin throttle is what the test looks at)."""
+    gateways = {
+        "untrusted": GatewayProcess(proxied_config([]), tmp_path_factory.mktemp("untrusted")),
+        "trusted": GatewayProcess(proxied_config(["127.0.0.1"]), tmp_path_factory.mktemp("trusted")),
+    }
+    with running_together(list(gateways.values())):
+        yield gateways
+
+
+def test_a_forged_forwarded_address_does_not_dodge_the_admin_throttle(forwarding: dict[str, GatewayProcess]) -> None:
     """Before: uvicorn believed X-Forwarded-For from 127.0.0.1, so 30 wrong tokens, each from a new forged address,
     got 30 x 401 and never 429."""
-    with GatewayProcess(proxied_config([]), tmp_path) as gateway:
-        statuses = admin_attempts(gateway, [f"198.51.100.{n}" for n in range(1, 31)], "wrong-" + uuid.uuid4().hex)
+    gateway = forwarding["untrusted"]
+    statuses = admin_attempts(gateway, [f"198.51.100.{n}" for n in range(1, 31)], "wrong-" + uuid.uuid4().hex)
     assert statuses[0] == 401 and 429 in statuses
     assert statuses.index(429) <= 10
 
 
-def test_behind_a_trusted_proxy_a_strangers_attempts_do_not_lock_the_admin_out(tmp_path: Path) -> None:
-    with GatewayProcess(proxied_config(["127.0.0.1"]), tmp_path) as gateway:
-        stranger = admin_attempts(gateway, ["198.51.100.7"] * 12, "wrong-" + uuid.uuid4().hex)
-        admin = admin_attempts(gateway, ["198.51.100.8"], ADMIN_TOKEN)
-        log = [json.loads(line) for line in log_lines(gateway)]
+def test_behind_a_trusted_proxy_a_strangers_attempts_do_not_lock_the_admin_out(
+    forwarding: dict[str, GatewayProcess],
+) -> None:
+    gateway = forwarding["trusted"]
+    stranger = admin_attempts(gateway, ["198.51.100.7"] * 12, "wrong-" + uuid.uuid4().hex)
+    admin = admin_attempts(gateway, ["198.51.100.8"], ADMIN_TOKEN)
+    log = [json.loads(line) for line in log_lines(gateway)]
     assert stranger[0] == 401 and stranger[-1] == 429  # throttled by its own forwarded address
     assert admin == [200]  # the proxy's other callers are not
     assert any(entry.get("client") == "198.51.100.7" for entry in log if entry["logger"] == "chattts_gateway.admin")
