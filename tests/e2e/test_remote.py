@@ -418,7 +418,8 @@ def test_unreachable_endpoints_start_and_say_why_in_readyz(tmp_path: Path) -> No
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# faults: every test here has nodes of its own
+# faults: a test that harms a node (kills it, hangs it) has nodes of its own; one that only sends requests that fail
+# borrows the module's first node, which the tests above have done with
 
 
 def test_a_killed_node_is_taken_out_and_the_other_serves(tmp_path: Path) -> None:
@@ -521,14 +522,17 @@ def test_a_node_that_hangs_before_the_first_byte_counts_in_its_breaker(tmp_path:
             assert metric(front, "tts_engine_endpoint_breaker_state", url) == 2
 
 
-def test_a_request_to_an_endpoint_that_hangs_is_served_by_the_other_node(tmp_path: Path) -> None:
-    own_nodes = node_processes(tmp_path, count=1)
-    engines = {"remote": remote([*own_nodes], first_byte_timeout_s=0.5, breaker={"failures": 100})}
+def test_a_request_to_an_endpoint_that_hangs_is_served_by_the_other_node(
+    nodes: list[GatewayProcess], tmp_path: Path
+) -> None:
+    engines = {"remote": remote(nodes[:1], first_byte_timeout_s=0.5, breaker={"failures": 100})}
     with healthy_but_silent_server() as silent:
         engines["remote"]["options"]["endpoints"].append(silent.url)
-        front = GatewayProcess({"engines": engines}, subdir(tmp_path, "front"))
-        with running_together([*own_nodes, front]), httpx.Client(base_url=front.base_url, timeout=30) as http:
-            front.wait_engine("remote", NODES_READY_S, state="ready", ready_workers=2)
+        with (
+            GatewayProcess({"engines": engines}, tmp_path) as front,
+            httpx.Client(base_url=front.base_url, timeout=30) as http,
+        ):
+            front.wait_engine("remote", state="ready", ready_workers=2)
             for i in range(4):
                 started = time.monotonic()
                 response = http.post(
@@ -576,14 +580,15 @@ class healthy_but_silent_server:  # noqa: N801 - used like a function in a with 
         self._server.server_close()
 
 
-def test_the_breaker_opens_fails_fast_half_opens_and_closes(tmp_path: Path) -> None:
-    own_nodes = node_processes(tmp_path, count=1)
-    node = own_nodes[0]
+def test_the_breaker_opens_fails_fast_half_opens_and_closes(nodes: list[GatewayProcess], tmp_path: Path) -> None:
+    node = nodes[0]
     url = f"{node.base_url}/v1"
-    engines = {"remote": remote(own_nodes, breaker={"failures": 2, "window_s": 30, "open_s": 2})}
-    front = GatewayProcess({"engines": engines}, subdir(tmp_path, "front"))
-    with running_together([node, front]), httpx.Client(base_url=front.base_url, timeout=30) as http:
-        front.wait_engine("remote", NODES_READY_S, state="ready")
+    engines = {"remote": remote([node], breaker={"failures": 2, "window_s": 30, "open_s": 2})}
+    with (
+        GatewayProcess({"engines": engines}, tmp_path) as front,
+        httpx.Client(base_url=front.base_url, timeout=30) as http,
+    ):
+        front.wait_engine("remote", state="ready")
 
         def speak(text: str) -> httpx.Response:
             return http.post("/v1/audio/speech", json={"model": "remote", "input": text, "voice": "alloy"})
