@@ -337,7 +337,15 @@ class ChatTTSEngine:
         ]  # fmt: skip
 
     def _decode_due(self, due: list[tuple[_Plan, bool]], live: dict[int, _Plan]) -> Generator[BatchItem, None, None]:
-        """Decode the due chunks together (one call per window length) and yield them, with the requests' ends."""
+        """Decode the due chunks and yield them, with the requests' ends: first chunks first, so that a new request's
+        first audio leaves before the others' chunks are decoded (``engines/chattts/chunk_order.py``)."""
+        from engines.chattts.chunk_order import first_chunks_first
+
+        for group in first_chunks_first(due, lambda item: item[0].decoder):
+            yield from self._decode_group(group, live)
+
+    def _decode_group(self, due: list[tuple[_Plan, bool]], live: dict[int, _Plan]) -> Generator[BatchItem, None, None]:
+        """Decode chunks together (one call per window length) and yield them, with the requests' ends."""
         from engines.chattts.streaming import decode_windows, to_int16
 
         decoders = [plan.decoder for plan, _ in due if plan.decoder is not None]

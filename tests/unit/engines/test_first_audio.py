@@ -1,6 +1,7 @@
 """A request that joins a running ChatTTS batch hears its first audio within its prefill and ``stream_first_tokens``
-steps, with no running request's later chunk decoded meanwhile (each decode stops every row's next step), and every
-request still gets exactly its own audio; over both decoders and both weight types, on tiny random-weight assets.
+steps, with no running request's later chunk decoded meanwhile (each decode stops every row's next step), its first
+chunk leaves before a chunk of another row due at the same pass is decoded, and every request still gets exactly its
+own audio; over both decoders and both weight types, on tiny random-weight assets.
 
 The streaming decoder's clock is stopped (the listener always has audio enough), so that which chunks wait depends on
 token counts only, not on how fast this machine steps.
@@ -21,6 +22,8 @@ from tests.chattts_assets import chattts_engine_options
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
+    import torch
+
     from engines.base import CancelToken
 
 pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
@@ -34,6 +37,8 @@ TOKENS = 64
 ARRIVES_AT = 26
 """Two steps after the running request's first chunk (24 tokens): its next one (16 tokens later, 8 doubled) falls due
 during the joiner's first 24 tokens, well before its segment (TOKENS) ends."""
+ARRIVES_AS_IT_ENDS = TOKENS - FIRST_TOKENS + 1
+"""The joiner's first chunk falls due at the pass of the running request's last token: its last chunk, never held."""
 
 
 @pytest.fixture(scope="module", params=[("torch", "float32"), ("onnxruntime", "float32"), ("onnxruntime", "int8")],
@@ -97,3 +102,28 @@ def test_every_request_still_gets_its_own_audio(engine: ChatTTSEngine) -> None:
         joined, reference = np.concatenate(audio[index]), alone(engine, request)
         assert len(joined) == len(reference)
         assert np.allclose(joined, reference, atol=TOLERANCE), "holding a chunk must not change its audio"
+
+
+def test_a_first_chunk_leaves_before_another_rows_chunk_due_at_the_same_pass_is_decoded(
+    engine: ChatTTSEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log: list[tuple[str, int]] = []  # ("decode", windows) and ("yield", index), in the order they happened
+    decode = streaming.decode_windows
+
+    def logged(chat: object, windows: list[torch.Tensor], threads: int | None = None) -> list[np.ndarray]:
+        log.append(("decode", len(windows)))
+        return decode(chat, windows, threads)
+
+    monkeypatch.setattr(streaming, "decode_windows", logged)
+    arrivals = Arrivals(JOINER, ARRIVES_AS_IT_ENDS)
+    seen = []
+    for poll, index, chunk in items(engine, arrivals):
+        seen.append((poll, index, chunk))
+        if chunk is not None:
+            log.append(("yield", index))
+    first = next(poll for poll, index, chunk in seen if index == 1 and chunk is not None)
+    at_that_pass = [index for poll, index, chunk in seen if poll == first and chunk is not None]
+    assert at_that_pass == [1, 0], "the joiner's first chunk and then the running request's last, at one pass"
+    joiner = log.index(("yield", 1))
+    assert log[joiner - 1] == ("decode", 1), "the decode just before the joiner's first chunk was its own alone"
+    assert log[joiner + 1] == ("decode", 1), "the running request's last chunk was decoded after it left"

@@ -1,0 +1,37 @@
+"""The order in which a pass's due chunks are decoded: first chunks before the others.
+
+A chunk's decode (DVAE + Vocos) blocks the batch, and every chunk due at one pass used to be decoded before any of
+them left. When a request's first chunk falls due at the same pass as another row's later or last chunk (at a
+closed loop's steady state, the last chunk of the request that ends as the new one joins, the whole segment's
+tokens when its later chunks were held), the new request waited for that bigger decode too. Decoded in two rounds,
+first chunks first, each round's audio leaves before the next round starts: a first chunk waits for no one's
+later audio, and the later chunks leave one first chunk's decode later than they would have, which their listeners
+(already speaking) absorb.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+__all__ = ["Started", "first_chunks_first"]
+
+
+class Started(Protocol):
+    """What :func:`first_chunks_first` asks of a stream decoder (:class:`engines.chattts.streaming.StreamDecoder`)."""
+
+    @property
+    def started(self) -> bool: ...
+
+
+Due = TypeVar("Due")
+
+
+def first_chunks_first(due: Sequence[Due], decoder: Callable[[Due], Started | None]) -> list[list[Due]]:
+    """``due`` in decode rounds, each in its given order: the chunks whose ``decoder`` has not started (first chunks),
+    then the others; a round with nothing in it is left out."""
+    first = [item for item in due if (stream := decoder(item)) is not None and not stream.started]
+    later = [item for item in due if not any(item is chosen for chosen in first)]
+    return [group for group in (first, later) if group]
