@@ -9,8 +9,10 @@ client k starts k * tokens / N passes after the first, so that every later reque
 split into what the token loop did meanwhile: decode steps (the running rows alone), passes that also prefilled a
 joiner's prompt, the streaming decodes (DVAE + Vocos) of chunks, and the rest (sampling, bookkeeping); and counted
 in forward passes. Each level runs per ``--variants``: ``held`` (the engine as it is: later chunks wait for a first
-chunk) and ``at-once`` (every due chunk decoded at once, the code before), alternating over ``--rounds``. Prints a
-table row per run and, per variant, first audio p50 at the highest level over the lowest.
+chunk, and a pass's first chunks are decoded and leave before its other due chunks), ``together`` (later chunks held,
+but a pass's due chunks decoded in one round: the code before first chunks went first) and ``at-once`` (every due
+chunk decoded at once, in one round: the code before both), alternating over ``--rounds``. Prints a table row per
+run and, per variant, first audio p50 at the highest level over the lowest.
 """
 
 from __future__ import annotations
@@ -20,21 +22,23 @@ import os
 import statistics
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from engines.base import OPENAI_VOICES, CancelFlag, SynthesisRequest
-from engines.chattts import streaming
+from engines.chattts import chunk_order, streaming
 from engines.chattts.engine import ChatTTSEngine
 from engines.chattts.generation import CodeBatch
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import torch
 
     from engines.base import CancelToken
 
 __all__ = ["main"]
+
+_Due = TypeVar("_Due")
 
 TEXT = "Request number %d of the first audio benchmark, spoken in one sentence."
 
@@ -159,6 +163,11 @@ def report(level: str, results: list[tuple[float, dict[str, float], int]]) -> fl
     return p50
 
 
+def _one_round(due: Sequence[_Due], _decoder: Callable[[_Due], chunk_order.Started | None]) -> list[list[_Due]]:
+    """Every due chunk in one decode round, as before first chunks went first."""
+    return [list(due)] if due else []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--assets", required=True)
@@ -193,12 +202,14 @@ def main() -> None:
     for _ in engine.synthesize(SynthesisRequest("warm up", OPENAI_VOICES[0], seed=1), CancelFlag()):
         pass
     held = ChatTTSEngine.__dict__["_held"]  # the staticmethod itself
+    first_first = chunk_order.first_chunks_first
     p50s: dict[tuple[int, str], list[float]] = {}
     for _ in range(args.rounds):  # alternating: the machine's other work drifts
         for level in levels:
             for variant in args.variants.split(","):
-                # "held": as the engine runs; "at once": every due chunk decoded when due (the code before #51)
-                ChatTTSEngine._held = held if variant == "held" else staticmethod(lambda _due, _live: [])  # type: ignore[method-assign]
+                # "held": as the engine runs; "together": one decode round a pass; "at once": nothing held either
+                ChatTTSEngine._held = held if variant != "at-once" else staticmethod(lambda _due, _live: [])  # type: ignore[method-assign]
+                chunk_order.first_chunks_first = first_first if variant == "held" else _one_round  # type: ignore[assignment]
                 p50 = report(
                     f"{level} {variant}", run_level(engine, timeline, level, args.repeat, args.tokens // level)
                 )
