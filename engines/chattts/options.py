@@ -113,7 +113,8 @@ class ChatTTSOptions(BaseModel):
     max_segment_chars: int = Field(default=200, ge=20)
     """Long input is spoken sentence by sentence; longer sentences are split at this many characters."""
     stream_first_tokens: int = Field(default=24, ge=8)
-    """Tokens generated before the first audio chunk leaves."""
+    """Tokens generated before the first audio chunk leaves. A first chunk is decoded, and leaves, before the other
+    requests' chunks due at the same step are decoded: a joining request does not wait for their decode."""
     stream_chunk_tokens: int = Field(default=24, ge=8)
     """Tokens of the smallest later chunk (later chunks double up to ``stream_max_chunk_tokens`` while the listener
     has audio enough, or while generation is slower than real time)."""
