@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from bench import served_profile
 from bench.servers import ROOT, GatewayProcess, gateway
@@ -114,6 +115,9 @@ def measure_decoder(assets: Path, decoder: str, args: argparse.Namespace) -> dic
             details = served.engine("chattts").get("details", {})
             print(f"{decoder}: ready in {ready_s:.0f} s, engine details {details}", flush=True)
             asyncio.run(closed_loop(served.base_url, 1, 1, numbers))  # unrecorded: a fresh worker's first request
+            assert served.process is not None
+            workers_mb = sum(child.memory_info().rss for child in psutil.Process(served.process.pid).children(True))
+            print(f"  {decoder}: processes under the gateway {workers_mb / 2**20:.0f} MiB resident", flush=True)
             levels = []
             for concurrency in args.concurrency:
                 repeat = args.repeat_one if concurrency == 1 else args.repeat

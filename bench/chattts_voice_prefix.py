@@ -17,6 +17,7 @@ transcript, repeated to each length (the weights are random: what counts is the 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -73,10 +74,12 @@ def main() -> None:
     parser.add_argument("--samples", type=float, nargs="+", default=SAMPLE_SECONDS, help="sample lengths, seconds")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--decoder", default="torch", help="the engine's decoder option (prefill is torch in both)")
+    parser.add_argument("--weights", default="float32", help="the engine's weights option (with --decoder onnxruntime)")
+    parser.add_argument("--prefill-weights", default="auto", help="the engine's prefill_weights option")
     args = parser.parse_args()
     options = {"source": "dir", "path": str(args.assets), "decoder": args.decoder, "max_batch": 1, "seed": 1,
                "max_new_token": FIRST_TOKENS, "min_new_token": FIRST_TOKENS, "stream_first_tokens": FIRST_TOKENS,
-               "threads": args.threads}  # fmt: skip
+               "threads": args.threads, "weights": args.weights, "prefill_weights": args.prefill_weights}  # fmt: skip
     engine = ChatTTSEngine(options)
     started = time.perf_counter()
     info = engine.load()
@@ -99,8 +102,10 @@ def main() -> None:
             progress(f"round {round_}, {name}: {wall:.3f} s wall, {cpu:.3f} s CPU")
             if round_:
                 timings[name].append((wall, cpu))
-    print(f"torch threads {torch.get_num_threads()}, decoder {info.details['decoder']}, {FIRST_TOKENS} tokens to the "
-          f"first chunk, {args.rounds} rounds\n")  # fmt: skip
+    details = info.details
+    print(f"torch threads {torch.get_num_threads()}, decoder {details['decoder']} ({details['decode_weights']}), "
+          f"prefill {details['prefill_weights']}, {FIRST_TOKENS} tokens to the first chunk, {args.rounds} rounds, "
+          f"load average {os.getloadavg()[0]:.1f}\n")  # fmt: skip
     print("| voice | prompt positions | of them cached | first audio, wall s | x built-in | CPU s | x built-in |")
     print("|---|---|---|---|---|---|---|")
     base = [statistics.median(column) for column in zip(*timings["built-in voice"], strict=True)]

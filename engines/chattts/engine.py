@@ -126,6 +126,13 @@ class ChatTTSEngine:
         if device.type == "cpu":  # a few rows per decode step: measured, the faster product for each row count
             use_small_batch_linear(self._chat.gpt.gpt, blocked=options.blocked_weights)
         self._graph = self._decode_graph(location, device)
+        prefill = "float32"
+        if device.type == "cpu":  # the prefill's products, in fewer bits where asked or (8-bit steps) measured faster
+            from engines.chattts.prefill import use_fast_prefill
+
+            int8_decode = self._graph is not None and self._weights.weights == "int8"
+            prefill = use_fast_prefill(self._chat.gpt.gpt, options.prefill_weights, int8_decode=int8_decode,
+                                       drop_blocked=self._graph is not None)  # fmt: skip
         batch = self._batch_size()
         gpt = self._chat.config.gpt
         self._voices = SpeakerBank(
@@ -144,7 +151,8 @@ class ChatTTSEngine:
                    "dtype": str(dtype).removeprefix("torch."),
                    "text_normalizer": active_normalizer() if options.normalize else OFF,
                    "decoder": "torch" if self._graph is None else "onnxruntime", "max_batch": batch,
-                   "decode_weights": self._weights.describe()}  # fmt: skip
+                   "decode_weights": self._weights.describe(),
+                   "prefill_weights": prefill}  # fmt: skip
         # Weights without the DVAE's encoder (ChatTTS's own decode-only builds) cannot encode a sample.
         clones = hasattr(self._chat.dvae, "encoder")
         return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, self._max_batch, details, clones_voices=clones)

@@ -17,6 +17,7 @@ Device = Literal["auto", "cpu", "cuda"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 Decoder = Literal["auto", "torch", "onnxruntime"]
 Weights = Literal["auto", "float32", "int8"]
+PrefillWeights = Literal["auto", "float32", "int8", "bfloat16"]
 
 
 class ChatTTSOptions(BaseModel):
@@ -57,8 +58,14 @@ class ChatTTSOptions(BaseModel):
     float32's (98.4 % agree over 512 steps; the audio 0.15 dB apart) and its audio has not been judged by ear.
     ``auto``: ``int8`` where the steps run in ONNX Runtime on a CPU with the instructions its 8-bit products use
     (AVX2 and FMA, or ARM's dot product), ``float32`` otherwise (torch steps, CUDA); ``/readyz``'s ``decode_weights``
-    detail says which and why (``engines/chattts/weights.py``). ``float32``: the exact steps. Prefill stays float32
-    in torch."""
+    detail says which and why (``engines/chattts/weights.py``). ``float32``: the exact steps. Prefill runs in
+    torch, its products as ``prefill_weights`` says."""
+    prefill_weights: PrefillWeights = "auto"
+    """The number type of the prefill's weight products (a prompt's positions at once, in torch, on CPU): ``float32``,
+    ``bfloat16`` (oneDNN on a copy of the weights, half their size; fast only where the CPU has bfloat16 arithmetic)
+    or ``int8`` (torch's dynamic 8-bit product on a copy a quarter their size; one activation scale per pass, so a
+    sequence's tokens depend on what shares its pass). ``auto``: with ``weights: int8``, ``bfloat16`` where measured
+    clearly faster at load, else float32; float32 otherwise (``engines/chattts/prefill.py``, docs/engines.md)."""
     threads: int | None = Field(default=None, ge=1, le=256)
     """Torch CPU threads per worker (unset: torch's choice); ONNX Runtime's decode steps use as many."""
     blocked_weights: bool = True
