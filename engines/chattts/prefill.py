@@ -12,10 +12,11 @@ prefilled with every sentence). Two ways do the same products faster on CPUs wit
 - ``bfloat16``: oneDNN's product on a bfloat16 copy of the weights in its blocked layout (``avx512_bf16`` or AMX);
   half of float32's memory.
 
-Which one is the ``prefill_weights`` option (docs/engines.md); ``auto``, with the decode steps in 8 bits, measures
-at load, as ``engines/chattts/small_batch.py`` measures the decode products: a pass of :data:`PREFILL_ROWS`
-positions through two layers' weights, each way in turn, the fastest taken where it clearly beats float32
-(:func:`use_fast_prefill`). The layers then compute every pass of more than
+Which one is the ``prefill_weights`` option (docs/engines.md); ``auto``, with the decode steps in 8 bits, takes
+bfloat16 where the CPU has bfloat16 arithmetic (``avx512_bf16`` or ``amx_bf16``), float32 elsewhere. It was first
+timed at load, as ``engines/chattts/small_batch.py`` times the decode products, but on a busy 2-core machine that
+timing chose float32 where the benchmark, alternating over many rounds, measured bfloat16 1.4-2.2x faster: the CPU's
+flags decide, as they do for the ``dtype`` option's advice. The layers then compute every pass of more than
 :data:`~engines.chattts.small_batch.MAX_ROWS` positions (prefills, and the running rows' steps that share a pass
 with a prefill) that way; fewer rows, and the float32 weights themselves, are unchanged (text refinement and a torch
 fallback still use them). The results differ from float32's by rounding: BENCHMARKS.md, "Prefill in fewer bits".
@@ -23,35 +24,32 @@ fallback still use them). The results differ from float32's by rounding: BENCHMA
 
 from __future__ import annotations
 
-import functools
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import nn
 
-from engines.chattts.small_batch import MAX_ROWS, SmallBatchLinear, best_of_alternating
+from engines.chattts.small_batch import MAX_ROWS, SmallBatchLinear
 from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["PREFILL_ROWS", "PrefillLinear", "PrefillWay", "bfloat16_product", "int8_product", "use_fast_prefill"]
+__all__ = [
+    "PREFILL_ROWS", "PrefillLinear", "PrefillWay", "bfloat16_arithmetic", "bfloat16_product", "int8_product",
+    "use_fast_prefill",
+]  # fmt: skip
 
 logger = naming.logger("engine")
 
 PrefillWay = Literal["float32", "int8", "bfloat16"]
 PREFILL_ROWS = 64
-"""Positions of the prefill timed at load: a sentence's prompt."""
-_MARGIN = 0.8
-"""Another way is taken only where it took at most this share of float32's time."""
-
-_AUTO: tuple[PrefillWay, ...] = ("bfloat16",)
-"""What ``auto`` measures: bfloat16 only. The 8-bit product quantizes each pass's activations with one scale for all
-its rows, so a sequence's results would depend on what shares its pass (a seeded request's tokens on who joins), and
-its last hidden state was 13 times further from float32's for no more speed where both run (BENCHMARKS.md)."""
-_TIMED_LINEARS = 14
-"""Weights timed at load: two layers' (the full model has 20)."""
+"""The rows oneDNN's blocked bfloat16 layout is made for: a sentence's prompt."""
+# ``auto`` never takes int8: the 8-bit product quantizes each pass's activations with one scale for all its rows, so a
+# sequence's results would depend on what shares its pass (a seeded request's tokens on who joins), and its last
+# hidden state lay 15 times further from float32's than bfloat16's did (BENCHMARKS.md, "Prefill in fewer bits").
 
 
 class PrefillLinear(SmallBatchLinear):
@@ -112,27 +110,25 @@ _MAKERS: dict[str, Callable[[torch.Tensor], Callable[[torch.Tensor], torch.Tenso
 
 def use_fast_prefill(backbone: nn.Module, option: str, *, int8_decode: bool, drop_blocked: bool) -> PrefillWay:
     """Switch ``backbone``'s linear layers' prefill products as the ``prefill_weights`` ``option`` says (``auto``:
-    with ``int8_decode``, the ways of :data:`_AUTO` measured against float32, the fastest taken where it clearly
-    wins); returns the way taken (``float32``: nothing changed). ``drop_blocked``: the decode steps do not run
-    in torch (the decode graph runs them), so the float32 blocked copies (``small_batch``) go once another way
-    serves the prefill: a torch pass of a few rows then takes MKL's product."""
+    bfloat16 with ``int8_decode`` on a CPU with bfloat16 arithmetic); returns the way taken (``float32``: nothing
+    changed). ``drop_blocked``: the decode steps do not run in torch (the decode graph runs them), so the float32
+    blocked copies (``small_batch``) go once another way serves the prefill: a torch pass of a few rows then takes
+    MKL's product."""
     linears = [module for module in backbone.modules() if isinstance(module, nn.Linear)]
     if not linears or linears[0].weight.dtype != torch.float32 or linears[0].weight.device.type != "cpu":
         return "float32"
-    ways: tuple[PrefillWay, ...] = _AUTO if option == "auto" and int8_decode else ()
-    if option in _MAKERS:
-        ways = (option,)  # type: ignore[assignment]
-    products: dict[str, list[Callable[[torch.Tensor], torch.Tensor]]] = {}
-    for way in ways:
-        try:
-            products[way] = [_MAKERS[way](module.weight) for module in linears]
-            products[way][0](torch.zeros(MAX_ROWS + 1, linears[0].in_features))  # some CPUs fail only here
-        except RuntimeError as exc:  # no such product in this torch build or on this CPU
-            logger.warning("no %s prefill here, it stays float32: %s", way, exc)
-    chosen = _fastest(linears, products) if option == "auto" else next(iter(products), "float32")
-    if chosen == "float32":
+    way = option
+    if option == "auto":
+        way = "bfloat16" if int8_decode and bfloat16_arithmetic() else "float32"
+    if way not in _MAKERS:
         return "float32"
-    for module, product in zip(linears, products[chosen], strict=True):
+    try:
+        products = [_MAKERS[way](module.weight) for module in linears]
+        products[0](torch.zeros(MAX_ROWS + 1, linears[0].in_features))  # some CPUs fail only here
+    except RuntimeError as exc:  # no such product in this torch build or on this CPU
+        logger.warning("no %s prefill here, it stays float32: %s", way, exc)
+        return "float32"
+    for module, product in zip(linears, products, strict=True):
         if type(module) is nn.Linear:
             module.__class__ = SmallBatchLinear
         module.__class__ = PrefillLinear
@@ -140,32 +136,16 @@ def use_fast_prefill(backbone: nn.Module, option: str, *, int8_decode: bool, dro
         if drop_blocked:
             object.__setattr__(module, "blocked", None)
             object.__setattr__(module, "blocked_rows", frozenset())
-    return chosen  # type: ignore[return-value]
+    logger.info("prefill products in %s", way)
+    return way  # type: ignore[return-value]
 
 
-@torch.inference_mode()
-def _fastest(linears: list[nn.Linear], products: dict[str, list[Callable[[torch.Tensor], torch.Tensor]]]) -> str:
-    """The fastest way through the first :data:`_TIMED_LINEARS` weights (a prefill is bound by arithmetic, not by
-    reading them: a few layers' weights time it as well as all of them, in a tenth of the time)."""
-    linears = linears[:_TIMED_LINEARS]
-    products = {way: made[:_TIMED_LINEARS] for way, made in products.items()}
-    inputs = {size: torch.randn(PREFILL_ROWS, size) for size in {module.in_features for module in linears}}
-    ways: dict[str, Callable[[], object]] = {
-        "float32": lambda: [module(inputs[module.in_features]) for module in linears],
-    }
-    for way, made in products.items():
-        ways[way] = functools.partial(_pass, linears, made, inputs)
-    seconds = best_of_alternating(ways)
-    fastest = min(seconds, key=seconds.__getitem__)
-    described = ", ".join(f"{way} {1000 * s:.1f} ms" for way, s in seconds.items())
-    if fastest == "float32" or seconds[fastest] > _MARGIN * seconds["float32"]:
-        logger.info("prefill stays float32 (a %d-position pass: %s)", PREFILL_ROWS, described)
-        return "float32"
-    logger.info("prefill products in %s (a %d-position pass: %s)", fastest, PREFILL_ROWS, described)
-    return fastest
-
-
-def _pass(
-    linears: list[nn.Linear], products: list[Callable[[torch.Tensor], torch.Tensor]], inputs: dict[int, torch.Tensor]
-) -> list[torch.Tensor]:
-    return [product(inputs[module.in_features]) for module, product in zip(linears, products, strict=True)]
+def bfloat16_arithmetic(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this CPU multiplies bfloat16 natively (Linux's flags ``avx512_bf16`` or ``amx_bf16``); ``False`` where
+    it cannot be told."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return False
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags))

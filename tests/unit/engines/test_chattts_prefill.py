@@ -13,7 +13,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from engines.base import CancelFlag, SynthesisRequest
-from engines.chattts import ChatTTSEngine
+from engines.chattts import ChatTTSEngine, prefill
 from engines.chattts.generation import CodeBatch, CodeRequest, Sampling
 from engines.chattts.prefill import PrefillLinear, bfloat16_product, int8_product, use_fast_prefill
 from engines.chattts.small_batch import MAX_ROWS
@@ -21,6 +21,7 @@ from tests.chattts_assets import TEST_TOKENS, chattts_engine_options
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
 pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
 
@@ -120,15 +121,25 @@ def test_float32_where_not_asked_for(option: str, int8_decode: bool) -> None:
     assert all(type(module) is nn.Linear for module in backbone)
 
 
-def test_auto_with_8_bit_steps_takes_a_way_measured_and_keeps_float32_for_few_rows() -> None:
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_with_8_bit_steps_takes_bfloat16_where_the_cpu_has_it(native: bool, monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:  # fmt: skip
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f{' avx512_bf16' if native else ''} avx512bw\n")
+    assert prefill.bfloat16_arithmetic(cpuinfo) is native
+    monkeypatch.setattr(prefill, "bfloat16_arithmetic", lambda: native)
     torch.manual_seed(0)
     first, second = nn.Linear(256, 512), nn.Linear(512, 256)
     before = [first.weight.detach().clone(), second.weight.detach().clone()]
     way = use_fast_prefill(nn.Sequential(first, second), "auto", int8_decode=True, drop_blocked=False)
-    assert way in {"float32", "int8", "bfloat16"}
+    assert way == ("bfloat16" if native else "float32")
     rows = torch.randn(2 * MAX_ROWS, 256)
     with torch.inference_mode():
         out = second(first(rows))
         expected = F.linear(F.linear(rows, before[0], first.bias), before[1], second.bias)
-    torch.testing.assert_close(out, expected, rtol=0.1, atol=0.1)
+    torch.testing.assert_close(out, expected, rtol=0.02, atol=0.02)
     assert torch.equal(first.weight, before[0]) and torch.equal(second.weight, before[1]), "float32 weights kept"
+
+
+def test_no_cpu_flags_no_bfloat16(tmp_path: Path) -> None:
+    assert not prefill.bfloat16_arithmetic(tmp_path / "missing")
