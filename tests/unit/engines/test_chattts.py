@@ -37,13 +37,16 @@ def engine() -> ChatTTSEngine:
     return loaded
 
 
-@pytest.fixture(scope="module", params=["onnxruntime", "torch"])
+@pytest.fixture(scope="module", params=["onnxruntime", "torch", "onnxruntime-int8"])
 def any_decoder(request: pytest.FixtureRequest, engine: ChatTTSEngine) -> ChatTTSEngine:
-    """The engine with each decoder (``engine`` itself steps through ONNX Runtime: ``auto`` on CPU)."""
+    """The engine with each decoder (``engine`` itself steps through ONNX Runtime: ``auto`` on CPU), and with 8-bit
+    decode steps (their prefill in bfloat16 where asked: ``prefill_weights``, as ``auto`` takes it on such CPUs)."""
     if request.param == "onnxruntime":
         assert engine._graph is not None
         return engine
-    loaded = ChatTTSEngine(chattts_engine_options(decoder=request.param))
+    decoder, _, weights = request.param.partition("-")
+    extra = {"weights": weights, "prefill_weights": "bfloat16"} if weights else {}
+    loaded = ChatTTSEngine(chattts_engine_options(decoder=decoder, **extra))
     loaded.load()
     return loaded
 

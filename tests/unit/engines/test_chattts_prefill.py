@@ -38,6 +38,8 @@ MAKERS: dict[str, Callable[[torch.Tensor], Callable[[torch.Tensor], torch.Tensor
 
 @pytest.fixture(scope="module", params=["int8", "bfloat16"])
 def engine(request: pytest.FixtureRequest) -> ChatTTSEngine:
+    if request.param == "bfloat16" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("oneDNN has no bfloat16 product on this CPU (it needs AVX-512)")
     loaded = ChatTTSEngine(chattts_engine_options(
         decoder="onnxruntime", weights="int8", prefill_weights=request.param, max_batch=4,
     ))  # fmt: skip
@@ -124,6 +126,8 @@ def test_float32_where_not_asked_for(option: str, int8_decode: bool) -> None:
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_with_8_bit_steps_takes_bfloat16_where_the_cpu_has_it(native: bool, monkeypatch: pytest.MonkeyPatch,
                                                                    tmp_path: Path) -> None:  # fmt: skip
+    if native and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("oneDNN has no bfloat16 product on this CPU (it needs AVX-512)")
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f{' avx512_bf16' if native else ''} avx512bw\n")
     assert prefill.bfloat16_arithmetic(cpuinfo) is native
