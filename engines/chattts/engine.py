@@ -127,7 +127,7 @@ class ChatTTSEngine:
             use_small_batch_linear(self._chat.gpt.gpt, blocked=options.blocked_weights)
         self._graph = self._decode_graph(location, device)
         prefill = "float32"
-        if device.type == "cpu":  # the prefill's products, in fewer bits where asked or (8-bit steps) measured faster
+        if device.type == "cpu":  # the prefill's products in fewer bits: where asked, or bfloat16 beside 8-bit steps
             from engines.chattts.prefill import use_fast_prefill
 
             int8_decode = self._graph is not None and self._weights.weights == "int8"
