@@ -15,19 +15,13 @@ __all__ = [
     "MAX_JOB_INPUT_CHARS",
     "MAX_RAISED_INPUT_CHARS",
     "MAX_SEED",
-    "AudioSpeechesBucket",
-    "AudioSpeechesPage",
-    "AudioSpeechesResult",
     "CustomVoice",
-    "EndpointReadiness",
     "EngineNodeSpeechRequest",
-    "EngineReadiness",
     "ErrorDetail",
     "ErrorResponse",
     "ListPage",
     "ModelList",
     "ModelObject",
-    "Readiness",
     "SpeechJobCreate",
     "SpeechJobDeleted",
     "SpeechJobList",
@@ -323,42 +317,6 @@ class TenantUsage(BaseModel):
     """The tenant's standing against its monthly budgets; ``null`` for a tenant without one."""
 
 
-class AudioSpeechesResult(BaseModel):
-    """OpenAI's ``organization.usage.audio_speeches.result``: what was spoken in one bucket, for one group. A grouping
-    field is set only when the page is grouped by it (``project_id`` is the tenant; the gateway knows no users, so
-    ``user_id`` is always ``null``)."""
-
-    object: Literal["organization.usage.audio_speeches.result"] = "organization.usage.audio_speeches.result"
-    characters: int
-    num_model_requests: int
-    project_id: str | None = None
-    user_id: str | None = None
-    api_key_id: str | None = None
-    model: str | None = None
-
-
-class AudioSpeechesBucket(BaseModel):
-    """OpenAI's usage ``bucket``: one time bucket, ``[start_time, end_time)`` in Unix seconds."""
-
-    object: Literal["bucket"] = "bucket"
-    start_time: int
-    end_time: int
-    results: list[AudioSpeechesResult]
-
-
-class AudioSpeechesPage(BaseModel):
-    """OpenAI's usage ``page``: buckets in time order; the next page is ``?page=<next_page>`` while ``has_more``."""
-
-    object: Literal["page"] = "page"
-    data: list[AudioSpeechesBucket]
-    has_more: bool
-    next_page: str | None
-
-
-class Health(BaseModel):
-    status: Literal["ok"] = "ok"
-
-
 class VoiceDeleted(BaseModel):
     """OpenAI's ``audio.voice.deleted``."""
 
@@ -413,61 +371,6 @@ class ModelObject(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelObject]
-
-
-class EndpointReadiness(BaseModel):
-    """One upstream address of a remote (``kind: openai``) engine."""
-
-    url: str
-    """The configured base URL."""
-    address: str | None
-    """The IP address it resolved to; ``null`` when the host name does not resolve."""
-    state: str
-    """``healthy`` (its last probe answered 200) or ``unhealthy`` (taken out until a probe answers again)."""
-    in_flight: int
-    breaker: str
-    """This address's circuit breaker: ``closed``, ``open`` (no requests) or ``half_open`` (trying again)."""
-    last_error: str | None
-
-
-class EngineReadiness(BaseModel):
-    state: str
-    reason: str | None
-    workers: int
-    ready_workers: int
-    busy_workers: int
-    active_jobs: int
-    queued: int
-    restarts: int
-    pids: list[int]
-    details: dict[str, str] = {}
-    """What the engine reports about itself (weights, device, text normalizer, ...)."""
-    breaker: str | None = None
-    """The local engine's circuit breaker: ``closed``, ``open`` (requests fail fast, aliases fall through) or
-    ``half_open`` (trying again); ``null`` for an engine without one."""
-    endpoints: list[EndpointReadiness] | None = None
-    """A remote engine's upstream addresses (state, requests in flight, breaker, last error); ``null`` for local
-    engines."""
-
-
-class Readiness(BaseModel):
-    ready: bool
-    reason: str
-    """Why the gateway is ready or not: which models cannot be answered and what their engines are doing, or Redis."""
-    required: dict[str, list[str]]
-    """What must be answerable for the gateway to be ready: each alias (or engine, by its own name) with the engines
-    of which one must be ready (``readiness.engines`` when set; else every alias, by its first engine or, with
-    ``fallback``, any of its engines; with no alias, every engine)."""
-    engines: dict[str, EngineReadiness]
-    redis: str
-    """``ok``, ``unreachable`` or ``not configured``."""
-    refusing_writes: list[str] = Field(default_factory=list)
-    """The stores whose writes Redis refuses now while it answers (e.g. ``cache``: Redis is at ``maxmemory`` under
-    ``noeviction``). It leaves ``ready`` as it is: every replica meets the same Redis, so leaving the load balancer
-    would fix nothing."""
-    warnings: list[str] = Field(default_factory=list)
-    """What an operator should fix about Redis memory without the gateway being unready: an eviction policy that may
-    evict API keys, tenants, voices and usage, and each episode of refused writes with what the store does meanwhile."""
 
 
 MAX_JOB_INPUT_CHARS = 5_000_000

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from litestar import Controller, Request, get
 from litestar.params import Parameter
 from litestar.status_codes import HTTP_400_BAD_REQUEST
+from pydantic import BaseModel
 
 from auth.usage import BUCKET_WIDTHS, BucketWidth
 from gateway.http.auth.dependencies import AuthStoreDep, UsageDep
 from gateway.http.auth.security import require_admin
 from gateway.http.errors import OpenAIError, error_responses
-from gateway.schemas import AudioSpeechesBucket, AudioSpeechesPage, AudioSpeechesResult
 from storage import MAX_PAGE
 
 if TYPE_CHECKING:
@@ -48,6 +48,38 @@ _DESCRIPTION = (
     "1440; 1h: 24, 168; 1d: 7, 31); the next page is `?page=<next_page>`. Minute buckets are kept 2 days, hour "
     "buckets 35 days, day buckets 400 days."
 )
+
+
+class AudioSpeechesResult(BaseModel):
+    """OpenAI's ``organization.usage.audio_speeches.result``: what was spoken in one bucket, for one group. A grouping
+    field is set only when the page is grouped by it (``project_id`` is the tenant; the gateway knows no users, so
+    ``user_id`` is always ``null``)."""
+
+    object: Literal["organization.usage.audio_speeches.result"] = "organization.usage.audio_speeches.result"
+    characters: int
+    num_model_requests: int
+    project_id: str | None = None
+    user_id: str | None = None
+    api_key_id: str | None = None
+    model: str | None = None
+
+
+class AudioSpeechesBucket(BaseModel):
+    """OpenAI's usage ``bucket``: one time bucket, ``[start_time, end_time)`` in Unix seconds."""
+
+    object: Literal["bucket"] = "bucket"
+    start_time: int
+    end_time: int
+    results: list[AudioSpeechesResult]
+
+
+class AudioSpeechesPage(BaseModel):
+    """OpenAI's usage ``page``: buckets in time order; the next page is ``?page=<next_page>`` while ``has_more``."""
+
+    object: Literal["page"] = "page"
+    data: list[AudioSpeechesBucket]
+    has_more: bool
+    next_page: str | None
 
 
 class OrganizationUsageController(Controller):

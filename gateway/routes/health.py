@@ -11,15 +11,15 @@ closes only through the trial requests that a pod out of its Service would never
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from litestar import Controller, Request, Response, get
 from litestar.openapi import ResponseSpec
 from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
+from pydantic import BaseModel, Field
 
 from gateway.http.auth.dependencies import Router, StorageDep
 from gateway.http.auth.service_token import presents_service_token
-from gateway.schemas import EngineReadiness, Health, Readiness
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
@@ -28,6 +28,65 @@ if TYPE_CHECKING:
 __all__ = ["HealthController"]
 
 _READY = "every model in `required` has a ready engine"
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class EndpointReadiness(BaseModel):
+    """One upstream address of a remote (``kind: openai``) engine."""
+
+    url: str
+    """The configured base URL."""
+    address: str | None
+    """The IP address it resolved to; ``null`` when the host name does not resolve."""
+    state: str
+    """``healthy`` (its last probe answered 200) or ``unhealthy`` (taken out until a probe answers again)."""
+    in_flight: int
+    breaker: str
+    """This address's circuit breaker: ``closed``, ``open`` (no requests) or ``half_open`` (trying again)."""
+    last_error: str | None
+
+
+class EngineReadiness(BaseModel):
+    state: str
+    reason: str | None
+    workers: int
+    ready_workers: int
+    busy_workers: int
+    active_jobs: int
+    queued: int
+    restarts: int
+    pids: list[int]
+    details: dict[str, str] = {}
+    """What the engine reports about itself (weights, device, text normalizer, ...)."""
+    breaker: str | None = None
+    """The local engine's circuit breaker: ``closed``, ``open`` (requests fail fast, aliases fall through) or
+    ``half_open`` (trying again); ``null`` for an engine without one."""
+    endpoints: list[EndpointReadiness] | None = None
+    """A remote engine's upstream addresses (state, requests in flight, breaker, last error); ``null`` for local
+    engines."""
+
+
+class Readiness(BaseModel):
+    ready: bool
+    reason: str
+    """Why the gateway is ready or not: which models cannot be answered and what their engines are doing, or Redis."""
+    required: dict[str, list[str]]
+    """What must be answerable for the gateway to be ready: each alias (or engine, by its own name) with the engines
+    of which one must be ready (``readiness.engines`` when set; else every alias, by its first engine or, with
+    ``fallback``, any of its engines; with no alias, every engine)."""
+    engines: dict[str, EngineReadiness]
+    redis: str
+    """``ok``, ``unreachable`` or ``not configured``."""
+    refusing_writes: list[str] = Field(default_factory=list)
+    """The stores whose writes Redis refuses now while it answers (e.g. ``cache``: Redis is at ``maxmemory`` under
+    ``noeviction``). It leaves ``ready`` as it is: every replica meets the same Redis, so leaving the load balancer
+    would fix nothing."""
+    warnings: list[str] = Field(default_factory=list)
+    """What an operator should fix about Redis memory without the gateway being unready: an eviction policy that may
+    evict API keys, tenants, voices and usage, and each episode of refused writes with what the store does meanwhile."""
 
 
 class HealthController(Controller):
