@@ -34,6 +34,12 @@ CONSOLE_SCRIPT = Path(sys.executable).with_name("chattts-gateway")
 _HTTP = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
 
 
+def _get(url: str, **options: Any) -> httpx.Response:
+    """GET through the shared client, or for ``https://`` through one made now: its SSL context reads the CA the
+    environment names at the time (a TLS test sets ``SSL_CERT_FILE`` after this module built ``_HTTP``)."""
+    return _HTTP.get(url, **options) if url.startswith("http://") else httpx.get(url, **options)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -118,7 +124,7 @@ class GatewayProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gateway exited with {self.process.returncode}:\n{self.log()}")
             try:
-                engines = _HTTP.get(f"{self.base_url}/readyz", timeout=2).json()["engines"]
+                engines = _get(f"{self.base_url}/readyz", timeout=2).json()["engines"]
                 if all(engine["state"] != "starting" for engine in engines.values()):
                     return
             except httpx.HTTPError:
@@ -127,7 +133,7 @@ class GatewayProcess:
         raise TimeoutError(f"gateway not settled after {timeout_s} s:\n{self.log()}")
 
     def readiness(self) -> dict[str, Any]:
-        body: dict[str, Any] = _HTTP.get(f"{self.base_url}/readyz", timeout=5).json()
+        body: dict[str, Any] = _get(f"{self.base_url}/readyz", timeout=5).json()
         return body
 
     def engine(self, name: str) -> dict[str, Any]:
@@ -147,7 +153,7 @@ class GatewayProcess:
 
     def refusals(self, headers: dict[str, str] | None = None) -> Counter[tuple[str, int, str]]:
         """``tts_requests_refused_total`` by (source, status, code); ``headers`` for an engine node's token."""
-        text = _HTTP.get(f"{self.base_url}/metrics", headers=headers, timeout=5).text
+        text = _get(f"{self.base_url}/metrics", headers=headers, timeout=5).text
         refused: Counter[tuple[str, int, str]] = Counter()
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
