@@ -111,7 +111,6 @@ async def _spoken_dialogue(
 
 class TextToDialogueController(Controller):
     path = DIALOGUE_PATH
-    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
     dependencies = {"spoken": Provide(_spoken_dialogue)}  # noqa: RUF012 - Litestar's declared type
 
     @audio_route("/", "elevenLabsTextToDialogue", "ElevenLabs: the whole audio of a dialogue, each turn in its voice.")

@@ -227,7 +227,6 @@ async def _spoken_text(  # noqa: PLR0917 - the routes' parameters, read by Lites
 
 class TextToSpeechController(Controller):
     path = PATH
-    tags = ["ElevenLabs"]  # noqa: RUF012 - Litestar's declared type
     dependencies = {"spoken": Provide(_spoken_text)}  # noqa: RUF012 - Litestar's declared type
 
     @audio_route(
