@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from engines.chattts.small_batch import MAX_ROWS, SmallBatchLinear
+from engines.chattts.weights import cpu_flags
 from lifecycle import naming
 
 if TYPE_CHECKING:
@@ -144,8 +145,7 @@ def bfloat16_arithmetic(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Whether this CPU multiplies bfloat16 natively (Linux's flags ``avx512_bf16`` or ``amx_bf16``); ``False`` where
     it cannot be told."""
     try:
-        text = cpuinfo.read_text(errors="replace")
+        flags = cpu_flags(cpuinfo.read_text(errors="replace"))
     except OSError:
         return False
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
+    return bool(flags and {"avx512_bf16", "amx_bf16"} & flags)

@@ -18,7 +18,7 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["WeightsChoice", "choose_weights", "int8_instructions"]
+__all__ = ["WeightsChoice", "choose_weights", "cpu_flags", "int8_instructions"]
 
 _CPUINFO = Path("/proc/cpuinfo")
 _X86_NEEDED = ("avx2", "fma")
@@ -38,20 +38,27 @@ class WeightsChoice:
         return self.weights if self.reason is None else f"{self.weights} (auto; {self.reason})"
 
 
-def int8_instructions(cpuinfo: str | None = None, machine: str | None = None) -> str | None:
-    """The CPU's instructions ONNX Runtime's 8-bit products run on (e.g. ``avx2, fma, avx512_vnni``), or ``None``
-    where it has none of them (or they cannot be read: not Linux)."""
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str] | None:
+    """The instruction flags of the CPU (Linux's ``flags``, ARM's ``Features``) in ``cpuinfo`` (the text of
+    ``/proc/cpuinfo``, read here when not given), or ``None`` where they cannot be read (not Linux)."""
     if cpuinfo is None:
         try:
             cpuinfo = _CPUINFO.read_text(errors="replace")
         except OSError:
             return None
-    flags: set[str] = set()
     for line in cpuinfo.splitlines():
         name, _, value = line.partition(":")
         if name.strip() in {"flags", "Features"}:
-            flags.update(value.split())
-            break
+            return frozenset(value.split())
+    return frozenset()
+
+
+def int8_instructions(cpuinfo: str | None = None, machine: str | None = None) -> str | None:
+    """The CPU's instructions ONNX Runtime's 8-bit products run on (e.g. ``avx2, fma, avx512_vnni``), or ``None``
+    where it has none of them (or they cannot be read: not Linux)."""
+    flags = cpu_flags(cpuinfo)
+    if flags is None:
+        return None
     machine = (machine or platform.machine()).lower()
     needed = _ARM_NEEDED if machine in {"aarch64", "arm64"} else _X86_NEEDED
     if not all(flag in flags for flag in needed):
