@@ -32,6 +32,9 @@ Due = TypeVar("Due")
 def first_chunks_first(due: Sequence[Due], decoder: Callable[[Due], Started | None]) -> list[list[Due]]:
     """``due`` in decode rounds, each in its given order: the chunks whose ``decoder`` has not started (first chunks),
     then the others; a round with nothing in it is left out."""
-    first = [item for item in due if (stream := decoder(item)) is not None and not stream.started]
-    later = [item for item in due if not any(item is chosen for chosen in first)]
+    first: list[Due] = []
+    later: list[Due] = []
+    for item in due:
+        stream = decoder(item)
+        (first if stream is not None and not stream.started else later).append(item)
     return [group for group in (first, later) if group]
