@@ -18,6 +18,11 @@ logger = naming.logger("cache")
 
 T = TypeVar("T")
 
+STORE_BEFORE_END_S = 0.5
+"""How long a finished production's readers wait, at most, for its store before their streams end. A client that
+repeats a request on another replica the moment its audio ended finds the entry there (this replica's own repeats
+join the flight meanwhile); a slow or unreachable store never holds a reply longer than this."""
+
 
 class ProductionCancelledError(Exception):
     """A shared synthesis was cancelled from outside (e.g. shutdown) while waiters were still reading it."""
@@ -67,7 +72,8 @@ class SingleFlight:
             key: requests with equal keys share one production (see :func:`cache_key`).
             produce: makes the chunks; called once per production.
             on_complete: awaited with every chunk once the production finished successfully (never for a failed or
-                cancelled one), e.g. to store the audio in the :class:`AudioCache`. The first caller's is used.
+                cancelled one), e.g. to store the audio in the :class:`AudioCache`. The first caller's is used. The
+                streams end once it returned, or after ``STORE_BEFORE_END_S`` while it goes on.
 
         Raises:
             Exception: whatever ``produce()`` raised, re-raised to every caller.
@@ -153,10 +159,14 @@ class SingleFlight:
             except Exception as exc:  # every waiter gets it; nobody awaits this task
                 flight.error = exc
                 return
+            # Still in the table meanwhile: an identical request arriving now joins the finished flight.
+            storing = asyncio.get_running_loop().create_task(_complete(on_complete, flight.chunks))
+            self._tasks.add(storing)  # kept to its end even if this task is cancelled while waiting for it
+            storing.add_done_callback(self._tasks.discard)
+            await asyncio.wait({storing}, timeout=STORE_BEFORE_END_S)
             flight.done = True
             flight.publish()
-            # Still in the table meanwhile: an identical request arriving now joins the finished flight.
-            await _complete(on_complete, flight.chunks)
+            await storing
         finally:
             if self._flights.get(key) is flight:
                 del self._flights[key]

@@ -16,6 +16,7 @@ from redis.exceptions import OutOfMemoryError
 
 from gateway.settings import CacheSettings
 from gateway.speech import cache as cache_module
+from gateway.speech import singleflight
 from gateway.speech.cache import SHARDS, AudioCache, cache_key
 from gateway.speech.singleflight import SingleFlight
 from storage import connect_redis
@@ -446,6 +447,39 @@ async def test_identical_streams_share_one_production() -> None:
     assert results == [produce.audio] * 5
     assert stored == [produce.audio]
     assert flights.in_flight == 0
+
+
+async def test_a_stream_ends_once_its_audio_is_stored() -> None:
+    # Another replica asked the moment a reply ended must find the entry: the store lands before the end.
+    flights = SingleFlight()
+    produce = Producer(chunks=2)
+    stored: list[bytes] = []
+
+    async def store(chunks: Sequence[bytes]) -> None:
+        await asyncio.sleep(0.05)  # a store's round trips
+        stored.append(b"".join(chunks))
+
+    assert await read(flights.stream("k", produce, store)) == produce.audio
+    assert stored == [produce.audio]
+
+
+async def test_a_hung_store_holds_the_end_no_longer_than_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(singleflight, "STORE_BEFORE_END_S", 0.05)
+    flights = SingleFlight()
+    produce = Producer(chunks=2)
+    release = asyncio.Event()
+    stored: list[bytes] = []
+
+    async def store(chunks: Sequence[bytes]) -> None:
+        await release.wait()
+        stored.append(b"".join(chunks))
+
+    async with asyncio.timeout(2):
+        assert await read(flights.stream("k", produce, store)) == produce.audio
+    assert stored == []
+    release.set()
+    await until(lambda: stored == [produce.audio])  # the store went on after the reply ended
+    await until(lambda: flights.in_flight == 0)
 
 
 async def test_a_reader_that_leaves_does_not_disturb_the_others() -> None:
