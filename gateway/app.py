@@ -28,7 +28,8 @@ from gateway.http.auth.early_auth import credentials_before_body_middleware
 from gateway.http.auth.security import provide_principal
 from gateway.http.auth.service_token import service_token_middleware
 from gateway.http.backpressure import send_timeout_middleware
-from gateway.http.errors import EXCEPTION_HANDLERS
+from gateway.http.connection_refusals import REFUSAL_BODY
+from gateway.http.errors import EXCEPTION_HANDLERS, refusal_body
 from gateway.http.json_depth import json_depth_middleware
 from gateway.http.tracking import request_tracking_middleware
 from gateway.native.jobs import jobs_router
@@ -135,6 +136,7 @@ def create_app(
             credentials_before_body_middleware,
         ],
         exception_handlers=EXCEPTION_HANDLERS,
+        opt={REFUSAL_BODY: refusal_body},  # what the HTTP protocol refuses, in OpenAI's body unless a family says
         on_shutdown=[tracing.close],  # the last requests' spans go out too
         request_max_body_size=settings.server.max_body_bytes,
         plugins=[PydanticPlugin()],

@@ -91,6 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
     from gateway.cli.shutdown import run_draining_realtime  # uvicorn.run, draining realtime sessions first
     from gateway.http.connection_limits import ConnectionLimits, guarded_http_protocol
+    from gateway.http.connection_refusals import refusal_bodies
     from gateway.http.websocket_close import PolicyClosingWebSocketProtocol
 
     if (settings := _settings(args)) is None:
@@ -104,7 +105,8 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     app = create_app(settings)  # it configures logging, uvicorn's loggers included (log_config=None below)
     logging.captureWarnings(True)  # a library's warning becomes a JSON line too, not plain text on stderr
-    # httptools, behind the connection limits it lacks (gateway/http/connection_limits.py). websockets-sansio waits
+    # httptools, behind the connection limits it lacks (gateway/http/connection_limits.py), refusing in the body of
+    # the API family the app routes the request's path to. websockets-sansio waits
     # for the socket to drain before each send, so a slow realtime client pushes back instead of piling audio up; a
     # socket it closes for a policy reason is read no more (gateway/http/websocket_close.py).
     run_draining_realtime(
@@ -112,7 +114,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=host,
         port=port,
         loop="uvloop",
-        http=guarded_http_protocol(ConnectionLimits.from_settings(server)),
+        http=guarded_http_protocol(ConnectionLimits.from_settings(server), refusal_bodies(app)),
         timeout_keep_alive=server.keep_alive_timeout_s,
         # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: a local caller could forge any client address.
         proxy_headers=bool(server.trusted_proxies),

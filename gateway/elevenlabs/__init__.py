@@ -18,10 +18,11 @@ from gateway.elevenlabs.account import AccountController, unserved_elevenlabs_ro
 from gateway.elevenlabs.dialogue import TextToDialogueController
 from gateway.elevenlabs.dialogue_socket import dialogue_multi_stream_input, dialogue_stream_input
 from gateway.elevenlabs.dictionaries import PronunciationDictionariesController, pronunciation_file_router
-from gateway.elevenlabs.errors import EXCEPTION_HANDLERS
+from gateway.elevenlabs.errors import EXCEPTION_HANDLERS, refusal_body
 from gateway.elevenlabs.speech import TextToSpeechController
 from gateway.elevenlabs.voices import VoicesController
 from gateway.elevenlabs.websocket import multi_stream_input, stream_input
+from gateway.http.connection_refusals import REFUSAL_BODY
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -49,5 +50,6 @@ def elevenlabs_router(settings: Settings) -> Router:
             *(_SOCKETS if websockets else []),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
+        opt={REFUSAL_BODY: refusal_body},  # and what the HTTP protocol refuses before the app sees the request
         tags=["ElevenLabs"],  # every route of the family, in the OpenAPI document
     )

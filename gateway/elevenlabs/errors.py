@@ -78,7 +78,15 @@ if TYPE_CHECKING:
     from litestar import Request
     from litestar.types import ExceptionHandlersMap
 
-__all__ = ["EXCEPTION_HANDLERS", "QUOTA_CODE", "ErrorAnswer", "as_elevenlabs_error", "error_responses", "socket_error"]
+__all__ = [
+    "EXCEPTION_HANDLERS",
+    "QUOTA_CODE",
+    "ErrorAnswer",
+    "as_elevenlabs_error",
+    "error_responses",
+    "refusal_body",
+    "socket_error",
+]
 
 logger = naming.logger("errors")
 
@@ -269,6 +277,12 @@ def _guard_refusal(exc: refusals.GuardRefusalError) -> ErrorAnswer:
     return _detail(status_code, exc.kind, exc.message, _retry_after(retry_after_s))
 
 
+def _protocol_refusal(exc: refusals.ProtocolRefusalError) -> ErrorAnswer:
+    """A refusal of the HTTP protocol's (a head too large or too late, too many connections...): no word of
+    ElevenLabs' own, so the gateway's kind with its status, and when to retry where waiting helps."""
+    return _detail(exc.status_code, exc.kind, exc.message, _retry_after(exc.retry_after_s))
+
+
 def _refused_before_body(exc: refusals.RefusedBeforeBodyError) -> ErrorAnswer:
     """The refusal, closing the connection: its announced body is not read, so it cannot carry another request."""
     answer = _answer(exc.refused)
@@ -306,6 +320,7 @@ _ANSWERS: dict[type[Exception], Callable[[Any], ErrorAnswer]] = {
     QuotaExceededError: _quota_exceeded,
     TooManyUploadsError: _too_many_uploads,
     refusals.GuardRefusalError: _guard_refusal,
+    refusals.ProtocolRefusalError: _protocol_refusal,
     refusals.RefusedBeforeBodyError: _refused_before_body,
     **dict.fromkeys(refusals.BACKEND_ERRORS, _backend_down),
 }
@@ -361,6 +376,12 @@ def _pydantic_problems(exc: ValidationError, source: str) -> list[ValidationProb
 def _problem(loc: list[Any], error: dict[str, Any]) -> ValidationProblem:
     where: list[str | int] = [part if isinstance(part, int) else str(part) for part in loc]
     return ValidationProblem(loc=where, msg=str(error.get("msg", "")), type=str(error.get("type", "value_error")))
+
+
+def refusal_body(exc: Exception) -> dict[str, Any]:
+    """The body of the ElevenLabs error ``exc`` becomes: what the HTTP protocol sends for a refusal of a request to
+    one of these routes, where no response object is made (``gateway/http/connection_refusals.py``)."""
+    return as_elevenlabs_error(exc, {}).body()
 
 
 def error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:

@@ -25,7 +25,9 @@ files and the server stops answering ``/healthz``. :class:`GuardedHttpToolsProto
   without ``Host``, one with two ``Host`` headers, an HTTP/0.9-style request line, ``Transfer-Encoding`` on
   HTTP/1.0 (a framing an HTTP/1.0 peer does not have: a smuggling vector between proxies).
 
-Every refusal carries OpenAI's error body and closes the connection. Each request's scope carries the
+Every refusal closes the connection, with the error body of the API family the request's path belongs to
+(``gateway/http/connection_refusals.py``: ElevenLabs' on its routes; OpenAI's on its own, on paths the app does not
+route, and before the request line is known). Each request's scope carries the
 :class:`~gateway.http.arriving_body.ArrivingBody` this protocol ends as soon as the body's last byte is parsed (or the
 client leaves, or the body is cut), so that what counts a body while it arrives stops counting it then, not when the
 application gets round to reading it.
@@ -48,12 +50,16 @@ from gateway.http.client_address import address_key
 from gateway.http.connection_caps import ConnectionLimits
 from gateway.http.connection_refusals import (
     ReclaimableConnections,
-    Refusal,
+    RefusalBodies,
+    RequestTarget,
+    openai_bodies,
     over_capacity,
     parser_refusal,
+    request_line_target,
+    target_of,
     too_many_from_address,
 )
-from gateway.http.errors import error_body
+from gateway.http.refusals import ProtocolRefusalError
 from gateway.http.request_record import RequestRecord
 from gateway.http.tracking import log_access
 from gateway.observability.refusals import count_refusal
@@ -82,6 +88,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     limits: ClassVar[ConnectionLimits]
     reclaimable: ClassVar[ReclaimableConnections]
     per_address: ClassVar[Counter[str]]
+    refusal_bodies: ClassVar[RefusalBodies]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -92,6 +99,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0  # bytes received while a head is incomplete: bounds what an endless header buffers
         self._parsed_head_bytes = 0
         self._header_lines = 0
+        self._request_line_read = False  # the request line of the head being parsed: its target known
         self._hosts = 0
         self._transfer_encoding = False
         self._over_capacity = False
@@ -181,10 +189,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._over_address_cap:
-            self._refuse(too_many_from_address())
+            self._refuse(too_many_from_address(), request_line_target(data))
             return
         if self._over_capacity:
-            self._refuse_over_capacity()
+            self._refuse_over_capacity(request_line_target(data))
             return
         self._unset_keepalive_if_required()
         if self._receiving_head:
@@ -197,16 +205,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             else:
                 self._unsupported_upgrade_warning()
         except httptools.HttpParserError as exc:
-            refusal = exc.__context__ if isinstance(exc.__context__, Refusal) else None
+            refusal = exc.__context__ if isinstance(exc.__context__, ProtocolRefusalError) else None
             self._refuse(refusal or parser_refusal(exc))
         else:
             if self._receiving_head and self._head_bytes > self.limits.max_header_bytes:
-                self._refuse(Refusal(431, "The request headers are too large.", "request_headers_too_large"))
+                self._refuse(
+                    ProtocolRefusalError(431, "The request headers are too large.", "request_headers_too_large")
+                )
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._receiving_head = True
         self._header_lines = 0
+        self._request_line_read = False
         self._hosts = 0
         self._transfer_encoding = False
         self._parsed_head_bytes = 0
@@ -216,13 +227,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._arm(self.limits.header_timeout_s, self._head_timed_out)
 
     def on_url(self, url: bytes) -> None:
+        super().on_url(url)  # first: a target refused as too long is known as far as it came (_past_target)
         self._count_head(len(url))
-        super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._request_line_read = True  # a header follows the request line
         self._header_lines += 1
         if self._header_lines > self.limits.max_headers:
-            raise Refusal(
+            raise ProtocolRefusalError(
                 431, f"A request may carry at most {self.limits.max_headers} headers.", "request_headers_too_large"
             )
         self._count_head(len(name) + len(value) + 4)  # with ": " and CRLF, as on the wire
@@ -235,9 +247,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # A head that arrives whole in one read is parsed before data_received can look at its size: count it here.
         self._parsed_head_bytes += size
         if self._parsed_head_bytes > self.limits.max_header_bytes:
-            raise Refusal(431, "The request headers are too large.", "request_headers_too_large")
+            raise ProtocolRefusalError(431, "The request headers are too large.", "request_headers_too_large")
 
     def on_headers_complete(self) -> None:
+        self._request_line_read = True
         self._check_conformance()
         if self._from_proxy:
             self._count_forwarded_client()
@@ -261,6 +274,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         self._end_body()  # the last byte is in: whatever counts the body while it arrives stops now
         self._receiving_head = True  # what comes next is the head of another request
+        self._request_line_read = False
         super().on_message_complete()
 
     def _end_body(self) -> None:
@@ -283,16 +297,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         """Refuse, as nginx does, the request heads RFC 9112 rejects (see the module docstring)."""
         version = self.parser.get_http_version()
         if version == "0.9":
-            raise Refusal(400, "HTTP/0.9 requests are not supported.", "invalid_http_request")
+            raise ProtocolRefusalError(400, "HTTP/0.9 requests are not supported.", "invalid_http_request")
         if version not in {"1.0", "1.1"}:
-            raise Refusal(505, f"HTTP/{version} is not supported: speak HTTP/1.1.", "http_version_not_supported")
+            raise ProtocolRefusalError(
+                505, f"HTTP/{version} is not supported: speak HTTP/1.1.", "http_version_not_supported"
+            )
         if self._hosts > 1 or (version == "1.1" and not self._hosts):
-            raise Refusal(400, "An HTTP/1.1 request needs exactly one Host header.", "invalid_http_request")
+            raise ProtocolRefusalError(
+                400, "An HTTP/1.1 request needs exactly one Host header.", "invalid_http_request"
+            )
         if version == "1.0" and self._transfer_encoding:
-            raise Refusal(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request.", "invalid_http_request")
+            raise ProtocolRefusalError(
+                400, "Transfer-Encoding is not allowed in an HTTP/1.0 request.", "invalid_http_request"
+            )
 
     def send_400_response(self, msg: str) -> None:
-        self._refuse(Refusal(400, msg, "invalid_http_request"))
+        self._refuse(ProtocolRefusalError(400, msg, "invalid_http_request"))
 
     # Deadlines and refusals
 
@@ -315,7 +335,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_bytes == 0 and self.cycle is None:
             self.transport.close()  # connected and never said anything: nobody to answer
             return
-        self._refuse(Refusal(408, "The request headers did not arrive in time.", "request_timeout"))
+        self._refuse(ProtocolRefusalError(408, "The request headers did not arrive in time.", "request_timeout"))
 
     # The body's deadlines: an interval at a time, and the optional total (``body_timeout_s``).
 
@@ -367,25 +387,27 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         # The application waits for the rest of the body: _refuse tells it the client went away (uvicorn then drops
         # what it still sends), and answers 408 unless its response has begun.
-        self._refuse(Refusal(408, message, "request_timeout"))
+        self._refuse(ProtocolRefusalError(408, message, "request_timeout"))
 
-    def _refuse_over_capacity(self) -> None:
+    def _refuse_over_capacity(self, target: RequestTarget | None) -> None:
         self.reclaimable.note_refusal(self.loop.time(), len(self.connections) - 1)
-        self._refuse(over_capacity())
+        self._refuse(over_capacity(), target)
 
-    def _drop_silent(self, refusal: Refusal) -> None:
+    def _drop_silent(self, refusal: ProtocolRefusalError) -> None:
         """Close a connection over a cap that sent nothing within the grace, counted as the refusal it would have
         got: a flood of silent sockets shows in the metric as one of requests would."""
-        count_refusal("connection", refusal.status, refusal.code)
+        count_refusal("connection", refusal.status_code, refusal.kind)
         self.transport.close()
 
-    def _refuse(self, refusal: Refusal) -> None:
+    def _refuse(self, refusal: ProtocolRefusalError, target: RequestTarget | None = None) -> None:
+        """Answer ``refusal`` and close, in the body of the family of ``target`` (default: the request being
+        parsed, as far as it is known)."""
         self._disarm()
         self._end_body()  # no more of it will be read
         self.reclaimable.discard(self)
         if self.transport.is_closing():
             return
-        count_refusal("connection", refusal.status, refusal.code)
+        count_refusal("connection", refusal.status_code, refusal.kind)
         self._log_refusal(refusal)
         if (cycle := self.cycle) is not None and not cycle.response_complete:
             # A request is in progress here (its body timed out, or one pipelined behind it broke a limit): it is
@@ -395,8 +417,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             if cycle.response_started:
                 self.transport.close()
                 return
-        body = json.dumps(error_body(refusal.message, refusal.kind, None, refusal.code)).encode()
-        head = [STATUS_LINE[refusal.status]]
+        body = json.dumps(type(self).refusal_bodies(refusal, target or self._request_target())).encode()
+        head = [STATUS_LINE[refusal.status_code]]
         head.extend(b"%s: %s\r\n" % (name, value) for name, value in self.server_state.default_headers)
         head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n" % len(body))
         if refusal.retry_after_s is not None:
@@ -404,13 +426,31 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.write(b"".join([*head, b"\r\n", body]))
         self.transport.close()
 
-    def _log_refusal(self, refusal: Refusal) -> None:
+    def _request_target(self) -> RequestTarget | None:
+        """The method and path of the request being parsed, once its target is whole: its head complete, a header of
+        it parsed, or bytes after the target parsed."""
+        scope: dict[str, Any] | None = getattr(self, "scope", None)  # uvicorn makes one when a request begins
+        if scope is not None and not self._receiving_head and (path := scope.get("path")) is not None:
+            return scope["method"], path
+        if self._receiving_head and (self._request_line_read or self._past_target()):
+            return target_of(self.parser.get_method(), self.url)
+        return None
+
+    def _past_target(self) -> bool:
+        """Whether the parser took more of this head than its method, a space and its target: the target has ended
+        (a first header that never ends, say). Blank lines before a request line count too: at worst an unfinished
+        target then picks the refusal's body."""
+        if not self.url:
+            return False
+        return self._head_bytes > len(self.parser.get_method()) + 1 + len(self.url)
+
+    def _log_refusal(self, refusal: ProtocolRefusalError) -> None:
         """The refusal's access line, as the application writes one for each answer it gives: the request's method
         and path when its head was read (``-`` before), the status and code it is answered with."""
         scope: dict[str, Any] | None = getattr(self, "scope", None)
         method, path = ("-", "-") if scope is None or self._receiving_head else (scope["method"], scope["path"])
         record = RequestRecord(
-            request_id=uuid.uuid4().hex, method=method, path=path, status=refusal.status, code=refusal.code
+            request_id=uuid.uuid4().hex, method=method, path=path, status=refusal.status_code, code=refusal.kind
         )
         log_access(record)
 
@@ -451,11 +491,19 @@ def _peer_address(transport: asyncio.Transport) -> str | None:
     return peer[0] if isinstance(peer, tuple) and peer else None
 
 
-def guarded_http_protocol(limits: ConnectionLimits) -> type[GuardedHttpToolsProtocol]:
-    """The protocol class to give ``uvicorn.run(http=...)``: :class:`GuardedHttpToolsProtocol` bound to ``limits``
-    and to one registry of reclaimable connections shared by all of the server's connections."""
+def guarded_http_protocol(
+    limits: ConnectionLimits, refusal_bodies: RefusalBodies = openai_bodies
+) -> type[GuardedHttpToolsProtocol]:
+    """The protocol class to give ``uvicorn.run(http=...)``: :class:`GuardedHttpToolsProtocol` bound to ``limits``,
+    to one registry of reclaimable connections shared by all of the server's connections, and to the bodies its
+    refusals are answered with (the app's: ``connection_refusals.refusal_bodies(app)``; OpenAI's by default)."""
     return type(
         "GuardedHttpToolsProtocol",
         (GuardedHttpToolsProtocol,),
-        {"limits": limits, "reclaimable": ReclaimableConnections(), "per_address": Counter()},
+        {
+            "limits": limits,
+            "reclaimable": ReclaimableConnections(),
+            "per_address": Counter(),
+            "refusal_bodies": staticmethod(refusal_bodies),
+        },
     )

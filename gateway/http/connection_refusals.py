@@ -1,22 +1,46 @@
-"""Why a connection or request is refused before the application sees it, and which idle connections make room at
-the cap: the pieces :mod:`gateway.http.connection_limits`' protocol is built from."""
+"""Why a connection or request is refused before the application sees it, in which API family's words, and which
+idle connections make room at the cap: the pieces :mod:`gateway.http.connection_limits`' protocol is built from.
+
+A refusal is the gateway's own (:class:`~gateway.http.refusals.ProtocolRefusalError`); its body is the one the app
+would give an error of the request's route: each API family declares its body on its routes' ``opt``
+(:data:`REFUSAL_BODY`, as it declares its exception handlers on them), the app its default, and
+:func:`refusal_bodies` routes the request's method and path through the app to find it. A refusal before the request
+line is known (a garbled or unfinished one, a socket that sent nothing in time), or for a path the app does not route,
+gets the app's default: OpenAI's body.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Protocol
+import urllib.parse
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
-from gateway.http.errors import INVALID_REQUEST, SERVER_ERROR
+import httptools
+from litestar.exceptions import HTTPException
+from litestar.utils import normalize_path
+
+from gateway.http.errors import refusal_body
+from gateway.http.refusals import ProtocolRefusalError
 from lifecycle import naming
 
 if TYPE_CHECKING:
-    import httptools
+    from collections.abc import Callable
+
+    from litestar import Litestar
+    from litestar.types import Method
 
 __all__ = [
+    "REFUSAL_BODY",
     "ReclaimableConnections",
-    "Refusal",
+    "RefusalBodies",
+    "RefusalBody",
+    "RequestTarget",
+    "openai_bodies",
     "over_capacity",
     "parser_refusal",
+    "refusal_bodies",
+    "request_line_target",
+    "target_of",
     "too_many_from_address",
 ]
 
@@ -24,16 +48,65 @@ logger = naming.logger("connections")
 
 _REFUSAL_WARNING_INTERVAL_S = 10.0
 
+REFUSAL_BODY = "refusal_body"
+"""The ``opt`` key under which an API family's routes (and the app, for its default) carry its :data:`RefusalBody`."""
 
-class Refusal(Exception):  # noqa: N818 - not an error of the server's: the reason a request is refused
-    """Raised from a parser callback to refuse the request being parsed."""
+RefusalBody: TypeAlias = "Callable[[Exception], dict[str, Any]]"
+"""An API family's error body for an exception: its one table's entry, as its exception handlers send it."""
+RequestTarget: TypeAlias = tuple[str, str]
+"""A request's method and (decoded) path, as far as its request line was read."""
+RefusalBodies: TypeAlias = "Callable[[ProtocolRefusalError, RequestTarget | None], dict[str, Any]]"
+"""The body a refusal of a request to this target (``None``: not known) is answered with."""
 
-    def __init__(
-        self, status: int, message: str, code: str, *, kind: str = INVALID_REQUEST, retry_after_s: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.code = status, message, code
-        self.kind, self.retry_after_s = kind, retry_after_s
+
+def openai_bodies(refusal: ProtocolRefusalError, _: RequestTarget | None) -> dict[str, Any]:
+    """OpenAI's body whatever the target: a protocol not handed the app's (:func:`refusal_bodies`)."""
+    return refusal_body(refusal)
+
+
+def refusal_bodies(app: Litestar) -> RefusalBodies:
+    """The body of a refusal as the route its request is for answers errors: the :data:`REFUSAL_BODY` of the handler
+    the app routes its method and path to; the app's own for a request it routes nowhere, or not known."""
+    default: RefusalBody = app.opt.get(REFUSAL_BODY, refusal_body)
+
+    def body(refusal: ProtocolRefusalError, target: RequestTarget | None) -> dict[str, Any]:
+        family: RefusalBody = default if target is None else _routed_body(app, target, default)
+        return family(refusal)
+
+    return body
+
+
+def _routed_body(app: Litestar, target: RequestTarget, default: RefusalBody) -> RefusalBody:
+    method, path = target
+    # A socket's handshake is a GET the app routes as a WebSocket (a scope without a method).
+    for routed_as in (method, None) if method == "GET" else (method,):
+        try:
+            _, handler, *_ = app.asgi_router.handle_routing(path=normalize_path(path), method=cast("Method", routed_as))
+        except HTTPException:  # not found, or not that method here: answered by the app's own handlers
+            continue
+        return cast("RefusalBody", handler.opt.get(REFUSAL_BODY, default))
+    return default
+
+
+def target_of(method: bytes | str, url: bytes) -> RequestTarget | None:
+    """The method and decoded path of a request line's target, as uvicorn decodes it (``None``: not a URL)."""
+    try:
+        raw_path = httptools.parse_url(url).path or b""
+        path = raw_path.decode("ascii")
+        name = method.decode("ascii") if isinstance(method, bytes) else method
+    except (httptools.HttpParserInvalidURLError, UnicodeDecodeError):
+        return None
+    return name, urllib.parse.unquote(path) if "%" in path else path
+
+
+def request_line_target(data: bytes) -> RequestTarget | None:
+    """The target of the request line ``data`` begins with, when it holds the whole line (a connection refused before
+    its bytes are parsed: the first read nearly always holds the line)."""
+    line, ended, _ = data.partition(b"\n")
+    parts = line.rstrip(b"\r").split(b" ")
+    if not ended or len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
+        return None
+    return target_of(parts[0], parts[1])
 
 
 class _Reclaimable(Protocol):
@@ -75,27 +148,24 @@ class ReclaimableConnections:
         return False
 
 
-def over_capacity() -> Refusal:
-    return Refusal(
-        503,
-        "The server has too many open connections; retry soon.",
-        "too_many_connections",
-        kind=SERVER_ERROR,
-        retry_after_s=1,
+def over_capacity() -> ProtocolRefusalError:
+    return ProtocolRefusalError(
+        503, "The server has too many open connections; retry soon.", "too_many_connections", retry_after_s=1
     )
 
 
-def too_many_from_address() -> Refusal:
-    return Refusal(
+def too_many_from_address() -> ProtocolRefusalError:
+    return ProtocolRefusalError(
         429,
         "Too many open connections from your address; close some or retry soon.",
         "too_many_connections",
-        kind="requests",  # as OpenAI names the exhausted budget of a 429
         retry_after_s=1,
     )
 
 
-def parser_refusal(exc: httptools.HttpParserError) -> Refusal:
+def parser_refusal(exc: httptools.HttpParserError) -> ProtocolRefusalError:
     if "Invalid HTTP version" in str(exc):  # HTTP/1.2, HTTP/3.0: well-formed, but not a version spoken here
-        return Refusal(505, "This HTTP version is not supported: speak HTTP/1.1.", "http_version_not_supported")
-    return Refusal(400, "Invalid HTTP request received.", "invalid_http_request")
+        return ProtocolRefusalError(
+            505, "This HTTP version is not supported: speak HTTP/1.1.", "http_version_not_supported"
+        )
+    return ProtocolRefusalError(400, "Invalid HTTP request received.", "invalid_http_request")

@@ -34,6 +34,7 @@ from gateway.http.refusals import (
     BACKEND_UNAVAILABLE,
     AddressThrottledError,
     GuardRefusalError,
+    ProtocolRefusalError,
     RefusedBeforeBodyError,
     client_closed,
     limit_message,
@@ -69,6 +70,7 @@ __all__ = [
     "error_responses",
     "note_error",
     "quota_message",
+    "refusal_body",
 ]
 
 logger = naming.logger("errors")
@@ -342,6 +344,17 @@ def _guard_refusal(exc: GuardRefusalError) -> OpenAIError:
     return OpenAIError(status_code, exc.message, type=kind, code=exc.kind, headers=headers)
 
 
+# The protocol's refusals by status: the type (else ``invalid_request_error``); the kind is the code.
+_PROTOCOL_TYPES: dict[int, str] = {HTTP_429_TOO_MANY_REQUESTS: "requests", HTTP_503_SERVICE_UNAVAILABLE: SERVER_ERROR}
+
+
+def _protocol_refusal(exc: ProtocolRefusalError) -> OpenAIError:
+    """A refusal of the HTTP protocol's in OpenAI's words: a 429 names its budget (``requests``) as OpenAI does."""
+    kind = _PROTOCOL_TYPES.get(exc.status_code, INVALID_REQUEST)
+    headers = {} if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
+    return OpenAIError(exc.status_code, exc.message, type=kind, code=exc.kind, headers=headers)
+
+
 def _refused_before_body(exc: RefusedBeforeBodyError) -> OpenAIError:
     """The refusal, closing the connection: its announced body is not read, so it cannot carry another request."""
     error = as_openai_error(exc.refused)
@@ -375,9 +388,17 @@ _CONVERSIONS: dict[type[Exception], Callable[[Any], OpenAIError]] = {
     UploadsBusyError: _uploads_busy,
     TooManyUploadsError: _too_many_uploads,
     GuardRefusalError: _guard_refusal,
+    ProtocolRefusalError: _protocol_refusal,
     RefusedBeforeBodyError: _refused_before_body,
     **dict.fromkeys(BACKEND_ERRORS, _backend_down),
 }
+
+
+def refusal_body(exc: Exception) -> dict[str, Any]:
+    """The body of the OpenAI error ``exc`` becomes: what the HTTP protocol sends, where no response object is made
+    (``gateway/http/connection_refusals.py``)."""
+    error = as_openai_error(exc)
+    return error_body(error.message, error.type, error.param, error.code)
 
 
 def error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:

@@ -13,7 +13,9 @@ table may name them otherwise, and decides the status.
     ├── AddressThrottledError         retry_after_s: an address with too many refused credentials (or admin tokens)
     ├── UnsupportedMediaTypeError     a body that does not say it is JSON
     ├── JsonTooDeepError              max_depth: a body nested deeper than the limit
-    └── ClientClosedError             the client left before its response (never sent: nobody listens)
+    ├── ClientClosedError             the client left before its response (never sent: nobody listens)
+    └── ProtocolRefusalError          status_code, retry_after_s: what the HTTP protocol refuses before the
+                                      application sees the request (``gateway/http/connection_limits.py``)
 
     RefusedBeforeBodyError            refused: a refusal from a request's head whose announced body is not read, so
                                       the connection cannot go on (answered as ``refused``, and closed)
@@ -45,6 +47,7 @@ __all__ = [
     "GuardRefusalError",
     "JsonTooDeepError",
     "NotServedHereError",
+    "ProtocolRefusalError",
     "RefusedBeforeBodyError",
     "UnsupportedMediaTypeError",
     "client_closed",
@@ -111,6 +114,18 @@ class ClientClosedError(GuardRefusalError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, kind="client_closed_request")
+
+
+class ProtocolRefusalError(GuardRefusalError):
+    """A request (or a connection) the HTTP protocol refuses before the application sees it: a head too large or too
+    late, a malformed request, an HTTP version not spoken here, too many connections. Its status is its own (one kind,
+    ``too_many_connections``, is a 429 from one address and a 503 at the server's cap); ``retry_after_s``: when to
+    come back, where waiting helps."""
+
+    def __init__(self, status_code: int, message: str, kind: str, *, retry_after_s: int | None = None) -> None:
+        super().__init__(message, kind=kind)
+        self.status_code = status_code
+        self.retry_after_s = retry_after_s
 
 
 def client_closed(exc: Exception) -> ClientClosedError | None:

@@ -35,7 +35,8 @@ class ServerSettings(BaseModel):
     tls_keyfile: Path | None = Field(default=None, repr=False)
     """The certificate's PEM private key (unencrypted); both or neither."""
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
-    """Largest request body accepted; larger bodies get ``413`` with OpenAI's error body. An engine node (``profile:
+    """Largest request body accepted; larger bodies get ``413`` in the error body of the route's API family (OpenAI's;
+    ElevenLabs' on its paths). An engine node (``profile:
     engine``) takes at least ``131072`` (what a front sends at most: the longest input and instructions and a custom
     voice's speaker)."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -60,9 +61,10 @@ class ServerSettings(BaseModel):
     ``auth.service_token``; ``auth.tenants``, ``auth.admin_token`` and ``auth.jwt`` are refused (they belong to the
     front). See [Two tiers](deployment.md#two-tiers-gateways-in-front-of-engine-nodes)."""
     max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
-    """Largest request head (request line and headers) accepted; a larger one gets ``431`` with OpenAI's error body
-    and the connection is closed. An unfinished head is cut off once it passes the limit, so an endless header costs
-    the server at most this plus one socket read."""
+    """Largest request head (request line and headers) accepted; a larger one gets ``431`` (in the error body of the
+    API family its path belongs to: OpenAI's; ElevenLabs' on its paths) and the connection is closed. An unfinished
+    head is cut off once it passes the limit, so an endless header costs the server at most this plus one socket
+    read."""
     max_headers: int = Field(default=100, ge=8, le=10_000)
     """Most header lines in one request; more get ``431``."""
     header_timeout_s: float = Field(default=10.0, gt=0)

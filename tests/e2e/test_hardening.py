@@ -128,6 +128,15 @@ def assert_openai_error(raw: bytes, status: int, code: str) -> dict[str, str]:
     return headers
 
 
+def assert_elevenlabs_error(raw: bytes, status: int, code: str, message: str) -> dict[str, str]:
+    """ElevenLabs' error body exactly (``{"detail": {"status", "message"}}``), as its routes answer errors."""
+    got_status, headers, body = parse_response(raw)
+    assert got_status == status, raw
+    assert headers["content-type"].startswith("application/json")
+    assert body == {"detail": {"status": code, "message": message}}
+    return headers
+
+
 def head(method: str, path: str, *extra: str, content_length: int | None = None) -> bytes:
     lines = [f"{method} {path} HTTP/1.1", "Host: gateway", *extra]
     if content_length is not None:
@@ -256,6 +265,79 @@ def test_heads_rfc_9112_refuses_get_what_nginx_answers(
     _, answer = exchange(guarded.port, request_head)
     assert_openai_error(answer, status, code)
     assert guarded.refusals() - before == {("connection", status, code): 1}
+
+
+ELEVENLABS_SPEECH = "/v1/text-to-speech/alloy"
+HEAD_TOO_LARGE = "The request headers are too large."
+ONE_HOST = "An HTTP/1.1 request needs exactly one Host header."
+
+
+@pytest.mark.parametrize(
+    ("request_head", "status", "code", "message"),
+    [
+        (head("POST", ELEVENLABS_SPEECH, "X-Big: " + "a" * 40_000), 431, "request_headers_too_large", HEAD_TOO_LARGE),
+        (
+            head("GET", "/v1/voices", *(f"X-Header-{n}: {n}" for n in range(120))),
+            431,
+            "request_headers_too_large",
+            "A request may carry at most 100 headers.",
+        ),
+        (f"POST {ELEVENLABS_SPEECH} HTTP/1.1\r\n\r\n".encode(), 400, "invalid_http_request", ONE_HOST),
+        (b"GET /v1/voices HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "invalid_http_request", ONE_HOST),
+        (
+            b"GET /v1/user/subscription HTTP/2.0\r\nHost: gateway\r\n\r\n",
+            505,
+            "http_version_not_supported",
+            "HTTP/2.0 is not supported: speak HTTP/1.1.",
+        ),
+    ],
+    ids=["one-40-kb-header", "120-headers", "no-host", "two-hosts", "http-2.0"],
+)
+def test_refusals_on_elevenlabs_paths_carry_elevenlabs_body(
+    guarded: GatewayProcess, request_head: bytes, status: int, code: str, message: str
+) -> None:
+    """The protocol's refusals of a request to one of ElevenLabs' paths answer in ElevenLabs' shape, as its routes
+    answer errors (before: OpenAI's ``{"error": ...}``, which ElevenLabs' SDKs do not read); counted as before."""
+    before = guarded.refusals()
+    _, answer = exchange(guarded.port, request_head)
+    assert_elevenlabs_error(answer, status, code, message)
+    assert guarded.refusals() - before == {("connection", status, code): 1}
+
+
+def test_a_head_to_an_elevenlabs_path_that_never_completes_gets_its_408(guarded: GatewayProcess) -> None:
+    _, answer = exchange(guarded.port, b"GET /v1/voices HTTP/1.1\r\nHost: gateway\r\nX-Slow: ")
+    assert_elevenlabs_error(answer, 408, "request_timeout", "The request headers did not arrive in time.")
+
+
+def test_a_stalled_body_to_an_elevenlabs_path_gets_its_408(guarded: GatewayProcess) -> None:
+    request = head("POST", ELEVENLABS_SPEECH, f"xi-api-key: {KEY}", content_length=1000) + b'{"text": "slow'
+    _, answer = exchange(guarded.port, request)
+    message = f"The request body arrived slower than {BODY_MIN_RATE} bytes per second."
+    assert_elevenlabs_error(answer, 408, "request_timeout", message)
+
+
+def test_a_first_header_that_never_ends_is_refused_in_its_paths_body(guarded: GatewayProcess) -> None:
+    """The request line is whole, though no header of it ever is: its path is known."""
+    _, answer = exchange(guarded.port, b"GET /v1/voices HTTP/1.1\r\nX-Big: " + b"a" * 40_000)
+    assert_elevenlabs_error(answer, 431, "request_headers_too_large", HEAD_TOO_LARGE)
+
+
+@pytest.mark.parametrize(
+    ("request_head", "status", "code"),
+    [
+        (b"NOT HTTP AT ALL\r\n\r\n", 400, "invalid_http_request"),
+        (b"GET /v1/voices/" + b"a" * 40_000, 431, "request_headers_too_large"),  # a target that never ends
+        (head("GET", "/v1/nowhere", "X-Big: " + "a" * 40_000), 431, "request_headers_too_large"),  # routed nowhere
+    ],
+    ids=["garbled-line", "endless-target", "unrouted-path"],
+)
+def test_refusals_without_a_familys_path_keep_openai_body(
+    guarded: GatewayProcess, request_head: bytes, status: int, code: str
+) -> None:
+    """A refusal before its path is known, and one of a request the app routes nowhere (its own 404 is OpenAI's),
+    answer in OpenAI's body."""
+    _, answer = exchange(guarded.port, request_head)
+    assert_openai_error(answer, status, code)
 
 
 def test_http_1_0_without_host_is_still_served(guarded: GatewayProcess) -> None:
@@ -649,6 +731,25 @@ def test_over_the_connection_cap_a_new_connection_gets_a_fast_503(capped: Gatewa
     wait_until(lambda: len(access_lines(capped, 503, "too_many_connections")) - logged == refused, what="the lines")
 
 
+def test_over_the_connection_cap_an_elevenlabs_path_gets_elevenlabs_503(capped: GatewayProcess) -> None:
+    """The request line of a connection refused at the cap is read for its path (nothing else of it is parsed)."""
+    busy = []
+    try:
+        for _ in range(4):
+            sock = socket.create_connection(("127.0.0.1", capped.port))
+            sock.settimeout(10)
+            sock.sendall(head("POST", "/v1/audio/speech", "Expect: 100-continue", content_length=100))
+            assert sock.recv(1024).startswith(b"HTTP/1.1 100 Continue")
+            busy.append(sock)
+        _, answer = exchange(capped.port, head("POST", ELEVENLABS_SPEECH, content_length=10), timeout_s=5)
+        message = "The server has too many open connections; retry soon."
+        headers = assert_elevenlabs_error(answer, 503, "too_many_connections", message)
+        assert headers["retry-after"] == "1"
+    finally:
+        for sock in busy:
+            sock.close()
+
+
 # ---------------------------------------------------------------------------------------------------- 4. admin
 def refused_start(config: dict[str, Any], workdir: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
     path = workdir / "gateway.yaml"
@@ -988,6 +1089,19 @@ def test_one_address_holds_at_most_its_connections_and_others_are_served(per_add
     time.sleep(0.2)
     with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=5) as again:
         assert again.get(f"{per_address.base_url}/healthz").status_code == 200  # closed ones no longer count
+
+
+def test_over_its_address_s_cap_an_elevenlabs_path_gets_elevenlabs_429(per_address: GatewayProcess) -> None:
+    held = [connected_from("127.0.0.4", per_address.port) for _ in range(3)]
+    try:
+        time.sleep(0.2)
+        _, answer = exchange_from("127.0.0.4", per_address.port, head("GET", "/v1/user/subscription"))
+        message = "Too many open connections from your address; close some or retry soon."
+        headers = assert_elevenlabs_error(answer, 429, "too_many_connections", message)
+        assert headers["retry-after"] == "1"
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def test_a_connection_over_its_address_s_cap_that_sends_nothing_is_dropped_within_a_second(

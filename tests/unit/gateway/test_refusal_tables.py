@@ -16,12 +16,20 @@ from auth.limits import LimitsUnavailableError, QuotaExceededError, RateLimitExc
 from auth.limits.base import BudgetState, LimitState, Month
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from gateway.elevenlabs.errors import as_elevenlabs_error
+from gateway.http.connection_refusals import (
+    over_capacity,
+    refusal_bodies,
+    request_line_target,
+    target_of,
+    too_many_from_address,
+)
 from gateway.http.errors import as_openai_error, error_body
 from gateway.http.refusals import (
     AddressThrottledError,
     ClientClosedError,
     JsonTooDeepError,
     NotServedHereError,
+    ProtocolRefusalError,
     RefusedBeforeBodyError,
     UnsupportedMediaTypeError,
 )
@@ -58,6 +66,9 @@ UPLOADS = "Your tenant has 4 uploads in flight, the most it may have at once. Re
 NEEDS_AUTHORIZATION = "Neither authorization header nor xi-api-key received, please provide one."
 DEEP_32 = "The JSON body is nested deeper than 32 levels."
 BACKEND = "A backend of the gateway is unreachable; retry soon."
+HEAD_TOO_LARGE = "The request headers are too large."
+FROM_ADDRESS = "Too many open connections from your address; close some or retry soon."
+OVER_CAPACITY = "The server has too many open connections; retry soon."
 
 # (error, OpenAI's (status, type, code, message, headers), ElevenLabs' (status, detail.status, message, headers)),
 # for a request that presented a credential.
@@ -234,6 +245,36 @@ CASES: list[tuple[str, Exception, OpenAIAnswer, ElevenLabsAnswer]] = [
         for down in (LimitsUnavailableError("x"), AuthBackendError("x"), RedisError("x"))
     ),
     (
+        "protocol_head_too_large",
+        ProtocolRefusalError(431, HEAD_TOO_LARGE, "request_headers_too_large"),
+        (431, "invalid_request_error", "request_headers_too_large", HEAD_TOO_LARGE, {}),
+        (431, "request_headers_too_large", HEAD_TOO_LARGE, {}),
+    ),
+    (
+        "protocol_http_version",
+        ProtocolRefusalError(505, "HTTP/2.0 is not supported: speak HTTP/1.1.", "http_version_not_supported"),
+        (
+            505,
+            "invalid_request_error",
+            "http_version_not_supported",
+            "HTTP/2.0 is not supported: speak HTTP/1.1.",
+            {},
+        ),
+        (505, "http_version_not_supported", "HTTP/2.0 is not supported: speak HTTP/1.1.", {}),
+    ),
+    (
+        "protocol_too_many_from_address",
+        too_many_from_address(),
+        (429, "requests", "too_many_connections", FROM_ADDRESS, RETRY_1),
+        (429, "too_many_connections", FROM_ADDRESS, RETRY_1),
+    ),
+    (
+        "protocol_over_capacity",
+        over_capacity(),
+        (503, "server_error", "too_many_connections", OVER_CAPACITY, RETRY_1),
+        (503, "too_many_connections", OVER_CAPACITY, RETRY_1),
+    ),
+    (
         "http_not_found",
         NotFoundException(detail="Not here."),
         (404, "invalid_request_error", "not_found", "Not here.", {}),
@@ -340,3 +381,82 @@ async def test_an_overloaded_engine_is_elevenlabs_system_busy_429_and_openais_50
         "engine_overloaded",
         "1",
     )
+
+
+# ---------------------------------------------------------------------- refused by the HTTP protocol, before the app
+
+HEAD_431 = ProtocolRefusalError(431, HEAD_TOO_LARGE, "request_headers_too_large")
+OPENAI_431 = {
+    "error": {
+        "message": HEAD_TOO_LARGE,
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "request_headers_too_large",
+    }
+}
+ELEVENLABS_431 = {"detail": {"status": "request_headers_too_large", "message": HEAD_TOO_LARGE}}
+
+
+PROTOCOL_TARGETS: list[tuple[tuple[str, str] | None, dict[str, Any]]] = [
+    (("POST", "/v1/text-to-speech/alloy"), ELEVENLABS_431),
+    (("POST", "/v1/text-to-speech/alloy/stream/with-timestamps"), ELEVENLABS_431),
+    (("GET", "/v1/text-to-speech/alloy/multi-stream-input"), ELEVENLABS_431),  # a socket's handshake
+    (("POST", "/v1/text-to-dialogue/stream"), ELEVENLABS_431),
+    (("GET", "/v1/voices"), ELEVENLABS_431),
+    (("GET", "/v1/user/subscription"), ELEVENLABS_431),
+    (("GET", "/v1/history/abc"), ELEVENLABS_431),  # ElevenLabs' own path, not served: its 404's shape too
+    (("GET", "/v1/pronunciation-dictionaries/"), ELEVENLABS_431),
+    (("POST", "/v1/audio/speech"), OPENAI_431),
+    (("GET", "/v1/models"), OPENAI_431),  # OpenAI's list of models (ElevenLabs' is under /v1/models too: not here)
+    (("GET", "/v1/audio/voices"), OPENAI_431),
+    (("GET", "/healthz"), OPENAI_431),
+    (("GET", "/nowhere"), OPENAI_431),  # the app routes it nowhere: its 404 is OpenAI's
+    (("GET", "/v1/text-to-speech/alloy"), OPENAI_431),  # not that method here: the app's 405 is OpenAI's
+    (None, OPENAI_431),  # before the request line was read
+]
+
+
+@pytest.mark.parametrize(
+    ("target", "body"),
+    PROTOCOL_TARGETS,
+    ids=[" ".join(target) if target else "no-path" for target, _ in PROTOCOL_TARGETS],
+)
+def test_a_protocol_refusal_answers_in_the_body_of_its_paths_family(
+    target: tuple[str, str] | None, body: dict[str, Any]
+) -> None:
+    """The family is the app's routing's: the refusal gets the body the route would give any error, from that
+    family's one table."""
+    bodies = refusal_bodies(in_process_app(IN_PROCESS))
+    assert bodies(HEAD_431, target) == body
+
+
+def test_a_protocol_refusals_body_is_the_family_table_s() -> None:
+    """What the protocol sends is what the tables above answer (one place maps a refusal to each family's body)."""
+    bodies = refusal_bodies(in_process_app(IN_PROCESS))
+    for refusal in (too_many_from_address(), over_capacity(), HEAD_431):
+        openai_ = as_openai_error(refusal)
+        assert bodies(refusal, ("POST", "/v1/audio/speech")) == error_body(
+            openai_.message, openai_.type, None, openai_.code
+        )
+        assert bodies(refusal, ("POST", "/v1/text-to-speech/x")) == as_elevenlabs_error(refusal, {}).body()
+
+
+@pytest.mark.parametrize(
+    ("data", "target"),
+    [
+        (b"POST /v1/text-to-speech/alloy HTTP/1.1\r\nHost: g\r\n", ("POST", "/v1/text-to-speech/alloy")),
+        (b"GET /v1/voices?show_legacy=true HTTP/1.1\n", ("GET", "/v1/voices")),
+        (b"GET /v1/voices/a%20b HTTP/1.1\r\n", ("GET", "/v1/voices/a b")),  # decoded, as uvicorn decodes it
+        (b"GET http://gateway/v1/voices HTTP/1.1\r\n", ("GET", "/v1/voices")),  # absolute form
+        (b"POST /v1/text-to-speech/al", None),  # the line unfinished
+        (b"NOT HTTP AT ALL\r\n", None),
+        (b"GET /v1/voices\r\n", None),  # HTTP/0.9's line: no version
+        (b"", None),
+    ],
+)
+def test_the_request_line_names_the_target_only_once_whole(data: bytes, target: tuple[str, str] | None) -> None:
+    assert request_line_target(data) == target
+
+
+def test_a_target_that_is_no_url_has_no_family() -> None:
+    assert target_of(b"GET", b"http://[::1") is None
