@@ -24,7 +24,12 @@ class EndpointStatus:
     state: Literal["healthy", "unhealthy"]
     in_flight: int
     breaker: Literal["closed", "open", "half_open"]
+    reason: str | None
+    """Why it is unhealthy (its probe's failure, an unreachable request, an unresolvable name); ``None`` while
+    healthy."""
     last_error: str | None
+    """The last failure of a request sent to it (what its breaker counts), kept after a recovery; probes never
+    replace it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -165,7 +165,7 @@ class RemoteEngine:
         def why(endpoint: EndpointAddress) -> str:
             if endpoint.healthy:  # then its breaker is open
                 return f"circuit breaker open after: {endpoint.last_error}"
-            return endpoint.last_error or "unhealthy"
+            return endpoint.unhealthy_reason or "unhealthy"
 
         described = [f"{e.url} ({e.address or 'unresolved'}): {why(e)}" for e in endpoints]
         return "no endpoint can take requests: " + "; ".join(described)

@@ -44,7 +44,11 @@ class EndpointAddress:
         self.breaker = CircuitBreaker(breaker)
         self.healthy = False
         self.in_flight = 0
-        self.last_error: str | None = _NOT_PROBED if address is not None else None
+        self.unhealthy_reason: str | None = _NOT_PROBED if address is not None else None
+        """Why it is unhealthy now (its probe's failure, an unreachable request); ``None`` while healthy."""
+        self.last_error: str | None = None
+        """The last failure of a request sent to it, which its breaker counted. Apart from the health reason: the
+        probes that follow a failure (a node replacing a hung worker is ``starting``) must not hide its cause."""
         self.probe_models = False
         """Probe ``/models`` even though the base URL ends with ``/v1`` (the server has no ``/readyz``)."""
         self.engine_node = False
@@ -83,14 +87,13 @@ class EndpointAddress:
             logger.info("endpoint %s (%s) is healthy%s", self.url, self.address, " (an engine node)" * engine_node)
         self.healthy = True
         self.engine_node = engine_node
-        if self.last_error == _NOT_PROBED:
-            self.last_error = None  # other errors stay: the last one is worth seeing after a recovery too
+        self.unhealthy_reason = None  # last_error stays: the last failure is worth seeing after a recovery too
 
     def mark_unhealthy(self, reason: str) -> None:
         if self.healthy:
             logger.warning("endpoint %s (%s) taken out: %s", self.url, self.address, reason)
         self.healthy = False
-        self.last_error = reason
+        self.unhealthy_reason = reason
 
     def status(self) -> EndpointStatus:
         return EndpointStatus(
@@ -99,6 +102,7 @@ class EndpointAddress:
             state="healthy" if self.healthy else "unhealthy",
             in_flight=self.in_flight,
             breaker=self.breaker.state,
+            reason=self.unhealthy_reason,
             last_error=self.last_error,
         )
 
@@ -131,7 +135,7 @@ class EndpointSet:
             if current:
                 return  # a passing DNS failure: keep the addresses we had, their probes tell whether they work
             unresolved = EndpointAddress(url, None, self._breaker)
-            unresolved.last_error = result
+            unresolved.unhealthy_reason = result
             self._by_url[url] = [unresolved]
             return
         if set(result) != set(current):

@@ -46,7 +46,12 @@ class EndpointReadiness(BaseModel):
     in_flight: int
     breaker: str
     """This address's circuit breaker: ``closed``, ``open`` (no requests) or ``half_open`` (trying again)."""
+    reason: str | None
+    """Why it is ``unhealthy``: its probe's failure, an unreachable request or a name that does not resolve; ``null``
+    while healthy."""
     last_error: str | None
+    """The last failure of a request sent to it (what its breaker counts), kept after it recovers; ``null`` until one
+    fails. Probes never replace it: the cause of a failure outlives what the probes see after it."""
 
 
 class EngineReadiness(BaseModel):

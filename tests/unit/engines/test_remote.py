@@ -50,6 +50,8 @@ class Upstream:
     """False: ``/readyz`` answers 404 and ``/v1/models`` 200, as OpenAI's own API does."""
     engine_node: bool = False
     """True: ``/readyz`` answers with the engine node's marker header, as a chattts-gateway engine node does."""
+    ready: bool = True
+    """False: the probe's path answers 503 (an upstream that is not ready)."""
     probes: list[str] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     server: asyncio.Server | None = None
@@ -73,8 +75,9 @@ class Upstream:
                     self.probes.append(path)
                     found = path == "/readyz" if self.has_readyz else path == "/v1/models"
                     marker = b"x-tts-engine-node: 1\r\n" if self.engine_node else b""
+                    status = (b"200 OK" if self.ready else b"503 Service Unavailable") if found else b""
                     writer.write(
-                        b"HTTP/1.1 200 OK\r\n" + marker + b"content-length: 2\r\n\r\nok"
+                        b"HTTP/1.1 " + status + b"\r\n" + marker + b"content-length: 2\r\n\r\nok"
                         if found
                         else b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
                     )
@@ -246,6 +249,37 @@ async def test_an_upstream_silent_before_the_first_byte_fails_within_the_timeout
 
     assert time.monotonic() - started < 5.0
     assert "no answer" in (engine.status().endpoints[0].last_error or "")
+
+
+async def test_a_failing_probe_after_a_failed_request_keeps_its_cause(upstreams: Any, engines: Any) -> None:
+    # A node that replaces a hung worker answers its probes "starting" right after the request that hung: the
+    # operator must still see why the request failed (and why the breaker opened), beside why the probe failed.
+    upstream = await upstreams(status=503, body=b'{"error": {"message": "engine down"}}')
+    engine = await engines([upstream.url], breaker={"failures": 1, "open_s": 60})
+    with pytest.raises(SynthesisFailedError):
+        await read_all(engine)
+    upstream.ready = False
+
+    await wait_for(lambda: engine.status().endpoints[0].state == "unhealthy", what="the probe failing")
+
+    endpoint = engine.status().endpoints[0]
+    assert "HTTP 503: engine down" in (endpoint.last_error or "")
+    assert endpoint.reason == "probe /readyz answered HTTP 503"
+    assert "probe /readyz answered HTTP 503" in (engine.status().reason or "")
+
+
+async def test_an_open_breaker_is_explained_by_the_request_that_opened_it(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(status=503, body=b'{"error": {"message": "engine down"}}')
+    engine = await engines([upstream.url], breaker={"failures": 1, "open_s": 60})
+    with pytest.raises(SynthesisFailedError):
+        await read_all(engine)
+    endpoint = engine._endpoints.all()[0]  # a probe's failure in between, without a real outage
+    endpoint.mark_unhealthy("the node's engine 'tones' is starting")
+    endpoint.mark_healthy(engine_node=True)
+
+    with pytest.raises(EngineNotReadyError, match=r"circuit breaker open after: .*HTTP 503: engine down"):
+        await read_all(engine)
+    assert engine.status().endpoints[0].reason is None
 
 
 # ----------------------------------------------------------------------------------------------------------------
