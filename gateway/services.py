@@ -101,6 +101,7 @@ async def open_state(
     await cache.start()
     refusals = [cache.write_refusals, limiter.write_refusals, *_refusals_of(usage)]
     metrics.write_refusals.watch(*refusals)
+    metrics.cache_writes.watch(lambda: cache.writes_in_flight)
     voices: VoiceStore = RedisVoiceStore(redis) if redis is not None else MemoryVoiceStore()
     consents: ConsentStore = RedisConsentStore(redis) if redis is not None else MemoryConsentStore()
     compile_process = CompileProcess()

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from gateway.speech.routing import ModelRouter
     from storage.pressure import WriteRefusals
 
-__all__ = ["PoolCollector", "SpeechMetrics", "WriteRefusalCollector"]
+__all__ = ["CacheWriteCollector", "PoolCollector", "SpeechMetrics", "WriteRefusalCollector"]
 
 
 class _KnownChildren(MetricWrapperBase):
@@ -108,6 +108,8 @@ class SpeechMetrics:
         self.realtime_connections = Gauge("tts_realtime_connections", "Open realtime WebSocket connections.")
         self.write_refusals = WriteRefusalCollector()
         REGISTRY.register(self.write_refusals)
+        self.cache_writes = CacheWriteCollector()
+        REGISTRY.register(self.cache_writes)
 
     def unregister(self) -> None:
         for metric in vars(self).values():
@@ -139,6 +141,24 @@ class WriteRefusalCollector(Collector):
             refusing.add_metric([latch.store], 1 if latch.refusing else 0)
         yield refusals
         yield refusing
+
+
+class CacheWriteCollector(Collector):
+    """The audio cache's writes under way (a reply ends at most ``STORE_BEFORE_END_S`` after its audio, while its
+    write may go on); read at scrape time. A number that stays up says the cache's Redis is slow."""
+
+    def __init__(self) -> None:
+        self._in_flight: Callable[[], int] = lambda: 0
+
+    def watch(self, in_flight: Callable[[], int]) -> None:
+        self._in_flight = in_flight
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "tts_cache_writes_in_flight",
+            "Audio cache writes sent to the store and not yet answered (replies may end before them).",
+            value=self._in_flight(),
+        )
 
 
 class PoolCollector(Collector):

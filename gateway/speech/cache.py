@@ -363,6 +363,11 @@ class AudioCache:
         otherwise miss the entry (and synthesize again) for the write's round trips, longer on a Cluster."""
 
     @property
+    def writes_in_flight(self) -> int:
+        """Writes sent to the store and not yet answered (nor failed): a reply may end before its write does."""
+        return len(self._writing)
+
+    @property
     def shared_across_tenants(self) -> bool:
         """Whether tenants hit each other's entries (``cache.shared_across_tenants``)."""
         return self._settings.shared_across_tenants

@@ -12,8 +12,10 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 from redis.exceptions import OutOfMemoryError
 
+from gateway.observability.metrics import CacheWriteCollector
 from gateway.settings import CacheSettings
 from gateway.speech import cache as cache_module
 from gateway.speech import singleflight
@@ -97,6 +99,33 @@ async def test_a_lookup_while_the_entry_is_written_finds_it(cache: AudioCache) -
     audio = os.urandom(2000)
     _, found = await asyncio.gather(cache.set(key(), audio), cache.get(key()))
     assert found == audio
+
+
+async def test_a_write_redis_holds_is_counted_in_flight_until_it_lands(redis_url: str) -> None:
+    # A reply ends at most STORE_BEFORE_END_S after its audio while its write goes on: the gauge says one is under way.
+    client, admin = connect_redis(redis_url), connect_redis(redis_url)
+    cache = AudioCache(CacheSettings(), client)
+    collector = CacheWriteCollector()
+    collector.watch(lambda: cache.writes_in_flight)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    await cache.start()
+    await admin.execute_command("CLIENT", "PAUSE", "10000", "WRITE")  # Redis holds every write (the cache's script)
+    try:
+        writing = asyncio.create_task(cache.set(key(), b"audio"))
+        await until(lambda: cache.writes_in_flight == 1)
+        assert registry.get_sample_value("tts_cache_writes_in_flight") == 1
+        await asyncio.sleep(0.1)
+        assert not writing.done()
+    finally:
+        await admin.execute_command("CLIENT", "UNPAUSE")
+    await writing
+    assert cache.writes_in_flight == 0
+    assert registry.get_sample_value("tts_cache_writes_in_flight") == 0
+    assert await cache.get(key()) == b"audio"
+    await cache.close()
+    await client.aclose()
+    await admin.aclose()
 
 
 async def test_entries_over_max_entry_bytes_are_skipped(cache: AudioCache) -> None:
