@@ -11,7 +11,7 @@ cache gives way, once per replica, and the control plane keeps writing.
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import itertools
 import json
 import time
@@ -38,6 +38,7 @@ MAXMEMORY = 16 * 1024 * 1024
 CLIP_CHARS = 200  # 4 s of 24 kHz pcm: 192 kB a clip
 FLOOD = 200  # about 38 MB of distinct clips: more than twice maxmemory
 TENANTS = 30
+OVERSHOOT = 256 * 1024  # past maxmemory after the fill: less than what the cache gives up when refused (a quarter)
 
 
 class Admin:
@@ -81,14 +82,49 @@ class Deployment:
         self.http = httpx.Client(timeout=30)
 
     def wait_for_cache_writes(self) -> None:
-        """Until the cache's entries in Redis stop changing (each is written after its response has gone)."""
-        seen: list[frozenset[bytes]] = []
+        """Until no replica has a cache write under way. A reply ends at most half a second after its audio while
+        its write goes on (gateway/speech/singleflight.py), and a write is counted before its reply ends: once both
+        gauges read 0, every entry, refusal and episode of the replies so far is in Redis, the logs and /readyz."""
+        wait_until(
+            lambda: all(self.writes_in_flight(replica) == 0 for replica in self.replicas),
+            timeout_s=60,
+            what="the replicas' cache writes landed",
+        )
 
-        def settled() -> bool:  # the same entries for a quarter of a second
-            seen.append(frozenset(self.redis.scan_iter(match="tts:audio:*")))
-            return len(seen) >= 12 and len(set(seen[-12:])) == 1
+    def writes_in_flight(self, replica: GatewayProcess) -> float:
+        metrics = self.http.get(f"{replica.base_url}/metrics").text
+        line = next(line for line in metrics.splitlines() if line.startswith("tts_cache_writes_in_flight "))
+        return float(line.split()[-1])
 
-        wait_until(settled, what="the cache's writes settled")
+    def wait_for_usage(self, key: str, requests: int) -> None:
+        """Until each replica reads ``requests`` in the tenant's usage: each replica writes its usage from a task of
+        its own after the reply, again a second later while Redis refuses it."""
+        wait_until(
+            lambda: [self.usage(n, key)["requests"] for n in range(2)] == [requests] * 2,
+            timeout_s=60,
+            what=f"usage of {requests} requests on both replicas",
+        )
+
+    def fill_past_maxmemory(self, overshoot: int) -> None:
+        """Fill Redis as another app would, then leave it ``overshoot`` bytes past its maxmemory. Filling until the
+        first refusal is not enough: Redis then holds at most one value more than its maxmemory, and gives back more
+        than that within a second or two as it shrinks the buffers of idle clients (measured: 790 kB after this
+        module's writes), after which writes are admitted again. So: fill, wait for the buffers to shrink, then one
+        SETRANGE from a tiny request (no buffer to shrink later) allocates what is left plus the overshoot."""
+        with contextlib.suppress(redis.exceptions.OutOfMemoryError):
+            for n in itertools.count():
+                self.redis.set(f"another-app:{n}", b"x" * 65536)
+        seen: list[int] = []
+
+        def settled() -> bool:  # the same for 3 s: Redis shrinks a buffer that was idle for 2 s
+            seen.append(int(self.redis.info("memory")["used_memory"]))
+            time.sleep(0.25)
+            return len(seen) >= 12 and max(seen[-12:]) - min(seen[-12:]) < 1024
+
+        wait_until(settled, timeout_s=60, what="Redis's memory settled")
+        room = MAXMEMORY - int(self.redis.info("memory")["used_memory"])
+        with contextlib.suppress(redis.exceptions.OutOfMemoryError):  # still past it: the overshoot is there
+            self.redis.setrange("another-app:last", max(room, 0) + overshoot, b"x")
 
     def hits(self, n: int, key: str, text: str) -> bool:
         return self.speak(n, key, text).headers["x-cache"] == "hit"
@@ -165,10 +201,12 @@ def test_one_tenants_clips_cost_no_other_tenant_anything(deployment: Deployment)
     assert deployment.authenticates(1, newcomer)
     assert deployment.create_voice(newcomer) == 201
     # Usage was stored: each replica reads what both served from Redis.
-    assert [deployment.usage(n, heavy)["requests"] for n in range(2)] == [FLOOD, FLOOD]
-    # The cache still answers hits: the newest clips are kept.
-    deployment.wait_for_cache_writes()  # each written after its response
-    assert deployment.speak(0, heavy, clip_text(FLOOD - 1)).headers["x-cache"] == "hit"
+    deployment.wait_for_usage(heavy, FLOOD)
+    # The cache still answers hits: the newest clips are kept. The flood's last four were written in no set order,
+    # and two that land after one in its shard (of 16) evict it, so one of them is asked for, newest first.
+    deployment.wait_for_cache_writes()
+    last = [deployment.speak(0, heavy, clip_text(n)).headers["x-cache"] for n in range(FLOOD - 1, FLOOD - 5, -1)]
+    assert "hit" in last
 
     for replica in deployment.replicas:
         warnings = deployment.warnings(replica)
@@ -189,21 +227,26 @@ def test_a_redis_filled_by_something_else_costs_the_cache_not_the_control_plane(
     heavy = keys[0]
     for n in range(64):  # the cache holds about its budget
         assert deployment.speak(n, heavy, clip_text(n)).status_code == 200
-    deployment.wait_for_cache_writes()  # written after each response: on a busy machine the last ones still come
-    # Another app fills Redis, without TTLs, until refused: less than 64 kB is left, less than a clip.
+    deployment.wait_for_cache_writes()  # on a busy machine the last ones still come: none may land in the fill
+    # Another app fills Redis, without TTLs, past its maxmemory: every write is refused until the cache gives way.
+    deployment.fill_past_maxmemory(OVERSHOOT)
     with pytest.raises(redis.exceptions.OutOfMemoryError):
-        for n in itertools.count():
-            deployment.redis.set(f"another-app:{n}", b"x" * 65536)
+        deployment.redis.set("another-app:one-more", b"x")
 
     served = [deployment.speak(n, heavy, clip_text(1000 + n)).status_code for n in range(20)]
     assert served == [200] * 20
+    # A reply may end before its write (on a busy machine): the control plane has room once the cache's writes met
+    # the refusal and gave way; before that, nothing can make room.
+    deployment.wait_for_cache_writes()
     assert [deployment.authenticates(n, key) for n, key in enumerate(keys)] == [True] * TENANTS
     newcomer = admin.key(admin.tenant())
     assert deployment.create_voice(newcomer) == 201
-    assert [deployment.usage(n, heavy)["requests"] for n in range(2)] == [64 + 20] * 2
+    deployment.wait_for_usage(heavy, 64 + 20)
     newest = [deployment.speak(n, heavy, clip_text(n)).headers["x-cache"] for n in range(48, 64)]
     assert "hit" in newest  # the cache gave up its oldest entries: the newest are still served
 
+    # Each replica's log, /readyz and metrics are read while none of its writes can end an episode or begin one.
+    deployment.wait_for_cache_writes()
     met_refusals = 0
     for replica in deployment.replicas:
         warnings = deployment.warnings(replica)
@@ -222,11 +265,12 @@ def test_a_redis_filled_by_something_else_costs_the_cache_not_the_control_plane(
     assert met_refusals >= 1
 
     # After the pause, the cache writes again within what it kept to: each episode ends, and new audio is cached.
+    # No write was under way since the last refusal (waited for above), so every pause has ended after this sleep.
     time.sleep(REFUSAL_PAUSE_S + 0.5)
-    for n in range(4):
+    for n in range(4):  # one at a time: a shard kept to one entry gives it up for the next one written there
         assert deployment.speak(n, heavy, clip_text(2000 + n)).headers["x-cache"] == "miss"
-    for n in range(4):  # each is written after its response: a hit once it has been
-        wait_until(functools.partial(deployment.hits, n + 1, heavy, clip_text(2000 + n)), what="a hit")
+        deployment.wait_for_cache_writes()
+        assert deployment.hits(n + 1, heavy, clip_text(2000 + n))  # on the other replica
     for replica in deployment.replicas:
         refusals = [line for line in deployment.warnings(replica) if "refuses writes to the cache store" in line]
         assert len(refusals) <= 1, refusals
