@@ -189,8 +189,8 @@ def speech_statuses(gateway: GatewayProcess) -> list[int]:
 
 def cache_misses(gateway: GatewayProcess) -> float:
     metrics = httpx.get(f"{gateway.base_url}/metrics", timeout=5).text
-    line = next(line for line in metrics.splitlines() if line.startswith('tts_cache_requests_total{result="miss"}'))
-    return float(line.rsplit(" ", 1)[1])
+    lines = [line for line in metrics.splitlines() if line.startswith('tts_cache_requests_total{result="miss"}')]
+    return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0  # no line before the first miss
 
 
 def gone_requests_counted(gateway: GatewayProcess) -> float:

@@ -169,7 +169,8 @@ def test_a_tenant_deleted_mid_stream_and_created_again_starts_empty(
     streamed: list[httpx.Response] = []
     stream = threading.Thread(target=lambda: streamed.append(speak(replicas[1], key, "x" * 40, model="slow")))
     stream.start()  # two seconds of audio at real time
-    time.sleep(0.5)
+    # Deleted once the stream is under way (on the engine's one worker): before it, the deletion would refuse it.
+    wait_until(lambda: replicas[1].engine("slow")["active_jobs"] == 1, what="the stream under way")
     assert admin.http.delete(f"/admin/tenants/{tenant}").status_code == 200
     admin.tenant(tenant)
     new_key = admin.key(tenant)["key"]

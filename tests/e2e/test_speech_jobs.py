@@ -233,7 +233,8 @@ def test_a_cancel_frees_the_engine_at_once(replicas: list[GatewayProcess]) -> No
     ) as response:
         next(response.iter_bytes())
         first_byte_s = time.perf_counter() - started
-    assert first_byte_s < 1.0, first_byte_s  # the job's segment would have held the worker for seconds more
+    # The job's segment would have held the worker for 5.7 s more; a busy machine may take a second or two anyway.
+    assert first_byte_s < 3.0, first_byte_s
     assert content(running, job["id"]).status_code == 409
     deleted = httpx.delete(f"{running.base_url}{JOBS}/{job['id']}", headers=bearer(ACME), timeout=10)
     assert deleted.json() == {"id": job["id"], "object": "audio.speech.job.deleted", "deleted": True}
