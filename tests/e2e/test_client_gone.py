@@ -293,4 +293,4 @@ def test_an_engine_node_frees_its_worker_when_the_front_gives_up_before_the_firs
         "the node's job cancelled",
     )
     # Each try of the front (it may try the node again) reached the node and was logged as 499.
-    wait_until(lambda: set(speech_statuses(node)) == {499}, 5, "the node logging the requests as 499")
+    wait_until(lambda: set(speech_statuses(node)) == {499}, what="the node logging the requests as 499")

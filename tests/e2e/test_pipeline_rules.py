@@ -133,7 +133,7 @@ def usage(gateway: GatewayProcess, key: str) -> dict[str, Any]:
 
 async def usage_after(gateway: GatewayProcess, key: str, requests: int) -> dict[str, Any]:
     """The tenant's usage once ``requests`` requests are recorded (an HTTP response's is, just after its last byte)."""
-    await wait_for(lambda: usage(gateway, key)["requests"] >= requests, 5.0, f"{requests} requests in the usage")
+    await wait_for(lambda: usage(gateway, key)["requests"] >= requests, what=f"{requests} requests in the usage")
     return usage(gateway, key)
 
 

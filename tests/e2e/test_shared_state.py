@@ -197,7 +197,7 @@ def test_a_tenants_change_reaches_the_other_replicas_memory_at_once(
     assert admin.http.post("/admin/tenants", json={"name": tenant, "limits": {"requests_per_minute": 1}}).is_success
     wait_until(
         lambda: speak(replicas[1], key).headers.get("x-ratelimit-limit-requests") == "1",
-        timeout_s=1.0,
+        timeout_s=10.0,  # without the change announced, the replica would keep the old limit for lookup_cache_s (60)
         what="the new limit on the other replica",
     )
     assert speak(replicas[1], key).status_code == 429

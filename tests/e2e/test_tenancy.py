@@ -358,7 +358,7 @@ def test_redis_outage_fails_open_and_loses_no_usage(
     # A request is counted in the background once its response has ended, which the client may see a moment before
     # the gateway does: the snapshot Redis comes back with must hold the first request's count.
     assert speak(lonely_replica, key, "before").status_code == 200
-    wait_until(lambda: requests_counted() >= 1, 5, "the first request counted")
+    wait_until(lambda: requests_counted() >= 1, what="the first request counted")
     snapshot(outage_redis)
     outage_redis.stop()
     during = [speak(lonely_replica, key, f"during {n}").status_code for n in range(3)]
@@ -369,7 +369,7 @@ def test_redis_outage_fails_open_and_loses_no_usage(
     assert "tts_redis_pool_exhausted_total 0.0" in metrics  # an outage, not a pool run dry
     outage_redis.start()
     assert speak(lonely_replica, key, "after").status_code == 200
-    wait_until(lambda: requests_counted() >= 5, 5, "the five requests counted")
+    wait_until(lambda: requests_counted() >= 5, what="the five requests counted")
     assert requests_counted() == 5
 
 
