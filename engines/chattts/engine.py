@@ -8,7 +8,7 @@ import itertools
 import logging
 import random
 import warnings
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,7 @@ from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+    from concurrent.futures import Future
 
     import numpy.typing as npt
     import torch
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from engines.chattts.generation import CodeBatch, CodeRequest, Sampling, StepEvent
     from engines.chattts.loader import WeightsLocation
     from engines.chattts.onnx_step import DecodeGraph
+    from engines.chattts.overlap import Audio, DecodeRunner
     from engines.chattts.prefix_cache import PrefixCache
     from engines.chattts.streaming import StreamDecoder
     from engines.chattts.voices import SpeakerBank
@@ -78,7 +80,11 @@ class _Plan:
     cancel: CancelToken
     spoken: int = 0
     running: bool = False
-    """A segment of this request is in the token loop now."""
+    """A segment of this request is in the token loop now, or waits for its last chunk's decode."""
+    ending: bool = False
+    """Its segment's last token came: its last chunk is due (beside the token loop: once its previous one is out)."""
+    decoding: bool = False
+    """One of its chunks is being decoded (beside the token loop)."""
     decoder: StreamDecoder | None = field(default=None, repr=False)
     shared_prefix: int = 0
     """How many first tokens of every segment's prompt are the voice's own (``CodeRequest.shared_prefix``)."""
@@ -86,6 +92,17 @@ class _Plan:
     @property
     def done(self) -> bool:
         return self.spoken >= len(self.segments) or self.cancel.is_set()
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """Chunks handed to the streaming decode together, and their audio to come."""
+
+    due: list[tuple[_Plan, bool, StreamDecoder]]
+    """Each chunk's request, whether it is its segment's last, and its stream decoder."""
+    spoken: list[int]
+    """The positions in ``due`` of the windows decoded (a segment may end tokenless)."""
+    audio: Future[Audio]
 
 
 class ChatTTSEngine:
@@ -102,6 +119,8 @@ class ChatTTSEngine:
         """Sample voices' prompt beginnings, prefilled once per worker (``voice_prefix_cache_mb``)."""
         self._max_batch = self.options.max_batch if isinstance(self.options.max_batch, int) else 1
         self._weights = choose_weights(self.options.weights, onnxruntime_on_cpu=False)  # the graph's, settled at load
+        self._decodes: DecodeRunner | None = None
+        """The streaming decode, between the token loop's steps or beside them (``stream_decode_overlap``)."""
 
     # ----------------------------------------------------------------- loading
     def load(self) -> EngineInfo:
@@ -134,6 +153,10 @@ class ChatTTSEngine:
             prefill = use_fast_prefill(self._chat.gpt.gpt, options.prefill_weights, int8_decode=int8_decode,
                                        drop_blocked=self._graph is not None)  # fmt: skip
         batch = self._batch_size()
+        from engines.chattts.overlap import DecodeRunner
+
+        overlap = self._overlap()
+        self._decodes = DecodeRunner(overlap=overlap, threads=options.stream_decode_threads)
         gpt = self._chat.config.gpt
         self._voices = SpeakerBank(
             self._chat.speaker, num_vq=gpt.num_vq, num_audio_tokens=gpt.num_audio_tokens,
@@ -152,7 +175,8 @@ class ChatTTSEngine:
                    "text_normalizer": active_normalizer() if options.normalize else OFF,
                    "decoder": "torch" if self._graph is None else "onnxruntime", "max_batch": batch,
                    "decode_weights": self._weights.describe(),
-                   "prefill_weights": prefill}  # fmt: skip
+                   "prefill_weights": prefill,
+                   "stream_decode": "beside the steps" if overlap else "between the steps"}  # fmt: skip
         # Weights without the DVAE's encoder (ChatTTS's own decode-only builds) cannot encode a sample.
         clones = hasattr(self._chat.dvae, "encoder")
         return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, self._max_batch, details, clones_voices=clones)
@@ -188,6 +212,13 @@ class ChatTTSEngine:
             self._weights = choice
             logger.info("decode steps through ONNX Runtime (%s), weights %s", graph.path, choice.describe())
         return graph
+
+    def _overlap(self) -> bool:
+        """Whether the streaming decode runs beside the token loop (``stream_decode_overlap``)."""
+        wanted = self.options.stream_decode_overlap
+        if wanted == "auto":  # ONNX Runtime's threads sleep between steps; torch's spin, on the decode's core
+            return self._graph is not None
+        return wanted == "on"
 
     def _batch_size(self) -> str:
         """Settle ``max_batch`` (measured where ``auto``); returns how it was chosen, for the engine's details."""
@@ -259,13 +290,18 @@ class ChatTTSEngine:
 
         codes = CodeBatch(self._chat, self._sampling(), self.options.prefill_chunk_tokens, self._graph, self._prefixes)
         live: dict[int, _Plan] = {}
+        jobs: deque[_Job] = deque()  # the streaming decode's, first handed first
         indices = itertools.count()
         yield from self._admit(zip(requests, cancels, strict=True), indices, live)
         while live:
             if arrivals is not None:  # every step, even when full: the worker answers samples to encode then
                 yield from self._admit(arrivals(self._room(live)), indices, live)
             yield from self._end_idle(live)
-            yield from self._deliver(self._advance(codes, live), live)
+            events = self._advance(codes, live)
+            if events is None:  # no row to step: every running segment waits for a chunk's decode
+                yield from self._decode_due([], live, jobs, wait=True)
+            else:
+                yield from self._deliver(events, live, jobs)
 
     def _admit(
         self, jobs: Iterable[tuple[SynthesisRequest, CancelToken]], indices: Iterator[int], live: dict[int, _Plan]
@@ -290,43 +326,43 @@ class ChatTTSEngine:
 
     @staticmethod
     def _end_idle(live: dict[int, _Plan]) -> Generator[BatchItem, None, None]:
-        """End the requests cancelled while none of their segments was running."""
-        for plan in [plan for plan in live.values() if plan.done and not plan.running]:
+        """End the requests cancelled while none of their segments was in the token loop."""
+        for plan in [plan for plan in live.values() if plan.done and (plan.ending or not plan.running)]:
             del live[plan.index]
             yield plan.index, None
 
-    def _advance(self, codes: CodeBatch, live: dict[int, _Plan]) -> list[StepEvent]:
+    def _advance(self, codes: CodeBatch, live: dict[int, _Plan]) -> list[StepEvent] | None:
         """Hand the segments that may start now to the token loop, then take one step (a forward pass that also
-        prefills the waiting prompts)."""
+        prefills the waiting prompts); ``None`` when no row may step while a chunk is being decoded."""
         may_join = self.options.continuous_batching or not codes.size
         if may_join and (starting := [plan for plan in live.values() if not plan.running]):
             for plan in starting:
                 plan.running, plan.decoder = True, self._stream_decoder()
             codes.join([self._code_request(plan) for plan in starting])
         if not codes.size:  # every live request runs a segment, so the token loop cannot be empty
+            if any(plan.ending for plan in live.values()):  # unless its last token came, and its last chunk is due
+                return None
             raise RuntimeError("the token loop lost a running sequence")
         return codes.step()
 
-    def _deliver(self, events: list[StepEvent], live: dict[int, _Plan]) -> Generator[BatchItem, None, None]:
+    def _deliver(
+        self, events: list[StepEvent], live: dict[int, _Plan], jobs: deque[_Job]
+    ) -> Generator[BatchItem, None, None]:
         """Feed each request's decoder with its new tokens; yield the audio that is due and the ends."""
-        due: dict[int, bool] = {}  # the requests with audio due, and whether their segment ended
         for index, hidden in events:
             plan = live.get(index)
             if plan is None:
                 continue  # already ended (cancelled): the token loop drops its row at its next step
             if plan.cancel.is_set():
                 del live[index]  # report it now: the others of the batch go on
-                due.pop(index, None)
                 yield index, None
                 continue
             assert plan.decoder is not None
             if hidden is None:
-                due[index] = True  # its last decode covers a chunk that fell due at this same step too
-            elif plan.decoder.add(hidden):
-                due[index] = False
-        for index in self._held(due, live):
-            del due[index]
-        yield from self._decode_due([(live[index], ended) for index, ended in due.items()], live)
+                plan.ending = True  # its last decode covers a chunk that fell due at this same step too
+            else:
+                plan.decoder.add(hidden)
+        yield from self._decode_due([index for index, _ in events], live, jobs)
 
     @staticmethod
     def _held(due: dict[int, bool], live: dict[int, _Plan]) -> list[int]:
@@ -344,34 +380,75 @@ class ChatTTSEngine:
             if not ended and (decoder := live[index].decoder) is not None and decoder.may_wait()
         ]  # fmt: skip
 
-    def _decode_due(self, due: list[tuple[_Plan, bool]], live: dict[int, _Plan]) -> Generator[BatchItem, None, None]:
-        """Decode the due chunks and yield them, with the requests' ends: first chunks first, so that a new request's
-        first audio leaves before the others' chunks are decoded (``engines/chattts/chunk_order.py``)."""
+    def _decode_due(
+        self, order: list[int], live: dict[int, _Plan], jobs: deque[_Job], *, wait: bool = False
+    ) -> Generator[BatchItem, None, None]:
+        """Yield the decoded chunks (``wait``: the first one handed, once decoded), then hand the due chunks to the
+        streaming decode, those of the requests in ``order`` first: first chunks first, so that a new request's first
+        audio leaves before the others' chunks are decoded (``engines/chattts/chunk_order.py``). First chunks leave
+        before the next step; later ones too between the steps, and beside them (``engines/chattts/overlap.py``) at
+        the first pass after their decode. A request whose chunk is being decoded hands over no other until it is
+        out: its audio stays in order."""
         from engines.chattts.chunk_order import first_chunks_first
 
-        for group in first_chunks_first(due, lambda item: item[0].decoder):
-            yield from self._decode_group(group, live)
+        if wait:
+            if not jobs:  # nothing steps and nothing is decoded: nothing would ever change
+                raise RuntimeError("the token loop lost a running sequence")
+            jobs[0].audio.result()
+        yield from self._decoded(live, jobs)
+        due: dict[int, bool] = {}  # the requests with audio due, and whether their segment ended
+        for index in dict.fromkeys(order + list(live)):  # one window in flight per request: its chunks in order
+            plan = live.get(index)
+            if plan is None or plan.decoding or not plan.running or plan.decoder is None:
+                continue
+            if plan.ending or plan.decoder.due():
+                due[index] = plan.ending
+        for index in self._held(due, live):
+            del due[index]
+        for group in first_chunks_first([(live[index], ended) for index, ended in due.items()],
+                                        lambda item: item[0].decoder):  # fmt: skip
+            job = self._hand_over(group)
+            jobs.append(job)
+            if not any(decoder.started for _, _, decoder in job.due):
+                job.audio.result()  # first chunks leave before the next step, as between the steps: first audio as soon
+            yield from self._decoded(live, jobs)
 
-    def _decode_group(self, due: list[tuple[_Plan, bool]], live: dict[int, _Plan]) -> Generator[BatchItem, None, None]:
-        """Decode chunks together (one call per window length) and yield them, with the requests' ends."""
-        from engines.chattts.streaming import decode_windows, to_int16
-
+    def _hand_over(self, due: list[tuple[_Plan, bool]]) -> _Job:
+        """Hand chunks to the streaming decode together (one call per window length)."""
+        assert self._decodes is not None
         decoders = [plan.decoder for plan, _ in due if plan.decoder is not None]
         windows = [decoder.window() for decoder in decoders]
         spoken = [position for position, window in enumerate(windows) if len(window)]  # a segment may end tokenless
-        decoded = decode_windows(
-            self._chat, [windows[position] for position in spoken], self.options.stream_decode_threads
-        )
-        audio = dict(zip(spoken, decoded, strict=True))
-        for position, ((plan, ended), decoder) in enumerate(zip(due, decoders, strict=True)):
-            chunk = decoder.emit(audio[position], ended) if position in audio else None
-            if ended:
-                plan.spoken, plan.running = plan.spoken + 1, False
-            if chunk is not None and chunk.size:
-                yield plan.index, to_int16(chunk)
-            if plan.done:
-                del live[plan.index]  # its last segment ended: no need to wait for the rest of the batch
-                yield plan.index, None
+        for plan, _ in due:
+            plan.decoding = True
+        audio = self._decodes.submit(self._chat, [windows[position] for position in spoken])
+        chunks = [(plan, ended, decoder) for (plan, ended), decoder in zip(due, decoders, strict=True)]
+        return _Job(chunks, spoken, audio)
+
+    @staticmethod
+    def _decoded(live: dict[int, _Plan], jobs: deque[_Job]) -> Generator[BatchItem, None, None]:
+        """Yield the chunks whose decode has ended, first handed first, with the requests' ends."""
+        from engines.chattts.streaming import to_int16
+
+        while jobs and jobs[0].audio.done():
+            job = jobs.popleft()
+            audio = dict(zip(job.spoken, job.audio.result(), strict=True))
+            for position, (plan, ended, decoder) in enumerate(job.due):
+                if live.get(plan.index) is not plan:
+                    continue  # cancelled meanwhile: already ended
+                plan.decoding = False
+                if plan.cancel.is_set():  # while it was decoded: its audio no longer has a listener
+                    del live[plan.index]
+                    yield plan.index, None
+                    continue
+                chunk = decoder.emit(audio[position], ended) if position in audio else None
+                if ended:
+                    plan.spoken, plan.running, plan.ending = plan.spoken + 1, False, False
+                if chunk is not None and chunk.size:
+                    yield plan.index, to_int16(chunk)
+                if plan.done:
+                    del live[plan.index]  # its last segment ended: no need to wait for the rest of the batch
+                    yield plan.index, None
 
     def _stream_decoder(self) -> StreamDecoder:
         from engines.chattts.streaming import StreamDecoder

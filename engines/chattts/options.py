@@ -18,6 +18,7 @@ Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 Decoder = Literal["auto", "torch", "onnxruntime"]
 Weights = Literal["auto", "float32", "int8"]
 PrefillWeights = Literal["auto", "float32", "int8", "bfloat16"]
+Overlap = Literal["auto", "on", "off"]
 
 
 class ChatTTSOptions(BaseModel):
@@ -139,6 +140,13 @@ class ChatTTSOptions(BaseModel):
     the worker's ``threads``. On a busy 2-core machine one thread cost a streamed request's decode 1.7x less CPU and
     1.9x less wall time than two (BENCHMARKS.md, issue #51): on two, each small op waits for the other, busy core and
     leaves torch's OpenMP threads spinning on the cores the next decode step needs."""
+    stream_decode_overlap: Overlap = "auto"
+    """Where a streamed request's later chunks are decoded (the DVAE decoder and Vocos): ``on``, in a thread of its own
+    beside the token loop, whose next steps go on meanwhile (the chunk leaves at the first step after its decode;
+    each request's chunks in order); ``off``, between the steps (every request's next token waits for each decode).
+    First chunks are decoded before the next step either way: a new listener hears them as soon. ``auto``: ``on``
+    where the decode steps run in ONNX Runtime (its threads sleep between steps), ``off`` with torch steps (torch's
+    threads spin there, on the cores the decode needs; ``engines/chattts/overlap.py``, docs/engines.md)."""
     max_sample_s: float = Field(default=30.0, ge=1.0, le=60.0)
     """Longest voice sample a voice is made from (``POST /v1/audio/voices``). Its audio codes are the end of every
     prompt spoken with that voice (about 47 positions a second, prefilled with each sentence), and its speaker string

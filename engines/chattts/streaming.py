@@ -105,6 +105,7 @@ class StreamDecoder:
         self._tail = np.zeros(0, dtype=np.float32)  # provisional audio from ``_emitted`` on, to crossfade
         self._decoded_tokens = 0
         self._window_start = 0  # the first token of the last window handed out
+        self._window_end = 0  # the tokens there were then
         self._next_chunk = chunk_tokens  # doubles with every chunk, up to ``max_chunk_tokens``
         self._played_until = 0.0  # clock time at which the listener's audio runs out
         self._emitted_at = 0.0  # clock time of the last chunk
@@ -118,6 +119,11 @@ class StreamDecoder:
     def add(self, hidden: torch.Tensor) -> bool:
         """Add one token; ``True`` when a chunk is due (decode :meth:`window`, then :meth:`emit` its audio)."""
         self._hiddens.append(hidden)
+        return self.due()
+
+    def due(self) -> bool:
+        """Whether a chunk is due now (what :meth:`add` said for the last token, asked again: a chunk that fell due
+        while the previous one was still being decoded, beside the token loop)."""
         if self._decoded_tokens == 0:
             return self.tokens >= self._first
         pending = self.tokens - self._decoded_tokens
@@ -149,6 +155,7 @@ class StreamDecoder:
         """The hidden states ``(tokens, hidden)`` the next chunk decodes: the tokens not yet final and their left
         context. Empty when no token came at all."""
         self._window_start = max(0, self._emitted // SAMPLES_PER_TOKEN - self._left)
+        self._window_end = self.tokens  # tokens may come on while it is decoded: they go with the next chunk
         self._windowed_at = self._clock()
         if not self._hiddens:
             return torch.zeros(0)
@@ -157,7 +164,7 @@ class StreamDecoder:
     def emit(self, audio: npt.NDArray[np.float32], final: bool = False) -> npt.NDArray[np.float32]:
         """The chunk that leaves now, from ``audio``, the decoded :meth:`window`; ``final`` once the sequence ended
         (then the rest of the audio leaves)."""
-        tokens = self.tokens
+        tokens = self._window_end
         self._decoded_tokens = tokens
         offset = self._window_start * SAMPLES_PER_TOKEN  # absolute sample of audio[0]
         end = offset + len(audio) if final else (tokens - self._holdback) * SAMPLES_PER_TOKEN

@@ -123,7 +123,10 @@ def test_a_first_chunk_leaves_before_another_rows_chunk_due_at_the_same_pass_is_
             log.append(("yield", index))
     first = next(poll for poll, index, chunk in seen if index == 1 and chunk is not None)
     at_that_pass = [index for poll, index, chunk in seen if poll == first and chunk is not None]
-    assert at_that_pass == [1, 0], "the joiner's first chunk and then the running request's last, at one pass"
+    assert at_that_pass[0] == 1, "the joiner's first chunk left first"
+    beside = engine._decodes is not None and engine._decodes.overlap
+    if not beside:  # beside the steps (stream_decode_overlap), the running request's last chunk may leave later
+        assert at_that_pass == [1, 0], "the joiner's first chunk and then the running request's last, at one pass"
     joiner = log.index(("yield", 1))
     assert log[joiner - 1] == ("decode", 1), "the decode just before the joiner's first chunk was its own alone"
     assert log[joiner + 1] == ("decode", 1), "the running request's last chunk was decoded after it left"
