@@ -215,10 +215,8 @@ class ChatTTSEngine:
 
     def _overlap(self) -> bool:
         """Whether the streaming decode runs beside the token loop (``stream_decode_overlap``)."""
-        wanted = self.options.stream_decode_overlap
-        if wanted == "auto":  # ONNX Runtime's threads sleep between steps; torch's spin, on the decode's core
-            return self._graph is not None
-        return wanted == "on"
+        # ``auto`` is off: on 2 shared cores the overlap measured 0.9-1.5x, no clear win (benchmark-history.md).
+        return self.options.stream_decode_overlap == "on"
 
     def _batch_size(self) -> str:
         """Settle ``max_batch`` (measured where ``auto``); returns how it was chosen, for the engine's details."""

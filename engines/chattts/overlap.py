@@ -10,8 +10,10 @@ handed over (:meth:`StreamDecoder.window`); those that came meanwhile go with th
 size, the audio is the same either way (``tests/unit/engines/test_decode_overlap.py``).
 
 ONNX Runtime's decode-step threads do not spin between steps (``onnx_step.open_session``), so the decode thread gets
-a core whenever a step waits; torch's steps leave OpenMP threads spinning on both cores, where a decode thread beside
-them mostly took turns with them (``bench/chattts_overlap.py``): ``auto`` overlaps with ONNX Runtime's steps only.
+a core whenever a step's threads wait; torch's steps leave OpenMP threads spinning on both cores, where a decode
+thread beside them mostly took turns with them (``bench/chattts_overlap.py``). On 2 cores both are busy most of a
+step: the overlap gains only the cores' idle time, which other work on the machine takes as well; ``auto`` is off
+(docs/engineering/benchmark-history.md, "The streaming decode beside the steps").
 """
 
 from __future__ import annotations
