@@ -332,13 +332,14 @@ class ChatTTSEngine:
     def _advance(self, codes: CodeBatch, live: dict[int, _Plan]) -> list[StepEvent] | None:
         """Hand the segments that may start now to the token loop, then take one step (a forward pass that also
         prefills the waiting prompts); ``None`` when no row may step while a chunk is being decoded."""
-        may_join = self.options.continuous_batching or not codes.size
+        ending = any(plan.ending for plan in live.values())  # a segment whose last chunk is still being decoded
+        may_join = self.options.continuous_batching or not (codes.size or ending)  # without: the next ones together
         if may_join and (starting := [plan for plan in live.values() if not plan.running]):
             for plan in starting:
                 plan.running, plan.decoder = True, self._stream_decoder()
             codes.join([self._code_request(plan) for plan in starting])
         if not codes.size:  # every live request runs a segment, so the token loop cannot be empty
-            if any(plan.ending for plan in live.values()):  # unless its last token came, and its last chunk is due
+            if ending:  # unless its last token came, and its last chunk is due
                 return None
             raise RuntimeError("the token loop lost a running sequence")
         return codes.step()
