@@ -144,9 +144,10 @@ class ChatTTSOptions(BaseModel):
     """Where a streamed request's later chunks are decoded (the DVAE decoder and Vocos): ``on``, in a thread of its own
     beside the token loop, whose next steps go on meanwhile (the chunk leaves at the first step after its decode;
     each request's chunks in order); ``off``, between the steps (every request's next token waits for each decode).
-    First chunks are decoded before the next step either way: a new listener hears them as soon. ``auto``: ``off``
-    for now: on 2 shared CPU cores with 8-bit ONNX Runtime steps, ``on`` served 0.9-1.5x the audio of ``off``,
-    winning when the cores had idle time and level or behind when other work filled them (issue #51,
+    First chunks are decoded before the next step either way: a new listener hears them as soon. ``auto``: ``on``
+    where the decode steps run in ONNX Runtime (on the CPU), ``off`` with torch's steps. On 2 quiet CPU cores with
+    8-bit ONNX Runtime steps, ``on`` served 1.19-1.21x the audio of ``off`` at concurrency 1 and 1.08-1.27x at 4, first
+    audio level; with other work filling the cores, 0.9-1.1x (issue #51, BENCHMARKS.md,
     docs/engineering/benchmark-history.md; ``engines/chattts/overlap.py``, docs/engines.md)."""
     max_sample_s: float = Field(default=30.0, ge=1.0, le=60.0)
     """Longest voice sample a voice is made from (``POST /v1/audio/voices``). Its audio codes are the end of every
