@@ -100,6 +100,7 @@ async def open_state(
     stack.push_async_callback(cache.close)
     await cache.start()
     refusals = [cache.write_refusals, limiter.write_refusals, *_refusals_of(usage)]
+    cache.give_way_to(*refusals[1:])  # a Redis full for the control plane costs the cache first
     metrics.write_refusals.watch(*refusals)
     metrics.cache_writes.watch(lambda: cache.writes_in_flight)
     voices: VoiceStore = RedisVoiceStore(redis) if redis is not None else MemoryVoiceStore()

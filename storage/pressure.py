@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import logging
     from collections.abc import Callable
 
-__all__ = ["WriteRefusals", "refuses_writes"]
+__all__ = ["WriteRefusals", "out_of_memory", "refuses_writes"]
 
 #: Error codes of a Redis that answers but refuses writes (redis-py strips the code of the errors it has a class for).
 _REFUSAL_CODES = ("OOM ", "READONLY ", "MISCONF ")
@@ -32,6 +32,12 @@ def refuses_writes(exc: BaseException) -> bool:
     if isinstance(exc, OutOfMemoryError | ReadOnlyError):
         return True
     return isinstance(exc, ResponseError) and str(exc).startswith(_REFUSAL_CODES)
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Redis at its ``maxmemory`` refusing a write (what freeing memory can end, unlike a
+    read-only replica or a failed save)."""
+    return isinstance(exc, OutOfMemoryError) or (isinstance(exc, ResponseError) and str(exc).startswith("OOM "))
 
 
 class WriteRefusals:
@@ -64,6 +70,7 @@ class WriteRefusals:
         self._episode_refusals = 0
         self._since: datetime | None = None
         self._error = ""
+        self._listeners: list[Callable[[BaseException], None]] = []
         self.refusals = 0
         """Writes refused since the process started (the ``tts_redis_write_refusals_total`` counter)."""
 
@@ -77,8 +84,14 @@ class WriteRefusals:
         """Whether the store should skip its writes for now (``pause_s`` after the last refusal)."""
         return self._clock() < self._paused_until
 
+    def on_refused(self, listener: Callable[[BaseException], None]) -> None:
+        """Call ``listener`` with each refusal (another store on the same Redis may make room)."""
+        self._listeners.append(listener)
+
     def refused(self, exc: BaseException) -> None:
         """A write was refused with ``exc``; the warning goes out if this starts an episode."""
+        for listener in self._listeners:
+            listener(exc)
         self.refusals += 1
         self._episode_refusals += 1
         self._paused_until = self._clock() + self._pause_s

@@ -16,6 +16,7 @@ so hits keep working meanwhile.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 from lifecycle import naming
 from storage import STORAGE_ERRORS, OutageLatch, connect_redis
 from storage.memory import read_memory_limit
-from storage.pressure import WriteRefusals, refuses_writes
+from storage.pressure import WriteRefusals, out_of_memory, refuses_writes
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -358,6 +359,8 @@ class AudioCache:
             pause_s=REFUSAL_PAUSE_S,
         )
         """Writes its Redis refused (``storage/pressure.py``): for the metrics and ``/readyz``."""
+        self._yielded_until = float("-inf")  # while another store's writes are refused for want of memory
+        self._yielding: asyncio.Task[None] | None = None
         self._writing: dict[str, bytes] = {}
         """Entries on their way to the store. A client that repeats a request the moment its audio ended would
         otherwise miss the entry (and synthesize again) for the write's round trips, longer on a Cluster."""
@@ -394,7 +397,7 @@ class AudioCache:
     async def set(self, key: str, audio: bytes) -> None:
         """Store ``audio``; entries over ``max_entry_bytes`` are skipped, backend errors swallowed, and nothing is
         written for a while after Redis refused a write."""
-        if not self._settings.enabled or len(audio) > self._settings.max_entry_bytes or self.write_refusals.paused:
+        if not self._settings.enabled or len(audio) > self._settings.max_entry_bytes or self._paused():
             return
         self._writing[key] = audio
         try:
@@ -408,8 +411,35 @@ class AudioCache:
         self._outage.worked()
         self.write_refusals.worked()
 
+    def give_way_to(self, *others: WriteRefusals) -> None:
+        """Make room when Redis refuses ``others``' writes for want of memory (the limiter's, the usage ledger's: stores
+        on the cache's Redis): the cache gives up a quarter of its entries and writes nothing for ``REFUSAL_PAUSE_S``,
+        as after a refusal of its own. Without it the control plane's writes stay refused until the next cache write
+        meets a refusal too. A cache on a Redis of its own (``cache.redis_url``) listens to none."""
+        if self._own_client is not None or not self._settings.enabled:
+            return
+        for refusals in others:
+            refusals.on_refused(self._other_refused)
+
+    def _other_refused(self, exc: BaseException) -> None:
+        if not out_of_memory(exc) or self._paused():
+            return  # a read-only replica or a failed save: no room to make; or given way a moment ago
+        self._yielded_until = time.monotonic() + REFUSAL_PAUSE_S
+        if self._yielding is None or self._yielding.done():
+            self._yielding = asyncio.get_running_loop().create_task(self._give_way())
+
+    async def _give_way(self) -> None:
+        logger.info("Redis is out of memory for the gateway's other writes: the audio cache gives way")
+        with contextlib.suppress(*STORAGE_ERRORS):
+            await self._store.give_way()
+
+    def _paused(self) -> bool:
+        return self.write_refusals.paused or time.monotonic() < self._yielded_until
+
     async def close(self) -> None:
         """Close the backend's connections (the client of ``cache.redis_url``; the shared one is its owner's)."""
+        if self._yielding is not None:
+            self._yielding.cancel()
         with contextlib.suppress(*STORAGE_ERRORS):
             await self._store.close()
             if self._own_client is not None:

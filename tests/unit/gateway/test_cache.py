@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-from redis.exceptions import OutOfMemoryError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError
 
 from gateway.observability.metrics import CacheWriteCollector
 from gateway.settings import CacheSettings
@@ -22,6 +22,7 @@ from gateway.speech import singleflight
 from gateway.speech.cache import SHARDS, AudioCache, cache_key
 from gateway.speech.singleflight import SingleFlight
 from storage import connect_redis
+from storage.pressure import WriteRefusals
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
@@ -346,6 +347,41 @@ async def test_a_full_redis_costs_the_cache_not_the_control_plane(
     assert "refuses writes to the cache store" in warning and "maxmemory" in warning
     assert any("accepts writes to the cache store again, after 1 refused" in message for _, message in lines)
     assert not any("unreachable" in message for _, message in lines)
+    await client.aclose()
+
+
+async def test_a_redis_full_for_the_control_plane_makes_the_cache_give_way(
+    outage_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cache's last write was accepted just under maxmemory: the next writes refused are the control plane's (a
+    # rate limit's, usage's), and the cache, which meets no refusal itself, must make room for them.
+    monkeypatch.setattr(cache_module, "REFUSAL_PAUSE_S", 0.5)
+    client = connect_redis(outage_redis.url)
+    cache = AudioCache(CacheSettings(max_redis_bytes=16 * 1024 * 1024), client)
+    control_plane = WriteRefusals("limits", logging.getLogger("test"), "admitted anyway")
+    cache.give_way_to(control_plane)
+    for n in range(50):
+        await cache.set(key(text=f"clip {n}"), os.urandom(20_000))
+    held = await counted_bytes(client)
+    await limit_memory(client, await used_memory(client) - 50_000)
+    try:
+        await client.set("tts:{limits}:window", b"1")
+    except OutOfMemoryError as exc:
+        control_plane.refused(exc)
+    await until(lambda: cache._yielding is not None and cache._yielding.done())  # its give-way ran
+    await client.set("tts:{limits}:window", b"1")  # room was made
+    assert await counted_bytes(client) <= held * 0.75
+    await cache.set(key(text="while it yields"), os.urandom(20_000))  # paused: not even tried
+    assert await cache.get(key(text="while it yields")) is None
+    assert cache.write_refusals.refusals == 0  # none of its own
+    await asyncio.sleep(0.5)
+    await limit_memory(client, 0)
+    await cache.set(key(text="after the pause"), os.urandom(20_000))
+    assert await cache.get(key(text="after the pause")) is not None
+    control_plane.refused(ReadOnlyError("READONLY You can't write against a read only replica."))
+    assert cache._yielding is not None and cache._yielding.done()  # a read-only replica: no room to make
+    assert await cache.get(key(text="after the pause")) is not None
+    await cache.close()
     await client.aclose()
 
 
