@@ -262,7 +262,9 @@ def test_a_redis_filled_by_something_else_costs_the_cache_not_the_control_plane(
         assert readiness.json()["refusing_writes"] == (["cache"] if in_episode else [])
         assert any("refuses writes to the cache store" in line for line in readiness.json()["warnings"]) == in_episode
         assert f'tts_redis_refusing_writes{{store="cache"}} {1.0 if in_episode else 0.0}' in metrics
-    assert met_refusals >= 1
+    # The cache gave way: at a refusal of its own write, or of the control plane's (usage written before it).
+    gave_way = sum("the audio cache gives way" in replica.log() for replica in deployment.replicas)
+    assert met_refusals + gave_way >= 1
 
     # After the pause, the cache writes again within what it kept to: each episode ends, and new audio is cached.
     # No write was under way since the last refusal (waited for above), so every pause has ended after this sleep.
