@@ -163,7 +163,12 @@ class GatewayProcess:
         return refused
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        """What the process has logged so far. While it runs, whole lines only: a line read while it is being written
+        (a JSON line cut in two) is read once it ends."""
+        text = self.log_path.read_text(errors="replace")
+        if self.process is not None and self.process.poll() is not None:
+            return text  # it has ended: nothing more will come, an unfinished last line included
+        return text[: text.rfind("\n") + 1]
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
         assert self.process is not None
