@@ -35,7 +35,6 @@ application gets round to reading it.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import uuid
@@ -62,10 +61,17 @@ from gateway.http.connection_refusals import (
 from gateway.http.refusals import ProtocolRefusalError
 from gateway.http.request_record import RequestRecord
 from gateway.http.tracking import log_access
+from gateway.http.upgraded_connections import (
+    ReleasesAddressOnClose,
+    peer_address,
+    release_address,
+    releasing_address_on_close,
+)
 from gateway.observability.refusals import count_refusal
 from lifecycle import naming
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Callable
 
     from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
@@ -93,7 +99,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.ws_protocol_class is not None:  # an upgraded WebSocket keeps its address's count until it closes
-            self.ws_protocol_class = _releasing_address_on_close(self.ws_protocol_class)
+            self.ws_protocol_class = releasing_address_on_close(self.ws_protocol_class)
         self._deadline: asyncio.TimerHandle | None = None
         self._receiving_head = True  # from the connect, or a request's first byte, until its headers are complete
         self._head_bytes = 0  # bytes received while a head is incomplete: bounds what an endless header buffers
@@ -119,7 +125,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        peer = _peer_address(transport)  # None: a Unix socket's, which has no address
+        peer = peer_address(transport)  # None: a Unix socket's, which has no address
         self._from_proxy = peer is not None and self.limits.proxies.trusts(peer)
         if peer is not None and not self._from_proxy and not self._count_address(address_key(peer)):
             self._over_address_cap = True
@@ -149,7 +155,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _uncount_address(self) -> None:
         if self._address is not None:
-            _release_address(self.per_address, self._address)
+            release_address(self.per_address, self._address)
             self._address = None
 
     def _count_forwarded_client(self) -> None:
@@ -177,10 +183,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # protocol releases the address's count when its connection is lost (a connection lost meanwhile is only
         # reported on the next turn of the loop, to the transport's protocol by then).
         if self._address is not None:
-            release = functools.partial(_release_address, self.per_address, self._address)
+            release = functools.partial(release_address, self.per_address, self._address)
             self._address = None
             websocket = self.transport.get_protocol()
-            if isinstance(websocket, _ReleasesAddressOnClose):
+            if isinstance(websocket, ReleasesAddressOnClose):
                 websocket.release_address = release
             else:
                 release()
@@ -453,42 +459,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             request_id=uuid.uuid4().hex, method=method, path=path, status=refusal.status_code, code=refusal.kind
         )
         log_access(record)
-
-
-def _release_address(per_address: Counter[str], key: str) -> None:
-    per_address[key] -= 1
-    if per_address[key] <= 0:
-        del per_address[key]
-
-
-class _ReleasesAddressOnClose(asyncio.Protocol):
-    """Mixed into the WebSocket protocol: once its connection is lost, the address's count it took over goes."""
-
-    release_address: Callable[[], None] | None = None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        try:
-            super().connection_lost(exc)
-        finally:
-            if (release := self.release_address) is not None:
-                self.release_address = None
-                release()
-
-
-_RELEASING_CLASSES: dict[type[asyncio.Protocol], type[asyncio.Protocol]] = {}
-
-
-def _releasing_address_on_close(websocket_protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
-    """uvicorn's WebSocket protocol class with :class:`_ReleasesAddressOnClose` mixed in (made once)."""
-    if (mixed := _RELEASING_CLASSES.get(websocket_protocol)) is None:
-        mixed = type(websocket_protocol.__name__, (_ReleasesAddressOnClose, websocket_protocol), {})
-        _RELEASING_CLASSES[websocket_protocol] = mixed
-    return mixed
-
-
-def _peer_address(transport: asyncio.Transport) -> str | None:
-    peer = transport.get_extra_info("peername")
-    return peer[0] if isinstance(peer, tuple) and peer else None
 
 
 def guarded_http_protocol(
