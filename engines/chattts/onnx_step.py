@@ -40,7 +40,7 @@ from torch import nn
 from lifecycle import naming
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     import numpy as np
     from onnxruntime import InferenceSession
@@ -50,11 +50,13 @@ __all__ = [
     "DecodeGraph",
     "DecodeOutputs",
     "export_decode_graph",
+    "export_module",
     "graph_key",
     "graph_path",
     "load_decode_graph",
     "open_session",
     "quantize_graph",
+    "write_whole",
 ]
 
 logger = naming.logger("chattts")
@@ -179,19 +181,32 @@ def export_decode_graph(chat: Any, heads: torch.Tensor, path: Path) -> None:
     new = [f"new_{kind}_{index}" for index in range(layers) for kind in ("keys", "values")]
     dynamic = {name: {0: "rows"} for name in ("hidden", "cos", "sin", "logits", "hidden_out", *new)}
     dynamic |= {"bias": {0: "rows", 1: "keys"}} | {name: {0: "rows", 2: "cached"} for name in past}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".part")
-    os.close(handle)
-    try:
+    export_module(module, example, path, input_names=["hidden", "cos", "sin", "bias", *past],
+                  output_names=["logits", "hidden_out", *new], dynamic_axes=dynamic)  # fmt: skip
+
+
+def export_module(module: nn.Module, example: tuple[torch.Tensor, ...], path: Path, **names: Any) -> None:
+    """Export ``module`` (traced on ``example``) to ``path`` with TorchScript's exporter, whole or not at all;
+    ``names``: the exporter's ``input_names``, ``output_names`` and ``dynamic_axes``."""
+
+    def export(temporary: str) -> None:
         with torch.no_grad(), warnings.catch_warnings():
             # The TorchScript exporter (deprecated since torch 2.9 in favour of torch.export's, which needs onnxscript
             # and traced this loop of layers no better) says so on every call.
             warnings.simplefilter("ignore", DeprecationWarning)
-            torch.onnx.export(
-                module, example, temporary, input_names=["hidden", "cos", "sin", "bias", *past],
-                output_names=["logits", "hidden_out", *new], dynamic_axes=dynamic, opset_version=_OPSET,
-                dynamo=False,
-            )  # fmt: skip
+            torch.onnx.export(module, example, temporary, opset_version=_OPSET, dynamo=False, **names)
+
+    write_whole(path, export)
+
+
+def write_whole(path: Path, write: Callable[[str], None]) -> None:
+    """``write`` a file to a temporary name beside ``path``, then rename it into place: workers starting together may
+    build the same graph at once, and none must read a half-written one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".part")
+    os.close(handle)
+    try:
+        write(temporary)
         Path(temporary).chmod(0o644)  # mkstemp's 0600 would hide it from workers running as another user
         Path(temporary).replace(path)
     finally:
@@ -237,35 +252,30 @@ def _array(tensor: torch.Tensor) -> np.ndarray:
     return array
 
 
-def graph_path(model_dir: Path, fallback_dir: Path, key: str) -> Path:
-    """Where the graph of ``key`` is kept: beside the weights, or under ``fallback_dir`` where they are read-only."""
+def graph_path(model_dir: Path, fallback_dir: Path, key: str, stem: str = "decode-step") -> Path:
+    """Where the graph of ``key`` is kept (``stem``: which graph, e.g. the audio decoder's): beside the weights, or
+    under ``fallback_dir`` where they are read-only."""
     for directory in (model_dir / _GRAPH_DIR, fallback_dir / _GRAPH_DIR):
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError:
             continue
-        if os.access(directory, os.W_OK) or (directory / f"decode-step-{key}.onnx").is_file():
-            return directory / f"decode-step-{key}.onnx"
-    raise OSError(f"neither {model_dir} nor {fallback_dir} can hold the decode graph")
+        if os.access(directory, os.W_OK) or (directory / f"{stem}-{key}.onnx").is_file():
+            return directory / f"{stem}-{key}.onnx"
+    raise OSError(f"neither {model_dir} nor {fallback_dir} can hold the {stem} graph")
 
 
-def quantize_graph(source: Path, target: Path) -> None:
-    """Write ``source``'s graph to ``target`` with its weight products in 8 bits (whole or not at all)."""
+def quantize_graph(source: Path, target: Path, block: int = _INT8_BLOCK) -> None:
+    """Write ``source``'s graph to ``target`` with its weight products in 8 bits, ``block`` weights to a scale (whole
+    or not at all)."""
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     quantizer = MatMulNBitsQuantizer(
-        onnx.load(str(source)), bits=8, block_size=_INT8_BLOCK, is_symmetric=True, accuracy_level=_INT8_ACCURACY_LEVEL
+        onnx.load(str(source)), bits=8, block_size=block, is_symmetric=True, accuracy_level=_INT8_ACCURACY_LEVEL
     )
     quantizer.process()
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".part")
-    os.close(handle)
-    try:
-        onnx.save(quantizer.model.model, temporary)
-        Path(temporary).chmod(0o644)
-        Path(temporary).replace(target)
-    finally:
-        Path(temporary).unlink(missing_ok=True)
+    write_whole(target, lambda temporary: onnx.save(quantizer.model.model, temporary))
 
 
 def load_decode_graph(
