@@ -72,9 +72,9 @@ def instrument(timeline: Timeline) -> None:
         timeline.spans.append((started, time.perf_counter(), kind))
         return result
 
-    def timed_decode(chat: Any, windows: list[torch.Tensor], threads: int | None = None) -> Any:
+    def timed_decode(chat: Any, windows: list[torch.Tensor], *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
-        result = decode(chat, windows, threads)
+        result = decode(chat, windows, *args, **kwargs)
         timeline.spans.append((started, time.perf_counter(), "decode"))
         return result
 

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     import torch
 
     from engines.base import BatchItem, CancelToken, JobSource, SynthesisRequest
+    from engines.chattts.audio_graph import AudioGraph
     from engines.chattts.generation import CodeBatch, CodeRequest, Sampling, StepEvent
     from engines.chattts.loader import WeightsLocation
     from engines.chattts.onnx_step import DecodeGraph
@@ -156,7 +157,8 @@ class ChatTTSEngine:
         from engines.chattts.overlap import DecodeRunner
 
         overlap = self._overlap()
-        self._decodes = DecodeRunner(overlap=overlap, threads=options.stream_decode_threads)
+        audio = self._audio_graph(location, device)
+        self._decodes = DecodeRunner(overlap=overlap, threads=options.stream_decode_threads, graph=audio)
         gpt = self._chat.config.gpt
         self._voices = SpeakerBank(
             self._chat.speaker, num_vq=gpt.num_vq, num_audio_tokens=gpt.num_audio_tokens,
@@ -176,7 +178,8 @@ class ChatTTSEngine:
                    "decoder": "torch" if self._graph is None else "onnxruntime", "max_batch": batch,
                    "decode_weights": self._weights.describe(),
                    "prefill_weights": prefill,
-                   "stream_decode": "beside the steps" if overlap else "between the steps"}  # fmt: skip
+                   "stream_decode": "beside the steps" if overlap else "between the steps",
+                   "audio_decoder": "torch" if audio is None else audio.describe()}  # fmt: skip
         # Weights without the DVAE's encoder (ChatTTS's own decode-only builds) cannot encode a sample.
         clones = hasattr(self._chat.dvae, "encoder")
         return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, self._max_batch, details, clones_voices=clones)
@@ -212,6 +215,26 @@ class ChatTTSEngine:
             self._weights = choice
             logger.info("decode steps through ONNX Runtime (%s), weights %s", graph.path, choice.describe())
         return graph
+
+    def _audio_graph(self, location: WeightsLocation, device: torch.device) -> AudioGraph | None:
+        """The streaming decode's graph where ``audio_decoder`` asks for it (``auto``: beside ONNX Runtime's steps),
+        in 8 bits as ``audio_weights`` says; ``None``: the decode runs in torch."""
+        wanted = self.options.audio_decoder
+        if wanted == "torch" or (wanted == "auto" and self._graph is None):
+            return None
+        if device.type != "cpu":
+            logger.warning("audio_decoder onnxruntime runs on CPU only here (the device is %s): audio decoded in torch",
+                           device)  # fmt: skip
+            return None
+        import torch
+
+        from engines.chattts.audio_graph import load_audio_graph
+
+        weights = self.options.audio_weights
+        int8 = weights == "int8" or (weights == "auto" and self._weights.weights == "int8")
+        threads = self.options.stream_decode_threads or torch.get_num_threads()
+        cache_dir = Path(self.options.cache_dir).expanduser()
+        return load_audio_graph(self._chat, location.hashes, location.path, cache_dir, threads, int8=int8)
 
     def _overlap(self) -> bool:
         """Whether the streaming decode runs beside the token loop (``stream_decode_overlap``): with ``auto``, where

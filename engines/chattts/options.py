@@ -19,6 +19,7 @@ Decoder = Literal["auto", "torch", "onnxruntime"]
 Weights = Literal["auto", "float32", "int8"]
 PrefillWeights = Literal["auto", "float32", "int8", "bfloat16"]
 Overlap = Literal["auto", "on", "off"]
+AudioDecoder = Literal["auto", "torch", "onnxruntime"]
 
 
 class ChatTTSOptions(BaseModel):
@@ -149,6 +150,18 @@ class ChatTTSOptions(BaseModel):
     8-bit ONNX Runtime steps, ``on`` served 1.19-1.21x the audio of ``off`` at concurrency 1 and 1.08-1.27x at 4, first
     audio level; with other work filling the cores, 0.9-1.1x (issue #51, BENCHMARKS.md,
     docs/engineering/benchmark-history.md; ``engines/chattts/overlap.py``, docs/engines.md)."""
+    audio_decoder: AudioDecoder = "auto"
+    """What turns tokens into audio in a stream (the DVAE decoder and Vocos' network; the inverse STFT stays in torch):
+    ``torch``, or ``onnxruntime`` (one graph exported from the loaded weights on first use and kept beside them, its
+    products in ``audio_weights``: ``engines/chattts/audio_graph.py``). ``auto``: ``onnxruntime`` where the decode
+    steps run in ONNX Runtime (on the CPU), ``torch`` otherwise. Where the graph cannot be built or run, the engine
+    logs why and decodes in torch; ``/readyz``'s ``audio_decoder`` detail says which runs."""
+    audio_weights: Weights = "auto"
+    """The audio graph's products (``audio_decoder: onnxruntime``): ``float32`` (torch's audio within 1e-5, 1.2x its
+    speed) or ``int8`` (ONNX Runtime's dynamic 8-bit products: int8 weights, a scale per output channel, each call's
+    activations quantized on the fly; on one AVX-512 VNNI core a 64-token window decoded 3.6x faster than torch, its
+    audio 0.24 dB from float32's by log spectral distance, on random weights no one can judge by ear: BENCHMARKS.md,
+    issue #51). ``auto``: ``int8`` where the decode steps' weights are 8-bit (``weights``), ``float32`` otherwise."""
     max_sample_s: float = Field(default=30.0, ge=1.0, le=60.0)
     """Longest voice sample a voice is made from (``POST /v1/audio/voices``). Its audio codes are the end of every
     prompt spoken with that voice (about 47 positions a second, prefilled with each sentence), and its speaker string

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from engines.chattts.audio_graph import AudioGraph
+
 __all__ = ["DecodeRunner"]
 
 Audio = list["npt.NDArray[np.float32]"]
@@ -39,8 +41,8 @@ class DecodeRunner:
     """Decodes windows (:func:`engines.chattts.streaming.decode_windows`) at once in the calling thread, or, with
     ``overlap``, in one decode thread of its own, first handed first decoded."""
 
-    def __init__(self, *, overlap: bool, threads: int | None) -> None:
-        self.overlap = overlap
+    def __init__(self, *, overlap: bool, threads: int | None, graph: AudioGraph | None = None) -> None:
+        self.overlap, self.graph = overlap, graph
         # A thread starts with torch's default count, not the loop's: ``None`` (the worker's threads) is the count now.
         self._threads = threads if threads is not None or not overlap else torch.get_num_threads()
         self._pool: ThreadPoolExecutor | None = None
@@ -50,9 +52,9 @@ class DecodeRunner:
         """The windows' audio, in their order: done on return unless ``overlap``."""
         if not self.overlap:
             future: Future[Audio] = Future()
-            future.set_result(streaming.decode_windows(chat, windows, self._threads))
+            future.set_result(streaming.decode_windows(chat, windows, self._threads, self.graph))
             return future
-        return self._thread().submit(_decode, chat, windows, self._threads)
+        return self._thread().submit(_decode, chat, windows, self._threads, self.graph)
 
     def _thread(self) -> ThreadPoolExecutor:
         # Started at the first decode, and again in a forked process: a fork copies no thread.
@@ -61,6 +63,6 @@ class DecodeRunner:
         return self._pool
 
 
-def _decode(chat: Any, windows: list[torch.Tensor], threads: int | None) -> Audio:
+def _decode(chat: Any, windows: list[torch.Tensor], threads: int | None, graph: AudioGraph | None) -> Audio:
     # Looked up at each call: the profiler (bench/served_profile.py) and tests wrap the module's function.
-    return streaming.decode_windows(chat, windows, threads)
+    return streaming.decode_windows(chat, windows, threads, graph)

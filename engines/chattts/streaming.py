@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
+    from engines.chattts.audio_graph import AudioGraph
+
 __all__ = [
     "MARGIN_S", "SAMPLES_PER_TOKEN", "StreamDecoder", "decode_hiddens", "decode_windows", "to_int16",
 ]  # fmt: skip
@@ -56,21 +58,28 @@ def decode_hiddens(chat: Any, hiddens: torch.Tensor) -> npt.NDArray[np.float32]:
 
 
 @torch.inference_mode()
-def decode_windows(chat: Any, windows: list[torch.Tensor], threads: int | None = None) -> list[npt.NDArray[np.float32]]:
+def decode_windows(
+    chat: Any, windows: list[torch.Tensor], threads: int | None = None, graph: AudioGraph | None = None
+) -> list[npt.NDArray[np.float32]]:
     """Decode several ``(tokens, hidden)`` windows, those of one length in one batched call; in ``windows``' order;
-    on ``threads`` torch threads (``None``: as many as torch has)."""
+    on ``threads`` torch threads (``None``: as many as torch has), through ``graph`` where given
+    (``engines/chattts/audio_graph.py``), else in torch."""
     with torch_threads(threads):
-        return _decode_windows(chat, windows)
+        return _decode_windows(chat, windows, graph)
 
 
-def _decode_windows(chat: Any, windows: list[torch.Tensor]) -> list[npt.NDArray[np.float32]]:
+def _decode_windows(chat: Any, windows: list[torch.Tensor], graph: AudioGraph | None) -> list[npt.NDArray[np.float32]]:
     by_length: dict[int, list[int]] = {}
     for position, window in enumerate(windows):
         by_length.setdefault(len(window), []).append(position)
     audio: list[npt.NDArray[np.float32]] = [np.zeros(0, dtype=np.float32)] * len(windows)
     for positions in by_length.values():
         hiddens = torch.stack([windows[p] for p in positions]).to(chat.device, dtype=torch.float32)
-        decoded = chat.vocos.decode(chat.decoder(hiddens.transpose(1, 2))).float().cpu().numpy()
+        if graph is not None:
+            waveforms = graph.decode(chat.vocos.head, hiddens)
+        else:
+            waveforms = chat.vocos.decode(chat.decoder(hiddens.transpose(1, 2)))
+        decoded = waveforms.float().cpu().numpy()
         for row, position in enumerate(positions):
             audio[position] = decoded[row]
     return audio

@@ -19,7 +19,7 @@ from engines.chattts.assets import HASH_FILE, MARKER_FILE
 from engines.chattts.loader import locate_weights, verify_directory
 from engines.chattts.options import ChatTTSOptions
 from engines.chattts.text import control_tags, speed_tag, split_segments
-from tests.chattts_assets import TEST_TOKENS, chattts_engine_options, tiny_assets_dir
+from tests.chattts_assets import TEST_TOKENS, audio_tolerance, chattts_engine_options, tiny_assets_dir
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -413,7 +413,8 @@ def test_a_stream_decodes_on_stream_decode_threads(any_decoder: ChatTTSEngine) -
     import torch
 
     seen: list[int] = []
-    hook = any_decoder._chat.decoder.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
+    # The inverse STFT runs in torch whichever decodes the network (``audio_decoder``).
+    hook = any_decoder._chat.vocos.head.istft.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -424,6 +425,9 @@ def test_a_stream_decodes_on_stream_decode_threads(any_decoder: ChatTTSEngine) -
         hook.remove()
     assert any(isinstance(item, np.ndarray) and item.size for _, item in items)
     assert seen and set(seen) == {any_decoder.options.stream_decode_threads} == {1}
+    assert any_decoder._decodes is not None
+    if (graph := any_decoder._decodes.graph) is not None:
+        assert graph._session.get_session_options().intra_op_num_threads == 1
 
 
 def test_decoding_cost_is_linear(engine: ChatTTSEngine, hiddens: list[Any]) -> None:
@@ -446,7 +450,8 @@ def test_batched_requests_get_their_own_audio(any_decoder: ChatTTSEngine) -> Non
         audio = np.concatenate(items[index][:-1])
         assert len(audio) == segments * SAMPLES_PER_SEGMENT
         alone = speak(any_decoder, requests[index].text, voice=requests[index].voice, seed=requests[index].seed)
-        assert np.allclose(audio, alone, atol=2), "batching must not change a seeded request's audio"
+        tolerance = audio_tolerance(any_decoder, alone)
+        assert np.allclose(audio, alone, atol=tolerance), "batching must not change a seeded request's audio"
 
 
 def test_a_cancelled_request_does_not_disturb_the_others(any_decoder: ChatTTSEngine) -> None:
@@ -465,7 +470,8 @@ def test_a_cancelled_request_does_not_disturb_the_others(any_decoder: ChatTTSEng
     assert items[1][-1] is None
     assert sum(len(c) for c in items[1][:-1]) < SAMPLES_PER_SEGMENT
     for index in (0, 2):
-        assert np.allclose(np.concatenate(items[index][:-1]), np.concatenate(reference[index][:-1]), atol=2)
+        expected = np.concatenate(reference[index][:-1])
+        assert np.allclose(np.concatenate(items[index][:-1]), expected, atol=audio_tolerance(any_decoder, expected))
 
 
 def test_an_invalid_request_in_a_batch_fails_alone(engine: ChatTTSEngine) -> None:

@@ -167,7 +167,7 @@ def test_int8_weights_run_a_quantized_graph_beside_the_float32_one(tmp_path: Pat
     info = engine.load()
     assert (info.details["decoder"], info.details["decode_weights"]) == ("onnxruntime", "int8")
     assert engine._graph is not None
-    graphs = {path.name: path for path in (assets / "onnx").glob("*.onnx")}
+    graphs = {path.name: path for path in (assets / "onnx").glob("decode-step-*.onnx")}
     assert len(graphs) == 2, "the float32 graph, and the 8-bit one made from it"
     operators = {node.op_type for node in onnx.load(str(engine._graph.path)).graph.node}
     assert "MatMulNBits" in operators

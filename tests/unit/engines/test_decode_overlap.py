@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future, wait
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -146,7 +146,7 @@ def test_the_steps_go_on_while_a_later_chunk_is_decoded(
     waited: list[bool] = []
     decodes = 0
 
-    def slow(chat: object, windows: list[torch.Tensor], threads: int | None = None) -> list[np.ndarray]:
+    def slow(chat: object, windows: list[torch.Tensor], *args: Any, **kwargs: Any) -> list[np.ndarray]:
         nonlocal decodes
         decodes += 1
         if decodes == 2:  # the second chunk's decode lasts until the token loop has taken 3 more steps (10 s at most)
@@ -154,7 +154,7 @@ def test_the_steps_go_on_while_a_later_chunk_is_decoded(
             while steps < start + 3 and time.monotonic() < deadline:
                 time.sleep(0.001)
             waited.append(steps >= start + 3)
-        return decode(chat, windows, threads)
+        return decode(chat, windows, *args, **kwargs)
 
     monkeypatch.setattr(CodeBatch, "step", counted)
     monkeypatch.setattr(streaming, "decode_windows", slow)
@@ -176,9 +176,9 @@ def test_a_request_cancelled_while_its_chunk_is_decoded_ends_without_it(
     decodes = 0
     decode = streaming.decode_windows
 
-    def cancelling(chat: object, windows: list[torch.Tensor], threads: int | None = None) -> list[np.ndarray]:
+    def cancelling(chat: object, windows: list[torch.Tensor], *args: Any, **kwargs: Any) -> list[np.ndarray]:
         nonlocal decodes
-        audio = decode(chat, windows, threads)
+        audio = decode(chat, windows, *args, **kwargs)
         if decodes == 2 * chunk:
             first_cancel.set()  # during this decode: its audio is ready, but no one listens any more
         decodes += 1

@@ -10,7 +10,7 @@ token counts only, not on how fast this machine steps.
 from __future__ import annotations
 
 import types
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -110,9 +110,9 @@ def test_a_first_chunk_leaves_before_another_rows_chunk_due_at_the_same_pass_is_
     log: list[tuple[str, int]] = []  # ("decode", windows) and ("yield", index), in the order they happened
     decode = streaming.decode_windows
 
-    def logged(chat: object, windows: list[torch.Tensor], threads: int | None = None) -> list[np.ndarray]:
+    def logged(chat: object, windows: list[torch.Tensor], *args: Any, **kwargs: Any) -> list[np.ndarray]:
         log.append(("decode", len(windows)))
-        return decode(chat, windows, threads)
+        return decode(chat, windows, *args, **kwargs)
 
     monkeypatch.setattr(streaming, "decode_windows", logged)
     arrivals = Arrivals(JOINER, ARRIVES_AS_IT_ENDS)
