@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from bench.chattts_join import PROMPTS, prompt_ids, request
+from engines.chattts import onnx_step
 from engines.chattts.engine import ChatTTSEngine
 from engines.chattts.generation import CodeBatch, Sampling
 from engines.chattts.loader import verify_directory
@@ -189,9 +190,38 @@ def print_int8(engine: ChatTTSEngine, prompt: list[int], args: argparse.Namespac
               f"{weights / step['int8'] / 1e6:.1f} | {agree:.1%} | {distance:.2f} |")  # fmt: skip
 
 
-def alternating(measures: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+def block_graph(engine: ChatTTSEngine, assets: str, threads: int, block: int) -> DecodeGraph:
+    """The engine's graph quantized to 8 bits in blocks of ``block`` weights (made beside the float32 one, once)."""
+    location, dtype = verify_directory(Path(assets)), engine._chat.gpt.gpt.dtype
+    cache = Path(engine.options.cache_dir).expanduser()
+    source = graph_path(location.path, cache, graph_key(location.hashes, dtype))
+    key = graph_key(location.hashes, dtype, int8=True)
+    path = graph_path(location.path, cache, f"{key}-block{block}")
+    if not path.is_file():
+        onnx_step.quantize_graph(source, path, block)
+    return DecodeGraph(path, threads)
+
+
+def print_blocks(engine: ChatTTSEngine, prompt: list[int], args: argparse.Namespace) -> None:
+    """The 8-bit step with each of ``--int8-blocks`` weights to a scale, alternating; tokens and audio as above."""
+    graphs = {block: block_graph(engine, args.assets, args.threads, block) for block in args.int8_blocks}
+    print(f"\n8-bit blocks: step ms (alternating), argmax agreement with float32 over {args.int8_steps} steps and the "
+          "log spectral distance (dB) of the audio, per block size")  # fmt: skip
+    print("| batch | " + " | ".join(f"block {block}: step ms, agree, dB" for block in graphs) + " |")
+    print("|---|" + "---|" * len(graphs))
+    for rows in (int(size) for size in args.batches.split(",")):
+        measures = {block: partial(step_ms, engine, prompt, rows, args.steps, graph) for block, graph in graphs.items()}
+        step = alternating(measures, args.rounds)
+        cells = []
+        for block, graph in graphs.items():
+            agree, distance = int8_agreement(engine, prompt, rows, args.int8_steps, graph)
+            cells.append(f"{step[block]:.1f}, {agree:.1%}, {distance:.2f}")
+        print(f"| {rows} | " + " | ".join(cells) + " |", flush=True)
+
+
+def alternating(measures: Mapping[Any, Callable[[], float]], rounds: int) -> dict[Any, float]:
     """The median of each measure, taken in turns over ``rounds`` rounds after one unrecorded round."""
-    samples: dict[str, list[float]] = {name: [] for name in measures}
+    samples: dict[Any, list[float]] = {name: [] for name in measures}
     for index in range(rounds + 1):
         for name, measure in measures.items():
             value = measure()
@@ -210,6 +240,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--int8", action="store_true", help="also the 8-bit graph (weights: int8)")
     parser.add_argument("--int8-steps", type=int, default=512, help="steps whose int8 argmax tokens are compared")
+    parser.add_argument("--int8-blocks", type=lambda s: [int(x) for x in s.split(",")], default=[],
+                        help="8-bit block sizes to compare, e.g. 32,256 (then no other table)")  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     engine = ChatTTSEngine({"source": "dir", "path": args.assets, "device": "cpu", "threads": args.threads,
@@ -218,6 +250,9 @@ def main() -> None:
     if engine._graph is None:
         raise SystemExit("the decode graph could not be built here (see the log): nothing to compare")
     prompt = prompt_ids(engine, PROMPTS[1])
+    if args.int8_blocks:
+        print_blocks(engine, prompt, args)
+        return
     weights, rate = weight_bytes(engine), copy_rate()
     bound_ms = weights / rate * 1000
     print(f"weights read per step {weights / 1e6:.1f} MB; copy rate {rate / 1e9:.1f} GB/s; memory bound "

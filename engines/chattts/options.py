@@ -55,9 +55,9 @@ class ChatTTSOptions(BaseModel):
     engine logs why and steps in torch. Prefill, sampling and everything else run in torch on both."""
     weights: Weights = "auto"
     """The decode graph's weights (``onnxruntime`` decoder): ``int8`` stores its weight matrices in 8 bits (ONNX
-    Runtime's ``MatMulNBits``, blocks of 32 with a scale each), reading a quarter of the bytes per step: on 2 CPU cores
+    Runtime's ``MatMulNBits``, blocks of 256 with a scale each), reading a quarter of the bytes per step: on 2 CPU cores
     one stream then keeps up with playback, where float32 cannot (BENCHMARKS.md, issue #51). Its tokens differ from
-    float32's (98.4 % agree over 512 steps; the audio 0.15 dB apart) and its audio has not been judged by ear.
+    float32's (98.1 % agree over 512 steps; the audio 0.20 dB apart) and its audio has not been judged by ear.
     ``auto``: ``int8`` where the steps run in ONNX Runtime on a CPU with the instructions its 8-bit products use
     (AVX2 and FMA, or ARM's dot product), ``float32`` otherwise (torch steps, CUDA); ``/readyz``'s ``decode_weights``
     detail says which and why (``engines/chattts/weights.py``). ``float32``: the exact steps. Prefill runs in
