@@ -5,6 +5,7 @@ compiles nothing, and requests racing for one new version compile it once."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing
 import os
 import random
@@ -90,21 +91,31 @@ async def test_a_compile_gives_the_event_loop_its_turns() -> None:
     """Compiling the largest version takes some 0.07 s of pure Python; another task waits a slice of it, not all of
     it. Measured in the process's CPU time, which other processes on the machine do not stretch: compiled in a worker
     thread, the loop waited 7 to 57 ms of the compile's CPU at a time (the thread holds the GIL for its switch interval,
-    5 ms, or longer); in slices on the loop, about 1 ms."""
+    5 ms, or longer); in slices on the loop, about 1 ms, 3.5 ms at most.
+
+    The process's CPU time counts every thread's: one wait may carry another thread's work (pytest-xdist's own thread
+    reporting results: a CI run once saw one wait of 7 ms, the others about 1 ms), so one wait may exceed the slice;
+    a compile off the loop makes many such waits."""
     dictionaries = PronunciationDictionaries(MemoryDictionaryStore(), max_per_tenant=5, caps=RuleCaps(max_rules=256))
     record = await dictionaries.create("acme", "big", None, _full_version(1))
     waits: list[float] = []
     compiling = asyncio.create_task(dictionaries.lexicon("acme", [(record.id, None)]))
-    last = time.process_time()
-    while not compiling.done():
-        await asyncio.sleep(0)
-        now = time.process_time()
-        waits.append(now - last)
-        last = now
+    gc.disable()  # a collection's pause is no compile's
+    try:
+        last = time.process_time()
+        while not compiling.done():
+            await asyncio.sleep(0)
+            now = time.process_time()
+            waits.append(now - last)
+            last = now
+    finally:
+        gc.enable()
     applied = await compiling
     assert applied.lexicon.respell(f"say {record.rules[7].grapheme} now").text == "say x now"
     assert len(waits) >= 20
-    assert max(waits) < 0.005
+    *slices, largest = sorted(waits)
+    assert slices[-1] < 0.005, "the loop waited more than a slice of the compile, more than once"
+    assert largest < 0.02
 
 
 async def test_a_tenants_compiles_past_its_budget_are_refused() -> None:
