@@ -6,7 +6,10 @@ closed loop's steady state, the last chunk of the request that ends as the new o
 tokens when its later chunks were held), the new request waited for that bigger decode too. Decoded in two rounds,
 first chunks first, each round's audio leaves before the next round starts: a first chunk waits for no one's
 later audio, and the later chunks leave one first chunk's decode later than they would have, which their listeners
-(already speaking) absorb.
+(already speaking) absorb. First chunks due together (requests that arrived together) go one round each, in turn:
+the k-th new listener waits for k first chunks' decodes, not for all of them, as batching them into one call would
+make every one of them wait (served at concurrency 8 on 2 cores: first audio p50 7-13 % sooner, throughput level;
+docs/engineering/benchmark-history.md).
 """
 
 from __future__ import annotations
@@ -30,11 +33,11 @@ Due = TypeVar("Due")
 
 
 def first_chunks_first(due: Sequence[Due], decoder: Callable[[Due], Started | None]) -> list[list[Due]]:
-    """``due`` in decode rounds, each in its given order: the chunks whose ``decoder`` has not started (first chunks),
-    then the others; a round with nothing in it is left out."""
+    """``due`` in decode rounds: each chunk whose ``decoder`` has not started (a first chunk) a round of its own, in
+    the given order, then the others in one round, in the given order."""
     first: list[Due] = []
     later: list[Due] = []
     for item in due:
         stream = decoder(item)
         (first if stream is not None and not stream.started else later).append(item)
-    return [group for group in (first, later) if group]
+    return [[item] for item in first] + ([later] if later else [])

@@ -130,3 +130,27 @@ def test_a_first_chunk_leaves_before_another_rows_chunk_due_at_the_same_pass_is_
     joiner = log.index(("yield", 1))
     assert log[joiner - 1] == ("decode", 1), "the decode just before the joiner's first chunk was its own alone"
     assert log[joiner + 1] == ("decode", 1), "the running request's last chunk was decoded after it left"
+
+
+def test_first_chunks_due_together_leave_one_by_one(engine: ChatTTSEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three requests arriving together: their first chunks fall due at one pass, and each is decoded alone and
+    leaves before the next one's decode: the first listener waits for one decode, not three."""
+    log: list[tuple[str, int]] = []
+    decode = streaming.decode_windows
+
+    def logged(chat: object, windows: list[torch.Tensor], *args: Any, **kwargs: Any) -> list[np.ndarray]:
+        log.append(("decode", len(windows)))
+        return decode(chat, windows, *args, **kwargs)
+
+    monkeypatch.setattr(streaming, "decode_windows", logged)
+    requests = [RUNNING, JOINER, SynthesisRequest("A third voice.", "echo", seed=33)]
+    heard: set[int] = set()
+    for index, item in engine.synthesize_batch(requests, [CancelFlag() for _ in requests]):
+        if isinstance(item, np.ndarray) and index not in heard:
+            heard.add(index)
+            log.append(("first", index))
+    firsts = [position for position, entry in enumerate(log) if entry[0] == "first"]
+    assert len(firsts) == 3
+    for position in firsts:
+        assert log[position - 1] == ("decode", 1), "each first chunk decoded alone, just before it left"
+    assert firsts[1] - firsts[0] == firsts[2] - firsts[1] == 2, "no other decode between the first chunks"
