@@ -158,10 +158,11 @@ class ChatTTSOptions(BaseModel):
     logs why and decodes in torch; ``/readyz``'s ``audio_decoder`` detail says which runs."""
     audio_weights: Weights = "auto"
     """The audio graph's products (``audio_decoder: onnxruntime``): ``float32`` (torch's audio within 1e-5, 1.2x its
-    speed) or ``int8`` (ONNX Runtime's dynamic 8-bit products: int8 weights, a scale per output channel, each call's
-    activations quantized on the fly; on one AVX-512 VNNI core a 64-token window decoded 3.6x faster than torch, its
-    audio 0.24 dB from float32's by log spectral distance, on random weights no one can judge by ear: BENCHMARKS.md,
-    issue #51). ``auto``: ``int8`` where the decode steps' weights are 8-bit (``weights``), ``float32`` otherwise."""
+    speed on one thread) or ``int8`` (``MatMulNBits`` with int8 compute, as the 8-bit decode steps: blocks of 256
+    weights to a scale, each frame's activations quantized on their own; on one AVX-512 VNNI core a 64-token window
+    decoded 2.2x faster than torch, its audio 0.19 dB from float32's by log spectral distance, on random weights no
+    one can judge by ear: BENCHMARKS.md, issue #51). ``auto``: ``int8`` where the decode steps' weights are 8-bit
+    (``weights``), ``float32`` otherwise."""
     max_sample_s: float = Field(default=30.0, ge=1.0, le=60.0)
     """Longest voice sample a voice is made from (``POST /v1/audio/voices``). Its audio codes are the end of every
     prompt spoken with that voice (about 47 positions a second, prefilled with each sentence), and its speaker string
