@@ -6,12 +6,13 @@ ConvNeXt blocks of the decoder and eight of Vocos, about 75 MFLOP a frame, 85 % 
 runs those at about 83 GFLOP/s on one AVX-512 core, near that core's float32 peak, so a faster decode needs fewer
 bits per product. In 8 bits the graph's products are ONNX Runtime's ``MatMulNBits`` with int8 compute, as the decode
 step's (blocks of :data:`INT8_BLOCK` weights to a scale; each frame's activations quantized per block of its own):
-a 64-token window decoded in 58 ms against torch's 131 ms on one thread, its audio 0.8 % from float32's. The
-dynamic 8-bit products (``MatMulInteger``, one activation scale per call) took 36 ms, but made a chunk's audio depend
-on where its window was cut, up to 1.1 % of the peak where a chunk waited for another request's first one; per-frame
-scales keep a seeded request's audio whatever its chunks and neighbours (``tests/unit/engines``). On a 2-core
-machine the decode shares the cores with the decode steps, so what it saves goes to them (BENCHMARKS.md, issue #51).
-In float32 the graph gives torch's audio (within 1e-5) at 1.2x its speed.
+a 64-token window decoded in 61 ms against torch's 137 ms on one thread, its audio 0.19 dB from float32's
+(``bench/chattts_stream_decode.py``). ONNX Runtime's dynamic 8-bit products (``MatMulInteger``, one activation scale
+per call) were faster still in a trial by hand, but made a chunk's audio depend on where its window was cut (by 1.1 %
+of the peak where a chunk waited for another request's first one); per-frame scales keep a seeded request's audio
+whatever its chunks and neighbours (``tests/unit/engines``). On a 2-core machine the decode shares the cores with the
+decode steps, so what it saves goes to them (BENCHMARKS.md, issue #51). In float32 the graph gives torch's audio
+(within 1e-5) at 1.2-1.4x its speed on one thread.
 
 The graph maps hidden states ``(rows, tokens, hidden)`` to the input of Vocos' inverse STFT ``(rows, frames, n_fft +
 2)``; the head's magnitude and phase and the inverse STFT stay in torch (ONNX has no inverse STFT). It is exported
@@ -42,7 +43,7 @@ logger = naming.logger("chattts")
 _STEM = "audio-decoder"
 _KEYED_FILES = ("sha256_asset_Decoder_safetensors", "sha256_asset_Vocos_safetensors")
 INT8_BLOCK = 256
-"""Weights per scale in 8 bits: 58 ms a 64-token window, 0.80 % from float32 (blocks of 32: 79 ms, 0.66 %)."""
+"""Weights per scale in 8 bits, as the decode step's (``onnx_step``): fewer scales, less work per product."""
 
 
 class _AudioNetwork(nn.Module):

@@ -157,7 +157,7 @@ class ChatTTSOptions(BaseModel):
     steps run in ONNX Runtime (on the CPU), ``torch`` otherwise. Where the graph cannot be built or run, the engine
     logs why and decodes in torch; ``/readyz``'s ``audio_decoder`` detail says which runs."""
     audio_weights: Weights = "auto"
-    """The audio graph's products (``audio_decoder: onnxruntime``): ``float32`` (torch's audio within 1e-5, 1.2x its
+    """The audio graph's products (``audio_decoder: onnxruntime``): ``float32`` (torch's audio within 1e-5, 1.2-1.4x its
     speed on one thread) or ``int8`` (``MatMulNBits`` with int8 compute, as the 8-bit decode steps: blocks of 256
     weights to a scale, each frame's activations quantized on their own; on one AVX-512 VNNI core a 64-token window
     decoded 2.2x faster than torch, its audio 0.19 dB from float32's by log spectral distance, on random weights no
