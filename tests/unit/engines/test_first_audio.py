@@ -81,6 +81,19 @@ def alone(engine: ChatTTSEngine, request: SynthesisRequest) -> np.ndarray:
     return np.concatenate(list(engine.synthesize(request, CancelFlag())))
 
 
+def logged_decodes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """A log to which every stream decode adds ``("decode", windows)`` as it starts; the test adds its own entries."""
+    log: list[tuple[str, int]] = []
+    decode = streaming.decode_windows
+
+    def logged(chat: object, windows: list[torch.Tensor], *args: Any, **kwargs: Any) -> list[np.ndarray]:
+        log.append(("decode", len(windows)))
+        return decode(chat, windows, *args, **kwargs)
+
+    monkeypatch.setattr(streaming, "decode_windows", logged)
+    return log
+
+
 def test_a_joiner_hears_its_first_audio_within_its_prefill_and_first_tokens_steps(engine: ChatTTSEngine) -> None:
     arrivals = Arrivals(JOINER, ARRIVES_AT)
     seen = list(items(engine, arrivals))
@@ -107,14 +120,7 @@ def test_every_request_still_gets_its_own_audio(engine: ChatTTSEngine) -> None:
 def test_a_first_chunk_leaves_before_another_rows_chunk_due_at_the_same_pass_is_decoded(
     engine: ChatTTSEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    log: list[tuple[str, int]] = []  # ("decode", windows) and ("yield", index), in the order they happened
-    decode = streaming.decode_windows
-
-    def logged(chat: object, windows: list[torch.Tensor], *args: Any, **kwargs: Any) -> list[np.ndarray]:
-        log.append(("decode", len(windows)))
-        return decode(chat, windows, *args, **kwargs)
-
-    monkeypatch.setattr(streaming, "decode_windows", logged)
+    log = logged_decodes(monkeypatch)  # ("decode", windows) and ("yield", index), in the order they happened
     arrivals = Arrivals(JOINER, ARRIVES_AS_IT_ENDS)
     seen = []
     for poll, index, chunk in items(engine, arrivals):
@@ -135,14 +141,7 @@ def test_a_first_chunk_leaves_before_another_rows_chunk_due_at_the_same_pass_is_
 def test_first_chunks_due_together_leave_one_by_one(engine: ChatTTSEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three requests arriving together: their first chunks fall due at one pass, and each is decoded alone and
     leaves before the next one's decode: the first listener waits for one decode, not three."""
-    log: list[tuple[str, int]] = []
-    decode = streaming.decode_windows
-
-    def logged(chat: object, windows: list[torch.Tensor], *args: Any, **kwargs: Any) -> list[np.ndarray]:
-        log.append(("decode", len(windows)))
-        return decode(chat, windows, *args, **kwargs)
-
-    monkeypatch.setattr(streaming, "decode_windows", logged)
+    log = logged_decodes(monkeypatch)
     requests = [RUNNING, JOINER, SynthesisRequest("A third voice.", "echo", seed=33)]
     heard: set[int] = set()
     for index, item in engine.synthesize_batch(requests, [CancelFlag() for _ in requests]):
