@@ -12,15 +12,19 @@ whichever the engine steps with) is timed at :data:`BATCH_SIZES` rows, and the l
   least that share as fast as alone (what decides on a CPU that keeps up with playback at no batch size),
 
 and whose rows' KV caches fit in half the memory available at load (each row at its longest: the longest prompt and
-``max_new_token`` tokens, with the cache's spare room). Sizes are timed in order and the timing stops at the first
-that qualifies on neither count (larger batches are slower still): on the tiny test weights this takes milliseconds,
-on the full model about two seconds.
+``max_new_token`` tokens, with the cache's spare room). Every size that fits is timed, the sizes stepping in turns,
+and one worker of the machine times at a time (a file lock in the temporary directory): timings taken while other
+work ran on the machine chose 1 or 4 rows where 8 qualify. On the tiny test weights this takes milliseconds, on the
+full model about two seconds.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,13 +32,17 @@ from typing import TYPE_CHECKING, Any
 from lifecycle import naming
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
+    from typing import IO
 
     import torch
 
     from engines.chattts.onnx_step import DecodeGraph
 
-__all__ = ["BATCH_SIZES", "TOKEN_S", "BatchChoice", "choose_batch", "kv_bytes_per_row", "measure_batch"]
+__all__ = [
+    "BATCH_SIZES", "TOKEN_S", "BatchChoice", "choose_batch",
+    "kv_bytes_per_row", "measure_batch", "time_steps",
+]  # fmt: skip
 
 logger = naming.logger("chattts")
 
@@ -48,7 +56,9 @@ _SAMPLE_TOKENS_PER_S = 47
 _SPARE_ROOM = 1.5
 """The KV cache's buffers hold up to half again what they use (``engines/chattts/kv_cache.py``)."""
 _PROMPT_TOKENS = 8
-_TIMED_STEPS = 3
+_TIMED_STEPS = 4
+_TURN_FILE = "chattts-gateway-batch-timing.lock"
+_TURN_WAIT_S = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,31 +90,68 @@ def choose_batch(step_ms: dict[int, float], memory_rows: int, realtime_share: fl
 
 
 def measure_batch(chat: Any, graph: DecodeGraph | None, options: Any) -> BatchChoice:
-    """Time the decode step at each of :data:`BATCH_SIZES` (until one does not qualify) and choose."""
+    """Time the decode step at each of :data:`BATCH_SIZES` that fits in memory and choose."""
     memory_rows = rows_in_memory(chat, options)
-    step_ms: dict[int, float] = {}
-    for rows in BATCH_SIZES:
-        if rows > memory_rows and step_ms:
-            break
-        step_ms[rows] = _step_ms(chat, graph, rows)
-        if not qualifies(step_ms[rows], step_ms[1], options.auto_batch_realtime_share, options.auto_batch_max_slowdown):
-            break
+    step_ms = time_steps(chat, graph, [rows for rows in BATCH_SIZES if rows == 1 or rows <= memory_rows])
     size = choose_batch(step_ms, memory_rows, options.auto_batch_realtime_share, options.auto_batch_max_slowdown)
     return BatchChoice(size, step_ms, memory_rows)
 
 
-def _step_ms(chat: Any, graph: DecodeGraph | None, rows: int) -> float:
-    """The best of a few decode steps of ``rows`` running sequences (after their prefill and one step to warm up)."""
+def time_steps(chat: Any, graph: DecodeGraph | None, sizes: list[int]) -> dict[int, float]:
+    """The best of a few decode steps per batch size in ms, one worker of the machine at a time."""
+    with _timing_turn():
+        return _steps_ms(chat, graph, sizes)
+
+
+def _steps_ms(chat: Any, graph: DecodeGraph | None, sizes: list[int]) -> dict[int, float]:
+    """The sizes step in turns (after their prefill and one step to warm up): a moment of other work on the machine
+    slows one turn, which the best of the turns leaves out, rather than every step of one size."""
     from engines.base import CancelFlag
     from engines.chattts.generation import CodeBatch, CodeRequest, Sampling
 
-    batch = CodeBatch(chat, Sampling(), graph=graph)
     tokens = _TIMED_STEPS + 2
     prompt = list(range(1, _PROMPT_TOKENS + 1))
-    batch.join([CodeRequest(row, prompt, None, row, tokens, tokens, CancelFlag()) for row in range(rows)])
-    batch.step()  # the prefill and each row's first token
-    batch.step()
-    return 1000 * min(_timed(batch.step) for _ in range(_TIMED_STEPS))
+    batches = {rows: CodeBatch(chat, Sampling(), graph=graph) for rows in sizes}
+    for rows, batch in batches.items():
+        batch.join([CodeRequest(row, prompt, None, row, tokens, tokens, CancelFlag()) for row in range(rows)])
+        batch.step()  # the prefill and each row's first token
+        batch.step()
+    timed = [{rows: _timed(batch.step) for rows, batch in batches.items()} for _ in range(_TIMED_STEPS)]
+    return {rows: 1000 * min(turn[rows] for turn in timed) for rows in sizes}
+
+
+@contextmanager
+def _timing_turn() -> Iterator[None]:
+    """One worker of this machine times its steps at a time: workers (of one gateway or several) load together, and
+    each would time the others' steps with its own. Waits at most :data:`_TURN_WAIT_S`, then times anyway."""
+    try:
+        turn = (Path(tempfile.gettempdir()) / _TURN_FILE).open("a")
+    except OSError as exc:  # another user's lock file, a read-only /tmp: time without taking turns
+        logger.warning("max_batch: timing without taking turns with other workers (%s)", exc.strerror)
+        yield
+        return
+    with turn:
+        if _take_turn(turn):
+            try:
+                yield
+            finally:
+                fcntl.flock(turn, fcntl.LOCK_UN)
+            return
+        logger.warning("max_batch: another worker is still timing its steps; timing beside it")
+        yield
+
+
+def _take_turn(turn: IO[str]) -> bool:
+    deadline = time.monotonic() + _TURN_WAIT_S
+    while True:
+        try:
+            fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        else:
+            return True
 
 
 def _timed(call: Callable[[], object]) -> float:
