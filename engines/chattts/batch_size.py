@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from lifecycle import naming
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Mapping
     from typing import IO
 
     import torch
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from engines.chattts.onnx_step import DecodeGraph
 
 __all__ = [
-    "BATCH_SIZES", "TOKEN_S", "BatchChoice", "choose_batch",
+    "BATCH_SIZES", "TOKEN_S", "BatchChoice", "choose_batch", "describe_first_chunks", "first_chunk_tokens",
     "kv_bytes_per_row", "measure_batch", "time_steps",
 ]  # fmt: skip
 
@@ -87,6 +87,28 @@ def choose_batch(step_ms: dict[int, float], memory_rows: int, realtime_share: fl
         if rows <= memory_rows and qualifies(ms, one_row, realtime_share, max_slowdown)
     ]  # fmt: skip
     return max(fitting, default=1)
+
+
+def first_chunk_tokens(step_ms: Mapping[int, float], rows: int, tokens: int, least: int) -> int:
+    """Tokens before a first chunk in a batch of ``rows``: as many as take the time ``tokens`` one-row steps take
+    (``step_ms`` as measured, between measured sizes the straight line, above the largest its step), at least
+    ``least``, at most ``tokens``."""
+    sizes = sorted(step_ms)
+    below = max((size for size in sizes if size <= rows), default=sizes[0])
+    above = min((size for size in sizes if size >= rows), default=sizes[-1])
+    step = step_ms[below]
+    if above != below:
+        step += (step_ms[above] - step_ms[below]) * (rows - below) / (above - below)
+    paced = round(tokens * step_ms[sizes[0]] / step)
+    return max(min(least, tokens), min(tokens, paced))
+
+
+def describe_first_chunks(step_ms: Mapping[int, float], tokens: int, least: int) -> str:
+    """The first chunk's tokens per measured batch size, for the engine's details."""
+    if not step_ms:
+        return f"{tokens} tokens"
+    sizes = ", ".join(f"{first_chunk_tokens(step_ms, rows, tokens, least)} at {rows}" for rows in sorted(step_ms))
+    return f"tokens per batch size: {sizes}"
 
 
 def measure_batch(chat: Any, graph: DecodeGraph | None, options: Any) -> BatchChoice:

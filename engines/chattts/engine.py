@@ -119,6 +119,8 @@ class ChatTTSEngine:
         self._prefixes: PrefixCache | None = None
         """Sample voices' prompt beginnings, prefilled once per worker (``voice_prefix_cache_mb``)."""
         self._max_batch = self.options.max_batch if isinstance(self.options.max_batch, int) else 1
+        self._step_ms: dict[int, float] = {}
+        """The decode step per batch size (up to ``max_batch``) as timed at load, in ms: first chunks follow it."""
         self._weights = choose_weights(self.options.weights, onnxruntime_on_cpu=False)  # the graph's, settled at load
         self._decodes: DecodeRunner | None = None
         """The streaming decode, between the token loop's steps or beside them (``stream_decode_overlap``)."""
@@ -154,6 +156,7 @@ class ChatTTSEngine:
             prefill = use_fast_prefill(self._chat.gpt.gpt, options.prefill_weights, int8_decode=int8_decode,
                                        drop_blocked=self._graph is not None)  # fmt: skip
         batch = self._batch_size()
+        from engines.chattts.batch_size import describe_first_chunks
         from engines.chattts.overlap import DecodeRunner
 
         overlap = self._overlap()
@@ -179,7 +182,9 @@ class ChatTTSEngine:
                    "decode_weights": self._weights.describe(),
                    "prefill_weights": prefill,
                    "stream_decode": "beside the steps" if overlap else "between the steps",
-                   "audio_decoder": "torch" if audio is None else audio.describe()}  # fmt: skip
+                   "audio_decoder": "torch" if audio is None else audio.describe(),
+                   "first_chunk": describe_first_chunks(self._step_ms, options.stream_first_tokens,
+                                                        options.stream_first_tokens_min)}  # fmt: skip
         # Weights without the DVAE's encoder (ChatTTS's own decode-only builds) cannot encode a sample.
         clones = hasattr(self._chat.dvae, "encoder")
         return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, self._max_batch, details, clones_voices=clones)
@@ -246,13 +251,16 @@ class ChatTTSEngine:
 
     def _batch_size(self) -> str:
         """Settle ``max_batch`` (measured where ``auto``); returns how it was chosen, for the engine's details."""
-        if isinstance(self.options.max_batch, int):
+        from engines.chattts.batch_size import BATCH_SIZES, measure_batch, time_steps
+
+        if isinstance(self.options.max_batch, int):  # timed too: the first chunks' length follows the batch's step
             self._max_batch = self.options.max_batch
+            sizes = [rows for rows in BATCH_SIZES if rows < self._max_batch] + [self._max_batch]
+            self._step_ms = time_steps(self._chat, self._graph, sizes)
             return str(self._max_batch)
-        from engines.chattts.batch_size import measure_batch
 
         choice = measure_batch(self._chat, self._graph, self.options)
-        self._max_batch = choice.size
+        self._max_batch, self._step_ms = choice.size, choice.step_ms
         logger.info("max_batch %s", choice.describe())
         return choice.describe()
 
@@ -364,11 +372,24 @@ class ChatTTSEngine:
             for plan in starting:
                 plan.running, plan.decoder = True, self._stream_decoder()
             codes.join([self._code_request(plan) for plan in starting])
+        self._pace_first_chunks(live, codes.size)
         if not codes.size:  # every live request runs a segment, so the token loop cannot be empty
             if ending:  # unless its last token came, and its last chunk is due
                 return None
             raise RuntimeError("the token loop lost a running sequence")
         return codes.step()
+
+    def _pace_first_chunks(self, live: dict[int, _Plan], rows: int) -> None:
+        """Shorten the coming first chunks to the batch's step (``stream_first_tokens_min``)."""
+        if not self._step_ms or not rows:
+            return
+        from engines.chattts.batch_size import first_chunk_tokens
+
+        options = self.options
+        tokens = first_chunk_tokens(self._step_ms, rows, options.stream_first_tokens, options.stream_first_tokens_min)
+        for plan in live.values():
+            if plan.decoder is not None and not plan.decoder.started:
+                plan.decoder.first_tokens = tokens
 
     def _deliver(
         self, events: list[StepEvent], live: dict[int, _Plan], jobs: deque[_Job]

@@ -125,6 +125,12 @@ class ChatTTSOptions(BaseModel):
     stream_first_tokens: int = Field(default=24, ge=8)
     """Tokens generated before the first audio chunk leaves. A first chunk is decoded, and leaves, before the other
     requests' chunks due at the same step are decoded: a joining request does not wait for their decode."""
+    stream_first_tokens_min: int = Field(default=12, ge=8)
+    """A first chunk in a batch whose step is slower than one row's (the steps timed at load at each batch size up to
+    ``max_batch``) comes after fewer tokens: as many as take the time ``stream_first_tokens`` one-row steps take, at
+    least this many (and never more than ``stream_first_tokens``), so that first audio stays near its one-row time as
+    the batch grows. Such a first chunk carries less audio (12 tokens: 0.13 s before the next chunk). Equal to
+    ``stream_first_tokens``: every first chunk that long."""
     stream_chunk_tokens: int = Field(default=24, ge=8)
     """Tokens of the smallest later chunk (later chunks double up to ``stream_max_chunk_tokens`` while the listener
     has audio enough, or while generation is slower than real time)."""

@@ -125,6 +125,15 @@ class StreamDecoder:
     def tokens(self) -> int:
         return len(self._hiddens)
 
+    @property
+    def first_tokens(self) -> int:
+        """Tokens before the first chunk (the engine shortens it in a slower, bigger batch, until it is decoded)."""
+        return self._first
+
+    @first_tokens.setter
+    def first_tokens(self, tokens: int) -> None:
+        self._first = tokens
+
     def add(self, hidden: torch.Tensor) -> bool:
         """Add one token; ``True`` when a chunk is due (decode :meth:`window`, then :meth:`emit` its audio)."""
         self._hiddens.append(hidden)

@@ -3,8 +3,9 @@ go on while a chunk is decoded, every request hears exactly the audio it hears w
 order, and a request cancelled while its chunk is decoded ends without that chunk; over both decoders and both weight
 types.
 
-Chunks are fixed at 24 tokens (``stream_max_chunk_tokens`` = ``stream_chunk_tokens``): a chunk then falls due at the
-same token with the decode beside the steps as between them, so that the two cut the audio at the same places.
+Chunks are fixed at 24 tokens (``stream_max_chunk_tokens`` = ``stream_chunk_tokens``, first chunks too whatever the
+batch): a chunk then falls due at the same token with the decode beside the steps as between them, so that the two cut
+the audio at the same places.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ TOLERANCE = 2
 def _options(decoder: str, weights: str, overlap: str) -> dict[str, object]:
     return chattts_engine_options(
         decoder=decoder, weights=weights, max_batch=4, max_new_token=TOKENS, min_new_token=TOKENS,
-        stream_first_tokens=CHUNK, stream_chunk_tokens=CHUNK, stream_max_chunk_tokens=CHUNK,
-        stream_decode_overlap=overlap,
+        stream_first_tokens=CHUNK, stream_first_tokens_min=CHUNK, stream_chunk_tokens=CHUNK,
+        stream_max_chunk_tokens=CHUNK, stream_decode_overlap=overlap,
     )  # fmt: skip
 
 

@@ -3,7 +3,8 @@ steps, with no running request's later chunk decoded meanwhile (each decode stop
 chunk leaves before a chunk of another row due at the same pass is decoded, and every request still gets exactly its
 own audio; over both decoders and both weight types, on tiny random-weight assets.
 
-The streaming decoder's clock is stopped (the listener always has audio enough), so that which chunks wait depends on
+The streaming decoder's clock is stopped (the listener always has audio enough), and first chunks keep their length
+whatever the batch (``stream_first_tokens_min``: ``test_first_chunk_pace.py``), so that which chunks wait depends on
 token counts only, not on how fast this machine steps.
 """
 
@@ -47,7 +48,7 @@ def engine(request: pytest.FixtureRequest) -> ChatTTSEngine:
     decoder, weights = request.param
     loaded = ChatTTSEngine(chattts_engine_options(
         decoder=decoder, weights=weights, max_batch=4, max_new_token=TOKENS, min_new_token=TOKENS,
-        stream_first_tokens=FIRST_TOKENS, stream_chunk_tokens=8,
+        stream_first_tokens=FIRST_TOKENS, stream_first_tokens_min=FIRST_TOKENS, stream_chunk_tokens=8,
     ))  # fmt: skip
     info = loaded.load()
     assert (info.details["decoder"], info.details["decode_weights"]) == (decoder, weights)
