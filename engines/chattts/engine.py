@@ -381,15 +381,15 @@ class ChatTTSEngine:
 
     def _pace_first_chunks(self, live: dict[int, _Plan], rows: int) -> None:
         """Shorten the coming first chunks to the batch's step (``stream_first_tokens_min``)."""
-        if not self._step_ms or not rows:
+        coming = [plan.decoder for plan in live.values() if plan.decoder is not None and not plan.decoder.started]
+        if not coming or not self._step_ms or not rows:  # most steps: every running request already speaks
             return
         from engines.chattts.batch_size import first_chunk_tokens
 
         options = self.options
         tokens = first_chunk_tokens(self._step_ms, rows, options.stream_first_tokens, options.stream_first_tokens_min)
-        for plan in live.values():
-            if plan.decoder is not None and not plan.decoder.started:
-                plan.decoder.first_tokens = tokens
+        for decoder in coming:
+            decoder.first_tokens = tokens
 
     def _deliver(
         self, events: list[StepEvent], live: dict[int, _Plan], jobs: deque[_Job]
