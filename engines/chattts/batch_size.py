@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BATCH_SIZES", "TOKEN_S", "BatchChoice", "choose_batch", "describe_first_chunks", "first_chunk_tokens",
-    "kv_bytes_per_row", "measure_batch", "time_steps",
+    "kv_bytes_per_row", "measure_batch", "time_steps", "time_steps_up_to",
 ]  # fmt: skip
 
 logger = naming.logger("chattts")
@@ -117,6 +117,11 @@ def measure_batch(chat: Any, graph: DecodeGraph | None, options: Any) -> BatchCh
     step_ms = time_steps(chat, graph, [rows for rows in BATCH_SIZES if rows == 1 or rows <= memory_rows])
     size = choose_batch(step_ms, memory_rows, options.auto_batch_realtime_share, options.auto_batch_max_slowdown)
     return BatchChoice(size, step_ms, memory_rows)
+
+
+def time_steps_up_to(chat: Any, graph: DecodeGraph | None, max_batch: int) -> dict[int, float]:
+    """The step timed at each of :data:`BATCH_SIZES` below a fixed ``max_batch`` and at ``max_batch`` itself."""
+    return time_steps(chat, graph, [rows for rows in BATCH_SIZES if rows < max_batch] + [max_batch])
 
 
 def time_steps(chat: Any, graph: DecodeGraph | None, sizes: list[int]) -> dict[int, float]:

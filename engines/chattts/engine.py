@@ -251,12 +251,11 @@ class ChatTTSEngine:
 
     def _batch_size(self) -> str:
         """Settle ``max_batch`` (measured where ``auto``); returns how it was chosen, for the engine's details."""
-        from engines.chattts.batch_size import BATCH_SIZES, measure_batch, time_steps
+        from engines.chattts.batch_size import measure_batch, time_steps_up_to
 
         if isinstance(self.options.max_batch, int):  # timed too: the first chunks' length follows the batch's step
             self._max_batch = self.options.max_batch
-            sizes = [rows for rows in BATCH_SIZES if rows < self._max_batch] + [self._max_batch]
-            self._step_ms = time_steps(self._chat, self._graph, sizes)
+            self._step_ms = time_steps_up_to(self._chat, self._graph, self._max_batch)
             return str(self._max_batch)
 
         choice = measure_batch(self._chat, self._graph, self.options)
