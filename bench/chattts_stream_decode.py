@@ -3,10 +3,13 @@ float32 and in 8 bits, in one process (issue #51).
 
     .venv/bin/python -m bench.chattts_stream_decode --assets /tmp/chattts-full    # about 2 minutes on 2 cores
     .venv/bin/python -m bench.chattts_stream_decode --assets /tmp/chattts-full --ways torch,onnxruntime,onnxruntime+int8
+    .venv/bin/python -m bench.chattts_stream_decode --assets /tmp/chattts-full \
+        --ways onnxruntime+int8,onnxruntime+int8-2 --tokens 24,54,102 --rounds 9
 
 Decodes one window of each ``--tokens`` size with :func:`engines.chattts.streaming.decode_windows` in each of
 ``--ways`` (``torch`` on the worker's ``--threads``, ``torch-1`` on one, ``onnxruntime`` and ``onnxruntime+int8``:
-the audio graph, ``engines/chattts/audio_graph.py``, on one thread), alternating ``--rounds`` times, and prints the
+the audio graph, ``engines/chattts/audio_graph.py``, on one thread, or on N with ``-N``: ``onnxruntime+int8-2``, as
+``stream_decode_threads_alone`` runs a decode nothing runs beside), alternating ``--rounds`` times, and prints the
 median wall and CPU time (every thread of the process) of each way, each way's time over torch on one thread, and how
 far its audio is from that: the log spectral distance in dB (1024-point frames, hop 256) and the difference's
 energy relative to the signal's. The hidden states are random (the decode's cost does not depend on them); so are the
@@ -64,7 +67,9 @@ def ways_of(
         if name.startswith("torch"):
             found[name] = (1 if name == REFERENCE else threads, None)
             continue
-        graph = load_audio_graph(engine._chat, location.hashes, location.path, cache, 1, int8=name.endswith("int8"))
+        kind, _, count = name.partition("-")
+        graph = load_audio_graph(engine._chat, location.hashes, location.path, cache, int(count or 1),
+                                 int8=kind.endswith("int8"))  # fmt: skip
         if graph is None:
             raise SystemExit(f"the audio graph for {name} could not be built here (see the log)")
         found[name] = (1, graph)

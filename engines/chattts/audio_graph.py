@@ -22,6 +22,7 @@ named by a key over the decoder's and Vocos' weight files and the exporter's ver
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from typing import TYPE_CHECKING, Any
@@ -64,11 +65,31 @@ class _AudioNetwork(nn.Module):
 
 
 class AudioGraph:
-    """An ONNX Runtime session over the exported audio network."""
+    """ONNX Runtime sessions over the exported audio network: one on ``threads`` threads, and one on ``wide_threads``
+    where given (a session's thread count is fixed when it opens) for the decodes nothing else runs beside."""
 
-    def __init__(self, path: Path, threads: int, *, int8: bool) -> None:
+    def __init__(self, path: Path, threads: int, *, int8: bool, wide_threads: int | None = None) -> None:
         self.path, self.int8 = path, int8
-        self._session = open_session(path, threads)
+        self._sessions = {threads: open_session(path, threads)}
+        if wide_threads is not None and wide_threads != threads:
+            self._sessions[wide_threads] = open_session(path, wide_threads)
+        self._session = self._sessions[threads]
+
+    @property
+    def thread_counts(self) -> tuple[int, ...]:
+        return tuple(self._sessions)
+
+    @property
+    def threads(self) -> int:
+        """The threads of the session this graph decodes through."""
+        count: int = self._session.get_session_options().intra_op_num_threads
+        return count
+
+    def on(self, threads: int) -> AudioGraph:
+        """This graph through its session of ``threads`` threads (its first where it has none)."""
+        view = copy.copy(self)
+        view._session = self._sessions.get(threads, self._session)
+        return view
 
     def describe(self) -> str:
         return f"onnxruntime {'int8' if self.int8 else 'float32'}"
@@ -108,22 +129,29 @@ def export_audio_graph(chat: Any, path: Path) -> None:
 
 
 def load_audio_graph(
-    chat: Any, hashes: Mapping[str, str], model_dir: Path, cache_dir: Path, threads: int, *, int8: bool
+    chat: Any,
+    hashes: Mapping[str, str],
+    model_dir: Path,
+    cache_dir: Path,
+    threads: int,
+    *,
+    int8: bool,
+    wide_threads: int | None = None,
 ) -> AudioGraph | None:
-    """The session over the audio graph kept beside the weights (exported, and quantized where ``int8``, when
+    """The sessions over the audio graph kept beside the weights (exported, and quantized where ``int8``, when
     missing), or ``None`` with one log line saying why (the decode then stays in torch)."""
     try:
         float32 = graph_path(model_dir, cache_dir, audio_graph_key(hashes, int8=False), _STEM)
         if not int8:
             if not float32.is_file():
                 export_audio_graph(chat, float32)
-            return AudioGraph(float32, threads, int8=False)
+            return AudioGraph(float32, threads, int8=False, wide_threads=wide_threads)
         path = graph_path(model_dir, cache_dir, audio_graph_key(hashes, int8=True), _STEM)
         if not path.is_file():
             if not float32.is_file():
                 export_audio_graph(chat, float32)
             quantize_graph(float32, path, INT8_BLOCK)
-        return AudioGraph(path, threads, int8=True)
+        return AudioGraph(path, threads, int8=True, wide_threads=wide_threads)
     except Exception as exc:  # any failure of the exporter, the quantizer or ONNX Runtime: torch still decodes
         logger.warning("audio_decoder onnxruntime unavailable, audio decoded in torch: %s: %s", type(exc).__name__, exc)
         return None

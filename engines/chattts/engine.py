@@ -161,7 +161,8 @@ class ChatTTSEngine:
 
         overlap = self._overlap()
         audio = self._audio_graph(location, device)
-        self._decodes = DecodeRunner(overlap=overlap, threads=options.stream_decode_threads, graph=audio)
+        self._decodes = DecodeRunner(overlap=overlap, threads=options.stream_decode_threads, graph=audio,
+                                     alone_threads=self._alone_decode_threads())  # fmt: skip
         gpt = self._chat.config.gpt
         self._voices = SpeakerBank(
             self._chat.speaker, num_vq=gpt.num_vq, num_audio_tokens=gpt.num_audio_tokens,
@@ -239,7 +240,13 @@ class ChatTTSEngine:
         int8 = weights == "int8" or (weights == "auto" and self._weights.weights == "int8")
         threads = self.options.stream_decode_threads or torch.get_num_threads()
         cache_dir = Path(self.options.cache_dir).expanduser()
-        return load_audio_graph(self._chat, location.hashes, location.path, cache_dir, threads, int8=int8)
+        return load_audio_graph(self._chat, location.hashes, location.path, cache_dir, threads, int8=int8,
+                                wide_threads=self._alone_decode_threads())  # fmt: skip
+
+    def _alone_decode_threads(self) -> int:
+        import torch
+
+        return self.options.stream_decode_threads_alone or torch.get_num_threads()
 
     def _overlap(self) -> bool:
         """Whether the streaming decode runs beside the token loop (``stream_decode_overlap``): with ``auto``, where
@@ -332,7 +339,7 @@ class ChatTTSEngine:
             if events is None:  # no row to step: every running segment waits for a chunk's decode
                 yield from self._decode_due([], live, jobs, wait=True)
             else:
-                yield from self._deliver(events, live, jobs)
+                yield from self._deliver(events, live, jobs, stepping=codes.size > 0)
 
     def _admit(
         self, jobs: Iterable[tuple[SynthesisRequest, CancelToken]], indices: Iterator[int], live: dict[int, _Plan]
@@ -391,9 +398,10 @@ class ChatTTSEngine:
             decoder.first_tokens = tokens
 
     def _deliver(
-        self, events: list[StepEvent], live: dict[int, _Plan], jobs: deque[_Job]
+        self, events: list[StepEvent], live: dict[int, _Plan], jobs: deque[_Job], *, stepping: bool
     ) -> Generator[BatchItem, None, None]:
-        """Feed each request's decoder with its new tokens; yield the audio that is due and the ends."""
+        """Feed each request's decoder with its new tokens; yield the audio that is due and the ends (``stepping``:
+        rows are left in the token loop)."""
         for index, hidden in events:
             plan = live.get(index)
             if plan is None:
@@ -407,7 +415,7 @@ class ChatTTSEngine:
                 plan.ending = True  # its last decode covers a chunk that fell due at this same step too
             else:
                 plan.decoder.add(hidden)
-        yield from self._decode_due([index for index, _ in events], live, jobs)
+        yield from self._decode_due([index for index, _ in events], live, jobs, stepping=stepping)
 
     @staticmethod
     def _held(due: dict[int, bool], live: dict[int, _Plan]) -> list[int]:
@@ -426,15 +434,18 @@ class ChatTTSEngine:
         ]  # fmt: skip
 
     def _decode_due(
-        self, order: list[int], live: dict[int, _Plan], jobs: deque[_Job], *, wait: bool = False
+        self, order: list[int], live: dict[int, _Plan], jobs: deque[_Job], *, wait: bool = False, stepping: bool = False
     ) -> Generator[BatchItem, None, None]:
         """Yield the decoded chunks (``wait``: the first one handed, once decoded), then hand the due chunks to the
         streaming decode, those of the requests in ``order`` first: first chunks first, so that a new request's first
         audio leaves before the others' chunks are decoded (``engines/chattts/chunk_order.py``). First chunks leave
         before the next step; later ones too between the steps, and beside them (``engines/chattts/overlap.py``) at
-        the first pass after their decode. A request whose chunk is being decoded hands over no other until it is
-        out: its audio stays in order."""
+        the first pass after their decode (``stepping``: rows are left to step meanwhile; where not, or between the
+        steps, the decode is alone: ``stream_decode_threads_alone``). A request whose chunk is being decoded hands
+        over no other until it is out: its audio stays in order."""
         from engines.chattts.chunk_order import first_chunks_first
+
+        stepping = stepping and self._decodes is not None and self._decodes.overlap
 
         if wait:
             if not jobs:  # nothing steps and nothing is decoded: nothing would ever change
@@ -452,21 +463,23 @@ class ChatTTSEngine:
             del due[index]
         for group in first_chunks_first([(live[index], ended) for index, ended in due.items()],
                                         lambda item: item[0].decoder):  # fmt: skip
-            job = self._hand_over(group)
+            first = not any(plan.decoder is not None and plan.decoder.started for plan, _ in group)
+            job = self._hand_over(group, alone=first or not stepping)
             jobs.append(job)
-            if not any(decoder.started for _, _, decoder in job.due):
+            if first:
                 job.audio.result()  # first chunks leave before the next step, as between the steps: first audio as soon
             yield from self._decoded(live, jobs)
 
-    def _hand_over(self, due: list[tuple[_Plan, bool]]) -> _Job:
-        """Hand chunks to the streaming decode together (one call per window length)."""
+    def _hand_over(self, due: list[tuple[_Plan, bool]], *, alone: bool) -> _Job:
+        """Hand chunks to the streaming decode together (one call per window length); ``alone``: no step will run
+        beside their decode."""
         assert self._decodes is not None
         decoders = [plan.decoder for plan, _ in due if plan.decoder is not None]
         windows = [decoder.window() for decoder in decoders]
         spoken = [position for position, window in enumerate(windows) if len(window)]  # a segment may end tokenless
         for plan, _ in due:
             plan.decoding = True
-        audio = self._decodes.submit(self._chat, [windows[position] for position in spoken])
+        audio = self._decodes.submit(self._chat, [windows[position] for position in spoken], alone=alone)
         chunks = [(plan, ended, decoder) for (plan, ended), decoder in zip(due, decoders, strict=True)]
         return _Job(chunks, spoken, audio)
 

@@ -149,6 +149,14 @@ class ChatTTSOptions(BaseModel):
     the worker's ``threads``. On a busy 2-core machine one thread cost a streamed request's decode 1.7x less CPU and
     1.9x less wall time than two (BENCHMARKS.md, issue #51): on two, each small op waits for the other, busy core and
     leaves torch's OpenMP threads spinning on the cores the next decode step needs."""
+    stream_decode_threads_alone: int | None = Field(default=None, ge=1, le=256)
+    """Threads of a decode through the audio graph (``audio_decoder: onnxruntime``) that nothing runs beside: a first
+    chunk, which the token loop waits for, a last chunk with no other row in the loop, and every chunk decoded between
+    the steps; unset: the worker's ``threads``. ONNX Runtime's threads do not spin, so the other cores are the
+    decode's while the loop waits: on 2 quiet cores 8-bit windows of 24 / 54 / 102 tokens decoded in 18 / 39 / 68 ms
+    on two threads against 26 / 61 / 113 on one, the same audio (BENCHMARKS.md, issue #51). The graph keeps a second
+    session for it (a worker's resident memory the same within noise); 1: one session, every decode on
+    ``stream_decode_threads``."""
     stream_decode_overlap: Overlap = "auto"
     """Where a streamed request's later chunks are decoded (the DVAE decoder and Vocos): ``on``, in a thread of its own
     beside the token loop, whose next steps go on meanwhile (the chunk leaves at the first step after its decode;

@@ -39,22 +39,33 @@ Audio = list["npt.NDArray[np.float32]"]
 
 class DecodeRunner:
     """Decodes windows (:func:`engines.chattts.streaming.decode_windows`) at once in the calling thread, or, with
-    ``overlap``, in one decode thread of its own, first handed first decoded."""
+    ``overlap``, in one decode thread of its own, first handed first decoded.
 
-    def __init__(self, *, overlap: bool, threads: int | None, graph: AudioGraph | None = None) -> None:
+    A decode nothing runs beside (``alone``: a first chunk, which the token loop waits for, a last one with no other
+    row in the loop, every decode between the steps) goes through the graph's session of ``alone_threads`` threads
+    where it has one: ONNX Runtime's threads do not spin, and on 2 quiet cores an 8-bit 102-token window took 68 ms
+    on two against 113 on one (``bench/chattts_stream_decode.py``). What runs in torch (the whole decode without a
+    graph, the inverse STFT with one) keeps ``threads``: torch's OpenMP threads spin after each op, on the cores the
+    next step needs (``stream_decode_threads``)."""
+
+    def __init__(
+        self, *, overlap: bool, threads: int | None, graph: AudioGraph | None = None, alone_threads: int | None = None
+    ) -> None:
         self.overlap, self.graph = overlap, graph
         # A thread starts with torch's default count, not the loop's: ``None`` (the worker's threads) is the count now.
         self._threads = threads if threads is not None or not overlap else torch.get_num_threads()
+        self._alone_graph = graph.on(alone_threads) if graph is not None and alone_threads is not None else graph
         self._pool: ThreadPoolExecutor | None = None
         self._pid = 0
 
-    def submit(self, chat: Any, windows: list[torch.Tensor]) -> Future[Audio]:
-        """The windows' audio, in their order: done on return unless ``overlap``."""
+    def submit(self, chat: Any, windows: list[torch.Tensor], *, alone: bool = False) -> Future[Audio]:
+        """The windows' audio, in their order: done on return unless ``overlap``; ``alone``: nothing runs beside."""
+        graph = self._alone_graph if alone else self.graph
         if not self.overlap:
             future: Future[Audio] = Future()
-            future.set_result(streaming.decode_windows(chat, windows, self._threads, self.graph))
+            future.set_result(streaming.decode_windows(chat, windows, self._threads, graph))
             return future
-        return self._thread().submit(_decode, chat, windows, self._threads, self.graph)
+        return self._thread().submit(_decode, chat, windows, self._threads, graph)
 
     def _thread(self) -> ThreadPoolExecutor:
         # Started at the first decode, and again in a forked process: a fork copies no thread.

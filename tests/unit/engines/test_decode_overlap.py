@@ -5,7 +5,8 @@ types.
 
 Chunks are fixed at 24 tokens (``stream_max_chunk_tokens`` = ``stream_chunk_tokens``, first chunks too whatever the
 batch): a chunk then falls due at the same token with the decode beside the steps as between them, so that the two cut
-the audio at the same places.
+the audio at the same places. Every decode is on one thread (``stream_decode_threads_alone``: 1): more threads may
+round an 8-bit audio product otherwise (``test_alone_decodes.py``).
 """
 
 from __future__ import annotations
@@ -22,13 +23,12 @@ from engines.chattts import ChatTTSEngine, streaming
 from engines.chattts.generation import CodeBatch
 from engines.chattts.overlap import DecodeRunner
 from tests.chattts_assets import chattts_engine_options
+from tests.unit.engines.arrivals import JoinAt
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     import torch
 
-    from engines.base import BatchItem, CancelToken
+    from engines.base import BatchItem
 
 pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
 
@@ -46,7 +46,7 @@ def _options(decoder: str, weights: str, overlap: str) -> dict[str, object]:
     return chattts_engine_options(
         decoder=decoder, weights=weights, max_batch=4, max_new_token=TOKENS, min_new_token=TOKENS,
         stream_first_tokens=CHUNK, stream_first_tokens_min=CHUNK, stream_chunk_tokens=CHUNK,
-        stream_max_chunk_tokens=CHUNK, stream_decode_overlap=overlap,
+        stream_max_chunk_tokens=CHUNK, stream_decode_overlap=overlap, stream_decode_threads_alone=1,
     )  # fmt: skip
 
 
@@ -72,8 +72,8 @@ def in_step(monkeypatch: pytest.MonkeyPatch) -> None:
     handed: list[Future[object]] = []
     submit, step = DecodeRunner.submit, CodeBatch.step
 
-    def recorded(self: DecodeRunner, chat: object, windows: list[torch.Tensor]) -> Future[object]:
-        future = submit(self, chat, windows)
+    def recorded(self: DecodeRunner, chat: object, windows: list[torch.Tensor], **how: bool) -> Future[object]:
+        future = submit(self, chat, windows, **how)
         handed.append(future)  # type: ignore[arg-type]
         return future  # type: ignore[return-value]
 
@@ -83,18 +83,6 @@ def in_step(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(DecodeRunner, "submit", recorded)
     monkeypatch.setattr(CodeBatch, "step", waiting)
-
-
-class _JoinAt:
-    """Hands ``request`` over at the engine's ``at``-th poll (one poll per pass)."""
-
-    def __init__(self, request: SynthesisRequest, at: int) -> None:
-        self.request, self.at, self.polls = request, at, 0
-        self.cancel = CancelFlag()
-
-    def __call__(self, limit: int) -> Sequence[tuple[SynthesisRequest, CancelToken]]:
-        self.polls += 1
-        return [(self.request, self.cancel)] if self.polls == self.at and limit else []
 
 
 def _collect(items: list[BatchItem]) -> dict[int, list[np.ndarray | None]]:
@@ -123,7 +111,7 @@ def test_one_request_hears_the_same_audio_beside_the_steps(engines: dict[str, Ch
 def test_a_batch_hears_the_same_audio_beside_the_steps(engines: dict[str, ChatTTSEngine]) -> None:
     heard = {}
     for overlap, engine in engines.items():
-        items = list(engine.synthesize_batch([FIRST], [CancelFlag()], _JoinAt(SECOND, JOINS_AT)))
+        items = list(engine.synthesize_batch([FIRST], [CancelFlag()], JoinAt(SECOND, JOINS_AT)))
         heard[overlap] = _collect(items)
     assert sorted(heard["on"]) == sorted(heard["off"]) == [0, 1]
     for index in (0, 1):
@@ -186,7 +174,7 @@ def test_a_request_cancelled_while_its_chunk_is_decoded_ends_without_it(
         return audio
 
     monkeypatch.setattr(streaming, "decode_windows", cancelling)
-    items = list(engines["on"].synthesize_batch([FIRST], [first_cancel], _JoinAt(SECOND, JOINS_AT)))
+    items = list(engines["on"].synthesize_batch([FIRST], [first_cancel], JoinAt(SECOND, JOINS_AT)))
     heard = _collect(items)
     assert first_cancel.is_set(), "the cancellation happened"
     assert heard[0][-1] is None and sum(item is None for item in heard[0]) == 1, "the cancelled request ends once"

@@ -19,13 +19,13 @@ import pytest
 from engines.base import CancelFlag, SynthesisRequest
 from engines.chattts import ChatTTSEngine, streaming
 from tests.chattts_assets import chattts_engine_options
+from tests.unit.engines.arrivals import JoinAt
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator
 
     import torch
 
-    from engines.base import CancelToken
 
 pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
 
@@ -60,18 +60,7 @@ def stopped_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(streaming, "time", types.SimpleNamespace(monotonic=lambda: 0.0))
 
 
-class Arrivals:
-    """Hands ``request`` over at the engine's ``at``-th poll (one poll per forward pass)."""
-
-    def __init__(self, request: SynthesisRequest, at: int) -> None:
-        self.request, self.at, self.polls = request, at, 0
-
-    def __call__(self, limit: int) -> Sequence[tuple[SynthesisRequest, CancelToken]]:
-        self.polls += 1
-        return [(self.request, CancelFlag())] if self.polls == self.at and limit else []
-
-
-def items(engine: ChatTTSEngine, arrivals: Arrivals) -> Iterator[tuple[int, int, np.ndarray | None]]:
+def items(engine: ChatTTSEngine, arrivals: JoinAt) -> Iterator[tuple[int, int, np.ndarray | None]]:
     """``(poll, index, chunk or None)`` for every item the batch yields."""
     for index, item in engine.synthesize_batch([RUNNING], [CancelFlag()], arrivals):
         assert not isinstance(item, Exception)
@@ -96,7 +85,7 @@ def logged_decodes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
 
 
 def test_a_joiner_hears_its_first_audio_within_its_prefill_and_first_tokens_steps(engine: ChatTTSEngine) -> None:
-    arrivals = Arrivals(JOINER, ARRIVES_AT)
+    arrivals = JoinAt(JOINER, ARRIVES_AT)
     seen = list(items(engine, arrivals))
     first = next(poll for poll, index, chunk in seen if index == 1 and chunk is not None)
     # Polled at ARRIVES_AT, prefilled in that pass (its first token), then FIRST_TOKENS - 1 more passes.
@@ -109,7 +98,7 @@ def test_a_joiner_hears_its_first_audio_within_its_prefill_and_first_tokens_step
 
 def test_every_request_still_gets_its_own_audio(engine: ChatTTSEngine) -> None:
     audio: dict[int, list[np.ndarray]] = {}
-    for _, index, chunk in items(engine, Arrivals(JOINER, ARRIVES_AT)):
+    for _, index, chunk in items(engine, JoinAt(JOINER, ARRIVES_AT)):
         if chunk is not None:
             audio.setdefault(index, []).append(chunk)
     for index, request in ((0, RUNNING), (1, JOINER)):
@@ -122,7 +111,7 @@ def test_a_first_chunk_leaves_before_another_rows_chunk_due_at_the_same_pass_is_
     engine: ChatTTSEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = logged_decodes(monkeypatch)  # ("decode", windows) and ("yield", index), in the order they happened
-    arrivals = Arrivals(JOINER, ARRIVES_AS_IT_ENDS)
+    arrivals = JoinAt(JOINER, ARRIVES_AS_IT_ENDS)
     seen = []
     for poll, index, chunk in items(engine, arrivals):
         seen.append((poll, index, chunk))
