@@ -29,6 +29,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch.nn.utils import parametrize
 
 from engines.chattts import kv_cache
+from engines.chattts.nucleus import fast_filter
 from engines.chattts.threads import torch_threads
 
 if TYPE_CHECKING:
@@ -271,6 +272,8 @@ class CodeBatch:
         self._temperature = sampling.temperature
         warpers, processors = gen_logits(self._eos, sampling.top_p, sampling.top_k, sampling.repetition_penalty)
         self._warpers: list[Any] = warpers
+        self._filter = fast_filter(warpers)
+        """The warpers' filter without their sort (``engines/chattts/nucleus.py``), on CPU."""
         self._processors: list[Any] = processors
         self._prefill_budget = prefill_chunk_tokens or _LARGE_PREFILL_TOKENS
         self._heads = stacked_audio_heads(chat)
@@ -428,8 +431,11 @@ class CodeBatch:
             logits = F.linear(hidden, self._heads)
         logits = logits.view(len(hidden), num_vq, -1)  # (B, vq, V)
         logits = self._penalise_repetition(logits.reshape(-1, logits.size(-1)).float() / self._temperature, rows)
-        for warper in self._warpers:
-            logits = warper(None, logits)
+        if self._filter is not None and logits.device.type == "cpu":
+            logits = self._filter(logits)
+        else:
+            for warper in self._warpers:
+                logits = warper(None, logits)
         for row, request in enumerate(rows.requests):
             if rows.steps[row] < max(1, request.min_new_token):  # never an empty sequence
                 logits[row * num_vq : (row + 1) * num_vq, self._eos] = -torch.inf
