@@ -440,12 +440,10 @@ class ChatTTSEngine:
         streaming decode, those of the requests in ``order`` first: first chunks first, so that a new request's first
         audio leaves before the others' chunks are decoded (``engines/chattts/chunk_order.py``). First chunks leave
         before the next step; later ones too between the steps, and beside them (``engines/chattts/overlap.py``) at
-        the first pass after their decode (``stepping``: rows are left to step meanwhile; where not, or between the
-        steps, the decode is alone: ``stream_decode_threads_alone``). A request whose chunk is being decoded hands
-        over no other until it is out: its audio stays in order."""
+        the first pass after their decode (``stepping``: rows are left to step meanwhile; where not, the decode is
+        alone: ``stream_decode_threads_alone``). A request whose chunk is being decoded hands over no other until it
+        is out: its audio stays in order."""
         from engines.chattts.chunk_order import first_chunks_first
-
-        stepping = stepping and self._decodes is not None and self._decodes.overlap
 
         if wait:
             if not jobs:  # nothing steps and nothing is decoded: nothing would ever change

@@ -59,12 +59,13 @@ class DecodeRunner:
         self._pid = 0
 
     def submit(self, chat: Any, windows: list[torch.Tensor], *, alone: bool = False) -> Future[Audio]:
-        """The windows' audio, in their order: done on return unless ``overlap``; ``alone``: nothing runs beside."""
-        graph = self._alone_graph if alone else self.graph
+        """The windows' audio, in their order: done on return unless ``overlap``; ``alone``: nothing runs beside (as
+        nothing does without ``overlap``)."""
         if not self.overlap:
             future: Future[Audio] = Future()
-            future.set_result(streaming.decode_windows(chat, windows, self._threads, graph))
+            future.set_result(streaming.decode_windows(chat, windows, self._threads, self._alone_graph))
             return future
+        graph = self._alone_graph if alone else self.graph
         return self._thread().submit(_decode, chat, windows, self._threads, graph)
 
     def _thread(self) -> ThreadPoolExecutor:
