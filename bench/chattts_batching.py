@@ -113,8 +113,7 @@ def _time_steps(engine: Any, batch: int) -> float:
     from engines.chattts.generation import CodeBatch, CodeRequest, Sampling
 
     voices = engine._voices.named
-    prompt = [*engine._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"]), *engine._text_ids(CEILING_PROMPT),
-              *engine._tag_ids(["[Ptts]"])]  # fmt: skip
+    prompt = engine.prompts.named_voice_prompt(CEILING_PROMPT)
     requests = [CodeRequest(row, prompt, voices[OPENAI_VOICES[row]], row, 4096, 4096, CancelFlag())
                 for row in range(batch)]  # fmt: skip
     codes = CodeBatch(engine._chat, Sampling())

@@ -33,8 +33,7 @@ PROMPTS = (
 
 
 def prompt_ids(engine: ChatTTSEngine, text: str) -> list[int]:
-    return [*engine._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"]), *engine._text_ids(text),
-            *engine._tag_ids(["[Ptts]"])]  # fmt: skip
+    return engine.prompts.named_voice_prompt(text)
 
 
 def running_batch(engine: ChatTTSEngine, prompt: list[int], rows: int) -> CodeBatch:

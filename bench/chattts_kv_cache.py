@@ -33,8 +33,9 @@ CACHES = {
 
 def step_ms(engine: Any, cache: Any, batch: int, width: int, steps: int) -> float:
     kv_cache.growing_cache = cache  # the factory the token loop calls for each new batch
-    text = engine._text_ids("request number twelve is speaking now " * (width // 6 + 1))[:width]
-    prompt = [*engine._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"]), *text, *engine._tag_ids(["[Ptts]"])]
+    text = engine.prompts.text_ids("request number twelve is speaking now " * (width // 6 + 1))[:width]
+    stts, spk_emb, speed, ptts = engine.prompts.tag_ids(["[Stts]", "[spk_emb]", "[speed_5]", "[Ptts]"])
+    prompt = [stts, spk_emb, speed, *text, ptts]
     voice = engine._voices.named["alloy"]
     codes = CodeBatch(engine._chat, Sampling())
     codes.join([CodeRequest(row, prompt, voice, row, 4096, 4096, CancelFlag()) for row in range(batch)])

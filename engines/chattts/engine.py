@@ -5,10 +5,8 @@ and voices from samples (ChatTTS's speaker prompts)."""
 from __future__ import annotations
 
 import itertools
-import logging
 import random
-import warnings
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,16 +22,16 @@ from engines.base import (
     VoiceInfo,
 )
 from engines.chattts.loader import locate_weights
-from engines.chattts.normalize import OFF, active_normalizer, normalize_text
+from engines.chattts.normalize import OFF, active_normalizer
 from engines.chattts.options import ChatTTSOptions
-from engines.chattts.text import (
-    ControlTokens,
-    control_tags,
-    prepare_text,
-    speed_tag,
-    split_control_tokens,
-    split_segments,
+from engines.chattts.placement import (
+    alone_decode_threads,
+    choose_device,
+    choose_dtype,
+    step_graph,
+    stream_decode_graph,
 )
+from engines.chattts.prompts import SEED_MODULUS, Prompts
 from engines.chattts.weights import choose_weights
 from lifecycle import naming
 
@@ -45,9 +43,7 @@ if TYPE_CHECKING:
     import torch
 
     from engines.base import BatchItem, CancelToken, JobSource, SynthesisRequest
-    from engines.chattts.audio_graph import AudioGraph
     from engines.chattts.generation import CodeBatch, CodeRequest, Sampling, StepEvent
-    from engines.chattts.loader import WeightsLocation
     from engines.chattts.onnx_step import DecodeGraph
     from engines.chattts.overlap import Audio, DecodeRunner
     from engines.chattts.prefix_cache import PrefixCache
@@ -60,11 +56,7 @@ logger = naming.logger("chattts")
 
 SAMPLE_RATE = 24000
 NATIVE_SPEED_RANGE = (0.5, 2.0)
-_SEED_MODULUS = 2**63
 _EMPTY_AUDIO_S = 0.1
-_LANGUAGES = frozenset({"en", "zh"})
-_MIN_SAMPLE_S = 1.0  # shorter holds too few codes (47 a second) to carry a voice
-_MAX_TRANSCRIPT_CHARS = 2000  # about a minute of speech: more than the longest sample says
 
 
 @dataclass
@@ -113,6 +105,7 @@ class ChatTTSEngine:
         self.options = ChatTTSOptions.model_validate(options or {})
         self._chat: Any = None
         self._voices: SpeakerBank | None = None
+        self._prompts: Prompts | None = None
         self._generated = False
         self._graph: DecodeGraph | None = None
         """The decode step through ONNX Runtime (``decoder``), or ``None``: in torch."""
@@ -142,12 +135,14 @@ class ChatTTSEngine:
             raise EngineUnavailableError(f"ChatTTS cannot be imported here: {exc}") from exc
         if options.threads:
             torch.set_num_threads(options.threads)
-        device = self._device(torch)
-        dtype = self._dtype(torch, device)
+        device = choose_device(options, torch)
+        dtype = choose_dtype(options, torch, device)
         self._chat = load_chat(location, device, dtype)
         if device.type == "cpu":  # a few rows per decode step: measured, the faster product for each row count
             use_small_batch_linear(self._chat.gpt.gpt, blocked=options.blocked_weights)
-        self._graph = self._decode_graph(location, device)
+        steps = step_graph(self._chat, options, location, device)
+        if steps is not None:
+            self._graph, self._weights = steps
         prefill = "float32"
         if device.type == "cpu":  # the prefill's products in fewer bits: where asked, or bfloat16 beside 8-bit steps
             from engines.chattts.prefill import use_fast_prefill
@@ -160,14 +155,15 @@ class ChatTTSEngine:
         from engines.chattts.overlap import DecodeRunner
 
         overlap = self._overlap()
-        audio = self._audio_graph(location, device)
+        audio = stream_decode_graph(self._chat, options, location, device, None if steps is None else steps[1])
         self._decodes = DecodeRunner(overlap=overlap, threads=options.stream_decode_threads, graph=audio,
-                                     alone_threads=self._alone_decode_threads())  # fmt: skip
+                                     alone_threads=alone_decode_threads(options))  # fmt: skip
         gpt = self._chat.config.gpt
         self._voices = SpeakerBank(
             self._chat.speaker, num_vq=gpt.num_vq, num_audio_tokens=gpt.num_audio_tokens,
             max_sample_s=options.max_sample_s,
         )  # fmt: skip
+        self._prompts = Prompts(self._chat, self._voices, options)
         self._generated = location.generated
         if options.voice_prefix_cache_mb:
             from engines.chattts.prefix_cache import PrefixCache
@@ -189,64 +185,6 @@ class ChatTTSEngine:
         # Weights without the DVAE's encoder (ChatTTS's own decode-only builds) cannot encode a sample.
         clones = hasattr(self._chat.dvae, "encoder")
         return EngineInfo("chattts", SAMPLE_RATE, voices, speed_range, self._max_batch, details, clones_voices=clones)
-
-    def _decode_graph(self, location: WeightsLocation, device: torch.device) -> DecodeGraph | None:
-        """The decode graph where ``decoder`` asks for it (``auto``: on CPU with a float32 backbone), else ``None``
-        (torch steps)."""
-        import torch
-
-        wanted = self.options.decoder
-        on_cpu_in_float32 = device.type == "cpu" and self._chat.gpt.gpt.dtype == torch.float32
-        if wanted == "torch" or (wanted == "auto" and not on_cpu_in_float32):
-            return None
-        from engines.chattts.generation import stacked_audio_heads
-        from engines.chattts.onnx_step import graph_key, graph_path, load_decode_graph
-
-        if device.type != "cpu":
-            logger.warning("decoder onnxruntime runs on CPU only here (the device is %s): decode steps stay in torch",
-                           device)  # fmt: skip
-            return None
-        dtype, cache_dir = self._chat.gpt.gpt.dtype, Path(self.options.cache_dir).expanduser()
-        try:
-            path = graph_path(location.path, cache_dir, graph_key(location.hashes, dtype))
-            int8_path, choice = None, choose_weights(self.options.weights, onnxruntime_on_cpu=True)
-            if choice.weights == "int8":
-                int8_path = graph_path(location.path, cache_dir, graph_key(location.hashes, dtype, int8=True))
-        except (OSError, ImportError) as exc:
-            logger.warning("decoder onnxruntime unavailable, decode steps stay in torch: %s", exc)
-            return None
-        heads = stacked_audio_heads(self._chat)
-        graph = load_decode_graph(self._chat, heads, path, torch.get_num_threads(), int8_path)
-        if graph is not None:
-            self._weights = choice
-            logger.info("decode steps through ONNX Runtime (%s), weights %s", graph.path, choice.describe())
-        return graph
-
-    def _audio_graph(self, location: WeightsLocation, device: torch.device) -> AudioGraph | None:
-        """The streaming decode's graph where ``audio_decoder`` asks for it (``auto``: beside ONNX Runtime's steps),
-        in 8 bits as ``audio_weights`` says; ``None``: the decode runs in torch."""
-        wanted = self.options.audio_decoder
-        if wanted == "torch" or (wanted == "auto" and self._graph is None):
-            return None
-        if device.type != "cpu":
-            logger.warning("audio_decoder onnxruntime runs on CPU only here (the device is %s): audio decoded in torch",
-                           device)  # fmt: skip
-            return None
-        import torch
-
-        from engines.chattts.audio_graph import load_audio_graph
-
-        weights = self.options.audio_weights
-        int8 = weights == "int8" or (weights == "auto" and self._weights.weights == "int8")
-        threads = self.options.stream_decode_threads or torch.get_num_threads()
-        cache_dir = Path(self.options.cache_dir).expanduser()
-        return load_audio_graph(self._chat, location.hashes, location.path, cache_dir, threads, int8=int8,
-                                wide_threads=self._alone_decode_threads())  # fmt: skip
-
-    def _alone_decode_threads(self) -> int:
-        import torch
-
-        return self.options.stream_decode_threads_alone or torch.get_num_threads()
 
     def _overlap(self) -> bool:
         """Whether the streaming decode runs beside the token loop (``stream_decode_overlap``): with ``auto``, where
@@ -270,28 +208,12 @@ class ChatTTSEngine:
         logger.info("max_batch %s", choice.describe())
         return choice.describe()
 
-    def _device(self, torch_module: Any) -> torch.device:
-        wanted = self.options.device
-        if wanted == "cuda" and not torch_module.cuda.is_available():
-            raise EngineUnavailableError("device 'cuda' was asked for but torch sees no CUDA device")
-        if wanted == "auto":
-            wanted = "cuda" if torch_module.cuda.is_available() else "cpu"
-        device: torch.device = torch_module.device(wanted)
-        return device
-
-    def _dtype(self, torch_module: Any, device: torch.device) -> torch.dtype:
-        wanted = self.options.dtype
-        if wanted == "auto":
-            wanted = "float16" if device.type == "cuda" else "float32"
-        if device.type == "cpu" and wanted == "float16":
-            logger.warning(
-                "dtype float16 on CPU: torch has no fast path for it there (use float32, or bfloat16 "
-                "where the CPU supports it)"
-            )
-        if device.type == "cpu" and wanted == "bfloat16" and not torch_module.ops.mkldnn._is_mkldnn_bf16_supported():
-            logger.warning("dtype bfloat16 on a CPU without bfloat16 support in torch: expect it slower than float32")
-        dtype: torch.dtype = getattr(torch_module, wanted)
-        return dtype
+    @property
+    def prompts(self) -> Prompts:
+        """Token ids of texts, tags and whole prompts, as the loaded engine reads them."""
+        if self._prompts is None:
+            raise EngineUnavailableError("the ChatTTS engine is not loaded")
+        return self._prompts
 
     @property
     def batch_window_ms(self) -> float:
@@ -518,63 +440,13 @@ class ChatTTSEngine:
         )
 
     def _plan(self, index: int, request: SynthesisRequest, cancel: CancelToken) -> _Plan:
-        _check_language(request.language)
-        prefix, speaker, codes = self._voice_prompt(request)
         seed = request.seed if request.seed is not None else self.options.seed
         if seed is None:
             seed = random.getrandbits(62)
-        suffix = self._tag_ids(["[Ptts]"])
-        segments: list[list[int]] = []
-        instructions = request.instructions
-        if request.control_tokens:  # the refinement tags the caller typed prompt the refinement too
-            instructions = (instructions or "") + split_control_tokens(request.text).prompt
-        spoken = self._spoken(request.text, control_tokens=request.control_tokens, normalize=request.normalize_text)
-        for number, text in enumerate(split_segments(spoken, self.options.max_segment_chars)):
-            if cancel.is_set():
-                break
-            ids = self._text_ids(self._refine(text, instructions, seed + number))
-            if ids:
-                segments.append(prefix + ids + suffix)
-        shared = len(prefix) if codes is not None else 0  # a named voice's prefix is three tokens: not worth it
-        return _Plan(index, segments, speaker, codes, seed % _SEED_MODULUS, cancel, shared_prefix=shared)
-
-    def _voice_prompt(self, request: SynthesisRequest) -> tuple[list[int], torch.Tensor | None, torch.Tensor | None]:
-        """What each segment's prompt starts with, the speaker embedding, and the sample's codes it ends with.
-
-        A voice from a sample is prompted as ChatTTS's ``_infer_code`` prompts ``spk_smp`` with ``txt_smp``:
-        ``[Stts][empty_spk]`` + transcript + ``[speed_N]`` + text + ``[Ptts]`` + the sample's codes
-        (``Speaker.decorate_code_prompts``, ``Tokenizer.encode``). The transcript is read as the text is (cleaned,
-        and normalized when ``normalize`` is on; characters the tokenizer cannot read dropped where ChatTTS would
-        write ``[UNK]``), so that its tokens say what the recording says.
-        """
-        from engines.chattts.voices import SampleVoice
-
-        assert self._voices is not None
-        voice = self._voices.resolve(request.voice, request.speaker)
-        typed = split_control_tokens(request.text).speed if request.control_tokens else None
-        speed = typed or speed_tag(request.speed)
-        if isinstance(voice, SampleVoice):
-            transcript = self._text_ids(self._spoken(voice.transcript))
-            return self._tag_ids(["[Stts]", "[empty_spk]"]) + transcript + self._tag_ids([speed]), None, voice.codes
-        return self._tag_ids(["[Stts]", "[spk_emb]", speed]), voice, None
-
-    def _spoken(self, text: str, *, control_tokens: bool = False, normalize: bool = True) -> str:
-        """``text`` as the tokenizer reads it. Brackets are dropped, so a control token a caller typed is read as its
-        words; with ``control_tokens`` (the caller opted in) the inline ones (``[laugh]``, ``[uv_break]`` …) stay,
-        as the tags they are, and the prompt ones (``[oral_N]``, ``[speed_N]`` …) go to the prompts. Without
-        ``normalize`` (the request's ``normalize_text``) digits and symbols are not read as words."""
-        if not control_tokens:
-            return self._readable(text, normalize=normalize)
-        pieces = split_control_tokens(text).pieces
-        return " ".join(
-            piece if ControlTokens.is_token(piece) else self._readable(piece, normalize=normalize) for piece in pieces
+        voice, segments = self.prompts.segments(request, seed, cancel)
+        return _Plan(
+            index, segments, voice.speaker, voice.codes, seed % SEED_MODULUS, cancel, shared_prefix=voice.shared_prefix
         )
-
-    def _readable(self, text: str, *, normalize: bool = True) -> str:
-        spoken = prepare_text(text)
-        if normalize and self.options.normalize:  # digits, money, dates and symbols as words: the tokenizer reads
-            spoken = normalize_text(spoken)  # only words
-        return spoken
 
     # ----------------------------------------------------------------- voices from samples
     def speaker_from_sample(self, pcm: npt.NDArray[np.int16], sample_rate: int, transcript: str) -> str:
@@ -584,7 +456,7 @@ class ChatTTSEngine:
 
         if self._chat is None or self._voices is None:
             raise EngineUnavailableError("the ChatTTS engine is not loaded")
-        self._check_sample(pcm.size / sample_rate, transcript)
+        self.prompts.check_sample(pcm.size / sample_rate, transcript)
         wav = torch.from_numpy(pcm.astype(np.float32) / 32768.0)
         if sample_rate != SAMPLE_RATE:  # the DVAE's mel features are computed at 24 kHz
             import torchaudio.functional  # type: ignore[import-untyped]
@@ -601,29 +473,11 @@ class ChatTTSEngine:
             )
         return speaker
 
-    def _check_sample(self, seconds: float, transcript: str) -> None:
-        longest = self.options.max_sample_s
-        if not _MIN_SAMPLE_S <= seconds <= longest:
-            raise InvalidSynthesisRequestError(
-                f"A ChatTTS voice sample must last {_MIN_SAMPLE_S:g} to {longest:g} s (its audio codes start every "
-                f"prompt of the voice and its speaker string must stay within {MAX_SPEAKER_CHARS} characters); this "
-                f"one lasts {seconds:.1f} s.",
-                param="audio_sample",
-            )
-        if len(transcript) > _MAX_TRANSCRIPT_CHARS:
-            raise InvalidSynthesisRequestError(
-                f"The transcript is longer than {_MAX_TRANSCRIPT_CHARS} characters.", param="transcript"
-            )
-        if not self._text_ids(self._spoken(transcript)):
-            raise InvalidSynthesisRequestError(
-                "The transcript has no words ChatTTS can read: give the exact words of the sample.", param="transcript"
-            )
-
     def _code_request(self, plan: _Plan) -> CodeRequest:
         from engines.chattts.generation import CodeRequest
 
         options = self.options
-        seed = (plan.seed * 1_000_003 + plan.spoken) % _SEED_MODULUS  # each segment its own, repeatable stream
+        seed = (plan.seed * 1_000_003 + plan.spoken) % SEED_MODULUS  # each segment its own, repeatable stream
         return CodeRequest(
             plan.index, plan.segments[plan.spoken], plan.speaker, seed, options.max_new_token,
             options.min_new_token, plan.cancel, plan.codes, plan.shared_prefix,
@@ -634,66 +488,3 @@ class ChatTTSEngine:
 
         options = self.options
         return Sampling(options.temperature, options.top_P, options.top_K, options.repetition_penalty)
-
-    # ----------------------------------------------------------------- text
-    def _tag_ids(self, tags: list[str]) -> list[int]:
-        ids: list[int] = self._chat.tokenizer._tokenizer.convert_tokens_to_ids(tags)
-        return ids
-
-    def _text_ids(self, text: str) -> list[int]:
-        tokenizer = self._chat.tokenizer._tokenizer
-        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        ids: list[int] = encoded["input_ids"]
-        unknown = tokenizer.unk_token_id
-        # Characters the tokenizer does not know are dropped rather than spoken as [UNK]; never silently.
-        if unknown in ids and logger.isEnabledFor(logging.DEBUG):
-            offsets = zip(ids, encoded["offset_mapping"], strict=True)
-            spans = [text[start:end] for i, (start, end) in offsets if i == unknown]
-            dropped = _unknown_characters(tokenizer, spans)
-            logger.debug("dropped %d character(s) the tokenizer cannot read: %s", dropped.total(), dict(dropped))
-        return [i for i in ids if i != unknown]
-
-    def _refine(self, text: str, instructions: str | None, seed: int) -> str:
-        """ChatTTS's text refinement (adds ``[uv_break]``-style tags), when configured or asked for by tags."""
-        tags = control_tags(instructions)
-        if not (self.options.refine_text or tags):
-            return text
-        chat = self._chat
-        params = chat.RefineTextParams(
-            prompt=tags, max_new_token=self.options.refine_max_new_token, show_tqdm=False,
-            manual_seed=seed % _SEED_MODULUS,
-        )  # fmt: skip
-        with warnings.catch_warnings():
-            # ChatTTS's own GPT.generate passes past_key_values, deprecated in transformers 5 (pinned below 5.40).
-            warnings.filterwarnings("ignore", message="`past_key_values` is deprecated", category=FutureWarning)
-            refined = chat._refine_text([text], chat.device, params)
-        ids = [i[i.less(chat.tokenizer.break_0_ids)] for i in refined.ids]
-        result: str = chat.tokenizer.decode(ids)[0]
-        refined.destroy()
-        return result
-
-
-def _check_language(language: str | None) -> None:
-    """Refuse a language ChatTTS was not trained on: it speaks English and Mandarin, and tells them apart itself.
-
-    Raises:
-        InvalidSynthesisRequestError: any other language (``param`` ``language_code``).
-    """
-    if language is not None and language.lower().replace("_", "-").split("-")[0] not in _LANGUAGES:
-        raise InvalidSynthesisRequestError(
-            f"ChatTTS cannot speak the language '{language}': it speaks English (en) and Chinese (zh).",
-            param="language_code",
-        )
-
-
-def _unknown_characters(tokenizer: Any, spans: list[str]) -> Counter[str]:
-    """The characters of the ``[UNK]`` spans that the tokenizer cannot read on their own.
-
-    A WordPiece ``[UNK]`` covers a whole word (``café`` for one ``é``): report the characters, not the word, so that
-    the log names what is missing without repeating the input.
-    """
-    found: Counter[str] = Counter()
-    for span in spans:
-        unknown = [c for c in span if tokenizer.encode(c, add_special_tokens=False) in ([], [tokenizer.unk_token_id])]
-        found.update(unknown or ["<word>"])
-    return found

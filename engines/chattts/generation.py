@@ -8,15 +8,14 @@ whatever else shares its batch), finished or cancelled sequences leaving the bat
 joining a batch that is already generating (continuous batching). It runs ChatTTS's own modules (the Llama
 backbone's layers, ``Embed`` heads, ChatTTS's logits processors) step by step.
 
-Every row of the running batch keeps its own positions; rows are aligned on the right of one KV cache, whose columns
-left of a row's first token are padding hidden by the attention mask. A new sequence's prompt is prefilled in the
-same forward pass as the running rows' next decode step: the pass packs the running rows' one new token each and
-the waiting prompts' tokens (whole by default; at most ``prefill_chunk_tokens`` per pass when set) into one product
-with every weight matrix, then attends per sequence over its own cache with its own positions and mask. The
-weights are read once for both, where a prefill on its own stopped every running sequence for its duration (what a
-join saves: ``bench/chattts_join.py``, in docs/engineering/benchmark-history.md, "ChatTTS batching"). A sequence whose
-prompt is complete samples its first token and its cache rows are merged into the running cache, the narrower side
-padded on the left.
+Every row of the running batch keeps its own positions, aligned on the right of one KV cache
+(``engines/chattts/rows.py``). A new sequence's prompt is prefilled in the same forward pass as the running rows'
+next decode step: the pass packs the running rows' one new token each and the waiting prompts' tokens (whole by
+default; at most ``prefill_chunk_tokens`` per pass when set) into one product with every weight matrix, then attends
+per sequence over its own cache with its own positions and mask. The weights are read once for both, where a prefill
+on its own stopped every running sequence for its duration (what a join saves: ``bench/chattts_join.py``, in
+docs/engineering/benchmark-history.md, "ChatTTS batching"). A sequence whose prompt is complete samples its first
+token and its cache rows are merged into the running cache, the narrower side padded on the left.
 """
 
 from __future__ import annotations
@@ -30,22 +29,19 @@ from torch.nn.utils import parametrize
 
 from engines.chattts import kv_cache
 from engines.chattts.nucleus import fast_filter
+from engines.chattts.rows import REPETITION_WINDOW, CodeRequest, Rows, StepEvent, cache_tensors
 from engines.chattts.threads import torch_threads
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from engines.base import CancelToken
     from engines.chattts.onnx_step import DecodeGraph
-    from engines.chattts.prefix_cache import LayerStates, PrefixCache
+    from engines.chattts.prefix_cache import PrefixCache
 
 __all__ = ["CodeBatch", "CodeRequest", "Sampling", "StepEvent", "generate_codes", "stacked_audio_heads"]
 
 _LARGE_PREFILL_TOKENS = 1 << 30
 """A prefill budget no prompt reaches: every waiting prompt whole in the next pass."""
-
-REPETITION_WINDOW = 16
-"""Tokens of each sequence's history that ChatTTS's repetition penalty looks at (``gen_logits``'s past window)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,191 +52,9 @@ class Sampling:
     repetition_penalty: float = 1.05
 
 
-@dataclass(frozen=True, slots=True)
-class CodeRequest:
-    """One sequence of a batch."""
-
-    key: int
-    token_ids: Sequence[int]
-    """The prompt's text, ``[Stts][spk_emb][speed_N]text[Ptts]`` (or, for a voice from a sample,
-    ``[Stts][empty_spk]transcript[speed_N]text[Ptts]``), as token ids."""
-    speaker: torch.Tensor | None
-    """The speaker embedding written at the ``[spk_emb]`` position."""
-    seed: int
-    max_new_token: int
-    min_new_token: int
-    cancel: CancelToken
-    prompt_codes: torch.Tensor | None = None
-    """A voice sample's audio codes ``(frames, num_vq)``, after the text: the prompt ends with the sample's audio, and
-    generation goes on from it, as ChatTTS's ``spk_smp`` does (``Tokenizer.encode(prompt=...)``)."""
-    shared_prefix: int = 0
-    """How many of the first ``token_ids`` every prompt of this voice starts with (a sample voice's
-    ``[Stts][empty_spk]transcript[speed_N]``): with a prefix cache, their keys and values are computed once and
-    copied into the later prompts' caches (``engines/chattts/prefix_cache.py``); 0: none."""
-
-    @property
-    def length(self) -> int:
-        """The prompt's positions: its text tokens, then its sample's frames."""
-        return len(self.token_ids) + (len(self.prompt_codes) if self.prompt_codes is not None else 0)
-
-
-#: ``(key, hidden)`` for a new audio token's hidden state, ``(key, None)`` when the sequence ended.
-StepEvent = tuple[int, "torch.Tensor | None"]
-
-
-def _cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Every layer's ``(keys, values)``, each ``(batch, heads, columns, head_dim)``."""
-    if hasattr(cache, "layers"):  # transformers >= 4.56
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache, strict=True))
-
-
-def _set_cache_tensors(cache: Any, tensors: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    if hasattr(cache, "layers"):
-        for layer, (keys, values) in zip(cache.layers, tensors, strict=True):
-            layer.keys, layer.values = keys, values
-    else:
-        cache.key_cache[:] = [keys for keys, _ in tensors]
-        cache.value_cache[:] = [values for _, values in tensors]
-
-
 def _by_row(states: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
     """``(1, heads, rows * columns, head_dim)`` packed states as ``(rows, heads, columns, head_dim)``."""
     return states.view(states.size(1), rows, columns, -1).transpose(0, 1)
-
-
-def _pad_left(tensor: torch.Tensor, columns: int, dim: int) -> torch.Tensor:
-    if columns == 0:
-        return tensor
-    shape = list(tensor.shape)
-    shape[dim] = columns
-    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
-
-
-class _Rows:
-    """The sequences of one batch, each waiting for its next forward pass: the KV cache holds everything before
-    ``inputs``; ``mask`` covers the cache's columns and then ``inputs``."""
-
-    def __init__(self, chat: Any, requests: Sequence[CodeRequest]) -> None:
-        self.requests = list(requests)
-        self.generators = [torch.Generator().manual_seed(r.seed) for r in requests]
-        self.steps = [0] * len(requests)
-        """Tokens sampled so far, per row."""
-        device = chat.device_gpt
-        width = max(r.length for r in requests)
-        ids = torch.zeros(len(requests), width, dtype=torch.long)
-        self.mask = torch.zeros(len(requests), width, dtype=torch.long, device=device)
-        for row, request in enumerate(requests):  # left padding, as ChatTTS's tokenizer does
-            start = width - request.length
-            ids[row, start : start + len(request.token_ids)] = torch.tensor(list(request.token_ids), dtype=torch.long)
-            self.mask[row, start:] = 1
-        self.positions = (self.mask.cumsum(-1) - 1).clamp(min=0)
-        self.inputs = self._prompt_embeds(chat, ids.to(chat.device), requests)
-        num_vq = int(chat.config.gpt.num_vq)
-        self.history = torch.zeros(len(requests), REPETITION_WINDOW, num_vq, dtype=torch.long, device=chat.device)
-        """The last tokens of each row, right-aligned; only the last ``min(steps, REPETITION_WINDOW)`` are real."""
-        self.cache = kv_cache.growing_cache(chat.gpt.gpt)
-        self.capture: tuple[int, ...] | None = None
-        """The prefix whose layer states go into the prefix cache once prefilled (a single row's prompt)."""
-
-    def fill_prefix(self, states: LayerStates) -> None:
-        """Take a single row's first columns' keys and values from ``states`` (copied: the cache writes its own
-        buffers) instead of prefilling them."""
-        for index, (keys, values) in enumerate(states):
-            self.cache.update(keys.clone(), values.clone(), index)
-        self.consume(states[0][0].size(2))
-
-    def prefix_states(self, columns: int) -> LayerStates:
-        """A copy of a single row's first ``columns`` keys and values, every layer (no padding before them)."""
-        return [(k[:, :, :columns].clone(), v[:, :, :columns].clone()) for k, v in _cache_tensors(self.cache)]
-
-    @staticmethod
-    def _prompt_embeds(chat: Any, ids: torch.Tensor, requests: Sequence[CodeRequest]) -> torch.Tensor:
-        """Text embeddings, the speaker embedding at ``[spk_emb]``, and a sample's codes embedded as audio tokens
-        are (the sum over the ``num_vq`` code embeddings, as ChatTTS's ``Embed`` does for non-text positions)."""
-        embeds: torch.Tensor = chat.embed.emb_text(ids)
-        spk_id = chat.tokenizer.spk_emb_ids
-        for row, request in enumerate(requests):
-            if request.speaker is not None:
-                vector = F.normalize(request.speaker.float(), p=2.0, dim=0, eps=1e-12).to(embeds)
-                embeds[row, ids[row] == spk_id] = vector
-            if request.prompt_codes is not None:
-                codes = request.prompt_codes.to(ids.device)
-                audio = torch.stack([chat.embed.emb_code[q](codes[:, q]) for q in range(codes.size(1))], 2).sum(2)
-                embeds[row, embeds.size(1) - len(codes) :] = audio.to(embeds.dtype)
-        return embeds
-
-    def __len__(self) -> int:
-        return len(self.requests)
-
-    def keep(self, rows: list[int]) -> None:
-        """Drop every other row, then the padding columns no remaining row needs."""
-        index = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
-        self.cache.batch_select_indices(index)
-        self.requests = [self.requests[i] for i in rows]
-        self.generators = [self.generators[i] for i in rows]
-        self.steps = [self.steps[i] for i in rows]
-        self.mask, self.positions, self.inputs = self.mask[index], self.positions[index], self.inputs[index]
-        self.history = self.history[index.to(self.history.device)]
-        self._trim_padding()
-
-    def _trim_padding(self) -> None:
-        # Rows are right-aligned, so the columns no row attends to are a prefix; the long sequence that needed them
-        # has left, and attending to them would only cost time.
-        unused = int(self.mask.any(0).long().argmax())
-        if unused:
-            self.mask = self.mask[:, unused:]
-            tensors = _cache_tensors(self.cache)
-            _set_cache_tensors(self.cache, [(k[:, :, unused:], v[:, :, unused:]) for k, v in tensors])
-
-    @property
-    def cached_columns(self) -> int:
-        """Columns of the KV cache (the mask's columns before ``inputs``)."""
-        return self.mask.size(1) - self.inputs.size(1)
-
-    def consume(self, columns: int) -> None:
-        """The first ``columns`` of ``inputs`` went through a forward pass: the cache holds them now."""
-        self.inputs, self.positions = self.inputs[:, columns:], self.positions[:, columns:]
-
-    def advance(self, chat: Any, tokens: torch.Tensor) -> None:
-        """Make the sampled ``tokens`` (one per row, each ``num_vq`` codes) the next inputs (all inputs consumed)."""
-        num_vq = int(chat.config.gpt.num_vq)
-        self.history = torch.cat([self.history[:, 1:], tokens.unsqueeze(1)], dim=1)
-        self.steps = [steps + 1 for steps in self.steps]
-        self.inputs = torch.stack([chat.embed.emb_code[q](tokens[:, q]) for q in range(num_vq)], 2).sum(2).unsqueeze(1)
-        self.positions = self.mask.sum(1, keepdim=True)  # each row's real tokens so far: the new one's position
-        ones = torch.ones(len(self), 1, dtype=self.mask.dtype, device=self.mask.device)
-        self.mask = torch.cat([self.mask, ones], dim=1)
-
-    def attention_mask(self, columns: int) -> torch.Tensor:
-        """Which keys each of the next ``columns`` inputs attends to: ``(rows, 1, columns, keys)``, True to attend.
-
-        The keys are the cache's columns then those inputs: a row's own real tokens up to the query's column."""
-        cached = self.cached_columns
-        keys = self.mask[:, : cached + columns].bool()[:, None, None, :]
-        if columns == 1:
-            return keys
-        key_columns = torch.arange(cached + columns, device=keys.device)
-        query_columns = cached + torch.arange(columns, device=keys.device)
-        return keys & (key_columns[None, :] <= query_columns[:, None])
-
-    def absorb(self, other: _Rows) -> None:
-        """Append ``other``'s rows (both sides waiting for a one-token step), aligning both caches on the right."""
-        width = max(self.mask.size(1), other.mask.size(1))
-        mine, theirs = width - self.mask.size(1), width - other.mask.size(1)
-        self.mask = torch.cat([_pad_left(self.mask, mine, 1), _pad_left(other.mask, theirs, 1)])
-        merged = [
-            (torch.cat([_pad_left(k, mine, 2), _pad_left(ok, theirs, 2)]),
-             torch.cat([_pad_left(v, mine, 2), _pad_left(ov, theirs, 2)]))
-            for (k, v), (ok, ov) in zip(_cache_tensors(self.cache), _cache_tensors(other.cache), strict=True)
-        ]  # fmt: skip
-        _set_cache_tensors(self.cache, merged)
-        self.requests += other.requests
-        self.generators += other.generators
-        self.steps += other.steps
-        self.positions = torch.cat([self.positions, other.positions])
-        self.inputs = torch.cat([self.inputs, other.inputs])
-        self.history = torch.cat([self.history, other.history])
 
 
 class CodeBatch:
@@ -282,9 +96,9 @@ class CodeBatch:
         self._prefixes = prefixes
         """Voice prompts' shared beginnings, prefilled once (``CodeRequest.shared_prefix``); ``None``: every prompt
         prefilled whole."""
-        self._rows: _Rows | None = None
-        self._waiting: list[_Rows] = []
-        """Sequences whose prompts are not yet wholly prefilled, one ``_Rows`` each, first come first."""
+        self._rows: Rows | None = None
+        self._waiting: list[Rows] = []
+        """Sequences whose prompts are not yet wholly prefilled, one ``Rows`` each, first come first."""
 
     @property
     def size(self) -> int:
@@ -294,7 +108,7 @@ class CodeBatch:
     def join(self, requests: Sequence[CodeRequest]) -> None:
         """Add new sequences: the next steps prefill their prompts and then sample their tokens with the others'."""
         for request in requests:
-            rows = _Rows(self._chat, [request])
+            rows = Rows(self._chat, [request])
             if self._prefixes is not None and request.shared_prefix:
                 key = tuple(request.token_ids[: request.shared_prefix])
                 states = self._prefixes.get(key)
@@ -340,7 +154,7 @@ class CodeBatch:
                 self._rows.absorb(rows)
         return events
 
-    def _keep_prefix(self, rows: _Rows) -> None:
+    def _keep_prefix(self, rows: Rows) -> None:
         """Put a waiting prompt's shared prefix into the prefix cache once its prefill has passed it (causal: what
         follows changed nothing in it)."""
         if rows.capture is None or rows.cached_columns < len(rows.capture):
@@ -355,10 +169,10 @@ class CodeBatch:
             self._waiting.remove(rows)
         return [(rows.requests[0].key, None) for rows in cancelled]
 
-    def _parts(self) -> list[tuple[_Rows, int]]:
+    def _parts(self) -> list[tuple[Rows, int]]:
         """What the next pass computes: ``(rows, input columns)``, the running rows' one column first, then waiting
         prompts (the first one whole when nothing runs) until the prefill budget is spent."""
-        parts: list[tuple[_Rows, int]] = []
+        parts: list[tuple[Rows, int]] = []
         budget = self._prefill_budget
         if self._rows is not None:
             parts.append((self._rows, 1))
@@ -373,7 +187,7 @@ class CodeBatch:
                 break  # the rest of this prompt comes first in the next pass
         return parts
 
-    def _sample_and_advance(self, rows: _Rows, hidden: torch.Tensor, logits: torch.Tensor | None) -> list[StepEvent]:
+    def _sample_and_advance(self, rows: Rows, hidden: torch.Tensor, logits: torch.Tensor | None) -> list[StepEvent]:
         """Sample each row's token from its last hidden state (or the heads' ``logits`` of it, where the step computed
         them); drop the rows that ended; make the tokens the inputs."""
         hidden = hidden.to(self._chat.device, dtype=torch.float32)
@@ -386,14 +200,14 @@ class CodeBatch:
             rows.advance(self._chat, tokens)
         return events
 
-    def _forward(self, parts: list[tuple[_Rows, int]]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    def _forward(self, parts: list[tuple[Rows, int]]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
         """The backbone over the next input columns of each part; returns each part's last hidden state per row
         ``(rows, hidden)``, and the audio heads' logits of it where the decode graph computed them."""
         if self._graph is not None and len(parts) == 1 and parts[0] == (self._rows, 1):
             return [self._graph_step(parts[0][0])]
         return [(hidden, None) for hidden in self._torch_forward(parts)]
 
-    def _graph_step(self, rows: _Rows) -> tuple[torch.Tensor, torch.Tensor]:
+    def _graph_step(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor]:
         """A decode step of the running rows through the decode graph: their new key and value columns go into their
         cache as the torch pass would put them there."""
         assert self._graph is not None
@@ -405,7 +219,7 @@ class CodeBatch:
             rows.cache.update(keys, values, index)
         return outputs.hidden, outputs.logits
 
-    def _torch_forward(self, parts: list[tuple[_Rows, int]]) -> list[torch.Tensor]:
+    def _torch_forward(self, parts: list[tuple[Rows, int]]) -> list[torch.Tensor]:
         """The backbone over the next input columns of each part, packed into one batch of tokens for the weight
         products; returns each part's last hidden state per row ``(rows, hidden)``."""
         backbone = self._backbone
@@ -425,7 +239,7 @@ class CodeBatch:
             for (rows, columns), part in zip(parts, hidden.split(sizes), strict=True)
         ]
 
-    def _sample(self, hidden: torch.Tensor, rows: _Rows, logits: torch.Tensor | None = None) -> torch.Tensor:
+    def _sample(self, hidden: torch.Tensor, rows: Rows, logits: torch.Tensor | None = None) -> torch.Tensor:
         num_vq = self._num_vq
         if logits is None:
             logits = F.linear(hidden, self._heads)
@@ -446,7 +260,7 @@ class CodeBatch:
         ]
         return torch.stack(sampled)  # (B, vq)
 
-    def _penalise_repetition(self, logits: torch.Tensor, rows: _Rows) -> torch.Tensor:
+    def _penalise_repetition(self, logits: torch.Tensor, rows: Rows) -> torch.Tensor:
         """ChatTTS's processors, each row over its own history: rows that joined late have a shorter one."""
         if not self._processors:
             return logits
@@ -470,7 +284,7 @@ class CodeBatch:
             logits = processor(generated, logits)
         return logits
 
-    def _events(self, rows: _Rows, hidden: torch.Tensor, tokens: torch.Tensor) -> tuple[list[StepEvent], list[int]]:
+    def _events(self, rows: Rows, hidden: torch.Tensor, tokens: torch.Tensor) -> tuple[list[StepEvent], list[int]]:
         """Each row's event(s) for this step, and the rows that go on."""
         events: list[StepEvent] = []
         kept: list[int] = []
@@ -487,14 +301,14 @@ class CodeBatch:
         return events, kept
 
 
-def _graph_cache(rows: _Rows) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+def _graph_cache(rows: Rows) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
     """The cache a graph step reads, and its additive attention bias ``(rows, columns + 1)``: the cache's whole
     buffers where it grows in place (their unused columns masked like padding: attention over keys does not care
     where they lie), so that no step copies it; else its tensors."""
     lowest = torch.finfo(torch.float32).min
     buffers = kv_cache.whole_buffers(rows.cache)
     if buffers is None:
-        return _cache_tensors(rows.cache), torch.zeros(rows.mask.shape).masked_fill_(rows.mask == 0, lowest)
+        return cache_tensors(rows.cache), torch.zeros(rows.mask.shape).masked_fill_(rows.mask == 0, lowest)
     cache, used = buffers
     assert used == rows.cached_columns, "the cache holds every column before the new one"
     bias = torch.full((len(rows), cache[0][0].size(2) + 1), lowest)
@@ -507,11 +321,11 @@ def _graph_cache(rows: _Rows) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], 
 class _Packed:
     """One forward pass's tokens, packed: which rows and how many input columns of each part, in order."""
 
-    parts: list[tuple[_Rows, int]]
+    parts: list[tuple[Rows, int]]
     sizes: list[int]
     """Tokens of each part (its rows times its columns)."""
     masks: list[torch.Tensor]
-    """Each part's attention mask (:meth:`_Rows.attention_mask`)."""
+    """Each part's attention mask (:meth:`Rows.attention_mask`)."""
     rotary: tuple[torch.Tensor, torch.Tensor]
     """The rotary embedding's ``(cos, sin)`` at every packed token's own position."""
 
@@ -541,7 +355,7 @@ def _decoder_layer(layer: Any, index: int, hidden: torch.Tensor, packed: _Packed
 
 
 def _attend(
-    attention: Any, index: int, part: tuple[_Rows, int], mask: torch.Tensor, states: list[torch.Tensor]
+    attention: Any, index: int, part: tuple[Rows, int], mask: torch.Tensor, states: list[torch.Tensor]
 ) -> torch.Tensor:
     """One part's attention in layer ``index``: its new keys and values go into its cache, its queries attend over
     that cache; returns ``(rows * columns, heads * head_dim)``."""

@@ -184,8 +184,7 @@ def test_a_bfloat16_backbone_computes_what_float32_does_within_its_precision(eng
 
     def first_hidden(loaded: ChatTTSEngine) -> torch.Tensor:
         assert loaded._voices is not None
-        prompt = [*loaded._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"]), *loaded._text_ids("one two three"),
-                  *loaded._tag_ids(["[Ptts]"])]  # fmt: skip
+        prompt = loaded.prompts.named_voice_prompt("one two three")
         batch = CodeBatch(loaded._chat, Sampling())
         batch.join([CodeRequest(0, prompt, loaded._voices.named["alloy"], 1, 4, 4, CancelFlag())])
         (key, hidden), *_ = batch.step()
@@ -296,7 +295,7 @@ def test_control_tokens_typed_by_a_caller_are_words_unless_it_opts_in(engine: Ch
     """The token ids the engine sees: ``[laugh]`` and ``[uv_break]`` typed in the text are the words "laugh" and "uv
     break" by default, and the tags themselves once the request opts in; ``[speed_7]`` then sets the rate prompt."""
     text = "Well [laugh] that is [uv_break] funny [speed_7]"
-    tags = engine._tag_ids(["[laugh]", "[uv_break]", "[speed_7]", "[speed_5]"])
+    tags = engine.prompts.tag_ids(["[laugh]", "[uv_break]", "[speed_7]", "[speed_5]"])
     laugh, uv_break, speed_7, speed_5 = tags
 
     def ids(control_tokens: bool) -> list[int]:
@@ -307,7 +306,7 @@ def test_control_tokens_typed_by_a_caller_are_words_unless_it_opts_in(engine: Ch
     plain, opted = ids(False), ids(True)
     assert not {laugh, uv_break, speed_7} & set(plain)
     assert speed_5 in plain  # the request's speed, 1.0
-    assert set(engine._text_ids("laugh")) <= set(plain)
+    assert set(engine.prompts.text_ids("laugh")) <= set(plain)
     assert opted.index(laugh) < opted.index(uv_break)  # in place, in order
     assert speed_7 in opted
     assert speed_5 not in opted
@@ -316,9 +315,9 @@ def test_control_tokens_typed_by_a_caller_are_words_unless_it_opts_in(engine: Ch
 def test_structural_tags_stay_words_even_when_opted_in(engine: ChatTTSEngine) -> None:
     request = SynthesisRequest("[spk_emb] [Stts] hi", "alloy", control_tokens=True, seed=1)
     (segment,) = engine._plan(0, request, CancelFlag()).segments
-    prefix = engine._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"])
+    prefix = engine.prompts.tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"])
     assert segment[: len(prefix)] == prefix
-    assert not set(engine._tag_ids(["[spk_emb]", "[Stts]"])) & set(segment[len(prefix) :])
+    assert not set(engine.prompts.tag_ids(["[spk_emb]", "[Stts]"])) & set(segment[len(prefix) :])
 
 
 # ----------------------------------------------------------------- streaming
@@ -327,8 +326,7 @@ def hiddens(engine: ChatTTSEngine) -> list[Any]:
     from engines.chattts.generation import CodeRequest, Sampling, generate_codes
 
     assert engine._voices is not None
-    prefix = engine._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"])
-    ids = prefix + engine._text_ids("hello world") + engine._tag_ids(["[Ptts]"])
+    ids = engine.prompts.named_voice_prompt("hello world")
     request = CodeRequest(0, ids, engine._voices.named["alloy"], 11, 300, 300, CancelFlag())
     return [h for events in generate_codes(engine._chat, [request], Sampling()) for _, h in events if h is not None]
 

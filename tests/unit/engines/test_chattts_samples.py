@@ -121,7 +121,7 @@ def test_a_sample_at_another_rate_is_resampled(engine: ChatTTSEngine) -> None:
 
 # ----------------------------------------------------------------- the prompt, as ChatTTS builds it
 def test_the_prompt_is_the_one_chattts_builds_for_spk_smp(engine: ChatTTSEngine, speaker: str) -> None:
-    from engines.chattts.generation import _Rows
+    from engines.chattts.rows import Rows
 
     chat = engine._chat
     spk_smp = speaker.removeprefix(SAMPLE_PREFIX).partition("|")[0]
@@ -142,7 +142,7 @@ def test_the_prompt_is_the_one_chattts_builds_for_spk_smp(engine: ChatTTSEngine,
     frames = len(request.prompt_codes)
     assert list(request.token_ids) == input_ids[0, :-frames, 0].tolist()
     assert torch.equal(request.prompt_codes, input_ids[0, -frames:].long())
-    rows = _Rows(chat, [request])
+    rows = Rows(chat, [request])
     assert torch.equal(rows.mask, attention_mask.long())
     assert torch.equal(rows.inputs, theirs)
 

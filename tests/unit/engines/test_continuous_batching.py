@@ -225,9 +225,7 @@ def code_request(engine: ChatTTSEngine, key: int, text: str, voice: str, tokens:
     from engines.chattts.generation import CodeRequest
 
     assert engine._voices is not None
-    prompt = (
-        engine._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"]) + engine._text_ids(text) + engine._tag_ids(["[Ptts]"])
-    )
+    prompt = engine.prompts.named_voice_prompt(text)
     return CodeRequest(key, prompt, engine._voices.named[voice], 100 + key, tokens, tokens, CancelFlag())
 
 
@@ -280,12 +278,13 @@ def transformers_hiddens(engine: ChatTTSEngine, request: Any) -> list[Any]:
     import torch
     from transformers import DynamicCache
 
-    from engines.chattts.generation import CodeBatch, Sampling, _Rows
+    from engines.chattts.generation import CodeBatch, Sampling
+    from engines.chattts.rows import Rows
 
     chat = engine._chat
     backbone = chat.gpt.gpt
     keyword = "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"
-    sampler, rows = CodeBatch(chat, Sampling()), _Rows(chat, [request])  # the prompt's embeddings, the seeded sampler
+    sampler, rows = CodeBatch(chat, Sampling()), Rows(chat, [request])  # the prompt's embeddings, the seeded sampler
     cache = DynamicCache(config=backbone.config)
     inputs, position = rows.inputs, 0
     found = []

@@ -10,7 +10,7 @@ import torch
 from transformers import DynamicCache, LlamaConfig
 
 from engines.base import CancelFlag
-from engines.chattts import ChatTTSEngine, generation, kv_cache
+from engines.chattts import ChatTTSEngine, kv_cache, rows
 from engines.chattts.generation import CodeBatch, CodeRequest, Sampling
 from tests.chattts_assets import chattts_engine_options
 
@@ -54,8 +54,8 @@ def test_rewrites_between_steps_are_taken_in() -> None:
     for target in (cache, reference):
         target.batch_select_indices(torch.tensor([0, 2]))
     for target in (cache, reference):  # as the token loop trims padding
-        tensors = generation._cache_tensors(target)
-        generation._set_cache_tensors(target, [(keys[:, :, 2:], values[:, :, 2:]) for keys, values in tensors])
+        tensors = rows.cache_tensors(target)
+        rows.set_cache_tensors(target, [(keys[:, :, 2:], values[:, :, 2:]) for keys, values in tensors])
     for step in range(3):
         for layer in range(LAYERS):
             states = columns(1, batch=2), columns(1, batch=2)
@@ -75,8 +75,7 @@ def engine() -> ChatTTSEngine:
 def run_with_a_joiner(engine: ChatTTSEngine) -> list[tuple[int, Any]]:
     """Two sequences, a third joining after 5 steps, one ending early: every event, in order."""
     voices = engine._voices.named  # type: ignore[union-attr]
-    prompt = [*engine._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"]), *engine._text_ids("hello world"),
-              *engine._tag_ids(["[Ptts]"])]  # fmt: skip
+    prompt = engine.prompts.named_voice_prompt("hello world")
     first = [CodeRequest(key, prompt[: len(prompt) - key], voices["alloy"], key, 60 - 20 * key, 1, CancelFlag())
              for key in range(2)]  # fmt: skip
     codes = CodeBatch(engine._chat, Sampling())

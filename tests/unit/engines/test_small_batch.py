@@ -133,8 +133,7 @@ def test_a_backbone_on_blocked_weights_generates_what_it_does_on_plain_ones(monk
 
     def hiddens(engine: ChatTTSEngine) -> list[Any]:
         assert engine._voices is not None
-        prompt = [*engine._tag_ids(["[Stts]", "[spk_emb]", "[speed_5]"]), *engine._text_ids("words to say"),
-                  *engine._tag_ids(["[Ptts]"])]  # fmt: skip
+        prompt = engine.prompts.named_voice_prompt("words to say")
         requests = [CodeRequest(k, prompt[k:], engine._voices.named["alloy"], k, 12, 12, CancelFlag()) for k in (0, 1)]
         batch = CodeBatch(engine._chat, Sampling())
         batch.join(requests[:1])
