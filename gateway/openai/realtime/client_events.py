@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
 
 from gateway.http.errors import OpenAIError
 from gateway.http.json_depth import json_depth_exceeds
@@ -51,61 +51,67 @@ MAX_EVENT_DEPTH: Final = 32
 
 
 @dataclass(frozen=True, slots=True)
-class SessionUpdate:
-    """``session.update``: the voice settings it names (OpenAI's other fields are checked, then dropped)."""
+class _ClientEventBase:
+    """What every client event carries (by keyword, after each event's own fields)."""
 
-    patch: SessionPatch
-    event_id: str | None = None
+    event_id: str | None = field(default=None, kw_only=True)
+    """The client's own id for the event, echoed in an ``error`` about it."""
 
 
 @dataclass(frozen=True, slots=True)
-class ConversationItemCreate:
+class SessionUpdate(_ClientEventBase):
+    """``session.update``: the voice settings it names (OpenAI's other fields are checked, then dropped)."""
+
+    patch: SessionPatch
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationItemCreate(_ClientEventBase):
     """``conversation.item.create``: a message to add after ``previous_item_id`` (``root``: first; ``None``: last)."""
 
     item: Item
     previous_item_id: str | None = None
-    event_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class ConversationItemDelete:
+class _ItemEvent(_ClientEventBase):
+    """An event about one item of the conversation, by its id."""
+
     item_id: str
-    event_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class ConversationItemRetrieve:
-    item_id: str
-    event_id: str | None = None
+class ConversationItemDelete(_ItemEvent):
+    """``conversation.item.delete``."""
 
 
 @dataclass(frozen=True, slots=True)
-class ResponseCreate:
+class ConversationItemRetrieve(_ItemEvent):
+    """``conversation.item.retrieve``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseCreate(_ClientEventBase):
     params: ResponseParams
-    event_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class ResponseCancel:
+class ResponseCancel(_ClientEventBase):
     """``response.cancel``: the response ``response_id``, or ``None`` for the one in progress."""
 
     response_id: str | None = None
-    event_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class OutputAudioBufferClear:
+class OutputAudioBufferClear(_ClientEventBase):
     """``output_audio_buffer.clear``: stop the audio in flight (WebRTC's; follows a ``response.cancel``)."""
 
-    event_id: str | None = None
-
 
 @dataclass(frozen=True, slots=True)
-class Unsupported:
+class Unsupported(_ClientEventBase):
     """One of OpenAI's events that a speaker has no use for: audio input, truncating spoken audio, and the like."""
 
     type: str
-    event_id: str | None = None
 
     @property
     def error(self) -> OpenAIError:
@@ -127,6 +133,8 @@ ClientEvent: TypeAlias = (
     | OutputAudioBufferClear
     | Unsupported
 )
+
+_Item = TypeVar("_Item", bound=_ItemEvent)
 
 _UNSUPPORTED_TYPES = frozenset(
     {
@@ -158,7 +166,7 @@ def parse_client_event(text: str, *, max_depth: int = MAX_EVENT_DEPTH) -> Client
     if isinstance(kind, str) and kind in _PARSERS:
         return _PARSERS[kind](raw, event_id)
     if isinstance(kind, str) and kind in _UNSUPPORTED_TYPES:
-        return Unsupported(kind, event_id)
+        return Unsupported(kind, event_id=event_id)
     raise _unknown_type(kind, "type" in raw, event_id)
 
 
@@ -209,26 +217,28 @@ def _session_update(raw: dict[str, JsonValue], event_id: str | None) -> SessionU
         instructions=session.instructions,
         seed=session.seed,
     )
-    return SessionUpdate(patch, event_id)
+    return SessionUpdate(patch, event_id=event_id)
 
 
 def _item_create(raw: dict[str, JsonValue], event_id: str | None) -> ConversationItemCreate:
     wire = validate(_wire.ItemCreateEvent, raw, "", event_id)
-    return ConversationItemCreate(_message(wire.item, "item", event_id), wire.previous_item_id, event_id)
+    item = _message(wire.item, "item", event_id)
+    return ConversationItemCreate(item, wire.previous_item_id, event_id=event_id)
 
 
-def _item_delete(raw: dict[str, JsonValue], event_id: str | None) -> ConversationItemDelete:
-    return ConversationItemDelete(validate(_wire.ItemIdEvent, raw, "", event_id).item_id, event_id)
+def _item_event(event: type[_Item]) -> Callable[[dict[str, JsonValue], str | None], _Item]:
+    """The parser of an event that names an item by its id: ``conversation.item.delete`` and ``….retrieve``."""
 
+    def parse(raw: dict[str, JsonValue], event_id: str | None) -> _Item:
+        return event(validate(_wire.ItemIdEvent, raw, "", event_id).item_id, event_id=event_id)
 
-def _item_retrieve(raw: dict[str, JsonValue], event_id: str | None) -> ConversationItemRetrieve:
-    return ConversationItemRetrieve(validate(_wire.ItemIdEvent, raw, "", event_id).item_id, event_id)
+    return parse
 
 
 def _response_create(raw: dict[str, JsonValue], event_id: str | None) -> ResponseCreate:
     response = validate(_wire.ResponseCreateEvent, raw, "", event_id).response
     if response is None:
-        return ResponseCreate(ResponseParams(), event_id)
+        return ResponseCreate(ResponseParams(), event_id=event_id)
     _check_speaks(response, "response", event_id)
     output = response.audio.output if response.audio else None
     params = ResponseParams(
@@ -239,24 +249,25 @@ def _response_create(raw: dict[str, JsonValue], event_id: str | None) -> Respons
         output_format=OutputAudioFormat(output.format.type) if output and output.format else None,
         metadata=MappingProxyType(dict(response.metadata)) if response.metadata is not None else None,
     )
-    return ResponseCreate(params, event_id)
+    return ResponseCreate(params, event_id=event_id)
 
 
 def _response_cancel(raw: dict[str, JsonValue], event_id: str | None) -> ResponseCancel:
-    return ResponseCancel(validate(_wire.ResponseCancelEvent, raw, "", event_id).response_id, event_id)
+    response_id = validate(_wire.ResponseCancelEvent, raw, "", event_id).response_id
+    return ResponseCancel(response_id, event_id=event_id)
 
 
 def _audio_buffer_clear(raw: dict[str, JsonValue], event_id: str | None) -> OutputAudioBufferClear:
     validate(_wire.Event, raw, "", event_id)
-    return OutputAudioBufferClear(event_id)
+    return OutputAudioBufferClear(event_id=event_id)
 
 
 _PARSERS: Final[Mapping[str, Callable[[dict[str, JsonValue], str | None], ClientEvent]]] = MappingProxyType(
     {
         "session.update": _session_update,
         "conversation.item.create": _item_create,
-        "conversation.item.delete": _item_delete,
-        "conversation.item.retrieve": _item_retrieve,
+        "conversation.item.delete": _item_event(ConversationItemDelete),
+        "conversation.item.retrieve": _item_event(ConversationItemRetrieve),
         "response.create": _response_create,
         "response.cancel": _response_cancel,
         "output_audio_buffer.clear": _audio_buffer_clear,

@@ -301,7 +301,7 @@ def test_conversation_item_create_keeps_the_clients_ids() -> None:
         },
     }
     assert parse_client_event(sdk_sends(event)) == ConversationItemCreate(
-        Item("msg_1", "user", (ContentPart("input_text", "Read this aloud."),)), "root", "evt_2"
+        Item("msg_1", "user", (ContentPart("input_text", "Read this aloud."),)), "root", event_id="evt_2"
     )
 
 
@@ -344,12 +344,15 @@ def test_a_bare_response_create_speaks_the_conversation() -> None:
     ("event", "expected"),
     [
         ({"type": "response.cancel"}, ResponseCancel()),
-        ({"type": "response.cancel", "response_id": "resp_1", "event_id": "e"}, ResponseCancel("resp_1", "e")),
+        ({"type": "response.cancel", "response_id": "resp_1", "event_id": "e"}, ResponseCancel("resp_1", event_id="e")),
         ({"type": "output_audio_buffer.clear"}, OutputAudioBufferClear()),
         ({"type": "conversation.item.delete", "item_id": "msg_1"}, ConversationItemDelete("msg_1")),
         ({"type": "conversation.item.retrieve", "item_id": "msg_1"}, ConversationItemRetrieve("msg_1")),
         ({"type": "input_audio_buffer.append", "audio": "AAAA"}, Unsupported("input_audio_buffer.append")),
-        ({"type": "input_audio_buffer.commit", "event_id": "e"}, Unsupported("input_audio_buffer.commit", "e")),
+        (
+            {"type": "input_audio_buffer.commit", "event_id": "e"},
+            Unsupported("input_audio_buffer.commit", event_id="e"),
+        ),
         ({"type": "input_audio_buffer.clear"}, Unsupported("input_audio_buffer.clear")),
         (
             {"type": "conversation.item.truncate", "item_id": "msg_1", "content_index": 0, "audio_end_ms": 100},
@@ -363,7 +366,7 @@ def test_the_other_client_events(event: RealtimeClientEventParam, expected: obje
 
 def test_unsupported_events_are_answered_with_an_error_naming_them() -> None:
     parsed = parse_client_event('{"type":"transcription_session.update","event_id":"e1","session":{}}')
-    assert parsed == Unsupported("transcription_session.update", "e1")
+    assert parsed == Unsupported("transcription_session.update", event_id="e1")
     assert isinstance(parsed, Unsupported)
     sent = server_event(error_event(parsed.error, client_event_id=parsed.event_id), RealtimeErrorEvent)
     assert (sent.error.code, sent.error.param, sent.error.event_id) == ("unsupported_event", "type", "e1")
