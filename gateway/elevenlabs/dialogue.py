@@ -15,19 +15,16 @@ line's segments cover that line's characters, their indexes counted in the whole
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
-from litestar import Controller, Request, Response
-from litestar.di import Dependency, Provide
-from litestar.openapi.spec import Operation
-from litestar.params import JSONBody, SkipValidationMarker
-from litestar.response import Stream  # noqa: TC002 - Litestar reads the handlers' hints at runtime
+from litestar import Controller, Request
+from litestar.di import Provide
+from litestar.params import JSONBody  # noqa: TC002 - Litestar reads the dependency's hints at runtime
 from pydantic import BaseModel
 
 from gateway.elevenlabs.formats import DEFAULT_OUTPUT_FORMAT
-from gateway.elevenlabs.speech import Format, JsonLinesOperation, Logging, Spoken, audio_route, speak_pcm
+from gateway.elevenlabs.speech import Format, Logging, Spoken, SpokenRoutes, speak_pcm, spoken_routes, timed_audio
 from gateway.elevenlabs.wire import CharacterAlignment, TextToDialogueRequest
 from gateway.http.auth.dependencies import Caller  # noqa: TC001 - read at runtime, as JSONBody
 from gateway.text import Markup
@@ -75,17 +72,10 @@ class SpokenDialogue(Spoken):
 
     turns: list[_Turn]
 
-    def with_segments(self, audio: bytes, characters: CharacterTimes | None) -> AudioWithVoiceSegments:
+    def with_timestamps(self, audio: bytes, characters: CharacterTimes | None) -> AudioWithVoiceSegments:
         """A piece of the audio with its characters' times and the turns those characters belong to."""
-        return _with_segments(self.turns, audio, characters)
-
-    def line(self, audio: bytes, characters: CharacterTimes | None) -> bytes:
-        """:meth:`with_segments` as a line of ``…/stream/with-timestamps``."""
-        return self.with_segments(audio, characters).model_dump_json().encode() + b"\n"
-
-
-SpokenDialogueDep: TypeAlias = Annotated[SpokenDialogue, Dependency(kind="named"), SkipValidationMarker()]
-"""What a dialogue route speaks (provided as ``spoken``)."""
+        segments = _segments(self.turns, characters) if characters is not None else []
+        return AudioWithVoiceSegments(**dict(timed_audio(audio, characters)), voice_segments=segments)
 
 
 async def _spoken_dialogue(
@@ -113,34 +103,19 @@ class TextToDialogueController(Controller):
     path = DIALOGUE_PATH
     dependencies = {"spoken": Provide(_spoken_dialogue)}  # noqa: RUF012 - Litestar's declared type
 
-    @audio_route("/", "elevenLabsTextToDialogue", "ElevenLabs: the whole audio of a dialogue, each turn in its voice.")
-    async def convert(self, request: Request[Any, Any, Any], spoken: SpokenDialogueDep) -> Response[bytes]:
-        return await spoken.whole_response(request)
-
-    @audio_route("/stream", "elevenLabsTextToDialogueStream", "ElevenLabs: the audio of a dialogue, as it is spoken.")
-    async def stream(self, spoken: SpokenDialogueDep) -> Response[Any]:
-        return spoken.streamed()
-
-    @audio_route(
-        "/with-timestamps",
-        "elevenLabsTextToDialogueWithTimestamps",
-        "ElevenLabs: the whole audio of a dialogue in base64, with its characters' times and each turn's segment.",
-        operation_class=Operation,  # the body's own schema
+    convert, stream, convert_with_timestamps, stream_with_timestamps = spoken_routes(
+        SpokenRoutes(
+            "",
+            "elevenLabsTextToDialogue",
+            whole="ElevenLabs: the whole audio of a dialogue, each turn in its voice.",
+            stream="ElevenLabs: the audio of a dialogue, as it is spoken.",
+            with_timestamps="ElevenLabs: the whole audio of a dialogue in base64, with its characters' times and each "
+            "turn's segment.",
+            stream_with_timestamps="ElevenLabs: the audio of a dialogue as it is spoken, in JSON lines with its "
+            "characters' times and turns.",
+            timed_body=AudioWithVoiceSegments,
+        )
     )
-    async def convert_with_timestamps(
-        self, request: Request[Any, Any, Any], spoken: SpokenDialogueDep
-    ) -> Response[AudioWithVoiceSegments]:
-        audio = await spoken.whole_audio(request)
-        return Response(spoken.with_segments(audio, spoken.reply.alignment.characters()), headers=spoken.headers)
-
-    @audio_route(
-        "/stream/with-timestamps",
-        "elevenLabsTextToDialogueStreamWithTimestamps",
-        "ElevenLabs: the audio of a dialogue as it is spoken, in JSON lines with its characters' times and turns.",
-        operation_class=JsonLinesOperation,
-    )
-    async def stream_with_timestamps(self, spoken: SpokenDialogueDep) -> Stream:
-        return spoken.timed_lines(spoken.line)
 
 
 def _turns(data: TextToDialogueRequest) -> list[_Turn]:
@@ -154,17 +129,6 @@ def _turns(data: TextToDialogueRequest) -> list[_Turn]:
                 offset += len(part.text.strip()) + 1
         turns.append((turn.voice_id, start, max(start, offset - 1)))
     return turns
-
-
-def _with_segments(turns: list[_Turn], audio: bytes, characters: CharacterTimes | None) -> AudioWithVoiceSegments:
-    """A piece of audio with its characters' times and the turns those characters belong to."""
-    alignment = CharacterAlignment.model_validate(characters.rest_api()) if characters is not None else None
-    return AudioWithVoiceSegments(
-        audio_base64=base64.b64encode(audio).decode("ascii"),
-        alignment=alignment,
-        normalized_alignment=alignment,
-        voice_segments=_segments(turns, characters) if characters is not None else [],
-    )
 
 
 def _segments(turns: list[_Turn], characters: CharacterTimes) -> list[VoiceSegment]:

@@ -27,6 +27,7 @@ from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType
 from litestar.params import JSONBody, Parameter, SkipValidationMarker
 from litestar.response import Stream  # noqa: TC002 - Litestar reads the handlers' hints at runtime
 from litestar.status_codes import HTTP_200_OK, HTTP_400_BAD_REQUEST
+from pydantic import BaseModel  # noqa: TC002 - Litestar reads the handlers' hints at runtime
 
 from gateway.audio import AudioFormat, open_encoding, output_sample_rate
 from gateway.elevenlabs.errors import error_responses
@@ -48,7 +49,9 @@ from gateway.speech.alignment import CharacterCursor
 from gateway.state import gateway_state
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Callable
+    from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+
+    from litestar.handlers import HTTPRouteHandler
 
     from auth import Principal
     from gateway.audio import Encoding
@@ -57,16 +60,22 @@ if TYPE_CHECKING:
     from gateway.speech.reply import SpeechReply
     from gateway.text import Markup, Script
 
+    TimedBody: TypeAlias = BaseModel
+    """(Resolved at run time from each family's :class:`SpokenRoutes`.)"""
+
 __all__ = [
     "Format",
     "Logging",
     "Spoken",
     "SpokenDep",
+    "SpokenRoutes",
     "TextToSpeechController",
     "audio_route",
     "encoding_of",
     "speak_pcm",
+    "spoken_routes",
     "streamed",
+    "timed_audio",
     "timed_lines",
     "whole_audio",
 ]
@@ -133,7 +142,13 @@ class JsonLinesOperation(Operation):
             )
 
 
-def audio_route(path: str, operation_id: str, summary: str, operation_class: type[Operation] = AudioOperation) -> post:
+def audio_route(
+    path: str,
+    operation_id: str,
+    summary: str,
+    operation_class: type[Operation] = AudioOperation,
+    signature_namespace: Mapping[str, Any] | None = None,
+) -> post:
     return post(
         path,
         status_code=HTTP_200_OK,
@@ -141,6 +156,7 @@ def audio_route(path: str, operation_id: str, summary: str, operation_class: typ
         summary=summary,
         operation_class=operation_class,
         responses=error_responses(400, 401, 403, 404, 413, 422, 429, 503),
+        signature_namespace=signature_namespace,
     )
 
 
@@ -166,11 +182,24 @@ class Spoken:
         """The audio as it comes (:func:`streamed`)."""
         return streamed(self.reply, self.encoding, self.headers)
 
-    def timed_lines(self, line: Callable[[bytes, CharacterTimes | None], bytes]) -> Stream:
-        """The audio as JSON lines, each rendered by ``line`` (:func:`timed_lines`), the reply released however the
-        stream ends."""
-        lines = timed_lines(self.reply, self.encoding, line)
+    def with_timestamps(self, audio: bytes, characters: CharacterTimes | None) -> BaseModel:
+        """A piece of the audio with its characters' times: ``…/with-timestamps``' body, and each line of
+        ``…/stream/with-timestamps`` (``AudioWithTimestamps``; a dialogue's says more)."""
+        return timed_audio(audio, characters)
+
+    async def timed_response(self, request: Request[Any, Any, Any]) -> Response[BaseModel]:
+        """The whole audio with its characters' times."""
+        audio = await self.whole_audio(request)
+        return Response(self.with_timestamps(audio, self.reply.alignment.characters()), headers=self.headers)
+
+    def timed_lines(self) -> Stream:
+        """The audio as JSON lines, each rendered by :meth:`with_timestamps` (:func:`timed_lines`), the reply released
+        however the stream ends."""
+        lines = timed_lines(self.reply, self.encoding, self._line)
         return ReleasedStream(lines, media_type=JSON_LINES, headers=self.headers, release=self.reply.close)
+
+    def _line(self, audio: bytes, characters: CharacterTimes | None) -> bytes:
+        return self.with_timestamps(audio, characters).model_dump_json().encode() + b"\n"
 
 
 async def speak_pcm(
@@ -225,46 +254,84 @@ async def _spoken_text(  # noqa: PLR0917 - the routes' parameters, read by Lites
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SpokenRoutes:
+    """How the OpenAPI document names the four routes of a family of spoken text: the whole audio, the audio as it is
+    spoken, each also ``…/with-timestamps``."""
+
+    path: str
+    """The whole audio's, below the controller's (``""``: the controller's own); the others add ``/stream``,
+    ``/with-timestamps``."""
+    operation_id: str
+    """The whole audio's; the others add ``Stream``, ``WithTimestamps``."""
+    whole: str
+    stream: str
+    with_timestamps: str
+    stream_with_timestamps: str
+    """The routes' summaries."""
+    timed_body: type[BaseModel]
+    """``…/with-timestamps``' body: what :meth:`Spoken.with_timestamps` makes for the family."""
+
+
+def spoken_routes(
+    routes: SpokenRoutes,
+) -> tuple[HTTPRouteHandler, HTTPRouteHandler, HTTPRouteHandler, HTTPRouteHandler]:
+    """The four handlers of ``routes``, for a controller that provides their :class:`Spoken` as ``spoken`` (which
+    takes and documents the request's parameters): each answers it in its own shape, the same for every family."""
+    path, operation_id = routes.path, routes.operation_id
+    # Litestar reads the body's schema from the return annotation: ``TimedBody`` names the family's, resolved from the
+    # handler's signature namespace.
+    timed_body = {"TimedBody": routes.timed_body}
+
+    @audio_route(path or "/", operation_id, routes.whole)
+    async def convert(_controller: Controller, request: Request[Any, Any, Any], spoken: SpokenDep) -> Response[bytes]:
+        return await spoken.whole_response(request)
+
+    @audio_route(f"{path}/stream", f"{operation_id}Stream", routes.stream)
+    async def stream(_controller: Controller, spoken: SpokenDep) -> Response[Any]:
+        return spoken.streamed()
+
+    @audio_route(
+        f"{path}/with-timestamps",
+        f"{operation_id}WithTimestamps",
+        routes.with_timestamps,
+        operation_class=Operation,  # the body's own schema
+        signature_namespace=timed_body,
+    )
+    async def convert_with_timestamps(
+        _controller: Controller, request: Request[Any, Any, Any], spoken: SpokenDep
+    ) -> Response[TimedBody]:
+        return await spoken.timed_response(request)
+
+    @audio_route(
+        f"{path}/stream/with-timestamps",
+        f"{operation_id}StreamWithTimestamps",
+        routes.stream_with_timestamps,
+        operation_class=JsonLinesOperation,
+    )
+    async def stream_with_timestamps(_controller: Controller, spoken: SpokenDep) -> Stream:
+        return spoken.timed_lines()
+
+    return convert, stream, convert_with_timestamps, stream_with_timestamps
+
+
 class TextToSpeechController(Controller):
     path = PATH
     dependencies = {"spoken": Provide(_spoken_text)}  # noqa: RUF012 - Litestar's declared type
 
-    @audio_route(
-        "/{voice_id:str}",
-        "elevenLabsTextToSpeech",
-        "ElevenLabs: the whole audio of the text, once it is complete (with Content-Length).",
+    convert, stream, convert_with_timestamps, stream_with_timestamps = spoken_routes(
+        SpokenRoutes(
+            "/{voice_id:str}",
+            "elevenLabsTextToSpeech",
+            whole="ElevenLabs: the whole audio of the text, once it is complete (with Content-Length).",
+            stream="ElevenLabs: the audio of the text, streamed as it is spoken.",
+            with_timestamps="ElevenLabs: the whole audio of the text in base64, with when each of its characters is "
+            "heard.",
+            stream_with_timestamps="ElevenLabs: the audio of the text as it is spoken, in JSON lines with its "
+            "characters' times.",
+            timed_body=AudioWithTimestamps,
+        )
     )
-    async def convert(self, request: Request[Any, Any, Any], spoken: SpokenDep) -> Response[bytes]:
-        return await spoken.whole_response(request)
-
-    @audio_route(
-        "/{voice_id:str}/stream",
-        "elevenLabsTextToSpeechStream",
-        "ElevenLabs: the audio of the text, streamed as it is spoken.",
-    )
-    async def stream(self, spoken: SpokenDep) -> Response[Any]:
-        return spoken.streamed()
-
-    @audio_route(
-        "/{voice_id:str}/with-timestamps",
-        "elevenLabsTextToSpeechWithTimestamps",
-        "ElevenLabs: the whole audio of the text in base64, with when each of its characters is heard.",
-        operation_class=Operation,  # the body's own schema
-    )
-    async def convert_with_timestamps(
-        self, request: Request[Any, Any, Any], spoken: SpokenDep
-    ) -> Response[AudioWithTimestamps]:
-        audio = await spoken.whole_audio(request)
-        return Response(_with_timestamps(audio, spoken.reply.alignment.characters()), headers=spoken.headers)
-
-    @audio_route(
-        "/{voice_id:str}/stream/with-timestamps",
-        "elevenLabsTextToSpeechStreamWithTimestamps",
-        "ElevenLabs: the audio of the text as it is spoken, in JSON lines with its characters' times.",
-        operation_class=JsonLinesOperation,
-    )
-    async def stream_with_timestamps(self, spoken: SpokenDep) -> Stream:
-        return spoken.timed_lines(_line)
 
 
 def streamed(reply: SpeechReply, encoding: Encoding, headers: dict[str, str]) -> Response[Any]:
@@ -334,17 +401,13 @@ async def encoded_audio(pcm: AsyncIterator[bytes], encoding: Encoding) -> AsyncI
         yield tail
 
 
-def _with_timestamps(audio: bytes, characters: CharacterTimes | None) -> AudioWithTimestamps:
+def timed_audio(audio: bytes, characters: CharacterTimes | None) -> AudioWithTimestamps:
     """ElevenLabs' object of a piece of audio and its characters' times; ``normalized_alignment`` the same, since
     the text is spoken as given."""
     alignment = CharacterAlignment.model_validate(characters.rest_api()) if characters is not None else None
     return AudioWithTimestamps(
         audio_base64=base64.b64encode(audio).decode("ascii"), alignment=alignment, normalized_alignment=alignment
     )
-
-
-def _line(audio: bytes, characters: CharacterTimes | None) -> bytes:
-    return _with_timestamps(audio, characters).model_dump_json().encode() + b"\n"
 
 
 async def timed_lines(
