@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Generic, Literal, Protocol, TypeVar, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, Protocol, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 
 from engines.remote.context import CONTINUING_FIELD, MAX_SPEAKER_CHARS, SPEAKER_FIELD
 from gateway.audio.formats import SPEECH_SAMPLE_RATES, AudioFormat, sample_rates
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 __all__ = [
     "CUSTOM_VOICE_PREFIX",
@@ -50,6 +53,8 @@ MAX_RAISED_INPUT_CHARS = 100_000
 request is then held to its tenant's cap (``limits.speech_input_characters``, else 4096) by the speech service."""
 
 ItemT = TypeVar("ItemT")
+RecordT = TypeVar("RecordT")
+RecordT_co = TypeVar("RecordT_co", covariant=True)
 
 
 class Identified(Protocol):
@@ -60,6 +65,16 @@ class Identified(Protocol):
 
 
 IdentifiedT = TypeVar("IdentifiedT", bound=Identified)
+
+
+class RecordPage(Protocol[RecordT_co]):
+    """A store's page of records, in the order of its listing (``storage.Page``, a consent store's page)."""
+
+    @property
+    def data(self) -> Sequence[RecordT_co]: ...
+
+    @property
+    def has_more(self) -> bool: ...
 
 
 class ListPage(BaseModel, Generic[ItemT]):
@@ -83,6 +98,13 @@ class ListPage(BaseModel, Generic[ItemT]):
         """The page of ``data``, bounded by its first and last items' ids."""
         first, last = (data[0].id, data[-1].id) if data else (None, None)
         return cls(data=data, first_id=first, last_id=last, has_more=has_more)
+
+    @classmethod
+    def of_records(
+        cls: type[ListPage[IdentifiedT]], page: RecordPage[RecordT], shown: Callable[[RecordT], IdentifiedT]
+    ) -> ListPage[IdentifiedT]:
+        """A store's page of records, each as ``shown`` makes it the API's object, as a listing route answers it."""
+        return cls.of([shown(record) for record in page.data], has_more=page.has_more)
 
     @classmethod
     def model_parametrized_name(cls, params: tuple[Any, ...]) -> str:

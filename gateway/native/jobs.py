@@ -99,7 +99,7 @@ class SpeechJobsController(Controller):
         limit: Annotated[int, Parameter(description="Jobs per page.", ge=1, le=100)] = 20,
     ) -> SpeechJobList:
         page = await _jobs(request).page(principal.tenant.name, after=after, limit=limit)
-        return SpeechJobList.of([shown(record) for record in page.data], has_more=page.has_more)
+        return SpeechJobList.of_records(page, shown)
 
     @get(
         "/{job_id:str}",

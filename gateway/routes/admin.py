@@ -196,8 +196,7 @@ class AdminController(Controller):
 
     @get("/tenants", operation_id="adminListTenants", responses=_ERRORS)
     async def list_tenants(self, auth_store: AuthStoreDep, after: After = None, limit: Limit = 20) -> TenantList:
-        page = await auth_store.page_tenants(after=after, limit=limit)
-        return TenantList.of([_tenant(tenant) for tenant in page.data], has_more=page.has_more)
+        return TenantList.of_records(await auth_store.page_tenants(after=after, limit=limit), _tenant)
 
     @post("/tenants", status_code=HTTP_201_CREATED, operation_id="adminCreateTenant", responses=_ERRORS)
     async def create_tenant(
@@ -255,8 +254,7 @@ class AdminController(Controller):
     async def list_keys(
         self, name: FromPath[str], auth_store: AuthStoreDep, after: After = None, limit: Limit = 20
     ) -> KeyList:
-        page = await auth_store.page_keys(name, after=after, limit=limit)
-        return KeyList.of([_key(record) for record in page.data], has_more=page.has_more)
+        return KeyList.of_records(await auth_store.page_keys(name, after=after, limit=limit), _key)
 
     @delete("/keys/{key_id:str}", status_code=200, operation_id="adminRevokeKey", responses=_ERRORS)
     async def revoke_key(self, key_id: FromPath[str], auth_store: AuthStoreDep) -> KeyRevoked:

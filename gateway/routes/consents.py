@@ -140,8 +140,7 @@ class VoiceConsentsController(Controller):
         after: Annotated[str | None, Parameter(description="Start after this consent id.", max_length=256)] = None,
         limit: Annotated[int, Parameter(description="Consents per page.", ge=1, le=100)] = 20,
     ) -> VoiceConsentList:
-        page = await consents.page(principal.tenant.name, after=after, limit=limit)
-        return VoiceConsentList.of([_shown(consent) for consent in page.data], has_more=page.has_more)
+        return VoiceConsentList.of_records(await consents.page(principal.tenant.name, after=after, limit=limit), _shown)
 
     @get(
         "/{consent_id:str}",
