@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import resource
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.http.client_address import ProxyTrust
@@ -23,17 +23,21 @@ _RESERVED_FILES = 64
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
-    """The limits one server enforces on every connection (``server`` settings)."""
+    """The limits one server enforces on every connection (``server`` settings).
+
+    Built by :meth:`from_settings` only, and with no defaults of its own: a limit added here that it does not pass
+    is a type error, not a limit silently running at another value than the configured one.
+    """
 
     max_header_bytes: int
     max_headers: int
     header_timeout_s: float
     max_connections: int
-    body_min_rate_bytes_per_s: int = 1
-    body_rate_interval_s: float = 10.0
-    body_timeout_s: float | None = None
-    max_connections_per_address: int = 1 << 30
-    proxies: ProxyTrust = field(default_factory=lambda: ProxyTrust(()))
+    body_min_rate_bytes_per_s: int
+    body_rate_interval_s: float
+    body_timeout_s: float | None
+    max_connections_per_address: int
+    proxies: ProxyTrust
 
     @classmethod
     def from_settings(cls, server: ServerSettings) -> ConnectionLimits:

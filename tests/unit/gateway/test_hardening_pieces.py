@@ -4,6 +4,7 @@ credential throttle."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import resource
@@ -175,6 +176,25 @@ def test_body_limits_come_from_the_settings_and_the_total_is_optional() -> None:
     assert limits.body_min_interval_bytes == 10240
     legacy = ConnectionLimits.from_settings(ServerSettings(body_timeout_s=30))  # a config from before still loads
     assert legacy.body_timeout_s == 30
+
+
+def test_every_connection_limit_is_the_configured_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    configured: dict[str, Any] = {
+        "max_header_bytes": 2048,
+        "max_headers": 9,
+        "header_timeout_s": 3.5,
+        "max_connections": 77,
+        "body_min_rate_bytes_per_s": 5,
+        "body_rate_interval_s": 2.5,
+        "body_timeout_s": 45.0,
+        "max_connections_per_address": 3,
+    }
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (65536, 65536))
+    limits = ConnectionLimits.from_settings(ServerSettings(**configured, trusted_proxies=["10.0.0.0/8"]))
+    assert {field.name for field in dataclasses.fields(limits)} == {*configured, "proxies"}  # none left untested
+    assert {name: getattr(limits, name) for name in configured} == configured
+    assert limits.proxies.trusts("10.1.2.3")
+    assert not limits.proxies.trusts("192.0.2.1")
 
 
 # ----------------------------------------------------------------------------------------------- client addresses
