@@ -10,7 +10,9 @@ from engines.remote.context import CONTINUING_FIELD, MAX_SPEAKER_CHARS, SPEAKER_
 from gateway.audio.formats import SPEECH_SAMPLE_RATES, AudioFormat, sample_rates
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
+
+    from storage import Page
 
 __all__ = [
     "CUSTOM_VOICE_PREFIX",
@@ -54,7 +56,6 @@ request is then held to its tenant's cap (``limits.speech_input_characters``, el
 
 ItemT = TypeVar("ItemT")
 RecordT = TypeVar("RecordT")
-RecordT_co = TypeVar("RecordT_co", covariant=True)
 
 
 class Identified(Protocol):
@@ -65,16 +66,6 @@ class Identified(Protocol):
 
 
 IdentifiedT = TypeVar("IdentifiedT", bound=Identified)
-
-
-class RecordPage(Protocol[RecordT_co]):
-    """A store's page of records, in the order of its listing (``storage.Page``, a consent store's page)."""
-
-    @property
-    def data(self) -> Sequence[RecordT_co]: ...
-
-    @property
-    def has_more(self) -> bool: ...
 
 
 class ListPage(BaseModel, Generic[ItemT]):
@@ -101,7 +92,7 @@ class ListPage(BaseModel, Generic[ItemT]):
 
     @classmethod
     def of_records(
-        cls: type[ListPage[IdentifiedT]], page: RecordPage[RecordT], shown: Callable[[RecordT], IdentifiedT]
+        cls: type[ListPage[IdentifiedT]], page: Page[RecordT], shown: Callable[[RecordT], IdentifiedT]
     ) -> ListPage[IdentifiedT]:
         """A store's page of records, each as ``shown`` makes it the API's object, as a listing route answers it."""
         return cls.of([shown(record) for record in page.data], has_more=page.has_more)

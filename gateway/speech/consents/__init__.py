@@ -11,8 +11,8 @@ What a store holds is bounded: ``max_per_tenant`` consents per tenant, each at m
 
 from __future__ import annotations
 
-from gateway.speech.consents.base import ConsentPage, ConsentRecord, ConsentStore, new_consent
+from gateway.speech.consents.base import ConsentRecord, ConsentStore, new_consent
 from gateway.speech.consents.memory import MemoryConsentStore
 from gateway.speech.consents.redis import RedisConsentStore
 
-__all__ = ["ConsentPage", "ConsentRecord", "ConsentStore", "MemoryConsentStore", "RedisConsentStore", "new_consent"]
+__all__ = ["ConsentRecord", "ConsentStore", "MemoryConsentStore", "RedisConsentStore", "new_consent"]

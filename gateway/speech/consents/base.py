@@ -7,7 +7,9 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["ConsentPage", "ConsentRecord", "ConsentStore", "new_consent", "page_of"]
+from storage import Page
+
+__all__ = ["ConsentRecord", "ConsentStore", "new_consent", "page_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,14 +35,6 @@ class ConsentRecord:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class ConsentPage:
-    """One page of a tenant's consents, oldest first."""
-
-    data: list[ConsentRecord]
-    has_more: bool
-
-
 def new_consent(tenant: str, name: str, language: str, duration_s: float) -> ConsentRecord:
     now = time.time()
     consent_id = f"cons_{int(now * 1000):012x}{secrets.token_hex(6)}"
@@ -58,7 +52,7 @@ class ConsentStore(Protocol):
         """The audit copy of the recording (Ogg/Opus)."""
         ...
 
-    async def page(self, tenant: str, *, after: str | None, limit: int) -> ConsentPage:
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[ConsentRecord]:
         """Up to ``limit`` consents whose id sorts after ``after`` (from the first when ``None``)."""
         ...
 
@@ -73,6 +67,6 @@ class ConsentStore(Protocol):
         ...
 
 
-def page_of(records: list[ConsentRecord], after: str | None, limit: int) -> ConsentPage:
+def page_of(records: list[ConsentRecord], after: str | None, limit: int) -> Page[ConsentRecord]:
     ordered = sorted((r for r in records if after is None or r.id > after), key=lambda r: r.id)
-    return ConsentPage(ordered[:limit], len(ordered) > limit)
+    return Page.of(ordered, limit)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from gateway.speech.consents.base import ConsentPage, ConsentRecord, page_of
+from gateway.speech.consents.base import ConsentRecord, page_of
+
+if TYPE_CHECKING:
+    from storage import Page
 
 __all__ = ["MemoryConsentStore"]
 
@@ -30,7 +34,7 @@ class MemoryConsentStore:
         entry = self._records.get(tenant, {}).get(consent_id)
         return entry[1] if entry else None
 
-    async def page(self, tenant: str, *, after: str | None, limit: int) -> ConsentPage:
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[ConsentRecord]:
         return page_of([record for record, _ in self._records.get(tenant, {}).values()], after, limit)
 
     async def rename(self, tenant: str, consent_id: str, name: str) -> ConsentRecord | None:

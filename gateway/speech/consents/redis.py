@@ -7,8 +7,8 @@ from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from storage import RedisClient
-from gateway.speech.consents.base import ConsentPage, ConsentRecord, page_of
+    from storage import Page, RedisClient
+from gateway.speech.consents.base import ConsentRecord, page_of
 
 __all__ = ["RedisConsentStore"]
 
@@ -57,7 +57,7 @@ class RedisConsentStore:
         # Bytes from this gateway's client (it never decodes); a client that decodes could not hold audio at all.
         return raw if isinstance(raw, bytes) else None
 
-    async def page(self, tenant: str, *, after: str | None, limit: int) -> ConsentPage:
+    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[ConsentRecord]:
         # A tenant holds at most its cap of records, so reading them all to sort is cheap and exact.
         raw = await self._client.hvals(self._keys(tenant)[0])
         return page_of([ConsentRecord(**json.loads(item)) for item in raw], after, limit)
