@@ -31,7 +31,7 @@ from engines.chattts.placement import (
     step_graph,
     stream_decode_graph,
 )
-from engines.chattts.prompts import SEED_MODULUS, Prompts
+from engines.chattts.prompts import SEED_MODULUS, Prompts, VoicePrompt
 from engines.chattts.weights import choose_weights
 from lifecycle import naming
 
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     import numpy.typing as npt
-    import torch
 
     from engines.base import BatchItem, CancelToken, JobSource, SynthesisRequest
     from engines.chattts.generation import CodeBatch, CodeRequest, Sampling, StepEvent
@@ -65,10 +64,8 @@ class _Plan:
 
     index: int
     segments: list[list[int]]
-    speaker: torch.Tensor | None
-    """The speaker embedding (``None`` for a voice from a sample)."""
-    codes: torch.Tensor | None
-    """A voice sample's audio codes, the end of every segment's prompt."""
+    voice: VoicePrompt
+    """What its voice puts in every segment's prompt."""
     seed: int
     cancel: CancelToken
     spoken: int = 0
@@ -79,8 +76,6 @@ class _Plan:
     decoding: bool = False
     """One of its chunks is being decoded (beside the token loop)."""
     decoder: StreamDecoder | None = field(default=None, repr=False)
-    shared_prefix: int = 0
-    """How many first tokens of every segment's prompt are the voice's own (``CodeRequest.shared_prefix``)."""
 
     @property
     def done(self) -> bool:
@@ -444,9 +439,7 @@ class ChatTTSEngine:
         if seed is None:
             seed = random.getrandbits(62)
         voice, segments = self.prompts.segments(request, seed, cancel)
-        return _Plan(
-            index, segments, voice.speaker, voice.codes, seed % SEED_MODULUS, cancel, shared_prefix=voice.shared_prefix
-        )
+        return _Plan(index, segments, voice, seed % SEED_MODULUS, cancel)
 
     # ----------------------------------------------------------------- voices from samples
     def speaker_from_sample(self, pcm: npt.NDArray[np.int16], sample_rate: int, transcript: str) -> str:
@@ -479,8 +472,8 @@ class ChatTTSEngine:
         options = self.options
         seed = (plan.seed * 1_000_003 + plan.spoken) % SEED_MODULUS  # each segment its own, repeatable stream
         return CodeRequest(
-            plan.index, plan.segments[plan.spoken], plan.speaker, seed, options.max_new_token,
-            options.min_new_token, plan.cancel, plan.codes, plan.shared_prefix,
+            plan.index, plan.segments[plan.spoken], plan.voice.speaker, seed, options.max_new_token,
+            options.min_new_token, plan.cancel, plan.voice.codes, plan.voice.shared_prefix,
         )  # fmt: skip
 
     def _sampling(self) -> Sampling:
