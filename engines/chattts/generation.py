@@ -14,7 +14,11 @@ next decode step: the pass packs the running rows' one new token each and the wa
 default; at most ``prefill_chunk_tokens`` per pass when set) into one product with every weight matrix, then attends
 per sequence over its own cache with its own positions and mask. The weights are read once for both, where a prefill
 on its own stopped every running sequence for its duration (what a join saves: ``bench/chattts_join.py``, in
-docs/engineering/benchmark-history.md, "ChatTTS batching"). A sequence whose prompt is complete samples its first
+docs/engineering/benchmark-history.md, "ChatTTS batching"). Where the decode graph runs the steps
+(``onnx_step.py``), the graph steps the running rows of such a pass and torch prefills only its prompts: a running
+row's step is then the same computation as all its others whatever the prefill's number type, so that a seeded
+sequence's tokens never depend on who joins, and the pass took as long as one torch pass over both (18-55 prompt
+positions beside 3 rows, full size: within 6 ms either way). A sequence whose prompt is complete samples its first
 token and its cache rows are merged into the running cache, the narrower side padded on the left.
 """
 
@@ -202,10 +206,13 @@ class CodeBatch:
 
     def _forward(self, parts: list[tuple[Rows, int]]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
         """The backbone over the next input columns of each part; returns each part's last hidden state per row
-        ``(rows, hidden)``, and the audio heads' logits of it where the decode graph computed them."""
-        if self._graph is not None and len(parts) == 1 and parts[0] == (self._rows, 1):
-            return [self._graph_step(parts[0][0])]
-        return [(hidden, None) for hidden in self._torch_forward(parts)]
+        ``(rows, hidden)``, and the audio heads' logits of it where the decode graph computed them (the running rows'
+        step, prompts prefilled beside it or not: see the module's docstring)."""
+        if self._graph is None or parts[0] != (self._rows, 1):
+            return [(hidden, None) for hidden in self._torch_forward(parts)]
+        stepped = self._graph_step(parts[0][0])
+        prefilled = self._torch_forward(parts[1:]) if len(parts) > 1 else []
+        return [stepped, *((hidden, None) for hidden in prefilled)]
 
     def _graph_step(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor]:
         """A decode step of the running rows through the decode graph: their new key and value columns go into their

@@ -116,6 +116,26 @@ def test_each_request_gets_its_own_whole_audio(engine: ChatTTSEngine) -> None:
         assert np.abs(audio.astype(np.int32)).max() > 0
 
 
+def test_a_running_rows_step_is_the_graphs_while_a_prompt_is_prefilled_beside_it(engine: ChatTTSEngine) -> None:
+    """The pass that prefills a joiner steps the running row through the decode graph, as every other step of it:
+    its hidden state there is bit for bit the one it has with nobody joining."""
+
+    def hidden_states(joins_at: int | None) -> list[torch.Tensor]:
+        batch = CodeBatch(engine._chat, Sampling(), graph=engine._graph)
+        batch.join([CodeRequest(0, PROMPT, None, 3, 8, 8, CancelFlag())])
+        states = []
+        for step in range(4):
+            if step == joins_at:
+                batch.join([CodeRequest(1, PROMPT[::-1], None, 4, 8, 8, CancelFlag())])
+            states += [hidden for key, hidden in batch.step() if key == 0 and hidden is not None]
+        return states
+
+    with torch.inference_mode():
+        alone, joined = hidden_states(None), hidden_states(2)
+    assert len(alone) == len(joined) == 4
+    assert all(torch.equal(a, b) for a, b in zip(alone[:3], joined[:3], strict=True))
+
+
 @pytest.mark.parametrize(("option", "int8_decode"), [("auto", False), ("float32", True)])
 def test_float32_where_not_asked_for(option: str, int8_decode: bool) -> None:
     backbone = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 16))
