@@ -65,10 +65,10 @@ class ChatTTSOptions(BaseModel):
     prefill_weights: PrefillWeights = "auto"
     """The number type of the prefill's weight products (a prompt's positions at once, in torch, on CPU): ``float32``,
     ``bfloat16`` (oneDNN on a copy of the weights, half their size; fast only where the CPU has bfloat16 arithmetic)
-    or ``int8`` (torch's dynamic 8-bit product on a copy a quarter their size; one activation scale per pass, so a
-    sequence's tokens depend on what shares its pass). ``auto``: with ``weights: int8``, ``bfloat16`` where the CPU has
-    bfloat16 arithmetic (``avx512_bf16`` or ``amx_bf16``), else float32; float32 otherwise
-    (``engines/chattts/prefill.py``, docs/engines.md)."""
+    or ``int8`` (torch's dynamic 8-bit product, FBGEMM, on a copy a quarter their size; each row at its own scale, so
+    a sequence's tokens never depend on what shares its pass). ``auto``: with ``weights: int8``, ``bfloat16`` where
+    the CPU has bfloat16 arithmetic (``avx512_bf16`` or ``amx_bf16``), else ``int8`` where it has AVX2, else float32;
+    float32 otherwise (``engines/chattts/prefill.py``, docs/engines.md)."""
     threads: int | None = Field(default=None, ge=1, le=256)
     """Torch CPU threads per worker (unset: torch's choice); ONNX Runtime's decode steps use as many."""
     blocked_weights: bool = True

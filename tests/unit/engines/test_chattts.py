@@ -40,12 +40,13 @@ def engine() -> ChatTTSEngine:
 @pytest.fixture(scope="module", params=["onnxruntime", "torch", "onnxruntime-int8"])
 def any_decoder(request: pytest.FixtureRequest, engine: ChatTTSEngine) -> ChatTTSEngine:
     """The engine with each decoder (``engine`` itself steps through ONNX Runtime: ``auto`` on CPU), and with 8-bit
-    decode steps (their prefill in bfloat16 where asked: ``prefill_weights``, as ``auto`` takes it on such CPUs)."""
+    decode steps (their prefill in 8 bits too, as ``auto`` takes it on CPUs without bfloat16 arithmetic: the other
+    engine tests' 8-bit engines take ``auto``'s choice, bfloat16 where the CPU has it)."""
     if request.param == "onnxruntime":
         assert engine._graph is not None
         return engine
     decoder, _, weights = request.param.partition("-")
-    extra = {"weights": weights, "prefill_weights": "bfloat16"} if weights else {}
+    extra = {"weights": weights, "prefill_weights": "int8"} if weights else {}
     loaded = ChatTTSEngine(chattts_engine_options(decoder=decoder, **extra))
     loaded.load()
     return loaded

@@ -1,6 +1,7 @@
 """The prefill's products in fewer bits (``prefill_weights``, ``engines/chattts/prefill.py``), on tiny random-weight
 assets: with 8-bit decode steps the prefill passes go through the chosen product, their last hidden state stays
-within a stated tolerance of float32's, and the engine still speaks each request's own audio."""
+within a stated tolerance of float32's, a row's 8-bit product does not depend on the rows beside it, the decode graph
+steps the running rows of a pass that prefills a joiner, and the engine still speaks each request's own audio."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
 
 SAMPLES_PER_SEGMENT = TEST_TOKENS * 512 - 256
-TOLERANCE = {"int8": 3e-3, "bfloat16": 3e-4}
-"""Largest difference of a prefill's last hidden state from float32's, ten times what was measured here (3.1e-4 for
+TOLERANCE = {"int8": 1.3e-3, "bfloat16": 3e-4}
+"""Largest difference of a prefill's last hidden state from float32's, ten times what was measured here (1.3e-4 for
 int8, 2.4e-5 for bfloat16, of a state whose largest value is 2.9); the full model's: BENCHMARKS.md."""
 PROMPT = list(range(1, 41))
 """40 positions: more rows than a decode step's (``MAX_ROWS``), so the prefill product computes them."""
@@ -136,6 +137,23 @@ def test_a_running_rows_step_is_the_graphs_while_a_prompt_is_prefilled_beside_it
     assert all(torch.equal(a, b) for a, b in zip(alone[:3], joined[:3], strict=True))
 
 
+def test_an_8_bit_row_is_computed_as_if_alone() -> None:
+    """Rows 10,000 times apart in size, each within 3 % of float32's product, and bit for bit what it is alone."""
+    torch.manual_seed(0)
+    weight = torch.randn(96, 64) * 0.05
+    rows = torch.randn(12, 64) * torch.logspace(-2, 2, 12).unsqueeze(1)
+    rows[3] = 0.0
+    product = int8_product(weight)
+    with torch.inference_mode():
+        together = product(rows)
+        for index, row in enumerate(rows):
+            assert torch.equal(together[index], product(row.unsqueeze(0))[0]), f"row {index} depends on the others"
+        expected = rows @ weight.T
+    assert torch.equal(together[3], torch.zeros(96))
+    errors = (together - expected).norm(dim=1) / expected.norm(dim=1).clamp(min=1e-30)
+    assert float(errors[torch.arange(12) != 3].max()) < 0.03
+
+
 @pytest.mark.parametrize(("option", "int8_decode"), [("auto", False), ("float32", True)])
 def test_float32_where_not_asked_for(option: str, int8_decode: bool) -> None:
     backbone = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 16))
@@ -143,27 +161,33 @@ def test_float32_where_not_asked_for(option: str, int8_decode: bool) -> None:
     assert all(type(module) is nn.Linear for module in backbone)
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_auto_with_8_bit_steps_takes_bfloat16_where_the_cpu_has_it(native: bool, monkeypatch: pytest.MonkeyPatch,
-                                                                   tmp_path: Path) -> None:  # fmt: skip
-    if native and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+@pytest.mark.parametrize(
+    ("bfloat16", "avx2", "way"), [(True, True, "bfloat16"), (False, True, "int8"), (False, False, "float32")]
+)
+def test_auto_with_8_bit_steps_takes_what_the_cpu_multiplies_fast(
+    bfloat16: bool, avx2: bool, way: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    if way == "bfloat16" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         pytest.skip("oneDNN has no bfloat16 product on this CPU (it needs AVX-512)")
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f{' avx512_bf16' if native else ''} avx512bw\n")
-    assert prefill.bfloat16_arithmetic(cpuinfo) is native
-    monkeypatch.setattr(prefill, "bfloat16_arithmetic", lambda: native)
+    flags = ["fpu", "sse2", *(["avx2"] if avx2 else []), *(["avx512f", "avx512_bf16", "avx512bw"] if bfloat16 else [])]
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {' '.join(flags)}\n")
+    assert (prefill.bfloat16_arithmetic(cpuinfo), prefill.int8_arithmetic(cpuinfo)) == (bfloat16, avx2)
+    monkeypatch.setattr(prefill, "bfloat16_arithmetic", lambda: bfloat16)
+    monkeypatch.setattr(prefill, "int8_arithmetic", lambda: avx2)
     torch.manual_seed(0)
     first, second = nn.Linear(256, 512), nn.Linear(512, 256)
     before = [first.weight.detach().clone(), second.weight.detach().clone()]
-    way = use_fast_prefill(nn.Sequential(first, second), "auto", int8_decode=True, drop_blocked=False)
-    assert way == ("bfloat16" if native else "float32")
+    assert use_fast_prefill(nn.Sequential(first, second), "auto", int8_decode=True, drop_blocked=False) == way
     rows = torch.randn(2 * MAX_ROWS, 256)
     with torch.inference_mode():
         out = second(first(rows))
         expected = F.linear(F.linear(rows, before[0], first.bias), before[1], second.bias)
-    torch.testing.assert_close(out, expected, rtol=0.02, atol=0.02)
+    bound = 0.05 if way == "int8" else 0.02  # two products' rounding of 7-bit activations: 0.03 measured
+    torch.testing.assert_close(out, expected, rtol=bound, atol=bound)
     assert torch.equal(first.weight, before[0]) and torch.equal(second.weight, before[1]), "float32 weights kept"
 
 
-def test_no_cpu_flags_no_bfloat16(tmp_path: Path) -> None:
+def test_no_cpu_flags_no_fewer_bits(tmp_path: Path) -> None:
     assert not prefill.bfloat16_arithmetic(tmp_path / "missing")
+    assert not prefill.int8_arithmetic(tmp_path / "missing")

@@ -18,7 +18,7 @@ import pytest
 
 from engines.base import CancelFlag, SynthesisRequest
 from engines.chattts import ChatTTSEngine, streaming
-from tests.chattts_assets import chattts_engine_options
+from tests.chattts_assets import audio_tolerance, chattts_engine_options
 from tests.unit.engines.arrivals import JoinAt
 
 if TYPE_CHECKING:
@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
 
 FIRST_TOKENS = 24
-TOLERANCE = 2
-"""int16 steps, as test_continuous_batching.py allows between batched and alone (left padding)."""
 RUNNING = SynthesisRequest("The first sentence is a long one.", "nova", seed=31)
 JOINER = SynthesisRequest("Another voice, later.", "onyx", seed=32)
 TOKENS = 64
@@ -104,7 +102,8 @@ def test_every_request_still_gets_its_own_audio(engine: ChatTTSEngine) -> None:
     for index, request in ((0, RUNNING), (1, JOINER)):
         joined, reference = np.concatenate(audio[index]), alone(engine, request)
         assert len(joined) == len(reference)
-        assert np.allclose(joined, reference, atol=TOLERANCE), "holding a chunk must not change its audio"
+        tolerance = audio_tolerance(engine, reference)  # 2 int16 steps; more where 8-bit audio products round
+        assert np.allclose(joined, reference, atol=tolerance), "holding a chunk must not change its audio"
 
 
 def test_a_first_chunk_leaves_before_another_rows_chunk_due_at_the_same_pass_is_decoded(
