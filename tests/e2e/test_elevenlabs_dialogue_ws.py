@@ -21,6 +21,7 @@ from websockets.exceptions import ConnectionClosed
 
 from auth.keys import generate_api_key, hash_api_key
 from harness.gateway_process import GatewayProcess
+from tests.pipecat_runner import run_pipeline
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -212,7 +213,7 @@ async def test_pipecats_dialogue_service_speaks_and_barges_in(gateway: GatewayPr
         frames.TTSSpeakFrame(after),
         utils.SleepFrame(4),
     ]
-    down, _ = await utils.run_test(tts, frames_to_send=sent)
+    down = await run_pipeline(tts, sent)
     cut = next(i for i, f in enumerate(down) if isinstance(f, frames.InterruptionFrame))
     first, rest = down[:cut], down[cut:]
     audio = b"".join(f.audio for f in first if isinstance(f, frames.TTSAudioRawFrame))

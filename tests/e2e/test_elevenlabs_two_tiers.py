@@ -35,6 +35,7 @@ from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio
 from tests.espeak_events import TOLERANCE_S, espeak_events, first_events
 from tests.livekit_agent import say_through_an_agent_session
+from tests.pipecat_runner import run_pipeline
 from tests.realtime_client import Session
 
 if TYPE_CHECKING:
@@ -212,7 +213,7 @@ async def test_pipecats_websocket_service_through_two_tiers(front: GatewayProces
         settings=elevenlabs.ElevenLabsTTSService.Settings(voice=VOICE, model="eleven_multilingual_v2"),
         sample_rate=24000,
     )
-    down, _ = await utils.run_test(tts, frames_to_send=[frames.TTSSpeakFrame(text), utils.SleepFrame(2)])
+    down = await run_pipeline(tts, [frames.TTSSpeakFrame(text), utils.SleepFrame(2)])
     assert_pipecat_spoke(down, frames, text)
     assert any(isinstance(f, frames.TTSStoppedFrame) for f in down)
 
@@ -228,7 +229,7 @@ async def test_pipecats_http_service_through_two_tiers(front: GatewayProcess, ke
             settings=elevenlabs.ElevenLabsHttpTTSService.Settings(voice=VOICE, model="eleven_multilingual_v2"),
             sample_rate=24000,
         )
-        down, _ = await utils.run_test(tts, frames_to_send=[frames.TTSSpeakFrame(text), utils.SleepFrame(1)])
+        down = await run_pipeline(tts, [frames.TTSSpeakFrame(text), utils.SleepFrame(1)])
     assert_pipecat_spoke(down, frames, text)
 
 
@@ -246,7 +247,7 @@ async def test_pipecats_dialogue_service_through_two_tiers(front: GatewayProcess
         settings=dialogue.ElevenLabsDialogueTTSService.Settings(voice=VOICE),
         sample_rate=24000,
     )
-    down, _ = await utils.run_test(tts, frames_to_send=[frames.TTSSpeakFrame(text), utils.SleepFrame(2)])
+    down = await run_pipeline(tts, [frames.TTSSpeakFrame(text), utils.SleepFrame(2)])
     assert_pipecat_spoke(down, frames, text)
     assert any(isinstance(f, frames.TTSStoppedFrame) for f in down)
 

@@ -26,6 +26,7 @@ from auth.keys import generate_api_key, hash_api_key
 from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio, decode_g711
 from tests.livekit_agent import say_through_an_agent_session
+from tests.pipecat_runner import run_pipeline
 from tests.tls_proxy import TlsProxy
 
 if TYPE_CHECKING:
@@ -303,7 +304,7 @@ async def test_pipecats_own_service_speaks_through_the_gateway(gateway: GatewayP
         settings=elevenlabs.ElevenLabsTTSService.Settings(voice=VOICE, model="eleven_multilingual_v2"),
         sample_rate=24000,
     )
-    down, _ = await utils.run_test(tts, frames_to_send=[frames.TTSSpeakFrame(text), utils.SleepFrame(2)])
+    down = await run_pipeline(tts, [frames.TTSSpeakFrame(text), utils.SleepFrame(2)])
     audio = b"".join(f.audio for f in down if isinstance(f, frames.TTSAudioRawFrame))
     assert len(audio) / 2 / 24000 == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.15)
     assert " ".join(f.text for f in down if isinstance(f, frames.TTSTextFrame)) == text
@@ -381,7 +382,7 @@ async def test_pipecats_http_service_speaks_with_word_times(gateway: GatewayProc
             settings=elevenlabs.ElevenLabsHttpTTSService.Settings(voice=VOICE, model="eleven_multilingual_v2"),
             sample_rate=24000,
         )
-        down, _ = await utils.run_test(tts, frames_to_send=[frames.TTSSpeakFrame(text), utils.SleepFrame(1)])
+        down = await run_pipeline(tts, [frames.TTSSpeakFrame(text), utils.SleepFrame(1)])
     audio = b"".join(f.audio for f in down if isinstance(f, frames.TTSAudioRawFrame))
     seconds = len(audio) / 2 / 24000
     assert seconds == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.15)
