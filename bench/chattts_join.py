@@ -14,13 +14,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from engines.base import OPENAI_VOICES, CancelFlag
 from engines.chattts.engine import ChatTTSEngine
 from engines.chattts.generation import CodeBatch, CodeRequest, Sampling
+
+if TYPE_CHECKING:
+    from engines.chattts.onnx_step import DecodeGraph
 
 __all__ = ["main"]
 
@@ -36,9 +39,10 @@ def prompt_ids(engine: ChatTTSEngine, text: str) -> list[int]:
     return engine.prompts.named_voice_prompt(text)
 
 
-def running_batch(engine: ChatTTSEngine, prompt: list[int], rows: int) -> CodeBatch:
-    """``rows`` sequences past their prefill and a few steps (the steps that allocate)."""
-    codes = CodeBatch(engine._chat, Sampling())
+def running_batch(engine: ChatTTSEngine, prompt: list[int], rows: int, graph: DecodeGraph | None = None) -> CodeBatch:
+    """``rows`` sequences past their prefill and a few steps (the steps that allocate); ``graph``: stepping through
+    it (``engines/chattts/onnx_step.py``), else in torch."""
+    codes = CodeBatch(engine._chat, Sampling(), None, graph)
     codes.join([request(engine, prompt, row) for row in range(rows)])
     for _ in range(3):
         codes.step()
