@@ -12,10 +12,10 @@ whichever the engine steps with) is timed at :data:`BATCH_SIZES` rows, and the l
   least that share as fast as alone (what decides on a CPU that keeps up with playback at no batch size),
 
 and whose rows' KV caches fit in half the memory available at load (each row at its longest: the longest prompt and
-``max_new_token`` tokens, with the cache's spare room). Every size that fits is timed, the sizes stepping in turns,
-and one worker of the machine times at a time (a file lock in the temporary directory): timings taken while other
-work ran on the machine chose 1 or 4 rows where 8 qualify. On the tiny test weights this takes milliseconds, on the
-full model about two seconds.
+``max_new_token`` tokens, with the cache's spare room). Every size that fits is timed, each row over a served
+sentence's context (:data:`_CONTEXT`), the sizes stepping in turns, and one worker of the machine times at a time (a
+file lock in the temporary directory): timings taken while other work ran on the machine chose 1 or 4 rows where 8
+qualify. On the tiny test weights this takes milliseconds, on the full model about a second.
 """
 
 from __future__ import annotations
@@ -55,7 +55,12 @@ _SAMPLE_TOKENS_PER_S = 47
 """Prompt positions per second of a voice sample (its audio codes)."""
 _SPARE_ROOM = 1.5
 """The KV cache's buffers hold up to half again what they use (``engines/chattts/kv_cache.py``)."""
-_PROMPT_TOKENS = 8
+_CONTEXT = 96
+"""Prompt positions of every timed row: with the cache's spare room its steps attend over 160 columns, about what a
+served sentence's steps do (a 128-token segment from a 20-token prompt: 115 on average; longer ones more). A step
+reads every column of every row: timed over 72 (an 8-token prompt), 8 rows looked 1.05-1.12x and 16 rows 1.15-1.2x
+cheaper than over 160 (2 cores, alternating), and ``auto`` took 16 rows whose steps over 160 columns took 2.6x one
+row's, past its bound of 2.5."""
 _TIMED_STEPS = 4
 _TURN_FILE = "chattts-gateway-batch-timing.lock"
 _TURN_WAIT_S = 120.0
@@ -132,15 +137,22 @@ def time_steps(chat: Any, graph: DecodeGraph | None, sizes: list[int]) -> dict[i
 
 def _steps_ms(chat: Any, graph: DecodeGraph | None, sizes: list[int]) -> dict[int, float]:
     """The sizes step in turns (after their prefill and one step to warm up): a moment of other work on the machine
-    slows one turn, which the best of the turns leaves out, rather than every step of one size."""
+    slows one turn, which the best of the turns leaves out, rather than every step of one size. Every row attends
+    over :data:`_CONTEXT` positions, one prompt's: prefilled once, then copied into the other rows' caches (as a
+    voice prompt's shared beginning is, ``engines/chattts/prefix_cache.py``)."""
     from engines.base import CancelFlag
     from engines.chattts.generation import CodeBatch, CodeRequest, Sampling
+    from engines.chattts.prefix_cache import PrefixCache
 
     tokens = _TIMED_STEPS + 2
-    prompt = list(range(1, _PROMPT_TOKENS + 1))
-    batches = {rows: CodeBatch(chat, Sampling(), graph=graph) for rows in sizes}
+    prompt = list(range(1, _CONTEXT + 1))
+    prefixes = PrefixCache(max_bytes=1 << 62)  # one entry, dropped with the batches
+    batches = {rows: CodeBatch(chat, Sampling(), graph=graph, prefixes=prefixes) for rows in sizes}
     for rows, batch in batches.items():
-        batch.join([CodeRequest(row, prompt, None, row, tokens, tokens, CancelFlag()) for row in range(rows)])
+        batch.join([
+            CodeRequest(row, prompt, None, row, tokens, tokens, CancelFlag(), shared_prefix=_CONTEXT - 1)
+            for row in range(rows)
+        ])  # fmt: skip
         batch.step()  # the prefill and each row's first token
         batch.step()
     timed = [{rows: _timed(batch.step) for rows, batch in batches.items()} for _ in range(_TIMED_STEPS)]

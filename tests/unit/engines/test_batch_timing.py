@@ -8,11 +8,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from engines.chattts import ChatTTSEngine
-from engines.chattts.batch_size import BATCH_SIZES, measure_batch, time_steps
+from engines.chattts.batch_size import _CONTEXT, BATCH_SIZES, measure_batch, time_steps
 from tests.chattts_assets import chattts_engine_options
 
 pytestmark = pytest.mark.slow  # runs ChatTTS: left out of `make quick`
@@ -47,3 +48,19 @@ def test_workers_of_one_machine_time_their_steps_one_at_a_time(engine: ChatTTSEn
         waited = time.monotonic() - started
     assert sorted(steps) == [1, 2]
     assert waited >= 0.8, "timed while another worker was timing"
+
+
+def test_steps_are_timed_over_a_served_segments_context(engine: ChatTTSEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A step reads every row's keys and values: timed over a near-empty cache, big batches looked cheaper than served.
+    assert engine._graph is not None
+    attended: list[tuple[int, int]] = []
+    step = engine._graph.step
+
+    def recording(hidden: Any, cos: Any, sin: Any, bias: Any, cache: Any) -> Any:
+        attended.append(tuple(bias.shape))  # (rows, positions attended over)
+        return step(hidden, cos, sin, bias, cache)
+
+    monkeypatch.setattr(engine._graph, "step", recording)
+    time_steps(engine._chat, engine._graph, [1, 4])
+    assert {rows for rows, _ in attended} == {1, 4}
+    assert min(positions for _, positions in attended) > _CONTEXT
