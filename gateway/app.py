@@ -10,7 +10,7 @@ import logging
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from importlib.metadata import version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from litestar import Litestar, Request
 from litestar.datastructures import ResponseHeader
@@ -139,7 +139,10 @@ def create_app(
         opt={REFUSAL_BODY: refusal_body},  # what the HTTP protocol refuses, in OpenAI's body unless a family says
         on_shutdown=[tracing.close],  # the last requests' spans go out too
         request_max_body_size=settings.server.max_body_bytes,
-        plugins=[PydanticPlugin()],
+        # Litestar validates bodies with ``strict=False`` unless told ``True``, and an explicit ``False`` overrides the
+        # fields' own ``strict=True`` (``speed: "2"`` would pass, where OpenAI refuses a string for a number); ``None``
+        # leaves each field the strictness it declares.
+        plugins=[PydanticPlugin(validate_strict=cast("bool", None))],
         # An engine node says so on every answer: its front gateways read it from the /readyz probe and only then
         # send it tenant contexts and custom voices' speakers (``engines/remote/context.py``).
         response_headers=[ResponseHeader(name=k, value=v) for k, v in engine_node_headers().items() if engine_node],

@@ -155,11 +155,11 @@ class SpeechRequest(BaseModel):
     response_format: AudioFormat = AudioFormat.MP3
     speed: Annotated[float, Field(ge=0.25, le=4.0, strict=True)] = 1.0
     stream_format: Literal["audio", "sse"] = "audio"
-    control_tokens: bool = False
+    control_tokens: Annotated[bool, Field(strict=True)] = False
     """This gateway's extension: read the engine's control tokens typed in ``input`` (ChatTTS: ``[laugh]``,
     ``[uv_break]``, ``[lbreak]``, ``[oral_0-9]``, ``[laugh_0-2]``, ``[break_0-7]``, ``[speed_0-9]``); without it they
     are read as their words. Engines without control tokens read the text as written either way."""
-    word_timestamps: bool = False
+    word_timestamps: Annotated[bool, Field(strict=True)] = False
     """This gateway's extension, with ``stream_format: "sse"`` only: ``speech.audio.timestamps`` events between the
     deltas (when each word and character is heard). Without it the stream is OpenAI's, every event of OpenAI's
     schema."""
@@ -173,7 +173,7 @@ class SpeechRequest(BaseModel):
     """This gateway's extension (ElevenLabs' ``language_code``): the language to speak ``input`` in, an ISO 639-1 code
     (``de``, ``pt-BR``); absent: the voice's own. A language the model's engine cannot speak is refused (400):
     espeak-ng speaks about a hundred, ChatTTS ``en`` and ``zh``."""
-    normalize_text: bool = True
+    normalize_text: Annotated[bool, Field(strict=True)] = True
     """This gateway's extension (ElevenLabs' ``apply_text_normalization: "off"`` is ``false``): read digits, money
     and abbreviations as words before speaking (ChatTTS); ``false``: as written. espeak-ng reads digits as words
     either way."""

@@ -106,6 +106,21 @@ async def test_server_sent_events_end_with_usage(http: AsyncTestClient[Litestar]
         ({"model": "tones", "input": "x", "voice": "nobody"}, 400, "voice", "invalid_value"),
         ({"model": "tones", "input": "   ", "voice": "alloy"}, 400, "input", "invalid_value"),
         ({"model": "tones", "input": "x", "voice": "alloy", "speed": 9}, 400, "speed", "invalid_value"),
+        # A value of another JSON type is refused, not converted (Litestar's lax validation once read "2" as 2.0).
+        ({"model": "tones", "input": "x", "voice": "alloy", "speed": "2"}, 400, "speed", "invalid_value"),
+        ({"model": "tones", "input": "x", "voice": "alloy", "seed": True}, 400, "seed", "invalid_value"),
+        (
+            {"model": "tones", "input": "x", "voice": "alloy", "sample_rate": "8000"},
+            400,
+            "sample_rate",
+            "invalid_value",
+        ),
+        (
+            {"model": "tones", "input": "x", "voice": "alloy", "control_tokens": "yes"},
+            400,
+            "control_tokens",
+            "invalid_value",
+        ),
         ({"model": "tones", "input": "x", "voice": "alloy", "colour": "red"}, 400, "colour", "unknown_parameter"),
         ({"model": "tones", "voice": "alloy"}, 400, "input", "missing_required_parameter"),
         ({"model": "broken", "input": "x", "voice": "alloy"}, 503, None, "engine_not_ready"),
