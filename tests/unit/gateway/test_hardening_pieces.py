@@ -112,7 +112,8 @@ def test_handshake_credentials_are_logged_without_their_value(name: str) -> None
     assert _redacted("< %s: %s", name, "Bearer sk-secret") == f"< {name}: [redacted]"
 
 
-@pytest.mark.parametrize("name", ["token", "authorization", "Authorization"])
+# Names as the server reads them: percent-decoded (``%74oken`` is ``token``), any case.
+@pytest.mark.parametrize("name", ["token", "authorization", "Authorization", "%74oken", "%61uthorization", "TOK%45N"])
 def test_query_credentials_are_logged_without_their_value(name: str) -> None:
     record = logging.LogRecord(
         "uvicorn.error", logging.INFO, __file__, 1, '%s - "WebSocket %s" [accepted]', ("127.0.0.1:5", ""), None
