@@ -63,6 +63,9 @@ class SpeechChunk:
 
     audio: bytes
     words: tuple[WordTime, ...] = ()
+    until_s: float = 0.0
+    """The audio seconds of the reply up to this piece's end (its production's clock once the piece was made): what a
+    listener who stops after it has heard, and is charged for."""
 
 
 @dataclass(frozen=True, slots=True)

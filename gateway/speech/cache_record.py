@@ -100,12 +100,16 @@ def plan_key(plan: SpeechPlan, tenant_scope: str) -> str:
     )
 
 
-async def hit_chunks(audio: memoryview, words: tuple[WordTime, ...]) -> AsyncGenerator[SpeechChunk, None]:
-    """A cached reply in pieces, every word with the first: the client has all of the audio at once anyway."""
+async def hit_chunks(
+    audio: memoryview, words: tuple[WordTime, ...], seconds: float
+) -> AsyncGenerator[SpeechChunk, None]:
+    """A cached reply of ``seconds`` in pieces, every word with the first: the client has all of the audio at once
+    anyway (each piece's seconds: its share of the bytes)."""
     for start in range(0, len(audio), _HIT_CHUNK_BYTES):
-        yield SpeechChunk(bytes(audio[start : start + _HIT_CHUNK_BYTES]), words if start == 0 else ())
+        end = min(start + _HIT_CHUNK_BYTES, len(audio))
+        yield SpeechChunk(bytes(audio[start:end]), words if start == 0 else (), seconds * end / len(audio))
     if not audio and words:
-        yield SpeechChunk(b"", words)
+        yield SpeechChunk(b"", words, seconds)
 
 
 def fitted_words(text: str, stored: list[WordTime]) -> list[WordTime] | None:

@@ -51,9 +51,9 @@ async def encode_timed(
         words = word_times(marks[told:], pcm.sample_rate, tempo) if len(marks) > told else ()
         told = len(marks)
         if data or words:
-            yield SpeechChunk(data, words)
+            yield SpeechChunk(data, words, clock.seconds)
     if len(pcm.marks) > told:  # the words settled at the end of the stream
-        yield SpeechChunk(b"", word_times(pcm.marks[told:], pcm.sample_rate, tempo))
+        yield SpeechChunk(b"", word_times(pcm.marks[told:], pcm.sample_rate, tempo), clock.seconds)
 
 
 def speech_usage(characters: int, audio_seconds: float) -> SpeechUsage:

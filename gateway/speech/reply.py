@@ -93,6 +93,7 @@ class SpeechReply:
     has ended."""
 
     def __post_init__(self) -> None:
+        self._heard_s: float | None = None  # until iterated: the whole audio (a cache hit's goes out in one body)
         loop = asyncio.get_running_loop()
         self._abandoned = weakref.finalize(self, self.tasks.spawn_threadsafe, loop, self._finish.aclose)
 
@@ -115,16 +116,18 @@ class SpeechReply:
             if self._first.audio or self._first.words:
                 if growing:
                     alignment.words.extend(self._first.words)
+                self._heard_s = self._first.until_s
                 yield self._first
             async for chunk in self._rest:
                 if growing:
                     alignment.words.extend(chunk.words)
+                self._heard_s = max(self._heard_s or 0.0, chunk.until_s)
                 yield chunk
         except _ENGINE_ERRORS as exc:  # after the first bytes: the response can only end short
             if self.on_cut is not None:
                 self.on_cut(exc)
             raise ResponseTruncatedError(str(exc)) from exc
-        alignment.audio_s = self.outcome.clock.seconds
+        alignment.audio_s = self._heard_s = self.outcome.clock.seconds
 
     async def audio(self) -> AsyncIterator[bytes]:
         """The encoded audio (raw 24 kHz PCM for a ``pcm`` request).
@@ -145,9 +148,16 @@ class SpeechReply:
         with anyio.CancelScope(shield=True):
             await self._finish.aclose()
 
+    @property
+    def heard_seconds(self) -> float:
+        """The audio seconds this reply delivered, what its request is charged: up to the last piece its owner took
+        (a shared synthesis runs ahead of a listener who stops, a barge-in), all of it once it ended or when it went
+        out whole."""
+        return self.outcome.clock.seconds if self._heard_s is None else self._heard_s
+
     def usage(self) -> SpeechUsage:
         characters = len(self.request.input) if self.characters is None else self.characters
-        return speech_usage(characters, self.outcome.clock.seconds)
+        return speech_usage(characters, self.heard_seconds)
 
     @property
     def retries(self) -> int:

@@ -235,7 +235,7 @@ class SpeechService:
         # Usage counts requests that were served (a stream cut short included), not ones that failed to start; a
         # job's segments count once, with the job (``gateway/jobs/runner.py``).
         if admission.counted_here:
-            finish.callback(self._account_reply, plan.characters, reply.outcome, record, tenant, reply.cache_hit)
+            finish.callback(self._account_reply, plan.characters, reply, record, tenant)
         reply.characters = plan.characters
         reply.on_cut = functools.partial(self._cut, reply, record)
         record.engine, record.cache = reply.engine, "hit" if reply.cache_hit else "miss"
@@ -259,7 +259,9 @@ class SpeechService:
             return None
         outcome = Outcome(engine, "", AudioClock(record.seconds), timestamps=record.timestamps)
         alignment = Alignment(text, outcome.timestamps, words, audio_s=record.seconds)
-        slices = hit_chunks(record.audio, tuple(words))  # for server-sent events, which need the audio in pieces
+        slices = hit_chunks(
+            record.audio, tuple(words), record.seconds
+        )  # for server-sent events, which need the audio in pieces
         finish.push_async_callback(slices.aclose)
         return SpeechReply(
             request, engine, True, outcome, SpeechChunk(b""), slices, finish, whole=bytes(record.audio),
@@ -316,13 +318,13 @@ class SpeechService:
                 offload = encode_in_background if of_job else None
                 async for chunk in encode_timed(pcm, tempo, encoder, outcome.clock, offload):
                     if caller is not None:
-                        chunk = SpeechChunk(chunk.audio, caller.words(chunk.words))  # noqa: PLW2901 - moved words
+                        chunk = dataclasses.replace(chunk, words=caller.words(chunk.words))  # noqa: PLW2901 - moved words
                     outcome.words.extend(chunk.words)
                     yield chunk
                 last = caller.finish() if caller is not None else ()
                 outcome.words.extend(last)
                 if (data := encoder.finish()) or last:
-                    yield SpeechChunk(data, last)
+                    yield SpeechChunk(data, last, outcome.clock.seconds)
         finally:
             self._outcomes.pop(key, None)
         self._observe(outcome.engine, time.perf_counter() - started, outcome.clock.seconds)
@@ -376,7 +378,7 @@ class SpeechService:
             return self._job_stream(pool, segment, tenant, share, continuing=continuing or whole_continues)
 
         stream = (
-            SegmentedStream(segments, open_job, offsets) if segments is not None
+            SegmentedStream(segments, open_job, offsets, pool) if segments is not None
             else SegmentedStream.of(synthesis, texts, open_job)
         )  # fmt: skip
         async with stream:
@@ -435,15 +437,14 @@ class SpeechService:
         if audio_seconds > 0:
             self._metrics.rtf.labels(engine).observe(wall_seconds / audio_seconds)
 
-    def _account_reply(
-        self, characters: int, outcome: Outcome, record: SpeechRecord, tenant: Tenant, hit: bool
-    ) -> None:
-        record.audio_seconds = round(outcome.clock.seconds, 3)
+    def _account_reply(self, characters: int, reply: SpeechReply, record: SpeechRecord, tenant: Tenant) -> None:
+        heard = reply.heard_seconds  # not what its synthesis made: that runs ahead of a listener who stops
+        record.audio_seconds = round(heard, 3)
         self._account(
             tenant,
             characters,
-            outcome.clock.seconds,
-            cache_hit=hit,
+            heard,
+            cache_hit=reply.cache_hit,
             model=record.model,
             api_key_id=record.api_key_id,
         )

@@ -20,6 +20,8 @@ from tests.inprocess import in_process_app
 from tests.waiting import wait_for
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from litestar.types import Message, ReceiveMessage, Scope
 
 LONGER_THAN_THE_GRACE_S = 0.2
@@ -189,3 +191,42 @@ async def test_a_client_gone_during_a_write_frees_the_engine(stream_format: str)
             await wait_for(lambda: pool.status().active_jobs == 0, 5, "the engine job ended")
         finally:
             gc.enable()
+
+
+SECONDS_PER_CHAR = 0.02
+FAST: dict[str, Any] = {
+    "engines": {"chattts": None, "tones": {"kind": "synthetic", "options": {"seconds_per_char": SECONDS_PER_CHAR}}}
+}
+
+
+class ReaderGoneOnceAllWasMade(StalledSocket):
+    """A client that takes the first piece of audio, then stops reading until the synthesis has made all of it
+    (it ran ahead of the client), then hangs up."""
+
+    def __init__(self, body: bytes, made: Callable[[], bool]) -> None:
+        super().__init__(body)
+        self.made = made
+        self.received = 0
+
+    async def send(self, message: Message) -> None:
+        if self.wrote_audio:
+            await wait_for(self.made, 5, "the synthesis made all of its audio")
+        else:
+            self.received += len(message.get("body", b""))
+        await super().send(message)
+
+
+async def test_a_client_gone_mid_stream_is_charged_what_it_was_sent_not_what_was_made() -> None:
+    app = in_process_app(FAST)
+    async with AsyncTestClient(app=app) as http:
+        speech = gateway_state(app).speech
+        request = {"model": "tones", "input": "word " * 100, "voice": "alloy", "response_format": "pcm"}
+        client = ReaderGoneOnceAllWasMade(json.dumps(request).encode(), lambda: speech.flights.in_flight == 0)
+        await asyncio.wait_for(app(speech_scope(json.dumps(request).encode()), client.receive, client.send), 10)
+        used = (await http.get("/v1/usage")).json()
+
+    received_s = client.received / (2 * 24000)
+    made_s = len(request["input"]) * SECONDS_PER_CHAR
+    assert used["requests"] == 1
+    # The piece it received, and the next one, which its response took and was sending when it left.
+    assert received_s <= used["audio_seconds"] <= received_s + 0.25 < made_s, (received_s, used)
