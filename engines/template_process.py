@@ -33,6 +33,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lifecycle.signals import leave_stopping_to_the_server
+
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
@@ -68,7 +70,7 @@ class ForkRequest:
 
 
 def main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the process group; the server stops us itself
+    leave_stopping_to_the_server()  # before anything: the workers forked from here inherit it
     control = socket.socket(fileno=int(sys.argv[1]))
     start: TemplateStart = pickle.loads(control.recv(_MAX_PACKET))  # noqa: S301 - the server (module docstring)
     sys.path[:0] = [entry for entry in start.sys_path if entry not in sys.path]

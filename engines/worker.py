@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import logging.config
 import queue
-import signal
 import threading
 import time
 from collections import deque
@@ -46,6 +45,7 @@ from engines.registry import create_engine
 from engines.samples import speaker_from_sample
 from engines.timing import JobTiming, MarkedSynthesis
 from lifecycle import naming
+from lifecycle.signals import leave_stopping_to_the_server
 
 if TYPE_CHECKING:
     import socket
@@ -132,8 +132,7 @@ def run_worker(
     ``logging_config`` (a :func:`logging.config.dictConfig` mapping from the server) is applied first, so that a
     failing job's traceback is one line in the server's format rather than plain text on stderr.
     """
-    # Ctrl+C in a terminal reaches the whole process group; the server stops its workers itself, in order.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    leave_stopping_to_the_server()  # a signal to the whole process group must not cut the streams the server drains
     if logging_config is not None:
         logging.config.dictConfig(logging_config)
         logging.captureWarnings(True)

@@ -84,12 +84,20 @@ class GatewayProcess:
     """
 
     def __init__(
-        self, config: dict[str, Any], workdir: Path, env: dict[str, str] | None = None, *, niceness: int = 0
+        self,
+        config: dict[str, Any],
+        workdir: Path,
+        env: dict[str, str] | None = None,
+        *,
+        niceness: int = 0,
+        own_group: bool = False,
     ) -> None:
         """``niceness``: started under ``nice -n`` (its worker processes inherit it), as a process that must yield
-        the CPU to the others on the machine."""
+        the CPU to the others on the machine. ``own_group``: started in a session of its own, leading a process
+        group that holds it and its children only (as under a supervisor that signals the whole group)."""
         self.port = free_port()
         self.niceness = niceness
+        self.own_group = own_group
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.config_path = workdir / "gateway.yaml"
         self.config_path.write_text(yaml.safe_dump(exact_engines(config)))
@@ -109,6 +117,7 @@ class GatewayProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.env,
+                start_new_session=self.own_group,
             )
         try:
             self._wait_settled(timeout_s)

@@ -23,7 +23,6 @@ import logging
 import math
 import os
 import resource
-import signal
 import sys
 import wave
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.audio.samples import RecordingError, decode_recording
 from gateway.uploads.wire import WireError, read_message, write_message
+from lifecycle.signals import leave_stopping_to_the_server
 
 if TYPE_CHECKING:
     from typing import BinaryIO
@@ -44,7 +44,7 @@ _NICENESS = 10  # added to the server's: the scheduler gives a decoder about a t
 
 def main(argv: list[str]) -> int:
     """Serve decodings on standard input and output until the server closes the pipe; the exit status."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the process group: the server stops us itself
+    leave_stopping_to_the_server()
     logging.disable(logging.CRITICAL)  # nothing to log to: what matters goes back in the replies
     config = json.loads(argv[0]) if argv else {}
     requests, replies = sys.stdin.buffer, sys.stdout.buffer

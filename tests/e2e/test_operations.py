@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -14,6 +15,7 @@ import pytest
 
 from harness.gateway_process import GatewayProcess
 from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -118,3 +120,48 @@ def test_sigterm_lets_streams_finish_then_stops_the_workers(tmp_path: Path) -> N
     assert gateway.process.wait(20) in {0, -signal.SIGTERM}
     assert "Finished server process" in gateway.log()
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in workers)
+
+
+def running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_sigterm_to_the_whole_process_group_lets_streams_finish(tmp_path: Path) -> None:
+    """What systemd's ``KillMode=control-group``, ``timeout`` or a container without an init do: every process of
+    the group gets the SIGTERM, the engine workers (forked warm and started cold), their templates and the upload
+    decoders too; they leave the stopping to the server, which drains, then ends them."""
+    config = {
+        "server": {"shutdown_grace_s": 20},
+        "engines": {
+            "slow": {"kind": "synthetic", "workers": 1, "options": {"rtf": 1.0, "seconds_per_char": 0.05}},
+            "cold": {"kind": "synthetic", "workers": 1, "warm_start": False},
+        },
+        "aliases": {},
+    }
+    gateway = GatewayProcess(config, tmp_path, own_group=True).start()
+    assert gateway.process is not None
+    group = gateway.process.pid
+    assert os.getpgid(group) == group  # its own group: the signal below reaches none of the test's processes
+    server = psutil.Process(group)
+    wait_until(lambda: any("gateway.uploads.decoder" in " ".join(c.cmdline()) for c in server.children()), 10.0)
+    children = {child: " ".join(child.cmdline()) for child in server.children(recursive=True)}
+    body = {"model": "slow", "input": "x" * 60, "voice": "alloy", "response_format": "wav"}  # 3 s, real time
+    received = bytearray()
+    with httpx.stream("POST", f"{gateway.base_url}/v1/audio/speech", json=body, timeout=30) as response:
+        for chunk in response.iter_raw():
+            if not received:
+                os.killpg(group, signal.SIGTERM)
+                time.sleep(0.5)
+                assert [command for child, command in children.items() if not running(child)] == []
+            received += chunk
+    assert decode_audio(bytes(received), "wav").duration == pytest.approx(3.0, abs=DURATION_TOLERANCE_S)
+    assert gateway.process.wait(20) in {0, -signal.SIGTERM}
+    log = gateway.log()
+    assert "Traceback" not in log
+    assert "ended: " not in log  # no worker died before the pool stopped it
+    assert "worker template failed" not in log
+    assert log.count("started the synthetic worker template") == 1  # none started again while shutting down
+    wait_until(lambda: not any(running(c) for c in children), 10.0, "the server ending its children")
