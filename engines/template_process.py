@@ -72,6 +72,13 @@ class ForkRequest:
 def main() -> None:
     leave_stopping_to_the_server()  # before anything: the workers forked from here inherit it
     control = socket.socket(fileno=int(sys.argv[1]))
+    try:
+        _start_and_serve(control)
+    except (ConnectionError, EOFError):
+        return  # the server closed its socket (a stopped pool, a server gone), unread packets in it or not: we end
+
+
+def _start_and_serve(control: socket.socket) -> None:
     start: TemplateStart = pickle.loads(control.recv(_MAX_PACKET))  # noqa: S301 - the server (module docstring)
     sys.path[:0] = [entry for entry in start.sys_path if entry not in sys.path]
     ready = _preload(start.kind)

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
+import select
 import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +21,7 @@ from engines.base import SynthesisRequest
 from engines.pool import EnginePool
 from engines.settings import local_engine_settings
 from engines.template import WorkerTemplates
+from engines.template_process import TemplateStart
 from tests.waiting import wait_for
 
 if TYPE_CHECKING:
@@ -175,3 +181,21 @@ async def test_an_engine_without_its_weights_starts_cold_and_costs_no_template(
         assert templates.of("chattts").pid is None, "no template was started"
     finally:
         await pool.stop()
+
+
+def test_a_template_whose_server_closes_its_socket_ends_quietly() -> None:
+    # A server stopping closes the socket with the template's answer still unread in it: the template reads a reset,
+    # not an end of file, and must end as quietly (no traceback on stderr, where no log line would carry it).
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with theirs:
+        template = subprocess.Popen(
+            [sys.executable, "-m", "engines.template_process", str(theirs.fileno())],
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            pass_fds=(theirs.fileno(),),
+        )
+    with ours:
+        ours.sendall(pickle.dumps(TemplateStart("synthetic", [entry for entry in sys.path if entry])))
+        select.select([ours], [], [], 30)  # its answer has arrived: left unread
+    _, stderr = template.communicate(timeout=30)
+    assert (template.returncode, stderr.decode()) == (0, "")
