@@ -24,6 +24,7 @@ from auth.limits.base import (
     Month,
     QuotaExceededError,
     RateLimitExceededError,
+    RequestTooLargeError,
 )
 from auth.limits.connections import HeldConnections, HoldingKind
 from auth.limits.limiter import TenantRateLimiter
@@ -39,5 +40,6 @@ __all__ = [
     "Month",
     "QuotaExceededError",
     "RateLimitExceededError",
+    "RequestTooLargeError",
     "TenantRateLimiter",
 ]

@@ -30,6 +30,7 @@ __all__ = [
     "Month",
     "QuotaExceededError",
     "RateLimitExceededError",
+    "RequestTooLargeError",
     "Verdict",
     "Window",
 ]
@@ -135,6 +136,16 @@ class RateLimitExceededError(Exception):
         self.reason: LimitReason = reason
         self.retry_after_s = retry_after_s
         self.state = state
+
+
+class RequestTooLargeError(RateLimitExceededError):
+    """A request that asks more than a whole per-minute limit (its characters over ``characters_per_minute``): no wait
+    admits it, so its client is told not to retry."""
+
+    def __init__(self, reason: LimitReason, retry_after_s: int, state: LimitState, asked: int, limit: int) -> None:
+        super().__init__(reason, retry_after_s, state)
+        self.asked = asked
+        self.limit = limit
 
 
 class QuotaExceededError(RateLimitExceededError):

@@ -24,6 +24,7 @@ from auth.limits.base import (
     Month,
     QuotaExceededError,
     RateLimitExceededError,
+    RequestTooLargeError,
     Verdict,
 )
 from auth.limits.memory import MemoryAdmissions
@@ -286,9 +287,10 @@ def _refusal(reason: LimitReason, ask: Ask, state: LimitState) -> RateLimitExcee
         return QuotaExceededError("audio_seconds_per_month", until_next_month, state, 0)
     if reason in {"concurrency", "sessions", "bodies", "fair_share"}:
         return RateLimitExceededError(reason, CONCURRENCY_RETRY_AFTER_S, state)
+    limit = ask.limits.characters_per_minute or 0
+    if reason == "characters" and ask.characters > limit:  # never fits in a minute, whatever the wait
+        return RequestTooLargeError(reason, _MAX_RETRY_AFTER_S, state, ask.characters, limit)
     reset = state.reset_requests_s if reason == "requests" else state.reset_tokens_s
-    if reason == "characters" and ask.characters > (ask.limits.characters_per_minute or 0):
-        reset = float(_MAX_RETRY_AFTER_S)  # never fits in a minute; waiting a whole window is the honest answer
     # The oldest entry leaving the window frees the first unit; for a weighted hit more may be needed later.
     retry_after = min(_MAX_RETRY_AFTER_S, max(1, math.ceil(reset or 0.0)))
     return RateLimitExceededError(reason, retry_after, state)

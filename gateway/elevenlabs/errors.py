@@ -60,7 +60,7 @@ from gateway.http import refusals
 from gateway.http.auth.security import presented_authorization
 from gateway.http.errors import CLIENT_CLOSED_REQUEST, OpenAIError, as_openai_error, note_error
 from gateway.http.errors import EXCEPTION_HANDLERS as OPENAI_EXCEPTION_HANDLERS
-from gateway.http.ratelimit_headers import rate_limit_headers
+from gateway.http.ratelimit_headers import refusal_headers
 from gateway.speech.errors import (
     FailoverExhaustedError,
     InvalidSpeechRequestError,
@@ -253,15 +253,13 @@ def _rate_limited(exc: RateLimitExceededError) -> ErrorAnswer:
     ElevenLabs names its concurrency limit)."""
     per_minute = exc.reason in {"requests", "characters"}
     status = "rate_limit_exceeded" if per_minute else "too_many_concurrent_requests"
-    headers = {**rate_limit_headers(exc.state), "Retry-After": str(exc.retry_after_s)}
-    return _detail(HTTP_429_TOO_MANY_REQUESTS, status, refusals.limit_message(exc), headers)
+    return _detail(HTTP_429_TOO_MANY_REQUESTS, status, refusals.limit_message(exc), refusal_headers(exc))
 
 
 def _quota_exceeded(exc: QuotaExceededError) -> ErrorAnswer:
     """A monthly budget spent: ElevenLabs says 401 ``quota_exceeded``. Nothing but the month's end helps, so a client
     that honours ``x-should-retry`` is told not to retry."""
-    headers = {**rate_limit_headers(exc.state), "Retry-After": str(exc.retry_after_s), "x-should-retry": "false"}
-    return _detail(HTTP_401_UNAUTHORIZED, "quota_exceeded", refusals.quota_message(exc), headers)
+    return _detail(HTTP_401_UNAUTHORIZED, "quota_exceeded", refusals.quota_message(exc), refusal_headers(exc))
 
 
 def _too_many_uploads(exc: TooManyUploadsError) -> ErrorAnswer:

@@ -28,7 +28,7 @@ from auth.errors import InvalidCredentialsError, UnknownTenantError
 from auth.limits import QuotaExceededError, RateLimitExceededError
 from engines.base import InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
-from gateway.http.ratelimit_headers import rate_limit_headers
+from gateway.http.ratelimit_headers import refusal_headers
 from gateway.http.refusals import (
     BACKEND_ERRORS,
     BACKEND_UNAVAILABLE,
@@ -284,24 +284,20 @@ def _rate_limited(exc: RateLimitExceededError) -> OpenAIError:
     # OpenAI names the exhausted budget in `type` ("requests" or "tokens"); characters are our tokens.
     kind = "tokens" if exc.reason == "characters" else "requests"
     code = "rate_limit_exceeded" if exc.reason in {"requests", "characters"} else "concurrency_limit_exceeded"
-    headers = {**rate_limit_headers(exc.state), "Retry-After": str(exc.retry_after_s)}
-    return OpenAIError(HTTP_429_TOO_MANY_REQUESTS, limit_message(exc), type=kind, code=code, headers=headers)
+    return OpenAIError(
+        HTTP_429_TOO_MANY_REQUESTS, limit_message(exc), type=kind, code=code, headers=refusal_headers(exc)
+    )
 
 
 def _quota_exceeded(exc: QuotaExceededError) -> OpenAIError:
     # OpenAI's answer when a project's budget is spent: 429 `insufficient_quota` in both type and code. Nothing but the
     # month's end helps, so the OpenAI SDKs are told not to retry (they honour `x-should-retry`).
-    headers = {
-        **rate_limit_headers(exc.state),
-        "Retry-After": str(exc.retry_after_s),
-        "x-should-retry": "false",
-    }
     return OpenAIError(
         HTTP_429_TOO_MANY_REQUESTS,
         quota_message(exc),
         type="insufficient_quota",
         code="insufficient_quota",
-        headers=headers,
+        headers=refusal_headers(exc),
     )
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from auth.limits import LimitState
+from auth.limits import QuotaExceededError, RequestTooLargeError
 
-__all__ = ["UNLIMITED", "format_reset", "rate_limit_headers"]
+if TYPE_CHECKING:
+    from auth.limits import LimitState, RateLimitExceededError
+
+__all__ = ["UNLIMITED", "format_reset", "rate_limit_headers", "refusal_headers"]
 
 UNLIMITED = 2**31 - 1
 """What a dimension without a limit reports: more than any client will spend, and still a 32-bit integer."""
@@ -34,6 +36,15 @@ def rate_limit_headers(state: LimitState) -> dict[str, str]:
             headers[f"x-ratelimit-remaining-{kind}"] = str(remaining)
         if reset is not None:
             headers[f"x-ratelimit-reset-{kind}"] = format_reset(reset)
+    return headers
+
+
+def refusal_headers(exc: RateLimitExceededError) -> dict[str, str]:
+    """The headers of a tenant's limit's refusal: the six above, ``Retry-After``, and ``x-should-retry: false`` where no
+    wait helps (a monthly budget spent, a request larger than a whole minute's limit), which the OpenAI SDKs honour."""
+    headers = {**rate_limit_headers(exc.state), "Retry-After": str(exc.retry_after_s)}
+    if isinstance(exc, QuotaExceededError | RequestTooLargeError):
+        headers["x-should-retry"] = "false"
     return headers
 
 

@@ -33,7 +33,7 @@ from litestar.exceptions import InternalServerException
 from redis.exceptions import RedisError
 
 from auth.errors import AuthBackendError
-from auth.limits import LimitsUnavailableError
+from auth.limits import LimitsUnavailableError, RequestTooLargeError
 from auth.usage import UsageUnavailableError
 
 if TYPE_CHECKING:
@@ -167,7 +167,13 @@ _LIMIT_MESSAGES = {
 
 
 def limit_message(exc: RateLimitExceededError) -> str:
-    """What a client refused by a per-minute or concurrency limit is told: which limit, and when to retry."""
+    """What a client refused by a per-minute or concurrency limit is told: which limit, and when to retry (or, for a
+    request larger than the whole limit, that no wait helps)."""
+    if isinstance(exc, RequestTooLargeError):
+        return (
+            f"Request too large for input characters per minute: limit {exc.limit}, requested {exc.asked}. "
+            "Send a shorter input; no wait admits this one."
+        )
     return f"{_LIMIT_MESSAGES[exc.reason]} Retry after {exc.retry_after_s} s."
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from auth.limits import LimitState, RateLimitExceededError, TenantRateLimiter
+from auth.limits import LimitState, RateLimitExceededError, RequestTooLargeError, TenantRateLimiter
 from auth.settings import TenantLimits
 from gateway.http.ratelimit_headers import UNLIMITED, rate_limit_headers
 from tests.auth_backends import MEMORY
@@ -57,10 +57,15 @@ async def test_characters_are_weighted_hits(limiter: TenantRateLimiter, tenant: 
     assert (await limiter.admit(tenant, limits, 40)).remaining_tokens == 0
 
 
-async def test_a_request_larger_than_the_budget_waits_a_window(limiter: TenantRateLimiter, tenant: str) -> None:
-    with pytest.raises(RateLimitExceededError) as refused:
+async def test_a_request_larger_than_the_whole_limit_is_too_large(limiter: TenantRateLimiter, tenant: str) -> None:
+    with pytest.raises(RequestTooLargeError) as refused:
         await limiter.admit(tenant, TenantLimits(characters_per_minute=10), 11)
+    assert (refused.value.reason, refused.value.asked, refused.value.limit) == ("characters", 11, 10)
     assert refused.value.retry_after_s == 60
+    with pytest.raises(RateLimitExceededError) as over:  # what fits once the window moves on is not too large
+        await limiter.admit(tenant, TenantLimits(characters_per_minute=10), 10)
+        await limiter.admit(tenant, TenantLimits(characters_per_minute=10), 1)
+    assert not isinstance(over.value, RequestTooLargeError)
 
 
 async def test_a_refused_request_consumes_nothing(limiter: TenantRateLimiter, tenant: str) -> None:

@@ -154,8 +154,20 @@ async def test_a_tenants_characters_per_minute_count_what_is_spoken(client: Asyn
     tight = await _tenant(client, "tight", limits={"characters_per_minute": 1000})
     refused = await tight.elevenlabs("a")  # 1 character sent, 1,024 to speak: over the minute's 1,000
     assert refused.status_code == 429, refused.text
-    assert (await tight.openai("a")).status_code == 429  # the same rule on OpenAI's route (its default dictionary)
+    openai = await tight.openai("a")  # the same rule on OpenAI's route (its default dictionary)
+    assert openai.status_code == 429
+    # No wait admits it: said so, and the SDKs (which retry a 429) are told not to.
+    for answer, message in (
+        (refused, refused.json()["detail"]["message"]),
+        (openai, openai.json()["error"]["message"]),
+    ):
+        assert answer.headers["x-should-retry"] == "false"
+        assert message.startswith("Request too large for input characters per minute: limit 1000, requested 1024.")
     assert (await tight.elevenlabs("b", dictionary=False)).status_code == 200
+    over = await tight.openai("c" * 1000)  # fits a minute, not what is left of this one: worth a retry
+    assert over.status_code == 429
+    assert "x-should-retry" not in over.headers
+    assert over.json()["error"]["message"].startswith("Rate limit reached for input characters per minute.")
 
 
 async def test_say_as_digits_are_charged_as_read(acme: Tenant) -> None:
