@@ -8,7 +8,8 @@ A request whose input is longer than ``speech.max_segment_chars`` is spoken as a
 of a segment is asked for only once the job before it has ended and given its slot back, so the engine's scheduler
 can hand that slot to another tenant's waiting request first; no request holds a slot for longer than one segment.
 A script (SSML, a dialogue: ``gateway/text``) is spoken the same way, a segment for each of its spans (each in its
-own voice and speed) and PCM zeros for each of its silences (:func:`script_segments`).
+own voice and speed) and PCM zeros for each of its silences (:func:`script_segments`); a script of silences alone
+(``<break time="1s"/>`` and nothing else) asks the engine for no job, since there is nothing for it to say.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
+from engines.errors import EngineNotReadyError
 from gateway.text import Silence
 
 if TYPE_CHECKING:
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
     from types import TracebackType
 
-    from engines.backend import PcmStream
+    from engines.backend import EngineBackend, PcmStream
     from engines.base import EngineInfo, SynthesisRequest
     from engines.timing import WordMark
 
@@ -163,7 +165,8 @@ class SegmentedStream:
 
     Enter it to open the first job (the engine's errors on entering a stream are raised then: not ready,
     overloaded); leaving it cancels the job in progress, and no later segment is opened. A later segment that
-    cannot start or fails raises from the iteration, as a job failing after its first audio does.
+    cannot start or fails raises from the iteration, as a job failing after its first audio does. Silences alone open
+    no job: they are zeros at the rate of ``engine``, the engine the jobs would be asked of.
 
     Its word marks are each job's, moved to the whole: characters by the segment's place in the request's text,
     samples by the audio of the segments before it (exact: the samples each job made).
@@ -171,12 +174,19 @@ class SegmentedStream:
 
     sample_rate: int
     info: EngineInfo
-    _first: PcmStream
+    _first: PcmStream | None
 
-    def __init__(self, segments: list[Segment], open_job: OpenJob, char_offsets: list[int] | None = None):
+    def __init__(
+        self,
+        segments: list[Segment],
+        open_job: OpenJob,
+        char_offsets: list[int] | None = None,
+        engine: EngineBackend | None = None,
+    ):
         self._segments = segments
         self._open_job = open_job
         self._char_offsets = char_offsets or [0] * len(segments)
+        self._engine = engine
         self._job = AsyncExitStack()
         """Holds the job in progress: closed when it ends, before the next is asked for."""
         self._closed = False
@@ -194,10 +204,26 @@ class SegmentedStream:
         return cls([replace(request, text=text) for text in texts], open_job, offsets)
 
     async def __aenter__(self) -> SegmentedStream:
-        first = next(segment for segment in self._segments if not isinstance(segment, Silence))
+        first = next((segment for segment in self._segments if not isinstance(segment, Silence)), None)
+        if first is None:  # silences alone: no job (an engine may not be able to say nothing), the engine's rate
+            self._first, self.info = None, self._silent_engine()
+            self.sample_rate = self.info.sample_rate
+            return self
         self._first = await self._job.enter_async_context(self._open_job(first))
         self.sample_rate, self.info = self._first.sample_rate, self._first.info
         return self
+
+    def _silent_engine(self) -> EngineInfo:
+        """What the engine of a stream of silences alone says of itself: its rate is theirs.
+
+        Raises:
+            EngineNotReadyError: it has not loaded (the failover tries the next engine, as for any request).
+        """
+        if self._engine is None:
+            raise TypeError("a stream of silences alone needs the engine it is spoken for")
+        if self._engine.info is None:
+            raise EngineNotReadyError(self._engine.name, "it has not loaded")
+        return self._engine.info
 
     async def __aexit__(
         self,
@@ -212,8 +238,9 @@ class SegmentedStream:
         pcm: PcmStream | None = self._first
         samples = 0
         # A silence before the engine's first audio waits for it, and goes with it: until then the stream has sent
-        # nothing, so a job failing before its first audio is still retried (gateway/speech/failover.py).
-        lead: bytearray | None = bytearray()
+        # nothing, so a job failing before its first audio is still retried (gateway/speech/failover.py). Silences
+        # alone wait for nothing.
+        lead: bytearray | None = bytearray() if pcm is not None else None
         for index, segment in enumerate(self._segments):
             if isinstance(segment, Silence):
                 for chunk in self._silence(segment.seconds):

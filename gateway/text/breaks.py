@@ -1,7 +1,8 @@
 """ElevenLabs' ``<break time="1.5s" />`` in plain text: an exact silence there, the rest spoken as written.
 
 ElevenLabs honours the tag in every request's text, up to 3 seconds a break, without ``enable_ssml_parsing``; any other
-markup in the text is read as text. The pattern has no nested repetition: it matches in time linear in the text.
+markup in the text is read as text, and the tag never is: a text of breaks alone is that much silence, as it is in SSML.
+The pattern has no nested repetition: it matches in time linear in the text.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ _BREAK = re.compile(r"""<break\s+time\s*=\s*(["'])\s*(\d{1,7}(?:\.\d{1,6})?)\s*(
 
 
 def read_breaks(text: str) -> Script:
-    """``text`` with its break tags as silences; a text without one is one span, as written.
+    """``text`` with its break tags as silences (a text of breaks alone: silences only, :attr:`Script.empty` when they
+    last no time); a text without one is one span, as written.
 
     Raises:
         MarkupError: more breaks than a script may hold.
@@ -39,8 +41,6 @@ def read_breaks(text: str) -> Script:
             column = match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
             raise MarkupError(f"more than {MAX_PARTS} spans and breaks", line, column)
     _add_text(parts, text[start:])
-    if not any(isinstance(part, Speech) for part in parts):
-        return Script.plain(text)  # only breaks: said as written, as a text without any would be
     return Script(tuple(parts))
 
 

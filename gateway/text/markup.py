@@ -37,7 +37,7 @@ def read_script(text: str, markup: Markup) -> Script:
     if markup is Markup.SSML:
         return parse_ssml(text) if is_ssml(text) else Script.plain(text)
     if markup is Markup.BREAKS:
-        return read_breaks(text)
+        return read_breaks(text).checked("the text")
     if markup is Markup.ELEVENLABS_SSML:
         if is_ssml(text):
             return parse_ssml(text)

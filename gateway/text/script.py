@@ -82,6 +82,22 @@ class Script:
         return isinstance(part, Speech) and part.voice is None and part.rate == 1.0
 
     @property
+    def empty(self) -> bool:
+        """Nothing to say and no silence to keep (breaks of no time at most): what no request may ask for. A script of
+        silences alone is not empty: it is that much silence."""
+        return not any(isinstance(part, Speech) or part.seconds > 0 for part in self.parts)
+
+    def checked(self, what: str) -> Script:
+        """The script, unless it is :attr:`empty`.
+
+        Raises:
+            MarkupError: it is (``what``: what the caller sent, "the SSML", "the text").
+        """
+        if self.empty:
+            raise MarkupError(f"{what} has no text to speak, nor a break that lasts", 1, 1)
+        return self
+
+    @property
     def text(self) -> str:
         return " ".join(part.text for part in self.parts if isinstance(part, Speech))
 
@@ -98,13 +114,13 @@ class Script:
         return {part.voice for part in self.parts if isinstance(part, Speech) and part.voice is not None}
 
     def pronounced(self, pronounce: Pronounce) -> Script:
-        """Every span's text as ``pronounce`` says it (unchanged when it is :data:`IDENTITY`); a span left with
-        nothing to say is dropped.
+        """Every span's text as ``pronounce`` says it (unchanged when it is :data:`IDENTITY`, or has no span: silences
+        alone); a span left with nothing to say is dropped.
 
         Raises:
             MarkupError: no span is left with anything to say.
         """
-        if pronounce is IDENTITY:
+        if pronounce is IDENTITY or not any(isinstance(part, Speech) for part in self.parts):
             return self
         parts = (replace(p, text=pronounce(p.text).strip()) if isinstance(p, Speech) else p for p in self.parts)
         kept = tuple(p for p in parts if not isinstance(p, Speech) or p.text)

@@ -240,9 +240,7 @@ class _ScriptReader:
 
     def script(self) -> Script:
         parts = tuple(p for p in self.parts if not (isinstance(p, Silence) and p.seconds <= 0))
-        if not any(isinstance(part, Speech) for part in parts):
-            raise MarkupError("the SSML has no text to speak", 1, 1)
-        return Script(parts)
+        return Script(parts).checked("the SSML")  # breaks alone are that much silence
 
     def _refusal(self, reason: str) -> MarkupError:
         return MarkupError(reason, *self.where())

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from engines.base import SynthesisRequest
-from engines.errors import SynthesisFailedError
+from engines.errors import EngineNotReadyError, SynthesisFailedError
 from engines.settings import engine_settings
 from gateway.speech.segments import SegmentedStream, script_segments
 from gateway.text import Script, Silence, Speech
@@ -36,7 +36,7 @@ def stream(engine: ThreadBackend, script: Script, max_chars: int = 300) -> Segme
         SynthesisRequest(p.text, p.voice or "alloy") if isinstance(p, Speech) else p for p in script.parts
     ]  # what the planner makes of it, at speed 1
     segments, offsets = script_segments(jobs, whole.text, max_chars)
-    return SegmentedStream(segments, engine.open_stream, offsets)
+    return SegmentedStream(segments, engine.open_stream, offsets, engine)
 
 
 async def test_silences_are_exact_zeros_between_the_jobs_and_move_the_words(engine: ThreadBackend) -> None:
@@ -71,3 +71,22 @@ async def test_a_leading_silence_waits_for_the_first_audio(engine: ThreadBackend
     async with stream(engine, Script((Silence(1.0), Speech("boom #fail")))) as pcm:
         with pytest.raises(SynthesisFailedError):
             await anext(aiter(pcm))
+
+
+async def test_silences_alone_are_zeros_at_the_engines_rate_and_ask_it_for_no_job(engine: ThreadBackend) -> None:
+    """A text of breaks alone: an engine may not be able to say nothing, so it is not asked to."""
+    async with stream(engine, Script((Silence(1.0), Silence(0.5)))) as pcm:
+        chunks = [chunk async for chunk in pcm]
+    assert (pcm.sample_rate, pcm.info) == (RATE, engine.info)
+    assert len(b"".join(chunks)) == 2 * RATE * 3 // 2
+    assert not b"".join(chunks).strip(b"\0")
+    assert len(chunks) > 1  # in pieces, as an engine's audio would come: nothing waits for a first job
+    assert (engine.served, list(pcm.marks)) == (0, [])
+
+
+async def test_silences_alone_for_an_engine_not_loaded_are_not_ready() -> None:
+    """As a request for that engine would be (the failover tries the next engine of the alias)."""
+    loading = ThreadBackend("loading", engine_settings(kind="synthetic", options={}))
+    with pytest.raises(EngineNotReadyError, match="'loading'"):
+        async with stream(loading, Script((Silence(1.0),))):
+            pass

@@ -109,6 +109,26 @@ def test_elevenlabs_break_tags_are_honoured_and_the_rest_read_as_written() -> No
     assert read_script("no tags here", Markup.BREAKS) == Script.plain("no tags here")
 
 
+@pytest.mark.parametrize(
+    ("text", "markup"),
+    [
+        ('<break time="1s"/>', Markup.BREAKS),
+        (' <break time="1s" /> ', Markup.ELEVENLABS_SSML),
+        ('<speak><break time="1s"/></speak>', Markup.SSML),
+    ],
+)
+def test_a_text_of_a_break_alone_is_that_much_silence_however_it_is_read(text: str, markup: Markup) -> None:
+    """The tag is never read aloud, as a text of its own or not: on ElevenLabs' routes, with or without
+    ``enable_ssml_parsing``, and in SSML."""
+    assert read_script(text, markup) == Script((Silence(1.0),))
+
+
+@pytest.mark.parametrize("markup", [Markup.BREAKS, Markup.ELEVENLABS_SSML])
+def test_a_text_of_breaks_that_last_no_time_is_refused_however_it_is_read(markup: Markup) -> None:
+    with pytest.raises(MarkupError, match="no text to speak, nor a break that lasts"):
+        read_script('<break time="0s"/> <break time="0ms"/>', markup)
+
+
 def test_elevenlabs_ssml_parsing_needs_no_speak_root_and_says_where_in_the_callers_text() -> None:
     assert read_script('Say <sub alias="gateway">GW</sub>.', Markup.ELEVENLABS_SSML).text == "Say gateway."
     with pytest.raises(MarkupError) as raised:
@@ -124,7 +144,7 @@ def test_elevenlabs_ssml_parsing_needs_no_speak_root_and_says_where_in_the_calle
         ('<speak><prosody rate="zoom">x</prosody></speak>', 1, 8, 'prosody rate "zoom"'),
         ("<speak>x</speak>trailing", 1, 17, "junk after document element"),
         ("<p>x</p>", 1, 1, "root element must be <speak>"),
-        ('<speak><break time="1s"/></speak>', 1, 1, "no text to speak"),
+        ('<speak><break time="0s"/></speak>', 1, 1, "no text to speak"),
     ],
 )
 def test_malformed_ssml_names_where_and_why(document: str, line: int, column: int, reason: str) -> None:
@@ -181,6 +201,8 @@ def test_the_pronunciation_hook_sees_every_span_and_identity_keeps_the_script() 
     assert [p.text for p in said.parts if isinstance(p, Speech)] == ["gateway one", "gateway two"]
     with pytest.raises(MarkupError, match="nothing is left to say"):
         script.pronounced(lambda _: " ")
+    silence = parse_ssml('<speak><break time="1s"/></speak>')
+    assert silence.pronounced(lambda _: " ") is silence  # no span to respell: silence, never "nothing left"
 
 
 _FRAGMENTS = st.sampled_from(
@@ -206,6 +228,7 @@ def test_any_input_reads_as_a_script_or_a_markup_error(fragments: list[str], mar
         assert min(where) >= 1
     else:
         assert script.parts
+        assert not script.empty
         if script != Script.plain(text):  # markup read: every span has something to say
             assert all(p.text.strip() for p in script.parts if isinstance(p, Speech))
         assert all(0 <= p.seconds <= MAX_BREAK_S for p in script.parts if isinstance(p, Silence))

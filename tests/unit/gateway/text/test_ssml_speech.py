@@ -15,6 +15,7 @@ from elevenlabs.client import AsyncElevenLabs
 from elevenlabs.types import DialogueInput
 from litestar.testing import AsyncTestClient
 
+from tests.audio_decode import DURATION_TOLERANCE_S, decode_audio
 from tests.inprocess import in_process_app
 
 if TYPE_CHECKING:
@@ -218,6 +219,56 @@ async def test_elevenlabs_honours_break_tags_always_and_the_rest_only_when_asked
     parsed = np.frombuffer((await eleven(http, marked, enable_ssml_parsing="true")).content, np.int16)
     assert np.array_equal(parsed, await speak(http, "Say gateway."))
     assert not sounds_like(as_text, parsed)
+
+
+BREAK_ALONE = '<break time="1s"/>'
+
+
+@pytest.mark.parametrize("ssml", ["false", "true"])
+async def test_elevenlabs_a_text_of_a_break_alone_is_that_much_silence_with_no_characters(
+    http: Client, ssml: str
+) -> None:
+    """Never read aloud (it was: "less-than break time equals one s", 2.3 s), with ``enable_ssml_parsing`` or
+    without: a second of silence in the format asked for, charged its characters as sent; markup has no characters
+    in the alignment."""
+    response = await http.post(
+        "/v1/text-to-speech/nova/with-timestamps",
+        json={"text": BREAK_ALONE},
+        params={"output_format": "mp3_44100_128", "enable_ssml_parsing": ssml},
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["x-character-count"] == str(len(BREAK_ALONE))
+    body = response.json()
+    audio = decode_audio(base64.b64decode(body["audio_base64"]), "mp3")
+    assert (audio.codec, audio.sample_rate) == ("mp3float", 44_100)
+    assert audio.duration == pytest.approx(1.0, abs=DURATION_TOLERANCE_S)
+    assert audio.rms < 1e-4
+    assert body["alignment"]["characters"] == body["normalized_alignment"]["characters"] == []
+
+
+async def test_a_text_of_a_break_alone_is_the_same_silence_in_ssml_and_in_a_dialogue(http: Client) -> None:
+    silence = np.zeros(RATE, np.int16)
+    assert np.array_equal(await speak(http, f"<speak>{BREAK_ALONE}</speak>"), silence)
+    alone = await http.post("/v1/text-to-dialogue", json={"inputs": [{"text": BREAK_ALONE, "voice_id": "onyx"}]},
+                            params={"output_format": "pcm_24000"})  # fmt: skip
+    assert np.array_equal(np.frombuffer(alone.content, np.int16), silence)
+    hi = await speak(http, "Hi.")
+    turns = [{"text": "Hi.", "voice_id": "alloy"}, {"text": BREAK_ALONE, "voice_id": "onyx"}]
+    dialogue = await http.post(
+        "/v1/text-to-dialogue/with-timestamps", json={"inputs": turns}, params={"output_format": "pcm_24000"}
+    )
+    body = dialogue.json()
+    assert is_made_of(np.frombuffer(base64.b64decode(body["audio_base64"]), np.int16), [hi, silence])
+    assert "".join(body["alignment"]["characters"]) == "Hi."
+    assert [segment["dialogue_input_index"] for segment in body["voice_segments"]] == [0]
+
+
+@pytest.mark.parametrize("ssml", ["false", "true"])
+async def test_elevenlabs_breaks_alone_that_last_no_time_are_a_400_either_way(http: Client, ssml: str) -> None:
+    response = await eleven(http, '<break time="0s"/>', enable_ssml_parsing=ssml)
+    assert response.status_code == 400
+    assert response.json()["detail"]["status"] == "invalid_ssml"
+    assert "no text to speak, nor a break that lasts" in response.json()["detail"]["message"]
 
 
 async def test_elevenlabs_malformed_ssml_is_a_400_in_its_shape(http: Client) -> None:
