@@ -1,5 +1,5 @@
-"""What a child process of the server (an engine worker, a worker template, an upload decoder) does with the signals
-meant to stop the server.
+"""What a child process of the server (an engine worker, a worker template, an upload decoder, the pronunciation
+compile process) does with the signals meant to stop the server.
 
 Ctrl+C in a terminal sends SIGINT to the whole foreground process group, and many supervisors send SIGTERM to a whole
 group or cgroup rather than to the server alone: systemd's default ``KillMode=control-group``, ``timeout``, a

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from gateway.text.lexicon import compiled_tables
 from lifecycle import naming
+from lifecycle.signals import leave_stopping_to_the_server
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -51,7 +52,7 @@ class CompileProcess:
     @staticmethod
     def _started() -> ProcessPoolExecutor:
         context = multiprocessing.get_context("spawn")
-        return ProcessPoolExecutor(1, mp_context=context, initializer=os.nice, initargs=(COMPILE_NICENESS,))
+        return ProcessPoolExecutor(1, mp_context=context, initializer=_start_compiling)
 
     async def tables(self, rules: Sequence[Rule]) -> CompiledTables:
         """The compiled tables of ``rules`` (:func:`~gateway.text.lexicon.compiled_tables`).
@@ -72,3 +73,10 @@ class CompileProcess:
     def close(self) -> None:
         """End the process (a compile under way is dropped: its request is ending with the app)."""
         self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _start_compiling() -> None:
+    """The compile process's first steps: a stop signal sent to the server's whole group is the server's to act on
+    (``lifecycle/signals.py``: it ends this process with the app), and other tenants' requests come first."""
+    leave_stopping_to_the_server()
+    os.nice(COMPILE_NICENESS)

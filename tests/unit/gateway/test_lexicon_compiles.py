@@ -224,3 +224,24 @@ async def test_a_compile_process_that_ended_is_replaced_and_its_compile_done_her
         assert dictionaries.compiles == 3
     finally:
         process.close()
+
+
+async def test_a_stop_signal_sent_to_the_servers_group_leaves_the_compile_process_running() -> None:
+    # A supervisor that stops the server's whole group (systemd's KillMode=control-group) signals it too; the server
+    # drains, and a compile under way then must not lose its process.
+    process = CompileProcess()
+    try:
+        dictionaries = PronunciationDictionaries(
+            MemoryDictionaryStore(), max_per_tenant=5, caps=RuleCaps(max_rules=50), compile_process=process
+        )
+        first = await dictionaries.create("acme", "one", None, [Rule("GW", alias="gateway")])
+        await dictionaries.lexicon("acme", [(first.id, None)])
+        (child,) = multiprocessing.active_children()
+        os.kill(child.pid or 0, signal.SIGTERM)
+        os.kill(child.pid or 0, signal.SIGINT)
+        second = await dictionaries.create("acme", "two", None, [Rule("db", alias="database")])
+        applied = await dictionaries.lexicon("acme", [(second.id, None)])
+        assert applied.lexicon.respell("a db").text == "a database"
+        assert (process.compiles, child.is_alive()) == (2, True)  # the same process compiled both
+    finally:
+        process.close()
