@@ -15,7 +15,8 @@ Messages, field for field as the ``elevenlabs`` SDK (2.78) types them (``SendMes
   ``{"close_socket": true}`` closes everything.
 - out: ``{"audio", "isFinal": null, "contextId", "alignment", "normalizedAlignment"}`` per piece of audio (alignment
   ``{chars, charStartTimesMs, charDurationsMs}`` counted from the end of the context's previous alignment, which is
-  where this message's audio starts: Pipecat adds each message's last end to its clock), then
+  where this message's audio starts: Pipecat adds each message's last end to its clock; a piece's last alignment ends
+  with a space, as ElevenLabs' does, :class:`StreamInputPiece`), then
   ``{"isFinal": true, "contextId"}`` once a closed context's audio has ended.
 
 Closing a context drops its text that no flush covered and stops the audio of that text at once (the engine's job is
@@ -111,10 +112,7 @@ class _Context:
     """Whether the piece being spoken is covered by a flush."""
     speaking: bool = False
     spoken: int = 0
-    """Pieces spoken so far (the next one's alignment starts with the space between them)."""
-    gap_s: float = 0.0
-    """The silence the encoder added after the last piece (its drain): the space before the next one lasts that
-    long, so that the alignment's clock stays the audio's."""
+    """Pieces spoken so far (on a dialogue socket, the next one's alignment starts with the space between them)."""
     encoder: AudioEncoder | None = None
 
     @property
@@ -380,7 +378,6 @@ class ElevenLabsStreamSession(EndedByServer):
                         await self._send(message)
                 run = cursor.advance(words, audio_s=clock.seconds)
                 tail = encoder.drain()
-                context.gap_s = encoder.drained_s
                 for message in render.end(tail, run, clock.seconds, encoder.drained_s):
                     await self._send(message)
         finally:
@@ -395,13 +392,12 @@ class ElevenLabsStreamSession(EndedByServer):
 
     def _piece_renderer(self, context: _Context) -> PieceRenderer:
         """What renders one piece's audio and alignment as messages out."""
-        lead = context.gap_s if context.spoken > 0 else None  # the space between this piece and the one before
-        return StreamInputPiece(self._tag(context.id), lead)
+        return StreamInputPiece(self._tag(context.id))
 
     def _final_messages(self, context: _Context, tail: bytes) -> list[str]:
         """A closed context's last messages: the audio its encoder held, then ``isFinal``."""
         tag = self._tag(context.id)
-        audio = [audio_message(tag, tail, None, 0.0, lead=None)] if tail else []
+        audio = [audio_message(tag, tail, None)] if tail else []
         return [*audio, json.dumps({"isFinal": True, **tag})]
 
     async def _final(self, context: _Context) -> None:

@@ -76,24 +76,56 @@ class PieceRenderer(Protocol):
 
 
 class StreamInputPiece:
-    """Text-to-speech sockets: each alignment counted from the end of the one before (where Pipecat's clock stands),
-    the first after ``lead`` seconds of space since the context's previous piece."""
+    """Text-to-speech sockets: each alignment counted from the end of the one before (where Pipecat's clock stands);
+    the piece's last one ends with a space that lasts to the end of its audio, the encoder's drain included, and the
+    first normalized one opens with a space, as ElevenLabs' alignment of every generation does (``"Hello there. "``,
+    normalized ``" Hello there. "``): Pipecat's ``ElevenLabsTTSService`` completes a word only at a space, so that
+    without it the last word of a turn takes a wrong time."""
 
-    def __init__(self, tag: dict[str, Any], lead: float | None) -> None:
+    def __init__(self, tag: dict[str, Any]) -> None:
         self._tag = tag
-        self._lead = lead
         self._since = 0.0
+        self._opened = False
+        """Whether an alignment was sent: the first normalized one opens with a space."""
 
     def audio(self, data: bytes, run: CharacterTimes | None, heard_s: float) -> list[str]:
-        if not data and run is None:
-            return []
-        message = audio_message(self._tag, data, run, self._since, lead=self._lead if run else None)
-        if run is not None:
-            self._since, self._lead = run.ends[-1], None
-        return [message]
+        if run is None:
+            return [audio_message(self._tag, data, None)] if data else []
+        return [self._message(data, run.stream_input(self._since), run.ends[-1])]
 
     def end(self, tail: bytes, run: CharacterTimes | None, heard_s: float, drained_s: float) -> list[str]:
-        return self.audio(tail, run, heard_s)
+        alignment = run.stream_input(self._since) if run is not None else _NO_CHARACTERS
+        space_s = run.ends[-1] if run is not None else self._since  # where the piece's last character ends
+        closed = _followed_by_space(alignment, space_s - self._since, heard_s + drained_s - space_s)
+        return [self._message(tail, closed, heard_s + drained_s)]
+
+    def _message(self, data: bytes, alignment: dict[str, Any], since_s: float) -> str:
+        """The message of ``data`` with ``alignment``, after which the next one counts from ``since_s``."""
+        normalized = alignment if self._opened else _opened_by_space(alignment)
+        self._since, self._opened = since_s, True
+        return audio_message(self._tag, data, alignment, normalized)
+
+
+_NO_CHARACTERS: dict[str, Any] = {"chars": [], "charStartTimesMs": [], "charDurationsMs": []}
+
+
+def _followed_by_space(alignment: dict[str, Any], start_s: float, duration_s: float) -> dict[str, Any]:
+    """``alignment`` with a space after its characters, from ``start_s`` for ``duration_s``."""
+    return {
+        "chars": [*alignment["chars"], " "],
+        "charStartTimesMs": [*alignment["charStartTimesMs"], max(0, round(start_s * 1000))],
+        "charDurationsMs": [*alignment["charDurationsMs"], max(0, round(duration_s * 1000))],
+    }
+
+
+def _opened_by_space(alignment: dict[str, Any]) -> dict[str, Any]:
+    """``alignment`` after a space that lasts until its first character starts."""
+    first_ms = alignment["charStartTimesMs"][0]
+    return {
+        "chars": [" ", *alignment["chars"]],
+        "charStartTimesMs": [0, *alignment["charStartTimesMs"]],
+        "charDurationsMs": [first_ms, *alignment["charDurationsMs"]],
+    }
 
 
 def parse_message(message: ReceiveMessage) -> dict[str, Any]:
@@ -142,26 +174,17 @@ def voice_settings_of(value: object) -> VoiceSettings:
 
 
 def audio_message(
-    tag: dict[str, Any], audio: bytes, run: CharacterTimes | None, since_s: float, *, lead: float | None
+    tag: dict[str, Any], audio: bytes, alignment: dict[str, Any] | None, normalized: dict[str, Any] | None = None
 ) -> str:
-    """``AudioOutputMulti`` (``AudioOutput`` without ``tag``): the audio, and the alignment of the characters that
-    became known with it; ``lead``: after the space that separates them from the context's previous piece, which lasts
-    that many seconds (the silence the encoder put between the two)."""
-    alignment: dict[str, Any] | None = None
-    if run is not None:
-        alignment = run.stream_input(since_s - (lead or 0.0))
-        if lead is not None:
-            alignment = {
-                "chars": [" ", *alignment["chars"]],
-                "charStartTimesMs": [0, *alignment["charStartTimesMs"]],
-                "charDurationsMs": [round(lead * 1000), *alignment["charDurationsMs"]],
-            }
+    """``AudioOutputMulti`` (``AudioOutput`` without ``tag``): the audio, and the alignment (``{chars,
+    charStartTimesMs, charDurationsMs}``) of the characters that became known with it; ``normalized``: the
+    ``normalizedAlignment``, if not the same."""
     return json.dumps(
         {
             "audio": base64.b64encode(audio).decode(),
             "isFinal": None,
             **tag,
             "alignment": alignment,
-            "normalizedAlignment": alignment,
+            "normalizedAlignment": alignment if normalized is None else normalized,
         }
     )

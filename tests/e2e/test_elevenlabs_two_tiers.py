@@ -35,7 +35,7 @@ from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio
 from tests.espeak_events import TOLERANCE_S, espeak_events, first_events
 from tests.livekit_agent import say_through_an_agent_session
-from tests.pipecat_runner import run_pipeline
+from tests.pipecat_runner import elevenlabs_socket_service, pipecat_elevenlabs, run_pipeline
 from tests.realtime_client import Session
 
 if TYPE_CHECKING:
@@ -181,17 +181,6 @@ def test_the_sdk_speaks_and_times_through_two_tiers(front: GatewayProcess, key: 
     assert_aligned(alignment, text, len(audio) / 2 / 22050)
 
 
-def pipecat() -> tuple[Any, Any, Any]:
-    """Pipecat's frames, ElevenLabs services and test runner, imported here: Pipecat loads onnxruntime and more, and
-    warns of its own deprecations (audioop, its AudioContextTTSService), not ours."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        frames = importlib.import_module("pipecat.frames.frames")
-        elevenlabs = importlib.import_module("pipecat.services.elevenlabs.tts")
-        utils = importlib.import_module("pipecat.tests.utils")
-    return frames, elevenlabs, utils
-
-
 def assert_pipecat_spoke(down: list[Any], frames: Any, text: str) -> None:
     """Its audio as long as the text; its word frames the text, their times in order within the audio."""
     audio = b"".join(f.audio for f in down if isinstance(f, frames.TTSAudioRawFrame))
@@ -205,21 +194,16 @@ def assert_pipecat_spoke(down: list[Any], frames: Any, text: str) -> None:
 
 
 async def test_pipecats_websocket_service_through_two_tiers(front: GatewayProcess, key: str) -> None:
-    frames, elevenlabs, utils = pipecat()
+    frames, _, utils = pipecat_elevenlabs()
     text = "Hello from Pipecat. It speaks through two tiers."
-    tts = elevenlabs.ElevenLabsTTSService(
-        api_key=key,
-        url=front.base_url.replace("http://", "ws://"),
-        settings=elevenlabs.ElevenLabsTTSService.Settings(voice=VOICE, model="eleven_multilingual_v2"),
-        sample_rate=24000,
-    )
+    tts = elevenlabs_socket_service(front.base_url, key, VOICE)
     down = await run_pipeline(tts, [frames.TTSSpeakFrame(text), utils.SleepFrame(2)])
     assert_pipecat_spoke(down, frames, text)
     assert any(isinstance(f, frames.TTSStoppedFrame) for f in down)
 
 
 async def test_pipecats_http_service_through_two_tiers(front: GatewayProcess, key: str) -> None:
-    frames, elevenlabs, utils = pipecat()
+    frames, elevenlabs, utils = pipecat_elevenlabs()
     text = "Hello from Pipecat. It speaks through two tiers."
     async with aiohttp.ClientSession() as session:
         tts = elevenlabs.ElevenLabsHttpTTSService(
@@ -236,7 +220,7 @@ async def test_pipecats_http_service_through_two_tiers(front: GatewayProcess, ke
 async def test_pipecats_dialogue_service_through_two_tiers(front: GatewayProcess, key: str) -> None:
     """Pipecat's ``ElevenLabsDialogueTTSService`` (``/v1/text-to-dialogue/multi-stream-input``, its default model
     ``eleven_v4_turbo``): the same audio and word frames as its text-to-speech service through the hop."""
-    frames, _, utils = pipecat()
+    frames, _, utils = pipecat_elevenlabs()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         dialogue = importlib.import_module("pipecat.services.elevenlabs.dialogue.tts")
@@ -399,4 +383,4 @@ async def test_the_websockets_keep_espeaks_words_after_a_cache_hit_at_the_front(
     audio_again, alignment_again = await stream_input_alignment(front, text)
     assert cache_hits(front) - before == 6  # the same sentences in the same PCM: stream-input is answered by the cache
     assert audio_again == audio and alignment_again == alignment
-    assert "".join(c for a in alignment for c in a["chars"]) == text
+    assert "".join(c for a in alignment for c in a["chars"]) == "A socket hears the words. The cache keeps them. "

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import importlib
 import json
 import time
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import httpx
 import numpy as np
 import pytest
-from elevenlabs import ElevenLabs
+from elevenlabs import AsyncElevenLabs, ElevenLabs
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -26,7 +25,7 @@ from auth.keys import generate_api_key, hash_api_key
 from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio, decode_g711
 from tests.livekit_agent import say_through_an_agent_session
-from tests.pipecat_runner import run_pipeline
+from tests.pipecat_runner import elevenlabs_socket_service, pipecat_elevenlabs, run_pipeline
 from tests.tls_proxy import TlsProxy
 
 if TYPE_CHECKING:
@@ -126,7 +125,7 @@ async def test_a_turn_is_spoken_with_its_alignment(gateway: GatewayProcess) -> N
 
     audio = np.frombuffer(audio_of(received, "turn-1"), dtype="<i2")
     assert len(audio) / 24000 == pytest.approx(len(TEXT) * SECONDS_PER_CHAR, abs=0.15)
-    assert chars_of(received, "turn-1") == TEXT
+    assert chars_of(received, "turn-1") == "Hello from the gateway. It speaks ElevenLabs over a socket. "
     messages = [m for m in received if "audio" in m]  # words known only at the end come with no audio
     assert all(set(m) == {"audio", "isFinal", "contextId", "alignment", "normalizedAlignment"} for m in messages)
     # Pipecat's clock: each message's times from zero, its last end added to the clock, is the audio's duration.
@@ -154,14 +153,14 @@ async def test_ulaw_and_two_contexts(gateway: GatewayProcess) -> None:
         decoded = decode_g711(audio_of(received, context_id), "pcmu")
         assert decoded.sample_rate == 8000
         assert decoded.duration == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.15)
-        assert chars_of(received, context_id) == text
+        assert chars_of(received, context_id) == text + " "
 
 
 async def test_the_alignment_clock_keeps_to_compressed_audio(gateway: GatewayProcess) -> None:
-    """In MP3 each sentence's end pads the audio with the encoder's delay; the space before the next sentence lasts
-    as long, so that Pipecat's clock (each message's last end added up) stays the audio's. What is left is the tail
-    after the last character (the last drain, the encoder's flush): about 0.18 s here whatever the sentences, where it
-    grew by 0.11 s a sentence before."""
+    """In MP3 each sentence's end pads the audio with the encoder's delay; the space after the sentence lasts as
+    long, so that Pipecat's clock (each message's last end added up) stays the audio's. What is left is the tail
+    after the last sentence (the encoder's flush), whatever the sentences, where it grew by 0.11 s a sentence
+    before."""
     sentences = ["One sentence here.", "Another one follows it.", "And a third."]
     async with connect_to(gateway, "model_id=eleven_multilingual_v2&output_format=mp3_22050_32") as socket:
         await send(socket, text=" ", context_id="m")
@@ -171,7 +170,7 @@ async def test_the_alignment_clock_keeps_to_compressed_audio(gateway: GatewayPro
         received = await until_final(socket, "m")
     alignments = [m["alignment"] for m in received if m.get("alignment")]
     clock = sum((a["charStartTimesMs"][-1] + a["charDurationsMs"][-1]) / 1000 for a in alignments)
-    assert chars_of(received, "m") == " ".join(sentences)
+    assert chars_of(received, "m") == "".join(f"{sentence} " for sentence in sentences)
     assert 0 <= decode_audio(audio_of(received, "m"), "mp3").duration - clock < 0.25
 
 
@@ -195,7 +194,7 @@ async def test_close_context_cuts_the_speech_short(gateway: GatewayProcess) -> N
         # The socket goes on: a context of the same name is a new one.
         await speak(socket, "long", "Short again.")
         again = await until_final(socket, "long")
-        assert chars_of(again, "long") == "Short again."
+        assert chars_of(again, "long") == "Short again. "
 
 
 async def test_messages_without_a_context_id_speak_in_the_default_context(gateway: GatewayProcess) -> None:
@@ -204,7 +203,7 @@ async def test_messages_without_a_context_id_speak_in_the_default_context(gatewa
         await send(socket, text="No context named.", flush=True)
         await send(socket, context_id="default", close_context=True)
         received = await until_final(socket, "default")
-    assert chars_of(received, "default") == "No context named."
+    assert chars_of(received, "default") == "No context named. "
 
 
 async def test_bad_messages_are_answered_and_the_session_goes_on(gateway: GatewayProcess) -> None:
@@ -217,7 +216,7 @@ async def test_bad_messages_are_answered_and_the_session_goes_on(gateway: Gatewa
         await send(socket, context_id="nope", flush=True)
         assert "not open" in json.loads(await socket.recv())["message"]
         await speak(socket, "ok", "Still fine.")
-        assert chars_of(await until_final(socket, "ok"), "ok") == "Still fine."
+        assert chars_of(await until_final(socket, "ok"), "ok") == "Still fine. "
 
 
 async def test_close_socket_speaks_what_was_flushed_then_closes(gateway: GatewayProcess) -> None:
@@ -231,7 +230,7 @@ async def test_close_socket_speaks_what_was_flushed_then_closes(gateway: Gateway
                 while True:
                     received.append(json.loads(await socket.recv()))
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
-    assert chars_of(received, "c") == "Said before the socket closes."
+    assert chars_of(received, "c") == "Said before the socket closes. "
     assert received[-1] == {"isFinal": True, "contextId": "c"}
 
 
@@ -257,11 +256,11 @@ async def test_without_a_header_the_credentials_come_in_the_first_message(gatewa
         await send(socket, text="Keyed in the message.")
         await send(socket, text="")
         received = await until_closed(socket)
-    assert chars_of(received, None) == "Keyed in the message."
+    assert chars_of(received, None) == "Keyed in the message. "
     async with connect(single_url(gateway, "output_format=pcm_16000&authorization=" + KEY)) as socket:
         await send(socket, text="Keyed in the query.", flush=True)
         await send(socket, text="")
-        assert chars_of(await until_closed(socket), None) == "Keyed in the query."
+        assert chars_of(await until_closed(socket), None) == "Keyed in the query. "
 
 
 async def test_an_unknown_voice_or_format_is_refused(gateway: GatewayProcess) -> None:
@@ -290,26 +289,34 @@ async def test_an_idle_socket_is_closed_after_its_inactivity_timeout(gateway: Ga
 async def test_pipecats_own_service_speaks_through_the_gateway(gateway: GatewayProcess) -> None:
     """Pipecat 1.14's ``ElevenLabsTTSService`` (``pipecat-ai`` is in the test extra), pointed at the gateway with
     ``url``: its audio, its word frames and the ``TTSStoppedFrame`` its ``isFinal`` brings."""
-    # Imported here: Pipecat loads onnxruntime and more, which the other tests of the module do without. Its import
-    # warns of its own deprecations (audioop, its AudioContextTTSService), not ours.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        frames: Any = importlib.import_module("pipecat.frames.frames")
-        elevenlabs: Any = importlib.import_module("pipecat.services.elevenlabs.tts")
-        utils: Any = importlib.import_module("pipecat.tests.utils")
+    frames, _, utils = pipecat_elevenlabs()
     text = "Hello from Pipecat. It speaks through the gateway."
-    tts = elevenlabs.ElevenLabsTTSService(
-        api_key=KEY,
-        url=gateway.base_url.replace("http://", "ws://"),
-        settings=elevenlabs.ElevenLabsTTSService.Settings(voice=VOICE, model="eleven_multilingual_v2"),
-        sample_rate=24000,
-    )
+    tts = elevenlabs_socket_service(gateway.base_url, KEY, VOICE)
     down = await run_pipeline(tts, [frames.TTSSpeakFrame(text), utils.SleepFrame(2)])
     audio = b"".join(f.audio for f in down if isinstance(f, frames.TTSAudioRawFrame))
     assert len(audio) / 2 / 24000 == pytest.approx(len(text) * SECONDS_PER_CHAR, abs=0.15)
     assert " ".join(f.text for f in down if isinstance(f, frames.TTSTextFrame)) == text
     assert any(isinstance(f, frames.TTSStoppedFrame) for f in down)
     assert not any(isinstance(f, frames.ErrorFrame) for f in down)
+
+
+async def test_pipecats_word_times_are_the_rest_alignments(gateway: GatewayProcess) -> None:
+    """Pipecat's ``ElevenLabsTTSService`` completes a word at the space after it: ElevenLabs ends each generation's
+    socket alignment with one, so the turn's last word gets its own time too, the one the REST alignment gives it."""
+    frames, _, utils = pipecat_elevenlabs()
+    text = "Seven quick zebras jumped over forty lazy dogs today."
+    tts = elevenlabs_socket_service(gateway.base_url, KEY, VOICE)
+    down = await run_pipeline(tts, [frames.TTSSpeakFrame(text), utils.SleepFrame(1)])
+    words = [f for f in down if isinstance(f, frames.TTSTextFrame)]
+    heard = [(f.text, round((f.pts - words[0].pts) / 1e9, 2)) for f in words]
+
+    async with httpx.AsyncClient(timeout=30) as http:
+        client = AsyncElevenLabs(api_key=KEY, base_url=gateway.base_url, httpx_client=http)
+        timed = await client.text_to_speech.convert_with_timestamps(VOICE, text=text, model_id="eleven_multilingual_v2")
+    assert timed.alignment is not None
+    characters, starts = timed.alignment.characters, timed.alignment.character_start_times_seconds
+    firsts = [i for i, c in enumerate(characters) if c != " " and (i == 0 or characters[i - 1] == " ")]
+    assert heard == [(w, round(starts[i], 2)) for w, i in zip(text.split(), firsts, strict=True)]
 
 
 async def test_stream_input_speaks_what_was_sent_then_final_then_closes(gateway: GatewayProcess) -> None:
@@ -323,7 +330,7 @@ async def test_stream_input_speaks_what_was_sent_then_final_then_closes(gateway:
         received = await until_closed(socket)
     audio = np.frombuffer(audio_of(received, None), dtype="<i2")
     assert len(audio) / 24000 == pytest.approx(len(TEXT) * SECONDS_PER_CHAR, abs=0.15)
-    assert chars_of(received, None) == TEXT
+    assert chars_of(received, None) == TEXT + " "
     assert all(set(m) == {"audio", "isFinal", "alignment", "normalizedAlignment"} for m in received[:-1])
     assert received[-1] == {"isFinal": True}
 
@@ -339,7 +346,7 @@ async def test_stream_input_in_auto_mode_speaks_each_message_at_once(gateway: Ga
         assert first["audio"]
         await send(socket, text="")
         received = [first, *await until_closed(socket)]
-    assert chars_of(received, None) == "No full stop yet"
+    assert chars_of(received, None) == "No full stop yet "
 
 
 # The SDK reads the close code by websockets' deprecated ConnectionClosed.code.
@@ -368,11 +375,7 @@ async def test_the_sdks_convert_realtime_speaks_through_tls(
 async def test_pipecats_http_service_speaks_with_word_times(gateway: GatewayProcess) -> None:
     """Pipecat 1.14's ``ElevenLabsHttpTTSService(base_url=…)``: ``…/stream/with-timestamps``, one request a sentence;
     its word frames come from the alignment, their times (``pts``) in order within the audio."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        frames: Any = importlib.import_module("pipecat.frames.frames")
-        elevenlabs: Any = importlib.import_module("pipecat.services.elevenlabs.tts")
-        utils: Any = importlib.import_module("pipecat.tests.utils")
+    frames, elevenlabs, utils = pipecat_elevenlabs()
     text = "Hello from Pipecat. It speaks through the gateway."
     async with aiohttp.ClientSession() as session:
         tts = elevenlabs.ElevenLabsHttpTTSService(
