@@ -245,10 +245,11 @@ class TextToDialogueRequest(BaseModel):
         )
 
     def script(self) -> Script:
-        """Every turn in its voice, in order, with its break tags as silences (``gateway/text``).
+        """Every turn in its voice, in order, with its break tags as silences (``gateway/text``): a turn of breaks
+        alone is that much silence.
 
         Raises:
-            MarkupError: more turns and breaks than a script may hold.
+            MarkupError: more turns and breaks than a script may hold, or nothing to say and no break that lasts.
         """
         first = self.inputs[0].voice_id
         parts: list[Part] = []
@@ -260,7 +261,7 @@ class TextToDialogueRequest(BaseModel):
             )
         if len(parts) > MAX_PARTS:
             raise MarkupError(f"more than {MAX_PARTS} turns and breaks", 1, 1)
-        return Script(tuple(parts))
+        return Script(tuple(parts)).checked("the dialogue")
 
 
 class ElevenLabsVoice(BaseModel):

@@ -263,9 +263,23 @@ async def test_a_text_of_a_break_alone_is_the_same_silence_in_ssml_and_in_a_dial
     assert [segment["dialogue_input_index"] for segment in body["voice_segments"]] == [0]
 
 
-@pytest.mark.parametrize("ssml", ["false", "true"])
-async def test_elevenlabs_breaks_alone_that_last_no_time_are_a_400_either_way(http: Client, ssml: str) -> None:
-    response = await eleven(http, '<break time="0s"/>', enable_ssml_parsing=ssml)
+ZERO = '<break time="0s"/>'
+ZERO_BREAKS: dict[str, dict[str, Any]] = {
+    "text": {"text": ZERO},
+    "ssml": {"text": ZERO, "enable_ssml_parsing": "true"},
+    "dialogue": {"inputs": [{"text": ZERO, "voice_id": "alloy"}, {"text": ZERO, "voice_id": "onyx"}]},
+}
+
+
+@pytest.mark.parametrize("body", ZERO_BREAKS.values(), ids=ZERO_BREAKS.keys())
+async def test_elevenlabs_breaks_alone_that_last_no_time_are_a_400_however_read(
+    http: Client, body: dict[str, Any]
+) -> None:
+    """Nothing to say and no silence to keep, as a blank text: not an empty audio file."""
+    if "inputs" in body:
+        response = await http.post("/v1/text-to-dialogue", json=body)
+    else:
+        response = await eleven(http, **body)
     assert response.status_code == 400
     assert response.json()["detail"]["status"] == "invalid_ssml"
     assert "no text to speak, nor a break that lasts" in response.json()["detail"]["message"]
