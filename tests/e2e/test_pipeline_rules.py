@@ -272,3 +272,23 @@ async def test_a_front_serves_from_the_engine_node_with_the_tenant_carried_acros
     node = gateways.node  # the node scheduled, and counted, the job as the tenant's
     assert metric(node, "tts_engine_queue_wait_seconds_count", NODE_AUTH, engine="tones", tenant=tenant) == 1
     assert metric(node, "tts_tenant_requests_total", NODE_AUTH, tenant=tenant) == 1
+
+
+@by_transport
+async def test_a_text_of_a_break_alone_is_that_much_silence_and_no_engine_job(
+    gateway: GatewayProcess, admin: Admin, transport: Transport
+) -> None:
+    """Never read aloud as markup; charged the characters sent; the engine is not asked to say nothing. Break tags are
+    read as such on ElevenLabs' transports, SSML on the others (docs/ssml.md)."""
+    tenant, key = new_tenant(admin)
+    text = '<break time="1s"/>' if transport.name.startswith("elevenlabs") else '<speak><break time="1s"/></speak>'
+    spoken = await transport.speak(gateway, key, model="tones", voice="nova", text=text)
+
+    assert (spoken.outcome, spoken.error) == ("completed", None), spoken
+    audio = decode_audio(spoken.audio, "pcm")
+    assert audio.duration == pytest.approx(1.0, abs=0.01)
+    assert not spoken.audio.strip(b"\0")
+    used = await usage_after(gateway, key, 1)
+    assert (used["requests"], used["input_characters"]) == (1, len(text))
+    assert used["audio_seconds"] == pytest.approx(1.0, abs=0.01)
+    assert metric(gateway, "tts_engine_queue_wait_seconds_count", engine="tones", tenant=tenant) == 0
