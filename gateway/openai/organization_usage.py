@@ -106,8 +106,15 @@ class OrganizationUsageController(Controller):
         page: Annotated[str | None, Parameter(description="A page's `next_page`.", max_length=64)] = None,
     ) -> AudioSpeechesPage:
         width_s = BUCKET_WIDTHS[bucket_width]
-        end = int(time.time()) if end_time is None else end_time
-        first = _page_start(page) if page is not None else start_time // width_s * width_s
+        if end_time is not None and end_time <= start_time:
+            raise OpenAIError(
+                HTTP_400_BAD_REQUEST,
+                f"Invalid 'end_time': {end_time} is not after 'start_time' ({start_time}).",
+                param="end_time",
+                code="invalid_value",
+            )
+        end = int(time.time()) + 1 if end_time is None else end_time  # now: this second's usage too
+        first = _page_start(page, bucket_width) if page is not None else start_time // width_s * width_s
         count = min(_limit(bucket_width, limit), max(0, -(-(end - first) // width_s)))
         starts = [first + i * width_s for i in range(count)]
         group_by = set(_listed(request, "group_by", get_args(GroupBy)))
@@ -124,7 +131,8 @@ class OrganizationUsageController(Controller):
         ]
         following = first + count * width_s
         has_more = following < end
-        return AudioSpeechesPage(data=buckets, has_more=has_more, next_page=_cursor(following) if has_more else None)
+        next_page = _cursor(bucket_width, following) if has_more else None
+        return AudioSpeechesPage(data=buckets, has_more=has_more, next_page=next_page)
 
 
 class _Filters:
@@ -206,16 +214,20 @@ def _limit(width: BucketWidth, limit: int | None) -> int:
     return default if limit is None else limit
 
 
-def _cursor(start: int) -> str:
-    return base64.urlsafe_b64encode(f"bucket:{start}".encode()).decode().rstrip("=")
+def _cursor(width: BucketWidth, start: int) -> str:
+    return base64.urlsafe_b64encode(f"bucket:{width}:{start}".encode()).decode().rstrip("=")
 
 
-def _page_start(page: str) -> int:
-    """The first bucket of the page ``page`` (a ``next_page``) names; 400 for anything else."""
+def _page_start(page: str, width: BucketWidth) -> int:
+    """The first bucket of the page ``page`` (a ``next_page`` of a page of ``width`` buckets) names; 400 for anything
+    else (a page of another width would start between buckets)."""
     try:
-        kind, _, start = base64.urlsafe_b64decode(page + "=" * (-len(page) % 4)).decode().partition(":")
+        kind, of_width, start = base64.urlsafe_b64decode(page + "=" * (-len(page) % 4)).decode().split(":")
         if kind == "bucket" and start.isdigit():
-            return int(start)
+            if of_width == width:
+                return int(start)
+            message = f"Invalid 'page': a next_page of {of_width} buckets, not {width}."
+            raise OpenAIError(HTTP_400_BAD_REQUEST, message, param="page", code="invalid_value")
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
     raise OpenAIError(

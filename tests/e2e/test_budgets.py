@@ -222,10 +222,22 @@ def test_usage_pages_follow_next_page(replicas: list[GatewayProcess]) -> None:
             page = answer.next_page
         with pytest.raises(openai.BadRequestError) as too_many:
             sdk.admin.organization.usage.audio_speeches(start_time=hour, bucket_width="1d", limit=32)
+        first = sdk.admin.organization.usage.audio_speeches(
+            start_time=hour - 5 * 3600, end_time=hour, bucket_width="1h", limit=2
+        )
+        assert first.next_page is not None
+        with pytest.raises(openai.BadRequestError) as other_width:  # a 1h page's cursor would start mid-day
+            sdk.admin.organization.usage.audio_speeches(
+                start_time=hour - 5 * 3600, end_time=hour, bucket_width="1d", page=first.next_page
+            )
+        with pytest.raises(openai.BadRequestError) as backwards:
+            sdk.admin.organization.usage.audio_speeches(start_time=hour, end_time=hour - 3600, bucket_width="1d")
     finally:
         sdk.close()
     assert starts == [hour - 5 * 3600 + i * 3600 for i in range(5)]
     assert too_many.value.code == "invalid_value"
+    assert (other_width.value.code, other_width.value.param) == ("invalid_value", "page")
+    assert (backwards.value.code, backwards.value.param) == ("invalid_value", "end_time")
 
 
 def test_the_usage_api_needs_the_admin_token(replicas: list[GatewayProcess], admin: Admin) -> None:
