@@ -180,7 +180,7 @@ class DialogueSession(ElevenLabsStreamSession):
         for text, voice_id, new_turn in inputs:
             self._line(context, cast, text, voice_id, new_turn=new_turn)
         if flush:
-            self._append(context, cast, "", flush=True)
+            self._flush(context)
 
     async def _register(self, context_id: str, message: dict[str, Any]) -> None:
         """Open a context with the voices it may speak in (each checked as a request would be).
@@ -227,14 +227,13 @@ class DialogueSession(ElevenLabsStreamSession):
 
     async def _close(self, context: SessionContext) -> None:
         """ElevenLabs' ``close_context`` on a dialogue: what the context holds is spoken, then ``is_final``."""
-        if not context.closing and (cast := self._casts.get(context.id)) is not None:
-            self._append(context, cast, "", flush=True)
+        if not context.closing:
+            self._flush(context)
         await self._close_context(context.id)
 
-    async def _close_socket(self) -> None:
-        for context in list(self._contexts.values()):
-            await self._close(context)
-        await super()._close_socket()
+    def _flush(self, context: SessionContext) -> None:
+        if (cast := self._casts.get(context.id)) is not None:
+            self._append(context, cast, "", flush=True)
 
     def _touch(self, context_id: str, cast: _Cast) -> None:
         """Restart the context's idle clock: once it runs out, the server closes the context."""

@@ -12,7 +12,7 @@ Messages, field for field as the ``elevenlabs`` SDK (2.78) types them (``SendMes
   except a message with markup in it (a ``<break time="1s"/>``; SSML with ``enable_ssml_parsing``), spoken as one
   piece of its own after what came before; ``{"context_id", "flush": true}`` speaks what is buffered;
   ``{"context_id", "close_context": true}`` closes it; ``{"text": ""}`` keeps the socket alive;
-  ``{"close_socket": true}`` closes everything.
+  ``{"close_socket": true}`` flushes every context and closes it, then the socket.
 - out: ``{"audio", "isFinal": null, "contextId", "alignment", "normalizedAlignment"}`` per piece of audio (alignment
   ``{chars, charStartTimesMs, charDurationsMs}`` counted from the end of the context's previous alignment, which is
   where this message's audio starts: Pipecat adds each message's last end to its clock; a piece's last alignment ends
@@ -299,6 +299,10 @@ class ElevenLabsStreamSession(EndedByServer):
             context.flushed = len(context.pieces)
             context.current_flushed = context.current_flushed or context.speaking
 
+    def _flush(self, context: _Context) -> None:
+        """Speak all that ``context`` holds, as a flush does."""
+        self._add(context, "", flush=True)
+
     def _open(self, context_id: str) -> _Context:
         if len(self._contexts) >= MAX_CONTEXTS:
             raise invalid(
@@ -327,9 +331,12 @@ class ElevenLabsStreamSession(EndedByServer):
             await self._final(context)
 
     async def _close_socket(self) -> None:
-        """Close every context (what a flush covered is spoken), then the socket."""
-        for context_id in list(self._contexts):
-            await self._close_context(context_id)
+        """ElevenLabs' ``close_socket``, which "flushes all contexts": every context speaks what it holds, then is
+        closed (``isFinal`` after its audio); then the socket."""
+        for context in list(self._contexts.values()):
+            if not context.closing:
+                self._flush(context)
+            await self._close_context(context.id)
         tasks = [c.lane.task for c in self._contexts.values() if c.lane.task is not None]
         if tasks:
             await asyncio.wait(tasks)
@@ -428,9 +435,3 @@ class SingleContextSession(ElevenLabsStreamSession):
 
     def _tag(self, context_id: str) -> dict[str, Any]:
         return {}
-
-    async def _close_socket(self) -> None:
-        """The end of the input: everything sent is spoken (as if flushed), then ``isFinal``, then the close."""
-        if (context := self._contexts.get(DEFAULT_CONTEXT_ID)) is not None and not context.closing:
-            self._add(context, "", flush=True)
-        await super()._close_socket()

@@ -55,9 +55,14 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
         yield process
 
 
-def url(gateway: GatewayProcess, query: str = "model_id=eleven_multilingual_v2&output_format=pcm_24000") -> str:
+def url(
+    gateway: GatewayProcess,
+    query: str = "model_id=eleven_multilingual_v2&output_format=pcm_24000",
+    *,
+    auto_mode: bool = True,
+) -> str:
     base = gateway.base_url.replace("http://", "ws://")
-    return f"{base}/v1/text-to-speech/{VOICE}/multi-stream-input?{query}&auto_mode=true"
+    return f"{base}/v1/text-to-speech/{VOICE}/multi-stream-input?{query}&auto_mode={str(auto_mode).lower()}"
 
 
 def single_url(gateway: GatewayProcess, query: str = "model_id=eleven_multilingual_v2&output_format=pcm_24000") -> str:
@@ -65,8 +70,8 @@ def single_url(gateway: GatewayProcess, query: str = "model_id=eleven_multilingu
     return f"{base}/v1/text-to-speech/{VOICE}/stream-input?{query}"
 
 
-def connect_to(gateway: GatewayProcess, query: str | None = None, key: str = KEY) -> connect:
-    target = url(gateway) if query is None else url(gateway, query)
+def connect_to(gateway: GatewayProcess, query: str | None = None, key: str = KEY, *, auto_mode: bool = True) -> connect:
+    target = url(gateway, auto_mode=auto_mode) if query is None else url(gateway, query, auto_mode=auto_mode)
     return connect(target, additional_headers={"xi-api-key": key}, max_size=None)
 
 
@@ -219,19 +224,21 @@ async def test_bad_messages_are_answered_and_the_session_goes_on(gateway: Gatewa
         assert chars_of(await until_final(socket, "ok"), "ok") == "Still fine. "
 
 
-async def test_close_socket_speaks_what_was_flushed_then_closes(gateway: GatewayProcess) -> None:
-    async with connect_to(gateway) as socket:
+async def test_close_socket_speaks_what_every_context_holds_then_closes(gateway: GatewayProcess) -> None:
+    """``close_socket`` "flushes all contexts and closes the entire WebSocket connection" (the SDK's
+    ``WebsocketTtsClientMessageMulti``): a context's text no flush covered is spoken too, without ``auto_mode``."""
+    async with connect_to(gateway, auto_mode=False) as socket:
         await send(socket, text=" ", context_id="c")
         await send(socket, text="Said before the socket closes.", context_id="c", flush=True)
+        await send(socket, text=" ", context_id="a")
+        await send(socket, text="Hello there my friend.", context_id="a")
         await send(socket, close_socket=True)
-        received: list[dict[str, Any]] = []
-        with pytest.raises(ConnectionClosed) as closed:
-            async with asyncio.timeout(10):
-                while True:
-                    received.append(json.loads(await socket.recv()))
-    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+        received = await until_closed(socket)
     assert chars_of(received, "c") == "Said before the socket closes. "
-    assert received[-1] == {"isFinal": True, "contextId": "c"}
+    assert chars_of(received, "a") == "Hello there my friend. "
+    assert len(audio_of(received, "a")) / 2 / 24000 == pytest.approx(22 * SECONDS_PER_CHAR, abs=0.1)
+    assert sorted(m["contextId"] for m in received if m.get("isFinal")) == ["a", "c"]
+    assert received[-1]["isFinal"] is True
 
 
 async def test_a_wrong_key_is_refused_at_the_handshake(gateway: GatewayProcess) -> None:
