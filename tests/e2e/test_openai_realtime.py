@@ -370,6 +370,25 @@ async def test_characters_are_limited_per_response(gateway: GatewayProcess) -> N
     assert second[-1]["response"]["status"] == "failed"
 
 
+async def test_a_response_with_a_voice_it_cannot_have_is_refused_before_it_is_created(gateway: GatewayProcess) -> None:
+    # As session.update refuses it: no response is created, and the error names the event's own path.
+    async with async_client(gateway).realtime.connect(model=MODEL) as connection:
+        await recv(connection)
+        refused = []
+        for voice in ("nobody", {"id": "voice_0123456789abcdef"}):
+            params = out_of_band(TEXT)
+            params["audio"] = {"output": {"voice": voice}}  # type: ignore[typeddict-item] - a custom voice by id
+            await connection.response.create(response=params, event_id=f"e-{len(refused)}")
+            refused.append(await recv(connection))
+        await connection.response.create(response=out_of_band(TEXT))
+        spoken = await response_events(connection)
+    assert [event["type"] for event in refused] == ["error", "error"]
+    assert [event["error"]["param"] for event in refused] == ["response.audio.output.voice"] * 2
+    assert [event["error"]["code"] for event in refused] == ["invalid_value", "voice_not_found"]
+    assert [event["error"]["event_id"] for event in refused] == ["e-0", "e-1"]
+    assert spoken[0]["type"] == "response.created" and spoken[-1]["response"]["status"] == "completed"
+
+
 async def test_bad_events_get_error_events_and_the_session_survives(gateway: GatewayProcess) -> None:
     headers = {"Authorization": f"Bearer {KEY}"}
     async with connect(f"{ws_base(gateway)}/realtime?model={MODEL}", additional_headers=headers) as socket:

@@ -68,6 +68,8 @@ _SETTING_PARAMS = {
     "speed": "session.audio.output.speed",
     "instructions": "session.instructions",
 }
+# A response's own settings, where ``response.create`` gave them (the rest are the session's).
+_RESPONSE_PARAMS = {**_SETTING_PARAMS, "voice": "response.audio.output.voice", "instructions": "response.instructions"}
 
 
 @dataclass
@@ -173,15 +175,21 @@ class OpenAIRealtimeSession(EndedByServer):
 
     async def _update(self, event: SessionUpdate) -> None:
         settings = self._settings.apply(event.patch)
+        if await self._servable(settings, _SETTING_PARAMS, event.event_id):
+            self._settings = settings
+            await self._send(events.session_updated(self.id, settings))
+
+    async def _servable(self, settings: SessionSettings, params: dict[str, str], event_id: str | None) -> bool:
+        """Whether ``settings`` can be spoken (model, voice, what the tenant may use); if not, an error event says why,
+        naming the setting by its path in the client's event (``params``)."""
         try:
             await self._speaker.check(settings.speech_request("-"))
         except SpeechError as refused:
             exc = socket_error(refused)
-            exc.param = _SETTING_PARAMS.get(exc.param or "", exc.param)
-            await self._send(events.error_event(exc, client_event_id=event.event_id))
-            return
-        self._settings = settings
-        await self._send(events.session_updated(self.id, settings))
+            exc.param = params.get(exc.param or "", exc.param)
+            await self._send(events.error_event(exc, client_event_id=event_id))
+            return False
+        return True
 
     # ----------------------------------------------------------------- the conversation
     async def _add_item(self, event: ConversationItemCreate) -> None:
@@ -266,9 +274,12 @@ class OpenAIRealtimeSession(EndedByServer):
                 event_id=event.event_id,
             )
         text = self._spoken_text(event.params, event.event_id)
+        settings = self._settings.for_response(event.params)
+        if not await self._servable(settings, _RESPONSE_PARAMS, event.event_id):
+            return  # refused before it was created, as session.update refuses a voice
         state = ResponseState.start(self._settings, event.params, conversation_id=self._conversation_id)
         active = self._active = _Response(state, text)
-        speaking = self._respond(active, self._settings.for_response(event.params))
+        speaking = self._respond(active, settings)
         active.lane.start(speaking, name=f"openai-realtime-{state.id}", ended=self._response_ended)
 
     async def _respond(self, active: _Response, settings: SessionSettings) -> None:
