@@ -48,6 +48,7 @@ from storage.memory import EvictionPolicyCheck
 from storage.probe import StorageProbe
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from contextlib import AsyncExitStack
 
     from gateway.observability.metrics import SpeechMetrics
@@ -121,7 +122,7 @@ async def open_state(
         job_priority=settings.jobs.priority,
     )
     stack.push_async_callback(speech.background.close)
-    jobs = _speech_jobs(settings, redis, speech, store, stack)
+    jobs = _speech_jobs(settings, redis, speech, store, stack, engines_ready=_engines_ready(router))
     storage = StorageProbe(
         redis,
         required=settings.limits.fail_mode == "closed",
@@ -171,10 +172,17 @@ def _pronunciation(
 
 
 def _speech_jobs(
-    settings: Settings, redis: RedisClient | None, speech: SpeechService, tenants: AuthStore, stack: AsyncExitStack
+    settings: Settings,
+    redis: RedisClient | None,
+    speech: SpeechService,
+    tenants: AuthStore,
+    stack: AsyncExitStack,
+    *,
+    engines_ready: Callable[[], bool],
 ) -> SpeechJobs | None:
-    """Speech jobs in Redis, queued for whichever replica runs them; without Redis, this process's own (not
-    durable). Their dispatch stops before the speech service: the jobs it runs go back to the queue."""
+    """Speech jobs in Redis, queued for whichever replica runs them (once its engines are ready); without Redis,
+    this process's own (not durable). Their dispatch stops before the speech service: the jobs it runs go back to the
+    queue."""
     config = settings.jobs
     if not config.enabled or settings.server.profile == "engine":
         return None
@@ -184,7 +192,7 @@ def _speech_jobs(
     )
     dispatch: JobDispatch
     if redis is not None:
-        queued = QueueDispatch(redis, runner, config)
+        queued = QueueDispatch(redis, runner, config, engines_ready=engines_ready)
         queued.start()
         dispatch = queued
     else:
@@ -193,6 +201,19 @@ def _speech_jobs(
     jobs = SpeechJobs(store, dispatch, speech, config)
     stack.push_async_callback(jobs.close)
     return jobs
+
+
+def _engines_ready(router: ModelRouter) -> Callable[[], bool]:
+    """Whether every model the gateway must serve has a ready engine (``router.requirements()``, as ``/readyz`` asks):
+    what a replica waits for before it takes jobs from the queue."""
+
+    def ready() -> bool:
+        return all(
+            any(router.pools[name].status().state == "ready" for name in engines)
+            for engines in router.requirements().values()
+        )
+
+    return ready
 
 
 def _job_store(settings: Settings, redis: RedisClient | None, stack: AsyncExitStack) -> JobStore:

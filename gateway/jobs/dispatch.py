@@ -16,6 +16,10 @@ than first come, first served (``_TAKE_LUA``): the waiting job of the tenant wit
 replicas goes first; and once it holds as many jobs as it has slots, it takes only jobs of tenants it holds none of,
 so that a newcomer's job starts within a segment while a flood's other jobs wait for (or go to) other replicas.
 
+A replica takes jobs only once its engines can speak (``engines_ready``: what ``/readyz`` requires): a job handed back
+by a replica that stopped, or queued while this one starts (a rolling update), waits in the queue meanwhile, for
+another replica or for this one once it is ready.
+
 Without Redis a job is an asyncio task of the process that took it: not durable (a restart loses it, and another
 replica never sees it), documented in ``docs/jobs.md``.
 """
@@ -35,7 +39,7 @@ from lifecycle import BackgroundTasks, naming
 from storage import STORAGE_ERRORS
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from redis.commands.core import AsyncScript
     from saq.types import ListenCallback, PartialTimersDict, VersionTuple, WorkerInfo
@@ -66,6 +70,8 @@ _SETTLE_S = 1.0
 """How long a take waits for the job taken before it to start running here (and be counted) before it looks again."""
 _TAKEN_GRACE_S = 2.0
 """How long a job in the active list may stay unmarked (taken; its worker marks it active next) before it is swept."""
+_READY_POLL_S = 0.2
+"""How often a replica whose engines are not ready yet looks again before it starts taking jobs."""
 
 # Moves the fairest queued job a replica may take to the active list, as SAQ's take (BLMOVE) does with the first:
 # the oldest of the tenant with the fewest active jobs (on all replicas), among those this replica may take: any when
@@ -325,9 +331,19 @@ class _Worker(Worker):  # type: ignore[type-arg]  # SAQ's context type: the defa
 class QueueDispatch:
     """Jobs in SAQ's queue on the shared Redis; this replica runs a worker unless ``jobs.run`` is off."""
 
-    def __init__(self, redis: RedisClient, runner: JobRunner, settings: JobsSettings) -> None:
+    def __init__(
+        self,
+        redis: RedisClient,
+        runner: JobRunner,
+        settings: JobsSettings,
+        *,
+        engines_ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """``engines_ready``: whether this replica's engines can speak now; its worker starts taking jobs once they
+        can."""
         self._runner = runner
         self._settings = settings
+        self._engines_ready = engines_ready
         self.queue: Queue = _Queue(redis, self)
         self._worker: _Worker | None = None
         self._tasks = BackgroundTasks("the speech jobs' worker")
@@ -338,9 +354,17 @@ class QueueDispatch:
         self._ran = asyncio.Event()
 
     def start(self) -> None:
-        """Start taking jobs (when this replica runs them)."""
-        if not self._settings.run:
-            return
+        """Start taking jobs (when this replica runs them) once the engines are ready."""
+        if self._settings.run:
+            self._tasks.spawn(self._work_once_ready())
+
+    async def _work_once_ready(self) -> None:
+        """Wait until the engines can speak, then run the worker: a job taken earlier met engines still loading,
+        the moment after a restart (its segments would wait for them, holding a place this replica cannot use)."""
+        if not self._engines_ready():
+            logger.info("the speech jobs' worker starts once the engines are ready")
+            while not self._engines_ready():  # noqa: ASYNC110 - a readiness to poll, no event to wait for
+                await asyncio.sleep(_READY_POLL_S)
         timers = cast("PartialTimersDict", {"abort": _ABORT_CHECK_S, "sweep": self._settings.sweep_s})
         self._worker = _Worker(
             self.queue,
@@ -349,7 +373,7 @@ class QueueDispatch:
             timers=timers,
             dequeue_timeout=_DEQUEUE_WAIT_S,
         )
-        self._tasks.spawn(self._worker.start())
+        await self._worker.start()
 
     async def submit(self, tenant: str, job_id: str) -> None:
         job = Job(

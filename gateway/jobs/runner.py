@@ -5,11 +5,18 @@ committed to the store before the next starts, one segment per turn at the proce
 Whoever runs a job (a queue worker on any replica, or this process's tasks without Redis) calls :meth:`JobRunner.run`;
 a job taken over after its replica died runs again from its first segment not committed. A commit refused means the
 job was cancelled or deleted meanwhile (or another runner holds it): the run stops there.
+
+A segment that fails is tried again, after a pause in which the job gives its turn up (``_SegmentTries``). An engine
+that cannot take the segment now (still loading, restarting, overloaded, its breaker open) is waited for, with
+backoff, for up to ``engine_wait_s``: a job handed back by a replica that stopped, and taken by one whose engines are
+still loading, keeps its place and its progress. An engine that failed while speaking the segment gets
+``segment_attempts`` tries in all. A job fails when either runs out, in bounded time, with the engine's error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import TYPE_CHECKING
 
 from auth import ANONYMOUS, Principal
@@ -41,23 +48,85 @@ _RETRIED = (
     ResponseTruncatedError,
     FailoverExhaustedError,
 )
+ENGINE_WAIT_S = 300.0
+"""How long one segment waits for an engine that cannot take it (not ready, overloaded) before the job fails: a
+replica's engines load within a minute or two (ChatTTS on a CPU), and a worker that died is replaced as fast; one not
+back within five minutes is broken (a model that does not load, a remote engine gone)."""
+_FIRST_PAUSE_S = 0.5
+"""The pause before a segment's second try; each later pause doubles, up to ``_MAX_PAUSE_S``."""
+_MAX_PAUSE_S = 10.0
 
 
 class _JobFailedError(Exception):
     """The job cannot go on: its message is the job's ``error``."""
 
 
+def _cannot_take(exc: Exception) -> EngineNotReadyError | EngineOverloadedError | None:
+    """The engine's refusal of the segment (not ready, overloaded), as itself or as the error every engine of its
+    model gave (``FailoverExhaustedError``); ``None`` for a failure while speaking it."""
+    error = exc.error if isinstance(exc, FailoverExhaustedError) else exc
+    return error if isinstance(error, EngineNotReadyError | EngineOverloadedError) else None
+
+
+class _SegmentTries:
+    """The failed tries of one segment, and the pause before its next: the wait for an engine that cannot take it is
+    bounded by ``wait_s`` from its first refusal, failures while speaking it by ``attempts`` tries in all; the pauses
+    double from ``_FIRST_PAUSE_S`` to ``_MAX_PAUSE_S``, each jittered, so that the jobs a replica took back at once
+    do not knock on the engine together (and never shorter than an overloaded engine's ``retry_after_s``)."""
+
+    def __init__(self, attempts: int, wait_s: float) -> None:
+        self._attempts = attempts
+        self._wait_s = wait_s
+        self._failures = 0
+        self._pause_s = _FIRST_PAUSE_S
+        self._wait_ends: float | None = None
+
+    def pause_after(self, exc: Exception) -> float:
+        """The pause before the next try, after ``exc`` failed this one.
+
+        Raises:
+            _JobFailedError: no try is left.
+        """
+        now = asyncio.get_running_loop().time()
+        pause = self._pause_s * random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not a secret
+        self._pause_s = min(_MAX_PAUSE_S, 2 * self._pause_s)
+        refusal = _cannot_take(exc)
+        if refusal is None:
+            self._failures += 1
+            if self._failures >= self._attempts:
+                raise _JobFailedError(f"A segment could not be spoken: {exc}") from exc
+            return pause
+        if self._wait_ends is None:
+            self._wait_ends = now + self._wait_s
+        if now >= self._wait_ends:
+            waited = f" (waited {self._wait_s:g} s for the engine)"
+            raise _JobFailedError(f"A segment could not be spoken: {exc}{waited}") from exc
+        if isinstance(refusal, EngineOverloadedError):
+            pause = max(pause, refusal.retry_after_s)
+        return min(pause, self._wait_ends - now)  # the last try at the end of the wait
+
+
 class JobRunner:
     """Speaks jobs of the store through the speech service, counting each in its tenant's usage once it completed."""
 
     def __init__(
-        self, store: JobStore, speech: SpeechService, tenants: AuthStore, turns: TenantTurns, *, segment_attempts: int
+        self,
+        store: JobStore,
+        speech: SpeechService,
+        tenants: AuthStore,
+        turns: TenantTurns,
+        *,
+        segment_attempts: int,
+        engine_wait_s: float = ENGINE_WAIT_S,
     ) -> None:
+        """``segment_attempts``: the tries of a segment its engine failed to speak; ``engine_wait_s``: how long a
+        segment waits for an engine that cannot take it (not ready, overloaded)."""
         self.store = store
         self.turns = turns
         self._speech = speech
         self._tenants = tenants
         self._attempts = segment_attempts
+        self._engine_wait_s = engine_wait_s
 
     async def run(self, tenant_name: str, job_id: str) -> None:
         """Speak the job from its first segment not committed to its end (or until it is cancelled or deleted), one
@@ -87,48 +156,66 @@ class JobRunner:
         refused (the job is no longer this run's).
 
         A segment's commit overlaps the wait for the next turn and the next segment's synthesis, so the engine never
-        waits for the store; the commits still go in order, each awaited before the next is sent.
+        waits for the store; the commits still go in order, each awaited before the next is sent. A segment that
+        failed is tried again after a pause (``_SegmentTries``), its turn given up meanwhile: the jobs of other
+        tenants, on other engines, go on.
         """
         record: JobRecord | None = None
         segments: list[str] = []
         index = 0
+        tries = self._tries()
         committing: asyncio.Task[bool] | None = None
         try:
             while record is None or index < len(segments):
-                async with self.turns.turn(tenant):
-                    if record is None:  # the first turn: the job runs from here
-                        record = await self.store.start(tenant, job_id)
-                        if record is None:
-                            return False  # cancelled or deleted while it waited, or ended by a runner thought dead
-                        segments, index = await self.store.segments(tenant, job_id), record.segments_done
-                        if index >= len(segments):
-                            break
-                    spoken = await self._segment(principal, record, segments[index])
+                try:
+                    async with self.turns.turn(tenant):
+                        if record is None:  # the first turn: the job runs from here
+                            record = await self.store.start(tenant, job_id)
+                            if record is None:
+                                return False  # cancelled or deleted while it waited, or ended by a runner thought dead
+                            segments, index = await self.store.segments(tenant, job_id), record.segments_done
+                            if index >= len(segments):
+                                break
+                        spoken = await self._segment(principal, record, segments[index])
+                except _RETRIED as exc:
+                    await self._pause(tries, exc, job_id, index)
+                    continue
                 if committing is not None and not await committing:
                     return False
                 committing = asyncio.ensure_future(self.store.commit(tenant, job_id, index, spoken))
-                index += 1
+                index, tries = index + 1, self._tries()
             return committing is None or await committing
         finally:
             if committing is not None and not committing.done():
                 committing.cancel()
 
+    def _tries(self) -> _SegmentTries:
+        return _SegmentTries(self._attempts, self._engine_wait_s)
+
+    async def _pause(self, tries: _SegmentTries, exc: Exception, job_id: str, index: int) -> None:
+        """Wait before the segment's next try (or fail the job: no try left)."""
+        pause = tries.pause_after(exc)
+        extra = {"record": {"job_id": job_id, "segment": index, "pause_s": round(pause, 2)}}
+        logger.info("a speech job's segment is tried again after a pause: %s", exc, extra=extra)
+        await asyncio.sleep(pause)
+
     async def _segment(self, principal: Principal, record: JobRecord, text: str) -> SpokenSegment:
-        """One segment's audio in the job's stored format; tried up to ``segment_attempts`` times."""
+        """One try of one segment's audio in the job's stored format.
+
+        Raises:
+            _RETRIED: the engine could not speak it now (``_SegmentTries`` says whether to try again).
+            _JobFailedError: the segment can never be spoken (a voice deleted, a model no longer allowed).
+        """
         request = SpeechRequest.model_validate(
             {**record.request, "input": text, "response_format": SEGMENT_FORMATS[record.response_format]}
         )
-        for attempt in range(1, self._attempts + 1):
-            try:
-                audio, seconds, charged = await self._speak(principal, request, record.id)
-            except _RETRIED as exc:
-                if attempt == self._attempts:
-                    raise _JobFailedError(f"A segment could not be spoken: {exc}") from exc
-            except (SpeechError, InvalidSynthesisRequestError) as exc:  # a voice deleted, a model no longer allowed
-                raise _JobFailedError(str(exc)) from exc
-            else:
-                return SpokenSegment(audio, len(text), round(seconds * 1000), charged)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        try:
+            audio, seconds, charged = await self._speak(principal, request, record.id)
+        except _RETRIED:
+            raise
+        except (SpeechError, InvalidSynthesisRequestError) as exc:
+            raise _JobFailedError(str(exc)) from exc
+        return SpokenSegment(audio, len(text), round(seconds * 1000), charged)
 
     async def _speak(self, principal: Principal, request: SpeechRequest, job_id: str) -> tuple[bytes, float, int]:
         """The segment's audio, its seconds, and what it was charged (what it made the engine say)."""
