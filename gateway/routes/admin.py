@@ -21,6 +21,7 @@ from auth.settings import DictionaryId, TenantLimits, TenantScheduling, TenantSe
 from gateway.http.auth.dependencies import AuthStoreDep, ConsentsDep, PronunciationDep, UsageDep, VoicesDep
 from gateway.http.auth.security import require_admin
 from gateway.http.errors import OpenAIError, error_responses
+from gateway.http.json_body import require_json
 from gateway.schemas import ListPage
 from storage import MAX_PAGE
 
@@ -142,10 +143,14 @@ class RetiredTenantUsage(Usage):
     generation: str
     retired_at: float
 
+    @property
+    def id(self) -> str:
+        """Its generation: what bounds a listing of them."""
+        return self.generation
 
-class RetiredUsageList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[RetiredTenantUsage]
+
+RetiredUsageList = ListPage[RetiredTenantUsage]
+"""The usage of the deleted tenants of one name, oldest first, in one page."""
 
 
 After = Annotated[str | None, Parameter(description="Start after this id (a page's `last_id`).", max_length=256)]
@@ -198,7 +203,15 @@ class AdminController(Controller):
     async def list_tenants(self, auth_store: AuthStoreDep, after: After = None, limit: Limit = 20) -> TenantList:
         return TenantList.of_records(await auth_store.page_tenants(after=after, limit=limit), _tenant)
 
-    @post("/tenants", status_code=HTTP_201_CREATED, operation_id="adminCreateTenant", responses=_ERRORS)
+    @post(
+        "/tenants",
+        status_code=HTTP_201_CREATED,
+        operation_id="adminCreateTenant",
+        before_request=require_json,
+        responses=error_responses(400, 401, 404, 415, 429, 503),
+        description="Creates the tenant, or replaces the settings of the tenant of this name whole (a field left out "
+        "takes its default); its keys, usage, voices and dictionaries stay.",
+    )
     async def create_tenant(
         self, data: JSONBody[TenantCreate], auth_store: AuthStoreDep, pronunciation: PronunciationDep
     ) -> TenantObject:
@@ -254,6 +267,8 @@ class AdminController(Controller):
     async def list_keys(
         self, name: FromPath[str], auth_store: AuthStoreDep, after: After = None, limit: Limit = 20
     ) -> KeyList:
+        if await auth_store.get_tenant(name) is None:  # as creating a key of it is
+            raise _no_tenant(name)
         return KeyList.of_records(await auth_store.page_keys(name, after=after, limit=limit), _key)
 
     @delete("/keys/{key_id:str}", status_code=200, operation_id="adminRevokeKey", responses=_ERRORS)
@@ -276,4 +291,4 @@ class AdminController(Controller):
     @get("/retired-usage/{name:str}", operation_id="adminRetiredUsage", responses=_ERRORS)
     async def retired_usage(self, name: FromPath[str], usage: UsageDep) -> RetiredUsageList:
         """The usage of deleted tenants of this name, kept for ``auth.retired_usage_retention_s``."""
-        return RetiredUsageList(data=[_retired(retired) for retired in await usage.retired(name)])
+        return RetiredUsageList.of([_retired(retired) for retired in await usage.retired(name)], has_more=False)

@@ -221,6 +221,23 @@ async def test_admin_api_with_its_token_issues_keys_that_work() -> None:
         assert (usage["tenant"], usage["requests"]) == ("acme", 1)
 
 
+async def test_admin_api_answers_as_its_docs_say() -> None:
+    config = {**CONFIG, "auth": {"admin_token": ADMIN_TOKEN}}
+    async with AsyncTestClient(app=in_process_app(config)) as http:
+        admin = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+        as_text = await http.post(
+            "/admin/tenants", content=b'{"name": "acme"}', headers={**admin, "content-type": "text/plain"}
+        )
+        assert (as_text.status_code, as_text.json()["error"]["code"]) == (415, "unsupported_media_type")
+        nobodys_keys = await http.get("/admin/tenants/nobody/keys", headers=admin)
+        assert (nobodys_keys.status_code, nobodys_keys.json()["error"]["code"]) == (404, "tenant_not_found")
+        assert (await http.post("/admin/tenants", json={"name": "acme"}, headers=admin)).status_code == 201
+        assert (await http.delete("/admin/tenants/acme", headers=admin)).status_code == 200
+        retired = (await http.get("/admin/retired-usage/acme", headers=admin)).json()
+        assert (retired["object"], len(retired["data"]), retired["has_more"]) == ("list", 1, False)
+        assert retired["first_id"] == retired["last_id"] == retired["data"][0]["generation"]
+
+
 def test_in_process_client_is_an_httpx_client() -> None:
     # The OpenAI SDK takes it as its http_client: the same client code that runs against a real server.
     assert issubclass(AsyncTestClient, httpx.AsyncClient)
