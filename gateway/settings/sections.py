@@ -157,7 +157,9 @@ class JobsSettings(BaseModel):
     call has its own planning and worker hand-over: 300 made a 100,000-character espeak job 0.67x as fast as the same
     text in 4,096-character requests, on a loaded machine)."""
     segment_attempts: int = Field(default=3, ge=1, le=10)
-    """Tries of a segment that failed (an engine error) before the job fails with that error; ``1`` to ``10``."""
+    """Tries of a segment whose engine failed while speaking it (a worker that died, a stream cut) before the job fails
+    with that error; ``1`` to ``10``. An engine that cannot take the segment yet (loading, busy) is waited for instead,
+    up to 300 s (docs/jobs.md)."""
 
 
 class RealtimeSettings(BaseModel):
