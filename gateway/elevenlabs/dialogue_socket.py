@@ -32,7 +32,6 @@ closes the socket with 1000.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import math
@@ -99,11 +98,10 @@ class _Line(str):
 
 @dataclass
 class _Cast:
-    """What a dialogue context adds to a session's: its voices, the one speaking now, its idle timer and its clock."""
+    """What a dialogue context adds to a session's: its voices, the one speaking now and its clock."""
 
     voices: list[str]
     current: str
-    idle: asyncio.TimerHandle | None = None
     owed_s: float = 0.0
     """Audio sent since the end of the last alignment: the next one is counted from where it began."""
 
@@ -114,7 +112,6 @@ class DialogueSession(ElevenLabsStreamSession):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._casts: dict[str, _Cast] = {}
-        self._expiring: set[asyncio.Task[None]] = set()
 
     def speech_request(self, text: str, voice_settings: VoiceSettings | None = None) -> TextToSpeechRequest:
         return self.piece_request(text, self._model_id or DEFAULT_DIALOGUE_MODEL_ID, voice_settings)
@@ -130,16 +127,6 @@ class DialogueSession(ElevenLabsStreamSession):
         voice = self._speaker.model_voice(request.model_id or DEFAULT_DIALOGUE_MODEL_ID)  # 404: unknown
         if voice is not None:  # any of its voices: the model is what is checked here
             await self._speaker.check(request.speech_request(voice))
-
-    async def run(self) -> None:
-        try:
-            await super().run()
-        finally:
-            for cast in self._casts.values():
-                if cast.idle is not None:
-                    cast.idle.cancel()
-            for task in self._expiring:
-                task.cancel()
 
     # ----------------------------------------------------------------- messages in
     async def _handle(self, message: dict[str, Any]) -> None:
@@ -165,7 +152,7 @@ class DialogueSession(ElevenLabsStreamSession):
             raise invalid(
                 f"Context {context_id} is not open: open it with its `voices` first.", "context_not_registered"
             )
-        self._touch(context_id, cast)
+        self._touch(context)
         if message.get("close_context") is True:
             await self._close(context)
             return
@@ -235,26 +222,6 @@ class DialogueSession(ElevenLabsStreamSession):
         if (cast := self._casts.get(context.id)) is not None:
             self._append(context, cast, "", flush=True)
 
-    def _touch(self, context_id: str, cast: _Cast) -> None:
-        """Restart the context's idle clock: once it runs out, the server closes the context."""
-        if cast.idle is not None:
-            cast.idle.cancel()
-        loop = asyncio.get_running_loop()
-        cast.idle = loop.call_later(self._limits.idle_timeout_s, self._expire, context_id)
-
-    def _expire(self, context_id: str) -> None:
-        """The idle clock ran out: close the context, unless it is still speaking (then it is not idle)."""
-        context = self._contexts.get(context_id)
-        cast = self._casts.get(context_id)
-        if context is None or cast is None or context.closing:
-            return
-        if context.speaking or context.pieces:
-            self._touch(context_id, cast)
-            return
-        task = asyncio.create_task(self._close(context), name=f"elevenlabs-{self.id}-{context_id}-idle")
-        self._expiring.add(task)
-        task.add_done_callback(self._expiring.discard)
-
     # ----------------------------------------------------------------- speaking and messages out
     def _tag(self, context_id: str) -> dict[str, Any]:
         return {"context_id": context_id}
@@ -268,9 +235,7 @@ class DialogueSession(ElevenLabsStreamSession):
 
     def _final_messages(self, context: SessionContext, tail: bytes) -> list[str]:
         tag = self._tag(context.id)
-        cast = self._casts.pop(context.id, None)
-        if cast is not None and cast.idle is not None:
-            cast.idle.cancel()
+        self._casts.pop(context.id, None)
         audio = [_audio_message(tag, tail, None)] if tail else []
         return [*audio, json.dumps({"is_final": True, **tag})]
 

@@ -11,8 +11,9 @@ Messages, field for field as the ``elevenlabs`` SDK (2.78) types them (``SendMes
   ``{"text", "context_id"}`` appends text, spoken sentence by sentence as it completes (:class:`SentenceBuffer`),
   except a message with markup in it (a ``<break time="1s"/>``; SSML with ``enable_ssml_parsing``), spoken as one
   piece of its own after what came before; ``{"context_id", "flush": true}`` speaks what is buffered;
-  ``{"context_id", "close_context": true}`` closes it; ``{"text": ""}`` keeps the socket alive;
-  ``{"close_socket": true}`` flushes every context and closes it, then the socket.
+  ``{"context_id", "close_context": true}`` closes it; ``{"text": ""}`` keeps the socket alive, and the context it
+  names (a context that hears nothing for the inactivity timeout is closed as ``close_context`` closes it, as on
+  ElevenLabs); ``{"close_socket": true}`` flushes every context and closes it, then the socket.
 - out: ``{"audio", "isFinal": null, "contextId", "alignment", "normalizedAlignment"}`` per piece of audio (alignment
   ``{chars, charStartTimesMs, charDurationsMs}`` counted from the end of the context's previous alignment, which is
   where this message's audio starts: Pipecat adds each message's last end to its clock; a piece's last alignment ends
@@ -66,7 +67,7 @@ from gateway.http.errors import OpenAIError
 from gateway.sessions.ending import EndedByServer
 from gateway.sessions.lanes import PIPELINE_RATE, HeardClock, Lane, Tally, failure, play, stop
 from gateway.sessions.segmenter import SentenceBuffer
-from gateway.sessions.session_errors import SessionDrainedError, SlowClientError
+from gateway.sessions.session_errors import SessionDrainedError, SessionIdleError, SlowClientError
 from gateway.speech.alignment import CharacterCursor
 from gateway.speech.errors import SpeechError
 
@@ -114,6 +115,8 @@ class _Context:
     spoken: int = 0
     """Pieces spoken so far (on a dialogue socket, the next one's alignment starts with the space between them)."""
     encoder: AudioEncoder | None = None
+    idle: asyncio.TimerHandle | None = None
+    """Its inactivity clock: once it runs out, the server closes the context."""
 
     @property
     def pieces(self) -> deque[str]:
@@ -161,6 +164,8 @@ class ElevenLabsStreamSession(EndedByServer):
         self._limits = opened.settings
         self._auto_mode = auto_mode
         self._contexts: dict[str, _Context] = {}
+        self._expiring: set[asyncio.Task[None]] = set()
+        """Contexts being closed for their inactivity."""
         self.contexts_opened = 0
         self._tally = Tally("pieces")
 
@@ -198,7 +203,11 @@ class ElevenLabsStreamSession(EndedByServer):
         try:
             await self._until_ended(receiver)
         finally:
-            await stop(receiver, *(task for c in self._contexts.values() for task in c.lane.tasks))
+            for context in self._contexts.values():
+                if context.idle is not None:
+                    context.idle.cancel()
+            lanes = (task for c in self._contexts.values() for task in c.lane.tasks)
+            await stop(receiver, *self._expiring, *lanes)
 
     def log_fields(self) -> dict[str, Any]:
         return {"voice_id": self._voice_id, "contexts": self.contexts_opened, **self._tally.fields()}
@@ -213,7 +222,12 @@ class ElevenLabsStreamSession(EndedByServer):
         if first is not None and await self._take(first):
             return
         while True:
-            message = await self._channel.receive()
+            try:
+                message = await self._channel.receive()
+            except SessionIdleError:
+                for context in list(self._contexts.values()):  # the socket closes: every context ends with it
+                    await self._final(context)
+                raise
             if message["type"] == "websocket.disconnect":
                 return
             try:
@@ -259,8 +273,11 @@ class ElevenLabsStreamSession(EndedByServer):
         text = message.get("text")
         if text is not None and not isinstance(text, str):
             raise invalid("text must be a string.")
+        if (named := self._contexts.get(context_id)) is not None:
+            self._touch(named)  # any message for a context, a keep-alive too, restarts its inactivity clock
         if message.get("close_context") is True:
-            await self._close_context(context_id)
+            if named is not None:
+                await self._close(named)
             return
         flush = message.get("flush") is True
         if text == "" and not flush:
@@ -314,7 +331,31 @@ class ElevenLabsStreamSession(EndedByServer):
         )
         self._contexts[context_id] = context
         self.contexts_opened += 1
+        self._touch(context)
         return context
+
+    def _touch(self, context: _Context) -> None:
+        """Restart the context's inactivity clock (``inactivity_timeout``, the socket's idle timeout): once it runs
+        out, the server closes the context as the client's ``close_context`` would, as ElevenLabs does."""
+        if context.idle is not None:
+            context.idle.cancel()
+        loop = asyncio.get_running_loop()
+        context.idle = loop.call_later(self._limits.idle_timeout_s, self._expire, context)
+
+    def _expire(self, context: _Context) -> None:
+        """The context's inactivity clock ran out: close it, unless it is speaking (then it is not idle)."""
+        if self._contexts.get(context.id) is not context or context.closing:
+            return
+        if context.speaking or context.pieces:
+            self._touch(context)
+            return
+        task = asyncio.create_task(self._close(context), name=f"elevenlabs-{self.id}-{context.id}-idle")
+        self._expiring.add(task)
+        task.add_done_callback(self._expiring.discard)
+
+    async def _close(self, context: _Context) -> None:
+        """The client's ``close_context``."""
+        await self._close_context(context.id)
 
     async def _close_context(self, context_id: str) -> None:
         """Drop the context's text that no flush covered (stopping its audio at once); what a flush covered is still
@@ -408,9 +449,13 @@ class ElevenLabsStreamSession(EndedByServer):
         return [*audio, json.dumps({"isFinal": True, **tag})]
 
     async def _final(self, context: _Context) -> None:
-        """The context's last audio (what its encoder holds), then ``isFinal``; it is closed."""
-        if self._contexts.get(context.id) is context:
-            del self._contexts[context.id]
+        """The context's last audio (what its encoder holds), then ``isFinal``; it is closed (once: its inactivity and
+        the socket's may end it at the same time)."""
+        if self._contexts.get(context.id) is not context:
+            return
+        del self._contexts[context.id]
+        if context.idle is not None:
+            context.idle.cancel()
         tail = context.encoder.finish() if context.encoder is not None else b""
         for message in self._final_messages(context, tail):
             await self._send(message)
@@ -435,3 +480,6 @@ class SingleContextSession(ElevenLabsStreamSession):
 
     def _tag(self, context_id: str) -> dict[str, Any]:
         return {}
+
+    def _touch(self, context: _Context) -> None:
+        """No clock of its own: the socket's inactivity timeout is its one context's."""

@@ -293,6 +293,30 @@ async def test_an_idle_socket_is_closed_after_its_inactivity_timeout(gateway: Ga
             await asyncio.wait_for(socket.recv(), 2)
 
 
+async def test_a_context_that_hears_nothing_is_closed_after_the_inactivity_timeout(gateway: GatewayProcess) -> None:
+    """Each context has its own inactivity clock, which a message for it (a keep-alive ``{"text": "", "context_id"}``
+    included) restarts: b, silent, is closed after ``inactivity_timeout`` while a is kept alive; when the socket itself
+    times out, every context still open gets its ``isFinal`` before the close."""
+    async with connect_to(gateway, "output_format=pcm_16000&inactivity_timeout=2", auto_mode=False) as socket:
+        await send(socket, text=" ", context_id="a")
+        await send(socket, text=" ", context_id="b")
+        await send(socket, text="Said by b.", context_id="b", flush=True)
+        opened = time.perf_counter()
+        received: list[dict[str, Any]] = []
+        async with asyncio.timeout(4):
+            while not received or not received[-1].get("isFinal"):
+                try:
+                    received.append(json.loads(await asyncio.wait_for(socket.recv(), 0.5)))
+                except TimeoutError:
+                    await send(socket, text="", context_id="a")
+        assert received[-1] == {"isFinal": True, "contextId": "b"}
+        assert 1.9 < time.perf_counter() - opened < 3.5
+        assert chars_of(received, "b") == "Said by b. "
+        messages = await until_closed(socket)
+    assert messages[0] == {"isFinal": True, "contextId": "a"}
+    assert messages[1]["error"] == "session_idle_timeout"
+
+
 async def test_pipecats_own_service_speaks_through_the_gateway(gateway: GatewayProcess) -> None:
     """Pipecat 1.14's ``ElevenLabsTTSService`` (``pipecat-ai`` is in the test extra), pointed at the gateway with
     ``url``: its audio, its word frames and the ``TTSStoppedFrame`` its ``isFinal`` brings."""
