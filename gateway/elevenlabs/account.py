@@ -31,8 +31,9 @@ from litestar.params import Parameter
 from pydantic import BaseModel, Field
 
 from gateway.elevenlabs.errors import error_responses
+from gateway.elevenlabs.voices import voice_of
 from gateway.elevenlabs.wire import DEFAULT_VOICE_SETTINGS, VoiceSettings
-from gateway.http.auth.dependencies import Caller, UsageDep, VoicesDep
+from gateway.http.auth.dependencies import Caller, Router, UsageDep, VoicesDep
 from gateway.state import gateway_state
 
 __all__ = ["UNSERVED_PATHS", "AccountController", "unserved_elevenlabs_route"]
@@ -174,11 +175,17 @@ class AccountController(Controller):
         "/voices/{voice_id:str}/settings",
         operation_id="elevenLabsGetVoiceSettings",
         summary="ElevenLabs: a voice's settings, ElevenLabs' defaults (every voice here has them).",
-        responses=error_responses(401, 429),
+        responses=error_responses(401, 404, 429, 503),
     )
     async def get_voice_settings(
-        self, principal: Caller, voice_id: Annotated[str, Parameter(min_length=1, max_length=256)]
+        self,
+        request: Request[Any, Any, Any],
+        principal: Caller,
+        router: Router,
+        voices: VoicesDep,
+        voice_id: Annotated[str, Parameter(min_length=1, max_length=256)],
     ) -> VoiceSettings:
+        await voice_of(request, voice_id, router, voices, principal)  # a voice the caller has, else 404
         return DEFAULT_VOICE_SETTINGS
 
 

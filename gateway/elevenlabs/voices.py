@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from engines.base import EngineInfo
 
-__all__ = ["LabelFilter", "VoicesController"]
+__all__ = ["LabelFilter", "VoicesController", "voice_of"]
 
 MAX_PAGE_SIZE = 100
 _CUSTOM_VOICE_TYPES = frozenset({"personal", "non-default", "non-community", "workspace", "saved"})
@@ -75,20 +75,7 @@ class VoicesController(Controller):
         principal: Caller,
         with_settings: Annotated[bool | None, Parameter(description="Accepted: settings are always there.")] = None,
     ) -> ElevenLabsVoice:
-        if voice_id.startswith(CUSTOM_VOICE_PREFIX):
-            custom = await voices.get(principal.tenant.name, voice_id)
-            if custom is not None:
-                return _custom(custom)
-        else:
-            found = _builtin_by_id(router, principal, voice_id)
-            if found is not None:
-                return found
-            aliased = _aliased(request, principal, voice_id)
-            if aliased is not None and (target := _builtin_by_id(router, principal, aliased)) is not None:
-                # An alias (a premade id, say) is the voice it speaks, under the id the caller asked for.
-                name = PREMADE_VOICES[voice_id].name if voice_id in PREMADE_VOICES else voice_id
-                return target.model_copy(update={"voice_id": voice_id, "name": name})
-        raise UnknownVoiceError(f"Voice '{voice_id}' was not found.", voice_id=voice_id, param="voice_id")
+        return await voice_of(request, voice_id, router, voices, principal)
 
     @get(
         "/v2/voices",
@@ -148,6 +135,31 @@ class VoicesController(Controller):
             total_count=len(found),
             next_page_token=str(end) if end < len(found) else None,
         )
+
+
+async def voice_of(
+    request: Request[Any, Any, Any], voice_id: str, router: Router, voices: VoicesDep, principal: Caller
+) -> ElevenLabsVoice:
+    """The voice ``voice_id`` as the caller may speak with it: one of its custom voices, a built-in voice of a model
+    it may use, or an alias of one.
+
+    Raises:
+        UnknownVoiceError: it has no such voice (ElevenLabs' 404 ``voice_not_found``).
+    """
+    if voice_id.startswith(CUSTOM_VOICE_PREFIX):
+        custom = await voices.get(principal.tenant.name, voice_id)
+        if custom is not None:
+            return _custom(custom)
+    else:
+        found = _builtin_by_id(router, principal, voice_id)
+        if found is not None:
+            return found
+        aliased = _aliased(request, principal, voice_id)
+        if aliased is not None and (target := _builtin_by_id(router, principal, aliased)) is not None:
+            # An alias (a premade id, say) is the voice it speaks, under the id the caller asked for.
+            name = PREMADE_VOICES[voice_id].name if voice_id in PREMADE_VOICES else voice_id
+            return target.model_copy(update={"voice_id": voice_id, "name": name})
+    raise UnknownVoiceError(f"Voice '{voice_id}' was not found.", voice_id=voice_id, param="voice_id")
 
 
 def _builtin_by_id(router: Router, principal: Caller, voice_id: str) -> ElevenLabsVoice | None:

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from litestar import Controller, Request, delete, get, post
+from litestar import Controller, Request, Response, delete, get, post
 from litestar.openapi.spec import Operation, RequestBody
 from litestar.params import FromPath, Parameter
 from litestar.status_codes import (
@@ -25,10 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engines.base import MAX_SPEAKER_CHARS, OPENAI_VOICES
 from gateway.audio.samples import SAMPLE_RATE
+from gateway.elevenlabs.errors import EXCEPTION_HANDLERS
+from gateway.elevenlabs.errors import error_response as elevenlabs_error_response
 from gateway.elevenlabs.models import elevenlabs_models, is_elevenlabs_client
 from gateway.elevenlabs.wire import ElevenLabsModel
 from gateway.http.auth.dependencies import Caller, ConsentsDep, Router, UploadsDep, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
+from gateway.http.errors import error_response as openai_error_response
 from gateway.routes._forms import FORM, JSON, content_type_of, decode_upload, form_body, json_body, open_form
 from gateway.routes.consents import UPLOAD_BODY_BYTES, cap_reached
 from gateway.schemas import BuiltInVoice, ModelEngine, ModelList, ModelObject, VoiceDeleted, VoiceList, VoiceObject
@@ -110,9 +113,18 @@ def _voice_not_found(voice_id: str) -> OpenAIError:
     )
 
 
+def _in_the_callers_shape(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    """``/v1/models`` answers both families: an ElevenLabs client (``xi-api-key``) hears its refusals (a wrong key, a
+    limit) in ElevenLabs' shape, as it hears the list."""
+    if is_elevenlabs_client(request.headers):
+        return elevenlabs_error_response(request, exc)
+    return openai_error_response(request, exc)
+
+
 class ModelsController(Controller):
     path = "/v1/models"
     tags = ["Models"]  # noqa: RUF012 - Litestar's declared type
+    exception_handlers = dict.fromkeys(EXCEPTION_HANDLERS, _in_the_callers_shape)
 
     @get(
         operation_id="listModels",

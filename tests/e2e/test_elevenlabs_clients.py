@@ -16,6 +16,7 @@ import httpx
 import openai
 import pytest
 from elevenlabs import ElevenLabs
+from elevenlabs.core.api_error import ApiError
 from websockets.asyncio.client import connect
 
 from auth.keys import generate_api_key, hash_api_key
@@ -173,6 +174,9 @@ def test_history_is_empty_and_voice_settings_are_the_defaults(gateway: GatewayPr
     settings = client.voices.settings.get_default()
     assert (settings.stability, settings.similarity_boost, settings.speed) == (0.5, 0.75, 1.0)
     assert client.voices.settings.get("alloy") == settings
+    with pytest.raises(ApiError) as unknown:  # the settings of a voice the caller has, as GET /v1/voices/{id}
+        client.voices.settings.get("nobody-has-this")
+    assert (unknown.value.status_code, unknown.value.body["detail"]["status"]) == (404, "voice_not_found")
 
 
 @pytest.mark.parametrize(
@@ -188,6 +192,18 @@ def test_unknown_elevenlabs_routes_authenticate_then_answer_elevenlabs_404(
     missing = http.request(method, gateway.base_url + path, headers={"xi-api-key": KEYS["acme"]})
     assert missing.status_code == 404
     assert missing.json()["detail"]["status"] == "not_found"
+
+
+def test_the_shared_model_list_refuses_each_family_in_its_shape(gateway: GatewayProcess, http: httpx.Client) -> None:
+    with pytest.raises(ApiError) as elevenlabs_client:  # xi-api-key: an ElevenLabs client
+        ElevenLabs(base_url=gateway.base_url, api_key="sk-wrong", httpx_client=http).models.list()
+    assert (elevenlabs_client.value.status_code, elevenlabs_client.value.body["detail"]["status"]) == (
+        401,
+        "invalid_api_key",
+    )
+    with pytest.raises(openai.AuthenticationError) as openai_client:
+        openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="sk-wrong", http_client=http).models.list()
+    assert openai_client.value.code == "invalid_api_key"
 
 
 def test_a_premade_id_is_a_voice_to_get(gateway: GatewayProcess, http: httpx.Client) -> None:
