@@ -83,6 +83,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_CONTEXT_ID",
     "MAX_CONTEXTS",
+    "MAX_OPEN_TAG_CHARS",
     "ElevenLabsStreamSession",
     "SessionContext",
     "SingleContextSession",
@@ -92,9 +93,13 @@ __all__ = [
 MAX_CONTEXTS = 5
 """Contexts a socket may have open at once, as on ElevenLabs."""
 DEFAULT_CONTEXT_ID = "default"
+"""The context of a message that names none."""
 _MARKUP = re.compile(r"<[A-Za-z/!?]")
 """A tag in a message: the message is then spoken as one piece, read as its markup (break tags; SSML when asked)."""
-"""The context of a message that names none."""
+_OPEN_TAG = re.compile(r"<[A-Za-z/!?][^>]*$")
+"""A tag the text ends in before its ``>``: a language model's tokens split a tag anywhere."""
+MAX_OPEN_TAG_CHARS = 256
+"""How long a tag is held open waiting for its ``>``; longer, its ``<`` is text."""
 
 
 @dataclass(eq=False)
@@ -115,6 +120,8 @@ class _Context:
     spoken: int = 0
     """Pieces spoken so far (on a dialogue socket, the next one's alignment starts with the space between them)."""
     encoder: AudioEncoder | None = None
+    open_tag: str = ""
+    """The text from a tag's ``<`` on, held until a message closes the tag."""
     idle: asyncio.TimerHandle | None = None
     """Its inactivity clock: once it runs out, the server closes the context."""
 
@@ -298,8 +305,9 @@ class ElevenLabsStreamSession(EndedByServer):
         """Append ``text`` (its completed sentences wait to be spoken), then, on ``flush`` (or in ``auto_mode``), all
         that is held."""
         pieces: list[str] = []
+        text = self._close_tags(context, text, flush=flush)
         if text:
-            if context.buffer.pending_chars + len(text) > self._limits.max_pending_chars:
+            if context.buffer.pending_chars + len(context.open_tag) + len(text) > self._limits.max_pending_chars:
                 raise OpenAIError(
                     400,
                     f"Context {context.id} holds over {self._limits.max_pending_chars} characters not yet spoken: "
@@ -315,6 +323,17 @@ class ElevenLabsStreamSession(EndedByServer):
         if flush:
             context.flushed = len(context.pieces)
             context.current_flushed = context.current_flushed or context.speaking
+
+    @staticmethod
+    def _close_tags(context: _Context, text: str, *, flush: bool) -> str:
+        """``text`` after the tag the context held open, less a tag it leaves open (held until a message closes it,
+        :data:`MAX_OPEN_TAG_CHARS` at most): a tag split across messages is read whole, never spoken as text."""
+        text, context.open_tag = context.open_tag + text, ""
+        opened = _OPEN_TAG.search(text)
+        if opened is None or flush or len(text) - opened.start() > MAX_OPEN_TAG_CHARS:
+            return text
+        context.open_tag = text[opened.start() :]
+        return text[: opened.start()]
 
     def _flush(self, context: _Context) -> None:
         """Speak all that ``context`` holds, as a flush does."""
@@ -364,6 +383,7 @@ class ElevenLabsStreamSession(EndedByServer):
         if context is None or context.closing:
             return
         context.buffer.clear()
+        context.open_tag = ""
         while len(context.pieces) > context.flushed:
             context.pieces.pop()
         context.lane.close()

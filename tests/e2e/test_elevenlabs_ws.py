@@ -293,6 +293,22 @@ async def test_an_idle_socket_is_closed_after_its_inactivity_timeout(gateway: Ga
             await asyncio.wait_for(socket.recv(), 2)
 
 
+async def test_a_tag_split_across_messages_is_read_whole(gateway: GatewayProcess) -> None:
+    """A language model's tokens split a tag anywhere: the context holds an open ``<…`` until a message closes it,
+    so the break is an exact silence, never text spoken, and the alignment holds no character the client did not
+    send."""
+    async with connect_to(gateway, auto_mode=False) as socket:
+        await speak(socket, "br", "Sure, here", " <br", 'eak time="1s"/>', " is the next part.")
+        received = await until_final(socket, "br")
+        await speak(socket, "enter", "Press the", " <Enter", "> key to continue now.")
+        entered = await until_final(socket, "enter")
+    spoken = len("Sure, here") + len("is the next part.")
+    assert len(audio_of(received, "br")) / 2 / 24000 == pytest.approx(spoken * SECONDS_PER_CHAR + 1.0, abs=0.1)
+    # The tag read, not said; each piece ends with a space (before the break, and after the last piece).
+    assert chars_of(received, "br") == "Sure, here  is the next part. "
+    assert chars_of(entered, "enter") == "Press the <Enter> key to continue now. "
+
+
 async def test_a_context_that_hears_nothing_is_closed_after_the_inactivity_timeout(gateway: GatewayProcess) -> None:
     """Each context has its own inactivity clock, which a message for it (a keep-alive ``{"text": "", "context_id"}``
     included) restarts: b, silent, is closed after ``inactivity_timeout`` while a is kept alive; when the socket itself
