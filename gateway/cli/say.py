@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
@@ -25,8 +26,37 @@ __all__ = ["add_say_parser", "run_say"]
 
 
 #: What ``say`` writes by default for each format, and the format it infers from an output file's suffix.
-_SAY_SUFFIXES = {"mp3": ".mp3", "opus": ".ogg", "aac": ".aac", "flac": ".flac", "wav": ".wav", "pcm": ".pcm"}
-_SAY_FORMATS_BY_SUFFIX = {**{suffix: fmt for fmt, suffix in _SAY_SUFFIXES.items()}, ".opus": "opus"}
+_SAY_SUFFIXES = {
+    "mp3": ".mp3",
+    "opus": ".ogg",
+    "aac": ".aac",
+    "flac": ".flac",
+    "wav": ".wav",
+    "pcm": ".pcm",
+    "pcmu": ".ulaw",
+    "pcma": ".alaw",
+}
+_SAY_FORMATS_BY_SUFFIX = {
+    **{suffix: fmt for fmt, suffix in _SAY_SUFFIXES.items()},
+    **{f".{fmt}": fmt for fmt in _SAY_SUFFIXES},
+    ".opus": "opus",
+}
+
+
+@dataclass(frozen=True)
+class _Raw:
+    """A headerless format, as each player is told to read it."""
+
+    ffmpeg: str
+    rate: int
+    aplay: str
+
+
+_RAW = {
+    "pcm": _Raw("s16le", 24000, "S16_LE"),
+    "pcmu": _Raw("mulaw", 8000, "MU_LAW"),
+    "pcma": _Raw("alaw", 8000, "A_LAW"),
+}
 
 
 def add_say_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,7 +90,11 @@ def add_say_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]
 
 def run_say(args: argparse.Namespace) -> int:
     """Run ``chattts-gateway say``; returns the exit status."""
-    response_format = args.response_format or _SAY_FORMATS_BY_SUFFIX.get(Path(args.output or "").suffix, "mp3")
+    suffix = Path(args.output or "").suffix.lower()
+    response_format = args.response_format or _SAY_FORMATS_BY_SUFFIX.get(suffix, "" if suffix else "mp3")
+    if not response_format:
+        print(f"chattts-gateway: no audio format is named {suffix!r}: give --format", file=sys.stderr)
+        return 2
     output = args.output or f"speech{_SAY_SUFFIXES[response_format]}"
     if args.play and output == "-":
         print("chattts-gateway: --play needs an output file, not standard output", file=sys.stderr)
@@ -163,7 +197,7 @@ class _Progress:
 
 def _player_command(path: Path, response_format: str) -> list[str] | None:
     """The first installed player that can play ``response_format``, as a command line; ``None`` when none can."""
-    raw = response_format == "pcm"  # headerless: 24 kHz signed 16-bit little-endian mono
+    raw = _RAW.get(response_format)  # headerless, mono: the players are told its encoding and rate
     candidates = [
         [
             "ffplay",
@@ -171,7 +205,7 @@ def _player_command(path: Path, response_format: str) -> list[str] | None:
             "-autoexit",
             "-loglevel",
             "error",
-            *(["-f", "s16le", "-ar", "24000", "-ch_layout", "mono"] if raw else []),
+            *(["-f", raw.ffmpeg, "-ar", str(raw.rate), "-ch_layout", "mono"] if raw else []),
             str(path),
         ],
         [
@@ -181,8 +215,8 @@ def _player_command(path: Path, response_format: str) -> list[str] | None:
             *(
                 [
                     "--demuxer=rawaudio",
-                    "--demuxer-rawaudio-format=s16le",
-                    "--demuxer-rawaudio-rate=24000",
+                    f"--demuxer-rawaudio-format={raw.ffmpeg}",
+                    f"--demuxer-rawaudio-rate={raw.rate}",
                     "--demuxer-rawaudio-channels=1",
                 ]
                 if raw
@@ -191,9 +225,9 @@ def _player_command(path: Path, response_format: str) -> list[str] | None:
             str(path),
         ],
     ]
-    if response_format in {"wav", "pcm"}:
+    if response_format == "wav" or raw:
         candidates.append(
-            ["aplay", "-q", *(["-t", "raw", "-f", "S16_LE", "-r", "24000", "-c", "1"] if raw else []), str(path)]
+            ["aplay", "-q", *(["-t", "raw", "-f", raw.aplay, "-r", str(raw.rate), "-c", "1"] if raw else []), str(path)]
         )
     return next((command for command in candidates if shutil.which(command[0])), None)
 
@@ -201,7 +235,7 @@ def _player_command(path: Path, response_format: str) -> list[str] | None:
 def _play(path: Path, response_format: str) -> int:
     command = _player_command(path, response_format)
     if command is None:
-        wanted = "ffplay, mpv or aplay" if response_format in {"wav", "pcm"} else "ffplay or mpv"
+        wanted = "ffplay, mpv or aplay" if response_format == "wav" or response_format in _RAW else "ffplay or mpv"
         print(f"chattts-gateway: wrote {path} but cannot play it: install {wanted}", file=sys.stderr)
         return 1
     return subprocess.run(command, check=False).returncode

@@ -160,6 +160,25 @@ def fake_player(directory: Path, name: str) -> Path:
         ("mp3", ["mpv", "aplay"], ["mpv", "--no-video", "--really-quiet"]),
         ("wav", ["aplay"], ["aplay", "-q"]),
         ("pcm", ["aplay"], ["aplay", "-q", "-t", "raw", "-f", "S16_LE", "-r", "24000", "-c", "1"]),
+        ("ulaw", ["aplay"], ["aplay", "-q", "-t", "raw", "-f", "MU_LAW", "-r", "8000", "-c", "1"]),
+        (
+            "pcma",
+            ["ffplay"],
+            ["ffplay", "-nodisp", "-autoexit", "-loglevel", "error", "-f", "alaw", "-ar", "8000", "-ch_layout", "mono"],
+        ),
+        (
+            "alaw",
+            ["mpv"],
+            [
+                "mpv",
+                "--no-video",
+                "--really-quiet",
+                "--demuxer=rawaudio",
+                "--demuxer-rawaudio-format=alaw",
+                "--demuxer-rawaudio-rate=8000",
+                "--demuxer-rawaudio-channels=1",
+            ],
+        ),
     ],
 )
 def test_play_uses_the_first_available_player(
@@ -177,6 +196,17 @@ def test_play_uses_the_first_available_player(
     output = tmp_path / f"out.{response_format}"
     assert cli.main(["say", "Hi.", "-o", str(output), "--play"]) == 0
     assert records[expected[0]].read_text().splitlines() == [*expected[1:], str(output)]
+
+
+def test_a_suffix_that_names_no_format_is_refused(
+    requests: Callable[[httpx.Response], list[httpx.Request]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    seen = requests(httpx.Response(200, content=AUDIO))
+    assert cli.main(["say", "Hi.", "-o", str(tmp_path / "notes.txt")]) == 2
+    assert capsys.readouterr().err == "chattts-gateway: no audio format is named '.txt': give --format\n"
+    assert not seen and not (tmp_path / "notes.txt").exists()
+    assert cli.main(["say", "Hi.", "-o", str(tmp_path / "notes.txt"), "--format", "pcmu"]) == 0
+    assert json.loads(seen[0].content)["response_format"] == "pcmu"
 
 
 @pytest.mark.parametrize(("response_format", "advice"), [("mp3", "ffplay or mpv"), ("wav", "ffplay, mpv or aplay")])
