@@ -201,8 +201,11 @@ def test_the_shared_model_list_refuses_each_family_in_its_shape(gateway: Gateway
         401,
         "invalid_api_key",
     )
-    with pytest.raises(openai.AuthenticationError) as openai_client:
-        openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="sk-wrong", http_client=http).models.list()
+    with (
+        openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="sk-wrong", max_retries=0) as sdk,
+        pytest.raises(openai.AuthenticationError) as openai_client,
+    ):
+        sdk.models.list()
     assert openai_client.value.code == "invalid_api_key"
 
 
