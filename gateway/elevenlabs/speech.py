@@ -222,7 +222,8 @@ async def speak_pcm(
     reply = await unless_client_leaves(request.receive, speaking)
     record.format = output_format.value  # the access log says what the client got
     headers = reply_headers(reply)
-    headers["x-character-count"] = str(len(reply.request.input))  # what ElevenLabs charges, as it says
+    # What the request was charged (its text as the dictionaries and markup made it spoken), as ElevenLabs' says.
+    headers["x-character-count"] = str(len(reply.request.input) if reply.characters is None else reply.characters)
     headers["request-id"] = record.request_id
     return Spoken(reply, encoding, headers)
 

@@ -146,8 +146,11 @@ async def test_a_named_dictionary_is_charged_what_it_makes_spoken_on_elevenlabs(
     response = await acme.elevenlabs("a")
     assert response.status_code == 200, response.text
     assert await acme.charged() == len(ALIAS)
-    assert (await acme.elevenlabs("b", dictionary=False)).status_code == 200
+    assert response.headers["x-character-count"] == str(len(ALIAS))  # what it was charged, as ElevenLabs' says
+    plain = await acme.elevenlabs("b", dictionary=False)
+    assert plain.status_code == 200
     assert await acme.charged() == len(ALIAS) + 1
+    assert plain.headers["x-character-count"] == "1"
 
 
 async def test_a_tenants_characters_per_minute_count_what_is_spoken(client: AsyncTestClient[Any]) -> None:
