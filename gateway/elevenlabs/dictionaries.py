@@ -24,7 +24,7 @@ from gateway.elevenlabs.errors import error_response, error_responses
 from gateway.http.auth.dependencies import Caller, PronunciationDep
 from gateway.http.errors import OpenAIError
 from gateway.text.lexicon import Rule
-from gateway.text.pls import ALPHABETS, PLSError, read_pls, write_pls
+from gateway.text.pls import ALPHABETS, PLSError, write_pls
 from storage import MAX_PAGE
 
 if TYPE_CHECKING:
@@ -250,7 +250,7 @@ async def _read_file(upload: UploadFile | None, dictionaries: PronunciationDicti
             HTTP_400_BAD_REQUEST, f"The PLS file is over {max_bytes} bytes.", param="file", code="file_too_large"
         )
     try:
-        return read_pls(data, dictionaries.caps)
+        return await dictionaries.file_rules(data)
     except PLSError as exc:
         raise OpenAIError(HTTP_400_BAD_REQUEST, f"Invalid PLS file: {exc}", param="file", code="invalid_pls") from None
 

@@ -1,4 +1,5 @@
-"""A process apart that compiles pronunciation dictionary versions (``gateway/speech/pronunciation.py``).
+"""A process apart that compiles pronunciation dictionary versions (``gateway/speech/pronunciation.py``), and reads
+the PLS files tenants upload (untrusted XML: read apart, within caps, as uploaded media is).
 
 A version's compile is some 0.07 s of pure Python (up to 64 Ki grapheme characters). Run on the event loop, even in
 1 ms slices, it took that much of the loop's CPU from every other tenant's requests (their p90 first byte rose to 3.5
@@ -18,20 +19,24 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from gateway.text.lexicon import compiled_tables
+from gateway.text.pls import read_pls
 from lifecycle import naming
 from lifecycle.signals import leave_stopping_to_the_server
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from gateway.text.lexicon import CompiledTables, Rule
+    from gateway.text.pls import RuleCaps
 
 __all__ = ["CompileProcess", "CompileProcessError"]
 
 logger = naming.logger("pronunciation")
+
+T = TypeVar("T")
 
 COMPILE_NICENESS = 10
 """How much lower than the gateway's the compile process's CPU priority is: speech and other tenants' requests first."""
@@ -60,15 +65,27 @@ class CompileProcess:
         Raises:
             CompileProcessError: the process ended before it answered.
         """
+        tables = await self._run(compiled_tables, tuple(rules))
+        self.compiles += 1
+        return tables
+
+    async def pls_rules(self, document: bytes, caps: RuleCaps) -> list[Rule]:
+        """The rules of the PLS ``document`` (:func:`~gateway.text.pls.read_pls`), read in the process.
+
+        Raises:
+            PLSError: not a PLS lexicon this gateway reads, or over ``caps``.
+            CompileProcessError: the process ended before it answered.
+        """
+        return await self._run(read_pls, document, caps)
+
+    async def _run(self, function: Callable[..., T], *args: object) -> T:
         try:
-            tables = await asyncio.wrap_future(self._executor.submit(compiled_tables, tuple(rules)))
+            return await asyncio.wrap_future(self._executor.submit(function, *args))
         except BrokenProcessPool:
             logger.warning("the pronunciation compile process ended before it answered; starting a new one")
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = self._started()
             raise CompileProcessError from None
-        self.compiles += 1
-        return tables
 
     def close(self) -> None:
         """End the process (a compile under way is dropped: its request is ending with the app)."""

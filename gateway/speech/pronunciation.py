@@ -12,6 +12,7 @@ kept by a store (``gateway/speech/dictionaries/``: in memory or in Redis).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import OrderedDict
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 from gateway.speech.compile_process import CompileProcessError
 from gateway.speech.errors import ConflictError, InvalidSpeechRequestError, OverLimitError, UnknownDictionaryError
 from gateway.text.lexicon import Lexicon, Rule
-from gateway.text.pls import PLSError, RuleCaps, check_rules
+from gateway.text.pls import PLSError, RuleCaps, check_rules, read_pls
 from lifecycle import naming
 from storage import sortable_id
 
@@ -148,6 +149,18 @@ class PronunciationDictionaries:
                 kind="pronunciation_dictionary_limit_reached",
             )
         return record
+
+    async def file_rules(self, document: bytes) -> list[Rule]:
+        """The rules of an uploaded PLS file, read in the compile process (untrusted XML, read apart and within
+        :attr:`caps`); here only without one, or when it ended (its next task starts a new one).
+
+        Raises:
+            PLSError: not a PLS lexicon this gateway reads, or over the caps.
+        """
+        if self._compile_process is not None:
+            with contextlib.suppress(CompileProcessError):
+                return await self._compile_process.pls_rules(document, self.caps)
+        return read_pls(document, self.caps)
 
     def check(self, rules: Sequence[Rule]) -> None:
         """Refuse rules over the caps or malformed (400)."""

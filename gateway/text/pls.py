@@ -11,13 +11,14 @@ what it reads is case-sensitive and word-bounded, and rules that are not are wri
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from xml.etree.ElementTree import ParseError
 from xml.sax.saxutils import escape, quoteattr
 
 from defusedxml import DefusedXmlException
-from defusedxml.ElementTree import fromstring
+from defusedxml.ElementTree import iterparse
 
 from gateway.text.lexicon import Rule
 
@@ -28,6 +29,11 @@ if TYPE_CHECKING:
 __all__ = ["ALPHABETS", "PLSError", "RuleCaps", "read_pls", "write_pls"]
 
 NAMESPACE = "http://www.w3.org/2005/01/pronunciation-lexicon"
+MAX_DEPTH = 8
+"""How deep a document's elements may nest: a lexicon's own go three deep (``lexicon/lexeme/grapheme``)."""
+ELEMENTS_PER_RULE = 16
+"""Elements a document may have for each rule ``caps.max_rules`` allows (a lexeme, its graphemes, a phoneme, an
+alias, an example, metadata): a file of a million empty elements is refused as it is read, not built into a tree."""
 ALPHABETS = ("ipa", "cmu-arpabet")
 """The phoneme alphabets ElevenLabs' dictionaries take (``x-`` alphabets of PLS are refused)."""
 
@@ -56,7 +62,7 @@ def read_pls(document: bytes, caps: RuleCaps) -> list[Rule]:
         PLSError: not well-formed XML (with the line and column), a DTD or entity, not a PLS ``lexicon``, a lexeme
             without a grapheme or a pronunciation, an unknown alphabet, or over ``caps``.
     """
-    root = _parse(document)
+    root = _parse(document, max_elements=ELEMENTS_PER_RULE * caps.max_rules + 64)
     if root.tag != f"{{{NAMESPACE}}}lexicon":
         raise PLSError(f"the root element must be <lexicon> in the namespace {NAMESPACE}")
     default_alphabet = root.get("alphabet", "ipa")
@@ -113,14 +119,27 @@ def write_pls(rules: Iterable[Rule], *, language: str = "en-US") -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def _parse(document: bytes) -> Element:
+def _parse(document: bytes, *, max_elements: int) -> Element:
+    """The document's root, read within :data:`MAX_DEPTH` and ``max_elements``."""
+    root: Element | None = None
+    depth = elements = 0
     try:
-        root: Element = fromstring(document, forbid_dtd=True)
+        for event, element in iterparse(io.BytesIO(document), events=("start", "end"), forbid_dtd=True):
+            if event == "end":
+                depth -= 1
+                continue
+            root, depth, elements = root if root is not None else element, depth + 1, elements + 1
+            if depth > MAX_DEPTH:
+                raise PLSError(f"elements nested deeper than {MAX_DEPTH}")
+            if elements > max_elements:
+                raise PLSError(f"more than {max_elements} elements")
     except ParseError as exc:
         line, column = exc.position
         raise PLSError(f"not well-formed XML at line {line}, column {column + 1}") from None
     except DefusedXmlException as exc:
         raise PLSError(f"refused: {type(exc).__name__} (no DTDs, entities or external references)") from None
+    if root is None:  # pragma: no cover - iterparse raises on a document without an element
+        raise PLSError("not well-formed XML: no element")
     return root
 
 

@@ -139,5 +139,11 @@ def test_pls_over_the_caps_is_refused() -> None:
         read_pls(many, CAPS)
     with pytest.raises(PLSError, match="grapheme"):
         read_pls(write_pls([Rule("x" * 300, alias="y")]), CAPS)
-    deep = b'<lexicon xmlns="http://www.w3.org/2005/01/pronunciation-lexicon">' + b"<a>" * 50_000 + b"</a>" * 50_000
-    assert read_pls(deep + b"</lexicon>", CAPS) == []  # parsed without recursion, and nothing in it is a rule
+    # Refused as they are read, never built into a tree: a file's elements are bounded by its rules.
+    lexicon = b'<lexicon xmlns="http://www.w3.org/2005/01/pronunciation-lexicon">'
+    with pytest.raises(PLSError, match="nested deeper than 8"):
+        read_pls(lexicon + b"<a>" * 50_000 + b"</a>" * 50_000 + b"</lexicon>", CAPS)
+    with pytest.raises(PLSError, match=f"more than {16 * CAPS.max_rules + 64} elements"):
+        read_pls(lexicon + b"<x/>" * 260_000 + b"</lexicon>", CAPS)
+    nested = lexicon + b"<lexeme><grapheme>GW</grapheme><alias>gateway</alias><meta><a><b>x</b></a></meta></lexeme>"
+    assert read_pls(nested + b"</lexicon>", CAPS) == [Rule("GW", alias="gateway")]  # what else it holds is ignored

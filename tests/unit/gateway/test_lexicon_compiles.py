@@ -21,7 +21,7 @@ from gateway.speech.dictionaries import MemoryDictionaryStore
 from gateway.speech.errors import OverLimitError
 from gateway.speech.pronunciation import PronunciationDictionaries
 from gateway.text.lexicon import Lexicon, Rule
-from gateway.text.pls import PLSError, RuleCaps, check_rules
+from gateway.text.pls import NAMESPACE, PLSError, RuleCaps, check_rules, write_pls
 
 
 @pytest.fixture
@@ -243,5 +243,26 @@ async def test_a_stop_signal_sent_to_the_servers_group_leaves_the_compile_proces
         applied = await dictionaries.lexicon("acme", [(second.id, None)])
         assert applied.lexicon.respell("a db").text == "a database"
         assert (process.compiles, child.is_alive()) == (2, True)  # the same process compiled both
+    finally:
+        process.close()
+
+
+async def test_an_uploaded_pls_file_is_read_in_the_compile_process() -> None:
+    # Untrusted XML is read apart: the process that compiles reads it (started by the read: nothing compiled yet),
+    # and what it refuses comes back as the refusal.
+    process = CompileProcess()
+    try:
+        dictionaries = PronunciationDictionaries(
+            MemoryDictionaryStore(), max_per_tenant=5, caps=RuleCaps(max_rules=50), compile_process=process
+        )
+        assert multiprocessing.active_children() == []
+        rules = [Rule("GW", alias="gateway"), Rule("db", alias="database")]
+        assert await dictionaries.file_rules(write_pls(rules)) == rules
+        (child,) = multiprocessing.active_children()
+        with pytest.raises(PLSError, match="more than 864 elements"):
+            await dictionaries.file_rules(
+                b'<lexicon xmlns="' + NAMESPACE.encode() + b'">' + b"<x/>" * 1000 + b"</lexicon>"
+            )
+        assert (process.compiles, child.is_alive()) == (0, True)
     finally:
         process.close()
