@@ -69,14 +69,15 @@ class _Segment:
     """The audio seconds of this segment delivered so far."""
     status: SegmentStatus = "completed"
     characters: int | None = None
-    """What the segment was charged (what it made the engine say), once the speech pipeline planned it."""
+    """What the segment was charged (what it made the engine say), once the speech pipeline planned it; ``None``: it
+    was refused or cancelled before, and charged nothing."""
 
     @property
     def audio_seconds(self) -> float:
         return self.clock.seconds
 
     def usage(self) -> SpeechUsage:
-        return speech_usage(len(self.text) if self.characters is None else self.characters, self.audio_seconds)
+        return speech_usage(self.characters or 0, self.audio_seconds)
 
 
 class RealtimeSession(EndedByServer):

@@ -334,6 +334,7 @@ async def test_characters_are_limited_per_segment(open_session: Any) -> None:
     assert error["error"]["code"] == "rate_limit_exceeded"
     assert error["segment_id"] == done["segment_id"]
     assert (done["status"], done["usage"]["output_tokens"]) == ("failed", 0)
+    assert done["usage"]["input_tokens"] == 0  # refused: nothing charged, as GET /v1/usage says
 
 
 @pytest.mark.parametrize("how", ["header", "query", "first-message"])
