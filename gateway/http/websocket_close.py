@@ -16,6 +16,12 @@ instead would lose those frames: a socket closed with unread bytes is reset, and
 not sent yet (a flooding client's window is often full). A connection that cannot flush even then (a client that
 reads nothing either) is aborted ``ABORT_AFTER_S`` later.
 
+Every other way a connection is closed (a close without a policy code, after ``close_timeout``; the application
+ending without a close, as a session does whose client stopped reading: its close frame could not even be written)
+closes the transport, which then waits to flush what it holds for as long as that takes: for ever, for a client that
+reads nothing, holding its place under ``server.max_connections_per_address``. So a transport closed here is aborted
+``FLUSH_AFTER_CLOSE_S`` later if it has not gone by then.
+
 ASGI has no way to ask for any of this, hence the subclass: it relies on ``send`` arming ``close_timer`` for the close
 it writes, and on ``handle_close`` closing the transport on the reply (pinned in
 ``tests/unit/gateway/test_uvicorn_internals.py``).
@@ -23,16 +29,19 @@ it writes, and on ``handle_close`` closing the transport on the reply (pinned in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 if TYPE_CHECKING:
+    import asyncio
+
     from uvicorn._types import ASGISendEvent
 
 __all__ = [
     "ABORT_AFTER_S",
     "CLOSE_AFTER_S",
+    "FLUSH_AFTER_CLOSE_S",
     "POLICY_CLOSE_CODES",
     "READ_AFTER_CLOSE_BYTES",
     "PolicyClosingWebSocketProtocol",
@@ -52,6 +61,9 @@ ahead of the reply."""
 ABORT_AFTER_S = 1.0
 """How long the closing connection gets to flush what is left before it is dropped unsent."""
 
+FLUSH_AFTER_CLOSE_S = 10.0
+"""How long any closed connection gets to flush what is left: a client that has not taken it by then never will."""
+
 
 class PolicyClosingWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's ``websockets-sansio`` protocol that stops reading a socket it closes for a policy reason (the module
@@ -61,6 +73,11 @@ class PolicyClosingWebSocketProtocol(WebSocketsSansIOProtocol):
         super().__init__(*args, **kwargs)
         self._readable_after_close: int | None = None
         """Bytes still read after a policy close; ``None``: no such close."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        # A stand-in for the transport everywhere uvicorn closes it: every attribute but ``close`` is the transport's.
+        self.transport = cast("asyncio.Transport", _DroppedIfStuck(cast("asyncio.Transport", transport), self.loop))
 
     def data_received(self, data: bytes) -> None:
         if self._readable_after_close is not None:
@@ -81,3 +98,22 @@ class PolicyClosingWebSocketProtocol(WebSocketsSansIOProtocol):
     def _close_transport(self) -> None:
         self.transport.close()
         self.close_timer = self.loop.call_later(ABORT_AFTER_S, self.transport.abort)  # connection_lost cancels it
+
+
+class _DroppedIfStuck:
+    """A connection's transport whose ``close`` is followed by an abort ``FLUSH_AFTER_CLOSE_S`` later (a no-op for a
+    transport gone by then): closing waits for the client to take what is buffered, and one that reads nothing
+    never does."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._abort: asyncio.TimerHandle | None = None
+
+    def close(self) -> None:
+        self._transport.close()
+        if self._abort is None:
+            self._abort = self._loop.call_later(FLUSH_AFTER_CLOSE_S, self._transport.abort)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
