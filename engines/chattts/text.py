@@ -34,12 +34,27 @@ def split_segments(text: str, max_chars: int) -> list[str]:
     """Split at sentence ends into segments of at most ``max_chars``: one sentence each, so that the first audio
     leaves after the first sentence's first tokens.
 
-    Sentences longer than ``max_chars`` are split at commas or spaces, and as a last resort every ``max_chars``.
+    Sentences longer than ``max_chars`` are split at commas or spaces, and as a last resort every ``max_chars``. A
+    piece with nothing to say (punctuation alone: the second "。" of "好的。。") goes with the piece before it, or is
+    dropped where that would outgrow ``max_chars``: ChatTTS makes a generation of each segment, babble for one of
+    punctuation, so 4,096 "。" once made 4,096 of them (65 minutes of audio).
     """
     pieces: list[str] = []
     for sentence in filter(None, (s.strip() for s in _SENTENCE_END.split(text))):
-        pieces.extend(_split_long(sentence, max_chars))
+        for piece in _split_long(sentence, max_chars):
+            if _says_something(piece) or not pieces:
+                pieces.append(piece)
+            elif len(pieces[-1]) + len(piece) <= max_chars:
+                pieces[-1] += piece
+    if len(pieces) > 1 and not _says_something(pieces[0]):  # punctuation first: it goes with what follows
+        first = pieces.pop(0)
+        if len(first) + len(pieces[0]) <= max_chars:
+            pieces[0] = first + pieces[0]
     return pieces
+
+
+def _says_something(piece: str) -> bool:
+    return any(character.isalnum() for character in piece)
 
 
 def _split_long(sentence: str, max_chars: int) -> list[str]:

@@ -239,6 +239,21 @@ def test_long_input_splits_at_sentences_within_the_limit() -> None:
     assert " ".join(segments).split() == text.split()
 
 
+@pytest.mark.parametrize(
+    ("text", "segments"),
+    [
+        ("好的。。。", ["好的。。。"]),
+        ("Ok。。。。。。。。。。", ["Ok。。。。。。。。。。"]),
+        ("。。。你好。再见。", ["。。。你好。", "再见。"]),
+        ("Hello. World. ...", ["Hello.", "World...."]),
+        ("。" * 4096, ["。" * 60]),  # one generation at most, not 4,096 (65 minutes of babble)
+        ("Yes." + "。" * 100, ["Yes." + "。" * 56]),
+    ],
+)
+def test_punctuation_alone_is_never_a_segment_of_its_own(text: str, segments: list[str]) -> None:
+    assert split_segments(text, 60) == segments
+
+
 def test_speed_and_control_tags() -> None:
     assert [speed_tag(s) for s in (0.5, 1.0, 2.0, 4.0)] == ["[speed_1]", "[speed_5]", "[speed_9]", "[speed_9]"]
     assert control_tags("cheerful [oral_3] and [break_9], [laugh_1]") == "[oral_3][laugh_1][break_7]"
