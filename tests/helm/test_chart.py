@@ -22,12 +22,13 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from pydantic import BaseModel
 from yamllint import linter
 from yamllint.config import YamlLintConfig
 
 from engines.chattts.options import ChatTTSOptions
 from engines.settings import ChatTTSEngineSettings, RemoteEngineSettings
-from gateway.settings import BUILT_IN_MODEL_NAMES, load_settings
+from gateway.settings import BUILT_IN_MODEL_NAMES, Settings, load_settings
 from storage.redis_url import parse_redis_url
 from tests.helm.chart import CHART, FULLNAME, RELEASE, ROOT, Rendered, UniqueKeyLoader, merge
 
@@ -186,6 +187,28 @@ def test_values_validate_against_schema(schema: dict[str, Any], chart: helm.Char
     jsonschema.Draft7Validator.check_schema(schema)
     jsonschema.Draft7Validator(schema).validate(values)
     chart.validate_schema(values)
+
+
+# Settings the chart sets itself (the container's command line, the engine tier's profile) or from a Secret of its own.
+CHART_MANAGED = frozenset({
+    "server.host", "server.port", "server.tls_certfile", "server.tls_keyfile", "server.profile", "redis_url",
+    "auth.admin_token", "auth.tenants", "auth.jwt", "auth.service_token", "cache.redis_url",
+})  # fmt: skip
+
+
+def test_the_schema_takes_every_setting_the_chart_leaves_to_config(schema: dict[str, Any]) -> None:
+    # `config` takes "the same keys as the gateway's YAML file": a setting the docs tell an operator to tune must not
+    # be refused by additionalProperties: false.
+    config = schema["properties"]["config"]["properties"]
+    missing = []
+    for name, field in Settings.model_fields.items():
+        section = field.annotation
+        if name not in config:
+            missing += [] if name in CHART_MANAGED else [name]
+        elif isinstance(section, type) and issubclass(section, BaseModel) and "properties" in config[name]:
+            keys = {f"{name}.{key}" for key in section.model_fields} - CHART_MANAGED
+            missing += sorted(keys - {f"{name}.{key}" for key in config[name]["properties"]})
+    assert not missing, f"values.schema.json's config refuses these settings: {missing}"
 
 
 def test_bad_values_are_rejected(schema: dict[str, Any], chart: helm.Chart, render: Any) -> None:
