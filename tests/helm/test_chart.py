@@ -305,6 +305,9 @@ def test_pod_disruption_budget_only_with_several_replicas(render: Any) -> None:
     }
     assert "PodDisruptionBudget" not in render({"replicaCount": 1}).kinds()
     assert "PodDisruptionBudget" in render({"replicaCount": 1, "autoscaling": {"enabled": True}}).kinds()
+    # An HPA that may go down to one pod: a budget of minAvailable 1 would then block every node drain.
+    one = {"replicaCount": 3, "autoscaling": {"enabled": True, "minReplicas": 1}}
+    assert "PodDisruptionBudget" not in render(one).kinds()
 
 
 def test_existing_secret_replaces_the_chart_secret(render: Any) -> None:
@@ -981,6 +984,8 @@ def test_both_tiers_have_their_own_hpa_and_pdb(render: Any) -> None:
     assert budgets[ENGINE_FULLNAME]["maxUnavailable"] == 1
     single = render(TWO_TIER_SETS["engine-tier"])  # one engine pod, no HPA: no engine PDB
     assert [pdb["metadata"]["name"] for pdb in single.all("PodDisruptionBudget")] == [FULLNAME]
+    down_to_one = merge(TWO_TIER_SETS["engine-tier"], {"engineTier": {"autoscaling": {"enabled": True}}})  # min 1
+    assert [pdb["metadata"]["name"] for pdb in render(down_to_one).all("PodDisruptionBudget")] == [FULLNAME]
     assert "HorizontalPodAutoscaler" not in single.kinds()
 
 
