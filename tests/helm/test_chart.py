@@ -1002,6 +1002,13 @@ def test_network_policies_let_only_the_gateway_reach_the_engines(render: Any) ->
     assert peers[0] == {"podSelector": {"matchLabels": rendered.deployment["spec"]["selector"]["matchLabels"]}}
     assert peers[1:] == TWO_TIER_SETS["engine-tier-everything"]["engineTier"]["networkPolicyIngressFrom"]
     assert [port["port"] for rule in engine_policy["egress"] for port in rule["ports"]] == [53, 53, 443]
+    # Dedicated jobs pods speak their segments on the same engines: the engine tier takes them too.
+    jobs = {"redis": {"host": "redis"}, "jobs": {"runner": "dedicated", "volume": {"existingClaim": "jobs-audio"}}}
+    with_jobs = render(merge(TWO_TIER_SETS["engine-tier-everything"], jobs))
+    jobs_labels = with_jobs.one("Deployment", JOBS_FULLNAME)["spec"]["selector"]["matchLabels"]
+    assert {"podSelector": {"matchLabels": jobs_labels}} in with_jobs.one("NetworkPolicy", ENGINE_FULLNAME)["spec"][
+        "ingress"
+    ][0]["from"]
 
 
 def test_notes_describe_the_engine_tier(render: Any) -> None:
