@@ -218,6 +218,7 @@ def _model_validation_error(exc: ValidationError) -> OpenAIError:
 
 
 def _describe(param: str | None, detail: str, fallback: str) -> str:
+    detail = detail.removeprefix("Value error, ")  # pydantic's words for a validator's ValueError, not the client's
     if param is None:
         return detail or fallback
     if detail == "Field required":

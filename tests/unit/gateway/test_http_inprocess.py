@@ -140,6 +140,12 @@ async def test_bad_requests_get_openais_error_body(
     assert error["message"]
 
 
+async def test_a_validators_refusal_is_said_in_its_own_words(http: AsyncTestClient[Litestar]) -> None:
+    body = {"model": "tones", "input": "x", "voice": "alloy", "response_format": "wav", "sample_rate": 11025}
+    error = (await http.post("/v1/audio/speech", json=body)).json()["error"]
+    assert error["message"].startswith("Invalid value for 'sample_rate': wav is encoded at 8000, 16000"), error
+
+
 async def test_the_sdk_maps_errors_to_its_exceptions(sdk: openai.AsyncOpenAI) -> None:
     with pytest.raises(openai.NotFoundError):
         await sdk.audio.speech.create(model="nope", voice="alloy", input="x")
