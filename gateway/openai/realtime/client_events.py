@@ -216,6 +216,7 @@ def _session_update(raw: dict[str, JsonValue], event_id: str | None) -> SessionU
         speed=output.speed if output else None,
         instructions=session.instructions,
         seed=session.seed,
+        seed_cleared="seed" in session.model_fields_set and session.seed is None,
     )
     return SessionUpdate(patch, event_id=event_id)
 

@@ -94,6 +94,8 @@ class SessionPatch:
     """``""`` clears the instructions, as OpenAI documents."""
     seed: int | None = None
     """This gateway's extension: the seed every later response samples with."""
+    seed_cleared: bool = False
+    """``"seed": null`` in the update: later responses sample without one (``None`` elsewhere leaves a setting)."""
 
 
 _PATCHED = ("model", "voice", "output_format", "speed", "instructions", "seed")
@@ -115,6 +117,8 @@ class SessionSettings:
     def apply(self, patch: SessionPatch) -> SessionSettings:
         """These settings with the ones ``patch`` names replaced."""
         named = {name: value for name in _PATCHED if (value := getattr(patch, name)) is not None}
+        if patch.seed_cleared:
+            named["seed"] = None
         return replace(self, **named)
 
     def changes(self, patch: SessionPatch) -> frozenset[str]:

@@ -751,6 +751,19 @@ def test_session_settings_apply_and_changes() -> None:
     assert SETTINGS.apply(custom).changes(custom) == set()
 
 
+def test_a_null_seed_clears_the_sessions_seed_and_an_absent_one_keeps_it() -> None:
+    def update(session: dict[str, object]) -> SessionPatch:
+        event = parse_client_event(json.dumps({"type": "session.update", "session": {"type": "realtime", **session}}))
+        assert isinstance(event, SessionUpdate)
+        return event.patch
+
+    seeded = SETTINGS.apply(update({"seed": 7}))
+    assert seeded.seed == 7
+    assert seeded.apply(update({"instructions": "Calmly."})).seed == 7
+    assert seeded.apply(update({"seed": None})).seed is None
+    assert seeded.changes(update({"seed": None})) == {"seed"}
+
+
 def test_a_responses_settings_override_the_sessions() -> None:
     session = SessionSettings("gpt-realtime", "marin", OutputAudioFormat.PCM, 1.25, "Warmly.")
     params = ResponseParams(voice="cedar", output_format=OutputAudioFormat.PCMA, instructions="Coldly.")
