@@ -54,10 +54,14 @@ __all__ = [
     "admit_session",
     "authenticated",
     "awaiting_credentials",
+    "close_reason",
     "serving",
     "socket_budget",
     "tenant_realtime",
 ]
+
+MAX_CLOSE_REASON_BYTES = 123
+"""A close frame's reason, in UTF-8 (RFC 6455: 125 bytes of payload, two of them the code)."""
 
 logger = naming.logger("realtime")
 
@@ -279,6 +283,17 @@ async def _close(socket: WebSocket[Any, Any, Any], code: int, said: Said | None,
             if said is not None:
                 await socket.send_text(said.event)
                 reason = said.reason
-            await socket.close(code, reason[:120])  # a close reason is at most 123 bytes
+            await socket.close(code, close_reason(reason))
     except (TimeoutError, WebSocketDisconnect, OSError):
         pass
+
+
+def close_reason(reason: str) -> str:
+    """``reason`` as a close frame carries it: whole when it fits, else cut at a word's end and marked "…" (the
+    error event before the close says it whole)."""
+    if len(reason.encode()) <= MAX_CLOSE_REASON_BYTES:
+        return reason
+    room = MAX_CLOSE_REASON_BYTES - len("…".encode())
+    cut = reason.encode()[:room].decode(errors="ignore")
+    words = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return words.rstrip(" ,;:(") + "…"
