@@ -12,6 +12,7 @@ import random
 import signal
 import string
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -22,6 +23,9 @@ from gateway.speech.errors import OverLimitError
 from gateway.speech.pronunciation import PronunciationDictionaries
 from gateway.text.lexicon import Lexicon, Rule
 from gateway.text.pls import NAMESPACE, PLSError, RuleCaps, check_rules, write_pls
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 @pytest.fixture
@@ -201,68 +205,69 @@ async def test_a_compile_apart_takes_a_fraction_of_the_loops_cpu() -> None:
         process.close()
 
 
-async def test_a_compile_process_that_ended_is_replaced_and_its_compile_done_here() -> None:
+@pytest.fixture
+def compiling() -> Iterator[tuple[CompileProcess, PronunciationDictionaries]]:
+    """A compile process (started on its first task), and the dictionaries that compile and read files in it."""
     process = CompileProcess()
     try:
-        dictionaries = PronunciationDictionaries(
-            MemoryDictionaryStore(), max_per_tenant=5, caps=RuleCaps(max_rules=50), compile_process=process
+        yield (
+            process,
+            PronunciationDictionaries(
+                MemoryDictionaryStore(), max_per_tenant=5, caps=RuleCaps(max_rules=50), compile_process=process
+            ),
         )
-        first = await dictionaries.create("acme", "one", None, [Rule("GW", alias="gateway")])
-        await dictionaries.lexicon("acme", [(first.id, None)])
-        assert process.compiles == 1
-        for child in multiprocessing.active_children():  # the compile process (killed: out of memory, say)
-            os.kill(child.pid or 0, signal.SIGKILL)
-            child.join()
-        second = await dictionaries.create("acme", "two", None, [Rule("db", alias="database")])
-        applied = await dictionaries.lexicon("acme", [(second.id, None)])  # compiled on the loop this once
-        assert applied.lexicon.respell("a db").text == "a database"
-        assert process.compiles == 1
-        third = await dictionaries.create("acme", "three", None, [Rule("k8s", alias="kubernetes")])
-        applied = await dictionaries.lexicon("acme", [(third.id, None)])  # in a new process
-        assert applied.lexicon.respell("on k8s").text == "on kubernetes"
-        assert process.compiles == 2
-        assert dictionaries.compiles == 3
     finally:
         process.close()
 
 
-async def test_a_stop_signal_sent_to_the_servers_group_leaves_the_compile_process_running() -> None:
+async def test_a_compile_process_that_ended_is_replaced_and_its_compile_done_here(
+    compiling: tuple[CompileProcess, PronunciationDictionaries],
+) -> None:
+    process, dictionaries = compiling
+    first = await dictionaries.create("acme", "one", None, [Rule("GW", alias="gateway")])
+    await dictionaries.lexicon("acme", [(first.id, None)])
+    assert process.compiles == 1
+    for child in multiprocessing.active_children():  # the compile process (killed: out of memory, say)
+        os.kill(child.pid or 0, signal.SIGKILL)
+        child.join()
+    second = await dictionaries.create("acme", "two", None, [Rule("db", alias="database")])
+    applied = await dictionaries.lexicon("acme", [(second.id, None)])  # compiled on the loop this once
+    assert applied.lexicon.respell("a db").text == "a database"
+    assert process.compiles == 1
+    third = await dictionaries.create("acme", "three", None, [Rule("k8s", alias="kubernetes")])
+    applied = await dictionaries.lexicon("acme", [(third.id, None)])  # in a new process
+    assert applied.lexicon.respell("on k8s").text == "on kubernetes"
+    assert process.compiles == 2
+    assert dictionaries.compiles == 3
+
+
+async def test_a_stop_signal_sent_to_the_servers_group_leaves_the_compile_process_running(
+    compiling: tuple[CompileProcess, PronunciationDictionaries],
+) -> None:
     # A supervisor that stops the server's whole group (systemd's KillMode=control-group) signals it too; the server
     # drains, and a compile under way then must not lose its process.
-    process = CompileProcess()
-    try:
-        dictionaries = PronunciationDictionaries(
-            MemoryDictionaryStore(), max_per_tenant=5, caps=RuleCaps(max_rules=50), compile_process=process
-        )
-        first = await dictionaries.create("acme", "one", None, [Rule("GW", alias="gateway")])
-        await dictionaries.lexicon("acme", [(first.id, None)])
-        (child,) = multiprocessing.active_children()
-        os.kill(child.pid or 0, signal.SIGTERM)
-        os.kill(child.pid or 0, signal.SIGINT)
-        second = await dictionaries.create("acme", "two", None, [Rule("db", alias="database")])
-        applied = await dictionaries.lexicon("acme", [(second.id, None)])
-        assert applied.lexicon.respell("a db").text == "a database"
-        assert (process.compiles, child.is_alive()) == (2, True)  # the same process compiled both
-    finally:
-        process.close()
+    process, dictionaries = compiling
+    first = await dictionaries.create("acme", "one", None, [Rule("GW", alias="gateway")])
+    await dictionaries.lexicon("acme", [(first.id, None)])
+    (child,) = multiprocessing.active_children()
+    os.kill(child.pid or 0, signal.SIGTERM)
+    os.kill(child.pid or 0, signal.SIGINT)
+    second = await dictionaries.create("acme", "two", None, [Rule("db", alias="database")])
+    applied = await dictionaries.lexicon("acme", [(second.id, None)])
+    assert applied.lexicon.respell("a db").text == "a database"
+    assert (process.compiles, child.is_alive()) == (2, True)  # the same process compiled both
 
 
-async def test_an_uploaded_pls_file_is_read_in_the_compile_process() -> None:
+async def test_an_uploaded_pls_file_is_read_in_the_compile_process(
+    compiling: tuple[CompileProcess, PronunciationDictionaries],
+) -> None:
     # Untrusted XML is read apart: the process that compiles reads it (started by the read: nothing compiled yet),
     # and what it refuses comes back as the refusal.
-    process = CompileProcess()
-    try:
-        dictionaries = PronunciationDictionaries(
-            MemoryDictionaryStore(), max_per_tenant=5, caps=RuleCaps(max_rules=50), compile_process=process
-        )
-        assert multiprocessing.active_children() == []
-        rules = [Rule("GW", alias="gateway"), Rule("db", alias="database")]
-        assert await dictionaries.file_rules(write_pls(rules)) == rules
-        (child,) = multiprocessing.active_children()
-        with pytest.raises(PLSError, match="more than 864 elements"):
-            await dictionaries.file_rules(
-                b'<lexicon xmlns="' + NAMESPACE.encode() + b'">' + b"<x/>" * 1000 + b"</lexicon>"
-            )
-        assert (process.compiles, child.is_alive()) == (0, True)
-    finally:
-        process.close()
+    process, dictionaries = compiling
+    assert multiprocessing.active_children() == []
+    rules = [Rule("GW", alias="gateway"), Rule("db", alias="database")]
+    assert await dictionaries.file_rules(write_pls(rules)) == rules
+    (child,) = multiprocessing.active_children()
+    with pytest.raises(PLSError, match="more than 864 elements"):
+        await dictionaries.file_rules(b'<lexicon xmlns="' + NAMESPACE.encode() + b'">' + b"<x/>" * 1000 + b"</lexicon>")
+    assert (process.compiles, child.is_alive()) == (0, True)
