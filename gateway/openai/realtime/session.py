@@ -275,7 +275,8 @@ class OpenAIRealtimeSession(EndedByServer):
             )
         text = self._spoken_text(event.params, event.event_id)
         settings = self._settings.for_response(event.params)
-        if not await self._servable(settings, _RESPONSE_PARAMS, event.event_id):
+        # Only a response's own settings are checked here: the session's were when they were set.
+        if settings != self._settings and not await self._servable(settings, _RESPONSE_PARAMS, event.event_id):
             return  # refused before it was created, as session.update refuses a voice
         state = ResponseState.start(self._settings, event.params, conversation_id=self._conversation_id)
         active = self._active = _Response(state, text)
