@@ -327,6 +327,18 @@ class _Worker(Worker):  # type: ignore[type-arg]  # SAQ's context type: the defa
 
     SIGNALS = []  # noqa: RUF012 - SAQ's class attribute
 
+    async def stop(self) -> None:
+        """Cancel the worker's loops before SAQ's stop: it gives them no grace here (a job goes back to the queue at
+        once) and warned on every stop that they "did not finish within the shutdown grace period", which idle loops
+        never do by themselves; its warning is kept for a task that will not end when cancelled."""
+        self.event.set()
+        loops = set(self.tasks)
+        for loop in loops:
+            loop.cancel()
+        if loops:
+            _, self.tasks = await asyncio.wait(loops, timeout=self._cancellation_hard_deadline_s)
+        await super().stop()
+
 
 class QueueDispatch:
     """Jobs in SAQ's queue on the shared Redis; this replica runs a worker unless ``jobs.run`` is off."""
