@@ -5,12 +5,15 @@ dialogue), each part's voice and speed, and each part respelled (``gateway/text`
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypeAlias
 
 from engines.base import SynthesisRequest
+from engines.chattts.normalize import OFF, normalize_builtin
+from engines.chattts.text import prepare_text
 from gateway.schemas import MAX_INPUT_CHARS, EngineNodeSpeechRequest, voice_reference
 from gateway.speech.errors import InputTooLongError, InvalidSpeechRequestError, ModelNotAllowedError, UnknownVoiceError
 from gateway.speech.pronunciation import NO_LEXICON, AppliedLexicon
@@ -48,8 +51,12 @@ encoder's time-stretch brings it back to what the script asked for)."""
 
 SPOKEN_CHARS_PER_INPUT_CHAR = 4
 """How much longer than the caller's text (4,096 characters at least) a request may become once every expansion
-(pronunciation dictionaries, ``say-as``, ``sub``) applied: what one request may make the engine say. Within it, a
-request is charged what is spoken (:func:`charged_characters`)."""
+(pronunciation dictionaries, ``say-as``, ``sub``, numbers and symbols read as words) applied: what one request may make
+the engine say. Within it, a request is charged what is spoken (:func:`charged_characters`)."""
+
+_READ_INLINE_CHARS = 1024
+"""The longest text read as words (:func:`_as_read`) on the event loop: at most about 5 ms (digits, the slowest to
+read: 20 ms for 4,096 characters on a 2-core machine); a longer one is read in a thread."""
 
 MAX_SILENCE_S = 120.0
 """The most seconds of silence (``<break>``, ElevenLabs' break tags) one request may ask for, all its breaks together;
@@ -178,15 +185,17 @@ class Planner:
             caller_text = said if respelled.replacements else None
             kept = None if script is None or said == request.input else script
             _check_spoken(respelled.text, _spoken_bound(request))  # say-as and sub expanded it too
+            read = await _checked_read(info, request, respelled.text)
             return SpeechPlan(
                 tenant.name, request, pool, info, voice, synthesis, tempo, kept,
                 pronunciation=versions, respelled=respelled, caller_text=caller_text,
-                characters=charged_characters(request.input, respelled.text),
+                characters=charged_characters(request.input, read),
             )  # fmt: skip
         bound = _spoken_bound(request)
         if applied.lexicon:  # span by span, and the whole within the same bound
             script = script.pronounced(lambda text: _respelled(applied, text, bound).text)
         _check_spoken(script.text, bound)
+        read = await _checked_read(info, request, script.text)
         silence = _checked_silence(script)
         synthesis = replace(synthesis, text=script.text)
         voices = {name: await self._resolve_voice(tenant, _in_voice(request, name), pool.name, info)
@@ -194,7 +203,7 @@ class Planner:
         jobs = _script_jobs(request.model, script, synthesis, info, voices, tempo)
         return SpeechPlan(
             tenant.name, request, pool, info, voice, synthesis, tempo, script, voices, jobs, pronunciation=versions,
-            characters=charged_characters(request.input, script.text, silence),
+            characters=charged_characters(request.input, read, silence),
         )  # fmt: skip
 
     async def _lexicon(self, tenant: Tenant, named: Sequence[tuple[str, str | None]] | None) -> AppliedLexicon:
@@ -305,9 +314,9 @@ def _script_jobs(  # noqa: PLR0917 - the plan's parts a script's jobs come from
 
 def charged_characters(caller: str, spoken: str, silence_s: float = 0.0) -> int:
     """What a request is charged: the characters the engine is asked to speak once every expansion applied
-    (dictionaries, ``say-as``, ``sub``, a dialogue's turns) and its silences (:data:`CHARACTERS_PER_SILENT_SECOND`),
-    and never less than the caller's characters: plain text is charged its length, and markup that says less (tags)
-    is charged as sent."""
+    (dictionaries, ``say-as``, ``sub``, a dialogue's turns, numbers read as words: :func:`_as_read`) and its
+    silences (:data:`CHARACTERS_PER_SILENT_SECOND`), and never less than the caller's characters: plain text is charged
+    its length, and markup that says less (tags) is charged as sent."""
     return max(len(caller), len(spoken) + math.ceil(silence_s * CHARACTERS_PER_SILENT_SECOND))
 
 
@@ -361,3 +370,38 @@ def _check_spoken(text: str, bound: int) -> None:
             f"is expanded; at most {bound} may be spoken in this request.",
             limit=bound,
         )
+
+
+async def _checked_read(info: EngineInfo | None, request: SpeechRequest, text: str) -> str:
+    """``text`` as the engine reads it (:func:`_as_read`).
+
+    Raises:
+        InputTooLongError: read as words, it is over the request's bound (:data:`SPOKEN_CHARS_PER_INPUT_CHAR`).
+    """
+    read = await _as_read(info, request, text)
+    bound = _spoken_bound(request)
+    if len(read) > bound:  # the text itself is within it (_check_spoken)
+        raise InputTooLongError(
+            f"The text becomes {len(read)} characters once its numbers and symbols are read as words; at most {bound} "
+            "may be spoken in this request (turn text normalization off to have them read as written).",
+            limit=bound,
+        )
+    return read
+
+
+async def _as_read(info: EngineInfo | None, request: SpeechRequest, text: str) -> str:
+    """``text`` as the engine reads it: an engine that normalizes text (ChatTTS, whose ``text_normalizer`` detail is
+    not ``off``) reads numbers, money, dates, units and symbols as words, up to 9 times as long as written
+    ("123456789012": 105 characters), in its worker, where no limit sees it; so the plan reads it too, to charge and
+    bound it. By the engine's built-in rules: where the engine runs NeMo's grammars instead (the ``normalize`` extra,
+    about 82 ms a request, too slow for the event loop), the built-in reading's length stands for theirs."""
+    if not request.normalize_text or info is None or info.details.get("text_normalizer", OFF) == OFF:
+        return text
+    if len(text) <= _READ_INLINE_CHARS:
+        return _read_as_words(text)
+    return await asyncio.to_thread(_read_as_words, text)
+
+
+def _read_as_words(text: str) -> str:
+    """What ChatTTS's prompts make of a text (``engines/chattts/prompts.py``): cleaned, then normalized."""
+    return normalize_builtin(prepare_text(text))
