@@ -31,6 +31,7 @@ from gateway.http.backpressure import send_timeout_middleware
 from gateway.http.connection_refusals import REFUSAL_BODY
 from gateway.http.errors import EXCEPTION_HANDLERS, refusal_body
 from gateway.http.json_depth import json_depth_middleware
+from gateway.http.routing_errors import routing_errors
 from gateway.http.tracking import request_tracking_middleware
 from gateway.native.jobs import jobs_router
 from gateway.node.samples import EngineNodeController
@@ -41,7 +42,7 @@ from gateway.openai.realtime.route import openai_realtime
 from gateway.openai.speech import EngineNodeSpeechController, speech_routes
 from gateway.realtime import realtime_speech
 from gateway.routes.admin import AdminController
-from gateway.routes.catalog import ModelsController, VoicesController
+from gateway.routes.catalog import ModelsController, VoicesController, in_the_callers_shape
 from gateway.routes.consents import VoiceConsentsController
 from gateway.routes.docs import docs_assets_router, docs_render_plugin
 from gateway.routes.health import HealthController
@@ -135,7 +136,9 @@ def create_app(
             *_engine_node_door(settings),
             credentials_before_body_middleware,
         ],
-        exception_handlers=EXCEPTION_HANDLERS,
+        # The routing's 404 and 405 in the words of the family whose routes the path falls under; under none, the
+        # caller's (an ElevenLabs client's is ElevenLabs').
+        exception_handlers=routing_errors(EXCEPTION_HANDLERS, unrouted=in_the_callers_shape),
         opt={REFUSAL_BODY: refusal_body},  # what the HTTP protocol refuses, in OpenAI's body unless a family says
         on_shutdown=[tracing.close],  # the last requests' spans go out too
         request_max_body_size=settings.server.max_body_bytes,

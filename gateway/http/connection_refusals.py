@@ -4,9 +4,10 @@ idle connections make room at the cap: the pieces :mod:`gateway.http.connection_
 A refusal is the gateway's own (:class:`~gateway.http.refusals.ProtocolRefusalError`); its body is the one the app
 would give an error of the request's route: each API family declares its body on its routes' ``opt``
 (:data:`REFUSAL_BODY`, as it declares its exception handlers on them), the app its default, and
-:func:`refusal_bodies` routes the request's method and path through the app to find it. A refusal before the request
-line is known (a garbled or unfinished one, a socket that sent nothing in time), or for a path the app does not route,
-gets the app's default: OpenAI's body.
+:func:`refusal_bodies` routes the request's method and path through the app to find it (a method the path does not
+take, or a path under a route's, the family that answers its 405 or 404). A refusal before the request line is known
+(a garbled or unfinished one, a socket that sent nothing in time), or for a path under no route, gets the app's
+default: OpenAI's body.
 """
 
 from __future__ import annotations
@@ -16,18 +17,16 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
 import httptools
-from litestar.exceptions import HTTPException
-from litestar.utils import normalize_path
 
 from gateway.http.errors import refusal_body
 from gateway.http.refusals import ProtocolRefusalError
+from gateway.http.routing_errors import handler_near, routed_handler
 from lifecycle import naming
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from litestar import Litestar
-    from litestar.types import Method
 
 __all__ = [
     "REFUSAL_BODY",
@@ -77,15 +76,12 @@ def refusal_bodies(app: Litestar) -> RefusalBodies:
 
 
 def _routed_body(app: Litestar, target: RequestTarget, default: RefusalBody) -> RefusalBody:
+    """The body of the handler the request is routed to; for one the routing refuses (another method, a path under a
+    route), of the family its 404 or 405 is answered by (``gateway/http/routing_errors.py``)."""
     method, path = target
-    # A socket's handshake is a GET the app routes as a WebSocket (a scope without a method).
-    for routed_as in (method, None) if method == "GET" else (method,):
-        try:
-            _, handler, *_ = app.asgi_router.handle_routing(path=normalize_path(path), method=cast("Method", routed_as))
-        except HTTPException:  # not found, or not that method here: answered by the app's own handlers
-            continue
-        return cast("RefusalBody", handler.opt.get(REFUSAL_BODY, default))
-    return default
+    # A socket's handshake is a GET the app routes as a WebSocket (a scope without a method): the path's handler.
+    handler = routed_handler(app, method, path) or handler_near(app, path)
+    return default if handler is None else cast("RefusalBody", handler.opt.get(REFUSAL_BODY, default))
 
 
 def target_of(method: bytes | str, url: bytes) -> RequestTarget | None:

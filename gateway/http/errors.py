@@ -41,6 +41,7 @@ from gateway.http.refusals import (
     quota_message,
 )
 from gateway.http.request_record import request_record
+from gateway.http.routing_errors import ROUTING_ERRORS
 from gateway.schemas import ErrorResponse
 from gateway.speech.errors import (
     FailoverExhaustedError,
@@ -417,4 +418,4 @@ def note_error(request: Request[Any, Any, Any], exc: Exception, status_code: int
         logger.info("client went away during %s %s", request.method, request.url.path)
 
 
-EXCEPTION_HANDLERS: ExceptionHandlersMap = dict.fromkeys([*_CONVERSIONS, Exception], error_response)
+EXCEPTION_HANDLERS: ExceptionHandlersMap = dict.fromkeys([*_CONVERSIONS, *ROUTING_ERRORS, Exception], error_response)

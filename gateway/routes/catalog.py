@@ -42,7 +42,7 @@ from storage import MAX_PAGE
 if TYPE_CHECKING:
     from engines.backend import EngineBackend
 
-__all__ = ["CustomVoiceCreate", "ModelsController", "VoiceSampleCreate", "VoicesController"]
+__all__ = ["CustomVoiceCreate", "ModelsController", "VoiceSampleCreate", "VoicesController", "in_the_callers_shape"]
 
 MAX_TRANSCRIPT_CHARS = 4096
 _SAMPLE = {"audio_sample": "the voice sample, at most 10 MiB, 1 to 30 s"}
@@ -113,9 +113,9 @@ def _voice_not_found(voice_id: str) -> OpenAIError:
     )
 
 
-def _in_the_callers_shape(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+def in_the_callers_shape(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     """``/v1/models`` answers both families: an ElevenLabs client (``xi-api-key``) hears its refusals (a wrong key, a
-    limit) in ElevenLabs' shape, as it hears the list."""
+    limit) in ElevenLabs' shape, as it hears the list; so does the app's 404 for a path under no route."""
     if is_elevenlabs_client(request.headers):
         return elevenlabs_error_response(request, exc)
     return openai_error_response(request, exc)
@@ -124,7 +124,7 @@ def _in_the_callers_shape(request: Request[Any, Any, Any], exc: Exception) -> Re
 class ModelsController(Controller):
     path = "/v1/models"
     tags = ["Models"]  # noqa: RUF012 - Litestar's declared type
-    exception_handlers = dict.fromkeys(EXCEPTION_HANDLERS, _in_the_callers_shape)
+    exception_handlers = dict.fromkeys(EXCEPTION_HANDLERS, in_the_callers_shape)
 
     @get(
         operation_id="listModels",

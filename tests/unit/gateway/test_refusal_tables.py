@@ -4,6 +4,7 @@ raised errors of their own (issue #48), and ElevenLabs' answer taken from its ow
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -367,6 +368,56 @@ async def test_the_guards_refusals_reach_each_family_in_its_shape() -> None:
         assert (openai_.status_code, openai_.json()["error"]["code"]) == (400, "json_too_deep")
 
 
+@dataclass(frozen=True)
+class RoutingRefusal:
+    """A request the app's routing refuses itself, and the family that answers it."""
+
+    method: str
+    path: str
+    status: int
+    family: str
+    allow: frozenset[str] = frozenset()
+    """The methods its ``Allow`` names (a 405's)."""
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}{' xi-api-key' if self.headers else ''}"
+
+
+POST_ONLY, GET_ONLY = frozenset({"POST", "OPTIONS"}), frozenset({"GET", "OPTIONS"})
+XI = (("xi-api-key", "k"),)
+ROUTING_REFUSALS = [
+    RoutingRefusal("DELETE", "/v1/text-to-speech/alloy", 405, "elevenlabs", POST_ONLY),
+    RoutingRefusal("GET", "/v1/text-to-speech/alloy", 405, "elevenlabs", POST_ONLY),
+    RoutingRefusal("PUT", "/v1/voices", 405, "elevenlabs", GET_ONLY),
+    RoutingRefusal("POST", "/v1/text-to-speech/alloy/multi-stream-input", 405, "elevenlabs", frozenset({"websocket"})),
+    RoutingRefusal("GET", "/v1/text-to-speech/alloy/nothing", 404, "elevenlabs"),  # under a route of ElevenLabs'
+    RoutingRefusal("GET", "/v1/voices/alloy/settings/nothing", 404, "elevenlabs"),
+    RoutingRefusal("POST", "/v1/text-to-dialogue/nothing/more", 404, "elevenlabs"),
+    RoutingRefusal("PATCH", "/v1/models", 405, "elevenlabs", GET_ONLY, XI),  # the route answers in the caller's shape
+    RoutingRefusal("GET", "/v1/nothing", 404, "elevenlabs", headers=XI),  # under no route: the caller's shape
+    RoutingRefusal("GET", "/v1/nothing", 404, "openai"),
+    RoutingRefusal("GET", "/v1/audio/speech", 405, "openai", POST_ONLY),
+    RoutingRefusal("GET", "/v1/audio/voices/v/nothing", 404, "openai"),
+    RoutingRefusal("PATCH", "/v1/models", 405, "openai", GET_ONLY),
+]
+
+
+@pytest.mark.parametrize("refusal", ROUTING_REFUSALS, ids=str)
+async def test_a_path_or_method_no_route_takes_is_refused_in_its_familys_shape(refusal: RoutingRefusal) -> None:
+    """The routing's 404 and 405 come before any route's handlers: the family whose routes the path is on (or under),
+    else the caller's, answers them from its table, with the routing's status and ``Allow``."""
+    async with AsyncTestClient(app=in_process_app(IN_PROCESS)) as http:
+        answer = await http.request(refusal.method, refusal.path, headers=dict(refusal.headers))
+    assert answer.status_code == refusal.status
+    assert set(filter(None, answer.headers.get("allow", "").split(", "))) == refusal.allow
+    if refusal.family == "elevenlabs":
+        named = {405: ("method_not_allowed", "Method Not Allowed"), 404: ("not_found", "Not Found")}[refusal.status]
+        assert answer.json() == {"detail": dict(zip(("status", "message"), named, strict=True))}
+    else:
+        assert set(answer.json()["error"]) == {"message", "type", "param", "code"}
+
+
 async def test_an_overloaded_engine_is_elevenlabs_system_busy_429_and_openais_503() -> None:
     async with AsyncTestClient(app=in_process_app(IN_PROCESS, capacity=0)) as full:
         eleven = await full.post("/v1/text-to-speech/alloy", json=SAY)
@@ -411,7 +462,9 @@ PROTOCOL_TARGETS: list[tuple[tuple[str, str] | None, dict[str, Any]]] = [
     (("GET", "/v1/audio/voices"), OPENAI_431),
     (("GET", "/healthz"), OPENAI_431),
     (("GET", "/nowhere"), OPENAI_431),  # the app routes it nowhere: its 404 is OpenAI's
-    (("GET", "/v1/text-to-speech/alloy"), OPENAI_431),  # not that method here: the app's 405 is OpenAI's
+    (("GET", "/v1/text-to-speech/alloy"), ELEVENLABS_431),  # not that method here: its 405 is ElevenLabs' too
+    (("GET", "/v1/voices/alloy/nothing"), ELEVENLABS_431),  # under an ElevenLabs route: so is its 404
+    (("GET", "/v1/audio/voices/v/nothing"), OPENAI_431),
     (None, OPENAI_431),  # before the request line was read
 ]
 
