@@ -8,6 +8,7 @@ from __future__ import annotations
 from gateway.audio.encoders import MAX_TEMPO, MIN_TEMPO, AudioEncoder, open_encoder, open_encoding, wav_header
 from gateway.audio.formats import CONTENT_TYPES, AudioFormat, Codec, Encoding, output_sample_rate
 from gateway.audio.g711 import G711_SAMPLE_RATE, G711Law, open_g711_encoder
+from gateway.audio.whole import whole_file
 
 __all__ = [
     "CONTENT_TYPES",
@@ -24,4 +25,5 @@ __all__ = [
     "open_g711_encoder",
     "output_sample_rate",
     "wav_header",
+    "whole_file",
 ]

@@ -23,7 +23,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
 from engines.scheduling import TenantShare
-from gateway.audio import open_encoder
+from gateway.audio import open_encoder, whole_file
 from gateway.observability.tracing import span
 from gateway.schemas import MAX_INPUT_CHARS, EngineNodeSpeechRequest
 from gateway.settings import SpeechSettings
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from engines.backend import EngineBackend, PcmStream
     from engines.base import SynthesisRequest
     from engines.scheduling import Priority
+    from gateway.audio import AudioFormat
     from gateway.observability.metrics import SpeechMetrics
     from gateway.schemas import SpeechRequest
     from gateway.speech.admission import AdmissionControl
@@ -293,7 +294,7 @@ class SpeechService:
         chunks = self.flights.stream(
             key,
             lambda: self._produce(key, plan, outcome, tenant, share, of_job=of_job),
-            on_complete=lambda produced: self._store(outcome, produced),
+            on_complete=lambda produced: self._store(outcome, plan.request.response_format, produced),
         )
         finish.push_async_callback(chunks.aclose)  # our share of a single flight ends with this response
         with span("speech.first_audio"):
@@ -425,9 +426,10 @@ class SpeechService:
             },
         )
 
-    async def _store(self, outcome: Outcome, produced: Sequence[SpeechChunk]) -> None:
-        audio = (chunk.audio for chunk in produced)
-        record = pack_record(outcome.clock.seconds, outcome.timestamps, outcome.words, audio)
+    async def _store(self, outcome: Outcome, fmt: AudioFormat, produced: Sequence[SpeechChunk]) -> None:
+        # A hit goes out complete, so its header may say the length that the stream could not (FLAC's samples).
+        audio = whole_file(fmt, b"".join(chunk.audio for chunk in produced))
+        record = pack_record(outcome.clock.seconds, outcome.timestamps, outcome.words, [audio])
         await self.cache.set(outcome.cache_key, record)
 
     def _observe(self, engine: str, wall_seconds: float, audio_seconds: float) -> None:
