@@ -235,19 +235,17 @@ class PronunciationDictionaries:
         """
         if not locators:
             return NO_LEXICON
-        unpinned = [dictionary_id for dictionary_id, pinned in locators if pinned is None]
-        latest = (
-            dict(zip(unpinned, await self.store.latest_versions(tenant, unpinned), strict=True)) if unpinned else {}
-        )
+        # Every version is looked up in the store, a pinned one too: compiled here before, one dropped since must be
+        # refused here as on the replicas that never compiled it.
+        found = await self.store.versions(tenant, locators)
         versions: list[tuple[str, str]] = []
-        for dictionary_id, pinned in locators:
-            version_id = pinned or latest[dictionary_id]
+        for (dictionary_id, pinned), version_id in zip(locators, found, strict=True):
             if version_id is not None:
                 versions.append((dictionary_id, version_id))
-            elif missing_ok:
+            elif missing_ok and pinned is None:
                 logger.warning("tenant %s has no pronunciation dictionary %s (a default)", tenant, dictionary_id)
             else:
-                raise UnknownDictionaryError(dictionary_id)
+                raise UnknownDictionaryError(dictionary_id, pinned)
         if not versions:
             return NO_LEXICON
         scope = f"{tenant}#{generation}"

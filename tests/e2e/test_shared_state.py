@@ -232,3 +232,32 @@ def test_the_previous_versions_layout_is_moved_at_start(outage_redis: RedisServe
     ]
     client.connection_pool.disconnect()
     assert leftovers == []
+
+
+def test_a_dropped_dictionary_version_is_refused_by_every_replica(replicas: list[GatewayProcess], admin: Admin) -> None:
+    # Each replica keeps the versions it compiled in memory: the one that had compiled a pinned version served it from
+    # there after the dictionary dropped it (it keeps its last ten), while the other answered 404.
+    key = {"xi-api-key": admin.key(admin.tenant())["key"]}
+    with (
+        httpx.Client(base_url=replicas[0].base_url, headers=key, timeout=30) as first,
+        httpx.Client(base_url=replicas[1].base_url, headers=key, timeout=30) as second,
+    ):
+        rules = [{"type": "alias", "string_to_replace": "GW", "alias": "gateway"}]
+        created = first.post("/v1/pronunciation-dictionaries/add-from-rules", json={"name": "brand", "rules": rules})
+        assert created.status_code == 200, created.text
+        locator = {"pronunciation_dictionary_id": created.json()["id"], "version_id": created.json()["version_id"]}
+        assert speak_pinned(first, locator).status_code == 200  # compiled by the first replica
+        for n in range(10):  # through the second: the pinned version drops out of the ten kept
+            rules = [{"type": "alias", "string_to_replace": "GW", "alias": f"gateway {n}"}]
+            path = f"/v1/pronunciation-dictionaries/{locator['pronunciation_dictionary_id']}/set-rules"
+            assert second.post(path, json={"rules": rules}).status_code == 200
+        answers = [speak_pinned(client, locator) for client in (second, first)]
+    assert [answer.status_code for answer in answers] == [404, 404], answers[1].text
+    assert answers[1].json() == answers[0].json()
+    assert answers[1].json()["detail"]["status"] == "pronunciation_dictionary_not_found"
+
+
+def speak_pinned(client: httpx.Client, locator: dict[str, str]) -> httpx.Response:
+    """ElevenLabs' text-to-speech with one dictionary version pinned."""
+    body = {"text": "GW", "model_id": "tts-1", "pronunciation_dictionary_locators": [locator]}
+    return client.post("/v1/text-to-speech/alloy", params={"output_format": "pcm_24000"}, json=body)

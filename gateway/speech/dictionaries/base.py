@@ -71,8 +71,10 @@ class DictionaryStore(Protocol):
         """The rules of a kept version; ``None`` when the dictionary or the version is unknown."""
         ...
 
-    async def latest_versions(self, tenant: str, dictionary_ids: Sequence[str]) -> list[str | None]:
-        """Each dictionary's latest version id (``None``: the tenant has no such dictionary), in one round trip."""
+    async def versions(self, tenant: str, locators: Sequence[tuple[str, str | None]]) -> list[str | None]:
+        """The version each ``(dictionary id, version id or None)`` names, in one round trip: a version the dictionary
+        still keeps, or its latest for ``None``; ``None``: the tenant has no such dictionary, or it no longer keeps
+        that version (it was dropped, :data:`KEPT_VERSIONS`)."""
         ...
 
     async def replace(self, updated: DictionaryRecord, *, made_from: str, dropped: Sequence[str]) -> bool | None:

@@ -43,9 +43,14 @@ class MemoryDictionaryStore:
     async def rules(self, tenant: str, dictionary_id: str, version_id: str) -> tuple[Rule, ...] | None:
         return self._rules.get((tenant, dictionary_id, version_id))
 
-    async def latest_versions(self, tenant: str, dictionary_ids: Sequence[str]) -> list[str | None]:
-        records = self._records.get(tenant, {})
-        return [record.version_id if (record := records.get(i)) is not None else None for i in dictionary_ids]
+    async def versions(self, tenant: str, locators: Sequence[tuple[str, str | None]]) -> list[str | None]:
+        return [self._version(tenant, dictionary_id, version_id) for dictionary_id, version_id in locators]
+
+    def _version(self, tenant: str, dictionary_id: str, version_id: str | None) -> str | None:
+        if version_id is not None:
+            return version_id if (tenant, dictionary_id, version_id) in self._rules else None
+        record = self._records.get(tenant, {}).get(dictionary_id)
+        return None if record is None else record.version_id
 
     async def replace(self, updated: DictionaryRecord, *, made_from: str, dropped: Sequence[str]) -> bool | None:
         current = await self.get(updated.tenant, updated.id)

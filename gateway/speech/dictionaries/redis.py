@@ -3,8 +3,9 @@
 A tenant's dictionaries live under one hash tag (``{<tenant>}``: one Redis Cluster slot for the scripts): ``P pron:{t}``
 (hash: id -> the dictionary's JSON, with the latest rules), ``P pron-ids:{t}`` (sorted set of ids, for pages; ids sort
 by creation), ``P pron-rules:{t}`` (hash: ``<id>/<version_id>`` -> that version's rules) and ``P pron-latest:{t}``
-(hash: id -> its latest version id: what a request reads, one small ``HMGET`` for all the dictionaries it applies,
-before it finds their compiled lexicon in memory). A new version is written only if the dictionary's latest version is
+(hash: id -> its latest version id). A request reads, in one script, the latest version of each dictionary it applies
+and whether each version it pins is still kept, before it finds their compiled lexicon in memory: a version one
+replica compiled is refused there too once dropped. A new version is written only if the dictionary's latest version is
 still the one it was made from (a script compares), so concurrent changes on any replicas are applied one after the
 other, none lost.
 """
@@ -49,6 +50,23 @@ for i = 6, #ARGV do redis.call('HDEL', KEYS[2], ARGV[1] .. '/' .. ARGV[i]) end
 return 1
 """
 
+# The version each locator names: a pinned one still kept, or the latest; '' where none. KEYS: rules, latest. ARGV: a
+# dictionary id and a version id ('' for the latest) per locator.
+_VERSIONS_LUA = """
+local found = {}
+for i = 1, #ARGV, 2 do
+  local id, version = ARGV[i], ARGV[i + 1]
+  if version == '' then
+    found[#found + 1] = redis.call('HGET', KEYS[2], id) or ''
+  elseif redis.call('HEXISTS', KEYS[1], id .. '/' .. version) == 1 then
+    found[#found + 1] = version
+  else
+    found[#found + 1] = ''
+  end
+end
+return found
+"""
+
 
 class RedisDictionaryStore(RedisListing[DictionaryRecord]):
     """Dictionaries shared by every replica (layout in the module's docstring)."""
@@ -59,6 +77,7 @@ class RedisDictionaryStore(RedisListing[DictionaryRecord]):
         super().__init__(client, prefix, layout, ids="pron-ids", decode=DictionaryRecord.from_json)
         self._add = client.register_script(_ADD_LUA)
         self._replace = client.register_script(_REPLACE_LUA)
+        self._versions = client.register_script(_VERSIONS_LUA)
 
     async def add(self, record: DictionaryRecord, *, max_per_tenant: int) -> bool:
         args: list[str | int] = [record.id, record.to_json(), record.version_id, max_per_tenant]
@@ -69,9 +88,11 @@ class RedisDictionaryStore(RedisListing[DictionaryRecord]):
         raw = await self._client.hget(self._keys(tenant)[2], f"{dictionary_id}/{version_id}")
         return rules_from(json.loads(raw)) if raw else None
 
-    async def latest_versions(self, tenant: str, dictionary_ids: Sequence[str]) -> list[str | None]:
-        found = await self._client.hmget(self._keys(tenant)[3], list(dictionary_ids))
-        return [text_of(version) if version else None for version in found]
+    async def versions(self, tenant: str, locators: Sequence[tuple[str, str | None]]) -> list[str | None]:
+        _, _, rules, latest = self._keys(tenant)
+        args = [part for dictionary_id, version_id in locators for part in (dictionary_id, version_id or "")]
+        found = await self._versions(keys=[rules, latest], args=args)
+        return [text_of(version) or None for version in found]
 
     async def replace(self, updated: DictionaryRecord, *, made_from: str, dropped: Sequence[str]) -> bool | None:
         records, _, rules, latest = self._keys(updated.tenant)

@@ -68,6 +68,26 @@ async def test_only_the_last_versions_are_kept(dictionaries: PronunciationDictio
     assert await dictionaries.version_rules("acme", created.id, latest.versions[0])
 
 
+async def test_a_dropped_version_is_refused_by_a_replica_that_compiled_it(
+    dictionaries: PronunciationDictionaries,
+) -> None:
+    # Two replicas over one store, each with its own compiled versions: the one that compiled the pinned version
+    # served it from memory after it was dropped, while the other refused it (404).
+    other_replica = PronunciationDictionaries(dictionaries.store, max_per_tenant=3, caps=dictionaries.caps)
+    created = await dictionaries.create("acme", "brand", None, [GW])
+    pinned = [(created.id, created.version_id)]
+    assert (await dictionaries.lexicon("acme", pinned)).lexicon.respell("GW").text == "gateway"  # compiled here
+    for i in range(KEPT_VERSIONS):  # through the other replica: the pinned version drops out
+        latest = await other_replica.set_rules("acme", created.id, [Rule("GW", alias=f"v{i}")])
+    assert created.version_id not in latest.versions
+    for replica in (other_replica, dictionaries):
+        with pytest.raises(UnknownDictionaryError) as refused:
+            await replica.lexicon("acme", pinned)
+        assert (refused.value.version_id, as_openai_error(refused.value).status_code) == (created.version_id, 404)
+    kept = [(created.id, latest.versions[0])]
+    assert (await dictionaries.lexicon("acme", kept)).lexicon.respell("GW").text == "v0"
+
+
 async def test_another_tenant_sees_nothing_of_a_dictionary(dictionaries: PronunciationDictionaries) -> None:
     created = await dictionaries.create("acme", "brand", None, [GW])
     for attempt in (
@@ -81,8 +101,9 @@ async def test_another_tenant_sees_nothing_of_a_dictionary(dictionaries: Pronunc
             await attempt
         assert as_openai_error(refused.value).status_code == 404
     assert (await dictionaries.store.page("globex", after=None, limit=10)).data == []
-    assert await dictionaries.store.latest_versions("globex", [created.id]) == [None]
-    assert await dictionaries.store.latest_versions("acme", [created.id]) == [created.version_id]
+    assert await dictionaries.store.versions("globex", [(created.id, None)]) == [None]
+    assert await dictionaries.store.versions("globex", [(created.id, created.version_id)]) == [None]
+    assert await dictionaries.store.versions("acme", [(created.id, None)]) == [created.version_id]
     skipped = await dictionaries.lexicon("globex", [(created.id, None)], missing_ok=True)
     assert not skipped.lexicon  # a tenant's default it does not have is skipped
 
