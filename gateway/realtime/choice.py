@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 __all__ = ["SpokenDialect", "dialect_for"]
 
 
-def dialect_for(first_message: str | None) -> Dialect:
-    """The dialect a socket speaks, from its first text message (``None``: none yet, or a binary one)."""
+def dialect_for(first_message: str | None, *, max_whole_audio_s: float) -> Dialect:
+    """The dialect a socket speaks, from its first text message (``None``: none yet, or a binary one);
+    ``max_whole_audio_s`` is ``speech.max_whole_audio_s``, which bounds vLLM-Omni's sentences sent as one file."""
     if first_message is None or json_depth_exceeds(first_message, MAX_MESSAGE_DEPTH):
         return NativeDialect()  # which refuses it as it refuses any such message
     try:
@@ -29,7 +30,7 @@ def dialect_for(first_message: str | None) -> Dialect:
     except json.JSONDecodeError:
         return NativeDialect()
     if isinstance(message, dict) and message.get("type") == VllmOmniDialect.FIRST_TYPE:
-        return VllmOmniDialect()
+        return VllmOmniDialect(max_whole_audio_s=max_whole_audio_s)
     return NativeDialect()
 
 
@@ -40,12 +41,13 @@ class SpokenDialect:
     in the dialect of the message that lacked them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_whole_audio_s: float) -> None:
         self.current: Dialect = NativeDialect()
         self.chosen = False
+        self._max_whole_audio_s = max_whole_audio_s
 
     def choose(self, first_message: str | None) -> Dialect:
-        self.current, self.chosen = dialect_for(first_message), True
+        self.current, self.chosen = dialect_for(first_message, max_whole_audio_s=self._max_whole_audio_s), True
         return self.current
 
     def error_event(self, failure: BaseException) -> str:

@@ -16,6 +16,7 @@ from gateway.sessions.serving import POLICY_VIOLATION, SessionRefusedError, auth
 from gateway.sessions.session_errors import SessionError
 from gateway.sessions.stream_events import ProtocolError, SessionUpdate
 from gateway.sessions.text_stream import RealtimeSession
+from gateway.state import gateway_state
 
 if TYPE_CHECKING:
     from litestar.types import ReceiveMessage
@@ -32,7 +33,7 @@ PATH = "/v1/audio/speech/stream"
 @websocket(PATH, name="realtime_speech")
 async def realtime_speech(socket: WebSocket[Any, Any, Any]) -> None:
     """Speech as text arrives, in this gateway's protocol or vLLM-Omni's (``docs/realtime.md``)."""
-    await serve(socket, _RealtimeSocket())
+    await serve(socket, _RealtimeSocket(gateway_state(socket.app).settings.speech.max_whole_audio_s))
 
 
 class _RealtimeSocket:
@@ -41,8 +42,9 @@ class _RealtimeSocket:
 
     path = PATH
 
-    def __init__(self) -> None:
-        self._spoken = SpokenDialect()
+    def __init__(self, max_whole_audio_s: float) -> None:
+        """``max_whole_audio_s``: ``speech.max_whole_audio_s``, which bounds vLLM-Omni's sentences sent as one file."""
+        self._spoken = SpokenDialect(max_whole_audio_s=max_whole_audio_s)
         self._first: SessionUpdate | None = None
         self._opening: ReceiveMessage | None = None
 

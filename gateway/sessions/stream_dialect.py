@@ -59,7 +59,8 @@ class Dialect(Protocol):
     def segment_started(self, segment_id: str, text: str, fmt: AudioFormat) -> list[Frame]: ...
 
     def audio(self, segment_id: str | None, data: bytes) -> list[Frame]:
-        """Encoded audio of a segment (``None``: the trailer of the session's one stream)."""
+        """Encoded audio of a segment (``None``: the trailer of the session's one stream). A ``SessionError`` it
+        raises fails the segment with that error (vLLM-Omni's sentence held past its bound); the session goes on."""
         ...
 
     def segment_done(self, segment_id: str, text: str, status: SegmentStatus, usage: SpeechUsage) -> list[Frame]: ...

@@ -83,8 +83,10 @@ class SpeechSettings(BaseModel):
     """The longest audio a whole (not streamed) response holds: ElevenLabs' ``POST /v1/text-to-speech/{voice_id}``,
     its ``/with-timestamps`` and ``POST /v1/text-to-dialogue`` answer ``400`` ``audio_too_long`` once a request's
     audio passes it (its synthesis stopped there), so that one request holds at most this much audio in memory (48 KB
-    of 24 kHz PCM a second and its encoding, a third more as base64). ``1`` to ``7200``. The streaming routes hold
-    none of it."""
+    of 24 kHz PCM a second and its encoding, a third more as base64). A vLLM-Omni sentence sent as one file (no
+    ``stream_audio``) holds at most the bytes of this much 24 kHz WAV; one that outgrows it fails alone, as
+    [realtime.md](realtime.md#sentences-sent-as-one-file) says. ``1`` to ``7200``. The streaming routes hold none of
+    it."""
 
 
 class JobsSettings(BaseModel):

@@ -19,6 +19,11 @@ Server to client, for each sentence (a segment: by default a whole utterance, ``
 ``session.done`` ``{utterance_index, total_sentences}``. Errors: ``{"type": "error", "message"}``, with
 ``partial_audio: true, action: "discard"`` when a sentence failed after some of its audio went out. Nothing greets
 the client and nothing confirms a ``session.config``; a session whose first ``session.config`` is refused closes.
+
+A sentence not streamed is held until it is complete: at most what ``speech.max_whole_audio_s`` seconds of WAV take,
+the bound of every whole response. vLLM-Omni has none (its file is as long as ``max_new_tokens`` lets the model
+speak); here a sentence that outgrows it fails as any failed sentence does, its synthesis stopped, and the session goes
+on.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
+from gateway.audio import wav_header
 from gateway.audio.formats import AudioFormat, output_sample_rate
 from gateway.http.json_depth import json_depth_exceeds
 from gateway.http.socket_errors import socket_error, unexpected
 from gateway.schemas import MAX_INPUT_CHARS, MAX_SEED, CustomVoice
 from gateway.sessions.segmenter import Granularity
+from gateway.sessions.session_errors import SessionError
 from gateway.sessions.stream_events import (
     InputAppend,
     InputFlush,
@@ -64,6 +71,8 @@ _UNSUPPORTED = {
     "word_timestamps": "word timestamps",
 }
 _PCM_CHANNELS = 1
+_WHOLE_RATE = output_sample_rate(AudioFormat.WAV)
+"""The rate of the largest file a sentence can be (WAV's 16-bit samples; every other format compresses them)."""
 
 
 class _SessionConfigWire(BaseModel):
@@ -135,6 +144,9 @@ class _Sentence:
     total_bytes: int = 0
     held: list[bytes] = field(default_factory=list)
     """Its file, when not streamed: sent whole, in one binary frame, once it is complete."""
+    held_bytes: int = 0
+    outgrown: bool = False
+    """Its file outgrew what a sentence may hold: it failed, and the rest of its audio is dropped."""
 
 
 class VllmOmniDialect:
@@ -144,7 +156,10 @@ class VllmOmniDialect:
     one_stream = False
     speaks_held_text_on_close = False
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_whole_audio_s: float) -> None:
+        """``max_whole_audio_s``: ``speech.max_whole_audio_s``, the longest audio a sentence not streamed holds."""
+        self._max_whole_audio_s = max_whole_audio_s
+        self._max_held_bytes = len(wav_header(_WHOLE_RATE)) + int(max_whole_audio_s * _WHOLE_RATE) * 2
         self._configured = False
         self._utterance_open = False
         """From the first non-empty ``input.text`` to ``input.done``: a ``session.config`` then is refused."""
@@ -240,10 +255,32 @@ class VllmOmniDialect:
         if sentence is None:
             return []  # no session trailer: every sentence's file is complete at its audio.done
         if not sentence.streamed:
-            sentence.held.append(data)
+            self._hold(sentence, data)
             return []
         sentence.total_bytes += len(data)
         return [data]
+
+    def _hold(self, sentence: _Sentence, data: bytes) -> None:
+        """Hold a piece of the sentence's file until it is complete, within what a whole sentence may hold.
+
+        Raises:
+            SessionError: 400 ``audio_too_long``, the piece that outgrew it (dropped with what was held): the sentence
+                fails with it (its ``error``, then its ``audio.done``), its synthesis stops, the session goes on.
+        """
+        if sentence.outgrown:
+            return  # the encoder's tail after the failure
+        sentence.held.append(data)
+        sentence.held_bytes += len(data)
+        if sentence.held_bytes > self._max_held_bytes:
+            sentence.held.clear()
+            sentence.outgrown = True
+            raise SessionError(
+                400,
+                f"The sentence's audio is longer than the {self._max_whole_audio_s:g} s a sentence sent as one file "
+                "may hold: set stream_audio to true (with response_format 'pcm') to stream it, or split_granularity to "
+                "'sentence' to speak it in shorter pieces.",
+                code="audio_too_long",
+            )
 
     def segment_done(self, segment_id: str, text: str, status: SegmentStatus, usage: SpeechUsage) -> list[Frame]:
         sentence = self._sentence_of(segment_id)

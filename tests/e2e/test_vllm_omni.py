@@ -18,6 +18,7 @@ from websockets.exceptions import ConnectionClosed
 from auth.keys import generate_api_key, hash_api_key
 from engines.synthetic import voice_frequency
 from harness.gateway_process import GatewayProcess
+from tests.audio_decode import decode_audio
 from tests.realtime_client import open_connections
 from tests.tenancy import ADMIN_TOKEN, Admin
 from tests.vllm_omni_client import pcm_samples, speak, utterance
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 
 SECONDS_PER_CHAR = 0.02
 IDLE_TIMEOUT_S = 2.0
+MAX_WHOLE_S = 3.0
+"""``speech.max_whole_audio_s``: a sentence sent as one file holds at most 150 characters of the tones here."""
 KEY = generate_api_key()
 ONE_STREAM_KEY = generate_api_key()
 SMALL_BUDGET_KEY = generate_api_key()
@@ -42,6 +45,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     config = {
         "server": {"send_timeout_s": 2.0},
         "realtime": {"auth_timeout_s": 1.0, "idle_timeout_s": IDLE_TIMEOUT_S},
+        "speech": {"max_whole_audio_s": MAX_WHOLE_S},
         "auth": {
             "admin_token": ADMIN_TOKEN,
             "tenants": [
@@ -161,6 +165,41 @@ async def test_by_default_an_utterance_is_one_wav_file_in_one_frame_and_the_sock
     assert soundfile.info(io.BytesIO(second.sentences[0].audio)).format == "FLAC"
     assert second.session_done == {"type": "session.done", "utterance_index": 1, "total_sentences": 1}
     assert code == 1000
+
+
+async def test_a_sentence_sent_whole_is_held_only_up_to_the_whole_audio_bound(omni: Any) -> None:
+    """A sentence not streamed is held until it is complete: one longer than ``speech.max_whole_audio_s`` fails as
+    vLLM-Omni's failed sentences do, having sent nothing; streamed, the same sentence comes whole."""
+    text = "Every word of this sentence is held until the whole file is complete. " * 3  # 4.2 s of tones
+    socket = await omni(model="tones", voice="echo")
+
+    refused = await speak(socket, [text])
+    streamed = await speak(socket, [text], config={"model": "tones", "response_format": "pcm", "stream_audio": True})
+    after = await speak(socket, ["Short again."], config={"model": "tones"})
+
+    [sentence] = refused.sentences
+    [error] = refused.of("error")
+    assert error == {
+        "type": "error",
+        "message": "Generation failed for utterance 0, sentence 0: The sentence's audio is longer than the "
+        f"{MAX_WHOLE_S:g} s a sentence sent as one file may hold: set stream_audio to true (with response_format "
+        "'pcm') to stream it, or split_granularity to 'sentence' to speak it in shorter pieces.",
+    }
+    assert sentence.frames == [], "nothing of the held file went out"
+    assert sentence.done == {
+        "type": "audio.done",
+        "utterance_index": 0,
+        "sentence_index": 0,
+        "total_bytes": 0,
+        "error": True,
+    }
+    assert refused.session_done == {"type": "session.done", "utterance_index": 0, "total_sentences": 1}
+    # The session goes on: streamed, nothing is held, so the same sentence is spoken whole; a short one fits a file.
+    [whole] = streamed.sentences
+    assert len(whole.audio) / 2 / 24000 == pytest.approx(len(text.strip()) * SECONDS_PER_CHAR, abs=0.01)
+    assert whole.done["error"] is False
+    assert after.sentences[0].done == {**after.sentences[0].done, "error": False}
+    assert len(decode_audio(after.sentences[0].audio, "wav").samples) > 0
 
 
 async def test_an_empty_utterance_is_done_with_no_sentence(omni: Any) -> None:

@@ -13,10 +13,12 @@ from gateway.http.errors import OpenAIError
 from gateway.native.dialect import NativeDialect
 from gateway.realtime.choice import dialect_for
 from gateway.schemas import SpeechUsage
+from gateway.sessions.session_errors import SessionError
 from gateway.sessions.stream_events import InputAppend, InputFlush, ProtocolError, SessionClose, SessionConfig
 from gateway.vllm_omni.dialect import VllmOmniDialect
 
 USAGE = SpeechUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+MAX_WHOLE_S = 600.0
 
 
 def parse(dialect: VllmOmniDialect, **message: Any) -> Any:
@@ -35,11 +37,11 @@ def parse(dialect: VllmOmniDialect, **message: Any) -> Any:
     ],
 )
 def test_the_first_message_chooses_the_dialect(first: str | None, kind: type) -> None:
-    assert isinstance(dialect_for(first), kind)
+    assert isinstance(dialect_for(first, max_whole_audio_s=MAX_WHOLE_S), kind)
 
 
 def test_session_config_replaces_every_setting_and_ignores_unknown_fields() -> None:
-    dialect = VllmOmniDialect()
+    dialect = VllmOmniDialect(max_whole_audio_s=MAX_WHOLE_S)
     event = parse(dialect, type="session.config", speaker="echo", speed=2, language="Auto", request_id="r1")
 
     changed = SessionConfig(model="tones", voice="nova", response_format=AudioFormat.PCM, instructions="calm")
@@ -53,7 +55,7 @@ def test_session_config_replaces_every_setting_and_ignores_unknown_fields() -> N
 @pytest.mark.parametrize(("seed", "sampled"), [(7, 7), (0, 0), (2**32 + 5, 5), (-1, 2**32 - 1), (None, None)])
 def test_session_config_seeds_every_sentence(seed: int | None, sampled: int | None) -> None:
     """vLLM-Omni takes any integer: the same one seeds the same way here, within the speech request's bound."""
-    event = parse(VllmOmniDialect(), type="session.config", voice="echo", seed=seed)
+    event = parse(VllmOmniDialect(max_whole_audio_s=MAX_WHOLE_S), type="session.config", voice="echo", seed=seed)
 
     config = event.apply(SessionConfig(seed=3))
 
@@ -62,7 +64,7 @@ def test_session_config_seeds_every_sentence(seed: int | None, sampled: int | No
 
 
 def test_text_messages_map_onto_the_sessions_events() -> None:
-    dialect = VllmOmniDialect()
+    dialect = VllmOmniDialect(max_whole_audio_s=MAX_WHOLE_S)
     assert isinstance(parse(dialect, type="input.text", text="Hi."), InputAppend)
     with pytest.raises(ProtocolError, match="utterance is in progress"):
         parse(dialect, type="session.config")
@@ -84,12 +86,12 @@ def test_text_messages_map_onto_the_sessions_events() -> None:
 )
 def test_refused_messages_say_why_as_vllm_omni_does(message: dict[str, Any], says: str) -> None:
     with pytest.raises(ProtocolError) as refused:
-        parse(VllmOmniDialect(), **message)
+        parse(VllmOmniDialect(max_whole_audio_s=MAX_WHOLE_S), **message)
     assert says in refused.value.message
 
 
-def configured(**config: Any) -> VllmOmniDialect:
-    dialect = VllmOmniDialect()
+def configured(max_whole_audio_s: float = MAX_WHOLE_S, **config: Any) -> VllmOmniDialect:
+    dialect = VllmOmniDialect(max_whole_audio_s=max_whole_audio_s)
     dialect.session_updated("s", SessionConfig(), parse(dialect, type="session.config", **config))
     return dialect
 
@@ -147,3 +149,28 @@ def test_a_segment_dropped_before_it_began_is_no_sentence() -> None:
     dialect = configured()
     assert dialect.segment_done("seg_9", "Never spoken.", "cancelled", USAGE) == []
     assert json.loads(str(dialect.utterance_done()[0]))["total_sentences"] == 0
+
+
+def test_a_sentence_held_past_the_whole_audio_bound_fails_and_holds_nothing() -> None:
+    """What a second of WAV takes at 24 kHz (its header included) is held; a byte more fails the sentence with
+    vLLM-Omni's error, the encoder's tail after it is dropped, and the next sentence is held afresh."""
+    dialect = configured(max_whole_audio_s=1.0)
+    dialect.segment_started("seg_1", "Long.", AudioFormat.WAV)
+    second = 44 + 24000 * 2
+
+    assert dialect.audio("seg_1", bytes(second)) == []
+    with pytest.raises(SessionError) as outgrown:
+        dialect.audio("seg_1", b"\x00")
+    assert dialect.audio("seg_1", b"tail") == []
+    error = json.loads(dialect.error(outgrown.value, segment_id="seg_1"))
+    done = dialect.segment_done("seg_1", "Long.", "failed", USAGE)
+
+    assert (outgrown.value.status_code, outgrown.value.code) == (400, "audio_too_long")
+    assert error == {"type": "error", "message": f"Generation failed for utterance 0, sentence 0: {outgrown.value}"}
+    assert "1 s a sentence sent as one file" in error["message"]
+    assert [json.loads(str(frame)) for frame in done] == [
+        {"type": "audio.done", "utterance_index": 0, "sentence_index": 0, "total_bytes": 0, "error": True}
+    ]
+    dialect.segment_started("seg_2", "Short.", AudioFormat.WAV)
+    assert dialect.audio("seg_2", bytes(second)) == []
+    assert dialect.segment_done("seg_2", "Short.", "completed", USAGE)[0] == bytes(second)
