@@ -23,7 +23,7 @@ the client and nothing confirms a ``session.config``; a session whose first ``se
 A sentence not streamed is held until it is complete: at most what ``speech.max_whole_audio_s`` seconds of WAV take,
 the bound of every whole response. vLLM-Omni has none (its file is as long as ``max_new_tokens`` lets the model
 speak); here a sentence that outgrows it fails as any failed sentence does, its synthesis stopped, and the session goes
-on.
+on. The file that goes out whole says its length (``gateway/audio/whole.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
-from gateway.audio import wav_header
+from gateway.audio import wav_header, whole_file
 from gateway.audio.formats import AudioFormat, output_sample_rate
 from gateway.http.json_depth import json_depth_exceeds
 from gateway.http.socket_errors import socket_error, unexpected
@@ -141,6 +141,7 @@ class _Sentence:
     segment_id: str
     index: int
     streamed: bool
+    fmt: AudioFormat
     total_bytes: int = 0
     held: list[bytes] = field(default_factory=list)
     """Its file, when not streamed: sent whole, in one binary frame, once it is complete."""
@@ -237,7 +238,7 @@ class VllmOmniDialect:
         return []  # nor does it confirm a session.config
 
     def segment_started(self, segment_id: str, text: str, fmt: AudioFormat) -> list[Frame]:
-        self._sentence = _Sentence(segment_id, self._sentences, self._stream_audio)
+        self._sentence = _Sentence(segment_id, self._sentences, self._stream_audio, fmt)
         self._sentences += 1
         start: dict[str, Any] = {
             "type": "audio.start",
@@ -289,7 +290,8 @@ class VllmOmniDialect:
         self._sentence = None
         frames: list[Frame] = []
         if not sentence.streamed and status == "completed" and sentence.held:
-            frames.append(b"".join(sentence.held))  # a failed one sends nothing, as vLLM-Omni's does
+            # A failed one sends nothing, as vLLM-Omni's does.
+            frames.append(whole_file(sentence.fmt, b"".join(sentence.held)))
             sentence.total_bytes = len(frames[0])
         done = {
             "type": "audio.done",

@@ -162,7 +162,12 @@ async def test_by_default_an_utterance_is_one_wav_file_in_one_frame_and_the_sock
     assert first.session_done == {"type": "session.done", "utterance_index": 0, "total_sentences": 1}
     # A new session.config between utterances replaces the settings; the next file has the new format.
     assert second.sentences[0].start["format"] == "flac"
-    assert soundfile.info(io.BytesIO(second.sentences[0].audio)).format == "FLAC"
+    flac = second.sentences[0].audio
+    assert soundfile.info(io.BytesIO(flac)).format == "FLAC"
+    # Sent whole, its STREAMINFO says its length: libsndfile reads it (it refuses a streamed FLAC's "unknown").
+    samples, rate = soundfile.read(io.BytesIO(flac))
+    assert len(samples) == len(decode_audio(flac, "flac").samples)
+    assert len(samples) / rate == pytest.approx(len("One more.") * SECONDS_PER_CHAR, abs=0.01)
     assert second.session_done == {"type": "session.done", "utterance_index": 1, "total_sentences": 1}
     assert code == 1000
 
