@@ -7,7 +7,8 @@ Messages, field for field as the ``elevenlabs`` SDK (2.78) types them (``SendMes
 ``ReceiveMessageMulti``) and Pipecat's ``ElevenLabsTTSService`` sends and reads them:
 
 - in: ``{"text": " ", "context_id", "voice_settings"?, "pronunciation_dictionary_locators"?}`` opens a context (its
-  locators: the tenant's own dictionaries its text is spoken with; absent, the tenant's default dictionaries);
+  locators: the tenant's own dictionaries its text is spoken with; absent, the tenant's default dictionaries; a
+  sixth open at once ends the socket, ``max_active_conversations`` then 1008, as ElevenLabs' server ends it);
   ``{"text", "context_id"}`` appends text, spoken sentence by sentence as it completes (:class:`SentenceBuffer`),
   except a message with markup in it (a ``<break time="1s"/>``; SSML with ``enable_ssml_parsing``), spoken as one
   piece of its own after what came before; ``{"context_id", "flush": true}`` speaks what is buffered;
@@ -59,6 +60,7 @@ from gateway.elevenlabs.socket_wire import (
     invalid,
     parse_message,
     socket_error,
+    too_many_contexts,
     unexpected,
     voice_settings_of,
 )
@@ -67,6 +69,7 @@ from gateway.http.errors import OpenAIError
 from gateway.sessions.ending import EndedByServer
 from gateway.sessions.lanes import PIPELINE_RATE, HeardClock, Lane, Tally, failure, play, stop
 from gateway.sessions.segmenter import SentenceBuffer
+from gateway.sessions.serving import POLICY_VIOLATION, SessionRefusedError
 from gateway.sessions.session_errors import SessionDrainedError, SessionIdleError, SlowClientError
 from gateway.speech.alignment import CharacterCursor
 from gateway.speech.errors import SpeechError
@@ -91,7 +94,7 @@ __all__ = [
 
 
 MAX_CONTEXTS = 5
-"""Contexts a socket may have open at once, as on ElevenLabs."""
+"""Contexts a socket may have open at once, as on ElevenLabs; opening another ends the socket, as there."""
 DEFAULT_CONTEXT_ID = "default"
 """The context of a message that names none."""
 _MARKUP = re.compile(r"<[A-Za-z/!?]")
@@ -340,10 +343,14 @@ class ElevenLabsStreamSession(EndedByServer):
         self._add(context, "", flush=True)
 
     def _open(self, context_id: str) -> _Context:
+        """A new context.
+
+        Raises:
+            SessionRefusedError: over :data:`MAX_CONTEXTS`: ElevenLabs' server sends ``max_active_conversations`` and
+                closes the socket with 1008, and so does the session.
+        """
         if len(self._contexts) >= MAX_CONTEXTS:
-            raise invalid(
-                f"A socket may have at most {MAX_CONTEXTS} contexts open: close one first.", "max_contexts_exceeded"
-            )
+            raise SessionRefusedError(too_many_contexts(MAX_CONTEXTS), POLICY_VIOLATION)
         context = _Context(context_id, SentenceBuffer(self._limits.max_segment_chars))
         context.lane.start(
             self._speak_context(context), name=f"elevenlabs-{self.id}-{context_id}", ended=self._lane_ended

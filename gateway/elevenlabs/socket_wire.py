@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from pydantic import ValidationError
 
@@ -14,9 +14,12 @@ from gateway.elevenlabs.errors import QUOTA_CODE
 from gateway.elevenlabs.wire import TextToSpeechRequest, VoiceSettings
 from gateway.http.errors import OpenAIError
 from gateway.http.socket_errors import fault_error
+from gateway.sessions.serving import POLICY_VIOLATION
 from gateway.sessions.session_errors import SessionError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from litestar.types import ReceiveMessage
 
     from gateway.speech.alignment import CharacterTimes
@@ -30,6 +33,7 @@ __all__ = [
     "invalid",
     "parse_message",
     "socket_error",
+    "too_many_contexts",
     "unexpected",
     "voice_settings_of",
 ]
@@ -50,12 +54,29 @@ def unexpected(failure: BaseException) -> bool:
     return error.status_code >= 500 and error.code is None
 
 
+MAX_ACTIVE_CONVERSATIONS: Final = "max_active_conversations"
+"""ElevenLabs' error for a context opened over a socket's limit, after which its server closes the socket (1008)."""
+_CLOSE_CODES: Mapping[str, int] = {MAX_ACTIVE_CONVERSATIONS: POLICY_VIOLATION}
+"""The errors that end the socket as ElevenLabs' own do, by the close code that follows: their ``code`` is that close
+code, as ElevenLabs sends it (the SDK's ``TextToDialogueWebsocketError.code``: "WebSocket close code that will follow
+this payload")."""
+
+
 def error_message(error: OpenAIError) -> str:
     """An error on the socket: ``{"message", "error", "code"}`` (the SDK's WebSocket error payload), ``code`` being
-    the status the same error gets on the REST routes."""
+    the status the same error gets on the REST routes, or the close code of an error that ends the socket as
+    ElevenLabs' does (:data:`_CLOSE_CODES`)."""
     if error.code == QUOTA_CODE:  # a monthly budget spent, in ElevenLabs' words (as on its REST routes)
         return json.dumps({"message": error.message, "error": "quota_exceeded", "code": 401})
-    return json.dumps({"message": error.message, "error": error.code or "error", "code": error.status_code})
+    code = _CLOSE_CODES.get(error.code or "", error.status_code)
+    return json.dumps({"message": error.message, "error": error.code or "error", "code": code})
+
+
+def too_many_contexts(limit: int) -> OpenAIError:
+    """A context opened while ``limit`` are: ElevenLabs answers it with :data:`MAX_ACTIVE_CONVERSATIONS` and closes
+    the socket (LiveKit's agents-js issue #1985 quotes its server), which the session does too."""
+    message = f"A socket may have at most {limit} contexts open at once: close one before opening another."
+    return OpenAIError(429, message, code=MAX_ACTIVE_CONVERSATIONS)
 
 
 def invalid(message: str, code: str = "invalid_message") -> OpenAIError:

@@ -131,6 +131,20 @@ async def test_bad_messages_name_their_context_and_the_session_goes_on(gateway: 
     assert b"".join(base64.b64decode(m["audio"]) for m in audio_messages(received, "a"))
 
 
+async def test_a_sixth_context_ends_the_socket_as_on_the_text_to_speech_socket(gateway: GatewayProcess) -> None:
+    """The same limit of 5 as ElevenLabs' text-to-speech socket, and the same end: ``max_active_conversations``
+    (``code`` the close code that follows, as the SDK's ``TextToDialogueWebsocketError`` says it is), then 1008."""
+    async with connect_to(gateway) as socket:
+        for context_id in "abcde":
+            await send(socket, context_id=context_id, voices=[HOST])
+        await send(socket, context_id="f", voices=[HOST])
+        error = json.loads(await asyncio.wait_for(socket.recv(), 5))
+        assert (error["error"], error["code"]) == ("max_active_conversations", 1008)
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(socket.recv(), 5)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
 async def test_an_idle_context_is_finalized_and_keep_alives_hold_it(gateway: GatewayProcess) -> None:
     """ElevenLabs finalizes a context idle for the inactivity timeout (20 s unless asked), speaking what it holds;
     ``keep_alive`` restarts its clock (LiveKit's client sends one every 10 s)."""

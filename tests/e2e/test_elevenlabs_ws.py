@@ -224,6 +224,21 @@ async def test_bad_messages_are_answered_and_the_session_goes_on(gateway: Gatewa
         assert chars_of(await until_final(socket, "ok"), "ok") == "Still fine. "
 
 
+async def test_a_sixth_context_ends_the_socket_as_elevenlabs_does(gateway: GatewayProcess) -> None:
+    """ElevenLabs' server answers a context over its 5 with ``max_active_conversations``, ``code`` 1008, and closes the
+    socket with 1008 (as LiveKit's agents-js issue #1985 quotes it); the session does not go on."""
+    async with connect_to(gateway) as socket:
+        for context_id in "abcde":
+            await send(socket, text=" ", context_id=context_id)
+        await send(socket, text=" ", context_id="f")
+        error = json.loads(await asyncio.wait_for(socket.recv(), 5))
+        assert (error["error"], error["code"]) == ("max_active_conversations", 1008)
+        assert set(error) == {"message", "error", "code"}
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(socket.recv(), 5)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
 async def test_close_socket_speaks_what_every_context_holds_then_closes(gateway: GatewayProcess) -> None:
     """``close_socket`` "flushes all contexts and closes the entire WebSocket connection" (the SDK's
     ``WebsocketTtsClientMessageMulti``): a context's text no flush covered is spoken too, without ``auto_mode``."""
