@@ -12,6 +12,7 @@ __all__ = [
     "ApiKeyRecord",
     "generate_api_key",
     "hash_api_key",
+    "hash_hint",
     "is_key_hash",
     "key_hint",
     "looks_like_api_key",
@@ -53,6 +54,13 @@ def key_hint(key: str) -> str:
     return f"{API_KEY_PREFIX}...{key[-4:]}"
 
 
+def hash_hint(key_hash: str) -> str:
+    """What may be shown of a key configured by its hash, which the gateway never saw: ``sha256:5e2bf57d...``, the
+    start of the hash as the configuration lists it (``api_key_sha256``), so that an operator can tell which entry a
+    listed key is; nothing of the key itself."""
+    return f"sha256:{key_hash[:8]}..."
+
+
 @dataclass(frozen=True, slots=True)
 class ApiKeyRecord:
     """What a store keeps about one API key.
@@ -63,7 +71,8 @@ class ApiKeyRecord:
         key_hash: Hex SHA-256 of the key; the key itself is never stored.
         created_at: Unix time of creation.
         revoked: A revoked key authenticates nobody; records are kept for audit.
-        hint: ``sk-tts-...abcd``, safe to show; empty for keys issued out of band (only their hash is known).
+        hint: ``sk-tts-...abcd``, safe to show; empty for keys issued out of band (only their hash is known: the
+            stores tell such keys by it), which :attr:`shown_hint` shows by their hash instead.
     """
 
     id: str
@@ -72,3 +81,8 @@ class ApiKeyRecord:
     created_at: float
     revoked: bool = False
     hint: str = ""
+
+    @property
+    def shown_hint(self) -> str:
+        """What a listing shows of the key: its :attr:`hint`, or for a key configured by its hash, :func:`hash_hint`."""
+        return self.hint or hash_hint(self.key_hash)

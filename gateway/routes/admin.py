@@ -90,7 +90,8 @@ class KeyObject(BaseModel):
     created_at: float
     revoked: bool
     hint: str
-    """``sk-tts-...abcd``; empty for a key configured by its hash."""
+    """``sk-tts-...abcd``; for a key configured by its hash (``api_key_sha256``), the start of that hash,
+    ``sha256:5e2bf57d...``."""
 
 
 class CreatedKey(KeyObject):
@@ -173,7 +174,7 @@ def _tenant(tenant: Tenant) -> TenantObject:
 
 def _key(record: ApiKeyRecord) -> KeyObject:
     return KeyObject(
-        id=record.id, tenant=record.tenant, created_at=record.created_at, revoked=record.revoked, hint=record.hint
+        id=record.id, tenant=record.tenant, created_at=record.created_at, revoked=record.revoked, hint=record.shown_hint
     )
 
 

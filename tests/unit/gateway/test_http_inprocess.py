@@ -11,6 +11,7 @@ import openai
 import pytest
 from litestar.testing import AsyncTestClient
 
+from auth.keys import generate_api_key, hash_api_key
 from engines.factory import create_backend
 from engines.synthetic import voice_frequency
 from gateway.app import create_app
@@ -225,6 +226,19 @@ async def test_admin_api_with_its_token_issues_keys_that_work() -> None:
         assert keyed.status_code == 200
         usage = (await http.get("/v1/usage", headers={"authorization": f"Bearer {key}"})).json()
         assert (usage["tenant"], usage["requests"]) == ("acme", 1)
+
+
+async def test_a_key_configured_by_its_hash_is_listed_by_the_start_of_its_hash() -> None:
+    """The gateway never saw such a key, so its listing shows what the configuration says of it (which entry it is),
+    never an empty hint; a key the admin API issued shows its own end."""
+    configured = generate_api_key()
+    tenants = [{"name": "acme", "api_key_sha256": [hash_api_key(configured)]}]
+    config = {**CONFIG, "auth": {"admin_token": ADMIN_TOKEN, "tenants": tenants}}
+    async with AsyncTestClient(app=in_process_app(config)) as http:
+        admin = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+        issued = (await http.post("/admin/tenants/acme/keys", headers=admin)).json()["key"]
+        listed = (await http.get("/admin/tenants/acme/keys", headers=admin)).json()["data"]
+    assert [key["hint"] for key in listed] == [f"sha256:{hash_api_key(configured)[:8]}...", f"sk-tts-...{issued[-4:]}"]
 
 
 async def test_admin_api_answers_as_its_docs_say() -> None:
