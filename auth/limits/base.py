@@ -65,18 +65,26 @@ class Month:
     """Unix time of its first second."""
     end: int
     """Unix time of the next month's first second: when the budgets start again."""
+    generation: str = ""
+    """The tenant's :attr:`~auth.tenants.Tenant.generation` whose month this is: a tenant deleted and created again
+    under the same name starts its budgets anew, as its usage does ("": a tenant without one)."""
 
     @classmethod
-    def at(cls, unix_s: float) -> Month:
+    def at(cls, unix_s: float, generation: str = "") -> Month:
         moment = datetime.fromtimestamp(unix_s, UTC)
         days = calendar.monthrange(moment.year, moment.month)[1]
         start = datetime(moment.year, moment.month, 1, tzinfo=UTC).timestamp()
-        return cls(int(start), int(start) + days * 86400)
+        return cls(int(start), int(start) + days * 86400, generation)
 
     @property
     def name(self) -> str:
-        """``YYYY-MM``, as the month's counters are keyed."""
+        """``YYYY-MM``."""
         return datetime.fromtimestamp(self.start, UTC).strftime("%Y-%m")
+
+    @property
+    def counter_key(self) -> str:
+        """How the month's counters are keyed: ``YYYY-MM``, then the tenant's generation where it has one."""
+        return f"{self.name}:{self.generation}" if self.generation else self.name
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,13 +95,15 @@ class TenantRateLimiter:
         *,
         count_request: bool = True,
         hold_stream: AsyncExitStack | None = None,
+        generation: str = "",
     ) -> LimitState:
         """Count one request of ``characters`` input characters against the tenant's per-minute limits and, with
         ``hold_stream``, take one of its concurrent streams until that stack closes — all in one step: a request
         refused by any of them consumes nothing.
 
         ``count_request=False`` counts the characters only: a segment of a realtime session, whose session was
-        counted as the request.
+        counted as the request. ``generation``: the tenant's (:attr:`~auth.tenants.Tenant.generation`), whose monthly
+        budgets these are.
 
         Returns:
             The state after this request, for the ``x-ratelimit-*`` headers.
@@ -112,28 +114,29 @@ class TenantRateLimiter:
         """
         streams = limits.concurrent_streams
         lease = Lease("streams", uuid.uuid4().hex, streams) if hold_stream is not None and streams else None
-        return await self._take(tenant, Ask(limits, characters, count_request, lease, _month_of(limits)), hold_stream)
+        ask = Ask(limits, characters, count_request, lease, _month_of(limits, generation))
+        return await self._take(tenant, ask, hold_stream)
 
-    def spend(self, tenant: str, limits: TenantLimits, budget: Budget, amount: float) -> None:
+    def spend(self, tenant: str, limits: TenantLimits, budget: Budget, amount: float, *, generation: str = "") -> None:
         """Count work done after its admission in the tenant's month, when it has a monthly budget (written in the
         background, off the response's path): audio seconds, known only once spoken, and a job's characters, which
         its admission did not count. A request admitted under the line may finish past it; the tenant's next request
         is refused."""
-        month = _month_of(limits)
+        month = _month_of(limits, generation)
         if month is not None and amount > 0:
             self._background.spawn(self._spend(tenant, month, budget, amount))
 
-    async def budget(self, tenant: str, limits: TenantLimits) -> BudgetState:
+    async def budget(self, tenant: str, limits: TenantLimits, *, generation: str = "") -> BudgetState:
         """The tenant's standing against its monthly budgets this month, consuming nothing (counts ``None`` when the
         storage is unreachable and the limiter fails open; nothing counted for a tenant without a budget).
 
         Raises:
             LimitsUnavailableError: the storage is unreachable and the limiter fails closed.
         """
-        month = _month_of(limits)
+        month = _month_of(limits, generation)
         if month is None:
             return BudgetState(Month.at(time.time()))
-        state = await self.state(tenant, limits)
+        state = await self.state(tenant, limits, generation=generation)
         return state.budget or BudgetState(month, limits.characters_per_month, None, limits.audio_seconds_per_month)
 
     def session_lease(self, tenant: str, limits: TenantLimits) -> AbstractAsyncContextManager[None]:
@@ -168,14 +171,14 @@ class TenantRateLimiter:
             hold.push_async_callback(self._let_go, tenant, lease, self._background.spawn(self._renew(tenant, lease)))
         return verdict.state
 
-    async def state(self, tenant: str, limits: TenantLimits) -> LimitState:
+    async def state(self, tenant: str, limits: TenantLimits, *, generation: str = "") -> LimitState:
         """The tenant's current standing, consuming nothing.
 
         Raises:
             LimitsUnavailableError: the storage is unreachable and the limiter fails closed.
         """
         try:
-            state = await self._store.state(tenant, limits, _month_of(limits))
+            state = await self._store.state(tenant, limits, _month_of(limits, generation))
         except STORAGE_ERRORS as exc:
             self._storage_failed(exc)
             return _unknown_state(limits)
@@ -296,11 +299,12 @@ def _refusal(reason: LimitReason, ask: Ask, state: LimitState) -> RateLimitExcee
     return RateLimitExceededError(reason, retry_after, state)
 
 
-def _month_of(limits: TenantLimits) -> Month | None:
-    """This month, for a tenant with a monthly budget (its month is counted); ``None`` otherwise."""
+def _month_of(limits: TenantLimits, generation: str = "") -> Month | None:
+    """This month of the tenant's generation, for a tenant with a monthly budget (its month is counted); ``None``
+    otherwise."""
     if limits.characters_per_month is None and limits.audio_seconds_per_month is None:
         return None
-    return Month.at(time.time())
+    return Month.at(time.time(), generation)
 
 
 def _unknown_state(limits: TenantLimits) -> LimitState:

@@ -41,8 +41,8 @@ class MemoryAdmissions:
         self._storage = MemoryStorage()
         self._windows = MovingWindowRateLimiter(self._storage)
         self._leases: dict[tuple[str, LeaseKind], dict[str, float]] = {}
-        self._months: dict[tuple[str, str], dict[Budget, float]] = {}
-        """(tenant, month name) -> what it spent of each budget."""
+        self._months: dict[tuple[str, str, str], dict[Budget, float]] = {}
+        """(tenant, month name, tenant generation) -> what it spent of each budget."""
 
     async def admit(self, tenant: str, ask: Ask, lease_ttl_s: float) -> Verdict:
         before = await self.state(tenant, ask.limits, ask.month)
@@ -90,11 +90,11 @@ class MemoryAdmissions:
         # Only this month's counts are kept: a month that ended is never read again.
         for key in [key for key in self._months if key[0] == tenant and key[1] != month.name]:
             del self._months[key]
-        spent = self._months.setdefault((tenant, month.name), {})
+        spent = self._months.setdefault((tenant, month.name, month.generation), {})
         spent[budget] = spent.get(budget, 0) + amount
 
     def _budget(self, tenant: str, limits: TenantLimits, month: Month) -> BudgetState:
-        spent = self._months.get((tenant, month.name), {})
+        spent = self._months.get((tenant, month.name, month.generation), {})
         return BudgetState(
             month,
             limits.characters_per_month,

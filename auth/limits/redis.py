@@ -12,8 +12,9 @@ and lease share one hash tag (``{<tenant>}``), the one slot Redis Cluster needs 
 The leases are a sorted set per tenant and kind (member: lease id, score: expiry in ms), renewed while held, so that a
 replica that dies stops holding its leases after ``lease_ttl_s``.
 
-The monthly budgets are two counters per tenant and month (``...:month:<YYYY-MM>:characters`` and
-``...:audio_seconds``, kept a day past the month's end), under the same hash tag: the admission script checks and
+The monthly budgets are two counters per tenant generation and month (``...:month:<YYYY-MM>:<generation>:characters``
+and ``...:audio_seconds``, without ``:<generation>`` for a tenant that has none; kept a day past the month's end), under
+the same hash tag: the admission script checks and
 counts the characters with the windows, and reads the audio seconds, which :meth:`RedisAdmissions.spend` adds once a
 request has been spoken (and a job's characters, once it has ended).
 """
@@ -234,7 +235,7 @@ class RedisAdmissions:
     def _keys(self, tenant: str, kind: LeaseKind, month: Month | None) -> list[str]:
         windows = f"{self._prefix}limits:{{{tenant}}}"
         lists = [f"{windows}:requests", f"{windows}:characters"]
-        counters = f"{windows}:month:{month.name if month else 'none'}"
+        counters = f"{windows}:month:{month.counter_key if month else 'none'}"
         months = [f"{counters}:characters", f"{counters}:audio_seconds"]
         return [*lists, self._leases(tenant, kind), *(f"{name}-total" for name in lists), *months]
 

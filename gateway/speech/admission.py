@@ -43,7 +43,12 @@ class AdmissionControl:
         """
         try:
             state = await self.limiter.admit(
-                tenant.name, tenant.limits, characters, count_request=count_request, hold_stream=hold_stream
+                tenant.name,
+                tenant.limits,
+                characters,
+                count_request=count_request,
+                hold_stream=hold_stream,
+                generation=tenant.generation,
             )
         except RateLimitExceededError as exc:
             self.record_rejection(tenant, exc.reason)
@@ -56,13 +61,15 @@ class AdmissionControl:
         """Count audio spoken for the tenant in its monthly budget (``audio_seconds_per_month``), off the response's
         path. Audio is known only once spoken: a request admitted under the line may finish past it, and the next one
         is refused."""
-        self.limiter.spend(tenant.name, tenant.limits, "audio_seconds_per_month", audio_seconds)
+        self.limiter.spend(
+            tenant.name, tenant.limits, "audio_seconds_per_month", audio_seconds, generation=tenant.generation
+        )
 
     def spend_job_characters(self, tenant: Tenant, characters: int) -> None:
         """Count a finished speech job's characters in the tenant's ``characters_per_month``: a job is admitted as one
         request without its characters (a book never fits a minute's window), so its month counts them once it ends,
         and once over the line the tenant's next request is refused."""
-        self.limiter.spend(tenant.name, tenant.limits, "characters_per_month", characters)
+        self.limiter.spend(tenant.name, tenant.limits, "characters_per_month", characters, generation=tenant.generation)
 
     async def budget(self, tenant: Tenant) -> BudgetState:
         """The tenant's standing against its monthly budgets this month (what ``GET /v1/usage`` shows, and what an
@@ -71,7 +78,7 @@ class AdmissionControl:
         Raises:
             LimitsUnavailableError: the limits' storage is unreachable and they fail closed.
         """
-        standing = await self.limiter.budget(tenant.name, tenant.limits)
+        standing = await self.limiter.budget(tenant.name, tenant.limits, generation=tenant.generation)
         self._observe_budget(tenant, standing)
         return standing
 

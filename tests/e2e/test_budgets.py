@@ -125,6 +125,20 @@ async def test_a_spent_budget_on_an_elevenlabs_socket_is_quota_exceeded(
     assert "10 input characters" in message["message"]
 
 
+def test_a_tenant_created_again_starts_its_budget_anew(replicas: list[GatewayProcess], admin: Admin) -> None:
+    name, key = _tenant_with_key(admin, {"characters_per_month": 50})
+    assert speak(replicas[0], key, FIFTY).status_code == 200
+    assert speak(replicas[1], key, FIFTY).status_code == 429  # spent
+
+    admin.delete_tenant(name)
+    created = admin.http.post("/admin/tenants", json={"name": name, "limits": {"characters_per_month": 50}})
+    assert created.status_code == 201, created.text
+    key = str(admin.key(name)["key"])
+    assert _usage(replicas[1], key)["budget"]["characters_used"] == 0  # its usage and its budget agree
+    assert speak(replicas[1], key, FIFTY).status_code == 200
+    assert _usage(replicas[0], key)["budget"]["characters_used"] == 50
+
+
 def test_the_budget_metric_says_how_near_the_line_a_tenant_is(replicas: list[GatewayProcess], admin: Admin) -> None:
     name, key = _tenant_with_key(admin, {"characters_per_month": 200})
     assert speak(replicas[0], key, FIFTY).status_code == 200

@@ -129,3 +129,16 @@ def test_the_month_is_the_calendar_month_in_utc(moment: str, start: str, end: st
     month = Month.at(unix(moment))
     assert (month.start, month.end) == (unix(start), unix(end))
     assert month.name == start[:7]
+
+
+async def test_a_tenant_created_again_has_a_budget_of_its_own(limiter: TenantRateLimiter, tenant: str) -> None:
+    limits = TenantLimits(characters_per_month=10, audio_seconds_per_month=1.0)
+    await limiter.admit(tenant, limits, 10, generation="aaaa")
+    again = await limiter.admit(tenant, limits, 10, generation="bbbb")  # same name, another tenant
+    assert again.budget is not None and again.budget.characters_used == 10
+    limiter.spend(tenant, limits, "audio_seconds_per_month", 2.0, generation="aaaa")  # the old one's stream ends late
+    async with asyncio.timeout(5):
+        while ((await limiter.budget(tenant, limits, generation="aaaa")).audio_seconds_used or 0) < 2.0:
+            await asyncio.sleep(0.01)
+    standing = await limiter.budget(tenant, limits, generation="bbbb")
+    assert (standing.characters_used, standing.audio_seconds_used) == (10, 0.0)
