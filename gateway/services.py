@@ -110,6 +110,7 @@ async def open_state(
     stack.callback(compile_process.close)
     pronunciation = _pronunciation(settings, redis, compile_process)
     admission = AdmissionControl(limiter, usage, metrics)
+    revocations.listen(admission.tenant_changed)
     speech = SpeechService(
         Planner(router, voices, pronunciation, voice_aliases=built_in_aliases(settings.voices.aliases)),
         admission,

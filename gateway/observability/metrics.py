@@ -24,8 +24,8 @@ class _KnownChildren(MetricWrapperBase):
     """A metric that finds the child of a label set it has seen in a dict.
 
     ``labels`` of prometheus_client checks the values, converts each to a string and takes a lock every time: a
-    few microseconds, paid several times on every request. The speech metrics never remove a label set, so a child
-    once found stays right.
+    few microseconds, paid several times on every request. A label set is removed only through :meth:`forget`, which
+    forgets its child too, so a child once found stays right.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -49,7 +49,11 @@ class _Histogram(_KnownChildren, Histogram):
 
 
 class _Gauge(_KnownChildren, Gauge):
-    pass
+    def forget(self, first_label: str) -> None:
+        """Remove every label set whose first value is ``first_label`` (a deleted tenant's)."""
+        for labelvalues in [values for values in self._children if values[0] == first_label]:
+            del self._children[labelvalues]
+            self.remove(*labelvalues)
 
 
 class SpeechMetrics:
@@ -96,7 +100,8 @@ class SpeechMetrics:
         self.budget_used = _Gauge(
             "tts_tenant_budget_used_ratio",
             "Share of a tenant's monthly budget spent (1: all of it; audio may pass it), by tenant and budget "
-            "(characters_per_month, audio_seconds_per_month), as this replica last saw it admitting the tenant.",
+            "(characters_per_month, audio_seconds_per_month), as this replica last saw it admitting the tenant; "
+            "gone once the tenant is deleted or its settings change, until it is admitted again.",
             ["tenant", "budget"],
         )
         self.queue_wait = _Histogram(

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
     from auth import Tenant
     from auth.limits import BudgetState, LimitState, TenantRateLimiter
+    from auth.revocations import Revocation
     from auth.usage import UsageLedger
     from gateway.observability.metrics import SpeechMetrics
 
@@ -81,6 +82,12 @@ class AdmissionControl:
         standing = await self.limiter.budget(tenant.name, tenant.limits, generation=tenant.generation)
         self._observe_budget(tenant, standing)
         return standing
+
+    def tenant_changed(self, revocation: Revocation) -> None:
+        """Drop a deleted or replaced tenant's ``tts_tenant_budget_used_ratio``: an alert on it would go on firing
+        for a tenant that is gone, or for a budget it no longer has (its next admission sets it again)."""
+        if revocation.kind != "key":
+            self._metrics.budget_used.forget(revocation.subject)
 
     def _observe_budget(self, tenant: Tenant, standing: BudgetState | None) -> None:
         """``tts_tenant_budget_used_ratio``: how near the tenant is to each of its monthly budgets' line."""

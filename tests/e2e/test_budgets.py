@@ -143,8 +143,17 @@ def test_the_budget_metric_says_how_near_the_line_a_tenant_is(replicas: list[Gat
     name, key = _tenant_with_key(admin, {"characters_per_month": 200})
     assert speak(replicas[0], key, FIFTY).status_code == 200
     metrics = httpx.get(f"{replicas[0].base_url}/metrics", timeout=10).text
-    line = f'tts_tenant_budget_used_ratio{{budget="characters_per_month",tenant="{name}"}} 0.25'
-    assert line in metrics
+    series = f'tts_tenant_budget_used_ratio{{budget="characters_per_month",tenant="{name}"}}'
+    assert f"{series} 0.25" in metrics
+    assert speak(replicas[1], key, FIFTY).status_code == 200
+
+    admin.delete_tenant(name)  # through the first replica: the other hears of it on the revocation bus
+    for replica in replicas:
+
+        def gone(url: str = f"{replica.base_url}/metrics") -> bool:
+            return series not in httpx.get(url).text
+
+        wait_until(gone, what="the deleted tenant's budget gone from /metrics")
 
 
 def test_audio_seconds_refuse_the_request_after_the_line(replicas: list[GatewayProcess], admin: Admin) -> None:
