@@ -68,6 +68,3 @@ class MemoryDictionaryStore:
         self._records.pop(tenant, None)
         for key in [key for key in self._rules if key[0] == tenant]:
             del self._rules[key]
-
-
-# Adds a dictionary while the tenant has fewer than ARGV[4]. KEYS: records, ids, rules, latest. ARGV: id, record,
