@@ -164,7 +164,8 @@ class QuotaExceededError(RateLimitExceededError):
         super().__init__(reason, retry_after_s, state)
         self.budget: Budget = reason
         self.asked = asked
-        """What the refused request would have spent (its characters; 0 for audio, known only once spoken)."""
+        """What the refused request would have spent: its characters; 0 for audio, known only once spoken, and for a
+        session or a speech job, admitted before its text is known."""
 
     @property
     def standing(self) -> BudgetState:

@@ -178,13 +178,21 @@ def limit_message(exc: RateLimitExceededError) -> str:
 
 
 def quota_message(exc: QuotaExceededError) -> str:
-    """What a client refused by a monthly budget is told: which budget, how much of it is left, and when it returns."""
+    """What a client refused by a monthly budget is told: which budget, how it stands, and when it returns."""
+    resets = datetime.fromtimestamp(exc.standing.month.end, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    standing = _budget_standing(exc)
+    return f"You exceeded your current quota: your monthly budget of {standing}. It starts again at {resets}."
+
+
+def _budget_standing(exc: QuotaExceededError) -> str:
+    """How the refusing budget stands: what is left of it against what the request asks, where it asks characters;
+    else (a session or a job, admitted before its text is known, and audio, known only once spoken) what is used."""
     standing = exc.standing
-    resets = datetime.fromtimestamp(standing.month.end, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if exc.budget == "characters_per_month":
         limit, used = standing.characters_limit or 0, standing.characters_used or 0
-        spent = f"{limit} input characters: {max(0, limit - used)} remain, this request needs {int(exc.asked)}"
-    else:
-        limit_s, used_s = standing.audio_seconds_limit or 0.0, standing.audio_seconds_used or 0.0
-        spent = f"{limit_s:g} audio seconds, of which {used_s:.1f} are spoken"
-    return f"You exceeded your current quota: your monthly budget of {spent}. It starts again at {resets}."
+        if exc.asked > 0:
+            return f"{limit} input characters: {max(0, limit - used)} remain, this request needs {int(exc.asked)}"
+        return f"{limit} input characters is spent ({used} used this month)"
+    # Both to six significant digits: a count at the line never reads as below it.
+    limit_s, used_s = standing.audio_seconds_limit or 0.0, standing.audio_seconds_used or 0.0
+    return f"{limit_s:g} audio seconds is spent ({used_s:g} used this month)"

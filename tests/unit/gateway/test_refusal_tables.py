@@ -33,6 +33,7 @@ from gateway.http.refusals import (
     ProtocolRefusalError,
     RefusedBeforeBodyError,
     UnsupportedMediaTypeError,
+    quota_message,
 )
 from gateway.uploads.errors import TooManyUploadsError, UploadsBusyError
 from tests.inprocess import in_process_app
@@ -323,6 +324,37 @@ def test_a_401_without_any_credential_is_needs_authorization_on_elevenlabs_route
 def test_a_spent_quota_is_never_needs_authorization() -> None:
     answer = as_elevenlabs_error(QuotaExceededError("characters_per_month", 9, STATE, 1), {})
     assert (answer.status_code, answer.code) == (401, "quota_exceeded")
+
+
+SPENT = BudgetState(
+    month=MONTH, characters_limit=200, characters_used=215, audio_seconds_limit=3, audio_seconds_used=3.2
+)
+
+
+@pytest.mark.parametrize(
+    ("refused", "standing"),
+    [
+        (
+            QuotaExceededError("characters_per_month", 9, STATE, 20),
+            "100 input characters: 10 remain, this request needs 20",
+        ),
+        # A session or a job asks no characters as it opens: what was used says why it is refused (before: "0 remain,
+        # this request needs 0").
+        (
+            QuotaExceededError("characters_per_month", 9, LimitState(budget=SPENT), 0),
+            "200 input characters is spent (215 used this month)",
+        ),
+        (
+            QuotaExceededError("audio_seconds_per_month", 9, LimitState(budget=SPENT), 0),
+            "3 audio seconds is spent (3.2 used this month)",
+        ),
+    ],
+    ids=["characters asked", "nothing asked", "audio"],
+)
+def test_a_spent_budget_is_said_with_the_numbers_that_refused_it(refused: QuotaExceededError, standing: str) -> None:
+    assert quota_message(refused) == (
+        f"You exceeded your current quota: your monthly budget of {standing}. It starts again at 2026-01-01T00:00:00Z."
+    )
 
 
 def test_a_refusal_a_socket_carries_is_answered_from_its_source() -> None:
