@@ -23,7 +23,7 @@ import openai
 from elevenlabs import AsyncElevenLabs
 from elevenlabs.core.api_error import ApiError
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosedError, InvalidStatus
 
 if TYPE_CHECKING:
     from openai.resources.realtime.realtime import AsyncRealtimeConnection
@@ -57,6 +57,11 @@ class Spoken:
     """HTTP transports only: the response's headers."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """WebSockets only: the server's events after the session's settings were accepted."""
+    message: str | None = None
+    """The first error's message, as the client was told it."""
+    close_code: int | None = None
+    """WebSockets but OpenAI's Realtime (its SDK keeps it): the close code the server sent, or answered the client's
+    close with (``None``: refused at the handshake)."""
 
     @property
     def seconds(self) -> float:
@@ -65,7 +70,11 @@ class Spoken:
     def __repr__(self) -> str:  # what a failed assertion shows: no audio, and the events by type
         kinds = [str(event.get("type", sorted(event))) for event in self.events]
         kinds = [kind for kind in kinds if not kind.endswith("audio.delta")]
-        return f"Spoken({self.outcome}, error={self.error}, status={self.status_code}, {self.seconds:.2f} s, {kinds})"
+        closed = f", closed {self.close_code}" if self.close_code is not None else ""
+        return (
+            f"Spoken({self.outcome}, error={self.error}, status={self.status_code}{closed}, {self.seconds:.2f} s, "
+            f"{kinds}, message={self.message!r})"
+        )
 
 
 class Transport(Protocol):
@@ -122,8 +131,8 @@ class Http(_Client):
         ):
             headers, status = dict(response.headers), response.status_code
             if status != 200:
-                error = json.loads(await response.aread())["error"]["code"]
-                return Spoken("failed", b"", error, status, headers)
+                error = json.loads(await response.aread())["error"]
+                return Spoken("failed", b"", error["code"], status, headers, message=error["message"])
             if cancel:
                 first = await anext(response.aiter_raw())
                 return Spoken("cancelled", first, None, status, headers)  # leaving the block hangs up
@@ -140,24 +149,32 @@ class StreamSocket(_Client):
         self, gateway: GatewayProcess, key: str, model: str, voice: Voice, text: str, *, cancel: bool
     ) -> Spoken:
         url = gateway.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-        settings = {"model": model, "voice": voice, "response_format": "pcm"}
         async with connect(url, additional_headers=_auth(key)) as socket, asyncio.timeout(_TIMEOUT_S):
-            await _send(socket, type="session.update", session=settings)
-            while (event := json.loads(await socket.recv()))["type"] != "session.updated":
-                if event["type"] == "error":
-                    return Spoken("failed", b"", event["error"]["code"], events=[event])
-            await _send(socket, type="input.append", text=text)
-            await _send(socket, type="input.flush")
-            if not cancel:
-                await _send(socket, type="session.close")
-            events: list[dict[str, Any]] = []
+            events = await self._session(socket, model, voice, text, cancel=cancel)
+        return _stream_spoken(events, socket.close_code)  # the client's close waited for the server's answer
+
+    @staticmethod
+    async def _session(
+        socket: ClientConnection, model: str, voice: Voice, text: str, *, cancel: bool
+    ) -> list[dict[str, Any]]:
+        """The session's events: the error alone when its settings were refused (or the session was)."""
+        await _send(socket, type="session.update", session={"model": model, "voice": voice, "response_format": "pcm"})
+        while (event := json.loads(await socket.recv()))["type"] != "session.updated":
+            if event["type"] == "error":
+                return [event]
+        await _send(socket, type="input.append", text=text)
+        await _send(socket, type="input.flush")
+        if not cancel:
+            await _send(socket, type="session.close")
+        events: list[dict[str, Any]] = []
+        with contextlib.suppress(ConnectionClosedError):  # a close other than 1000: its code is the caller's to read
             async for message in socket:  # until the server closes the session, or the cancelled segment is done
                 events.append(event := json.loads(message))
                 if cancel and event["type"] == "audio.delta" and len(_of(events, "audio.delta")) == 1:
                     await _send(socket, type="response.cancel")
                 if cancel and event["type"] == "audio.done":
                     break
-        return _stream_spoken(events)
+        return events
 
 
 async def _send(socket: ClientConnection, **event: Any) -> None:
@@ -173,7 +190,12 @@ def _first_error(events: list[dict[str, Any]]) -> str | None:
     return str(errors[0]["error"]["code"]) if errors else None
 
 
-def _stream_spoken(events: list[dict[str, Any]]) -> Spoken:
+def _first_error_message(events: list[dict[str, Any]]) -> str | None:
+    errors = _of(events, "error")
+    return str(errors[0]["error"]["message"]) if errors else None
+
+
+def _stream_spoken(events: list[dict[str, Any]], close_code: int | None) -> Spoken:
     """A session's segments, heard as one: failed if any failed (or none ended), cancelled if any was."""
     statuses = {done["status"] for done in _of(events, "audio.done")}
     outcome: Outcome = "completed"
@@ -182,7 +204,9 @@ def _stream_spoken(events: list[dict[str, Any]]) -> Spoken:
     elif "cancelled" in statuses:
         outcome = "cancelled"
     audio = b"".join(base64.b64decode(delta["audio"]) for delta in _of(events, "audio.delta"))
-    return Spoken(outcome, audio, _first_error(events), events=events)
+    return Spoken(
+        outcome, audio, _first_error(events), events=events, message=_first_error_message(events), close_code=close_code
+    )
 
 
 class OpenAIRealtime(_Client):
@@ -206,19 +230,25 @@ class OpenAIRealtime(_Client):
             "conversation": "none",
             "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}],
         }
-        async with client, client.realtime.connect(model=model) as connection, asyncio.timeout(_TIMEOUT_S):
-            await connection.session.update(session=session)
-            while (event := await _recv(connection))["type"] != "session.updated":
-                if event["type"] == "error":
-                    return Spoken("failed", b"", event["error"]["code"], events=[event])
-            await connection.response.create(response=response)
-            events: list[dict[str, Any]] = []
-            while not events or events[-1]["type"] != "response.done":
-                events.append(event := await _recv(connection))
-                if cancel and event["type"] == "response.output_audio.delta" and len(_audio_deltas(events)) == 1:
-                    await connection.response.cancel()
+        try:
+            async with client, client.realtime.connect(model=model) as connection, asyncio.timeout(_TIMEOUT_S):
+                await connection.session.update(session=session)
+                while (event := await _recv(connection))["type"] != "session.updated":
+                    if event["type"] == "error":
+                        code, message = event["error"]["code"], event["error"]["message"]
+                        return Spoken("failed", b"", code, events=[event], message=message)
+                await connection.response.create(response=response)
+                events: list[dict[str, Any]] = []
+                while not events or events[-1]["type"] != "response.done":
+                    events.append(event := await _recv(connection))
+                    if cancel and event["type"] == "response.output_audio.delta" and len(_audio_deltas(events)) == 1:
+                        await connection.response.cancel()
+        except InvalidStatus as refused:  # at the handshake, in OpenAI's error body
+            error = json.loads(refused.response.body or b"")["error"]
+            return Spoken("failed", b"", error["code"], refused.response.status_code, message=error["message"])
         audio = b"".join(base64.b64decode(delta["delta"]) for delta in _audio_deltas(events))
-        return Spoken(events[-1]["response"]["status"], audio, _first_error(events), events=events)
+        status, message = events[-1]["response"]["status"], _first_error_message(events)
+        return Spoken(status, audio, _first_error(events), events=events, message=message)
 
 
 async def _recv(connection: AsyncRealtimeConnection) -> dict[str, Any]:
@@ -256,7 +286,10 @@ class ElevenLabsRest(_Client):
         except ApiError as error:
             detail = error.body["detail"] if isinstance(error.body, dict) else None
             code = str(detail["status"]) if isinstance(detail, dict) else "validation_error"
-            return Spoken("failed", b"".join(received), code, error.status_code, dict(error.headers or {}))
+            message = str(detail["message"]) if isinstance(detail, dict) else None
+            return Spoken(
+                "failed", b"".join(received), code, error.status_code, dict(error.headers or {}), message=message
+            )
         return Spoken("completed", b"".join(received))
 
 
@@ -278,16 +311,30 @@ class ElevenLabsSocket(_Client):
             async with connect(url, additional_headers={"xi-api-key": key}) as socket, asyncio.timeout(_TIMEOUT_S):
                 for opening in (" ", text, ""):
                     await _send(socket, text=opening)
-                async for message in socket:  # until the server closes the socket
-                    messages.append(json.loads(message))
-                    if cancel and messages[-1].get("audio"):
-                        break  # leaving the block hangs up
+                with contextlib.suppress(ConnectionClosedError):  # a close other than 1000: its code is read below
+                    async for message in socket:  # until the server closes the socket
+                        messages.append(json.loads(message))
+                        if cancel and messages[-1].get("audio"):
+                            break  # leaving the block hangs up
         except InvalidStatus as refused:
-            return Spoken("failed", b"", json.loads(refused.response.body or b"")["detail"]["status"])
-        audio = b"".join(base64.b64decode(m["audio"]) for m in messages if m.get("audio"))
-        error = next((str(m["error"]) for m in messages if "error" in m), None)
-        outcome: Outcome = "cancelled" if cancel else "failed" if error is not None else "completed"
-        return Spoken(outcome, audio, error, events=[m for m in messages if "audio" not in m])
+            return _elevenlabs_refused(refused)
+        return _elevenlabs_spoken(messages, socket.close_code, cancel=cancel)
+
+
+def _elevenlabs_refused(refused: InvalidStatus) -> Spoken:
+    """An ElevenLabs socket refused at the handshake, in ElevenLabs' error body."""
+    detail = json.loads(refused.response.body or b"")["detail"]
+    return Spoken("failed", b"", detail["status"], refused.response.status_code, message=detail["message"])
+
+
+def _elevenlabs_spoken(messages: list[dict[str, Any]], close_code: int | None, *, cancel: bool) -> Spoken:
+    audio = b"".join(base64.b64decode(m["audio"]) for m in messages if m.get("audio"))
+    error = next((m for m in messages if "error" in m), None)
+    outcome: Outcome = "cancelled" if cancel else "failed" if error is not None or close_code != 1000 else "completed"
+    events = [m for m in messages if "audio" not in m]
+    if error is None:
+        return Spoken(outcome, audio, None, events=events, close_code=close_code)
+    return Spoken(outcome, audio, str(error["error"]), events=events, message=error["message"], close_code=close_code)
 
 
 class ElevenLabsDialogueSocket(_Client):
@@ -310,16 +357,14 @@ class ElevenLabsDialogueSocket(_Client):
                 await _send(socket, context_id="turn", voices=[voice_id])
                 await _send(socket, context_id="turn", inputs=[{"text": text, "voice_id": voice_id}], flush=True)
                 await _send(socket, close_socket=True)
-                async for message in socket:  # until the server closes the socket
-                    messages.append(json.loads(message))
-                    if cancel and messages[-1].get("audio"):
-                        break  # leaving the block hangs up
+                with contextlib.suppress(ConnectionClosedError):  # a close other than 1000: its code is read below
+                    async for message in socket:  # until the server closes the socket
+                        messages.append(json.loads(message))
+                        if cancel and messages[-1].get("audio"):
+                            break  # leaving the block hangs up
         except InvalidStatus as refused:
-            return Spoken("failed", b"", json.loads(refused.response.body or b"")["detail"]["status"])
-        audio = b"".join(base64.b64decode(m["audio"]) for m in messages if m.get("audio"))
-        error = next((str(m["error"]) for m in messages if "error" in m), None)
-        outcome: Outcome = "cancelled" if cancel else "failed" if error is not None else "completed"
-        return Spoken(outcome, audio, error, events=[m for m in messages if "audio" not in m])
+            return _elevenlabs_refused(refused)
+        return _elevenlabs_spoken(messages, socket.close_code, cancel=cancel)
 
 
 class VllmOmniSocket(_Client):
@@ -342,18 +387,20 @@ class VllmOmniSocket(_Client):
             await _send(socket, type="session.config", **config)
             await _send(socket, type="input.text", text=text)
             await _send(socket, type="input.done")
-            async for message in socket:  # until session.done, or the first audio of a cancelled one
-                if isinstance(message, bytes):
-                    frames.append(message)
-                    if cancel:
-                        break  # leaving the block hangs up
-                    continue
-                events.append(event := json.loads(message))
-                if event["type"] == "session.done":
-                    break
+            with contextlib.suppress(ConnectionClosedError):  # a close other than 1000: its code is read below
+                async for message in socket:  # until session.done, or the first audio of a cancelled one
+                    if isinstance(message, bytes):
+                        frames.append(message)
+                        if cancel:
+                            break  # leaving the block hangs up
+                        continue
+                    events.append(event := json.loads(message))
+                    if event["type"] == "session.done":
+                        break
         error = next((str(e["message"]) for e in events if e["type"] == "error"), None)
-        outcome: Outcome = "cancelled" if cancel else "failed" if error is not None else "completed"
-        return Spoken(outcome, b"".join(frames), error, events=events)
+        closed = socket.close_code
+        outcome: Outcome = "cancelled" if cancel else "failed" if error is not None or closed != 1000 else "completed"
+        return Spoken(outcome, b"".join(frames), error, events=events, message=error, close_code=closed)
 
 
 TRANSPORTS: tuple[Transport, ...] = (

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from litestar.exceptions import WebSocketDisconnect
 
 from auth.errors import AuthBackendError, InvalidCredentialsError, UnknownTenantError
-from auth.limits import LimitsUnavailableError, RateLimitExceededError
+from auth.limits import LimitsUnavailableError, QuotaExceededError, RateLimitExceededError
 from gateway.http.client_address import address_key
 from gateway.observability.logs import HANDSHAKE_REFUSAL_LOGGED
 from gateway.observability.refusals import RefusalSource, count_refusal
@@ -66,9 +66,11 @@ MAX_CLOSE_REASON_BYTES = 123
 logger = naming.logger("realtime")
 
 NORMAL_CLOSURE = 1000  # the session ended idle
-POLICY_VIOLATION = 1008  # bad or revoked credentials; a client too slow to take its audio, or over its socket budget
+# Bad or revoked credentials; a tenant's monthly budget spent; a client too slow to take its audio, or over its socket
+# budget: what reconnecting soon would meet again.
+POLICY_VIOLATION = 1008
 SERVICE_RESTART = 1012  # the server is shutting down: reconnect (to another replica)
-TRY_AGAIN_LATER = 1013  # over a tenant limit, or the gateway cannot admit sessions now
+TRY_AGAIN_LATER = 1013  # over a per-minute or concurrency limit, or the gateway cannot admit sessions now
 _AUTH_ERRORS = (InvalidCredentialsError, UnknownTenantError)
 
 
@@ -237,12 +239,15 @@ async def admit_session(socket: WebSocket[Any, Any, Any], principal: Principal, 
     stream, until ``held`` closes.
 
     Raises:
-        SessionRefusedError: over one of those (1013).
+        SessionRefusedError: over one of those, or the limits' storage unreachable (1013); the tenant's monthly budget
+            spent (1008: a client that reconnects on 1013 would be refused until the month ends).
     """
     state = gateway_state(socket.app)
     try:
         held.callback(state.held.take(principal.tenant.name, "sessions"))
         await state.speech.open_session(principal.tenant, held)
+    except QuotaExceededError as exc:
+        raise SessionRefusedError(exc, POLICY_VIOLATION) from None
     except (RateLimitExceededError, LimitsUnavailableError) as exc:
         raise SessionRefusedError(exc, TRY_AGAIN_LATER) from None
 

@@ -9,6 +9,8 @@ through the admin API, so that its limits, usage and cache are its alone whateve
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -16,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from engines.synthetic import voice_frequency
 from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio, dominant_frequency
 from tests.tenancy import ADMIN_TOKEN, Admin, bearer
-from tests.transports import TRANSPORTS, Spoken, Transport
+from tests.transports import TRANSPORTS, Http, Spoken, Transport
 from tests.waiting import wait_for
 
 if TYPE_CHECKING:
@@ -172,6 +176,84 @@ async def test_a_tenant_over_its_characters_is_refused_and_the_refusal_counted(
         assert int(over.headers["retry-after"]) >= 1
     assert usage(gateway, key)["rejections"] == {"characters": 1}
     assert metric(gateway, "tts_rate_limit_rejections_total", tenant=tenant, reason="characters") == 1
+
+
+# How each transport refuses what a spent monthly budget refuses: (HTTP status, close code). A request past it is
+# refused whole, and a session's segment past it as the session refuses any segment, the session going on (closed
+# normally once done; OpenAI's SDK keeps its code); a session opened once it is spent is refused as it opens: at the
+# handshake, or with 1008 (policy violation) where the socket was accepted first (the stream socket reads its first
+# message before it authenticates), never 1013 (try again later), on which clients reconnect until the month ends.
+PAST_THE_BUDGET = {
+    "http": (429, None),
+    "stream": (None, 1000),
+    "realtime": (None, None),
+    "elevenlabs": (401, None),
+    "elevenlabs-ws": (None, 1000),
+    "elevenlabs-dialogue-ws": (None, 1000),
+    "vllm-omni": (None, 1000),
+}
+ONCE_SPENT = {
+    "http": (429, None),
+    "stream": (None, 1008),
+    "realtime": (429, None),
+    "elevenlabs": (401, None),
+    "elevenlabs-ws": (401, None),
+    "elevenlabs-dialogue-ws": (401, None),
+    "vllm-omni": (None, 1008),
+}
+
+
+@by_transport
+async def test_a_spent_monthly_budget_is_refused_with_its_numbers_and_no_socket_told_to_retry(
+    gateway: GatewayProcess, admin: Admin, transport: Transport
+) -> None:
+    """Before: a session refused by a spent budget was closed with 1013, told "0 remain, this request needs 0"."""
+    _, key = new_tenant(admin, characters_per_month=60)
+    speak = functools.partial(transport.speak, gateway, key, model="tones", voice="alloy")
+    first = await speak(text="Forty characters of text fit the budget.")
+    past = await speak(text="These forty characters no longer fit it.")
+    rest = await speak(text="Twenty more fit too.")
+    spent = await speak(text="Nothing is left now.")
+
+    assert (first.outcome, rest.outcome) == ("completed", "completed"), (first, rest)
+    quota = "quota_exceeded" if transport.name.startswith("elevenlabs") else "insufficient_quota"
+    for refused in (past, spent):
+        assert (refused.outcome, refused.audio) == ("failed", b""), refused
+        assert refused.error == (refused.message if transport.name == "vllm-omni" else quota), refused  # no code
+    assert "monthly budget of 60 input characters: 20 remain, this request needs 40." in str(past.message), past
+    assert (past.status_code, past.close_code) == PAST_THE_BUDGET[transport.name], past
+    asked = "0 remain, this request needs 20" if transport.name in {"http", "elevenlabs"} else None
+    standing = asked or "is spent (60 used this month)"  # a session asks nothing as it opens
+    assert f"monthly budget of 60 input characters{':' if asked else ''} {standing}." in str(spent.message), spent
+    assert (spent.status_code, spent.close_code) == ONCE_SPENT[transport.name], spent
+    assert usage(gateway, key)["rejections"] == {"characters_per_month": 2}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/text-to-speech/alloy/stream-input",
+        "/v1/text-to-speech/alloy/multi-stream-input",
+        "/v1/text-to-dialogue/multi-stream-input",
+    ],
+)
+async def test_a_socket_accepted_for_its_first_messages_key_closes_with_1008_on_a_spent_budget(
+    gateway: GatewayProcess, admin: Admin, path: str
+) -> None:
+    """ElevenLabs' sockets, where a browser sends its key in the first message: they are accepted to read it, so a
+    spent budget closes them, as it closes the stream socket. Before: 1013 (try again later)."""
+    _, key = new_tenant(admin, characters_per_month=6)
+    assert (await Http().speak(gateway, key, model="tones", voice="alloy", text="Spent.")).outcome == "completed"
+    url = gateway.base_url.replace("http://", "ws://") + f"{path}?model_id=tones&output_format=pcm_24000"
+    async with connect(url) as socket, asyncio.timeout(10):
+        await socket.send(json.dumps({"text": " ", "xi_api_key": key}))
+        error = json.loads(await socket.recv())
+        with pytest.raises(ConnectionClosed) as closed:
+            await socket.recv()
+    assert (error["error"], error["code"]) == ("quota_exceeded", 401)
+    assert "monthly budget of 6 input characters is spent (6 used this month)." in error["message"]
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 1008
 
 
 @by_transport
