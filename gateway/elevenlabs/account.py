@@ -2,13 +2,15 @@
 ElevenLabs' error for the rest of its paths.
 
 - ``GET /v1/user/subscription`` and ``GET /v1/user``: the tenant's character budget. With a monthly budget
-  (``limits.characters_per_month``), as ElevenLabs counts it: ``character_count`` the month's characters (UTC),
-  ``character_limit`` the budget, ``next_character_count_reset_unix`` the next month's start,
-  ``character_refresh_period`` ``monthly_period``. Else its ``characters_per_minute`` limit: ``character_count`` is
-  what it spoke in the current minute, ``next_character_count_reset_unix`` when the minute's count falls. A tenant
-  with neither has ``character_limit`` 2147483647 (none) and ``character_count`` the characters it has spoken in
-  all. Its voice slots are its custom voices against ``voices.max_per_tenant``. There is no billing: ``status``
-  ``active``, nothing owed.
+  (``limits.characters_per_month`` or ``limits.audio_seconds_per_month``), as ElevenLabs counts it:
+  ``character_count`` the month's characters (UTC), ``character_limit`` the character budget (2147483647 without
+  one), ``next_character_count_reset_unix`` the next month's start, ``character_refresh_period`` ``monthly_period``.
+  ElevenLabs' subscription counts characters only: a spent audio budget shows as ``character_count`` at
+  ``character_limit``, nothing left, which is what a client checking its quota reads. Else its
+  ``characters_per_minute`` limit: ``character_count`` is what it spoke in the current minute,
+  ``next_character_count_reset_unix`` when the minute's count falls. A tenant with none has ``character_limit``
+  2147483647 (none) and ``character_count`` the characters it has spoken in all. Its voice slots are its custom
+  voices against ``voices.max_per_tenant``. There is no billing: ``status`` ``active``, nothing owed.
 - ``GET /v1/history``: empty. The gateway keeps no history of what it spoke (its cache keys audio by what was said,
   not by who asked), so it says so rather than inventing one.
 - ``GET /v1/voices/settings/default`` and ``GET /v1/voices/{voice_id}/settings``: ElevenLabs' defaults, the settings
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from litestar import Controller, HttpMethod, Request, get, route
 from litestar.di import NamedDependency, Provide
@@ -36,10 +38,13 @@ from gateway.elevenlabs.wire import DEFAULT_VOICE_SETTINGS, VoiceSettings
 from gateway.http.auth.dependencies import Caller, Router, UsageDep, VoicesDep
 from gateway.state import gateway_state
 
+if TYPE_CHECKING:
+    from auth.limits import BudgetState
+
 __all__ = ["UNSERVED_PATHS", "AccountController", "unserved_elevenlabs_route"]
 
 NO_LIMIT = 2**31 - 1
-"""``character_limit`` of a tenant without ``characters_per_minute``: ElevenLabs' field is a required integer."""
+"""``character_limit`` of a tenant without a character budget: ElevenLabs' field is a required integer."""
 
 
 class Price(BaseModel):
@@ -74,7 +79,8 @@ class Subscription(BaseModel):
     status: Literal["active"] = "active"
     billing_period: None = None
     character_refresh_period: Literal["monthly_period"] | None = None
-    """``monthly_period`` for a tenant's monthly budget; none for a per-minute limit (no period of ElevenLabs')."""
+    """``monthly_period`` for a tenant's monthly budget (characters or audio seconds); none for a per-minute limit (no
+    period of ElevenLabs')."""
     next_invoice: None = None
     open_invoices: list[Any] = []
     has_open_invoices: bool = False
@@ -113,9 +119,9 @@ async def _subscription(
     tenant = principal.tenant
     state = gateway_state(request.app)
     slots = _Slots(len(await voices.list(tenant.name)), state.settings.voices.max_per_tenant)
-    if (month_limit := tenant.limits.characters_per_month) is not None:
-        budget = await state.admission.budget(tenant)
-        return slots.subscription(budget.characters_used or 0, month_limit, budget.month.end, monthly=True)
+    budget = await state.admission.budget(tenant)
+    if budget.counted:
+        return slots.subscription(*_month_count(budget), budget.month.end, monthly=True)
     limit = tenant.limits.characters_per_minute
     if limit is None:
         spoken = asdict(await usage.get(tenant))["input_characters"]
@@ -124,6 +130,16 @@ async def _subscription(
     remaining = limit if standing.remaining_tokens is None else standing.remaining_tokens
     reset_s = standing.reset_tokens_s or 0.0
     return slots.subscription(max(limit - remaining, 0), limit, int(time.time() + reset_s))
+
+
+def _month_count(budget: BudgetState) -> tuple[int, int]:
+    """``(character_count, character_limit)`` of a month: its characters against its character budget (none:
+    :data:`NO_LIMIT`); with its audio budget spent, the count at the limit. ElevenLabs' subscription has no field for
+    audio, and a client that checks its quota (``character_limit - character_count``) must see none left, as every
+    request is refused (``quota_exceeded``) until the month's end."""
+    limit = NO_LIMIT if budget.characters_limit is None else budget.characters_limit
+    audio_spent = (budget.fraction_used("audio_seconds_per_month") or 0.0) >= 1.0
+    return (limit if audio_spent else budget.characters_used or 0), limit
 
 
 TenantSubscription: TypeAlias = NamedDependency[Subscription]

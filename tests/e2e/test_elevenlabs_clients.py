@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -23,12 +24,15 @@ from auth.keys import generate_api_key, hash_api_key
 from engines.synthetic import voice_frequency
 from harness.gateway_process import GatewayProcess
 from tests.audio_decode import DecodedAudio, decode_audio, dominant_frequency
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-KEYS = {name: generate_api_key() for name in ("acme", "beta")}
+KEYS = {name: generate_api_key() for name in ("acme", "beta", "gamma")}
 NEW_MODELS = ("eleven_v3", "eleven_v3_conversational", "eleven_v4", "eleven_v4_turbo")
+AUDIO_BUDGET = {"audio_seconds_per_month": 3}
+"""Gamma's only budget: 150 characters of the tones engine (0.02 s each)."""
 #: The premade ids clients default to, and the voice each speaks here (docs/elevenlabs.md).
 PREMADE = {"21m00Tcm4TlvDq8ikWAM": "alloy", "hpp4J3VqNfWAUOO0d1Us": "shimmer", "JBFqnCBsd6RMkjVDRZzb": "fable"}
 
@@ -46,6 +50,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
                     # The tenant's own aliases win over the configuration's and the premade table.
                     "voice_aliases": {"JBFqnCBsd6RMkjVDRZzb": "nova", "narrator": "echo"},
                 },
+                {"name": "gamma", "api_key_sha256": [hash_api_key(KEYS["gamma"])], "limits": AUDIO_BUDGET},
             ]
         },
         "voices": {"aliases": {"narrator": "sage"}},
@@ -165,6 +170,36 @@ def test_without_a_limit_the_count_is_every_character_spoken(gateway: GatewayPro
     after = client.user.subscription.get()
     assert after.character_limit == 2**31 - 1
     assert after.character_count - before == 20
+
+
+def test_a_spent_audio_budget_leaves_the_subscription_no_characters(
+    gateway: GatewayProcess, http: httpx.Client
+) -> None:
+    """ElevenLabs' subscription counts characters only: a spent audio budget shows as a count at its limit, so that a
+    client checking its quota sees none left, until the month's end (when its requests are served again)."""
+    client = elevenlabs(gateway, http, "gamma")
+    month_end = datetime.fromtimestamp(time.time(), UTC).replace(day=28) + timedelta(days=4)
+    next_month = int(datetime(month_end.year, month_end.month, 1, tzinfo=UTC).timestamp())
+    text = "An audio budget is spent by what is heard. " * 4  # 172 characters: 3.44 s of tones
+    b"".join(client.text_to_speech.convert("alloy", text=text[:60], model_id="tones", output_format="pcm_24000"))
+    before = client.user.subscription.get()
+    assert (before.character_count, before.character_limit) == (60, 2**31 - 1)
+    assert (before.character_refresh_period, before.next_character_count_reset_unix) == ("monthly_period", next_month)
+
+    b"".join(client.text_to_speech.convert("alloy", text=text, model_id="tones", output_format="pcm_24000"))
+
+    def spent() -> bool:  # the audio is counted once spoken, off the response's path
+        subscription = client.user.subscription.get()
+        return bool(subscription.character_count == subscription.character_limit)
+
+    wait_until(spent, what="the spent audio budget in the subscription")
+    after = client.user.subscription.get()
+    assert after.character_limit - after.character_count == 0 and after.status == "active"
+    assert (after.character_refresh_period, after.next_character_count_reset_unix) == ("monthly_period", next_month)
+    with pytest.raises(ApiError) as refused:
+        b"".join(client.text_to_speech.convert("alloy", text="One more.", model_id="tones"))
+    assert refused.value.status_code == 401
+    assert isinstance(refused.value.body, dict) and refused.value.body["detail"]["status"] == "quota_exceeded"
 
 
 def test_history_is_empty_and_voice_settings_are_the_defaults(gateway: GatewayProcess, http: httpx.Client) -> None:
