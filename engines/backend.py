@@ -87,6 +87,19 @@ class EngineBackend(Protocol):
         """
         ...
 
+    async def check_speaker(self, speaker: str) -> None:
+        """Refuse a custom voice's speaker (``SynthesisRequest.speaker``: the engine's speaker string, or ``seed:N``)
+        that the engine could never speak with, when the voice is made rather than on each use. Judged without loading
+        weights (``engines.registry.SPEAKER_CHECKS``); a remote engine asks an engine node, whose engine it is.
+
+        Raises:
+            InvalidSynthesisRequestError: ``param`` ``speaker``: malformed for this engine (ChatTTS: not a
+                ``spk_emb`` of its weights' size, not finite); ``param`` ``model``: the engine takes no custom voices.
+            EngineNotReadyError: a remote engine with no endpoint to ask now.
+            SynthesisFailedError: the engine node asked failed or did not answer in time.
+        """
+        ...
+
     async def speaker_from_sample(self, pcm: bytes, sample_rate: int, transcript: str) -> str:
         """The engine's speaker string for the voice of a recording (``engines.base.CloningEngine``), to be sent
         later as ``SynthesisRequest.speaker``. Nothing is kept: the caller stores the result.

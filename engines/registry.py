@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from pydantic import BaseModel
 
     from engines.base import Engine
 
-__all__ = ["ENGINE_KINDS", "PRELOAD", "create_engine", "ready_to_fork"]
+__all__ = ["ENGINE_KINDS", "PRELOAD", "SPEAKER_CHECKS", "check_speaker", "create_engine", "ready_to_fork"]
 
 #: kind -> "module:class"; the class takes its kind's options model (``engines.settings``), or the plain values it
 #: validates into one.
@@ -62,6 +62,33 @@ def ready_to_fork(kind: str, options: BaseModel) -> bool:
     target = _READY_TO_FORK.get(kind)
     if target is None:
         return True
-    module_name, function_name = target.split(":")
-    present: bool = getattr(importlib.import_module(module_name), function_name)(options)
+    present: bool = _function(target)(options)
     return present
+
+
+#: kind -> "module:function" refusing a custom voice's speaker (``SynthesisRequest.speaker``: an engine's speaker
+#: string, or ``seed:N``) that an engine of that kind, with those options, could never speak with. It judges from the
+#: options and the speaker alone, cheaply and without torch (the server asks it when a voice is made, before any
+#: worker may have loaded), and raises ``InvalidSynthesisRequestError`` naming ``speaker`` (malformed for it) or
+#: ``model`` (the kind takes no custom voices).
+SPEAKER_CHECKS: dict[str, str] = {
+    "chattts": "engines.chattts.speaker_strings:check_speaker",
+    "espeak": "engines.espeak.engine:check_speaker",
+    "synthetic": "engines.synthetic:check_speaker",
+}
+
+
+def check_speaker(kind: str, options: BaseModel, speaker: str) -> None:
+    """Refuse ``speaker`` for an engine of ``kind`` with ``options`` (see :data:`SPEAKER_CHECKS`). Called in the
+    server.
+
+    Raises:
+        InvalidSynthesisRequestError: the engine could not speak with it (``param`` ``speaker`` or ``model``).
+    """
+    _function(SPEAKER_CHECKS[kind])(options, speaker)
+
+
+def _function(target: str) -> Callable[..., Any]:
+    module_name, function_name = target.split(":")
+    function: Callable[..., Any] = getattr(importlib.import_module(module_name), function_name)
+    return function

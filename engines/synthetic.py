@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from engines.base import CancelToken, SynthesisRequest
 
-__all__ = ["SyntheticEngine", "SyntheticOptions", "voice_frequency"]
+__all__ = ["SyntheticEngine", "SyntheticOptions", "check_speaker", "voice_frequency"]
 
 _DIRECTIVE = re.compile(r"#(fail-after|hang-after|crash-after|fail)(?:=(\d+))?")  # longest first
 _AMPLITUDE = 0.3 * 32767
@@ -81,6 +81,22 @@ def voice_frequency(voice: str, speaker: str | None = None) -> float:
     return 200.0 + 40.0 * OPENAI_VOICES.index(voice)
 
 
+def check_speaker(options: SyntheticOptions, speaker: str) -> None:
+    """What the server asks when a custom voice is made for this engine (``engines/registry.py``): any printable text
+    is a speaker (its tone comes from its hash).
+
+    Raises:
+        InvalidSynthesisRequestError: a speaker that is not printable text, naming ``speaker``.
+    """
+    del options  # every speaker is judged alike
+    _check_printable(speaker, param="speaker")
+
+
+def _check_printable(speaker: str, *, param: str) -> None:
+    if not speaker.isprintable():
+        raise InvalidSynthesisRequestError("a custom speaker must be printable text", param=param)
+
+
 class SyntheticEngine:
     """Tones whose pitch encodes the voice and whose length encodes the text."""
 
@@ -116,8 +132,8 @@ class SyntheticEngine:
     ) -> Generator[npt.NDArray[np.int16], None, None]:
         if request.speaker is None and request.voice not in OPENAI_VOICES:
             raise InvalidSynthesisRequestError(f"unknown voice {request.voice!r}", param="voice")
-        if request.speaker is not None and not request.speaker.isprintable():
-            raise InvalidSynthesisRequestError("a custom speaker must be printable text", param="voice")
+        if request.speaker is not None:
+            _check_printable(request.speaker, param="voice")
         faults = dict(_parse_directives(request.text))
         if "fail" in faults:
             raise RuntimeError("injected failure before the first chunk")

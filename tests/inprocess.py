@@ -19,7 +19,7 @@ import numpy as np
 
 from engines.base import CancelFlag, EngineUnavailableError, InvalidSynthesisRequestError, cannot_clone_error
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
-from engines.registry import create_engine
+from engines.registry import check_speaker, create_engine
 from engines.samples import speaker_from_sample
 from engines.settings import RemoteEngineSettings
 from engines.status import PoolStatus
@@ -150,6 +150,10 @@ class ThreadBackend:
             await asyncio.to_thread(thread.join)
             self._active -= 1
             self.served += 1
+
+    async def check_speaker(self, speaker: str) -> None:
+        """As a pool checks it: from the settings, whether the engine has loaded or not."""
+        check_speaker(self.settings.kind, self.settings.options, speaker)
 
     async def speaker_from_sample(self, pcm: bytes, sample_rate: int, transcript: str) -> str:
         """The engine's own method in a thread (no slot taken, as in a worker pool)."""

@@ -26,12 +26,16 @@ if TYPE_CHECKING:
 
     from engines.base import CancelToken, SynthesisRequest
 
-__all__ = ["EspeakEngine"]
+__all__ = ["EspeakEngine", "check_speaker"]
 
 _QUEUED_AUDIO_MS: Final = 10_000
 """How far espeak may run ahead of a slow consumer before it pauses."""
 _ESPEAK_LANGUAGES: Final = {"zh": "cmn"}
 """ISO 639-1 codes whose espeak-ng voice has another name (Mandarin is ``cmn``)."""
+_NO_CUSTOM_VOICES: Final = (
+    "espeak-ng takes no custom voices: a formant synthesizer has no speaker to embed or to draw from a seed; speak "
+    "with one of its built-in voices"
+)
 _RATE_NORMAL_WPM: Final = 175
 _RATE_MIN_WPM: Final = 80
 """espeak renders anything slower at 80 words per minute."""
@@ -119,7 +123,7 @@ class EspeakEngine:
                 f"unknown voice {request.voice!r}; espeak offers {', '.join(self._voices)}", param="voice"
             )
         if request.speaker is not None:
-            raise InvalidSynthesisRequestError("espeak does not support custom voices", param="voice")
+            raise InvalidSynthesisRequestError(_NO_CUSTOM_VOICES, param="voice")
         return SpeechParameters(self._espeak_name(voice, request.language), _rate_wpm(request.speed), voice.pitch)
 
     def _espeak_name(self, voice: EspeakVoice, language: str | None) -> str:
@@ -161,3 +165,13 @@ def _rate_wpm(speed: float) -> int:
 def _voice_info(voice: EspeakVoice) -> VoiceInfo:
     labels = (("gender", voice.gender), ("accent", voice.accent), ("language", "en"))
     return VoiceInfo(voice.id, f"{voice.description}; espeak-ng {voice.espeak_name}, pitch {voice.pitch}", labels)
+
+
+def check_speaker(options: EspeakOptions, speaker: str) -> None:
+    """What the server asks when a custom voice is made for espeak-ng (``engines/registry.py``): it never can be.
+
+    Raises:
+        InvalidSynthesisRequestError: always, naming ``model``.
+    """
+    del options, speaker  # no speaker of any kind: the engine refuses every one when it speaks
+    raise InvalidSynthesisRequestError(_NO_CUSTOM_VOICES, param="model")

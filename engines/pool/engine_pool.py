@@ -29,7 +29,7 @@ from engines.messages import (
     WorkerReady,
 )
 from engines.pipe import read_message
-from engines.registry import ready_to_fork
+from engines.registry import check_speaker, ready_to_fork
 from engines.samples import check_sample
 from engines.scheduling import SlotScheduler, expected_speech_s
 from engines.status import PoolStatus
@@ -222,6 +222,10 @@ class EnginePool:
             if not job.ended and job.cancelled_at is None:
                 job.cancelled_at = time.monotonic()
                 worker.send(CancelJob(job.id))
+
+    async def check_speaker(self, speaker: str) -> None:
+        """See :meth:`~engines.backend.EngineBackend.check_speaker`: from the settings, in the server's process."""
+        check_speaker(self.settings.kind, self.settings.options, speaker)
 
     async def speaker_from_sample(self, pcm: bytes, sample_rate: int, transcript: str) -> str:
         """Encode a voice sample on the ready worker with the fewest samples waiting; see

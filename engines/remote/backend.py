@@ -39,6 +39,7 @@ from engines.remote.context import (
     NORMALIZE_TEXT_FIELD,
     SAMPLE_ROUTE,
     SEED_FIELD,
+    SPEAKER_CHECK_ROUTE,
     SPEAKER_FIELD,
     context_headers,
     is_engine_node,
@@ -52,7 +53,7 @@ from engines.status import PoolStatus
 from lifecycle import cancel_and_wait, naming
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Awaitable
 
     from engines.base import SynthesisRequest
     from engines.remote.context import TenantContext
@@ -239,15 +240,12 @@ class RemoteEngine:
             headers |= context_headers(context)
         body = self._body(request, continuing=continuing and endpoint.engine_node, engine_node=endpoint.engine_node)
         upstream = self._client.build_request("POST", url, json=body, headers=headers, extensions=extensions)
-        try:
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                response = await self._client.send(upstream, stream=True)
-        except TimeoutError:
-            raise attempt.failed(f"no answer within {self._options.first_byte_timeout_s:g} s") from None
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise attempt.failed(describe_error(exc), unreachable=True) from exc
-        except httpx.HTTPError as exc:
-            raise attempt.failed(describe_error(exc)) from exc
+        response = await _answer(
+            attempt,
+            self._client.send(upstream, stream=True),
+            max(0.0, deadline - time.monotonic()),
+            late=f"no answer within {self._options.first_byte_timeout_s:g} s",
+        )
         if response.status_code != httpx.codes.OK:
             await self._refuse(response, attempt)
         return response
@@ -299,79 +297,86 @@ class RemoteEngine:
             body[NORMALIZE_TEXT_FIELD] = False
         return body
 
-    # ----------------------------------------------------------------- voice samples
+    # ----------------------------------------------------------------- voice samples and speakers
     async def speaker_from_sample(self, pcm: bytes, sample_rate: int, transcript: str) -> str:
         """Ask an engine node to make the speaker of a sample (``POST SAMPLE_ROUTE``); see
         :meth:`~engines.backend.EngineBackend.speaker_from_sample`. Outside the scheduler's slots, as in a pool; the
         answer counts in the endpoint's breaker, and must come within ``first_byte_timeout_s``."""
-        endpoint = self._sample_endpoint()
+        not_a_node = InvalidSynthesisRequestError(
+            f"Model '{self.name}' cannot make a voice from an audio sample: its upstream is not a chattts-gateway "
+            "engine node.",
+            param="audio_sample",
+        )
+        endpoint = self._node_endpoint(not_a_node)
         check_sample(pcm, sample_rate, transcript)
-        endpoint.breaker.allow()  # a half-open breaker counts the trial now (_sample_endpoint asked would_allow)
-        attempt = Attempt(endpoint)
-        try:
-            response = await self._post_sample(endpoint, attempt, pcm, sample_rate, transcript)
-            if response.status_code != httpx.codes.OK:
-                await self._refuse(response, attempt)
-            speaker = speaker_of(response)
-            if speaker is None:
-                raise attempt.failed("its answer to a voice sample names no speaker")
-            attempt.succeeded()
-            return speaker
-        finally:
-            attempt.settle()
-
-    def _sample_endpoint(self) -> EndpointAddress:
-        """The usable engine node with the fewest requests in flight.
-
-        Raises:
-            EngineNotReadyError: no endpoint can take it now.
-            InvalidSynthesisRequestError: an upstream that is not an engine node: a voice made there could not be
-                spoken on it (it is never sent speakers), and it has no route to make one.
-        """
-        usable = [endpoint for endpoint in self._endpoints.all() if endpoint.usable]
-        if not usable:
-            raise EngineNotReadyError(self.name, "probing its endpoints" if not self._probed else "no usable endpoint")
-        if not all(endpoint.engine_node for endpoint in usable):
-            raise InvalidSynthesisRequestError(
-                f"Model '{self.name}' cannot make a voice from an audio sample: its upstream is not a chattts-gateway "
-                "engine node.",
-                param="audio_sample",
-            )
-        allowed = [endpoint for endpoint in usable if endpoint.breaker.would_allow()]
-        if not allowed:
-            raise EngineNotReadyError(self.name, self._unavailable_reason(usable))
-        return min(allowed, key=lambda endpoint: endpoint.in_flight)
-
-    async def _post_sample(
-        self, endpoint: EndpointAddress, attempt: Attempt, pcm: bytes, sample_rate: int, transcript: str
-    ) -> httpx.Response:
-        assert self._client is not None
-        url, headers, extensions = endpoint.target(endpoint.api_path(SAMPLE_ROUTE))
         body = {
             "model": self._options.model,
             "transcript": transcript,
             "sample_rate": sample_rate,
             "pcm": base64.b64encode(pcm).decode("ascii"),
         }
+        async with self._asking(endpoint, SAMPLE_ROUTE, body, "a voice sample") as (response, attempt):
+            if response.status_code != httpx.codes.OK:
+                await self._refuse(response, attempt)
+            speaker = speaker_of(response)
+            if speaker is None:
+                raise attempt.failed("its answer to a voice sample names no speaker")
+        return speaker
+
+    async def check_speaker(self, speaker: str) -> None:
+        """Ask an engine node whether its engine could speak with ``speaker`` (``POST SPEAKER_CHECK_ROUTE``): only
+        the node knows its engine and weights. See :meth:`~engines.backend.EngineBackend.check_speaker`. Another
+        server is never sent a speaker, so a voice for one is refused at once (``param`` ``model``); a node of an
+        older version, without the route (404), lets the speaker through, and judges it when it speaks."""
+        endpoint = self._node_endpoint(self._no_custom_voices(param="model"))
+        body = {"model": self._options.model, "speaker": speaker}
+        async with self._asking(endpoint, SPEAKER_CHECK_ROUTE, body, "a speaker check") as (response, attempt):
+            if response.status_code not in {httpx.codes.NO_CONTENT, httpx.codes.NOT_FOUND}:
+                await self._refuse(response, attempt)
+
+    def _node_endpoint(self, not_a_node: InvalidSynthesisRequestError) -> EndpointAddress:
+        """The usable engine node with the fewest requests in flight, to ask about a voice.
+
+        Raises:
+            EngineNotReadyError: no endpoint can take it now.
+            InvalidSynthesisRequestError: ``not_a_node``, when an upstream is not an engine node: a voice made there
+                could not be spoken on it (it is never sent speakers), and it has no route to ask.
+        """
+        usable = [endpoint for endpoint in self._endpoints.all() if endpoint.usable]
+        if not usable:
+            raise EngineNotReadyError(self.name, "probing its endpoints" if not self._probed else "no usable endpoint")
+        if not all(endpoint.engine_node for endpoint in usable):
+            raise not_a_node
+        allowed = [endpoint for endpoint in usable if endpoint.breaker.would_allow()]
+        if not allowed:
+            raise EngineNotReadyError(self.name, self._unavailable_reason(usable))
+        return min(allowed, key=lambda endpoint: endpoint.in_flight)
+
+    @asynccontextmanager
+    async def _asking(
+        self, endpoint: EndpointAddress, route: str, body: dict[str, Any], what: str
+    ) -> AsyncIterator[tuple[httpx.Response, Attempt]]:
+        """POST ``body`` to an engine node's ``route`` (under its API base) within ``first_byte_timeout_s``, the
+        answer counting in the endpoint's breaker: a success unless the block raised the attempt's failure."""
+        assert self._client is not None
+        endpoint.breaker.allow()  # a half-open breaker counts the trial now (_node_endpoint asked would_allow)
+        attempt = Attempt(endpoint)
+        url, headers, extensions = endpoint.target(endpoint.api_path(route))
         timeout = self._options.first_byte_timeout_s
         try:
-            async with asyncio.timeout(timeout):
-                return await self._client.post(
-                    url, json=body, headers=headers | self._auth_headers(), extensions=extensions
-                )
-        except TimeoutError:
-            raise attempt.failed(f"no answer to a voice sample within {timeout:g} s") from None
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise attempt.failed(describe_error(exc), unreachable=True) from exc
-        except httpx.HTTPError as exc:
-            raise attempt.failed(describe_error(exc)) from exc
+            sent = self._client.post(url, json=body, headers=headers | self._auth_headers(), extensions=extensions)
+            response = await _answer(attempt, sent, timeout, late=f"no answer to {what} within {timeout:g} s")
+            yield response, attempt
+            attempt.succeeded()
+        finally:
+            attempt.settle()
 
-    def _no_custom_voices(self) -> InvalidSynthesisRequestError:
+    def _no_custom_voices(self, param: str = "voice") -> InvalidSynthesisRequestError:
         return InvalidSynthesisRequestError(
             f"Custom voices are not available for model '{self.name}': its upstream is not a chattts-gateway engine "
             "node (no X-TTS-Engine-Node header in its /readyz answer), and only an engine node is sent a custom "
             "voice's speaker.",
-            param="voice",
+            param=param,
         )
 
     def _auth_headers(self) -> dict[str, str]:
@@ -457,3 +462,17 @@ def _engine_info(name: str, settings: RemoteEngineSettings) -> EngineInfo:
         details={"upstream": "openai", "model": options.model, "endpoints": str(len(options.endpoints))},
         remote=True,
     )
+
+
+async def _answer(attempt: Attempt, sent: Awaitable[httpx.Response], timeout_s: float, *, late: str) -> httpx.Response:
+    """The upstream's answer to ``sent`` within ``timeout_s``; no answer (``late`` says so), a connection refused or
+    broken is the attempt's failure, counted in its endpoint's breaker."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await sent
+    except TimeoutError:
+        raise attempt.failed(late) from None
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise attempt.failed(describe_error(exc), unreachable=True) from exc
+    except httpx.HTTPError as exc:
+        raise attempt.failed(describe_error(exc)) from exc

@@ -22,7 +22,11 @@ places the words itself, from the audio.
 An engine node also makes voices from samples for its fronts, on a route of its own (``POST /v1`` +
 :data:`SAMPLE_ROUTE`, ``gateway/node/samples.py``): a JSON body ``{"model", "transcript", "sample_rate", "pcm"}``
 (``pcm``: base64 of mono int16 little-endian samples) answered ``{"speaker": "..."}``. It keeps nothing; the front
-stores the speaker and sends it back in ``x_tts_speaker`` with each request for that voice.
+stores the speaker and sends it back in ``x_tts_speaker`` with each request for that voice. When a tenant makes a voice
+from a speaker string or a seed, the front asks a node whether its engine could speak with it
+(:data:`SPEAKER_CHECK_ROUTE`: ``{"model", "speaker"}``, answered 204, or OpenAI's 400 naming ``speaker`` or ``model``);
+a node of an older version answers 404, and the front then lets the speaker through (the node judges it when it
+speaks).
 
 An engine node answers with ``X-TTS-Engine-Node: 1``, the version of this extension it speaks; the front reads it
 from the node's ``/readyz`` probe and sends the context and speakers only to endpoints that gave it, so that another
@@ -58,6 +62,7 @@ __all__ = [
     "PRIORITY_HEADER",
     "SAMPLE_ROUTE",
     "SEED_FIELD",
+    "SPEAKER_CHECK_ROUTE",
     "SPEAKER_FIELD",
     "TENANT_HEADER",
     "TIMESTAMPS_HEADER",
@@ -77,6 +82,8 @@ PRIORITY_HEADER = "x-tts-tenant-priority"
 MAX_QUEUED_HEADER = "x-tts-tenant-max-queued"
 SAMPLE_ROUTE = "/engine/speaker_from_sample"
 """An engine node's route for voice samples, under its API base (``/v1``)."""
+SPEAKER_CHECK_ROUTE = "/engine/check_speaker"
+"""An engine node's route that checks a custom voice's speaker against its engine, under its API base (``/v1``)."""
 ENGINE_NODE_HEADER = "x-tts-engine-node"
 SPEAKER_FIELD = "x_tts_speaker"
 CONTINUING_FIELD = "x_tts_continuing"

@@ -289,6 +289,9 @@ async def _voice_from_json(
     engine = _engine_of(router, principal, data.model, by_alias=False)
     await _check_name_free(voices, principal.tenant.name, data.name)
     speaker = data.speaker if data.speaker is not None else f"{SEED_SPEAKER_PREFIX}{data.seed}"
+    # A speaker the engine could never speak with is refused now (400 naming `speaker`, or `model` for an engine that
+    # takes no custom voices), not stored to fail on every later use.
+    await engine.check_speaker(speaker)
     return new_voice(principal.tenant.name, data.name, engine.name, speaker)
 
 

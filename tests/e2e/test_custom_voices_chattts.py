@@ -1,6 +1,7 @@
 """A custom voice from a recording on ChatTTS, end to end: a real gateway whose ``chattts`` engine loads the project's
 tiny random-weight assets, so the speaker prompt is the real DVAE's output; the official OpenAI SDK; espeak's speech
-as the recordings (made with PyAV into mp3 and wav, as a caller would upload them)."""
+as the recordings (made with PyAV into mp3 and wav, as a caller would upload them). Then voices from a speaker string
+or a seed (the gateway's JSON form), written by ChatTTS's own encoder: checked against the engine when made."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import numpy as np
 import openai
 import pytest
+import torch
+from ChatTTS.model.speaker import Speaker
+from openai.types.audio.voice import Voice
 from websockets.sync.client import connect
 
 from harness.gateway_process import GatewayProcess
@@ -24,6 +29,7 @@ if TYPE_CHECKING:
 SEGMENT_S = (TEST_TOKENS * 512 - 256) / 24000  # one sentence is exactly TEST_TOKENS tokens here
 CONSENT_PHRASE = "I am the owner of this voice and I consent to its use for synthetic speech."
 SAMPLE_TEXT = "The quick brown fox jumps over the lazy dog, again and again, all day long."
+TINY_DIM = 32  # the tiny preset's speaker embedding: its hidden size (engines/chattts/assets.py)
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +144,63 @@ def test_the_measured_batch_size_is_shown_with_the_model(client: openai.OpenAI, 
     assert int(chosen) in (1, 2, 4, 8, 16)
     listed = {entry.id: entry.model_extra for entry in client.models.list()}
     assert listed["chattts"] == model.model_extra
+
+
+# ------------------------------------------------------------------ voices from a speaker string or a seed
+def spk_emb(values: list[float]) -> str:
+    """A speaker embedding as ChatTTS writes one (``Chat.sample_random_speaker``)."""
+    encoded: str = Speaker._encode(torch.tensor(values, dtype=torch.float16))
+    return encoded
+
+
+def json_voice(client: openai.OpenAI, **body: Any) -> Voice:
+    """The gateway's JSON form of ``POST /v1/audio/voices`` (the SDK's ``create`` sends OpenAI's form), sent through
+    the SDK's own request path, so that its errors are the SDK's."""
+    return client.post("/audio/voices", body=body, cast_to=Voice)
+
+
+BAD_VOICES = {
+    "garbage": ({"model": "chattts", "speaker": "not a speaker"}, "speaker", "not a valid spk_emb string"),
+    "published-size": (
+        {"model": "chattts", "speaker": spk_emb([0.5] * 768)},
+        "speaker",
+        "has 768 values; these weights need 32",
+    ),
+    "nan": ({"model": "chattts", "speaker": spk_emb([float("nan")] * TINY_DIM)}, "speaker", "not finite"),
+    "cut-short": ({"model": "chattts", "speaker": spk_emb([0.5] * TINY_DIM)[:-2]}, "speaker", "cut short"),
+    "seed-word": ({"model": "chattts", "speaker": "seed:seven"}, "speaker", "integer"),
+    "espeak-seed": ({"model": "espeak", "seed": 7}, "model", "espeak-ng takes no custom voices"),
+    "espeak-speaker": ({"model": "espeak", "speaker": spk_emb([0.5] * TINY_DIM)}, "model", "no custom voices"),
+}
+
+
+@pytest.mark.parametrize(("body", "param", "message"), BAD_VOICES.values(), ids=BAD_VOICES.keys())
+def test_a_voice_its_engine_could_never_speak_is_refused_when_made(
+    client: openai.OpenAI, gateway: GatewayProcess, body: dict[str, Any], param: str, message: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        json_voice(client, name="unspeakable", **body)
+    assert refused.value.status_code == 400
+    error = refused.value.response.json()["error"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", param, "invalid_value")
+    assert message in error["message"]
+    listed = httpx.get(f"{gateway.base_url}/v1/audio/voices", timeout=10).json()["data"]
+    assert "unspeakable" not in [voice["name"] for voice in listed]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [{"speaker": spk_emb(np.random.default_rng(3).normal(0.0, 1.0, TINY_DIM).tolist())}, {"seed": 7}],
+    ids=["spk_emb", "seed"],
+)
+def test_a_chattts_voice_from_a_speaker_or_a_seed_is_made_and_speaks(
+    client: openai.OpenAI, source: dict[str, Any]
+) -> None:
+    voice = json_voice(client, name=f"own-{next(iter(source))}", model="chattts", **source)
+    assert (voice.object, voice.type) == ("audio.voice", next(iter(source)))
+    text = "Hello from a voice of my own."
+    for fmt in ("wav", "mp3"):  # soundfile and PyAV decode them
+        spoken = client.audio.speech.create(model="chattts", voice={"id": voice.id}, input=text, response_format=fmt)
+        audio = decode_audio(spoken.read(), fmt)
+        assert audio.duration == pytest.approx(SEGMENT_S, abs=0.1), fmt
+        assert audio.rms > 0.001, fmt

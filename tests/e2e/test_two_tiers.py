@@ -295,20 +295,26 @@ def test_an_upstream_that_is_no_engine_node_refuses_custom_voices_and_learns_no_
     upstream: OpenAILike,
 ) -> None:
     front = tiers.fronts[0]
-    create_voice(front, "elsewhere", model="openai-like", speaker="seed:9")  # creating one works; speaking: no
-    body = {"model": "openai-like", "input": "Hello there.", "voice": "elsewhere", "response_format": "pcm"}
-    refused = httpx.post(f"{front.base_url}/v1/audio/speech", headers=auth("acme"), json=body, timeout=10)
-    built_in = httpx.post(
-        f"{front.base_url}/v1/audio/speech", headers=auth("acme"), json=body | {"voice": "alloy"}, timeout=10
-    )
+    voice = {"name": "elsewhere", "model": "openai-like", "speaker": "seed:9"}
+    refused = httpx.post(f"{front.base_url}/v1/audio/voices", headers=auth("acme"), json=voice, timeout=10)
+    body = {"model": "openai-like", "input": "Hello there.", "voice": "alloy", "response_format": "pcm"}
+    built_in = httpx.post(f"{front.base_url}/v1/audio/speech", headers=auth("acme"), json=body, timeout=10)
 
-    assert refused.status_code == 400
-    assert refused.json()["error"]["param"] == "voice"
+    assert refused.status_code == 400  # when made, not on every later use
+    assert refused.json()["error"]["param"] == "model"
     assert "not a chattts-gateway engine node" in refused.json()["error"]["message"]
     assert built_in.status_code == 200
     assert len(upstream.seen) == 1
     assert not [header for header in upstream.seen[0]["headers"] if header.startswith("x-tts")]
     assert "acme" not in json.dumps(upstream.seen[0])
+
+
+def test_a_front_refuses_a_speaker_its_nodes_engine_cannot_use(tiers: Tiers) -> None:
+    voice = {"name": "unprintable", "model": "tones", "speaker": "bell\x07"}
+    refused = httpx.post(f"{tiers.fronts[0].base_url}/v1/audio/voices", headers=auth("acme"), json=voice, timeout=10)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == "speaker"
+    assert "printable" in refused.json()["error"]["message"]  # the node's synthetic engine said so
 
 
 # ----------------------------------------------------------------------------------------------------------------

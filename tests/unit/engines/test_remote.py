@@ -537,6 +537,63 @@ async def test_a_sample_no_engine_can_use_is_refused_before_it_is_sent(upstreams
     assert upstream.requests == []
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# custom voices' speakers, checked when a voice is made
+
+
+async def test_an_engine_node_is_asked_about_a_speaker(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(status=204, engine_node=True)
+    engine = await engines([upstream.url], model="chattts")
+    await wait_for(lambda: engine.status().state == "ready")
+
+    await engine.check_speaker("seed:7")
+
+    sent = upstream.requests[-1]
+    assert sent["path"] == "/v1/engine/check_speaker"
+    assert sent["headers"]["authorization"] == f"Bearer {TOKEN}"
+    assert sent["json"] == {"model": "chattts", "speaker": "seed:7"}
+    assert engine.status().endpoints[0].in_flight == 0
+
+
+async def test_a_nodes_refusal_of_a_speaker_is_the_clients_400(upstreams: Any, engines: Any) -> None:
+    message = "the ChatTTS speaker embedding has 5 values; these weights need 768"
+    body = json.dumps({"error": {"message": message, "param": "speaker"}}).encode()
+    upstream = await upstreams(status=400, body=body, engine_node=True)
+    engine = await engines([upstream.url], breaker={"failures": 1})
+    await wait_for(lambda: engine.status().state == "ready")
+    with pytest.raises(InvalidSynthesisRequestError, match="5 values") as refused:
+        await engine.check_speaker("garbage")
+    assert refused.value.param == "speaker"
+    assert engine.status().endpoints[0].breaker == "closed"
+
+
+async def test_a_node_without_the_check_lets_the_speaker_through(upstreams: Any, engines: Any) -> None:
+    upstream = await upstreams(status=404, body=b'{"error": {"message": "Not Found"}}', engine_node=True)
+    engine = await engines([upstream.url], breaker={"failures": 1})
+    await wait_for(lambda: engine.status().state == "ready")
+    await engine.check_speaker("seed:7")  # an older node: it judges the speaker when it speaks
+    assert engine.status().endpoints[0].breaker == "closed"
+
+
+@pytest.mark.parametrize("has_readyz", [True, False], ids=["readyz-without-marker", "openai-like"])
+async def test_a_voice_for_another_server_is_refused_naming_the_model(
+    upstreams: Any, engines: Any, has_readyz: bool
+) -> None:
+    upstream = await upstreams(status=204, has_readyz=has_readyz)
+    engine = await engines([upstream.url])
+    await wait_for(lambda: engine.status().state == "ready")
+    with pytest.raises(InvalidSynthesisRequestError, match="not a chattts-gateway engine node") as refused:
+        await engine.check_speaker("seed:7")
+    assert refused.value.param == "model"
+    assert upstream.requests == []
+
+
+async def test_a_speaker_before_any_endpoint_answers_is_not_ready(engines: Any) -> None:
+    engine = await engines(["http://127.0.0.1:9/v1"], settle=False)
+    with pytest.raises(EngineNotReadyError):
+        await engine.check_speaker("seed:7")
+
+
 async def test_a_server_without_readyz_is_probed_at_its_models(upstreams: Any, engines: Any) -> None:
     upstream = await upstreams(has_readyz=False)
     engine = await engines([upstream.url])

@@ -14,6 +14,7 @@ from litestar.testing import AsyncTestClient
 from gateway.app import openapi_document
 from harness.recordings import recording
 from tests.inprocess import in_process_app
+from tests.openai_errors import assert_openai_error
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -96,6 +97,26 @@ async def test_a_form_field_that_is_not_utf8_is_a_400(gateway: AsyncTestClient[L
         "/v1/audio/voice_consents", content=body, headers={"content-type": f"multipart/form-data; boundary={boundary}"}
     )
     assert refused.status_code == 400, refused.text
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "espeak", "seed": 7}, "model"),
+        ({"model": "espeak", "speaker": "seed:7"}, "model"),
+        ({"model": "tones", "speaker": "bell\x07"}, "speaker"),
+    ],
+    ids=["espeak-seed", "espeak-speaker", "unprintable"],
+)
+async def test_a_voice_its_engine_could_never_speak_is_refused_when_made(body: dict[str, Any], param: str) -> None:
+    engines = {"espeak": {"kind": "espeak"}, "tones": {"kind": "synthetic"}}
+    async with AsyncTestClient(app=in_process_app({"engines": engines, "aliases": {}})) as client:
+        refused = await client.post("/v1/audio/voices", json={"name": "mine", **body})
+        assert_openai_error(refused, 400, param)
+        listed = (await client.get("/v1/audio/voices")).json()["data"]
+        assert not [voice for voice in listed if voice["custom"]]
+        made = await client.post("/v1/audio/voices", json={"name": "mine", "model": "tones", "seed": 7})
+        assert made.status_code == 201, made.text  # the name is free: nothing was kept
 
 
 async def test_an_engine_node_keeps_no_consents() -> None:

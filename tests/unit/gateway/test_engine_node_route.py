@@ -1,5 +1,5 @@
-"""``POST /v1/engine/speaker_from_sample`` in process: the real app of an engine node and of a front gateway, engines in
-threads (``tests/inprocess.py``)."""
+"""``POST /v1/engine/speaker_from_sample`` and ``POST /v1/engine/check_speaker`` in process: the real app of an engine
+node and of a front gateway, engines in threads (``tests/inprocess.py``)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,11 @@ ENGINES: dict[str, Any] = {
     "espeak": None,
     "tones": {"kind": "synthetic"},
     "mute": {"kind": "synthetic", "options": {"clones_voices": False}},
+    "robot": {"kind": "espeak"},
 }
 NODE: dict[str, Any] = {"server": {"profile": "engine"}, "auth": {"service_token": SERVICE_TOKEN}, "engines": ENGINES}
 PATH = "/v1/engine/speaker_from_sample"
+CHECK_PATH = "/v1/engine/check_speaker"
 PCM = bytes(range(256)) * 40
 AUTH = {"Authorization": f"Bearer {SERVICE_TOKEN}"}
 
@@ -91,3 +93,17 @@ async def test_a_front_gateway_has_no_such_route() -> None:
     async with AsyncTestClient(app=in_process_app({"engines": ENGINES})) as front:
         answer = await front.post(PATH, json=body())
         assert answer.status_code == 404
+
+
+async def test_a_node_checks_a_speaker_against_its_engine(node: AsyncTestClient[Litestar]) -> None:
+    fits = await node.post(CHECK_PATH, json={"model": "tones", "speaker": "seed:7"}, headers=AUTH)
+    assert fits.status_code == 204, fits.text
+    for speaker_body, param in (
+        ({"model": "tones", "speaker": "bell\x07"}, "speaker"),
+        ({"model": "robot", "speaker": "seed:7"}, "model"),
+    ):
+        refused = await node.post(CHECK_PATH, json=speaker_body, headers=AUTH)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == param
+    assert (await node.post(CHECK_PATH, json={"model": "tones", "speaker": "seed:7"})).status_code == 401
+    assert (await node.post(CHECK_PATH, json={"model": "nope", "speaker": "seed:7"}, headers=AUTH)).status_code == 404
