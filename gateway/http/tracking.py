@@ -2,7 +2,8 @@
 
 The access log line is written when the response has been sent completely (for a stream: after its last chunk), so
 it can carry what only the end knows: audio seconds produced, time to first audio byte, the final status. The same
-middleware counts the request in the HTTP metrics (``gateway/observability/http_metrics.py``).
+middleware counts the request in the HTTP metrics (``gateway/observability/http_metrics.py``), and a WebSocket there
+and in its span by how its handshake was answered: a refusal by the HTTP status the client got.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from litestar import Request
 from litestar.enums import ScopeType
+from litestar.status_codes import HTTP_101_SWITCHING_PROTOCOLS, HTTP_403_FORBIDDEN, HTTP_500_INTERNAL_SERVER_ERROR
 
 from gateway.http.errors import ResponseTruncatedError, error_response
 from gateway.http.request_record import RECORD_KEY, RequestRecord
@@ -138,12 +140,47 @@ def _is_truncation(exc: BaseException | None) -> bool:
 async def _measured(  # noqa: PLR0917 - one socket's parts
     app: ASGIApp, scope: Scope, receive: Receive, send: Send, span: Span | None, request_trace: RequestTrace
 ) -> None:
+    handshake = _HandshakeSend(send, span)
     try:
-        await app(scope, receive, send)
+        await app(scope, receive, handshake.send)
     finally:
+        status = handshake.status or HTTP_500_INTERNAL_SERVER_ERROR  # unanswered: uvicorn answers 500
         if span is not None:
-            span.end(200)  # as Litestar's middleware counts a WebSocket: no HTTP status, no response body
-        request_trace.end(101)
+            # An accepted socket as Litestar's middleware counts one (200: what it ends with is no HTTP status); a
+            # refused handshake by the status the client got, so that refusals show by route and status.
+            span.end(200 if status == HTTP_101_SWITCHING_PROTOCOLS else status)
+        request_trace.end(status)
+
+
+class _HandshakeSend:
+    """One socket's ``send``: notes the HTTP status its handshake was answered with, and when a refusal was sent."""
+
+    __slots__ = ("_send", "_span", "status")
+
+    def __init__(self, send: Send, span: Span | None) -> None:
+        self._send = send
+        self._span = span
+        self.status: int | None = None
+
+    async def send(self, message: Message) -> None:
+        if self.status is None:
+            self._note_answer(message)
+        elif message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
+            self._body_sent()
+        await self._send(message)
+
+    def _note_answer(self, message: Message) -> None:
+        if message["type"] == "websocket.accept":
+            self.status = HTTP_101_SWITCHING_PROTOCOLS
+        elif message["type"] == "websocket.close":  # closed before it was accepted: the server answers 403
+            self.status = HTTP_403_FORBIDDEN
+            self._body_sent()
+        elif message["type"] == "websocket.http.response.start":  # refused with an HTTP answer (a denial response)
+            self.status = message["status"]
+
+    def _body_sent(self) -> None:
+        if self._span is not None:
+            self._span.body_sent()
 
 
 class _TrackedSend:

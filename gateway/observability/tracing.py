@@ -15,8 +15,9 @@ import secrets
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from opentelemetry import context, trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -60,8 +61,14 @@ class RequestTrace:
         self.trace_id = format(span.get_span_context().trace_id, "032x")
 
     def end(self, status: int) -> None:
+        """End the request's span with the HTTP status its client got (a WebSocket's: 101, or its refusal's)."""
         if self._span.is_recording():
             self._span.set_attribute("http.response.status_code", status)
+            if status >= HTTP_500_INTERNAL_SERVER_ERROR:
+                # OpenTelemetry's HTTP conventions for a server span: a 5xx is an error, named by its code; a 4xx is
+                # the client's, and leaves the status unset.
+                self._span.set_attribute("error.type", str(status))
+                self._span.set_status(StatusCode.ERROR)
             self._span.end()
         context.detach(self._token)  # type: ignore[arg-type]  # the token attach gave
 

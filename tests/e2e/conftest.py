@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from harness.gateway_process import GatewayProcess
+from harness.otlp_receiver import OtlpReceiver
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -60,3 +61,10 @@ async def async_client(gateway: GatewayProcess) -> AsyncIterator[openai.AsyncOpe
 async def http(gateway: GatewayProcess) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=gateway.base_url, timeout=30) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[OtlpReceiver]:
+    """An OTLP/HTTP receiver for the spans of a module's gateways (``tracing.otlp_endpoint: receiver.url``)."""
+    with OtlpReceiver() as running:
+        yield running

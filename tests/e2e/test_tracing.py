@@ -14,13 +14,14 @@ import httpx
 import pytest
 
 from harness.gateway_process import GatewayProcess
-from harness.otlp_receiver import OtlpReceiver
 from tests.starting import start_together, stop_together
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    from harness.otlp_receiver import OtlpReceiver
 
 SERVICE_TOKEN = "svc-" + "0123456789abcdef" * 3
 
@@ -56,12 +57,6 @@ class Tiers:
 
     def __exit__(self, *_: object) -> None:
         stop_together([self.front, self.node])
-
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as running:
-        yield running
 
 
 @pytest.fixture(scope="module")
