@@ -23,6 +23,7 @@ from auth.limits import LimitsUnavailableError, QuotaExceededError, RateLimitExc
 from gateway.http.client_address import address_key
 from gateway.observability.logs import HANDSHAKE_REFUSAL_LOGGED
 from gateway.observability.refusals import RefusalSource, count_refusal
+from gateway.observability.tracing import span
 from gateway.sessions.budget import SOCKET_BUDGET_CLOSE_CODE, SocketBudget, TenantShare
 from gateway.sessions.session_errors import (
     SessionDrainedError,
@@ -195,7 +196,8 @@ async def authenticated(socket: WebSocket[Any, Any, Any], authorization: str | N
     state = gateway_state(socket.app)
     client = socket.client.host if socket.client else None
     try:
-        return await state.credential_throttle.authenticate(client, authorization, state.authenticator.authenticate)
+        with span("authenticate"):
+            return await state.credential_throttle.authenticate(client, authorization, state.authenticator.authenticate)
     except _AUTH_ERRORS as exc:
         raise SessionRefusedError(exc, POLICY_VIOLATION) from None
     except AuthBackendError as exc:

@@ -6,12 +6,14 @@ one pair exports nothing (the default): in both, a request's trace id is on ever
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
 
 from harness.gateway_process import GatewayProcess
 from tests.starting import start_together, stop_together
@@ -166,3 +168,27 @@ def test_the_speech_operations_steps_are_spans_of_each_tier(exporting: Tiers, re
     queue_wait = next(s for s in front.values() if s.name == "speech.queue_wait")
     node_server = next(s for service, s in spans if service == "node" and s.name == "POST /v1/audio/speech")
     assert node_server.parent_span_id == queue_wait.span_id  # the node's part is the front's wait for an engine
+
+
+async def test_a_sockets_steps_are_spans_under_its_server_span(exporting: Tiers, receiver: OtlpReceiver) -> None:
+    header, trace_id, _ = traceparent()
+    url = exporting.front.base_url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    async with connect(url, additional_headers={"traceparent": header}) as socket, asyncio.timeout(30):
+        session = {"model": "tones", "voice": "alloy", "response_format": "pcm"}
+        await socket.send(json.dumps({"type": "session.update", "session": session}))
+        await socket.send(json.dumps({"type": "input.append", "text": f"Trace me {secrets.token_hex(4)}."}))
+        await socket.send(json.dumps({"type": "input.flush"}))
+        await socket.send(json.dumps({"type": "session.close"}))
+        async for _ in socket:  # until the session is done
+            pass
+    steps = {"authenticate", "speech.plan", "speech.admission", "speech.first_audio", "speech.segment"}
+    server = "WEBSOCKET /v1/audio/speech/stream"
+
+    def front() -> dict[bytes, Any]:
+        return {s.span_id: s for service, s in receiver.of_trace(trace_id) if service == "front"}
+
+    wait_until(lambda: steps | {server} <= {s.name for s in front().values()}, timeout_s=15)
+    spans = front()
+    socket_span = next(s for s in spans.values() if s.name == server)
+    authenticate = next(s for s in spans.values() if s.name == "authenticate")
+    assert authenticate.parent_span_id == socket_span.span_id
