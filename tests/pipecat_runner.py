@@ -11,7 +11,13 @@ import importlib
 import warnings
 from typing import Any
 
-__all__ = ["PIPELINE_START_S", "elevenlabs_socket_service", "pipecat_elevenlabs", "run_pipeline"]
+__all__ = [
+    "PIPELINE_START_S",
+    "elevenlabs_dialogue_service",
+    "elevenlabs_socket_service",
+    "pipecat_elevenlabs",
+    "run_pipeline",
+]
 
 PIPELINE_START_S = 30.0
 
@@ -34,6 +40,13 @@ def pipecat_elevenlabs() -> tuple[Any, Any, Any]:
     return frames, elevenlabs, utils
 
 
+def _pipecat_dialogue() -> Any:
+    """Pipecat's ``ElevenLabsDialogueTTSService`` module, imported as :func:`pipecat_elevenlabs` imports the others."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return importlib.import_module("pipecat.services.elevenlabs.dialogue.tts")
+
+
 def elevenlabs_socket_service(base_url: str, key: str, voice: str, model: str = "eleven_multilingual_v2") -> Any:
     """Pipecat's ``ElevenLabsTTSService`` (the ``multi-stream-input`` socket) pointed at the gateway at ``base_url``,
     in 24 kHz PCM."""
@@ -42,5 +55,17 @@ def elevenlabs_socket_service(base_url: str, key: str, voice: str, model: str = 
         api_key=key,
         url=base_url.replace("http://", "ws://"),
         settings=elevenlabs.ElevenLabsTTSService.Settings(voice=voice, model=model),
+        sample_rate=24000,
+    )
+
+
+def elevenlabs_dialogue_service(base_url: str, key: str, voice: str) -> Any:
+    """Pipecat's ``ElevenLabsDialogueTTSService`` (the Text-to-Dialogue ``multi-stream-input`` socket, its default
+    model ``eleven_v4_turbo``) pointed at the gateway at ``base_url``, in 24 kHz PCM."""
+    dialogue = _pipecat_dialogue()
+    return dialogue.ElevenLabsDialogueTTSService(
+        api_key=key,
+        url=base_url.replace("http://", "ws://"),
+        settings=dialogue.ElevenLabsDialogueTTSService.Settings(voice=voice),
         sample_rate=24000,
     )

@@ -21,9 +21,11 @@ Messages, field for field as the ``elevenlabs`` SDK (2.78) types them (``TextToD
 
 Alignment restarts at zero in every message, and the two clients keep their clocks differently: LiveKit advances its
 by each message's audio (bytes), Pipecat by each alignment's end. So an alignment spans exactly the audio of its
-message: it holds the characters that start in that audio, the last one's end cut (or, at a piece's end, stretched) to
-the audio's end; audio no character known covers is owed, and the next alignment is counted from where it began
-(Pipecat's clock stays exact; LiveKit's is late by that audio for one message, never cumulatively).
+message: it holds the characters that start in that audio, the last one's end cut to the audio's end; a piece's last
+alignment ends with a space that lasts to the end of its audio, as ElevenLabs' text-to-speech sockets end every
+generation's (Pipecat completes a word at the space after it); audio no character known covers is owed, and the next
+alignment is counted from where it began (Pipecat's clock stays exact; LiveKit's is late by that audio for one message,
+never cumulatively).
 
 ``stream-input`` is the same with one context, which its first message opens with ``voices``; messages carry no
 ``context_id``; ``close_socket`` (or the end of the input) speaks what is held, ``is_final`` follows, and the server
@@ -42,8 +44,10 @@ from litestar import WebSocket, websocket
 
 from gateway.elevenlabs.session import DEFAULT_CONTEXT_ID, ElevenLabsStreamSession
 from gateway.elevenlabs.socket_wire import (
+    NO_CHARACTERS,
     dictionary_locators,
     error_message,
+    followed_by_space,
     invalid,
     socket_error,
     voice_settings_of,
@@ -231,7 +235,7 @@ class DialogueSession(ElevenLabsStreamSession):
         return self.speech_request(text, context.voice_settings).speech_request(voice_id)
 
     def _piece_renderer(self, context: SessionContext) -> PieceRenderer:
-        return _DialoguePiece(self._tag(context.id), self._casts[context.id], spaced=context.spoken > 0)
+        return _DialoguePiece(self._tag(context.id), self._casts[context.id])
 
     def _final_messages(self, context: SessionContext, tail: bytes) -> list[str]:
         tag = self._tag(context.id)
@@ -251,13 +255,12 @@ class SingleDialogueSession(DialogueSession):
 
 
 class _DialoguePiece:
-    """One piece's messages: each alignment spans its message's audio (the module's docstring says why)."""
+    """One piece's messages: each alignment spans its message's audio (the module's docstring says why), and the
+    piece's last one ends with a space lasting to the end of its audio, as on the text-to-speech sockets."""
 
-    def __init__(self, tag: dict[str, Any], cast: _Cast, *, spaced: bool) -> None:
+    def __init__(self, tag: dict[str, Any], cast: _Cast) -> None:
         self._tag = tag
         self._cast = cast
-        self._spaced = spaced
-        """Whether a piece came before: the first alignment then starts with the space between the two."""
         self._pending = PendingCharacters()
         self._heard_s = 0.0
 
@@ -273,53 +276,61 @@ class _DialoguePiece:
         return [*messages, json.dumps({"is_final_audio_for_turn": True, **self._tag})]
 
     def _message(self, data: bytes, characters: CharacterTimes | None, heard_s: float, *, last: bool) -> list[str]:
-        """The message of the audio up to ``heard_s`` with ``characters`` (those that start in it)."""
+        """The message of the audio up to ``heard_s`` with ``characters`` (those that start in it); the piece's
+        ``last`` ends with the space (Pipecat completes a word only at a space: without it, the last word of a turn
+        took the time of the word before it)."""
         began_s, self._heard_s = self._heard_s, heard_s
-        alignment = None
-        if characters is None:
-            self._cast.owed_s += heard_s - began_s
-        else:
-            alignment, end_s = _alignment(characters, began_s - self._cast.owed_s, heard_s, stretch=last)
-            self._cast.owed_s = max(0.0, heard_s - end_s)
-            if self._spaced:  # the space spans what came before the first character
-                self._spaced = False
-                first_ms = alignment["char_start_times_ms"][0]
-                alignment = {
-                    "chars": [" ", *alignment["chars"]],
-                    "char_start_times_ms": [0, *alignment["char_start_times_ms"]],
-                    "char_durations_ms": [first_ms, *alignment["char_durations_ms"]],
-                }
+        base_s = began_s - self._cast.owed_s  # where the clients' clocks stand: the alignment is counted from there
+        alignment, end_s = (None, base_s) if characters is None else _alignment(characters, base_s, heard_s)
+        if last:
+            alignment, end_s = _spaced_to(alignment or NO_CHARACTERS, base_s, end_s, heard_s)
+        self._cast.owed_s = max(0.0, heard_s - end_s)
         if not data and alignment is None:
             return []
         return [_audio_message(self._tag, data, alignment)]
 
 
-def _alignment(
-    characters: CharacterTimes, base_s: float, end_s: float, *, stretch: bool
-) -> tuple[dict[str, Any], float]:
-    """``{chars, char_start_times_ms, char_durations_ms}`` counted from ``base_s``, the last character ending at
-    ``end_s`` at the latest (or exactly, with ``stretch``); and where it ends as sent. Whole milliseconds rounded down:
-    a client's clock adds each alignment's end, so an end rounded up would run it ahead of the audio, message after
-    message; the remainder is counted in the next alignment's start instead."""
-    starts = [max(0, math.floor((start - base_s) * 1000)) for start in characters.starts]
-    last_s = end_s if stretch else min(characters.ends[-1], end_s)
-    ends = [*characters.ends[:-1], max(last_s, characters.starts[-1])]
-    ends_ms = [max(start, math.floor((end - base_s) * 1000)) for start, end in zip(starts, ends, strict=True)]
+def _alignment(characters: CharacterTimes, base_s: float, end_s: float) -> tuple[dict[str, Any], float]:
+    """``{chars, charStartTimesMs, charDurationsMs}`` counted from ``base_s``, the last character ending at ``end_s``
+    at the latest; and where it ends as sent. Whole milliseconds rounded down: a client's clock adds each alignment's
+    end, so an end rounded up would run it ahead of the audio, message after message; the remainder is counted in the
+    next alignment's start instead."""
+    starts = [max(0, _whole_ms(start - base_s)) for start in characters.starts]
+    ends = [*characters.ends[:-1], max(min(characters.ends[-1], end_s), characters.starts[-1])]
+    ends_ms = [max(start, _whole_ms(end - base_s)) for start, end in zip(starts, ends, strict=True)]
     durations = [end - start for start, end in zip(starts, ends_ms, strict=True)]
-    alignment = {"chars": characters.characters, "char_start_times_ms": starts, "char_durations_ms": durations}
+    alignment = {"chars": characters.characters, "charStartTimesMs": starts, "charDurationsMs": durations}
     return alignment, base_s + ends_ms[-1] / 1000
 
 
+def _spaced_to(alignment: dict[str, Any], base_s: float, end_s: float, heard_s: float) -> tuple[dict[str, Any], float]:
+    """``alignment`` (counted from ``base_s``, ending at ``end_s``) followed by a space that lasts until ``heard_s``,
+    in whole milliseconds as :func:`_alignment` counts them; and where it ends as sent."""
+    start_ms, heard_ms = _whole_ms(end_s - base_s), _whole_ms(heard_s - base_s)
+    spaced = followed_by_space(alignment, start_ms / 1000, max(0, heard_ms - start_ms) / 1000)
+    return spaced, base_s + max(start_ms, heard_ms) / 1000
+
+
+def _whole_ms(seconds: float) -> int:
+    return math.floor(seconds * 1000)
+
+
 def _audio_message(tag: dict[str, Any], audio: bytes, alignment: dict[str, Any] | None) -> str:
+    """``AudioChunkMulti``: the audio and its alignment, in the dialogue's snake case."""
+    snake = None if alignment is None else {_SNAKE_CASE[key]: value for key, value in alignment.items()}
     return json.dumps(
         {
             "audio": base64.b64encode(audio).decode(),
             "is_final": False,
             **tag,
-            "alignment": alignment,
-            "normalized_alignment": alignment,
+            "alignment": snake,
+            "normalized_alignment": snake,
         }
     )
+
+
+_SNAKE_CASE = {"chars": "chars", "charStartTimesMs": "char_start_times_ms", "charDurationsMs": "char_durations_ms"}
+"""The text-to-speech sockets' alignment keys, as the dialogue's name them."""
 
 
 def _inputs(value: object) -> list[tuple[str, str, bool]]:

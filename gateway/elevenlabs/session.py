@@ -120,8 +120,6 @@ class _Context:
     current_flushed: bool = False
     """Whether the piece being spoken is covered by a flush."""
     speaking: bool = False
-    spoken: int = 0
-    """Pieces spoken so far (on a dialogue socket, the next one's alignment starts with the space between them)."""
     encoder: AudioEncoder | None = None
     open_tag: str = ""
     """The text from a tag's ``<`` on, held until a message closes the tag."""
@@ -456,7 +454,6 @@ class ElevenLabsStreamSession(EndedByServer):
                 for message in render.end(tail, run, clock.seconds, encoder.drained_s):
                     await self._send(message)
         finally:
-            context.spoken += 1
             self._tally.add(clock.seconds)
 
     # Extension points of a dialect on this session (``dialogue_socket.py``): a piece's request, its messages out, and

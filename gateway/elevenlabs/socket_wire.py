@@ -25,11 +25,13 @@ if TYPE_CHECKING:
     from gateway.speech.alignment import CharacterTimes
 
 __all__ = [
+    "NO_CHARACTERS",
     "PieceRenderer",
     "StreamInputPiece",
     "audio_message",
     "dictionary_locators",
     "error_message",
+    "followed_by_space",
     "invalid",
     "parse_message",
     "socket_error",
@@ -115,9 +117,9 @@ class StreamInputPiece:
         return [self._message(data, run.stream_input(self._since), run.ends[-1])]
 
     def end(self, tail: bytes, run: CharacterTimes | None, heard_s: float, drained_s: float) -> list[str]:
-        alignment = run.stream_input(self._since) if run is not None else _NO_CHARACTERS
+        alignment = run.stream_input(self._since) if run is not None else NO_CHARACTERS
         space_s = run.ends[-1] if run is not None else self._since  # where the piece's last character ends
-        closed = _followed_by_space(alignment, space_s - self._since, heard_s + drained_s - space_s)
+        closed = followed_by_space(alignment, space_s - self._since, heard_s + drained_s - space_s)
         return [self._message(tail, closed, heard_s + drained_s)]
 
     def _message(self, data: bytes, alignment: dict[str, Any], since_s: float) -> str:
@@ -127,11 +129,13 @@ class StreamInputPiece:
         return audio_message(self._tag, data, alignment, normalized)
 
 
-_NO_CHARACTERS: dict[str, Any] = {"chars": [], "charStartTimesMs": [], "charDurationsMs": []}
+NO_CHARACTERS: dict[str, Any] = {"chars": [], "charStartTimesMs": [], "charDurationsMs": []}
+"""An alignment (``{chars, charStartTimesMs, charDurationsMs}``) of no characters."""
 
 
-def _followed_by_space(alignment: dict[str, Any], start_s: float, duration_s: float) -> dict[str, Any]:
-    """``alignment`` with a space after its characters, from ``start_s`` for ``duration_s``."""
+def followed_by_space(alignment: dict[str, Any], start_s: float, duration_s: float) -> dict[str, Any]:
+    """``alignment`` with a space after its characters, from ``start_s`` for ``duration_s``: how ElevenLabs' sockets
+    end the alignment of every generation, which Pipecat needs to complete the last word."""
     return {
         "chars": [*alignment["chars"], " "],
         "charStartTimesMs": [*alignment["charStartTimesMs"], max(0, round(start_s * 1000))],

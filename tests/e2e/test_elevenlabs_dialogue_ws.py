@@ -7,21 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import importlib
 import itertools
 import json
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import httpx
 import pytest
+from elevenlabs import AsyncElevenLabs
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from auth.keys import generate_api_key, hash_api_key
 from harness.gateway_process import GatewayProcess
-from tests.pipecat_runner import run_pipeline
+from tests.pipecat_runner import elevenlabs_dialogue_service, pipecat_elevenlabs, run_pipeline
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -205,18 +204,9 @@ async def test_pipecats_dialogue_service_speaks_and_barges_in(gateway: GatewayPr
     """Pipecat 1.14's ``ElevenLabsDialogueTTSService`` (default model ``eleven_v4_turbo``), pointed at the gateway
     with ``url``: its audio, its word frames and the ``TTSStoppedFrame`` its ``is_final`` brings; then an interruption,
     which closes the turn's context (barge-in), and a next turn that still speaks."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        frames: Any = importlib.import_module("pipecat.frames.frames")
-        dialogue: Any = importlib.import_module("pipecat.services.elevenlabs.dialogue.tts")
-        utils: Any = importlib.import_module("pipecat.tests.utils")
+    frames, _, utils = pipecat_elevenlabs()
     text = "Hello from Pipecat. It speaks a dialogue through the gateway."
-    tts = dialogue.ElevenLabsDialogueTTSService(
-        api_key=KEY,
-        url=ws_base(gateway),
-        settings=dialogue.ElevenLabsDialogueTTSService.Settings(voice=HOST),
-        sample_rate=RATE,
-    )
+    tts = elevenlabs_dialogue_service(gateway.base_url, KEY, HOST)
     after = "A new turn after the interruption."
     sent = [
         frames.TTSSpeakFrame(text),
@@ -238,6 +228,34 @@ async def test_pipecats_dialogue_service_speaks_and_barges_in(gateway: GatewayPr
     assert " ".join(f.text for f in rest if isinstance(f, frames.TTSTextFrame)).split() == after.split()
     assert any(isinstance(f, frames.TTSAudioRawFrame) for f in rest)
     assert not any(isinstance(f, frames.ErrorFrame) for f in down)
+
+
+async def test_pipecats_dialogue_word_times_are_the_rest_alignments(gateway: GatewayProcess) -> None:
+    """Pipecat's ``ElevenLabsDialogueTTSService`` completes a word at the space after it, as its text-to-speech
+    service does: each piece's alignment ends with one, so the turn's last word gets its own time too. Every word's
+    time is the REST alignment's of its sentence (a piece each), after the sentences before it."""
+    frames, _, utils = pipecat_elevenlabs()
+    sentences = ["Hello from Pipecat.", "It speaks a dialogue through the gateway."]
+    tts = elevenlabs_dialogue_service(gateway.base_url, KEY, HOST)
+    down = await run_pipeline(tts, [frames.TTSSpeakFrame(" ".join(sentences)), utils.SleepFrame(1)])
+    words = [f for f in down if isinstance(f, frames.TTSTextFrame)]
+    heard = [(f.text, (f.pts - words[0].pts) / 1e9) for f in words]
+
+    expected: list[tuple[str, float]] = []
+    offset_s = 0.0  # the audio of the sentences before
+    async with httpx.AsyncClient(timeout=30) as http:
+        client = AsyncElevenLabs(api_key=KEY, base_url=gateway.base_url, httpx_client=http)
+        for sentence in sentences:
+            timed = await client.text_to_speech.convert_with_timestamps(
+                HOST, text=sentence, model_id="eleven_v4_turbo", output_format="pcm_24000"
+            )
+            assert timed.alignment is not None
+            characters, starts = timed.alignment.characters, timed.alignment.character_start_times_seconds
+            firsts = [i for i, c in enumerate(characters) if c != " " and (i == 0 or characters[i - 1] == " ")]
+            expected += [(word, offset_s + starts[i]) for word, i in zip(sentence.split(), firsts, strict=True)]
+            offset_s += len(base64.b64decode(timed.audio_base_64)) / 2 / RATE
+    assert [word for word, _ in heard] == [word for word, _ in expected]
+    assert [at for _, at in heard] == pytest.approx([at for _, at in expected], abs=0.005)  # whole milliseconds
 
 
 async def test_livekit_with_eleven_v3_synthesizes_and_streams(gateway: GatewayProcess) -> None:

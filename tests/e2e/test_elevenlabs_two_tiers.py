@@ -15,10 +15,8 @@ the front.
 from __future__ import annotations
 
 import base64
-import importlib
 import json
 import uuid
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +33,12 @@ from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio
 from tests.espeak_events import TOLERANCE_S, espeak_events, first_events
 from tests.livekit_agent import say_through_an_agent_session
-from tests.pipecat_runner import elevenlabs_socket_service, pipecat_elevenlabs, run_pipeline
+from tests.pipecat_runner import (
+    elevenlabs_dialogue_service,
+    elevenlabs_socket_service,
+    pipecat_elevenlabs,
+    run_pipeline,
+)
 from tests.realtime_client import Session
 
 if TYPE_CHECKING:
@@ -221,16 +224,8 @@ async def test_pipecats_dialogue_service_through_two_tiers(front: GatewayProcess
     """Pipecat's ``ElevenLabsDialogueTTSService`` (``/v1/text-to-dialogue/multi-stream-input``, its default model
     ``eleven_v4_turbo``): the same audio and word frames as its text-to-speech service through the hop."""
     frames, _, utils = pipecat_elevenlabs()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        dialogue = importlib.import_module("pipecat.services.elevenlabs.dialogue.tts")
     text = "Hello from Pipecat. Its dialogue speaks through two tiers."
-    tts = dialogue.ElevenLabsDialogueTTSService(
-        api_key=key,
-        url=front.base_url.replace("http://", "ws://"),
-        settings=dialogue.ElevenLabsDialogueTTSService.Settings(voice=VOICE),
-        sample_rate=24000,
-    )
+    tts = elevenlabs_dialogue_service(front.base_url, key, VOICE)
     down = await run_pipeline(tts, [frames.TTSSpeakFrame(text), utils.SleepFrame(2)])
     assert_pipecat_spoke(down, frames, text)
     assert any(isinstance(f, frames.TTSStoppedFrame) for f in down)
