@@ -2,7 +2,9 @@
 
 Requests ignore fields they do not know, as ElevenLabs' own server does (its SDKs add fields often); the ones they
 know are validated within ElevenLabs' documented limits, and this gateway's where it has its own (a text of at most
-4,096 characters, as ``POST /v1/audio/speech``).
+4,096 characters, as ``POST /v1/audio/speech``). Their fields declare no strictness, unlike OpenAI's
+(``gateway/schemas.py``): ElevenLabs' server is FastAPI, whose pydantic reads a body in its lax mode (``"seed": "7"``
+is 7, ``"seed": true`` is 1), and a client that works against it must work here.
 """
 
 from __future__ import annotations

@@ -526,6 +526,9 @@ def test_a_gateway_without_tenants_takes_any_key_or_none(open_gateway: GatewayPr
 # refusals
 
 
+DIALOGUE = [{"text": "Hello.", "voice_id": "alloy"}, {"text": "Hi.", "voice_id": "nova"}]
+STRING_SETTINGS = {"use_speaker_boost": "true", "stability": "0.5"}
+
 BAD_REQUESTS: dict[str, tuple[str, dict[str, Any], list[Any]]] = {
     # name: (query, the body's fields beside a valid text, where the problem is)
     "empty text": ("", {"text": "  "}, ["body", "text"]),
@@ -533,6 +536,15 @@ BAD_REQUESTS: dict[str, tuple[str, dict[str, Any], list[Any]]] = {
     "speed out of range": ("", {"voice_settings": {"speed": 1.5}}, ["body", "voice_settings", "speed"]),
     "stability over 1": ("", {"voice_settings": {"stability": 2}}, ["body", "voice_settings", "stability"]),
     "negative seed": ("", {"seed": -1}, ["body", "seed"]),
+    # What FastAPI's lax reading (ElevenLabs' server) cannot make an integer, a boolean or a string of.
+    "fractional seed": ("", {"seed": 1.5}, ["body", "seed"]),
+    "seed in words": ("", {"seed": "seven"}, ["body", "seed"]),
+    "speaker boost of 2": (
+        "",
+        {"voice_settings": {"use_speaker_boost": 2}},
+        ["body", "voice_settings", "use_speaker_boost"],
+    ),
+    "text a number": ("", {"text": 7}, ["body", "text"]),
     "four request ids": ("", {"previous_request_ids": ["a", "b", "c", "d"]}, ["body", "previous_request_ids"]),
     "bad language": ("", {"language_code": "english!"}, ["body", "language_code"]),
     "normalization": ("", {"apply_text_normalization": "sometimes"}, ["body", "apply_text_normalization"]),
@@ -554,6 +566,36 @@ def test_invalid_requests_get_elevenlabs_validation_errors(front: GatewayProcess
         )
         assert response.status_code == 422, response.text
         assert where in [problem.loc for problem in HttpValidationError.model_validate(response.json()).detail or []]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"seed": "7"}, {"seed": True}, {"voice_settings": STRING_SETTINGS, "settings": STRING_SETTINGS}],
+    ids=["seed as a string", "seed as a boolean", "settings as strings"],
+)
+def test_values_are_read_as_elevenlabs_fastapi_reads_them(front: GatewayProcess, fields: dict[str, Any]) -> None:
+    """ElevenLabs' server is FastAPI, whose pydantic reads a body in its lax mode: a number or a boolean may come as
+    its string, a boolean where a number is due; so do the gateway's ElevenLabs routes (OpenAI's refuse them). A
+    dialogue's settings are ``settings``, a text-to-speech request's ``voice_settings``: each ignores the other."""
+    for path, body in (
+        ("text-to-speech/alloy", {"text": "hi"}),
+        ("text-to-dialogue", {"inputs": DIALOGUE, "model_id": "tones"}),
+    ):
+        response = httpx.post(
+            f"{front.base_url}/v1/{path}", json={**body, **fields}, headers=xi(KEYS["acme"]), timeout=10
+        )
+        assert response.status_code == 200, response.text
+
+
+def test_a_speed_given_as_a_string_is_honoured(front: GatewayProcess) -> None:
+    response = httpx.post(
+        f"{front.base_url}/v1/text-to-speech/alloy?output_format=pcm_24000",
+        json={"text": TEXT, "voice_settings": {"speed": "1.2"}},
+        headers=xi(KEYS["acme"]),
+        timeout=10,
+    )
+    assert response.status_code == 200, response.text
+    assert_tone(decode(response.content, OutputFormat.PCM_24000), TEXT, "alloy", speed=1.2)
 
 
 def test_bodies_that_are_not_json_or_missing_are_validation_errors(front: GatewayProcess) -> None:

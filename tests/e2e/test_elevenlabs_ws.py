@@ -300,6 +300,19 @@ async def test_an_unknown_voice_or_format_is_refused(gateway: GatewayProcess) ->
     assert bad_format.value.response.status_code == 422
 
 
+async def test_a_seed_in_the_query_is_read_as_fastapi_reads_a_query(gateway: GatewayProcess) -> None:
+    """A query's values are strings: FastAPI (ElevenLabs' server) reads ``seed=7`` as 7 and refuses ``seed=true``,
+    which is no integer's string (where a JSON body's ``"seed": true`` is seed 1: ``docs/elevenlabs.md``)."""
+    async with connect_to(gateway, "output_format=pcm_16000&seed=7") as socket:
+        await speak(socket, "s", "Seeded.")
+        assert chars_of(await until_final(socket, "s"), "s") == "Seeded. "
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect_to(gateway, "output_format=pcm_16000&seed=true"):
+            pass
+    assert refused.value.response.status_code == 422
+    assert json.loads(refused.value.response.body or b"")["detail"]["status"] == "invalid_seed"
+
+
 async def test_an_idle_socket_is_closed_after_its_inactivity_timeout(gateway: GatewayProcess) -> None:
     async with connect_to(gateway, "output_format=pcm_16000&inactivity_timeout=1") as socket:
         error = json.loads(await asyncio.wait_for(socket.recv(), 3))
