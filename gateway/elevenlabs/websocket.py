@@ -12,7 +12,8 @@ and, for every piece as the REST bodies say them, ``seed`` (0 to 4294967295), ``
 Credentials come in ``xi-api-key`` or ``Authorization``, the query's ``authorization``, or else the first message's
 ``xi-api-key`` (``xi_api_key``) or ``authorization``, as ElevenLabs takes them. A refusal comes before the handshake is
 accepted, as an HTTP status with ElevenLabs' error body ``{"detail": {"status", "message"}}``; once it was accepted (to
-read credentials from the first message), as an error message and a close (1008).
+read credentials from the first message), as an error message and a close: 1008 where retrying does not help (bad
+credentials, a spent monthly budget), 1013 where waiting does (a per-minute or concurrency limit, limits unreachable).
 """
 
 from __future__ import annotations
