@@ -32,12 +32,19 @@ class Started(Protocol):
 Due = TypeVar("Due")
 
 
-def first_chunks_first(due: Sequence[Due], decoder: Callable[[Due], Started | None]) -> list[list[Due]]:
+def first_chunks_first(
+    due: Sequence[Due], decoder: Callable[[Due], Started | None], apart: Callable[[Due], bool] | None = None
+) -> list[list[Due]]:
     """``due`` in decode rounds: each chunk whose ``decoder`` has not started (a first chunk) a round of its own, in
-    the given order, then the others in one round, in the given order."""
+    the given order, then the later chunks ``apart`` says so (a seeded request's: decoded in one call with a window
+    of its length, its audio would round otherwise) a round each, then the others in one round, in the given order."""
     first: list[Due] = []
+    alone: list[Due] = []
     later: list[Due] = []
     for item in due:
         stream = decoder(item)
-        (first if stream is not None and not stream.started else later).append(item)
-    return [[item] for item in first] + ([later] if later else [])
+        if stream is not None and not stream.started:
+            first.append(item)
+        else:
+            (alone if apart is not None and apart(item) else later).append(item)
+    return [[item] for item in first + alone] + ([later] if later else [])

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from engines.base import BatchItem, CancelToken, JobSource, SynthesisRequest
-    from engines.chattts.generation import CodeBatch, CodeRequest, Sampling, StepEvent
+    from engines.chattts.batches import CodeBatches
+    from engines.chattts.generation import CodeRequest, Sampling, StepEvent
     from engines.chattts.onnx_step import DecodeGraph
     from engines.chattts.overlap import Audio, DecodeRunner
     from engines.chattts.prefix_cache import PrefixCache
@@ -76,6 +77,10 @@ class _Plan:
     decoding: bool = False
     """One of its chunks is being decoded (beside the token loop)."""
     decoder: StreamDecoder | None = field(default=None, repr=False)
+    repeatable: bool = False
+    """The request carries a seed: its audio repeats byte for byte, whatever else the engine does. Its segments run
+    in batches of their own (``engines/chattts/batches.py``), its chunks are cut at fixed token counts
+    (``StreamDecoder.fixed_chunks``), each decoded in a call of its own on one session."""
 
     @property
     def done(self) -> bool:
@@ -241,9 +246,11 @@ class ChatTTSEngine:
         """
         if self._chat is None:
             raise EngineUnavailableError("the ChatTTS engine is not loaded")
+        from engines.chattts.batches import CodeBatches
         from engines.chattts.generation import CodeBatch
 
-        codes = CodeBatch(self._chat, self._sampling(), self.options.prefill_chunk_tokens, self._graph, self._prefixes)
+        shared = CodeBatch(self._chat, self._sampling(), self.options.prefill_chunk_tokens, self._graph, self._prefixes)
+        codes = CodeBatches(shared)
         live: dict[int, _Plan] = {}
         jobs: deque[_Job] = deque()  # the streaming decode's, first handed first
         indices = itertools.count()
@@ -286,14 +293,14 @@ class ChatTTSEngine:
             del live[plan.index]
             yield plan.index, None
 
-    def _advance(self, codes: CodeBatch, live: dict[int, _Plan]) -> list[StepEvent] | None:
+    def _advance(self, codes: CodeBatches, live: dict[int, _Plan]) -> list[StepEvent] | None:
         """Hand the segments that may start now to the token loop, then take one step (a forward pass that also
         prefills the waiting prompts); ``None`` when no row may step while a chunk is being decoded."""
         ending = any(plan.ending for plan in live.values())  # a segment whose last chunk is still being decoded
         may_join = self.options.continuous_batching or not (codes.size or ending)  # without: the next ones together
         if may_join and (starting := [plan for plan in live.values() if not plan.running]):
             for plan in starting:
-                plan.running, plan.decoder = True, self._stream_decoder()
+                plan.running, plan.decoder = True, self._stream_decoder(fixed_chunks=plan.repeatable)
             codes.join([self._code_request(plan) for plan in starting])
         self._pace_first_chunks(live, codes.size)
         if not codes.size:  # every live request runs a segment, so the token loop cannot be empty
@@ -304,7 +311,10 @@ class ChatTTSEngine:
 
     def _pace_first_chunks(self, live: dict[int, _Plan], rows: int) -> None:
         """Shorten the coming first chunks to the batch's step (``stream_first_tokens_min``)."""
-        coming = [plan.decoder for plan in live.values() if plan.decoder is not None and not plan.decoder.started]
+        coming = [
+            plan.decoder for plan in live.values()
+            if plan.decoder is not None and not plan.decoder.started and not plan.decoder.fixed_chunks
+        ]  # fmt: skip
         if not coming or not self._step_ms or not rows:  # most steps: every running request already speaks
             return
         from engines.chattts.batch_size import first_chunk_tokens
@@ -362,22 +372,20 @@ class ChatTTSEngine:
         is out: its audio stays in order."""
         from engines.chattts.chunk_order import first_chunks_first
 
-        if wait:
-            if not jobs:  # nothing steps and nothing is decoded: nothing would ever change
-                raise RuntimeError("the token loop lost a running sequence")
+        waited = wait and bool(jobs)
+        if waited:
             jobs[0].audio.result()
         yield from self._decoded(live, jobs)
-        due: dict[int, bool] = {}  # the requests with audio due, and whether their segment ended
-        for index in dict.fromkeys(order + list(live)):  # one window in flight per request: its chunks in order
-            plan = live.get(index)
-            if plan is None or plan.decoding or not plan.running or plan.decoder is None:
-                continue
-            if plan.ending or plan.decoder.due():
-                due[index] = plan.ending
+        due = self._due(order, live)
+        if wait and not waited and not due:  # nothing steps, is decoded or is due: nothing would ever change
+            raise RuntimeError("the token loop lost a running sequence")
         for index in self._held(due, live):
             del due[index]
-        for group in first_chunks_first([(live[index], ended) for index, ended in due.items()],
-                                        lambda item: item[0].decoder):  # fmt: skip
+        rounds = first_chunks_first(
+            [(live[index], ended) for index, ended in due.items()], lambda item: item[0].decoder,
+            apart=lambda item: item[0].repeatable,
+        )  # fmt: skip
+        for group in rounds:
             first = not any(plan.decoder is not None and plan.decoder.started for plan, _ in group)
             job = self._hand_over(group, alone=first or not stepping)
             jobs.append(job)
@@ -385,17 +393,33 @@ class ChatTTSEngine:
                 job.audio.result()  # first chunks leave before the next step, as between the steps: first audio as soon
             yield from self._decoded(live, jobs)
 
+    @staticmethod
+    def _due(order: list[int], live: dict[int, _Plan]) -> dict[int, bool]:
+        """The requests with a chunk due, those in ``order`` first, and whether it is their segment's last."""
+        due: dict[int, bool] = {}
+        for index in dict.fromkeys(order + list(live)):  # one window in flight per request: its chunks in order
+            plan = live.get(index)
+            if plan is None or plan.decoding or not plan.running or plan.decoder is None:
+                continue
+            chunk_due = plan.decoder.due()
+            if plan.ending or chunk_due:
+                # Fixed chunks: every chunk its tokens reached leaves before the last, however late the end was seen.
+                due[index] = plan.ending and not (plan.decoder.fixed_chunks and chunk_due)
+        return due
+
     def _hand_over(self, due: list[tuple[_Plan, bool]], *, alone: bool) -> _Job:
         """Hand chunks to the streaming decode together (one call per window length); ``alone``: no step will run
         beside their decode."""
         assert self._decodes is not None
-        decoders = [plan.decoder for plan, _ in due if plan.decoder is not None]
-        windows = [decoder.window() for decoder in decoders]
+        chunks = [(plan, ended, plan.decoder) for plan, ended in due if plan.decoder is not None]
+        windows = [decoder.window(final=ended) for _, ended, decoder in chunks]
         spoken = [position for position, window in enumerate(windows) if len(window)]  # a segment may end tokenless
         for plan, _ in due:
             plan.decoding = True
-        audio = self._decodes.submit(self._chat, [windows[position] for position in spoken], alone=alone)
-        chunks = [(plan, ended, decoder) for (plan, ended), decoder in zip(due, decoders, strict=True)]
+        repeatable = any(plan.repeatable for plan, _ in due)  # then alone in its round: first_chunks_first's apart
+        audio = self._decodes.submit(
+            self._chat, [windows[position] for position in spoken], alone=alone, repeatable=repeatable
+        )
         return _Job(chunks, spoken, audio)
 
     @staticmethod
@@ -423,7 +447,7 @@ class ChatTTSEngine:
                     del live[plan.index]  # its last segment ended: no need to wait for the rest of the batch
                     yield plan.index, None
 
-    def _stream_decoder(self) -> StreamDecoder:
+    def _stream_decoder(self, *, fixed_chunks: bool) -> StreamDecoder:
         from engines.chattts.streaming import StreamDecoder
 
         options = self.options
@@ -432,6 +456,7 @@ class ChatTTSEngine:
             chunk_tokens=options.stream_chunk_tokens,
             left_context=options.stream_left_context,
             max_chunk_tokens=options.stream_max_chunk_tokens,
+            fixed_chunks=fixed_chunks,
         )
 
     def _plan(self, index: int, request: SynthesisRequest, cancel: CancelToken) -> _Plan:
@@ -439,7 +464,8 @@ class ChatTTSEngine:
         if seed is None:
             seed = random.getrandbits(62)
         voice, segments = self.prompts.segments(request, seed, cancel)
-        return _Plan(index, segments, voice, seed % SEED_MODULUS, cancel)
+        # Only a request's own seed costs it its batch: the engine's ``seed`` seeds all of them, and would unbatch all.
+        return _Plan(index, segments, voice, seed % SEED_MODULUS, cancel, repeatable=request.seed is not None)
 
     # ----------------------------------------------------------------- voices from samples
     def speaker_from_sample(self, pcm: npt.NDArray[np.int16], sample_rate: int, transcript: str) -> str:
@@ -473,7 +499,7 @@ class ChatTTSEngine:
         seed = (plan.seed * 1_000_003 + plan.spoken) % SEED_MODULUS  # each segment its own, repeatable stream
         return CodeRequest(
             plan.index, plan.segments[plan.spoken], plan.voice.speaker, seed, options.max_new_token,
-            options.min_new_token, plan.cancel, plan.voice.codes, plan.voice.shared_prefix,
+            options.min_new_token, plan.cancel, plan.voice.codes, plan.voice.shared_prefix, plan.repeatable,
         )  # fmt: skip
 
     def _sampling(self) -> Sampling:

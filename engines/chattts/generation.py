@@ -24,6 +24,7 @@ token and its cache rows are merged into the running cache, the narrower side pa
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from torch.nn.utils import parametrize
 from engines.chattts import kv_cache
 from engines.chattts.nucleus import fast_filter
 from engines.chattts.rows import REPETITION_WINDOW, CodeRequest, Rows, StepEvent, cache_tensors
+from engines.chattts.small_batch import plain_products
 from engines.chattts.threads import torch_threads
 
 if TYPE_CHECKING:
@@ -80,10 +82,14 @@ class CodeBatch:
         prefill_chunk_tokens: int | None = None,
         graph: DecodeGraph | None = None,
         prefixes: PrefixCache | None = None,
+        *,
+        heads: torch.Tensor | None = None,
+        plain: bool = False,
     ) -> None:
         from ChatTTS.model import gen_logits
 
         self._chat = chat
+        self._sampling = sampling
         self._backbone = chat.gpt.gpt
         self._num_vq = int(chat.config.gpt.num_vq)
         self._eos = int(chat.config.gpt.num_audio_tokens) - 1
@@ -94,7 +100,11 @@ class CodeBatch:
         """The warpers' filter without their sort (``engines/chattts/nucleus.py``), on CPU."""
         self._processors: list[Any] = processors
         self._prefill_budget = prefill_chunk_tokens or _LARGE_PREFILL_TOKENS
-        self._heads = stacked_audio_heads(chat)
+        self._heads = stacked_audio_heads(chat) if heads is None else heads
+        """The audio heads (:func:`stacked_audio_heads`; ``heads``: another batch's, already stacked)."""
+        self._plain = plain
+        """Its torch products through ``F.linear`` at any row count (``small_batch.plain_products``): the same at every
+        load, for a seeded sequence's batch of its own (``engines/chattts/batches.py``)."""
         self._graph = graph
         """The decode step through ONNX Runtime (``engines/chattts/onnx_step.py``); ``None``: in torch."""
         self._prefixes = prefixes
@@ -128,8 +138,15 @@ class CodeBatch:
         sequence whose prompt completes gets its first token)."""
         # A pass the decode graph computes leaves torch only small tensors (the rotary, the bias, sampling), too small
         # to share out: on one thread, torch's spinning threads leave ONNX Runtime's cores alone.
-        with torch_threads(1 if self._graph is not None and not self._waiting else None):
+        plain = plain_products() if self._plain else contextlib.nullcontext()
+        with torch_threads(1 if self._graph is not None and not self._waiting else None), plain:
             return self._step()
+
+    def apart(self) -> CodeBatch:
+        """A new, empty batch for one sequence that must not share passes (a seeded one,
+        ``engines/chattts/batches.py``): this one's sampling, heads and decode graph, no prefix cache (a cached prefix
+        came from other passes), its products through ``F.linear``."""
+        return CodeBatch(self._chat, self._sampling, graph=self._graph, heads=self._heads, plain=True)
 
     def _step(self) -> list[StepEvent]:
         events = self._drop_cancelled_waiting()

@@ -118,7 +118,10 @@ class ChatTTSOptions(BaseModel):
     prefilled over several steps, each holding the running sequences less long); default: every waiting prompt
     whole, in the next step."""
     seed: int | None = None
-    """Sampling seed for requests that carry none (default: random per request)."""
+    """Sampling seed for requests that carry none (default: random per request). Such requests are batched and
+    chunked as unseeded ones, so their audio repeats only within a batch's rounding (with 8-bit weights their tokens
+    may differ too); a request's own ``seed`` repeats its audio byte for byte, in a batch of its own (README, "Seeds
+    and sample rates")."""
     normalize: bool = True
     """Speak numbers, money, dates, times, units, abbreviations, e-mail addresses and URLs as words before ChatTTS
     reads the text (``engines/chattts/normalize``): its tokenizer reads only words."""
@@ -132,10 +135,12 @@ class ChatTTSOptions(BaseModel):
     ``max_batch``) comes after fewer tokens: as many as take the time ``stream_first_tokens`` one-row steps take, at
     least this many (and never more than ``stream_first_tokens``), so that first audio stays near its one-row time as
     the batch grows. Such a first chunk carries less audio (12 tokens: 0.13 s before the next chunk). Equal to
-    ``stream_first_tokens``: every first chunk that long."""
+    ``stream_first_tokens``: every first chunk that long, as a request's with a seed of its own always is."""
     stream_chunk_tokens: int = Field(default=24, ge=8)
     """Tokens of the smallest later chunk (later chunks double up to ``stream_max_chunk_tokens`` while the listener
-    has audio enough, or while generation is slower than real time)."""
+    has audio enough, or while generation is slower than real time). A request with a seed of its own takes chunks of
+    this size alone, cut at token counts whatever its timing and its batch, so that its audio repeats byte for byte
+    (docs/engines.md, "Seeded requests")."""
     stream_max_chunk_tokens: int = Field(default=96, ge=8)
     """Later chunks double up to this size while the listener has audio enough to wait for them, or while generation
     is slower than real time (each chunk decodes ``stream_left_context`` tokens again, so bigger chunks cost less);
@@ -152,11 +157,12 @@ class ChatTTSOptions(BaseModel):
     stream_decode_threads_alone: int | None = Field(default=None, ge=1, le=256)
     """Threads of a decode through the audio graph (``audio_decoder: onnxruntime``) that nothing runs beside: a first
     chunk, which the token loop waits for, a last chunk with no other row in the loop, and every chunk decoded between
-    the steps; unset: the worker's ``threads``. ONNX Runtime's threads do not spin, so the other cores are the
-    decode's while the loop waits: on 2 quiet cores 8-bit windows of 24 / 54 / 102 tokens decoded in 18 / 39 / 68 ms
-    on two threads against 26 / 61 / 113 on one, the same audio (BENCHMARKS.md, issue #51). The graph keeps a second
-    session for it (a worker's resident memory the same within noise); 1: one session, every decode on
-    ``stream_decode_threads``."""
+    the steps; and every chunk of a request with a seed of its own, wherever it is decoded (a session's threads round an
+    8-bit product's sums, and its audio must repeat byte for byte); unset: the worker's ``threads``. ONNX Runtime's
+    threads do not spin, so the other cores are the decode's while the loop waits: on 2 quiet cores 8-bit windows of
+    24 / 54 / 102 tokens decoded in 18 / 39 / 68 ms on two threads against 26 / 61 / 113 on one, the same audio
+    (BENCHMARKS.md, issue #51). The graph keeps a second session for it (a worker's resident memory the same within
+    noise); 1: one session, every decode on ``stream_decode_threads``."""
     stream_decode_overlap: Overlap = "auto"
     """Where a streamed request's later chunks are decoded (the DVAE decoder and Vocos): ``on``, in a thread of its own
     beside the token loop, whose next steps go on meanwhile (the chunk leaves at the first step after its decode;

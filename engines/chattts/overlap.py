@@ -58,14 +58,18 @@ class DecodeRunner:
         self._pool: ThreadPoolExecutor | None = None
         self._pid = 0
 
-    def submit(self, chat: Any, windows: list[torch.Tensor], *, alone: bool = False) -> Future[Audio]:
+    def submit(
+        self, chat: Any, windows: list[torch.Tensor], *, alone: bool = False, repeatable: bool = False
+    ) -> Future[Audio]:
         """The windows' audio, in their order: done on return unless ``overlap``; ``alone``: nothing runs beside (as
-        nothing does without ``overlap``)."""
+        nothing does without ``overlap``); ``repeatable``: a seeded request's window, whose audio must not depend on
+        what runs beside it, so it goes through one session wherever it runs (the alone one, which every decode takes
+        without ``overlap``): a session's threads round an 8-bit product's sums."""
         if not self.overlap:
             future: Future[Audio] = Future()
             future.set_result(streaming.decode_windows(chat, windows, self._threads, self._alone_graph))
             return future
-        graph = self._alone_graph if alone else self.graph
+        graph = self._alone_graph if alone or repeatable else self.graph
         return self._thread().submit(_decode, chat, windows, self._threads, graph)
 
     def _thread(self) -> ThreadPoolExecutor:

@@ -50,6 +50,9 @@ class CodeRequest:
     """How many of the first ``token_ids`` every prompt of this voice starts with (a sample voice's
     ``[Stts][empty_spk]transcript[speed_N]``): with a prefix cache, their keys and values are computed once and
     copied into the later prompts' caches (``engines/chattts/prefix_cache.py``); 0: none."""
+    repeatable: bool = False
+    """Its hidden states must not depend on any other sequence (a seeded request's audio repeats byte for byte): it
+    runs in a batch of its own (``engines/chattts/batches.py``)."""
 
     @property
     def length(self) -> int:

@@ -19,10 +19,15 @@ count from 1 to :data:`MAX_ROWS`, and a prefill of :data:`PREFILL_ROWS`, is time
 backbone's weights of one shape, as a pass goes through them, and the layers of that shape then take, for each row
 count, the fastest way where it clearly beat ``F.linear`` (the attention's square matrices and the MLP's wide and
 tall ones do not all favour the same way). The result is the same product (to float rounding); GPUs are untouched.
+
+That rounding is why a seeded sequence's passes take ``F.linear`` whatever their row count (:func:`plain_products`):
+the way timed fastest at load may be another at the next load, and a seeded request's audio must repeat byte for byte.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -34,7 +39,7 @@ from torch import nn
 from lifecycle import naming
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
 __all__ = [
     "MAX_ROWS",
@@ -45,6 +50,7 @@ __all__ = [
     "blocked_product",
     "blocked_weight",
     "measure_products",
+    "plain_products",
     "transposed_product",
     "use_small_batch_linear",
 ]
@@ -58,6 +64,18 @@ PREFILL_ROWS = 32
 _MARGIN = 0.85
 """Another way is used only where it took at most this share of the time of the way it replaces."""
 _ROUNDS = 4
+_PLAIN = contextvars.ContextVar("plain_products", default=False)
+
+
+@contextlib.contextmanager
+def plain_products() -> Iterator[None]:
+    """Meanwhile, in this thread, every :class:`SmallBatchLinear` computes through ``F.linear``: the same way at every
+    load, not the way this load timed fastest for the row count."""
+    token = _PLAIN.set(True)
+    try:
+        yield
+    finally:
+        _PLAIN.reset(token)
 
 
 class SmallBatchLinear(nn.Linear):
@@ -70,6 +88,8 @@ class SmallBatchLinear(nn.Linear):
     blocked: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _PLAIN.get():
+            return super().forward(x)
         rows = x.numel() // self.in_features
         flat = x.reshape(rows, self.in_features)
         if self.blocked is not None and (rows if rows <= MAX_ROWS else PREFILL_ROWS) in self.blocked_rows:

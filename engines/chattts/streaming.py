@@ -13,10 +13,15 @@ leaves as soon as waiting one more token would leave the listener's audio (what 
 chunk on) shorter than that token's time, the last decode's time and :data:`MARGIN_S`. When generation is slower than
 real time the listener waits whatever the chunk size, and bigger chunks end the audio sooner.
 
+That schedule follows the clock, and a chunk's audio depends on where its window was cut (the decoder's convolutions
+see other context, the crossfades fall elsewhere): a seeded request, whose audio must repeat byte for byte, takes
+``fixed_chunks`` instead, cut at token counts alone: its first chunk after ``first_tokens``, every later one
+``chunk_tokens`` on, and its last one once every such chunk its tokens reach has left.
+
 A batch's rows decode together: the engine adds each row's token (:meth:`StreamDecoder.add`), takes the windows of
 the rows whose chunk is due (:meth:`StreamDecoder.window`), decodes them in one call per window length
-(:func:`decode_windows`: no padding, so each row's audio is what it would be alone) and hands each its audio back
-(:meth:`StreamDecoder.emit`).
+(:func:`decode_windows`: no padding, so each row's audio is what it would be alone, to float rounding: a seeded
+request's window is decoded in a call of its own) and hands each its audio back (:meth:`StreamDecoder.emit`).
 """
 
 from __future__ import annotations
@@ -102,11 +107,16 @@ class StreamDecoder:
         crossfade: int = 1024,
         max_chunk_tokens: int = 96,
         clock: Callable[[], float] | None = None,
+        *,
+        fixed_chunks: bool = False,
     ) -> None:
         if crossfade > holdback * SAMPLES_PER_TOKEN:
             raise ValueError("the crossfade must fit in the held-back tokens")
         self._first, self._chunk, self._left, self._holdback = first_tokens, chunk_tokens, left_context, holdback
-        self._max_chunk = max(chunk_tokens, max_chunk_tokens)
+        self.fixed_chunks = fixed_chunks
+        """Chunks cut at token counts alone (see the module's docstring): ``first_tokens``, then ``chunk_tokens``
+        each; they never grow, wait or follow the clock."""
+        self._max_chunk = chunk_tokens if fixed_chunks else max(chunk_tokens, max_chunk_tokens)
         self._clock = clock if clock is not None else time.monotonic  # looked up here: tests may stop the clock
         self._fade_in = np.linspace(0.0, 1.0, crossfade, dtype=np.float32)
         self._hiddens: list[torch.Tensor] = []
@@ -156,10 +166,12 @@ class StreamDecoder:
 
     def may_wait(self) -> bool:
         """Whether a due later chunk may wait a few more tokens (while another sequence's first chunk is coming): not
-        a first chunk, not at ``max_chunk_tokens`` yet, and the listener keeps audio enough meanwhile (or generation is
-        slower than real time: the listener waits anyway, and a bigger chunk costs less)."""
+        with fixed chunks, not a first chunk, not at ``max_chunk_tokens`` yet, and the listener keeps audio enough
+        meanwhile (or generation is slower than real time: the listener waits anyway, and a bigger chunk costs less)."""
         pending = self.tokens - self._decoded_tokens
-        return self.started and pending < self._max_chunk and not self._listener_runs_short(pending)
+        if self.fixed_chunks or not self.started:
+            return False
+        return pending < self._max_chunk and not self._listener_runs_short(pending)
 
     def _listener_runs_short(self, pending: int) -> bool:
         """Whether a chunk must leave now, smaller than it could grow, so that the listener's audio lasts."""
@@ -169,15 +181,18 @@ class StreamDecoder:
             return False  # slower than real time: the listener waits anyway, and bigger chunks finish sooner
         return self._played_until - now < step_s + self._decode_s + MARGIN_S
 
-    def window(self) -> torch.Tensor:
+    def window(self, final: bool = False) -> torch.Tensor:
         """The hidden states ``(tokens, hidden)`` the next chunk decodes: the tokens not yet final and their left
-        context. Empty when no token came at all."""
+        context (with ``fixed_chunks``, unless ``final``: up to the chunk's own end, the later tokens go with the next
+        chunk). Empty when no token came at all."""
         self._window_start = max(0, self._emitted // SAMPLES_PER_TOKEN - self._left)
         self._window_end = self.tokens  # tokens may come on while it is decoded: they go with the next chunk
+        if self.fixed_chunks and not final:
+            self._window_end = min(self.tokens, self._decoded_tokens + (self._chunk if self.started else self._first))
         self._windowed_at = self._clock()
         if not self._hiddens:
             return torch.zeros(0)
-        return torch.stack(self._hiddens[self._window_start :])
+        return torch.stack(self._hiddens[self._window_start : self._window_end])
 
     def emit(self, audio: npt.NDArray[np.float32], final: bool = False) -> npt.NDArray[np.float32]:
         """The chunk that leaves now, from ``audio``, the decoded :meth:`window`; ``final`` once the sequence ended

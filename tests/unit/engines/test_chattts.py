@@ -526,3 +526,14 @@ async def test_worker_batches_concurrent_requests(pool: Any) -> None:
     with pytest.raises(InvalidSynthesisRequestError):
         await collect(pool, SynthesisRequest("Hello.", "alloy", speaker="garbage"))
     assert len(await collect(pool, SynthesisRequest("Still fine.", "alloy"))) == 2 * SAMPLES_PER_SEGMENT
+
+
+async def test_a_worker_serves_a_seeded_request_the_same_bytes_alone_and_beside_another(pool: Any) -> None:
+    """A request's own seed repeats its bytes in a worker, alone or batched with a request sent at the same time
+    (``test_seeded_repeats.py`` checks it at the engine over every decoder and weight type)."""
+    import asyncio
+
+    seeded = SynthesisRequest("The same words with the same seed.", "nova", seed=41)
+    reference = await collect(pool, seeded)
+    together, _ = await asyncio.gather(collect(pool, seeded), collect(pool, SynthesisRequest("Meanwhile.", "onyx")))
+    assert together == reference

@@ -8,6 +8,7 @@ the window's length, as only its length matters to the pacing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,7 +34,7 @@ class Chunk:
     seconds: float
 
 
-def stream(step_s: float, decode_s: float, tokens: int = 400, **options: int) -> list[Chunk]:
+def stream(step_s: float, decode_s: float, tokens: int = 400, **options: Any) -> list[Chunk]:
     clock = Clock()
     decoder = StreamDecoder(clock=clock, **options)
     chunks = []
@@ -87,10 +88,10 @@ def test_fixed_size_chunks_when_the_largest_is_the_smallest() -> None:
     assert set(sizes(stream(0.080, 0.050, chunk_tokens=24, max_chunk_tokens=24))) == {24}
 
 
-def paced(step_s: float, tokens: int) -> tuple[StreamDecoder, Clock]:
+def paced(step_s: float, tokens: int, *, fixed_chunks: bool = False) -> tuple[StreamDecoder, Clock]:
     """A decoder past its first chunk (24 tokens), then ``tokens`` more, one every ``step_s``."""
     clock = Clock()
-    decoder = StreamDecoder(clock=clock, chunk_tokens=8)
+    decoder = StreamDecoder(clock=clock, chunk_tokens=8, fixed_chunks=fixed_chunks)
     for count in range(24 + tokens):
         clock.now += step_s
         if decoder.add(torch.zeros(8)) and count < 24:
@@ -125,3 +126,37 @@ def test_a_later_chunk_waits_when_generation_is_slower_than_real_time() -> None:
 def test_a_chunk_stops_waiting_at_its_largest_size() -> None:
     decoder, _ = paced(step_s=0.002, tokens=96)
     assert not decoder.may_wait()
+
+
+def fixed_chunk_ends(step_s: float, every: int, tokens: int = 130) -> list[int]:
+    """The last token of each window of a stream with ``fixed_chunks`` (a seeded request's), a token every ``step_s``,
+    a due chunk taken only at every ``every``-th token (the previous one still decoded beside the steps meanwhile),
+    then the last window."""
+    clock = Clock()
+    decoder = StreamDecoder(clock=clock, first_tokens=24, chunk_tokens=24, max_chunk_tokens=96, fixed_chunks=True)
+    ends = []
+    for token in range(1, tokens + 1):
+        clock.now += step_s
+        decoder.add(torch.full((2,), float(token)))
+        if token % every == 0 and decoder.due():
+            window = decoder.window()
+            decoder.emit(np.zeros(len(window) * SAMPLES_PER_TOKEN, dtype=np.float32))
+            ends.append(int(window[-1, 0]))
+    ends.append(int(decoder.window(final=True)[-1, 0]))
+    return ends
+
+
+def test_fixed_chunks_are_cut_at_token_counts_whatever_the_clock_and_however_late_they_are_taken() -> None:
+    expected = [24, 48, 72, 96, 120, 130]
+    for step_s in (0.002, 0.018, 0.080):  # far faster, just faster and slower than real time
+        assert fixed_chunk_ends(step_s, every=1) == expected
+        assert fixed_chunk_ends(step_s, every=10) == expected
+    assert fixed_chunk_ends(0.018, every=30)[:4] == [24, 48, 72, 96], "a backlog leaves one chunk at a time"
+
+
+def test_a_fixed_chunk_never_waits_for_another_requests_first_one() -> None:
+    waits = {}
+    for fixed in (False, True):
+        decoder, _ = paced(step_s=0.002, tokens=16, fixed_chunks=fixed)
+        waits[fixed] = decoder.may_wait()
+    assert waits == {False: True, True: False}
