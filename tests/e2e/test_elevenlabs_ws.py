@@ -285,6 +285,18 @@ async def test_without_a_header_the_credentials_come_in_the_first_message(gatewa
         assert chars_of(await until_closed(socket), None) == "Keyed in the query. "
 
 
+async def test_a_key_in_a_query_parameter_the_gateway_does_not_read_stays_out_of_the_log(
+    gateway: GatewayProcess,
+) -> None:
+    for name in ("xi-api-key", "api_key"):  # names a client may guess: refused, but uvicorn logs the line first
+        async with connect(single_url(gateway, f"output_format=pcm_16000&{name}={KEY}")) as socket:
+            await send(socket, text=" ")
+            error = json.loads(await asyncio.wait_for(socket.recv(), 5))
+        assert error["error"] == "needs_authorization"
+    assert "output_format=pcm_16000&xi-api-key=[redacted]" in gateway.log()
+    assert KEY not in gateway.log()
+
+
 async def test_an_unknown_voice_or_format_is_refused(gateway: GatewayProcess) -> None:
     base = gateway.base_url.replace("http://", "ws://")
     with pytest.raises(InvalidStatus) as refused:

@@ -112,16 +112,24 @@ def test_handshake_credentials_are_logged_without_their_value(name: str) -> None
     assert _redacted("< %s: %s", name, "Bearer sk-secret") == f"< {name}: [redacted]"
 
 
-# Names as the server reads them: percent-decoded (``%74oken`` is ``token``), any case.
-@pytest.mark.parametrize("name", ["token", "authorization", "Authorization", "%74oken", "%61uthorization", "TOK%45N"])
+# Names as the server reads them: percent-decoded (``%74oken`` is ``token``), any case; and any name a client may
+# guess for its key, which the gateway refuses only after uvicorn has logged the line.
+@pytest.mark.parametrize(
+    "name",
+    [
+        *("token", "authorization", "Authorization", "%74oken", "%61uthorization", "TOK%45N"),
+        *("xi-api-key", "xi_api_key", "api_key", "key", "access_token", "%6Dodel_id_"),
+    ],
+)
 def test_query_credentials_are_logged_without_their_value(name: str) -> None:
     record = logging.LogRecord(
         "uvicorn.error", logging.INFO, __file__, 1, '%s - "WebSocket %s" [accepted]', ("127.0.0.1:5", ""), None
     )
-    record.args = ("127.0.0.1:5", f"/v1/text-to-speech/nova/stream-input?model_id=m&{name}=sk-secret&x=1")
+    query = f"model_id=m&{name}=sk-secret&output_format=pcm_16000&%6Dodel=tones"
+    record.args = ("127.0.0.1:5", f"/v1/text-to-speech/nova/stream-input?{query}")
     QueryTokenRedactor().filter(record)
     assert "sk-secret" not in record.getMessage()
-    assert f"{name}=[redacted]&x=1" in record.getMessage()
+    assert f"?model_id=m&{name}=[redacted]&output_format=pcm_16000&%6Dodel=tones" in record.getMessage()
 
 
 def test_other_lines_pass_unchanged() -> None:
