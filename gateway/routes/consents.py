@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.audio.samples import MAX_RECORDING_BYTES, encode_for_audit
 from gateway.http.auth.dependencies import Caller, ConsentsDep, UploadsDep, VoicesDep
 from gateway.http.errors import OpenAIError, error_responses
+from gateway.http.json_body import require_json
 from gateway.routes._forms import FORM, decode_upload, form_body, in_audio_thread, open_form
 from gateway.schemas import VoiceConsentDeleted, VoiceConsentList, VoiceConsentObject
 from gateway.speech.consents import new_consent
@@ -158,7 +159,8 @@ class VoiceConsentsController(Controller):
         status_code=HTTP_200_OK,
         operation_id="updateVoiceConsent",
         summary="Rename one of your consent recordings.",
-        responses=error_responses(400, 401, 404, 503),
+        before_request=require_json,
+        responses=error_responses(400, 401, 404, 415, 503),
     )
     async def update_consent(
         self,

@@ -100,6 +100,25 @@ async def test_a_form_field_that_is_not_utf8_is_a_400(gateway: AsyncTestClient[L
 
 
 @pytest.mark.parametrize(
+    "content_type",
+    ["text/plain", "application/x-www-form-urlencoded", None, "multipart/form-data; boundary=b0undary"],
+    ids=["text", "urlencoded", "none", "multipart"],
+)
+async def test_renaming_a_consent_takes_a_json_body_only(
+    gateway: AsyncTestClient[Litestar], content_type: str | None
+) -> None:
+    files = {"recording": ("consent.wav", recording("wav"), "audio/wav")}
+    consent = (await gateway.post("/v1/audio/voice_consents", data=CONSENT_FORM, files=files)).json()["id"]
+    headers = {"content-type": content_type} if content_type else {}
+    refused = await gateway.post(f"/v1/audio/voice_consents/{consent}", content=b'{"name": "Bob"}', headers=headers)
+    assert assert_openai_error(refused, 415, None)["code"] == "unsupported_media_type"
+    assert (await gateway.get(f"/v1/audio/voice_consents/{consent}")).json()["name"] == "Ada"
+    renamed = await gateway.post(f"/v1/audio/voice_consents/{consent}", json={"name": "Bob"})
+    assert renamed.status_code == 200, renamed.text
+    assert renamed.json()["name"] == "Bob"
+
+
+@pytest.mark.parametrize(
     ("body", "param"),
     [
         ({"model": "espeak", "seed": 7}, "model"),
