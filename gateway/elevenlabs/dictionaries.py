@@ -21,6 +21,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_400_BAD_REQUEST
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from gateway.elevenlabs.errors import error_response, error_responses
+from gateway.elevenlabs.json_body import require_fastapi_json
 from gateway.http.auth.dependencies import Caller, PronunciationDep
 from gateway.http.errors import OpenAIError
 from gateway.text.lexicon import Rule
@@ -319,7 +320,11 @@ def pronunciation_file_router(max_file_bytes: int) -> Router:
 def _rules_route(action: str, operation_id: str) -> post:
     """The declaration of a route that changes a dictionary's rules (``add-rules``...): a new version."""
     return post(
-        f"/{{dictionary_id:str}}/{action}", status_code=HTTP_200_OK, operation_id=operation_id, responses=_ERRORS
+        f"/{{dictionary_id:str}}/{action}",
+        status_code=HTTP_200_OK,
+        operation_id=operation_id,
+        before_request=require_fastapi_json,
+        responses=_ERRORS,
     )
 
 
@@ -328,7 +333,11 @@ class PronunciationDictionariesController(Controller):
     dependencies = {"tenant": Provide(_tenant, sync_to_thread=False)}  # noqa: RUF012 - Litestar's declared type
 
     @post(
-        "/add-from-rules", status_code=HTTP_200_OK, operation_id="elevenLabsAddDictionaryFromRules", responses=_ERRORS
+        "/add-from-rules",
+        status_code=HTTP_200_OK,
+        operation_id="elevenLabsAddDictionaryFromRules",
+        before_request=require_fastapi_json,
+        responses=_ERRORS,
     )
     async def add_from_rules(
         self, data: JSONBody[AddFromRules], tenant: Tenant, pronunciation: PronunciationDep
