@@ -16,8 +16,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 import anyio
 import anyio.to_thread
 from litestar.datastructures import UploadFile
+from litestar.exceptions import ClientException, ValidationException
 from litestar.openapi.spec import Encoding, OpenAPIMediaType, OpenAPIType, Schema
-from litestar.status_codes import HTTP_400_BAD_REQUEST, HTTP_415_UNSUPPORTED_MEDIA_TYPE
+from litestar.status_codes import (
+    HTTP_400_BAD_REQUEST,
+    HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+)
 
 from gateway.audio.samples import DecodedRecording, RecordingError
 from gateway.http.errors import OpenAIError
@@ -27,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Mapping
 
     from litestar import Request
+    from litestar.datastructures import FormMultiDict
     from pydantic import BaseModel
 
     from auth import Tenant
@@ -62,6 +68,9 @@ _RECORDING_CODES = {
     "too_short": "audio_too_short",
     "too_long": "audio_too_long",
 }
+# The multipart parser's words (the ``multipart`` package, under Litestar) for a form past Litestar's count of parts,
+# which Litestar reports as "Request Entity Too Large"; its other limits are on a part's headers.
+_TOO_MANY_PARTS = "Maximum segment count exceeded"
 _NESTED_ONE = frozenset({"items", "additional_properties", "schema_not"})
 _NESTED_MANY = frozenset({"any_of", "all_of", "one_of"})
 
@@ -118,22 +127,62 @@ def _body_bytes(request: Request[Any, Any, Any]) -> int:
 async def _parsed_form(
     request: Request[Any, Any, Any], files: Mapping[str, str]
 ) -> AsyncIterator[tuple[dict[str, str], FormFiles]]:
-    try:
-        form = await request.form()
-    except (UnicodeDecodeError, LookupError):  # a text part in a charset it is not in, or one Python does not know
-        raise OpenAIError(HTTP_400_BAD_REQUEST, "A text field of the form is not valid text.") from None
+    form = await _read_form(request)
     try:
         texts = {key: value for key, value in form.items() if isinstance(value, str)}
         uploads = {key: value for key, value in form.items() if isinstance(value, UploadFile)}
         if stray := next((key for key in uploads if key not in files), None):
-            raise OpenAIError(HTTP_400_BAD_REQUEST, f"'{stray}' must be a text field.", param=stray)
+            raise _wrong_kind(stray, "a text field")
         if misplaced := next((key for key in texts if key in files), None):
-            raise OpenAIError(HTTP_400_BAD_REQUEST, f"'{misplaced}' must be a file.", param=misplaced)
+            raise _wrong_kind(misplaced, "a file")
         yield texts, FormFiles(uploads, files)
     finally:
         for upload in form.values():
             if isinstance(upload, UploadFile):
                 await upload.close()
+
+
+async def _read_form(request: Request[Any, Any, Any]) -> FormMultiDict:
+    """The form, or OpenAI's error saying what is wrong with it: Litestar's own refusals carry no code, and call a
+    form of too many parts "Request Entity Too Large"."""
+    try:
+        return await request.form()
+    except (UnicodeDecodeError, LookupError):  # a text part in a charset it is not in, or one Python does not know
+        raise _malformed_form("A text field of the form is not valid text.") from None
+    except ValidationException:  # Litestar's one here: the Content-Type has no boundary to split the body at
+        raise _malformed_form("The Content-Type multipart/form-data names no boundary.") from None
+    except ClientException as exc:  # a body over the route's size, or the multipart parser's refusal
+        raise _form_refusal(request, exc) from None
+
+
+def _form_refusal(request: Request[Any, Any, Any], exc: ClientException) -> OpenAIError:
+    if exc.status_code == HTTP_413_REQUEST_ENTITY_TOO_LARGE:
+        return _body_too_large(request)
+    reason = exc.__cause__ or exc.__context__
+    words = str(reason.args[0]) if reason is not None and reason.args else exc.detail
+    if words == _TOO_MANY_PARTS:
+        limit = request.app.multipart_form_part_limit
+        return OpenAIError(
+            HTTP_400_BAD_REQUEST, f"The form has more than {limit} parts, the most it may have.", code="too_many_parts"
+        )
+    return _malformed_form(f"The body is not valid multipart/form-data: {words.rstrip('.')}.")
+
+
+def _malformed_form(message: str) -> OpenAIError:
+    return OpenAIError(HTTP_400_BAD_REQUEST, message, code="invalid_multipart")
+
+
+def _body_too_large(request: Request[Any, Any, Any]) -> OpenAIError:
+    largest = request.route_handler.resolve_request_max_body_size()
+    return OpenAIError(
+        HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        f"The body is over {largest} bytes, the most an upload's form may have.",
+        code="body_too_large",
+    )
+
+
+def _wrong_kind(field: str, kind: str) -> OpenAIError:
+    return OpenAIError(HTTP_400_BAD_REQUEST, f"'{field}' must be {kind}.", param=field, code="invalid_type")
 
 
 class FormFiles:

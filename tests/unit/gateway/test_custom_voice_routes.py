@@ -96,7 +96,55 @@ async def test_a_form_field_that_is_not_utf8_is_a_400(gateway: AsyncTestClient[L
     refused = await gateway.post(
         "/v1/audio/voice_consents", content=body, headers={"content-type": f"multipart/form-data; boundary={boundary}"}
     )
-    assert refused.status_code == 400, refused.text
+    assert assert_openai_error(refused, 400, None)["code"] == "invalid_multipart"
+
+
+BOUNDARY = "b0undary"
+FORM_TYPE = f"multipart/form-data; boundary={BOUNDARY}"
+
+
+def part(name: str, value: bytes, filename: str | None = None) -> bytes:
+    disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+    return f"--{BOUNDARY}\r\nContent-Disposition: {disposition}\r\n\r\n".encode() + value + b"\r\n"
+
+
+CLOSE = f"--{BOUNDARY}--\r\n".encode()
+FIELDS = part("name", b"Ada") + part("language", b"en-US")
+WHOLE = FIELDS + part("recording", recording("wav"), "consent.wav") + CLOSE
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status", "code", "words"),
+    [
+        (b"".join(part(f"f{n}", b"x") for n in range(5000)) + WHOLE, FORM_TYPE, 400, "too_many_parts", "1000 parts"),
+        (WHOLE[: -len(CLOSE)], FORM_TYPE, 400, "invalid_multipart", "not valid multipart/form-data: Unexpected end"),
+        (
+            f"--{BOUNDARY}\r\nContent-Type: audio/wav\r\n\r\n".encode() + b"RIFF\r\n" + CLOSE,
+            FORM_TYPE,
+            400,
+            "invalid_multipart",
+            "Missing Content-Disposition",
+        ),
+        (WHOLE, "multipart/form-data", 400, "invalid_multipart", "names no boundary"),
+        (WHOLE + bytes(11 * 1024 * 1024), FORM_TYPE, 413, "body_too_large", "over 10551296 bytes"),
+    ],
+    ids=["5000-parts", "unclosed", "no-disposition", "no-boundary", "over-the-limit"],
+)
+@pytest.mark.parametrize("route", ["/v1/audio/voice_consents", "/v1/audio/voices"])
+async def test_a_malformed_form_is_refused_with_a_code_saying_why(  # noqa: PLR0917 - pytest's parameters
+    gateway: AsyncTestClient[Litestar], route: str, body: bytes, content_type: str, status: int, code: str, words: str
+) -> None:
+    refused = await gateway.post(route, content=body, headers={"content-type": content_type})
+    error = assert_openai_error(refused, status, None)
+    assert error["code"] == code
+    assert words in error["message"]
+
+
+async def test_a_file_field_sent_as_text_is_an_invalid_type(gateway: AsyncTestClient[Litestar]) -> None:
+    body = FIELDS + part("recording", b"not a file") + CLOSE
+    refused = await gateway.post("/v1/audio/voice_consents", content=body, headers={"content-type": FORM_TYPE})
+    error = assert_openai_error(refused, 400, "recording")
+    assert (error["code"], error["message"]) == ("invalid_type", "'recording' must be a file.")
 
 
 @pytest.mark.parametrize(
