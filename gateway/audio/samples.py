@@ -92,8 +92,9 @@ _DECLARED_SLACK_S = 2.0
 _PADDING_S = 0.25
 
 RecordingProblem = Literal["not_audio", "unsupported", "too_large", "too_short", "too_long", "decoder_failed"]
-"""Why an upload is refused: not audio in a supported container; audio whose sample rate or channels are outside the
-bounds; over the size; outside the duration bounds; or its decoding ended badly (crashed, out of memory or time)."""
+"""Why an upload is refused: not audio in a supported container; audio in an encoding no decoder reads, or whose
+sample rate or channels are outside the bounds; over the size; outside the duration bounds; or its decoding ended
+badly (crashed, out of memory or time)."""
 
 
 class RecordingError(ValueError):
@@ -210,6 +211,12 @@ def _probe(source: InputContainer, container: str, max_s: float) -> AudioStream:
     if not source.streams.audio:
         raise RecordingError("not_audio", f"The {container} file has no audio stream.")
     stream = source.streams.audio[0]
+    if stream.codec_context is None:  # FFmpeg found no codec for what the header declares: nothing can decode it
+        raise RecordingError(
+            "unsupported",
+            f"The {container} file declares its audio in an encoding no decoder reads "
+            "(an unknown codec, or an impossible sample size such as 0 bits).",
+        )
     _check_format(stream.codec_context.sample_rate, stream.codec_context.channels, declared=True)
     declared_s = source.duration / av.time_base if source.duration else 0.0
     if declared_s > max_s + _PADDING_S + _DECLARED_SLACK_S:

@@ -19,6 +19,7 @@ import gateway
 from gateway.audio.samples import RecordingError, decode_recording
 from gateway.uploads import DecoderProcesses, UploadSettings
 from gateway.uploads.processes import NoDecoderError
+from harness.hostile_uploads import wav_pcm
 from harness.recordings import recording, tone
 from tests.cpu_starvation import children_running
 from tests.upload_faults import CRASH, HANG, HOG, LIAR, SPIN
@@ -71,9 +72,27 @@ def test_a_decoder_process_decodes_as_the_function_does(decoders: DecoderProcess
     assert decode(decoders, upload) == decode_recording(upload).pcm
 
 
-def test_what_decoding_refuses_comes_back_as_said_and_the_decoder_stays(decoders: DecoderProcesses) -> None:
-    problem = refusal(decoders, recording("flac", tone(0.5)))
-    assert (problem.problem, str(problem)) == ("too_short", "The recording lasts 0.50 s; at least 1 s.")
+@pytest.mark.parametrize(
+    ("upload", "said"),
+    [
+        (recording("flac", tone(0.5)), ("too_short", "The recording lasts 0.50 s; at least 1 s.")),
+        (
+            # A WAV header of 0 bits per sample, for which FFmpeg has no codec: it once retired its decoder.
+            wav_pcm(bytes(48000), rate=24000, channels=1, bits=0),
+            (
+                "unsupported",
+                "The wav file declares its audio in an encoding no decoder reads "
+                "(an unknown codec, or an impossible sample size such as 0 bits).",
+            ),
+        ),
+    ],
+    ids=["too-short", "wav-of-0-bits"],
+)
+def test_what_decoding_refuses_comes_back_as_said_and_the_decoder_stays(
+    decoders: DecoderProcesses, upload: bytes, said: tuple[str, str]
+) -> None:
+    problem = refusal(decoders, upload)
+    assert (problem.problem, str(problem)) == said
     assert decoders.replaced == 0
 
 

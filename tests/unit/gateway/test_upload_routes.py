@@ -19,6 +19,7 @@ from litestar.testing import AsyncTestClient
 from gateway.app import create_app
 from gateway.settings import Settings
 from gateway.uploads import DecoderProcesses, UploadSettings
+from harness.hostile_uploads import wav_pcm
 from harness.recordings import recording, tone
 from tests.cpu_starvation import children_running, starved_of_cpu
 from tests.inprocess import ThreadBackend, in_process_app
@@ -90,6 +91,19 @@ async def test_a_crashed_decoder_is_one_uploads_400_and_the_next_is_served() -> 
             assert served.status_code == 201, served.text
     finally:
         decoders.stop()
+
+
+async def test_a_wav_declaring_0_bits_per_sample_is_invalid_audio_saying_so() -> None:
+    # FFmpeg has no codec for such a header: the decoder once failed on it ("the decoder failed (AttributeError)").
+    async with gateway() as client:
+        refused = await consent(client, wav_pcm(bytes(48000), rate=24000, channels=1, bits=0))
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert (error["code"], error["param"]) == ("invalid_audio", "recording")
+        assert error["message"] == (
+            "The wav file declares its audio in an encoding no decoder reads "
+            "(an unknown codec, or an impossible sample size such as 0 bits)."
+        )
 
 
 async def test_a_decoder_starved_of_cpu_is_one_uploads_503_not_its_fault() -> None:
