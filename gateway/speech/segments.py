@@ -99,8 +99,10 @@ def split_text(text: str, max_chars: int) -> list[str]:
     """``text`` as the segments it is spoken in: each at most ``max_chars`` long, holding as many whole sentences as
     fit, trimmed; between two segments the input had only whitespace, so nothing is lost but the pause at a cut.
 
-    A piece with nothing to say (punctuation only) is no job of its own: it joins the segment before it, or the one
-    after it when it comes first. A text that fits is ``[text]`` as it is, without looking further.
+    A piece with nothing to say (punctuation, emoji) joins the segment before it, or the one after it when it comes
+    first, where the two fit within ``max_chars``; one that does not fit (a long run of emoji or dashes) is a segment
+    of its own, which the engine says as it says such a text sent alone. A text that fits is ``[text]`` as it is,
+    without looking further.
     """
     if len(text) <= max_chars:
         return [text]
@@ -112,7 +114,8 @@ def split_text(text: str, max_chars: int) -> list[str]:
         spans.append((start, start + cut))
         start += cut
     spans.append((start, len(text)))
-    return [segment for begin, end in _join_unspeakable(text, spans) if (segment := text[begin:end].strip())]
+    joined = _join_unspeakable(text, spans, max_chars)
+    return [segment for begin, end in joined if (segment := text[begin:end].strip())]
 
 
 def script_segments(jobs: Sequence[Segment], text: str, max_chars: int) -> tuple[list[Segment], list[int]]:
@@ -140,10 +143,16 @@ def speakable(segment: str) -> bool:
     return any(ch.isalnum() for ch in segment)
 
 
-def _join_unspeakable(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _join_unspeakable(text: str, spans: list[tuple[int, int]], max_chars: int) -> list[tuple[int, int]]:
+    """``spans`` with each one that has nothing to say joined to its neighbour, where the two fit: alone, it would be
+    an engine job saying nothing; joined past ``max_chars``, 60,000 emoji made one segment of 120,902 characters."""
     joined: list[tuple[int, int]] = []
     for begin, end in spans:
-        if joined and (not speakable(text[begin:end]) or not speakable(text[slice(*joined[-1])])):
+        if (
+            joined
+            and len(text[joined[-1][0] : end].strip()) <= max_chars
+            and not (speakable(text[begin:end]) and speakable(text[slice(*joined[-1])]))
+        ):
             joined[-1] = (joined[-1][0], end)
         else:
             joined.append((begin, end))

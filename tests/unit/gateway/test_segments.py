@@ -69,11 +69,28 @@ def test_cjk_is_cut_after_its_full_stops_then_its_commas_then_anywhere_without_s
     assert split_text(unbroken, 20) == ["汉" * 20, "汉" * 20, "汉" * 5]
 
 
-def test_a_piece_with_nothing_to_say_joins_its_neighbour() -> None:
-    # Alone, the tail "?! ..." and the head of dashes would each be a job saying nothing.
+def test_a_piece_with_nothing_to_say_joins_its_neighbour_where_the_two_fit() -> None:
+    # Alone, the head "?! ..." would be a job saying nothing.
+    text = "?! ... Short, then a clause that is long enough to be cut."
+    assert split_text(text, 30) == ["?! ... Short,", "then a clause that is long", "enough to be cut."]
+    # Joined, the tail and the head of dashes would make segments over the limit: they stay apart.
     text = "Here is a sentence that fills. ?! ..."
-    assert split_text(text, 31) == [text]
-    assert split_text("-" * 40 + " " + text, 31) == ["-" * 40 + " Here is a sentence", "that fills. ?! ..."]
+    assert split_text(text, 31) == ["Here is a sentence that fills.", "?! ..."]
+    assert split_text("-" * 40 + " " + text, 31) == ["-" * 31, "-" * 9 + " Here is a sentence", "that fills. ?! ..."]
+
+
+@pytest.mark.parametrize(
+    "run",
+    ["\U0001f600 " * 60_000, "\U0001f600" * 100_001, "- " * 60_000, "\u2014" * 5000 + " ?!" * 3000],
+    ids=["emoji-and-spaces", "emoji", "dashes", "dashes-and-marks"],
+)
+def test_a_long_run_with_nothing_to_say_is_cut_within_the_limit(run: str) -> None:
+    """Joined whole to the sentences before it, 60,000 emoji made one segment of 120,902 characters: a job's
+    segment past every bound, which its runner could not even ask the speech service for."""
+    text = ("Hello there, friend. " * 100 + run).strip()
+    segments = split_text(text, 1200)
+    assert max(map(len, segments)) <= 1200
+    assert rejoins(text, segments)
 
 
 _WORDS = ["alpha", "beta", "3.5", "Dr.", "e.g.", "x" * 25, "你好", "世界", "汉字很多", "gamma"]
