@@ -32,6 +32,7 @@ from pydantic import BaseModel  # noqa: TC002 - Litestar reads the handlers' hin
 from gateway.audio import AudioFormat, open_encoding, output_sample_rate
 from gateway.elevenlabs.errors import error_responses
 from gateway.elevenlabs.formats import CONTENT_TYPES, DEFAULT_OUTPUT_FORMAT, OutputFormat, encoding_of
+from gateway.elevenlabs.json_body import require_fastapi_json
 from gateway.elevenlabs.timestamps import PendingCharacters, WholeUnits
 from gateway.elevenlabs.wire import (
     AudioWithTimestamps,
@@ -157,6 +158,7 @@ def audio_route(
         operation_class=operation_class,
         responses=error_responses(400, 401, 403, 404, 413, 422, 429, 503),
         signature_namespace=signature_namespace,
+        before_request=require_fastapi_json,
     )
 
 

@@ -1,6 +1,6 @@
-"""The pronunciation dictionaries' JSON routes read a body as ElevenLabs' server (FastAPI) does: as JSON when it has no
-``Content-Type`` or a JSON one, else as bytes that no model takes, a 422 at ``body``. On the real app in process,
-checked against the ElevenLabs SDK's own models."""
+"""ElevenLabs' JSON routes (the pronunciation dictionaries', text to speech and text to dialogue) read a body as
+ElevenLabs' server (FastAPI) does: as JSON when it has no ``Content-Type`` or a JSON one, else as bytes that no model
+takes, a 422 at ``body``. On the real app in process, checked against the ElevenLabs SDK's own models."""
 
 from __future__ import annotations
 
@@ -88,3 +88,22 @@ async def test_an_empty_body_of_another_type_is_a_missing_body(client: AsyncTest
     refused = await client.post(f"{ROUTES}/add-from-rules", content=b"", headers={"content-type": "text/plain"})
     assert refused.status_code == 422, refused.text
     assert refused.json() == {"detail": [{"loc": ["body"], "msg": "Field required", "type": "missing"}]}
+
+
+SPOKEN = [
+    ("/v1/text-to-speech/alloy", {"text": "Typed as JSON.", "model_id": "synthetic"}),
+    ("/v1/text-to-speech/alloy/stream/with-timestamps", {"text": "Typed as JSON.", "model_id": "synthetic"}),
+    ("/v1/text-to-dialogue", {"inputs": [{"text": "Typed as JSON.", "voice_id": "alloy"}], "model_id": "synthetic"}),
+]
+
+
+@pytest.mark.parametrize(("route", "body"), SPOKEN, ids=["speech", "timed-stream", "dialogue"])
+async def test_speech_read_from_a_body_of_another_type_is_fastapis_422(route: str, body: dict[str, Any]) -> None:
+    settings = {"engines": {"synthetic": {"kind": "synthetic", "workers": 1}}}
+    async with AsyncTestClient(app=in_process_app(settings)) as speech:
+        refused = await speech.post(route, content=json.dumps(body), headers={"content-type": "text/plain"})
+        assert refused.status_code == 422, refused.text
+        problems = HttpValidationError.model_validate(refused.json()).detail or []
+        assert [problem.model_dump(include={"loc", "msg", "type"}) for problem in problems] == [FASTAPI_PROBLEM]
+        spoken = await speech.post(route, content=json.dumps(body))  # no type: JSON, as FastAPI reads it
+        assert spoken.status_code == 200, spoken.text
