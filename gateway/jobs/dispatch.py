@@ -35,6 +35,7 @@ from saq import Job, Queue, Worker
 from saq.job import TERMINAL_STATUSES, Status
 from saq.queue.redis import RedisQueue
 
+from gateway.jobs.runner import fault
 from lifecycle import BackgroundTasks, naming
 from storage import STORAGE_ERRORS
 
@@ -61,7 +62,11 @@ _DEQUEUE_WAIT_S = 0.5
 _OUTAGE_PAUSE_S = 1.0
 """How long a worker waits before it tries the queue again when Redis is out of reach."""
 _TAKEOVERS = 20
-"""How often one job may be taken over (its replica died or shut down) before it is given up."""
+"""How often one job may be taken over (its replica died or shut down, or its run could not reach the store) before it
+is given up."""
+_HAND_OVER_PAUSE_S = 1.0
+"""How long a run that could not reach the store waits before the queue takes its job over: a store back at once
+resumes it, one still out of reach is not asked again and again."""
 _TAKE_POLL_S = 0.2
 """How often a replica with room looks for a job it may take (one look at a time per replica)."""
 _TAKE_LOOKAHEAD = 2000
@@ -117,6 +122,11 @@ def _queue_key(tenant: str, job_id: str) -> str:
     return f"{QUEUE_NAME}{job_id}@{tenant}"
 
 
+class _HandedOverError(Exception):
+    """A job's run could not settle it (its store out of reach): the queue takes it over, as after a replica's death.
+    Raised in place of the run's error, whose text SAQ would log and store with the job."""
+
+
 class TakePolicy(Protocol):
     """What a replica may take from the queue now (``_TAKE_LUA``)."""
 
@@ -154,9 +164,16 @@ class LocalDispatch:
         self._running: dict[str, asyncio.Task[None]] = {}
 
     async def submit(self, tenant: str, job_id: str) -> None:
-        task = self._tasks.spawn(self._runner.run(tenant, job_id))
+        task = self._tasks.spawn(self._run(tenant, job_id))
         self._running[job_id] = task
         task.add_done_callback(lambda _: self._running.pop(job_id, None))
+
+    async def _run(self, tenant: str, job_id: str) -> None:
+        """The job's run; one that raised fails its job (no queue takes it over here: it stayed ``running``)."""
+        try:
+            await self._runner.run(tenant, job_id)
+        except Exception as exc:
+            await self._runner.fail_for(tenant, job_id, exc)
 
     async def cancel(self, tenant: str, job_id: str) -> None:
         task = self._running.get(job_id)
@@ -433,11 +450,29 @@ class QueueDispatch:
         beating = asyncio.create_task(self._beat(job))
         try:
             await self._runner.run(tenant, job_id)
+        except Exception as exc:  # the run settles every failure it can: what is left, it could not (the store)
+            await self._hand_over(job, tenant, job_id, exc)
         finally:
             beating.cancel()
             self._held[tenant] -= 1
             if not self._held[tenant]:
                 del self._held[tenant]
+
+    async def _hand_over(self, job: Job, tenant: str, job_id: str, exc: Exception) -> None:
+        """A run that raised (its store out of reach) hands its job to the queue after a pause, to resume it from its
+        last committed segment, as after its replica's death; on the last takeover the job fails instead: given up
+        without an end, it stayed ``running`` for ever.
+
+        Raises:
+            _HandedOverError: the queue takes the job over (SAQ retries a job whose function raised).
+        """
+        extra = {"record": {"job_id": job_id, "tenant": tenant, "fault": fault(exc), "taken_over": job.retryable}}
+        logger.warning("a speech job's run could not reach its store", extra=extra)
+        if job.retryable:
+            await asyncio.sleep(_HAND_OVER_PAUSE_S)
+            raise _HandedOverError(type(exc).__name__) from None
+        error = f"The job could not go on: its store failed {job.attempts} times ({type(exc).__name__})."
+        await self._runner.fail(tenant, job_id, error)
 
     async def _beat(self, job: Job) -> None:
         """Tell the queue the job's runner lives, three times per ``heartbeat_s``."""

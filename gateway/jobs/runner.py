@@ -11,13 +11,23 @@ that cannot take the segment now (still loading, restarting, overloaded, its bre
 backoff, for up to ``engine_wait_s``: a job handed back by a replica that stopped, and taken by one whose engines are
 still loading, keeps its place and its progress. An engine that failed while speaking the segment gets
 ``segment_attempts`` tries in all. A job fails when either runs out, in bounded time, with the engine's error.
+
+Whatever else a segment raises is settled here too, never left to the queue (which took it for a replica's death and
+ran the job again at once, twenty times in 0.2 s, then left it ``running`` for good): a segment whose request is not
+valid fails the job at once (it never will be), any other fault of the gateway's own is tried ``segment_attempts``
+times like an engine's failure, and anything else the run raises fails the job, except the store out of reach, which
+the queue hands over (``gateway/jobs/dispatch.py``). Neither the job's ``error`` nor a log line holds the fault's text,
+which may quote the input (a pydantic error's ``input_value`` did): only its type, and where it was raised in a log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import traceback
 from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
 
 from auth import ANONYMOUS, Principal
 from engines.base import InvalidSynthesisRequestError
@@ -28,6 +38,7 @@ from gateway.schemas import SpeechRequest
 from gateway.speech.contract import Admission, job_record
 from gateway.speech.errors import FailoverExhaustedError, ResponseTruncatedError, SpeechError
 from lifecycle import naming
+from storage import STORAGE_ERRORS
 
 if TYPE_CHECKING:
     from auth import AuthStore, Tenant
@@ -35,11 +46,21 @@ if TYPE_CHECKING:
     from gateway.jobs.turns import TenantTurns
     from gateway.speech.service import SpeechService
 
-__all__ = ["JOBS_PATH", "JobRunner"]
+__all__ = ["JOBS_PATH", "JobRunner", "fault"]
 
 logger = naming.logger("jobs")
 
 JOBS_PATH = "/v1/audio/speech/jobs"
+
+
+class _SegmentFaultError(Exception):
+    """A segment's try raised something the speech service does not raise of itself (a fault of the gateway's own):
+    tried again like an engine's failure; its message names the fault's type, never its text."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(f"the gateway failed on it ({type(exc).__name__})")
+
+
 # What makes one try of a segment fail without ending the job at once: the engine could not serve it then.
 _RETRIED = (
     SynthesisFailedError,
@@ -47,6 +68,7 @@ _RETRIED = (
     EngineOverloadedError,
     ResponseTruncatedError,
     FailoverExhaustedError,
+    _SegmentFaultError,
 )
 ENGINE_WAIT_S = 300.0
 """How long one segment waits for an engine that cannot take it (not ready, overloaded) before the job fails: a
@@ -59,6 +81,20 @@ _MAX_PAUSE_S = 10.0
 
 class _JobFailedError(Exception):
     """The job cannot go on: its message is the job's ``error``."""
+
+
+def fault(exc: BaseException) -> str:
+    """What a log may say of an unexpected ``exc``: its type and the line that raised it, not its message (which may
+    quote the input: a pydantic error's ``input_value`` holds the head and tail of the text it refused)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__module__}.{type(exc).__qualname__}{where}"
+
+
+def _invalid(exc: ValidationError) -> str:
+    """A segment's request refused by its model, as each error's place, code and message without the input."""
+    errors = exc.errors(include_input=False, include_url=False, include_context=False)
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['type']}: {e['msg']}" for e in errors)
 
 
 def _cannot_take(exc: Exception) -> EngineNotReadyError | EngineOverloadedError | None:
@@ -130,18 +166,39 @@ class JobRunner:
 
     async def run(self, tenant_name: str, job_id: str) -> None:
         """Speak the job from its first segment not committed to its end (or until it is cancelled or deleted), one
-        segment per turn of its tenant's; it stays ``queued`` until its first turn."""
-        tenant: Tenant | None = None
+        segment per turn of its tenant's; it stays ``queued`` until its first turn. Whatever fails it, the job ends
+        ``failed`` with its ``error``.
+
+        Raises:
+            STORAGE_ERRORS: the store is out of reach (the queue hands the job over, to resume it; nothing else can
+                even mark it failed).
+        """
         try:
             tenant = await self._tenant(tenant_name)
             if await self._speak_all(Principal(tenant, "job"), tenant_name, job_id):
                 await self._end(tenant, job_id, "completed")
         except _JobFailedError as exc:
-            logger.warning("speech job failed", extra={"record": {"job_id": job_id, "tenant": tenant_name}})
-            if tenant is None:
-                await self.store.finish(tenant_name, job_id, "failed", str(exc))
-            else:
-                await self._end(tenant, job_id, "failed", str(exc))
+            await self.fail(tenant_name, job_id, str(exc))
+        except STORAGE_ERRORS:  # outside a segment's try (which settles its own faults), the stores' calls raise these
+            raise
+        except Exception as exc:  # a fault of the gateway's own: the job ends rather than run again as it failed
+            await self.fail_for(tenant_name, job_id, exc)
+
+    async def fail_for(self, tenant_name: str, job_id: str, exc: Exception) -> None:
+        """End the job ``failed`` for a fault of the gateway's own, named by its type alone (as in the log)."""
+        extra = {"record": {"job_id": job_id, "tenant": tenant_name, "fault": fault(exc)}}
+        logger.error("a speech job's run failed", extra=extra)  # no traceback: its last line may quote the text
+        await self.fail(tenant_name, job_id, f"The job could not go on: the gateway failed ({type(exc).__name__}).")
+
+    async def fail(self, tenant_name: str, job_id: str, error: str) -> None:
+        """End the job ``failed`` with ``error`` (the job's own reason, shown to its tenant), counting what it spoke
+        in its tenant's usage; nothing when it is no longer active."""
+        logger.warning("speech job failed", extra={"record": {"job_id": job_id, "tenant": tenant_name}})
+        tenant = await self._tenants.get_tenant(tenant_name) if tenant_name != ANONYMOUS.name else ANONYMOUS
+        if tenant is None:
+            await self.store.finish(tenant_name, job_id, "failed", error)
+        else:
+            await self._end(tenant, job_id, "failed", error)
 
     async def _tenant(self, name: str) -> Tenant:
         if name == ANONYMOUS.name:
@@ -203,18 +260,26 @@ class JobRunner:
         """One try of one segment's audio in the job's stored format.
 
         Raises:
-            _RETRIED: the engine could not speak it now (``_SegmentTries`` says whether to try again).
-            _JobFailedError: the segment can never be spoken (a voice deleted, a model no longer allowed).
+            _RETRIED: the engine could not speak it now, or the gateway failed on it (``_SegmentTries`` says whether
+                to try again).
+            _JobFailedError: the segment can never be spoken (a voice deleted, a model no longer allowed, a request
+                that is not valid: a segment longer than a request may be, stored by a version that made them).
         """
-        request = SpeechRequest.model_validate(
-            {**record.request, "input": text, "response_format": SEGMENT_FORMATS[record.response_format]}
-        )
+        fields = {**record.request, "input": text, "response_format": SEGMENT_FORMATS[record.response_format]}
+        try:
+            request = SpeechRequest.model_validate(fields)
+        except ValidationError as exc:
+            raise _JobFailedError(f"A segment could not be spoken: its request is not valid: {_invalid(exc)}") from None
         try:
             audio, seconds, charged = await self._speak(principal, request, record.id)
         except _RETRIED:
             raise
         except (SpeechError, InvalidSynthesisRequestError) as exc:
             raise _JobFailedError(str(exc)) from exc
+        except Exception as exc:
+            extra = {"record": {"job_id": record.id, "fault": fault(exc)}}
+            logger.warning("a speech job's segment failed in the gateway", extra=extra)
+            raise _SegmentFaultError(exc) from None
         return SpokenSegment(audio, len(text), round(seconds * 1000), charged)
 
     async def _speak(self, principal: Principal, request: SpeechRequest, job_id: str) -> tuple[bytes, float, int]:

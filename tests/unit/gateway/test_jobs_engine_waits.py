@@ -11,59 +11,23 @@ once, and its three tries, one after the other, all met "engine ... is not ready
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections import Counter
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
-from auth import ANONYMOUS
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
 from gateway.jobs.dispatch import QueueDispatch
-from gateway.jobs.records import JobRecord, now_s
-from gateway.jobs.runner import JobRunner
 from gateway.jobs.store import MemoryJobStore
-from gateway.jobs.turns import TenantTurns
 from gateway.settings import JobsSettings
 from gateway.speech.errors import FailoverExhaustedError
 from storage import connect_redis, sortable_id
+from tests.job_runs import TENANT, Engines, job, runner
 from tests.waiting import wait_for
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from gateway.jobs.runner import JobRunner
 
-    from auth import AuthStore
-    from gateway.schemas import SpeechRequest
-    from gateway.speech.service import SpeechService
-
-TENANT = ANONYMOUS.name
 SEGMENTS = ["The first sentence.", "The second sentence.", "The third sentence."]
 LOADING = "still loading: no worker is ready yet"
-
-
-class Engines:
-    """Stands in for the speech service: each segment's audio (two bytes a character), unless its model's engine
-    refuses or fails it now (``down``: the error it raises, as the failover raises it)."""
-
-    def __init__(self) -> None:
-        self.down: dict[str, Exception] = {}
-        self.tries: Counter[str] = Counter()
-        self.spoken: list[str] = []
-
-    async def speak(self, _principal: object, request: SpeechRequest, _record: object, **_: object) -> Any:
-        self.tries[request.model] += 1
-        if (error := self.down.get(request.model)) is not None:
-            raise error
-        self.spoken.append(request.input)
-        return self._reply(request.input)
-
-    @contextlib.asynccontextmanager
-    async def _reply(self, text: str) -> AsyncIterator[SimpleNamespace]:
-        clock = SimpleNamespace(seconds=len(text) / 100)
-        yield SimpleNamespace(whole=b"\x00\x00" * len(text), characters=None, outcome=SimpleNamespace(clock=clock))
-
-    def account_job(self, *_: object) -> None:
-        return None
 
 
 def not_ready(engine: str, reason: str = LOADING) -> FailoverExhaustedError:
@@ -74,27 +38,9 @@ def not_ready(engine: str, reason: str = LOADING) -> FailoverExhaustedError:
     return exhausted
 
 
-async def job(store: MemoryJobStore, model: str, segments: list[str] = SEGMENTS) -> str:
-    record = JobRecord(
-        sortable_id("job_"),
-        TENANT,
-        {"model": model, "voice": "alloy", "response_format": "pcm"},
-        sum(map(len, segments)),
-        len(segments),
-        int(now_s()),
-    )
-    assert await store.create(record, segments, quota_bytes=10**9, max_jobs=100) is None
-    return record.id
-
-
-def runner(store: MemoryJobStore, engines: Engines, *, slots: int = 2, **options: Any) -> JobRunner:
-    speech, tenants = cast("SpeechService", engines), cast("AuthStore", None)
-    return JobRunner(store, speech, tenants, TenantTurns(slots), segment_attempts=3, **options)
-
-
 async def test_a_segment_waits_for_an_engine_still_loading_and_the_job_completes() -> None:
     store, engines = MemoryJobStore(ttl_s=60), Engines()
-    job_id = await job(store, "paced")
+    job_id = await job(store, "paced", SEGMENTS)
     engines.down["paced"] = not_ready("paced")
     running = asyncio.create_task(runner(store, engines).run(TENANT, job_id))  # the default wait: 300 s
     await wait_for(lambda: engines.tries["paced"] > 3, what="more tries than segment_attempts")
@@ -108,7 +54,7 @@ async def test_a_segment_waits_for_an_engine_still_loading_and_the_job_completes
 
 async def test_an_overloaded_engine_is_waited_for_no_sooner_than_it_asks() -> None:
     store, engines = MemoryJobStore(ttl_s=60), Engines()
-    job_id = await job(store, "busy")
+    job_id = await job(store, "busy", SEGMENTS)
     engines.down["busy"] = EngineOverloadedError("busy", retry_after_s=1)
     started = time.monotonic()
     running = asyncio.create_task(runner(store, engines).run(TENANT, job_id))
@@ -122,7 +68,7 @@ async def test_an_overloaded_engine_is_waited_for_no_sooner_than_it_asks() -> No
 
 async def test_an_engine_that_never_becomes_ready_fails_the_job_within_the_wait() -> None:
     store, engines = MemoryJobStore(ttl_s=60), Engines()
-    job_id = await job(store, "broken")
+    job_id = await job(store, "broken", SEGMENTS)
     engines.down["broken"] = not_ready("broken", "worker failed to start (no weights)")
     started = time.monotonic()
     await asyncio.wait_for(runner(store, engines, engine_wait_s=2.0).run(TENANT, job_id), 10)
@@ -138,7 +84,7 @@ async def test_an_engine_that_never_becomes_ready_fails_the_job_within_the_wait(
 
 async def test_an_engine_that_fails_to_speak_is_tried_segment_attempts_times() -> None:
     store, engines = MemoryJobStore(ttl_s=60), Engines()
-    job_id = await job(store, "crashing")
+    job_id = await job(store, "crashing", SEGMENTS)
     engines.down["crashing"] = SynthesisFailedError("the engine worker died (exit code -9)")
     await asyncio.wait_for(runner(store, engines).run(TENANT, job_id), 10)
     record = await store.get(TENANT, job_id)
@@ -151,11 +97,11 @@ async def test_a_job_waiting_for_its_engine_gives_its_turn_up() -> None:
     """One slot: a job whose engine is loading waits outside it, so a job on another engine is spoken meanwhile."""
     store, engines = MemoryJobStore(ttl_s=60), Engines()
     jobs = runner(store, engines, slots=1)
-    waiting_id = await job(store, "loading")
+    waiting_id = await job(store, "loading", SEGMENTS)
     engines.down["loading"] = not_ready("loading")
     waiting = asyncio.create_task(jobs.run(TENANT, waiting_id))
     await wait_for(lambda: engines.tries["loading"] > 0, what="the first job's first try")
-    other_id = await job(store, "ready")
+    other_id = await job(store, "ready", SEGMENTS)
     await asyncio.wait_for(jobs.run(TENANT, other_id), 10)
     other = await store.get(TENANT, other_id)
     assert other is not None and other.status == "completed"
