@@ -86,6 +86,15 @@ class JobRecord:
     error: str | None = None
     reserved_bytes: int = 0
     """The stored audio the job reserved from its tenant's quota when it was created (:func:`reservation_bytes`)."""
+    generation: str = ""
+    """The :attr:`~auth.tenants.Tenant.generation` of the tenant that created it: a tenant deleted and created again
+    under the same name is another generation, which never sees the job (:meth:`belongs_to`). Empty for a job created
+    before jobs recorded it."""
+
+    def belongs_to(self, generation: str) -> bool:
+        """Whether the job is the tenant's of ``generation`` (its name is the store's scope): a job of another
+        generation is a deleted tenant's, left by a race with its deletion, and is not there for this one."""
+        return not self.generation or self.generation == generation
 
     @property
     def response_format(self) -> AudioFormat:

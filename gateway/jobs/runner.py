@@ -230,6 +230,9 @@ class JobRunner:
                             record = await self.store.start(tenant, job_id)
                             if record is None:
                                 return False  # cancelled or deleted while it waited, or ended by a runner thought dead
+                            if not record.belongs_to(principal.tenant.generation):  # a deleted tenant's, made late
+                                await self.store.finish(tenant, job_id, "cancelled")
+                                return False
                             segments, index = await self.store.segments(tenant, job_id), record.segments_done
                             if index >= len(segments):
                                 break

@@ -22,7 +22,7 @@ from gateway.speech.errors import (
 )
 from gateway.speech.segments import split_text
 from gateway.text import is_ssml
-from storage import sortable_id
+from storage import MAX_PAGE, Page, sortable_id
 
 if TYPE_CHECKING:
     from auth import Principal, Tenant
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from gateway.schemas import SpeechJobCreate
     from gateway.settings import JobsSettings
     from gateway.speech.service import SpeechService
-    from storage import Page
 
 __all__ = ["SpeechJobs", "shown"]
 
@@ -76,6 +75,7 @@ class SpeechJobs:
             created_at=int(now_s()),
             metadata=body.metadata,
             reserved_bytes=reservation_bytes(len(body.input), body.response_format, body.speed),
+            generation=tenant.generation,
         )
         quota, max_jobs = self.quota_bytes(tenant), self.settings.max_jobs_per_tenant
         refusal = await self.store.create(record, segments, quota_bytes=quota, max_jobs=max_jobs)
@@ -116,14 +116,14 @@ class SpeechJobs:
                 f"input holds {len(body.input)} characters; a job of your tenant may hold at most {cap}.", limit=cap
             )
 
-    async def get(self, tenant: str, job_id: str) -> JobRecord:
-        """The tenant's job (another tenant's is not found either).
+    async def get(self, tenant: Tenant, job_id: str) -> JobRecord:
+        """The tenant's job (another tenant's is not found either, nor a deleted tenant's of the same name).
 
         Raises:
             UnknownJobError: no such job.
         """
-        record = await self.store.get(tenant, job_id)
-        if record is None:
+        record = await self.store.get(tenant.name, job_id)
+        if record is None or not record.belongs_to(tenant.generation):
             raise UnknownJobError(job_id)
         return record
 
@@ -143,8 +143,16 @@ class SpeechJobs:
             )
         return place
 
-    async def page(self, tenant: str, *, after: str | None, limit: int) -> Page[JobRecord]:
-        return await self.store.page(tenant, after=after, limit=limit)
+    async def page(self, tenant: Tenant, *, after: str | None, limit: int) -> Page[JobRecord]:
+        """Up to ``limit`` of the tenant's jobs after ``after``, passing over those of a deleted tenant of the same
+        name (left by a race with its deletion: rare, so a page seldom needs more than one read of the store)."""
+        owned: list[JobRecord] = []
+        while True:
+            page = await self.store.page(tenant.name, after=after, limit=limit)
+            owned.extend(record for record in page.data if record.belongs_to(tenant.generation))
+            if len(owned) >= limit or not page.has_more:
+                return Page(owned[:limit], has_more=len(owned) > limit or page.has_more)
+            after = page.data[-1].id
 
     async def cancel_or_delete(self, tenant: Tenant, job_id: str) -> JobRecord | None:
         """Cancel the job if it is queued or running (its engine work stops now; what it spoke is counted in the
@@ -155,17 +163,41 @@ class SpeechJobs:
         Raises:
             UnknownJobError: no such job.
         """
-        record = await self.get(tenant.name, job_id)
+        record = await self.get(tenant, job_id)
         if record.status in ACTIVE:
-            cancelled = await self.store.finish(tenant.name, job_id, "cancelled")
+            cancelled = await self._cancel(tenant, job_id)
             if cancelled is None:  # ended meanwhile (a concurrent DELETE cancelled it): this one answers, deletes not
-                return await self.get(tenant.name, job_id)
-            await self.dispatch.cancel(tenant.name, job_id)
-            self._speech.account_job(tenant, cancelled.charged_characters, cancelled.audio_ms / 1000)
+                return await self.get(tenant, job_id)
             return cancelled
         if not await self.store.delete(tenant.name, job_id):
             raise UnknownJobError(job_id)
         return None
+
+    async def forget_tenant(self, tenant: Tenant) -> None:
+        """The tenant was deleted: cancel its queued and running jobs wherever they run (what they spoke is counted
+        in its usage, which the deletion retires) and delete all of its jobs and their audio, a page at a time, so
+        that no step's work grows with its ``jobs.max_jobs_per_tenant``. A job of another generation of its name (a
+        tenant created again meanwhile) is left alone."""
+        after: str | None = None
+        while True:
+            page = await self.store.page(tenant.name, after=after, limit=MAX_PAGE)
+            owned = [record for record in page.data if record.belongs_to(tenant.generation)]
+            for record in owned:
+                if record.status in ACTIVE:
+                    await self._cancel(tenant, record.id)
+            await self.store.delete_many(tenant.name, [record.id for record in owned])
+            if not page.has_more:
+                return
+            after = page.data[-1].id
+
+    async def _cancel(self, tenant: Tenant, job_id: str) -> JobRecord | None:
+        """End an active job as cancelled, stop its engine work wherever it runs, and count what it spoke in the
+        tenant's usage; ``None`` when it was not active any more (whoever ended it counted it)."""
+        cancelled = await self.store.finish(tenant.name, job_id, "cancelled")
+        if cancelled is not None:
+            await self.dispatch.cancel(tenant.name, job_id)
+            self._speech.account_job(tenant, cancelled.charged_characters, cancelled.audio_ms / 1000)
+        return cancelled
 
 
 def shown(record: JobRecord) -> SpeechJobObject:

@@ -98,7 +98,7 @@ class SpeechJobsController(Controller):
         after: Annotated[str | None, Parameter(description="Start after this job id.", max_length=128)] = None,
         limit: Annotated[int, Parameter(description="Jobs per page.", ge=1, le=100)] = 20,
     ) -> SpeechJobList:
-        page = await _jobs(request).page(principal.tenant.name, after=after, limit=limit)
+        page = await _jobs(request).page(principal.tenant, after=after, limit=limit)
         return SpeechJobList.of_records(page, shown)
 
     @get(
@@ -110,7 +110,7 @@ class SpeechJobsController(Controller):
     async def retrieve_job(
         self, request: Request[Any, Any, Any], job_id: FromPath[_JOB_ID], principal: Caller
     ) -> SpeechJobObject:
-        return shown(await _jobs(request).get(principal.tenant.name, job_id))
+        return shown(await _jobs(request).get(principal.tenant, job_id))
 
     @delete(
         "/{job_id:str}",
@@ -137,7 +137,7 @@ class SpeechJobsController(Controller):
         self, request: Request[Any, Any, Any], job_id: FromPath[_JOB_ID], principal: Caller
     ) -> Response[Any]:
         jobs = _jobs(request)
-        record = await jobs.get(principal.tenant.name, job_id)
+        record = await jobs.get(principal.tenant, job_id)
         _check_content(record)
         media_type = CONTENT_TYPES[record.response_format]
         if record.status in ACTIVE:
@@ -157,7 +157,7 @@ class SpeechJobsController(Controller):
         self, request: Request[Any, Any, Any], job_id: FromPath[_JOB_ID], principal: Caller
     ) -> ServerSentEvent:
         jobs = _jobs(request)
-        record = await jobs.get(principal.tenant.name, job_id)
+        record = await jobs.get(principal.tenant, job_id)
         place = jobs.follow(principal.tenant.name)
         return ServerSentEvent(_events(jobs, record, place))
 

@@ -9,9 +9,9 @@ with the number of tenants.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from litestar import Controller, delete, get, post
+from litestar import Controller, Request, delete, get, post
 from litestar.params import FromPath, JSONBody, Parameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_400_BAD_REQUEST, HTTP_404_NOT_FOUND
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,6 +23,7 @@ from gateway.http.auth.security import require_admin
 from gateway.http.errors import OpenAIError, error_responses
 from gateway.http.json_body import require_json
 from gateway.schemas import ListPage
+from gateway.state import gateway_state
 from storage import MAX_PAGE
 
 if TYPE_CHECKING:
@@ -233,13 +234,15 @@ class AdminController(Controller):
         status_code=200,
         operation_id="adminDeleteTenant",
         responses=_ERRORS,
-        description="Deletes the tenant's keys, closes its realtime sessions on every replica and deletes its "
-        "voices, consent recordings and pronunciation dictionaries; its usage is retired (kept apart, with what its "
-        "streams still in flight add: `GET /admin/retired-usage/{name}`) and its cached audio becomes unreachable. "
-        "A tenant created again under the same name starts empty.",
+        description="Deletes the tenant's keys, closes its realtime sessions on every replica, cancels its queued "
+        "and running speech jobs on every replica and deletes its jobs and their audio, its voices, consent "
+        "recordings and pronunciation dictionaries; its usage is retired (kept apart, with what its streams still in "
+        "flight and its cancelled jobs spoke: `GET /admin/retired-usage/{name}`) and its cached audio becomes "
+        "unreachable. A tenant created again under the same name starts empty.",
     )
     async def delete_tenant(  # noqa: PLR0917 - Litestar's parameters
         self,
+        request: Request[Any, Any, Any],
         name: FromPath[str],
         auth_store: AuthStoreDep,
         voices: VoicesDep,
@@ -253,6 +256,8 @@ class AdminController(Controller):
         await voices.forget_tenant(name)
         await consents.forget_tenant(name)
         await pronunciation.store.forget_tenant(name)
+        if (jobs := gateway_state(request.app).jobs) is not None:
+            await jobs.forget_tenant(tenant)
         await usage.retire(tenant)
         return TenantDeleted(id=name, name=name, deleted=True)
 

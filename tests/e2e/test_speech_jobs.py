@@ -3,7 +3,8 @@
 A 20,000-character job created on one replica is followed (server-sent events) and fetched (while it runs) on the
 other, decodes in PyAV to as long as the same text spoken in pieces, and holds its segments in order; the replica
 running a job is SIGKILLed and another completes it, whole; a cancel frees the engine at once; other tenants and
-made-up ids get 404, caps and quotas clear 4xx.
+made-up ids get 404, caps and quotas clear 4xx; deleting a tenant on one replica stops its job on the other and
+leaves a tenant created again under its name none of its jobs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from harness.gateway_process import GatewayProcess
 from tests.audio_decode import decode_audio
 from tests.redis_server import RedisServer
 from tests.starting import start_together, stop_together
+from tests.tenancy import ADMIN_TOKEN, Admin
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -49,6 +51,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayP
     config: dict[str, Any] = {
         "redis_url": server.url,
         "auth": {
+            "admin_token": ADMIN_TOKEN,
             "tenants": [
                 {"name": "acme", "api_key_sha256": [hash_api_key(ACME)]},
                 {"name": "globex", "api_key_sha256": [hash_api_key(GLOBEX)]},
@@ -57,7 +60,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayP
                     "api_key_sha256": [hash_api_key(SMALL)],
                     "limits": {"job_input_characters": 1000, "job_storage_bytes": 0},
                 },
-            ]
+            ],
         },
         "engines": {"espeak": {"kind": "espeak", "workers": 1}, "tones": TONES, "slow": SLOW},
         "aliases": {"tts-1": ["espeak"]},
@@ -277,3 +280,79 @@ def test_caps_and_quotas_give_clear_4xx(
     assert error["message"]
     if code is not None:
         assert error["code"] == code
+
+
+def test_deleting_a_tenant_stops_its_jobs_everywhere_and_a_new_one_of_its_name_has_none(
+    replicas: list[GatewayProcess],
+) -> None:
+    """The probe's case: tenant ``eps`` with a finished job and a running one, deleted on the replica that does not
+    run the job. Before, the job went on speaking, and a new ``eps`` listed both jobs and fetched the old audio. Now
+    the job's engine work stops at once, the new tenant has no jobs (the old ids are 404 on both replicas), and what
+    the jobs spoke is in the deleted tenant's retired usage, none of it in the new tenant's."""
+    admins = [Admin(replica.base_url) for replica in replicas]
+    admin = admins[0]
+    try:
+        admin.tenant("eps")
+        old = admin.key("eps")["key"]
+        finished = create(replicas[0], key=old, input="A finished job of the old tenant.", model="tones").json()
+        wait_until(lambda: job_of(replicas[0], finished["id"], old)["status"] == "completed", what="the short job")
+        running = create(replicas[0], key=old, input=BOOK[:3000], model="slow").json()  # 6 s a segment
+        runner = runner_of(replicas, running["id"])
+        spoken = wait_for_a_segment(runner, running["id"], old)
+        before = httpx.get(f"{runner.base_url}/v1/usage", headers=bearer(old)).json()
+
+        admins[1 - replicas.index(runner)].delete_tenant("eps")  # on the replica that does not run the job
+
+        # Its segment had 5 s or more to go: the engine is free within a second or so, and stays so.
+        wait_until(lambda: active_engine_jobs(runner, "slow") == 0, timeout_s=2, what="the job's engine work stopped")
+        time.sleep(1.0)
+        assert active_engine_jobs(runner, "slow") == 0
+        admin.tenant("eps")
+        new = admin.key("eps")["key"]
+        for replica in replicas:
+            assert httpx.get(f"{replica.base_url}{JOBS}", headers=bearer(new)).json()["data"] == []
+            for job in (finished["id"], running["id"]):
+                for path in ("", "/content", "/events"):
+                    found = httpx.get(f"{replica.base_url}{JOBS}/{job}{path}", headers=bearer(new), timeout=10)
+                    assert found.status_code == 404, found.text
+        retired = wait_for_retired_requests(admin, "eps", before["requests"] + 1)
+        assert spoken <= retired["input_characters"] - before["input_characters"] <= spoken + SEGMENT_CHARS
+        assert httpx.get(f"{runner.base_url}/v1/usage", headers=bearer(new)).json()["requests"] == 0
+    finally:
+        admin.http.delete("/admin/tenants/eps")
+        for each in admins:
+            each.close()
+
+
+def wait_for_a_segment(replica: GatewayProcess, job_id: str, key: str) -> int:
+    """The job's characters done, once its first segment is committed."""
+    done: list[int] = []
+
+    def committed() -> bool:
+        done[:] = [job_of(replica, job_id, key)["progress"]["characters_done"]]
+        return done[0] > 0
+
+    wait_until(committed, timeout_s=30, what="the job's first segment")
+    return done[0]
+
+
+def active_engine_jobs(replica: GatewayProcess, engine: str) -> float:
+    """``tts_engine_active_jobs`` of the engine on the replica: what its workers are speaking now."""
+    metrics = httpx.get(f"{replica.base_url}/metrics", timeout=10).text
+    line = next(
+        line for line in metrics.splitlines() if line.startswith(f'tts_engine_active_jobs{{engine="{engine}"}}')
+    )
+    return float(line.rsplit(" ", 1)[1])
+
+
+def wait_for_retired_requests(admin: Admin, tenant: str, requests: int) -> dict[str, Any]:
+    """The usage of the tenant's last deletion, once it counts ``requests`` (the ledger writes in the background)."""
+    retired: list[dict[str, Any]] = []
+
+    def counted() -> bool:
+        retired[:] = admin.http.get(f"/admin/retired-usage/{tenant}").json()["data"][-1:]
+        return bool(retired) and retired[0]["requests"] >= requests
+
+    wait_until(counted, timeout_s=10, what="the deleted tenant's usage")
+    assert retired[0]["requests"] == requests
+    return retired[0]

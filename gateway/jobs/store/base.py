@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Protocol
 from gateway.jobs.records import JobRecord, JobStatus, now_s
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from storage import Page
 
 __all__ = ["JobStore", "Refusal", "SpokenSegment", "ended_record"]
@@ -82,6 +84,11 @@ class JobStore(Protocol):
 
     async def delete(self, tenant: str, job_id: str) -> bool:
         """Forget the job and its audio; ``False`` when there was none."""
+        ...
+
+    async def delete_many(self, tenant: str, job_ids: Sequence[str]) -> int:
+        """Forget these jobs and their audio together (in Redis, two round trips whatever their number: a page of a
+        deleted tenant's jobs); how many there were. A runner of one of them commits nothing more: it finds no job."""
         ...
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from gateway.jobs.records import ACTIVE, JobRecord, JobStatus, now_s
 from gateway.jobs.store.base import (
@@ -11,6 +12,9 @@ from gateway.jobs.store.base import (
     ended_record,
 )
 from storage import Page
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["MemoryJobStore"]
 
@@ -29,10 +33,11 @@ class MemoryJobStore:
     ) -> Refusal | None:
         # No await from the check to the write: no other creation runs in between (one event loop, no lock needed).
         jobs = self._live(record.tenant)
-        if len(jobs) >= max_jobs:
-            return Refusal("too_many_jobs", len(jobs))
+        own = [job for job in jobs.values() if job.belongs_to(record.generation)]
+        if len(own) >= max_jobs:
+            return Refusal("too_many_jobs", len(own))
         now = now_s()
-        held = sum(job.held_bytes(now) for job in jobs.values())
+        held = sum(job.held_bytes(now) for job in own)
         if held + record.reserved_bytes > quota_bytes:
             return Refusal("storage_quota", held)
         jobs[record.id] = record
@@ -90,9 +95,14 @@ class MemoryJobStore:
         return ended
 
     async def delete(self, tenant: str, job_id: str) -> bool:
-        self._segments.pop((tenant, job_id), None)
-        self._audio.pop((tenant, job_id), None)
-        return self._records.get(tenant, {}).pop(job_id, None) is not None
+        return await self.delete_many(tenant, [job_id]) == 1
+
+    async def delete_many(self, tenant: str, job_ids: Sequence[str]) -> int:
+        jobs = self._records.get(tenant, {})
+        for job_id in job_ids:
+            self._segments.pop((tenant, job_id), None)
+            self._audio.pop((tenant, job_id), None)
+        return sum(jobs.pop(job_id, None) is not None for job_id in job_ids)
 
     def _live(self, tenant: str) -> dict[str, JobRecord]:
         """The tenant's jobs, those past both their TTLs dropped (their audio at the first TTL)."""

@@ -10,6 +10,8 @@ from gateway.jobs.records import JobRecord, JobStatus, now_s
 from storage import Page
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from gateway.jobs.store.files import AudioFiles
     from storage import RedisClient
 
@@ -23,17 +25,18 @@ __all__ = ["RedisJobStore"]
 
 # Stores a new job unless its tenant holds ARGV[3] jobs or the job's reservation does not fit in the quota beside what
 # the tenant's jobs hold (as ``JobRecord.held_bytes`` counts it), in one step: concurrent creations cannot all pass.
-# Ids whose records expired leave the index. KEYS: the tenant's index, the job's record, its segments' texts (all in
-# the tenant's slot; the other jobs' records, read by name, are in it too). ARGV: the prefix of the tenant's records'
-# keys, now, max jobs, quota, the job's id, its reservation, its record's fields (JSON), its segments (JSON), the TTL of
-# its keys while it runs, the index's TTL. Returns {0, held}, {1, jobs held} or {2, bytes held}.
+# Ids whose records expired leave the index; the jobs of another generation of the tenant (``JobRecord.belongs_to``)
+# are not its own and count for nothing. KEYS: the tenant's index, the job's record, its segments' texts (all in the
+# tenant's slot; the other jobs' records, read by name, are in it too). ARGV: the prefix of the tenant's records' keys,
+# now, max jobs, quota, the job's id, its reservation, its record's fields (JSON), its segments (JSON), the TTL of its
+# keys while it runs, the index's TTL, the tenant's generation. Returns {0, held}, {1, jobs held} or {2, bytes held}.
 _CREATE_LUA = """
 local now, held, jobs = tonumber(ARGV[2]), 0, 0
 for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local f = redis.call('HMGET', ARGV[1] .. id, 'status', 'bytes', 'reserved', 'expires_at')
+  local f = redis.call('HMGET', ARGV[1] .. id, 'status', 'bytes', 'reserved', 'expires_at', 'generation')
   if not f[1] then
     redis.call('ZREM', KEYS[1], id)
-  else
+  elseif not f[5] or f[5] == '' or f[5] == ARGV[11] then
     jobs = jobs + 1
     local stored = tonumber(f[2]) or 0
     if f[1] == 'queued' or f[1] == 'running' then
@@ -102,6 +105,7 @@ _FIELDS = (
     "error",
     "reserved",
     "charged",
+    "generation",
 )
 
 
@@ -146,6 +150,7 @@ class RedisJobStore:
             json.dumps(segments),
             2 * self.ttl_s,
             3 * self.ttl_s,  # the index's, renewed by every new job; pruned as it is read
+            record.generation,
         ]
         outcome, held = await self._create(keys=[self._key(record.tenant, "index"), job, texts], args=args)
         if outcome == 0:
@@ -241,16 +246,29 @@ class RedisJobStore:
         return record
 
     async def delete(self, tenant: str, job_id: str) -> bool:
-        job, texts, sizes = self._job_keys(tenant, job_id)
-        done = int(await self._client.hget(job, "done") or 0)
+        return await self.delete_many(tenant, [job_id]) == 1
+
+    async def delete_many(self, tenant: str, job_ids: Sequence[str]) -> int:
+        if not job_ids:
+            return 0
         async with self._client.pipeline(transaction=False) as pipe:
-            pipe.delete(job)
-            pipe.delete(texts, sizes, *(self._audio_key(tenant, job_id, i) for i in range(done + 1)))
-            pipe.zrem(self._key(tenant, "index"), job_id)
-            deleted, *_ = await pipe.execute()
+            for job_id in job_ids:
+                pipe.hget(self._key(tenant, "job", job_id), "done")
+            done = await pipe.execute()
+        async with self._client.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:  # first: their answers count the jobs there were
+                pipe.delete(self._key(tenant, "job", job_id))
+            for job_id, segments in zip(job_ids, done, strict=True):
+                _, texts, sizes = self._job_keys(tenant, job_id)
+                # One segment more than read: one committed meanwhile.
+                audio = (self._audio_key(tenant, job_id, i) for i in range(int(segments or 0) + 1))
+                pipe.delete(texts, sizes, *audio)
+            pipe.zrem(self._key(tenant, "index"), *job_ids)
+            deleted = (await pipe.execute())[: len(job_ids)]
         if self.files is not None:
-            await self.files.drop(tenant, job_id)
-        return bool(deleted)
+            for job_id in job_ids:
+                await self.files.drop(tenant, job_id)
+        return sum(deleted)
 
 
 def _fields(record: JobRecord) -> dict[str, str | int]:
@@ -268,11 +286,12 @@ def _fields(record: JobRecord) -> dict[str, str | int]:
         "audio_ms": 0,
         "bytes": 0,
         "reserved": record.reserved_bytes,
+        "generation": record.generation,
     }
 
 
 def _record(values: list[bytes | None]) -> JobRecord | None:
-    meta, status, done, chars, audio_ms, stored, completed_at, expires_at, error, reserved, charged = values
+    meta, status, done, chars, audio_ms, stored, completed_at, expires_at, error, reserved, charged, generation = values
     if meta is None or status is None:
         return None
     return JobRecord(
@@ -287,6 +306,7 @@ def _record(values: list[bytes | None]) -> JobRecord | None:
         expires_at=_int_or_none(expires_at),
         error=error.decode() if error else None,
         reserved_bytes=int(reserved or 0),
+        generation=generation.decode() if generation else "",  # a job's record from before this field: anyone's
     )
 
 

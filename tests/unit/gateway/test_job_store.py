@@ -43,6 +43,7 @@ async def create(
     quota: int = 10**9,
     reserved: int = 0,
     max_jobs: int = 3,
+    generation: str = "",
 ) -> str | None:
     record = JobRecord(
         id=sortable_id("job_"),
@@ -52,6 +53,7 @@ async def create(
         segments_total=segments,
         created_at=int(now_s()),
         reserved_bytes=reserved,
+        generation=generation,
     )
     texts = [f"segment {i:2d}" for i in range(segments)]
     refusal = await store.create(record, texts, quota_bytes=quota, max_jobs=max_jobs)
@@ -254,6 +256,54 @@ async def test_pages_follow_their_cursor_and_tenants_stay_apart(store: JobStore)
     assert not await store.delete("globex", jobs[0])
     assert await store.delete("acme", jobs[0])
     assert await store.get("acme", jobs[0]) is None
+
+
+async def test_a_page_of_jobs_goes_at_once_whatever_each_had(store: JobStore) -> None:
+    """A deleted tenant's jobs go a page at a time: a completed one with its audio, a running one (whose runner then
+    commits nothing), a queued one; another tenant's job of the same id is not touched."""
+    created = [await create(store) for _ in range(3)]
+    assert None not in created
+    completed, running, queued = cast("list[str]", created)
+    kept = await create(store, tenant="globex")
+    assert kept is not None
+    for job in (completed, running):
+        await store.start("acme", job)
+        assert await store.commit("acme", job, 0, spoken(0))
+    await store.finish("acme", completed, "completed")
+    assert await store.delete_many("acme", [completed, running, queued, kept]) == 3  # kept is globex's, not acme's
+    assert not await store.commit("acme", running, 1, spoken(1))  # its runner finds no job
+    assert await store.start("acme", queued) is None
+    for job in (completed, running, queued):
+        assert await store.get("acme", job) is None
+        assert (await store.chunk("acme", job, 0), await store.sizes("acme", job)) == (None, [])
+    assert (await store.page("acme", after=None, limit=10)).data == []
+    assert await store.get("globex", kept) is not None
+    assert await store.delete_many("acme", [completed]) == 0
+    assert await store.delete_many("acme", []) == 0
+
+
+async def test_another_generation_of_a_tenant_has_jobs_of_its_own(store: JobStore) -> None:
+    """A tenant deleted and created again under the same name is another generation: the jobs the old one left
+    (a race with its deletion) are not counted in the new one's caps and quota, and each record keeps its generation;
+    a job from before generations were recorded counts for every generation."""
+    room = len(EVERY_BYTE)
+    for _ in range(3):
+        assert await create(store, generation="old", quota=3 * room, reserved=room) is not None
+    assert await create(store, generation="old", quota=10 * room) is None  # max_jobs = 3
+    new = await create(store, generation="new", quota=3 * room, reserved=3 * room)
+    assert new is not None  # the old generation's three jobs hold nothing of the new one's room
+    record = await store.get("acme", new)
+    assert record is not None
+    assert record.generation == "new"
+    assert record.belongs_to("new") and not record.belongs_to("old")
+    assert await store.delete("acme", new)
+    legacy = await create(store, generation="", quota=3 * room, reserved=room)
+    assert legacy is not None
+    assert await create(store, generation="new", quota=3 * room, reserved=3 * room) is None  # the legacy job's room
+    assert await create(store, generation="new", quota=3 * room, reserved=2 * room) is not None
+    record = await store.get("acme", legacy)
+    assert record is not None
+    assert record.belongs_to("new") and record.belongs_to("old")
 
 
 async def test_the_directory_holds_each_segment_once_and_the_sweep_empties_it(redis_url: str, tmp_path: Path) -> None:

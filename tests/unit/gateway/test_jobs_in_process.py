@@ -1,22 +1,31 @@
 """Speech jobs without Redis (the embedded default): the accepting process speaks them itself (not durable), its
-audio comes back whole in each format the jobs take, a WAV file carries its true sizes once complete, and a cancel
-stops the job's engine work."""
+audio comes back whole in each format the jobs take, a WAV file carries its true sizes once complete, a cancel
+stops the job's engine work, and deleting a tenant stops and deletes its jobs."""
 
 from __future__ import annotations
 
 import asyncio
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from litestar.testing import AsyncTestClient
 
+from gateway.jobs.records import JobRecord, now_s
+from gateway.jobs.runner import JobRunner
+from gateway.jobs.turns import TenantTurns
 from gateway.speech.segments import split_text
+from gateway.state import gateway_state
+from storage import sortable_id
 from tests.audio_decode import decode_audio
 from tests.inprocess import in_process_app
+from tests.tenancy import ADMIN_TOKEN, bearer
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+
+    from tests.inprocess import ThreadBackend
 
 JOBS = "/v1/audio/speech/jobs"
 SECONDS_PER_CHAR = 0.01
@@ -107,3 +116,92 @@ async def test_a_job_counts_once_in_usage(client: AsyncTestClient[Any]) -> None:
     # One request, with every character and all of the audio: not one per segment (15 were spoken).
     assert (usage["requests"], usage["input_characters"]) == (1, len(TEXT))
     assert usage["audio_seconds"] == pytest.approx(spoken_s, abs=0.01)
+
+
+PACED_S_PER_CHAR = 0.005
+"""A 100-character segment keeps the engine busy for 0.5 s."""
+
+
+@pytest.fixture
+async def tenancy() -> AsyncIterator[AsyncTestClient[Any]]:
+    """Tenants made by the admin API, jobs in this process's memory, one engine that speaks at the pace of speech."""
+    config = {
+        "auth": {"admin_token": ADMIN_TOKEN, "tenants": [{"name": "acme"}]},
+        "engines": {
+            "paced": {"kind": "synthetic", "workers": 1, "options": {"seconds_per_char": PACED_S_PER_CHAR, "rtf": 1.0}}
+        },
+        "aliases": {"tts-1": ["paced"]},
+        "jobs": {"segment_chars": SEGMENT_CHARS, "poll_s": 0.02},
+    }
+    async with AsyncTestClient(app=in_process_app(config)) as test_client:
+        test_client.headers.update(bearer(ADMIN_TOKEN))  # a tenant's calls send their own key
+        yield test_client
+
+
+async def new_tenant(client: AsyncTestClient[Any], name: str) -> dict[str, str]:
+    """Create the tenant; the headers of a new key of it."""
+    assert (await client.post("/admin/tenants", json={"name": name})).status_code == 201
+    created = await client.post(f"/admin/tenants/{name}/keys")
+    assert created.status_code == 201, created.text
+    return bearer(created.json()["key"])
+
+
+async def test_deleting_a_tenant_stops_and_deletes_its_jobs(tenancy: AsyncTestClient[Any]) -> None:
+    """The probe's case: a deleted tenant's running job went on speaking, and a tenant created again under its name
+    listed the old jobs and fetched their audio. Now the job's engine work stops, the new tenant has no jobs (the old
+    ids are 404), and what the old tenant's jobs spoke is in its retired usage, not the new one's."""
+    old = await new_tenant(tenancy, "eps")
+    body = {"model": "tts-1", "voice": "alloy", "input": "Done.", "response_format": "pcm"}
+    finished = (await tenancy.post(JOBS, headers=old, json=body)).json()
+    assert (await tenancy.get(f"{JOBS}/{finished['id']}/content", headers=old)).status_code == 200  # to its end
+    body["input"] = TEXT
+    pool = cast("ThreadBackend", gateway_state(tenancy.app).router.pools["paced"])
+    running = (await tenancy.post(JOBS, headers=old, json=body)).json()  # 12 segments: 6 s of engine work
+    await wait_for(lambda: pool.served == 2, 5.0, "the job's first segment")
+    spoken = (await tenancy.get(f"{JOBS}/{running['id']}", headers=old)).json()["progress"]["characters_done"]
+    assert spoken > 0
+    before = (await tenancy.get("/v1/usage", headers=old)).json()
+
+    assert (await tenancy.delete("/admin/tenants/eps")).status_code == 200
+
+    await wait_for(lambda: pool.status().active_jobs == 0, 1.0, "the job's engine work stopped")
+    served = pool.served
+    await asyncio.sleep(2 * SEGMENT_CHARS * PACED_S_PER_CHAR)  # two segments' time: the job speaks no more
+    assert (pool.status().active_jobs, pool.served) == (0, served)
+    new = await new_tenant(tenancy, "eps")
+    assert (await tenancy.get(JOBS, headers=new)).json()["data"] == []
+    for job in (finished["id"], running["id"]):
+        for path in ("", "/content", "/events"):
+            assert (await tenancy.get(f"{JOBS}/{job}{path}", headers=new)).status_code == 404
+    retired = (await tenancy.get("/admin/retired-usage/eps")).json()["data"]
+    assert retired[-1]["requests"] == before["requests"] + 1 == 2
+    assert spoken <= retired[-1]["input_characters"] - before["input_characters"] <= spoken + SEGMENT_CHARS
+    assert (await tenancy.get("/v1/usage", headers=new)).json()["requests"] == 0
+
+
+async def test_a_job_left_by_a_race_with_the_deletion_is_not_the_new_tenants(tenancy: AsyncTestClient[Any]) -> None:
+    """A job the deleted tenant made as it was deleted (a replica that had not heard of the deletion yet) outlives
+    the deletion's sweep; it belongs to the deleted tenant's generation, so the tenant created again under the name
+    neither sees it nor has it spoken on its account: its runner cancels it before its first segment."""
+    new = await new_tenant(tenancy, "eps")
+    state = gateway_state(tenancy.app)
+    assert state.jobs is not None
+    store, pool = state.jobs.store, cast("ThreadBackend", state.router.pools["paced"])
+    request = {"model": "tts-1", "voice": "alloy", "response_format": "pcm"}
+    left = JobRecord(sortable_id("job_"), "eps", request, 6, 1, int(now_s()), generation="a-deleted-tenants")
+    assert await store.create(left, ["Left."], quota_bytes=10**6, max_jobs=1) is None
+    assert (await tenancy.get(f"{JOBS}/{left.id}", headers=new)).status_code == 404
+    assert (await tenancy.get(JOBS, headers=new)).json() == {
+        "object": "list",
+        "data": [],
+        "first_id": None,
+        "last_id": None,
+        "has_more": False,
+    }
+    runner = JobRunner(store, state.speech, state.auth_store, TenantTurns(1), segment_attempts=1)
+    await runner.run("eps", left.id)
+    ended = await store.get("eps", left.id)
+    assert ended is not None
+    assert (ended.status, pool.served) == ("cancelled", 0)
+    made = await tenancy.post(JOBS, headers=new, json={**request, "input": "Mine."})  # its quota: max_jobs 1000
+    assert made.status_code == 202, made.text

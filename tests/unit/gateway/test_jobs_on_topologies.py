@@ -52,6 +52,10 @@ async def test_the_store_keeps_to_one_slot(any_redis_url: str) -> None:
         assert refusal is not None and (refusal.reason, refusal.held) == ("storage_quota", 200)
         assert await store.create(second, ["Hello"], quota_bytes=201, max_jobs=10) is None
         assert await store.delete("acme", record.id)
+        assert await store.start("acme", second.id) is not None
+        assert await store.commit("acme", second.id, 0, SpokenSegment(b"\x00\x01", 5, 4))
+        assert await store.delete_many("acme", [record.id, second.id]) == 1  # a deleted tenant's page of jobs
+        assert await store.chunk("acme", second.id, 0) is None
     finally:
         await redis.aclose()
 
