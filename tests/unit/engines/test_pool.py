@@ -154,8 +154,8 @@ async def test_a_client_that_stops_reading_is_dropped(make_pool: Callable[..., A
 
 async def test_stop_ends_every_worker_process(make_pool: Callable[..., Any]) -> None:
     pool = await make_pool(workers=2)
+    await wait_for(lambda: len(pool.status().pids) == 2, what="both workers started")  # ready: one of them is
     pids = pool.status().pids
-    assert len(pids) == 2
     await pool.stop()
     for pid in pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
