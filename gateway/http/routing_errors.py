@@ -47,11 +47,18 @@ def handler_near(app: Litestar, path: str) -> BaseRouteHandler | None:
     return None
 
 
+_DEEPEST_ROUTE_SEGMENTS = 16
+"""More segments than any route here has (the deepest have 5): a deeper path's ancestors past it are no route's. Each
+ancestor is one routing lookup that reads the whole path, so walking all of a 16 KiB head's 8,000 segments took the
+event loop about 0.6 s per request; past this bound they are not walked."""
+
+
 def _path_and_ancestors(path: str) -> Iterator[str]:
-    """``/a/b/c``, ``/a/b``, ``/a``: the root is no family's (``/`` may serve a page of the app's own)."""
-    while path not in {"", "/"}:
-        yield path
-        path = path.rsplit("/", 1)[0]
+    """``/a/b/c``, ``/a/b``, ``/a`` (from the first :data:`_DEEPEST_ROUTE_SEGMENTS` segments): the root is no family's
+    (``/`` may serve a page of the app's own)."""
+    segments = path.strip("/").split("/", _DEEPEST_ROUTE_SEGMENTS)[:_DEEPEST_ROUTE_SEGMENTS]
+    for count in range(len(segments) if segments != [""] else 0, 0, -1):
+        yield "/" + "/".join(segments[:count])
 
 
 def _any_method(app: Litestar, path: str) -> BaseRouteHandler | None:
