@@ -58,6 +58,19 @@ def _position(digits: str) -> int:
     return int(digits) if len(digits) <= _POSITION_DIGITS else LIVE_END + 1
 
 
+def _ends_before_it_starts(start: str, end: str) -> bool:
+    """Whether the range-spec ``start-end`` is not valid: its last position before its first. RFC 9110 (section 14.2)
+    has a server ignore such a ``Range`` (the whole file, ``200``), where a valid range beyond the file is a ``416``.
+    Compared as digits, whatever their number (past :data:`LIVE_END` too, where :func:`_position` makes them equal)."""
+    return bool(end) and _magnitude(end) < _magnitude(start)
+
+
+def _magnitude(digits: str) -> tuple[int, str]:
+    """A position's digits ordered as its number: by their count without leading zeros, then as text."""
+    digits = digits.lstrip("0")
+    return len(digits), digits
+
+
 class RangeNotSatisfiableError(Exception):
     """The requested range lies beyond the file (416)."""
 
@@ -79,14 +92,15 @@ def file_header(fmt: AudioFormat, data_bytes: int | None) -> bytes:
 
 
 def requested_range(header: str | None, total: int) -> ByteRange | None:
-    """The one range of a ``Range`` header within a file of ``total`` bytes; ``None`` for no header, or one this
-    server does not split (several ranges, another unit): then the whole file goes out, as RFC 9110 allows.
+    """The one range of a ``Range`` header within a file of ``total`` bytes; ``None`` for no header, one that is not
+    valid (its last position before its first), or one this server does not split (several ranges, another unit):
+    then the whole file goes out, as RFC 9110 has it.
 
     Raises:
         RangeNotSatisfiableError: the range starts beyond the end of the file.
     """
     match = _RANGE.match(header.strip()) if header else None
-    if match is None or match.groups() == ("", ""):
+    if match is None or match.groups() == ("", "") or _ends_before_it_starts(*match.groups()):
         return None
     start, end = match.groups()
     if not start:  # the last ``end`` bytes
@@ -96,7 +110,7 @@ def requested_range(header: str | None, total: int) -> ByteRange | None:
         return ByteRange(max(total - suffix, 0), total - 1)
     first = _position(start)
     last = min(_position(end), total - 1) if end else total - 1
-    if first >= total or last < first:
+    if first >= total:
         raise RangeNotSatisfiableError
     return ByteRange(first, last)
 
@@ -114,19 +128,20 @@ async def complete_file(
 def range_under_way(header: str | None) -> ByteRange | None:
     """The one range of a ``Range`` header on the file of a job under way (an open one up to :data:`LIVE_END`);
     ``None`` for the whole file: no header, ``bytes=0-`` (a browser's first request), the last bytes of a file whose
-    end is not known yet, or a form this server does not split (RFC 9110 lets a server ignore those).
+    end is not known yet, a range that is not valid (its last position before its first), or a form this server does
+    not split (RFC 9110 lets a server ignore those).
 
     Raises:
         RangeNotSatisfiableError: the range starts past :data:`LIVE_END`, where no file reaches.
     """
     match = _RANGE.match(header.strip()) if header else None
-    if match is None or not match.group(1):
+    if match is None or not match.group(1) or _ends_before_it_starts(*match.groups()):
         return None
     first, last = _position(match.group(1)), _position(match.group(2)) if match.group(2) else LIVE_END
     if first > LIVE_END:
         raise RangeNotSatisfiableError
     last = min(last, LIVE_END)
-    if last < first or (first == 0 and last == LIVE_END):
+    if first == 0 and last == LIVE_END:
         return None
     return ByteRange(first, last)
 

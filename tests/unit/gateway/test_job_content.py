@@ -32,6 +32,7 @@ WHOLE = b"".join(SEGMENTS)
         ("bytes=0-", None),
         ("bytes=-100", None),  # the last bytes of a file whose end is unknown
         ("bytes=20-10", None),
+        ("bytes=" + "9" * 5000 + "-" + "9" * 4999, None),  # not valid either, however far it starts
         ("bytes=0-9,20-29", None),
         ("items=0-9", None),
         (None, None),
@@ -59,6 +60,15 @@ def test_a_range_of_a_job_under_way_past_any_file_is_not_satisfiable() -> None:
 )
 def test_positions_of_any_length_in_a_complete_file(header: str, wanted: ByteRange) -> None:
     assert requested_range(header, 400) == wanted
+
+
+@pytest.mark.parametrize(
+    "header", ["bytes=20-10", "bytes=500-2", "bytes=" + "9" * 5000 + "-" + "9" * 4999, "bytes=" + "0" * 5000 + "2-1"]
+)
+def test_a_range_that_ends_before_it_starts_is_ignored(header: str) -> None:
+    """Not valid, so ignored: the whole file (RFC 9110 section 14.2), never a 416, which is for a valid range beyond
+    the file."""
+    assert requested_range(header, 400) is None
 
 
 @pytest.mark.parametrize("header", ["bytes=" + "9" * 5000 + "-", "bytes=" + "9" * 17 + "-" + "9" * 18])
