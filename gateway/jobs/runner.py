@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from auth import ANONYMOUS, Principal
+from auth import ANONYMOUS, Principal, Tenant
+from auth.settings import TenantLimits
 from engines.base import InvalidSynthesisRequestError
 from engines.errors import EngineNotReadyError, EngineOverloadedError, SynthesisFailedError
-from gateway.jobs.records import SEGMENT_FORMATS, JobRecord, JobStatus
+from gateway.jobs.records import SEGMENT_FORMATS, JobRecord
 from gateway.jobs.store import SpokenSegment
 from gateway.schemas import SpeechRequest
 from gateway.speech.contract import Admission, job_record
@@ -41,7 +42,7 @@ from lifecycle import naming
 from storage import STORAGE_ERRORS
 
 if TYPE_CHECKING:
-    from auth import AuthStore, Tenant
+    from auth import AuthStore
     from gateway.jobs.store import JobStore
     from gateway.jobs.turns import TenantTurns
     from gateway.speech.service import SpeechService
@@ -176,7 +177,7 @@ class JobRunner:
         try:
             tenant = await self._tenant(tenant_name)
             if await self._speak_all(Principal(tenant, "job"), tenant_name, job_id):
-                await self._end(tenant, job_id, "completed")
+                await self._complete(tenant, job_id)
         except _JobFailedError as exc:
             await self.fail(tenant_name, job_id, str(exc))
         except STORAGE_ERRORS:  # outside a segment's try (which settles its own faults), the stores' calls raise these
@@ -192,13 +193,27 @@ class JobRunner:
 
     async def fail(self, tenant_name: str, job_id: str, error: str) -> None:
         """End the job ``failed`` with ``error`` (the job's own reason, shown to its tenant), counting what it spoke
-        in its tenant's usage; nothing when it is no longer active."""
+        in the usage of the tenant that made it (:meth:`_maker`); nothing when it is no longer active."""
+        record = await self.store.finish(tenant_name, job_id, "failed", error)
+        if record is None:
+            return
         logger.warning("speech job failed", extra={"record": {"job_id": job_id, "tenant": tenant_name}})
-        tenant = await self._tenants.get_tenant(tenant_name) if tenant_name != ANONYMOUS.name else ANONYMOUS
-        if tenant is None:
-            await self.store.finish(tenant_name, job_id, "failed", error)
-        else:
-            await self._end(tenant, job_id, "failed", error)
+        if (maker := await self._maker(record)) is not None:
+            self._speech.account_job(maker, record.charged_characters, record.audio_ms / 1000)
+
+    async def _maker(self, record: JobRecord) -> Tenant | None:
+        """The tenant, of the generation that made the job, whose usage counts it. Not the tenant its name holds now
+        when that is another generation (the one that made the job was deleted, and the name created again while the
+        job ran): the job's own generation, whose usage the deletion retired, as it does with what its cancelled jobs
+        spoke. ``None`` for a job from before jobs recorded a generation, whose tenant is gone: none to count it in."""
+        if record.tenant == ANONYMOUS.name:
+            return ANONYMOUS
+        tenant = await self._tenants.get_tenant(record.tenant)
+        if tenant is not None and record.belongs_to(tenant.generation):
+            return tenant
+        if not record.generation:
+            return None
+        return Tenant(record.tenant, TenantLimits(), None, generation=record.generation)  # no budget left to spend
 
     async def _tenant(self, name: str) -> Tenant:
         if name == ANONYMOUS.name:
@@ -293,8 +308,8 @@ class JobRunner:
             charged = len(request.input) if reply.characters is None else reply.characters
             return audio, reply.outcome.clock.seconds, charged
 
-    async def _end(self, tenant: Tenant, job_id: str, status: JobStatus, error: str | None = None) -> None:
-        """End the job and count it in the tenant's usage, once: all of it when it completed, what it spoke when it
-        failed (a cancel is counted by whoever cancels it)."""
-        if (record := await self.store.finish(tenant.name, job_id, status, error)) is not None:
+    async def _complete(self, tenant: Tenant, job_id: str) -> None:
+        """End the job ``completed`` and count all of it in the usage of ``tenant``, the generation that ran it, once
+        (a failure is counted by :meth:`fail`, a cancel by whoever cancels it)."""
+        if (record := await self.store.finish(tenant.name, job_id, "completed")) is not None:
             self._speech.account_job(tenant, record.charged_characters, record.audio_ms / 1000)
