@@ -80,6 +80,11 @@ _FIRST_PAUSE_S = 0.5
 _MAX_PAUSE_S = 10.0
 
 
+_COMMIT_GRACE_S = 5.0
+"""How long a run that stops (its job failed, cancelled, or handed back) waits for the commit of the segment it spoke
+last: a store's write takes milliseconds, and what was spoken is then kept (and counted) rather than lost."""
+
+
 class _JobFailedError(Exception):
     """The job cannot go on: its message is the job's ``error``."""
 
@@ -141,6 +146,19 @@ class _SegmentTries:
         if isinstance(refusal, EngineOverloadedError):
             pause = max(pause, refusal.retry_after_s)
         return min(pause, self._wait_ends - now)  # the last try at the end of the wait
+
+
+async def _let_finish(commit: asyncio.Future[bool]) -> None:
+    """Let the commit in flight of a run that stops finish, for up to ``_COMMIT_GRACE_S``: cancelled, the segment it
+    carried was neither stored nor counted (a job that failed on its next segment showed 0 characters done where one
+    had been spoken). Its error, if any, is the store's, which the run's ending meets again."""
+    try:
+        await asyncio.wait({commit}, timeout=_COMMIT_GRACE_S)
+    finally:
+        if not commit.done():
+            commit.cancel()
+        elif not commit.cancelled():
+            commit.exception()  # retrieved, so that asyncio does not log it as lost
 
 
 class JobRunner:
@@ -228,9 +246,9 @@ class JobRunner:
         refused (the job is no longer this run's).
 
         A segment's commit overlaps the wait for the next turn and the next segment's synthesis, so the engine never
-        waits for the store; the commits still go in order, each awaited before the next is sent. A segment that
-        failed is tried again after a pause (``_SegmentTries``), its turn given up meanwhile: the jobs of other
-        tenants, on other engines, go on.
+        waits for the store; the commits still go in order, each awaited before the next is sent, and the last one
+        before the run stops, however it stops (``_let_finish``). A segment that failed is tried again after a pause
+        (``_SegmentTries``), its turn given up meanwhile: the jobs of other tenants, on other engines, go on.
         """
         record: JobRecord | None = None
         segments: list[str] = []
@@ -261,8 +279,8 @@ class JobRunner:
                 index, tries = index + 1, self._tries()
             return committing is None or await committing
         finally:
-            if committing is not None and not committing.done():
-                committing.cancel()
+            if committing is not None:
+                await _let_finish(committing)
 
     def _tries(self) -> _SegmentTries:
         return _SegmentTries(self._attempts, self._engine_wait_s)

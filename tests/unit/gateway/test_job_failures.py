@@ -3,14 +3,54 @@ the tenant generation that made it, never in a tenant created again under the sa
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from auth import MemoryAuthStore, Tenant
+from auth import ANONYMOUS, MemoryAuthStore, Tenant
 from auth.settings import TenantLimits
 from gateway.jobs.store import MemoryJobStore, SpokenSegment
-from tests.job_runs import Engines, job, runner
+from tests.job_runs import TENANT, Engines, job, runner
 
 TEXT = "The fox ran through the wood."
+NEVER_VALID = "x" * 100_001
+"""A segment longer than a speech request may be: it fails its job at once, without a try."""
+
+
+class SlowCommits(MemoryJobStore):
+    """A store whose commits take ``delay_s`` each (a busy Redis, a slow volume)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__(ttl_s=60)
+        self.delay_s = delay_s
+
+    async def commit(self, tenant: str, job_id: str, index: int, spoken: SpokenSegment) -> bool:
+        await asyncio.sleep(self.delay_s)
+        return await super().commit(tenant, job_id, index, spoken)
+
+
+async def test_a_job_failing_on_a_segment_keeps_and_counts_the_one_spoken_before() -> None:
+    """The segment before the failing one is still being committed when the job fails: its commit finishes first
+    (before, it was cancelled, and the job failed at 0 characters done, charged nothing, having spoken one)."""
+    store, engines = SlowCommits(0.3), Engines()
+    job_id = await job(store, "tts-1", [TEXT, NEVER_VALID])
+    await asyncio.wait_for(runner(store, engines).run(TENANT, job_id), 10)
+    record = await store.get(TENANT, job_id)
+    assert record is not None
+    assert (record.status, record.segments_done, record.characters_done) == ("failed", 1, len(TEXT))
+    usage = await engines.usage.get(ANONYMOUS)
+    assert (usage.requests, usage.input_characters) == (1, len(TEXT))
+
+
+async def test_a_commit_that_does_not_finish_holds_the_failure_up_for_a_bounded_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("gateway.jobs.runner._COMMIT_GRACE_S", 0.2)
+    store, engines = SlowCommits(3600), Engines()
+    job_id = await job(store, "tts-1", [TEXT, NEVER_VALID])
+    await asyncio.wait_for(runner(store, engines).run(TENANT, job_id), 5)
+    record = await store.get(TENANT, job_id)
+    assert record is not None and (record.status, record.segments_done) == ("failed", 0)
 
 
 @pytest.mark.parametrize("created_again", [True, False])
