@@ -20,6 +20,10 @@ A replica takes jobs only once its engines can speak (``engines_ready``: what ``
 by a replica that stopped, or queued while this one starts (a rolling update), waits in the queue meanwhile, for
 another replica or for this one once it is ready.
 
+Whatever way SAQ ends a job without its runner having ended it (given up after ``_TAKEOVERS`` takeovers, its run
+raising on its last, aborted by hand, its entry gone), the replica that notices fails the job's record
+(``runner_lost``): before, SAQ's entry ended and the record stayed ``running`` for ever.
+
 Without Redis a job is an asyncio task of the process that took it: not durable (a restart loses it, and another
 replica never sees it), documented in ``docs/jobs.md``.
 """
@@ -29,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
 from saq import Job, Queue, Worker
 from saq.job import TERMINAL_STATUSES, Status
@@ -40,7 +44,7 @@ from lifecycle import BackgroundTasks, naming
 from storage import STORAGE_ERRORS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from redis.commands.core import AsyncScript
     from saq.types import ListenCallback, PartialTimersDict, VersionTuple, WorkerInfo
@@ -48,6 +52,9 @@ if TYPE_CHECKING:
     from gateway.jobs.runner import JobRunner
     from gateway.settings import JobsSettings
     from storage import RedisClient
+
+    Settle: TypeAlias = Callable[[str, str, str], Awaitable[None]]
+    """Fail a job's record (tenant, job id, error) if it is still active: :meth:`JobRunner.fail`."""
 
 __all__ = ["JobDispatch", "LocalDispatch", "QueueDispatch", "TakePolicy"]
 
@@ -77,6 +84,8 @@ _TAKEN_GRACE_S = 2.0
 """How long a job in the active list may stay unmarked (taken; its worker marks it active next) before it is swept."""
 _READY_POLL_S = 0.2
 """How often a replica whose engines are not ready yet looks again before it starts taking jobs."""
+_GIVEN_UP = frozenset({Status.FAILED, Status.ABORTED})
+"""How SAQ ends a job that its runner did not end (a run that ends the job returns, and SAQ completes it)."""
 
 # Moves the fairest queued job a replica may take to the active list, as SAQ's take (BLMOVE) does with the first:
 # the oldest of the tenant with the fewest active jobs (on all replicas), among those this replica may take: any when
@@ -120,6 +129,23 @@ def _queue_key(tenant: str, job_id: str) -> str:
     which SAQ's abort key (``saq:abort:`` and the key) would otherwise lack: on a Cluster its enqueue script refused
     the keys (all must share a slot)."""
     return f"{QUEUE_NAME}{job_id}@{tenant}"
+
+
+def _job_of(queued_id: str) -> tuple[str, str] | None:
+    """The tenant and the job of an id in SAQ's lists (which ends with :func:`_queue_key`); ``None`` for another."""
+    job_id, at, tenant = queued_id.rpartition(QUEUE_NAME)[2].partition("@")
+    return (tenant, job_id) if at and job_id else None
+
+
+def _runner_lost(why: str) -> str:
+    """The ``error`` of a job that SAQ ended without its runner."""
+    return f"The job could not go on: {why} (runner_lost)."
+
+
+def _why_given_up(job: Job, status: Status) -> str:
+    if status == Status.FAILED:
+        return f"its run failed, and the queue gave it up after {job.attempts} runs"
+    return "the queue aborted it"
 
 
 class _HandedOverError(Exception):
@@ -199,9 +225,10 @@ class _Queue(RedisQueue):
       workers do not each poll Redis.
     """
 
-    def __init__(self, redis: Any, policy: TakePolicy) -> None:
+    def __init__(self, redis: Any, policy: TakePolicy, settle: Settle) -> None:
         super().__init__(redis, name=QUEUE_NAME)
         self._policy = policy
+        self._settle = settle
         self._take: AsyncScript = redis.register_script(_TAKE_LUA)
         self._sweep_list: AsyncScript = redis.register_script(_SWEEP_LUA)
         self._taking = asyncio.Lock()
@@ -291,8 +318,12 @@ class _Queue(RedisQueue):
 
     async def _swept(self, job_id: str, job: Job | None) -> bool:
         """Sweep one listed job if it is lost: its record gone, or not running (an ended one has left the list in
-        the transaction that ended it), or its worker's heartbeat stopped; then queued again or given up."""
+        the transaction that ended it), or its worker's heartbeat stopped; then queued again or given up. A job given
+        up fails first (its record settled, or it stays listed for the next sweep: an aborted entry leaves the list)."""
         if job is None:
+            owner = _job_of(job_id)
+            if owner is not None and not await self._settled(*owner, "the queue lost it"):
+                return False
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.lrem(self._active, 0, job_id)
                 pipe.zrem(self._incomplete, job_id)
@@ -302,6 +333,9 @@ class _Queue(RedisQueue):
         if job.status in TERMINAL_STATUSES or (job.status == Status.ACTIVE and not job.stuck):
             return False
         logger.info("swept the job %s (%s)", job_id, job.status)
+        lost = f"its runner was lost, and the queue gave it up after {job.attempts} runs"
+        if not job.retryable and not await self._settled_job(job, lost):
+            return False
         await self.abort(job, error=self.swept_error_message)
         with contextlib.suppress(TimeoutError):
             await job.refresh(1.0)  # a swept job's worker is gone: waiting for it longer is moot
@@ -309,6 +343,36 @@ class _Queue(RedisQueue):
             await self.retry(job, error=self.swept_error_message)
         else:
             await self.finish(job, Status.ABORTED, error=self.swept_error_message)
+        return True
+
+    async def finish(
+        self, job: Job, status: Status, *, result: Any = None, error: str | None = None, **kwargs: Any
+    ) -> None:
+        """SAQ's end of a job, failing its record first when SAQ ends it without its runner (its run raised on its last
+        takeover, or it was aborted by another hand than a cancel's, which ended the record already): given up
+        without an end, the record stayed ``running`` for ever. The sweep settles those it gives up before it
+        aborts them (``_swept``). A record that cannot be settled now leaves the entry as it is: listed, and without a
+        heartbeat, it is swept, and settled then."""
+        given_up = status in _GIVEN_UP and error != self.swept_error_message
+        if given_up and not await self._settled_job(job, _why_given_up(job, status)):
+            return
+        await super().finish(job, status, result=result, error=error, **kwargs)
+
+    async def _settled_job(self, job: Job, why: str) -> bool:
+        kwargs = job.kwargs or {}
+        if job.function != _FUNCTION:
+            return True
+        return await self._settled(kwargs["tenant"], kwargs["job_id"], why)
+
+    async def _settled(self, tenant: str, job_id: str, why: str) -> bool:
+        """Fail the job's record, if it is still active, as the queue ended it without its runner; ``False`` when
+        the store could not be asked (a later sweep tries again)."""
+        try:
+            await self._settle(tenant, job_id, _runner_lost(why))
+        except Exception as exc:  # the store, or the tenants' store, out of reach
+            extra = {"record": {"job_id": job_id, "tenant": tenant, "fault": fault(exc)}}
+            logger.warning("a speech job the queue gave up could not be failed yet", extra=extra)
+            return False
         return True
 
     async def abort(self, job: Job, error: str, ttl: float = 5) -> None:
@@ -373,7 +437,7 @@ class QueueDispatch:
         self._runner = runner
         self._settings = settings
         self._engines_ready = engines_ready
-        self.queue: Queue = _Queue(redis, self)
+        self.queue: Queue = _Queue(redis, self, self._given_up)
         self._worker: _Worker | None = None
         self._tasks = BackgroundTasks("the speech jobs' worker")
         self._held: Counter[str] = Counter()
@@ -464,7 +528,9 @@ class QueueDispatch:
         without an end, it stayed ``running`` for ever.
 
         Raises:
-            _HandedOverError: the queue takes the job over (SAQ retries a job whose function raised).
+            _HandedOverError: the queue takes the job over (SAQ retries a job whose function raised), or, on the last
+                takeover, the store is still out of reach: the queue fails the job, settling its record then or at a
+                later sweep (``_Queue.finish``).
         """
         extra = {"record": {"job_id": job_id, "tenant": tenant, "fault": fault(exc), "taken_over": job.retryable}}
         logger.warning("a speech job's run could not reach its store", extra=extra)
@@ -472,6 +538,13 @@ class QueueDispatch:
             await asyncio.sleep(_HAND_OVER_PAUSE_S)
             raise _HandedOverError(type(exc).__name__) from None
         error = f"The job could not go on: its store failed {job.attempts} times ({type(exc).__name__})."
+        try:
+            await self._runner.fail(tenant, job_id, error)
+        except Exception as still:  # named by its type: SAQ logs and stores the text of what its function raises
+            raise _HandedOverError(type(still).__name__) from None
+
+    async def _given_up(self, tenant: str, job_id: str, error: str) -> None:
+        """The queue ended the job without its runner: fail its record, if it is still active."""
         await self._runner.fail(tenant, job_id, error)
 
     async def _beat(self, job: Job) -> None:

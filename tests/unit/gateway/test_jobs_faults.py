@@ -1,7 +1,8 @@
 """A job whose segment raises what no engine raises ends, in bounded time and with a clear ``error``, and no log line
 quotes its text: a segment whose request is not valid fails the job at once, any other fault of the gateway's own is
 tried ``segment_attempts`` times; a run that raises (its store out of reach) is taken over by the queue (a real
-redis-server) after a pause, not at once, and its last takeover fails the job.
+redis-server) after a pause, not at once, and its last takeover fails the job, or, the store still out of reach then,
+a later sweep does.
 
 Before, the runner let such an error through: SAQ took it for a replica's death and ran the job again twenty times in
 0.2 s, logging each time a traceback that quoted the input (a pydantic error's ``input_value``), then left the job
@@ -160,6 +161,44 @@ async def test_a_run_that_raises_is_taken_over_after_a_pause_and_failed_at_the_l
         await wait_for(lambda: [job_id for job_id, _ in runs.failed] == [last], timeout_s=15, what="the job failed")
         assert runs.runs.count(last) == 2
         assert runs.failed[0][1] == "The job could not go on: its store failed 2 times (ConnectionError)."
+    finally:
+        await dispatch.close()
+        await redis_client.aclose()
+
+
+class StillUnreachable(Unreachable):
+    """A runner whose store stays out of reach for its runs and for the first ``outage`` attempts to fail a job."""
+
+    def __init__(self, outage: int) -> None:
+        super().__init__()
+        self.outage = outage
+
+    async def fail(self, tenant: str, job_id: str, error: str) -> None:
+        if self.outage:
+            self.outage -= 1
+            raise redis.exceptions.ConnectionError(f"Error 111 connecting: {SECRET}")
+        await super().fail(tenant, job_id, error)
+
+
+async def test_a_job_that_cannot_be_failed_at_its_last_takeover_is_failed_by_a_later_sweep(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last run cannot fail the job, nor can the queue when it gives the job up: its entry stays, without a
+    heartbeat, and the sweep that finds it fails the job once the store is back (before, it stayed running)."""
+    redis_client = connect_redis(redis_url)
+    runs = StillUnreachable(outage=2)
+    dispatch = QueueDispatch(redis_client, cast("JobRunner", runs), JobsSettings(heartbeat_s=1, sweep_s=1))
+    dispatch.start()
+    try:
+        last = sortable_id("job_")
+        with caplog.at_level(logging.DEBUG):
+            await dispatch.queue.enqueue(Job("speak_job", kwargs={"tenant": TENANT, "job_id": last}, heartbeat=1,
+                                             key=_queue_key(TENANT, last), timeout=0, retries=2))  # fmt: skip
+            await wait_for(lambda: bool(runs.failed), timeout_s=20, what="the job failed")
+        assert runs.failed == [
+            (last, "The job could not go on: its runner was lost, and the queue gave it up after 2 runs (runner_lost).")
+        ]
+        assert "Quixotic" not in logged(caplog)
     finally:
         await dispatch.close()
         await redis_client.aclose()
