@@ -18,6 +18,9 @@ valid fails the job at once (it never will be), any other fault of the gateway's
 times like an engine's failure, and anything else the run raises fails the job, except the store out of reach, which
 the queue hands over (``gateway/jobs/dispatch.py``). Neither the job's ``error`` nor a log line holds the fault's text,
 which may quote the input (a pydantic error's ``input_value`` did): only its type, and where it was raised in a log.
+Nor does a log line hold the message of an engine's failure, which may quote the text as well (ChatTTS's normalizer
+raised ``ValueError: invalid literal for int() with base 10: '82.8'`` on "82.8-2", and its worker passes that on): it
+names the failure by its type, and only the job's ``error``, its tenant's to read, says what the engine said.
 """
 
 from __future__ import annotations
@@ -101,6 +104,15 @@ def _invalid(exc: ValidationError) -> str:
     """A segment's request refused by its model, as each error's place, code and message without the input."""
     errors = exc.errors(include_input=False, include_url=False, include_context=False)
     return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['type']}: {e['msg']}" for e in errors)
+
+
+def _loggable(exc: Exception) -> str:
+    """What a log may say of a segment's failed try: an engine's refusal as itself (its engine's name and state),
+    anything else by its type alone (and that of the error it wraps), never its message, which may quote the text."""
+    if (refusal := _cannot_take(exc)) is not None:
+        return str(refusal)
+    wrapped = f" ({type(exc.error).__name__})" if isinstance(exc, FailoverExhaustedError) else ""
+    return type(exc).__name__ + wrapped
 
 
 def _cannot_take(exc: Exception) -> EngineNotReadyError | EngineOverloadedError | None:
@@ -289,7 +301,7 @@ class JobRunner:
         """Wait before the segment's next try (or fail the job: no try left)."""
         pause = tries.pause_after(exc)
         extra = {"record": {"job_id": job_id, "segment": index, "pause_s": round(pause, 2)}}
-        logger.info("a speech job's segment is tried again after a pause: %s", exc, extra=extra)
+        logger.info("a speech job's segment is tried again after a pause: %s", _loggable(exc), extra=extra)
         await asyncio.sleep(pause)
 
     async def _segment(self, principal: Principal, record: JobRecord, text: str) -> SpokenSegment:

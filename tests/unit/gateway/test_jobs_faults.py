@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, cast
 import redis.exceptions
 from saq import Job
 
+from engines.errors import SynthesisFailedError
 from gateway.jobs.dispatch import LocalDispatch, QueueDispatch, _queue_key
 from gateway.jobs.store import MemoryJobStore
 from gateway.settings import JobsSettings
@@ -81,6 +82,22 @@ async def test_a_fault_on_every_try_fails_the_job_after_segment_attempts(caplog:
     assert record is not None and (record.status, engines.tries["tts-1"]) == ("failed", 3)
     assert record.error == "A segment could not be spoken: the gateway failed on it (KeyError)"
     assert "Quixotic" not in logged(caplog)
+
+
+async def test_an_engines_failure_is_logged_by_its_type_not_its_message(caplog: pytest.LogCaptureFixture) -> None:
+    """An engine's message may quote the text: ChatTTS's normalizer raised "invalid literal for int() with base 10:
+    '82.8'" on "82.8-2", which its worker passes on as ``f"{type}: {exc}"``. The job's ``error``, its tenant's own,
+    says it; no log line does (before, each pause before a try again logged it)."""
+    store, engines = MemoryJobStore(ttl_s=60), Engines()
+    job_id = await job(store, "tts-1", [SECRET])
+    said = f"ValueError: invalid literal for int() with base 10: '{SECRET}'"
+    engines.down["tts-1"] = SynthesisFailedError(said)
+    with caplog.at_level(logging.DEBUG):
+        await asyncio.wait_for(runner(store, engines).run(TENANT, job_id), 10)  # two pauses: 0.5 s, then 1 s at most
+    record = await store.get(TENANT, job_id)
+    assert record is not None and (record.status, record.error) == ("failed", f"A segment could not be spoken: {said}")
+    assert "Quixotic" not in logged(caplog)
+    assert "tried again after a pause: SynthesisFailedError" in caplog.text
 
 
 class BrokenStore(MemoryJobStore):
