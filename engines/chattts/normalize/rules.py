@@ -260,7 +260,21 @@ def _symbol(english: str, chinese: str) -> Callable[[re.Match[str]], str]:
 
 def _rule(pattern: str, replace: Callable[[re.Match[str]], str], flags: int = 0) -> Rule:
     # ASCII: to Python every Chinese character is a word character, which would hide the digits in 于2025年.
-    return re.compile(pattern, flags | re.ASCII), replace
+    return re.compile(pattern, flags | re.ASCII), _or_as_written(replace)
+
+
+def _or_as_written(replace: Callable[[re.Match[str]], str]) -> Callable[[re.Match[str]], str]:
+    """``replace``, leaving a match as written where it cannot read it: its patterns match more than its reading
+    takes ("82.8-2" is a score to the score rule, whose int() then fails on "82.8"), and one exception would fail the
+    whole text, every time it is sent; the later rules still read what it leaves (the numbers, one by one)."""
+
+    def guarded(match: re.Match[str]) -> str:
+        try:
+            return replace(match)
+        except (ValueError, IndexError, KeyError, ArithmeticError):
+            return match.group(0)
+
+    return guarded
 
 
 RULES: tuple[Rule, ...] = (

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engines.base import CancelFlag, EngineInfo, SynthesisRequest
 from engines.chattts import ChatTTSEngine
@@ -212,3 +214,21 @@ def test_normalize_false_turns_it_off_and_drops_are_reported(
     (message,) = _speak_and_log(engine, ORDER, caplog)
     # The tiny tokenizer cannot read "#", "$", "/" or ":": the log names them, without the input text.
     assert message == "dropped 4 character(s) the tokenizer cannot read: {'#': 1, '$': 1, '/': 1, ':': 1}"
+
+
+@pytest.mark.parametrize(
+    ("text", "read"),
+    [
+        ("The score was 82.8-2 at half time.", "eighty-two point eight"),  # a score whose int() failed on "82.8"
+        ("7447-49-4-2", "seven thousand four hundred forty-seven"),  # a range rule's group that was not there
+        ("ok 4.07-269", "four point zero seven"),
+    ],
+)
+def test_what_a_rule_cannot_read_is_left_to_the_next(text: str, read: str) -> None:
+    assert read in normalize_builtin(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="0123456789.,-/:%$#&+=@° ampstndrhAPMkg年月日元", max_size=24))
+def test_no_text_of_numbers_and_marks_fails_the_rules(text: str) -> None:
+    normalize_builtin(text)  # raising here fails every request that carries the text, in the engine and the plan

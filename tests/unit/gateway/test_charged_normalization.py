@@ -123,3 +123,11 @@ async def test_what_they_are_read_as_is_bounded(client: AsyncTestClient[Any]) ->
         "written)."
     )
     assert (await _openai(client, digits[:400])).status_code == 200  # within the bound
+
+
+async def test_text_a_rule_cannot_read_is_spoken_not_a_server_error(client: AsyncTestClient[Any]) -> None:
+    # A score rule matched "82.8-2" and its int() failed on "82.8": the plan (which reads the text as the engine will)
+    # answered 500, and the engine would have failed the segment every time it was sent.
+    spoken = await _openai(client, "The score was 82.8-2 at half time.")
+    assert spoken.status_code == 200, spoken.text
+    assert len(spoken.content) > 0
