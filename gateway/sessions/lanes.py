@@ -20,6 +20,7 @@ from litestar.exceptions import WebSocketDisconnect
 from engines.errors import ConsumerTooSlowError
 from gateway.audio.formats import AudioFormat, output_sample_rate
 from gateway.sessions.session_errors import SlowClientError
+from gateway.sessions.streams import SessionStreams
 from gateway.speech.contract import Admission, session_record
 from gateway.speech.delivery import AudioClock
 from gateway.speech.errors import ResponseTruncatedError
@@ -51,11 +52,14 @@ HeardClock = AudioClock
 class Speaker:
     """A session's one way to the speech pipeline: every segment of every dialect is spoken by :meth:`speak`, in the
     session that counted as the tenant's request and holds its stream, so limits, usage, cache, fair scheduling,
-    custom voices and failover hold on every socket as on ``POST /v1/audio/speech``."""
+    custom voices and failover hold on every socket as on ``POST /v1/audio/speech``; and each segment holds one of
+    the tenant's streams while it speaks (:class:`~gateway.sessions.streams.SessionStreams`: the session's own, or one
+    more), so that lanes speaking side by side count as the streams they are."""
 
     def __init__(self, speech: SpeechService, principal: Principal) -> None:
         self._speech = speech
         self._principal = principal
+        self._streams = SessionStreams(speech.stream_leases(principal.tenant))
 
     async def check(self, request: SpeechRequest) -> None:
         """Whether ``request`` could be served (model, voice, what the tenant may use).
@@ -81,8 +85,9 @@ class Speaker:
         markup: Markup,
         dictionaries: Sequence[tuple[str, str | None]] | None = None,
     ) -> SpeechReply:
-        """Start speaking one segment; the caller owns the reply (``async with``). ``record_id`` names it in a
-        truncation's warning (it is not logged otherwise: the session has one line of its own)."""
+        """Start speaking one segment, once it holds a stream (it may wait its turn); the caller owns the reply
+        (``async with``: its release frees the stream). ``record_id`` names it in a truncation's warning (it is not
+        logged otherwise: the session has one line of its own)."""
         return await self._speech.speak(
             self._principal,
             request,
@@ -90,6 +95,7 @@ class Speaker:
             admission=Admission.IN_SESSION,  # the session was admitted and counted as the tenant's request
             markup=markup,
             dictionaries=dictionaries,
+            stream=self._streams.segment(),
         )
 
 

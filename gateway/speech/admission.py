@@ -3,12 +3,14 @@ refusal counted."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from auth.limits import RateLimitExceededError
 
 if TYPE_CHECKING:
-    from contextlib import AsyncExitStack
+    from collections.abc import Callable
+    from contextlib import AbstractAsyncContextManager, AsyncExitStack
 
     from auth import Tenant
     from auth.limits import BudgetState, LimitState, TenantRateLimiter
@@ -109,6 +111,18 @@ class AdmissionControl:
         except RateLimitExceededError as exc:
             self.record_rejection(tenant, exc.reason)
             raise
+
+    def stream_leases(self, tenant: Tenant) -> Callable[[], AbstractAsyncContextManager[None]] | None:
+        """How to hold one more of the tenant's concurrent streams for an ``async with`` (a session's further lane
+        speaking at once: ``gateway/sessions/streams.py``), waiting ``limits.stream_wait_s`` for one to free; a refusal
+        is not recorded (the lane waits its turn). ``None``: the tenant has no ``concurrent_streams``.
+
+        Each lease raises on enter ``RateLimitExceededError`` (reason ``concurrency``) when the tenant's streams are all
+        held, ``LimitsUnavailableError`` when the limits' storage is unreachable and they fail closed.
+        """
+        if tenant.limits.concurrent_streams is None:
+            return None
+        return functools.partial(self.limiter.stream_lease, tenant.name, tenant.limits)
 
     def record_rejection(self, tenant: Tenant, reason: str) -> None:
         """Count a request of ``tenant`` refused by one of its caps (the tenant's usage and

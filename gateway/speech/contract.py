@@ -26,7 +26,8 @@ class Admission(enum.Enum):
     counted in usage."""
     IN_SESSION = "in_session"
     """A part of a WebSocket session (:meth:`SpeechService.open_session`), which counted as the tenant's request and
-    holds its concurrent stream: only its characters count against the limits; usage counts the part."""
+    holds its concurrent stream: only its characters count against the limits; usage counts the part. Parts spoken
+    side by side hold one more of the tenant's streams each (``gateway/sessions/streams.py``)."""
     OF_JOB = "of_job"
     """A segment of a speech job (``gateway/jobs/``), admitted and counted in usage once for the whole job
     (:meth:`SpeechService.open_job`, :meth:`SpeechService.account_job`): neither happens here, and its engine jobs

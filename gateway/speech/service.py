@@ -44,7 +44,7 @@ from gateway.text import Markup, read_script
 from lifecycle import BackgroundTasks
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
     from contextlib import AbstractAsyncContextManager
 
     from auth import Principal, Tenant
@@ -111,6 +111,7 @@ class SpeechService:
         markup: Markup = Markup.PLAIN,
         script: Script | None = None,
         dictionaries: Sequence[tuple[str, str | None]] | None = None,
+        stream: AbstractAsyncContextManager[None] | None = None,
     ) -> SpeechReply:
         """Start serving ``request`` for ``principal``: the one way every transport speaks (the HTTP endpoint, each
         realtime session's segments and responses). Returns once the first audio bytes exist; the caller owns the
@@ -125,6 +126,8 @@ class SpeechService:
                 ``request.input``, which then only counts its characters.
             dictionaries: The pronunciation dictionaries the request names (``(id, version id or None)`` each);
                 ``None``: the tenant's defaults. Timestamps name the caller's characters all the same.
+            stream: The stream a session's part holds while it speaks (``gateway/sessions/streams.py``): entered
+                before its admission, released with the reply.
 
         Raises:
             SpeechError: an input over the tenant's cap, a model the tenant may not use, an unknown model or voice, a
@@ -146,6 +149,8 @@ class SpeechService:
         key = self._cache_key(plan, tenant)
         finish = AsyncExitStack()
         try:
+            if stream is not None:
+                await finish.enter_async_context(stream)
             if not admission.admitted_here:
                 limits, cached = None, await self.cache.get(key)
             else:
@@ -203,6 +208,11 @@ class SpeechService:
         """
         await self._admission.hold_session(tenant, held)
         await self._admission.admit(tenant, 0, hold_stream=held)
+
+    def stream_leases(self, tenant: Tenant) -> Callable[[], AbstractAsyncContextManager[None]] | None:
+        """How a session's further lane holds one more of the tenant's streams while it speaks
+        (:meth:`AdmissionControl.stream_leases <gateway.speech.admission.AdmissionControl.stream_leases>`)."""
+        return self._admission.stream_leases(tenant)
 
     async def open_job(self, tenant: Tenant) -> None:
         """Admit a speech job: one request of the tenant's, whatever its length (its characters count in the month
