@@ -1,6 +1,7 @@
 """The realtime sessions speak only through the speech service's public operation (issue #33): the session kernel's
 ``Speaker`` (``gateway/sessions/lanes.py``) holds the service as ``self._speech`` and touches nothing of it but
-``speak``, ``check``, ``open_session`` and ``model_voice``; the dialects hold no service at all, only the kernel's
+``speak``, ``check``, ``open_session``, ``stream_leases`` (the tenant's streams its further lanes hold while they speak)
+and ``model_voice``; the dialects hold no service at all, only the kernel's
 ``Speaker`` (issue #48: one call site of ``speak`` for every socket); each imports the service's module only for
 typing. A rule of the pipeline (limits, cache, failover...) reached around that operation would be a rule the HTTP
 endpoint and the sessions could each get wrong on their own. ``pyproject.toml`` adds an import-linter contract:
@@ -23,7 +24,7 @@ DIALECTS = (
     "gateway/elevenlabs/session.py",
     "gateway/elevenlabs/dialogue_socket.py",
 )
-PUBLIC_OPERATIONS = frozenset({"speak", "check", "open_session", "model_voice"})
+PUBLIC_OPERATIONS = frozenset({"speak", "check", "open_session", "stream_leases", "model_voice"})
 SERVICE_MODULE = "gateway.speech.service"
 _HELD = "_speech"  # the attribute a session keeps the service in
 _PARAMETER = "speech"  # the constructor's parameter that hands it over
