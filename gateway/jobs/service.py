@@ -25,6 +25,8 @@ from gateway.text import is_ssml
 from storage import MAX_PAGE, Page, sortable_id
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from auth import Principal, Tenant
     from gateway.jobs.dispatch import JobDispatch
     from gateway.jobs.followers import FollowerPlace
@@ -147,11 +149,22 @@ class SpeechJobs:
         """Up to ``limit`` of the tenant's jobs after ``after``, passing over those of a deleted tenant of the same
         name (left by a race with its deletion: rare, so a page seldom needs more than one read of the store)."""
         owned: list[JobRecord] = []
+        async for records, more in self._owned_pages(tenant, after, limit):
+            owned.extend(records)
+            if len(owned) >= limit or not more:
+                return Page(owned[:limit], has_more=len(owned) > limit or more)
+        return Page(owned, has_more=False)
+
+    async def _owned_pages(
+        self, tenant: Tenant, after: str | None, limit: int
+    ) -> AsyncIterator[tuple[list[JobRecord], bool]]:
+        """The store's pages of the tenant's jobs after ``after``, each as its jobs of the tenant's generation (a
+        deleted tenant's of the same name passed over) and whether more follow."""
         while True:
             page = await self.store.page(tenant.name, after=after, limit=limit)
-            owned.extend(record for record in page.data if record.belongs_to(tenant.generation))
-            if len(owned) >= limit or not page.has_more:
-                return Page(owned[:limit], has_more=len(owned) > limit or page.has_more)
+            yield [record for record in page.data if record.belongs_to(tenant.generation)], page.has_more
+            if not page.has_more:
+                return
             after = page.data[-1].id
 
     async def cancel_or_delete(self, tenant: Tenant, job_id: str) -> JobRecord | None:
@@ -178,17 +191,11 @@ class SpeechJobs:
         in its usage, which the deletion retires) and delete all of its jobs and their audio, a page at a time, so
         that no step's work grows with its ``jobs.max_jobs_per_tenant``. A job of another generation of its name (a
         tenant created again meanwhile) is left alone."""
-        after: str | None = None
-        while True:
-            page = await self.store.page(tenant.name, after=after, limit=MAX_PAGE)
-            owned = [record for record in page.data if record.belongs_to(tenant.generation)]
+        async for owned, _ in self._owned_pages(tenant, None, MAX_PAGE):
             for record in owned:
                 if record.status in ACTIVE:
                     await self._cancel(tenant, record.id)
             await self.store.delete_many(tenant.name, [record.id for record in owned])
-            if not page.has_more:
-                return
-            after = page.data[-1].id
 
     async def _cancel(self, tenant: Tenant, job_id: str) -> JobRecord | None:
         """End an active job as cancelled, stop its engine work wherever it runs, and count what it spoke in the
